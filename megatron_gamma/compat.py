@@ -1,0 +1,170 @@
+"""CPU compatibility layer for megatron-core's hard-coded CUDA calls.
+
+megatron-core 0.16 assumes a GPU on its training path (about 229 lines touch ``torch.cuda``), so
+on a CPU-only machine :func:`apply_cpu_compat` installs five process-wide shims, once, before any
+model is built. :mod:`megatron_gamma.parallel` calls it only when no GPU is present; with a GPU
+nothing here runs. Measured sufficient for megatron-core 0.16.1 with gloo on 1-4 processes
+(TP, PP with virtual stages, EP, DP, distributed optimizer, dist_checkpointing).
+
+=========  ===================================================  =====================================
+shim       what                                                 why
+=========  ===================================================  =====================================
+device     ``torch.cuda.current_device()`` -> ``cpu``           ~175 allocations use it as ``device=``
+rng        ``torch.cuda`` RNG get/set/seed and megatron's       the tensor-parallel RNG tracker
+           ``_get/_set_cuda_rng_state`` -> CPU generator        (dropout, recompute) forks CUDA RNG
+devicemap  a ``TorchFunctionMode`` turning ``device="cuda"``    ~54 hard-coded "cuda" strings;
+           into cpu, ``Tensor.cuda()`` into a no-op, and        ``.type()`` asserts in grad clipping
+           ``Tensor.type()`` reporting ``torch.cuda.*``         and the distributed optimizer
+stream     no-op ``torch.cuda.Stream/Event/stream/              MoE alltoall dispatcher and the
+           current_stream/synchronize``                         async checkpoint writer
+moe        ``moe_utils.te_general_gemm = None``; CPU split      a NameError without Transformer
+           sizes as numpy for all-to-all                        Engine; gloo needs list split sizes
+=========  ===================================================  =====================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_APPLIED = False
+
+
+class _NoOpEvent:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def record(self, *args, **kwargs):
+        pass
+
+    def synchronize(self):
+        pass
+
+    def wait(self, *args, **kwargs):
+        pass
+
+    def query(self):
+        return True
+
+    def elapsed_time(self, other):
+        return 0.0
+
+
+class _NoOpStream:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def wait_stream(self, stream):
+        pass
+
+    def wait_event(self, event):
+        pass
+
+    def record_event(self, event=None):
+        return event or _NoOpEvent()
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return True
+
+
+def _is_cuda(device) -> bool:
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    return isinstance(device, str) and device.startswith("cuda")
+
+
+class CudaToCpuMode(TorchFunctionMode):
+    """The ``devicemap`` shim: redirect hard-coded CUDA placements to the CPU."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _is_cuda(kwargs.get("device")):
+            kwargs["device"] = "cpu"
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if func is torch.Tensor.type and len(args) == 1 and not kwargs:
+            name = func(*args)
+            return name if ".cuda." in name else name.replace("torch.", "torch.cuda.", 1)
+        if func is torch.Tensor.to and len(args) > 1 and _is_cuda(args[1]):
+            args = (args[0], "cpu") + tuple(args[2:])
+        return func(*args, **kwargs)
+
+
+def _shim_device() -> None:
+    torch.cuda.current_device = lambda: torch.device("cpu")
+
+
+def _shim_rng() -> None:
+    import megatron.core.tensor_parallel.random as mrandom
+
+    gen = torch.default_generator
+
+    def get_rng_state(device="cuda", clone=False, graph_safe=False):
+        return gen.get_state()
+
+    def set_rng_state(state, device=-1, graph_safe=False):
+        gen.set_state(state)
+
+    def manual_seed(seed):
+        gen.manual_seed(int(seed))
+
+    torch.cuda.get_rng_state = get_rng_state
+    torch.cuda.set_rng_state = set_rng_state
+    torch.cuda.random.get_rng_state = get_rng_state
+    torch.cuda.manual_seed = manual_seed
+    torch.cuda.manual_seed_all = manual_seed
+    mrandom._get_cuda_rng_state = get_rng_state
+    mrandom._set_cuda_rng_state = set_rng_state
+
+
+def _shim_stream() -> None:
+    default = _NoOpStream()
+    torch.cuda.Stream = _NoOpStream
+    torch.cuda.Event = _NoOpEvent
+    torch.cuda.current_stream = lambda device=None: default
+    torch.cuda.default_stream = lambda device=None: default
+    torch.cuda.stream = lambda stream=None: contextlib.nullcontext()
+    torch.cuda.synchronize = lambda device=None: None
+
+
+def _shim_moe() -> None:
+    import megatron.core.transformer.moe.moe_utils as moe_utils
+    import megatron.core.transformer.moe.token_dispatcher as token_dispatcher
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
+    upstream = moe_utils.maybe_move_tensor_to_cpu
+
+    def maybe_move_tensor_to_cpu(tensor, as_numpy=False, record_stream=False):
+        if torch.is_tensor(tensor) and not tensor.is_cuda and as_numpy:
+            return tensor.numpy()
+        return upstream(tensor, as_numpy=as_numpy, record_stream=record_stream)
+
+    moe_utils.maybe_move_tensor_to_cpu = maybe_move_tensor_to_cpu
+    token_dispatcher.maybe_move_tensor_to_cpu = maybe_move_tensor_to_cpu
+
+
+def apply_cpu_compat() -> None:
+    """Install the five shims (idempotent).
+
+    Raises:
+        RuntimeError: called on a machine with a GPU, where the shims would hide real CUDA.
+    """
+    global _APPLIED
+    if _APPLIED:
+        return
+    if torch.cuda.is_available():
+        raise RuntimeError("apply_cpu_compat() must not run when a GPU is present")
+    _shim_device()
+    _shim_rng()
+    _shim_stream()
+    _shim_moe()
+    CudaToCpuMode().__enter__()
+    logging.getLogger("megatron.core.tensor_parallel.random").setLevel(logging.ERROR)
+    _APPLIED = True

@@ -1,0 +1,515 @@
+"""One validated configuration tree for every knob of megatron-gamma.
+
+A run is described by a YAML file with one mapping per section (``model``, ``init``,
+``parallel``, ``data``, ``optimizer``, ``training``, ``checkpoint``, ``logging``) and overridden
+by Megatron-LM-named command-line flags: each field ``foo_bar`` of any section is the flag
+``--foo-bar`` (booleans also accept ``--no-foo-bar``). Field names are unique across sections so a
+flag never needs its section.
+
+Every check raises :class:`ConfigError` naming the key, the bad value and the fix, before any
+process group, model or dataset is built. Checks that need the world size (batch and parallel
+divisibility) live in :func:`validate_layout`, called by :mod:`megatron_gamma.parallel`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key, the value and the fix."""
+
+
+def _fail(key: str, value: Any, why: str, fix: str) -> None:
+    raise ConfigError(f"{key}={value!r}: {why}. Fix: {fix}")
+
+
+@dataclass
+class ModelConfig:
+    """GPT architecture (megatron-core ``TransformerConfig`` fields under Megatron-LM names)."""
+
+    num_layers: int = 4
+    """Number of transformer layers."""
+    hidden_size: int = 128
+    """Model width d (the residual stream)."""
+    ffn_hidden_size: Optional[int] = None
+    """MLP inner width; default 4 * hidden_size (each SwiGLU half has this width)."""
+    num_attention_heads: int = 4
+    """Attention heads; hidden_size must be divisible by it unless kv_channels is set."""
+    num_query_groups: Optional[int] = None
+    """Key/value groups for grouped-query attention; default = num_attention_heads (MHA)."""
+    kv_channels: Optional[int] = None
+    """Head dimension; default hidden_size // num_attention_heads."""
+    seq_length: int = 128
+    """Training sequence length in tokens."""
+    max_position_embeddings: Optional[int] = None
+    """Longest position the model supports; default seq_length."""
+    normalization: str = "RMSNorm"
+    """'RMSNorm' (the paper's setting). Our small-eps-safe RMSNorm is used."""
+    norm_epsilon: float = 1e-12
+    """RMSNorm epsilon. The paper lowers it from 1e-5 to 1e-12 so that the norm still responds
+    when sigma^2(h) of small-initialized hidden states falls below 1e-5."""
+    swiglu: bool = True
+    """SwiGLU MLP (fc1 produces both halves)."""
+    gated_attention: str = "elementwise"
+    """Sigmoid output gate on attention heads against the attention sink: 'none' or 'elementwise'
+    (megatron-core's ``attention_output_gate``: one gate per head channel, from the normalized
+    layer input)."""
+    add_bias_linear: bool = False
+    """Biases in linear layers."""
+    position_embedding_type: str = "rope"
+    """'rope' or 'learned_absolute'."""
+    rotary_base: int = 10000
+    """RoPE base."""
+    untie_embeddings_and_output_weights: bool = True
+    """Separate input embedding and output layer weights."""
+    hidden_dropout: float = 0.0
+    """Dropout on the residual branches."""
+    attention_dropout: float = 0.0
+    """Dropout on attention probabilities."""
+    make_vocab_size_divisible_by: int = 128
+    """Pad the tokenizer's vocabulary up to a multiple of this (times the TP size)."""
+
+    def __post_init__(self) -> None:
+        for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
+            if getattr(self, key) < 1:
+                _fail(key, getattr(self, key), "must be a positive integer", f"set {key} >= 1")
+        if self.ffn_hidden_size is None:
+            self.ffn_hidden_size = 4 * self.hidden_size
+        if self.kv_channels is None:
+            if self.hidden_size % self.num_attention_heads:
+                _fail(
+                    "hidden_size",
+                    self.hidden_size,
+                    f"not divisible by num_attention_heads={self.num_attention_heads}",
+                    "choose hidden_size as a multiple of num_attention_heads, or set kv_channels",
+                )
+            self.kv_channels = self.hidden_size // self.num_attention_heads
+        if self.num_query_groups is None:
+            self.num_query_groups = self.num_attention_heads
+        if self.num_attention_heads % self.num_query_groups:
+            _fail(
+                "num_query_groups",
+                self.num_query_groups,
+                f"does not divide num_attention_heads={self.num_attention_heads}",
+                "use a divisor of num_attention_heads",
+            )
+        if self.max_position_embeddings is None:
+            self.max_position_embeddings = self.seq_length
+        if self.normalization != "RMSNorm":
+            _fail("normalization", self.normalization, "unsupported", "use 'RMSNorm'")
+        if not 0.0 < self.norm_epsilon < 1.0:
+            _fail("norm_epsilon", self.norm_epsilon, "must lie in (0, 1)", "use 1e-12 (paper)")
+        if self.gated_attention not in ("none", "elementwise"):
+            _fail(
+                "gated_attention",
+                self.gated_attention,
+                "unknown gate granularity",
+                "use 'elementwise' or 'none'",
+            )
+        if self.position_embedding_type not in ("rope", "learned_absolute"):
+            _fail(
+                "position_embedding_type",
+                self.position_embedding_type,
+                "unknown",
+                "use 'rope' or 'learned_absolute'",
+            )
+        for key in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, key) < 1.0:
+                _fail(key, getattr(self, key), "must lie in [0, 1)", f"set {key} to e.g. 0.0")
+
+
+@dataclass
+class InitConfig:
+    """Weight initialization (paper: W ~ N(0, sigma^2), sigma = fan_in^-gamma)."""
+
+    init_method: str = "gamma"
+    """'gamma': the paper's rule on each matrix's true fan-in (see megatron_gamma.model.init);
+    'normal': megatron-core's own N(0, init_method_std) with depth-scaled output layers."""
+    init_gamma: float = 1.0
+    """gamma of sigma = fan_in^-gamma. 0.5 is Xavier-like, 1.0 the paper's recommendation."""
+    init_method_std: float = 0.02
+    """Standard deviation for init_method='normal'."""
+    embedding_fan_in: str = "hidden"
+    """Fan-in policy for the input embedding: 'hidden' (sigma = hidden^-gamma, the convention
+    under which the paper's residual-flow balance d^(1-gamma) holds) or 'vocab'."""
+
+    def __post_init__(self) -> None:
+        if self.init_method not in ("gamma", "normal"):
+            _fail("init_method", self.init_method, "unknown", "use 'gamma' or 'normal'")
+        if not self.init_gamma > 0:
+            _fail(
+                "init_gamma",
+                self.init_gamma,
+                "gamma must be > 0 (sigma = fan_in^-gamma would not shrink with width)",
+                "use 1.0 (paper default) or 0.5 (Xavier-like baseline)",
+            )
+        if not self.init_method_std > 0:
+            _fail("init_method_std", self.init_method_std, "must be > 0", "use e.g. 0.02")
+        if self.embedding_fan_in not in ("hidden", "vocab"):
+            _fail("embedding_fan_in", self.embedding_fan_in, "unknown", "use 'hidden' or 'vocab'")
+
+
+@dataclass
+class ParallelConfig:
+    """Parallel layout (megatron-core ``parallel_state``)."""
+
+    tensor_model_parallel_size: int = 1
+    """Tensor-parallel group size."""
+    pipeline_model_parallel_size: int = 1
+    """Pipeline stages."""
+    use_distributed_optimizer: bool = False
+    """Shard optimizer state over data-parallel ranks (megatron-core DistributedOptimizer)."""
+
+    def __post_init__(self) -> None:
+        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size"):
+            if getattr(self, key) < 1:
+                _fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
+
+
+@dataclass
+class DataConfig:
+    """Indexed datasets and tokenizer."""
+
+    data_path: list = field(default_factory=list)
+    """Megatron blend: 'PREFIX' or 'W1 PREFIX1 W2 PREFIX2 ...' (prefix without .bin/.idx)."""
+    split: str = "949,50,1"
+    """train,valid,test proportions of the documents."""
+    tokenizer_model: Optional[str] = None
+    """Path to a HF tokenizer.json (default: the packaged demo tokenizer)."""
+    data_cache_path: Optional[str] = None
+    """Where GPTDataset caches its index files (default: <run_dir>/data_cache)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.data_path, str):
+            self.data_path = self.data_path.split()
+        self.data_path = [str(p) for p in self.data_path]
+        parts = self.split.replace("/", ",").split(",")
+        try:
+            vals = [float(p) for p in parts]
+        except ValueError:
+            vals = []
+        if len(vals) != 3 or min(vals) < 0 or sum(vals) <= 0:
+            _fail("split", self.split, "needs three non-negative numbers", "use e.g. '949,50,1'")
+
+    def blend(self) -> tuple[list[str], Optional[list[float]]]:
+        """Return (prefixes, weights) parsed from ``data_path``; weights None for one prefix.
+
+        Raises:
+            ConfigError: empty path, odd weight/prefix list, or a prefix without .bin/.idx.
+        """
+        if not self.data_path:
+            _fail(
+                "data_path",
+                self.data_path,
+                "no dataset given",
+                "pass --data-path PREFIX (made by `megatron-gamma preprocess`)",
+            )
+        items = self.data_path
+        if len(items) == 1:
+            prefixes, weights = items, None
+        else:
+            if len(items) % 2:
+                _fail("data_path", items, "weights and prefixes must alternate", "W1 P1 W2 P2 ...")
+            try:
+                weights = [float(w) for w in items[0::2]]
+            except ValueError:
+                _fail("data_path", items, "weights and prefixes must alternate", "W1 P1 W2 P2 ...")
+            prefixes = items[1::2]
+        for p in prefixes:
+            for ext in (".bin", ".idx"):
+                if not os.path.isfile(p + ext):
+                    _fail(
+                        "data_path",
+                        p,
+                        f"{p + ext} does not exist",
+                        "give the prefix written by `megatron-gamma preprocess` (no extension)",
+                    )
+        return prefixes, weights
+
+
+@dataclass
+class OptimizerConfig:
+    """AdamW and its learning-rate schedule (megatron-core OptimizerConfig and
+    OptimizerParamScheduler)."""
+
+    optimizer: str = "adam"
+    """'adam' (AdamW: decoupled weight decay) or 'sgd'."""
+    lr: float = 3e-3
+    """Peak learning rate."""
+    min_lr: float = 3e-4
+    """Learning rate at the end of the decay."""
+    lr_decay_style: str = "cosine"
+    """'cosine', 'linear' or 'constant'."""
+    lr_warmup_iters: int = 0
+    """Linear warmup iterations."""
+    lr_decay_iters: Optional[int] = None
+    """Iterations of decay (default train_iters)."""
+    weight_decay: float = 0.1
+    """Decoupled weight decay."""
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    adam_eps: float = 1e-8
+    clip_grad: float = 1.0
+    """Gradient clipping by global norm (0 disables)."""
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in ("adam", "sgd"):
+            _fail("optimizer", self.optimizer, "unknown", "use 'adam' or 'sgd'")
+        if not self.lr > 0:
+            _fail("lr", self.lr, "must be > 0", "use e.g. 3e-4")
+        if not 0 <= self.min_lr <= self.lr:
+            _fail("min_lr", self.min_lr, f"must lie in [0, lr={self.lr}]", "lower min_lr")
+        if self.lr_decay_style not in ("cosine", "linear", "constant"):
+            _fail(
+                "lr_decay_style", self.lr_decay_style, "unknown", "use cosine, linear or constant"
+            )
+        if self.lr_warmup_iters < 0:
+            _fail("lr_warmup_iters", self.lr_warmup_iters, "must be >= 0", "use 0 or more")
+
+
+@dataclass
+class TrainingConfig:
+    """Batching, iteration counts, precision and evaluation."""
+
+    micro_batch_size: int = 4
+    """Sequences per micro-batch per data-parallel rank."""
+    global_batch_size: int = 8
+    """Sequences per optimizer step over all data-parallel ranks."""
+    train_iters: int = 40
+    """Optimizer steps."""
+    seed: int = 1234
+    """Seed for initialization, data order and dropout."""
+    bf16: bool = False
+    """bf16 mixed precision (GPU)."""
+    eval_interval: int = 20
+    """Validation every this many iterations (and at the end)."""
+    eval_iters: int = 2
+    """Validation global batches per evaluation."""
+    exit_interval: Optional[int] = None
+    """Stop after this iteration (for tests and staged runs); the schedule keeps train_iters."""
+
+    def __post_init__(self) -> None:
+        for key in ("micro_batch_size", "global_batch_size", "train_iters", "eval_interval"):
+            if getattr(self, key) < 1:
+                _fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
+        if self.global_batch_size % self.micro_batch_size:
+            _fail(
+                "global_batch_size",
+                self.global_batch_size,
+                f"not divisible by micro_batch_size={self.micro_batch_size}",
+                "make global_batch_size a multiple of micro_batch_size x data-parallel size",
+            )
+
+
+@dataclass
+class CheckpointConfig:
+    """megatron-core dist_checkpointing."""
+
+    save: Optional[str] = None
+    """Checkpoint directory to save into (default: <run_dir>/checkpoints)."""
+    load: Optional[str] = None
+    """Checkpoint directory to resume from (its latest complete checkpoint)."""
+    save_interval: Optional[int] = None
+    """Save every this many iterations; a final checkpoint is always written."""
+
+
+@dataclass
+class LoggingConfig:
+    """Run directory, console, TensorBoard."""
+
+    run_dir: str = "runs/demo"
+    """Everything a run writes (config, logs, TensorBoard, checkpoints) goes here."""
+    log_interval: int = 5
+    """One summary line every this many iterations."""
+    tensorboard_dir: Optional[str] = None
+    """TensorBoard event directory (default: <run_dir>/tensorboard)."""
+    progress_bar: bool = True
+    """tqdm progress bar on rank 0."""
+
+    def __post_init__(self) -> None:
+        if self.log_interval < 1:
+            _fail("log_interval", self.log_interval, "must be >= 1", "use e.g. 10")
+
+
+@dataclass
+class Config:
+    """The whole run."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    init: InitConfig = field(default_factory=InitConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def to_dict(self) -> dict:
+        """Plain nested dict (what ``load_config`` reads back)."""
+        return dataclasses.asdict(self)
+
+
+def _section_types() -> dict[str, type]:
+    hints = typing.get_type_hints(Config)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
+
+
+def _field_index() -> dict[str, tuple[str, dataclasses.Field, Any]]:
+    """Map field name -> (section, Field, resolved type)."""
+    index = {}
+    for section, cls in _section_types().items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            index[f.name] = (section, f, hints[f.name])
+    return index
+
+
+def _unknown(key: str, known: list[str], where: str) -> None:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(known))}"
+    raise ConfigError(f"{where}{key}: unknown key. Fix: remove it or correct it; {hint}")
+
+
+def config_from_dict(raw: dict) -> Config:
+    """Build and validate a :class:`Config` from a nested dict (YAML layout).
+
+    Raises:
+        ConfigError: an unknown section or key, or a value failing its section's checks.
+    """
+    raw = raw or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config: expected a mapping of sections, got {type(raw).__name__}")
+    types_ = _section_types()
+    kwargs = {}
+    for section, values in raw.items():
+        if section not in types_:
+            _unknown(section, list(types_), "section ")
+        cls = types_[section]
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key in values or {}:
+            if key not in names:
+                _unknown(key, names, f"{section}.")
+        try:
+            kwargs[section] = cls(**(values or {}))
+        except TypeError as e:
+            raise ConfigError(f"{section}: {e}. Fix: check the value types") from e
+    return Config(**kwargs)
+
+
+def load_config(path: Optional[str], overrides: Optional[dict] = None) -> Config:
+    """Read a YAML config and apply ``{field_name: value}`` overrides (flag names, underscored).
+
+    Args:
+        path: YAML file or None for all defaults.
+        overrides: values that replace the file's, keyed by field name (unique across sections).
+
+    Raises:
+        ConfigError: missing file, bad YAML, unknown key, or an invalid value.
+    """
+    raw: dict = {}
+    if path is not None:
+        if not os.path.isfile(path):
+            _fail("config", path, "file not found", "pass an existing YAML file to --config")
+        with open(path, encoding="utf-8") as f:
+            try:
+                raw = yaml.safe_load(f) or {}
+            except yaml.YAMLError as e:
+                raise ConfigError(f"config={path!r}: not valid YAML ({e}). Fix: the syntax") from e
+    index = _field_index()
+    raw = {k: dict(v or {}) for k, v in raw.items()} if isinstance(raw, dict) else raw
+    for key, value in (overrides or {}).items():
+        if key not in index:
+            _unknown(key, list(index), "")
+        section = index[key][0]
+        raw.setdefault(section, {})[key] = value
+    return config_from_dict(raw)
+
+
+def _base_type(tp: Any) -> Any:
+    """Unwrap Optional[X] to X."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0]
+    return tp
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """Add one ``--field-name`` flag per config field (default: not given)."""
+    for name, (section, f, tp) in _field_index().items():
+        flag = "--" + name.replace("_", "-")
+        base = _base_type(tp)
+        doc = f"[{section}]"
+        if base is bool:
+            parser.add_argument(
+                flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=doc
+            )
+        elif base is list or typing.get_origin(base) is list:
+            parser.add_argument(flag, dest=name, nargs="+", default=None, help=doc)
+        else:
+            parser.add_argument(flag, dest=name, type=base, default=None, help=doc)
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict:
+    """The config fields given on the command line."""
+    return {k: v for k, v in vars(args).items() if k in _field_index() and v is not None}
+
+
+def save_config(cfg: Config, path: str) -> None:
+    """Write the resolved config as YAML (temp file, then rename)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        yaml.safe_dump(cfg.to_dict(), f, sort_keys=False, allow_unicode=True)
+    os.replace(tmp, path)
+
+
+def validate_layout(cfg: Config, world_size: int) -> int:
+    """Check the parallel layout against the world size; return the data-parallel size.
+
+    Raises:
+        ConfigError: world size not divisible by TP x PP, layers not divisible among pipeline
+            stages, or global batch not divisible by micro batch x data-parallel size.
+    """
+    tp = cfg.parallel.tensor_model_parallel_size
+    pp = cfg.parallel.pipeline_model_parallel_size
+    if world_size % (tp * pp):
+        _fail(
+            "tensor_model_parallel_size",
+            tp,
+            f"TP x PP = {tp * pp} does not divide the world size {world_size}",
+            "launch a multiple of TP x PP processes or change the layout",
+        )
+    if cfg.model.num_layers % pp:
+        _fail(
+            "pipeline_model_parallel_size",
+            pp,
+            f"does not divide num_layers={cfg.model.num_layers}",
+            "choose a divisor of num_layers",
+        )
+    if cfg.model.num_attention_heads % tp or cfg.model.num_query_groups % tp:
+        _fail(
+            "tensor_model_parallel_size",
+            tp,
+            f"does not divide num_attention_heads={cfg.model.num_attention_heads} and "
+            f"num_query_groups={cfg.model.num_query_groups}",
+            "choose a TP size that divides both",
+        )
+    dp = world_size // (tp * pp)
+    mbs, gbs = cfg.training.micro_batch_size, cfg.training.global_batch_size
+    if gbs % (mbs * dp):
+        _fail(
+            "global_batch_size",
+            gbs,
+            f"not divisible by micro_batch_size x data-parallel size = {mbs} x {dp}",
+            f"use a multiple of {mbs * dp}",
+        )
+    return dp

@@ -1,0 +1,103 @@
+"""megatron-core GPT datasets for a run, and the micro-batch iterator that feeds the schedule."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+from megatron.core.datasets.blended_megatron_dataset_config import (
+    convert_split_vector_to_split_matrix,
+    parse_and_normalize_split,
+)
+from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+from megatron.core.datasets.indexed_dataset import IndexedDataset
+from torch.utils.data import Dataset, default_collate
+
+from megatron_gamma.config import Config, ConfigError
+from megatron_gamma.data.tokenizer import BilingualTokenizer
+
+
+def check_splits(prefixes: list[str], split: str) -> None:
+    """Every split with a non-zero weight must receive at least one document of every prefix
+    (megatron-core's GPTDataset loops forever on an empty split).
+
+    Raises:
+        ConfigError: naming the prefix, its document count and the empty split.
+    """
+    matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(split))
+    for prefix in prefixes:
+        n = GPTDataset.numel_low_level_dataset(IndexedDataset(prefix))
+        for name, bounds in zip(("train", "valid", "test"), matrix):
+            if bounds is not None and round(bounds[0] * n) == round(bounds[1] * n):
+                raise ConfigError(
+                    f"split={split!r}: the {name} split of {prefix} ({n} documents) is empty. "
+                    f"Fix: give {name} a larger share, or 0 to disable it (e.g. '98,2,0')"
+                )
+
+
+def build_datasets(
+    cfg: Config, tokenizer: BilingualTokenizer
+) -> tuple[Dataset, Dataset | None, Dataset | None]:
+    """Train / valid / test GPTDatasets over the configured blend and split.
+
+    Wraps megatron-core ``BlendedMegatronDatasetBuilder(GPTDataset, sizes, ...)``. Sizes in
+    samples: train ``train_iters x global_batch_size``; valid and test ``eval_iters x
+    global_batch_size`` (validation re-reads the same held-out samples at every evaluation, so
+    the numbers are comparable across a run). Rank 0 builds the index caches first, then the
+    others read them.
+
+    Raises:
+        ConfigError: empty or missing ``data_path`` (named by ``DataConfig.blend``).
+    """
+    t = cfg.training
+    prefixes, weights = cfg.data.blend()
+    check_splits(prefixes, cfg.data.split)
+    cache = cfg.data.data_cache_path or os.path.join(cfg.logging.run_dir, "data_cache")
+    ds_cfg = GPTDatasetConfig(
+        random_seed=t.seed,
+        sequence_length=cfg.model.seq_length,
+        blend=(prefixes, weights),
+        split=cfg.data.split,
+        path_to_cache=cache,
+        tokenizer=tokenizer,
+        reset_position_ids=False,
+        reset_attention_mask=False,
+        eod_mask_loss=False,
+        create_attention_mask=False,
+    )
+    eval_samples = t.eval_iters * t.global_batch_size
+    sizes = [t.train_iters * t.global_batch_size, eval_samples, eval_samples]
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    datasets = None
+    if rank == 0:
+        datasets = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, ds_cfg).build()
+    if dist.is_initialized():
+        dist.barrier()
+    if rank != 0:
+        datasets = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, ds_cfg).build()
+    return tuple(datasets)
+
+
+def micro_batches(
+    dataset: Dataset,
+    start_sample: int,
+    micro_batch_size: int,
+    dp_rank: int,
+    dp_size: int,
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Yield this data-parallel rank's micro-batches from ``start_sample`` on.
+
+    Samples are consumed in order, ``micro_batch_size x dp_size`` at a time, rank r taking the
+    r-th slice (Megatron-LM's pretraining sampler), so resuming at ``consumed_samples`` continues
+    exactly where the interrupted run was. Each batch: tokens, labels, loss_mask, position_ids,
+    each (micro_batch_size, seq_length).
+    """
+    step = micro_batch_size * dp_size
+    first = start_sample + dp_rank * micro_batch_size
+    while first + micro_batch_size <= len(dataset):
+        samples = [dataset[i] for i in range(first, first + micro_batch_size)]
+        yield {k: v for k, v in default_collate(samples).items() if k != "attention_mask"}
+        first += step

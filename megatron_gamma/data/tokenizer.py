@@ -1,0 +1,105 @@
+"""Byte-level BPE tokenizer (HF ``tokenizers``) for bilingual zh + en text.
+
+Byte-level BPE starts from the 256 byte symbols, so every string (any script, any byte) encodes,
+and decoding returns the exact input: Chinese round-trips byte for byte. Special tokens: EOD
+``<|endoftext|>`` (appended to every document), PAD ``<|pad|>``, BOS ``<|bos|>``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Iterable, Iterator
+
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+EOD, PAD, BOS = "<|endoftext|>", "<|pad|>", "<|bos|>"
+SPECIAL_TOKENS = [EOD, PAD, BOS]
+
+
+def iter_jsonl_texts(paths: Iterable[str], json_key: str = "text") -> Iterator[str]:
+    """Yield ``record[json_key]`` of every line of the given jsonl files, in order."""
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{lineno}: malformed JSON ({e.msg})") from e
+                if json_key not in record:
+                    raise ValueError(f"{path}:{lineno}: no key {json_key!r} (use --json-keys)")
+                yield record[json_key]
+
+
+def train_bpe(texts: Iterable[str], vocab_size: int, output: str) -> Tokenizer:
+    """Train a byte-level BPE and write it to ``output`` (a tokenizer.json), atomically.
+
+    Args:
+        texts: training documents.
+        vocab_size: final vocabulary size including the 256 byte symbols and special tokens.
+        output: path of the tokenizer.json to write.
+
+    Raises:
+        ValueError: vocab_size too small to hold the byte alphabet and special tokens.
+    """
+    minimum = 256 + len(SPECIAL_TOKENS)
+    if vocab_size < minimum:
+        raise ValueError(f"vocab_size={vocab_size} < {minimum}. Fix: use e.g. 4096")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    tmp = f"{output}.tmp{os.getpid()}"
+    tok.save(tmp)
+    os.replace(tmp, output)
+    return tok
+
+
+class BilingualTokenizer:
+    """A tokenizer.json with the surface megatron-core's GPTDataset uses.
+
+    Attributes:
+        vocab_size: number of token ids (unpadded).
+        eod, pad, bos: special token ids.
+        unique_identifiers: what megatron-core hashes into its dataset cache keys.
+    """
+
+    def __init__(self, path: str):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"tokenizer_model={path!r} does not exist. Fix: pass a tokenizer.json made by "
+                "`megatron-gamma train-tokenizer`"
+            )
+        self.path = os.path.abspath(path)
+        self._tok = Tokenizer.from_file(self.path)
+        ids = {t: self._tok.token_to_id(t) for t in SPECIAL_TOKENS}
+        if ids[EOD] is None:
+            raise ValueError(f"{path}: no {EOD} token; train it with `megatron-gamma train-tokenizer`")
+        self.eod, self.pad, self.bos = ids[EOD], ids[PAD], ids[BOS]
+        self.vocab_size = self._tok.get_vocab_size()
+        with open(self.path, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:16]
+        self.unique_identifiers = {"class": type(self).__name__, "sha256": digest}
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of one text (no EOD)."""
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def tokenize_batch(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of many texts at once (parallel on the Rust side)."""
+        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+
+    def detokenize(self, ids: Iterable[int] | np.ndarray) -> str:
+        """Text of token ids (special tokens kept)."""
+        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)

@@ -1,0 +1,105 @@
+"""torch.distributed and megatron-core ``parallel_state`` set-up: the only place that knows CPU vs
+GPU.
+
+Rank, world size and local rank come from torchrun (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``),
+else from SLURM (``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``; rendezvous on
+``MASTER_ADDR``/``MASTER_PORT``), else a single process. With a GPU: cuda + nccl; without: cpu +
+gloo, with :func:`megatron_gamma.compat.apply_cpu_compat` applied first.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state, tensor_parallel
+
+from megatron_gamma.config import Config, ConfigError, validate_layout
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """Where this process sits in the job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+def read_dist_env(environ: dict | None = None) -> DistEnv:
+    """Rank, world size and local rank from torchrun, else SLURM, else a single process."""
+    env = os.environ if environ is None else environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return DistEnv(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)))
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        return DistEnv(
+            int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0))
+        )
+    return DistEnv(0, 1, 0)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def uses_gpu() -> bool:
+    """True when this process trains on CUDA."""
+    return torch.cuda.is_available()
+
+
+def initialize(cfg: Config) -> int:
+    """Initialize torch.distributed, megatron-core model parallelism and the RNGs.
+
+    Args:
+        cfg: run config (parallel layout, batch sizes, seed).
+
+    Returns:
+        The data-parallel size.
+
+    Raises:
+        ConfigError: a layout that does not fit the world size (see ``validate_layout``), or
+            ``psutil`` missing (megatron-core's checkpoint writer hangs without it).
+    """
+    env = read_dist_env()
+    dp = validate_layout(cfg, env.world_size)
+    try:
+        import psutil  # noqa: F401  (dist_checkpointing's async writer dies silently without it)
+    except ImportError as e:
+        raise ConfigError("psutil is not installed. Fix: pip install psutil") from e
+    if not dist.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        if env.world_size == 1:
+            os.environ.setdefault("MASTER_PORT", str(_free_port()))
+        elif "MASTER_PORT" not in os.environ:
+            raise ConfigError("MASTER_PORT is not set. Fix: launch with torchrun or srun + sbatch")
+        if uses_gpu():
+            torch.cuda.set_device(env.local_rank)
+            backend = "nccl"
+        else:
+            from megatron_gamma.compat import apply_cpu_compat
+
+            apply_cpu_compat()
+            backend = "gloo"
+        dist.init_process_group(
+            backend, rank=env.rank, world_size=env.world_size, init_method="env://"
+        )
+    parallel_state.initialize_model_parallel(
+        tensor_model_parallel_size=cfg.parallel.tensor_model_parallel_size,
+        pipeline_model_parallel_size=cfg.parallel.pipeline_model_parallel_size,
+    )
+    seed = cfg.training.seed
+    torch.manual_seed(seed)
+    tensor_parallel.model_parallel_cuda_manual_seed(seed)
+    return dp
+
+
+def destroy() -> None:
+    """Tear down model parallelism and the process group."""
+    parallel_state.destroy_model_parallel()
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,284 @@
+"""The pretraining loop, on megatron-core's schedules, optimizer, LR scheduler and checkpoints.
+
+One iteration::
+
+    zero grads -> get_forward_backward_func()(micro-batches) -> optimizer.step() (clips, returns
+    the grad norm) -> scheduler.step() -> log / evaluate / save
+
+Everything distributed (DDP gradient all-reduce, pipeline p2p, TP collectives) happens inside
+megatron-core; this file only wires it and keeps the progress counters.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
+from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+from megatron.core.distributed import finalize_model_grads
+from megatron.core.num_microbatches_calculator import (
+    destroy_num_microbatches_calculator,
+    get_num_microbatches,
+    init_num_microbatches_calculator,
+)
+from megatron.core.optimizer import OptimizerConfig as McoreOptimizerConfig
+from megatron.core.optimizer import get_megatron_optimizer
+from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
+from megatron.core.pipeline_parallel import get_forward_backward_func
+
+from megatron_gamma import parallel
+from megatron_gamma.config import Config, save_config
+from megatron_gamma.data import demo_dir
+from megatron_gamma.data.datasets import build_datasets, micro_batches
+from megatron_gamma.data.tokenizer import BilingualTokenizer
+from megatron_gamma.model.builder import build_model_chunk, padded_vocab_size, transformer_config
+from megatron_gamma.training.checkpointing import TrainState, load_checkpoint, save_checkpoint
+from megatron_gamma.training.metrics import MetricsLogger
+
+
+@dataclass
+class TrainResult:
+    """What a finished run reports (on every rank)."""
+
+    train_losses: dict[int, float] = field(default_factory=dict)
+    valid_losses: dict[int, float] = field(default_factory=dict)
+    iteration: int = 0
+    checkpoint: str | None = None
+
+
+def _loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
+    """Mean next-token cross-entropy over unmasked tokens of one micro-batch."""
+    mask = loss_mask.float().view(-1)
+    loss = (output_tensor.float().view(-1) * mask).sum() / mask.sum()
+    return loss, {"lm loss": loss.detach()}
+
+
+def _forward_step(device: torch.device, data_iterator, model):
+    """megatron-core forward_step_func: (output per-token losses, loss function)."""
+    batch = {k: v.to(device) for k, v in next(data_iterator).items()}
+    output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+    return output, partial(_loss_func, batch["loss_mask"])
+
+
+def _reduce_loss(results: list[dict]) -> float:
+    """Mean loss of this step across micro-batches and data-parallel ranks, on every rank.
+
+    Only the last pipeline stage holds losses; a world all-reduce with zeros elsewhere carries
+    the value to every rank (rank 0 logs).
+    """
+    value = torch.zeros(2, dtype=torch.float64)
+    last = parallel_state.is_pipeline_last_stage(ignore_virtual=True)
+    if last and parallel_state.get_tensor_model_parallel_rank() == 0 and results:
+        value[0] = sum(float(r["lm loss"]) for r in results) / len(results)
+        value[1] = 1.0
+    dist.all_reduce(value)
+    return float(value[0] / value[1])
+
+
+class Trainer:
+    """Builds everything a run needs from a Config and trains it.
+
+    Args:
+        cfg: validated run config.
+    """
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.dp_size = parallel.initialize(cfg)
+        self.device = torch.device("cuda") if parallel.uses_gpu() else torch.device("cpu")
+        self.rank = dist.get_rank()
+        run_dir = cfg.logging.run_dir
+        if self.rank == 0:
+            os.makedirs(run_dir, exist_ok=True)
+            save_config(cfg, os.path.join(run_dir, "config.yaml"))
+        tok_path = cfg.data.tokenizer_model or os.path.join(demo_dir(), "tokenizer.json")
+        self.tokenizer = BilingualTokenizer(tok_path)
+        self.vocab_size = padded_vocab_size(self.tokenizer.vocab_size, cfg)
+        self.datasets = build_datasets(cfg, self.tokenizer)
+        t = cfg.training
+        init_num_microbatches_calculator(
+            self.rank, None, t.global_batch_size, t.micro_batch_size, self.dp_size
+        )
+        self.tcfg = transformer_config(cfg, on_gpu=parallel.uses_gpu())
+        self.chunks, self.init_plan = self._build_model()
+        self.optimizer = get_megatron_optimizer(self._optimizer_config(), self.chunks)
+        self.scheduler = self._scheduler()
+        self.state = TrainState()
+        if cfg.checkpoint.load:
+            restored = load_checkpoint(
+                cfg.checkpoint.load, self.chunks, self.optimizer, self.scheduler
+            )
+            if restored is not None:
+                self.state = restored
+
+    def _build_model(self):
+        model, plan = build_model_chunk(self.cfg, self.tcfg, self.vocab_size)
+        model.to(self.device)
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True,
+            use_distributed_optimizer=self.cfg.parallel.use_distributed_optimizer,
+        )
+        ddp = DistributedDataParallel(config=self.tcfg, ddp_config=ddp_config, module=model)
+        self.tcfg.no_sync_func = ddp.no_sync
+        self.tcfg.finalize_model_grads_func = finalize_model_grads
+        return [ddp], plan
+
+    def _optimizer_config(self) -> McoreOptimizerConfig:
+        o = self.cfg.optimizer
+        return McoreOptimizerConfig(
+            optimizer=o.optimizer,
+            lr=o.lr,
+            min_lr=o.min_lr,
+            weight_decay=o.weight_decay,
+            adam_beta1=o.adam_beta1,
+            adam_beta2=o.adam_beta2,
+            adam_eps=o.adam_eps,
+            clip_grad=o.clip_grad,
+            bf16=self.cfg.training.bf16,
+            params_dtype=self.tcfg.params_dtype,
+            use_distributed_optimizer=self.cfg.parallel.use_distributed_optimizer,
+        )
+
+    def _scheduler(self) -> OptimizerParamScheduler:
+        o, t = self.cfg.optimizer, self.cfg.training
+        decay = o.lr_decay_iters or t.train_iters
+        return OptimizerParamScheduler(
+            self.optimizer,
+            init_lr=0.0 if o.lr_warmup_iters else o.lr,
+            max_lr=o.lr,
+            min_lr=o.min_lr,
+            lr_warmup_steps=o.lr_warmup_iters,
+            lr_decay_steps=max(decay, o.lr_warmup_iters + 1),
+            lr_decay_style=o.lr_decay_style,
+            start_wd=o.weight_decay,
+            end_wd=o.weight_decay,
+            wd_incr_steps=t.train_iters,
+            wd_incr_style="constant",
+        )
+
+    def _iterator(self, dataset, start_sample: int):
+        t = self.cfg.training
+        return micro_batches(
+            dataset,
+            start_sample,
+            t.micro_batch_size,
+            parallel_state.get_data_parallel_rank(),
+            self.dp_size,
+        )
+
+    def _run_schedule(self, data_iterator, forward_only: bool) -> float:
+        results = get_forward_backward_func()(
+            forward_step_func=partial(_forward_step, self.device),
+            data_iterator=data_iterator,
+            model=self.chunks,
+            num_microbatches=get_num_microbatches(),
+            seq_length=self.cfg.model.seq_length,
+            micro_batch_size=self.cfg.training.micro_batch_size,
+            forward_only=forward_only,
+        )
+        return _reduce_loss(results)
+
+    def train_step(self, data_iterator) -> tuple[float, float, float]:
+        """One optimizer step. Returns (loss, grad norm, learning rate used)."""
+        for chunk in self.chunks:
+            chunk.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        loss = self._run_schedule(data_iterator, forward_only=False)
+        _, grad_norm, _ = self.optimizer.step()
+        lr = self.optimizer.param_groups[0]["lr"]
+        self.scheduler.step(increment=1)
+        return loss, float(grad_norm or 0.0), lr
+
+    @torch.no_grad()
+    def evaluate(self) -> float | None:
+        """Mean loss over ``eval_iters`` global batches of the validation split."""
+        valid = self.datasets[1]
+        if valid is None or len(valid) == 0:
+            return None
+        for chunk in self.chunks:
+            chunk.eval()
+        iterator = self._iterator(valid, 0)
+        losses = [
+            self._run_schedule(iterator, forward_only=True)
+            for _ in range(self.cfg.training.eval_iters)
+        ]
+        for chunk in self.chunks:
+            chunk.train()
+        return sum(losses) / len(losses)
+
+    def save(self) -> str:
+        """Checkpoint under ``checkpoint.save`` (default ``<run_dir>/checkpoints``)."""
+        root = self.cfg.checkpoint.save or os.path.join(self.cfg.logging.run_dir, "checkpoints")
+        return save_checkpoint(root, self.chunks, self.optimizer, self.scheduler, self.state)
+
+    def train(self) -> TrainResult:
+        """Run from the current state to ``train_iters`` (or ``exit_interval``)."""
+        cfg, t = self.cfg, self.cfg.training
+        end = min(t.train_iters, t.exit_interval or t.train_iters)
+        log = MetricsLogger(
+            cfg.logging.run_dir,
+            cfg.logging.tensorboard_dir or os.path.join(cfg.logging.run_dir, "tensorboard"),
+            active=self.rank == 0,
+            total_iters=end,
+            start_iter=self.state.iteration,
+            progress_bar=cfg.logging.progress_bar,
+        )
+        result = TrainResult()
+        if self.state.iteration:
+            log.message(f"resumed at iteration {self.state.iteration}")
+        iterator = self._iterator(self.datasets[0], self.state.consumed_samples)
+        tokens_per_iter = t.global_batch_size * cfg.model.seq_length
+        interval_start, interval_iters = time.time(), 0
+        while self.state.iteration < end:
+            step_start = time.time()
+            loss, grad_norm, lr = self.train_step(iterator)
+            self.state.iteration += 1
+            self.state.consumed_samples += t.global_batch_size
+            it = self.state.iteration
+            elapsed = time.time() - step_start
+            values = {
+                "loss": loss,
+                "lr": lr,
+                "grad_norm": grad_norm,
+                "tokens_per_s": tokens_per_iter / elapsed,
+            }
+            log.train_step(it, values)
+            result.train_losses[it] = loss
+            interval_iters += 1
+            if it % cfg.logging.log_interval == 0 or it == end:
+                span = time.time() - interval_start
+                values["tokens_per_s"] = tokens_per_iter * interval_iters / span
+                values["ms_per_iter"] = 1000 * span / interval_iters
+                log.interval_summary(it, t.train_iters, values)
+                interval_start, interval_iters = time.time(), 0
+            if it % t.eval_interval == 0 or it == end:
+                val = self.evaluate()
+                if val is not None:
+                    log.validation(it, val)
+                    result.valid_losses[it] = val
+            interval = cfg.checkpoint.save_interval
+            if (interval and it % interval == 0) or it == end:
+                result.checkpoint = self.save()
+                log.message(f"saved checkpoint {result.checkpoint}")
+        result.iteration = self.state.iteration
+        log.close()
+        return result
+
+    def close(self) -> None:
+        """Release megatron-core globals and the process group."""
+        destroy_num_microbatches_calculator()
+        parallel.destroy()
+
+
+def pretrain(cfg: Config) -> TrainResult:
+    """Build, train, checkpoint, tear down. See :class:`Trainer`."""
+    trainer = Trainer(cfg)
+    try:
+        return trainer.train()
+    finally:
+        trainer.close()

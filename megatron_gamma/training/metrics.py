@@ -1,0 +1,97 @@
+"""Rank-0 training telemetry: a summary line per logging interval, a progress bar, TensorBoard
+scalars and ``metrics.jsonl`` (one JSON object per iteration or evaluation)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from tqdm import tqdm
+
+
+class MetricsLogger:
+    """Writes what the loop reports; a no-op on every rank but the one that logs.
+
+    Args:
+        run_dir: where ``metrics.jsonl`` goes.
+        tensorboard_dir: TensorBoard event directory.
+        active: True on the logging rank.
+        total_iters: length of the progress bar.
+        start_iter: first iteration of this run (after a resume).
+        progress_bar: show tqdm.
+    """
+
+    def __init__(
+        self,
+        run_dir: str,
+        tensorboard_dir: str,
+        active: bool,
+        total_iters: int,
+        start_iter: int,
+        progress_bar: bool,
+    ):
+        self.active = active
+        self._jsonl = None
+        self._tb = None
+        self._bar = None
+        if not active:
+            return
+        os.makedirs(run_dir, exist_ok=True)
+        self._jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a", encoding="utf-8")
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._tb = SummaryWriter(tensorboard_dir)
+        self._bar = tqdm(
+            total=total_iters,
+            initial=start_iter,
+            unit="it",
+            desc="pretrain",
+            disable=not progress_bar,
+            file=sys.stderr,
+        )
+
+    def _record(self, record: dict) -> None:
+        self._jsonl.write(json.dumps(record) + "\n")
+        self._jsonl.flush()
+
+    def train_step(self, iteration: int, values: dict) -> None:
+        """Record one iteration: loss, lr, grad_norm, tokens_per_s (+ anything numeric)."""
+        if not self.active:
+            return
+        self._record({"iteration": iteration, "split": "train", **values})
+        for key, value in values.items():
+            self._tb.add_scalar(f"train/{key}", value, iteration)
+        self._bar.update(1)
+        self._bar.set_postfix(loss=f"{values['loss']:.4f}")
+
+    def interval_summary(self, iteration: int, total: int, values: dict) -> None:
+        """The Megatron-style one-line summary of a logging interval."""
+        if not self.active:
+            return
+        line = (
+            f"iteration {iteration:6d}/{total} | loss {values['loss']:.6f} | "
+            f"lr {values['lr']:.3e} | grad norm {values['grad_norm']:.4f} | "
+            f"tokens/s {values['tokens_per_s']:.0f} | ms/iter {values['ms_per_iter']:.1f}"
+        )
+        self._bar.write(line, file=sys.stdout)
+
+    def validation(self, iteration: int, loss: float) -> None:
+        """Record a validation loss (mean over the held-out batches)."""
+        if not self.active:
+            return
+        self._record({"iteration": iteration, "split": "valid", "loss": loss})
+        self._tb.add_scalar("valid/loss", loss, iteration)
+        self._bar.write(f"validation at iteration {iteration:6d} | loss {loss:.6f}", file=sys.stdout)
+
+    def message(self, text: str) -> None:
+        """A free-form line on the console."""
+        if self.active:
+            self._bar.write(text, file=sys.stdout)
+
+    def close(self) -> None:
+        if not self.active:
+            return
+        self._bar.close()
+        self._tb.close()
+        self._jsonl.close()
