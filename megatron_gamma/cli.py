@@ -51,7 +51,9 @@ def _pretrain(args: argparse.Namespace) -> None:
     result = pretrain(cfg)
     if result.valid_losses and int(os.environ.get("RANK", "0")) == 0:
         last = max(result.valid_losses)
-        print(f"done: iteration {result.iteration}, validation loss {result.valid_losses[last]:.4f}")
+        print(
+            f"done: iteration {result.iteration}, validation loss {result.valid_losses[last]:.4f}"
+        )
 
 
 def _require_files(paths: list[str]) -> None:

@@ -13,8 +13,8 @@ import itertools
 import multiprocessing as mp
 import os
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import numpy as np
 from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
@@ -102,7 +102,11 @@ def preprocess(
     start = time.time()
     bar = tqdm(unit="doc", desc="preprocess", disable=not progress)
     texts = iter_jsonl_texts(inputs, json_key)
-    pool = mp.get_context("fork").Pool(workers, _init_worker, (tokenizer_path,)) if workers > 1 else None
+    pool = (
+        mp.get_context("fork").Pool(workers, _init_worker, (tokenizer_path,))
+        if workers > 1
+        else None
+    )
     try:
         if pool is None:
             _init_worker(tokenizer_path)

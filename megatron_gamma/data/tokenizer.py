@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -85,7 +85,9 @@ class BilingualTokenizer:
         self._tok = Tokenizer.from_file(self.path)
         ids = {t: self._tok.token_to_id(t) for t in SPECIAL_TOKENS}
         if ids[EOD] is None:
-            raise ValueError(f"{path}: no {EOD} token; train it with `megatron-gamma train-tokenizer`")
+            raise ValueError(
+                f"{path}: no {EOD} token; train it with `megatron-gamma train-tokenizer`"
+            )
         self.eod, self.pad, self.bos = ids[EOD], ids[PAD], ids[BOS]
         self.vocab_size = self._tok.get_vocab_size()
         with open(self.path, "rb") as f:

@@ -79,9 +79,7 @@ def layer_spec(cfg: Config) -> ModuleSpec:
     spec = get_gpt_layer_local_spec(normalization="RMSNorm")
     spec.submodules.input_layernorm = RMSNorm
     spec.submodules.pre_mlp_layernorm = RMSNorm
-    spec.submodules.self_attention.submodules.core_attention = ModuleSpec(
-        module=SDPACoreAttention
-    )
+    spec.submodules.self_attention.submodules.core_attention = ModuleSpec(module=SDPACoreAttention)
     return spec
 
 

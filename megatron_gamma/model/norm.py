@@ -28,7 +28,7 @@ class RMSNorm(torch.nn.Module):
         self.zero_centered_gamma = config.layernorm_zero_centered_gamma
         init = torch.zeros if self.zero_centered_gamma else torch.ones
         self.weight = torch.nn.Parameter(init(hidden_size, dtype=config.params_dtype))
-        setattr(self.weight, "sequence_parallel", config.sequence_parallel)
+        self.weight.sequence_parallel = config.sequence_parallel
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (seq, batch, hidden) -> same shape and dtype."""

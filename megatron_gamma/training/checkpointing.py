@@ -104,10 +104,8 @@ def _sharded_rng(state: dict | None) -> ShardedObject:
 def _state_dict(chunks, optimizer, scheduler, state: TrainState, rng, loading: bool) -> dict:
     sd: dict = {}
     for i, chunk in enumerate(chunks):
-        sd["model" if len(chunks) == 1 else f"model{i}"] = chunk.sharded_state_dict()
-    sd["optimizer"] = optimizer.sharded_state_dict(
-        sd, is_loading=loading, metadata=_SAVE_METADATA
-    )
+        sd["model" if len(chunks) == 1 else f"model{i}"] = chunk.module.sharded_state_dict()
+    sd["optimizer"] = optimizer.sharded_state_dict(sd, is_loading=loading, metadata=_SAVE_METADATA)
     sd["scheduler"] = scheduler.state_dict()
     sd["iteration"] = state.iteration
     sd["consumed_samples"] = state.consumed_samples
@@ -122,7 +120,8 @@ def save_checkpoint(root: str, chunks, optimizer, scheduler, state: TrainState) 
 
     Args:
         root: checkpoint directory (created if missing).
-        chunks: DDP-wrapped model chunks of this rank.
+        chunks: DDP-wrapped model chunks of this rank (the GPTModel, ``chunk.module``, is saved
+            under megatron-core's own parameter names, as Megatron-LM does).
         optimizer: megatron-core optimizer from ``get_megatron_optimizer``.
         scheduler: megatron-core ``OptimizerParamScheduler``.
         state: iteration and consumed samples.
@@ -171,7 +170,7 @@ def load_checkpoint(root: str, chunks, optimizer, scheduler) -> TrainState | Non
     sd = _state_dict(chunks, optimizer, scheduler, TrainState(), template, loading=True)
     loaded = dist_checkpointing.load(sd, path)
     for i, chunk in enumerate(chunks):
-        chunk.load_state_dict(loaded["model" if len(chunks) == 1 else f"model{i}"])
+        chunk.module.load_state_dict(loaded["model" if len(chunks) == 1 else f"model{i}"])
     optimizer.load_state_dict(loaded["optimizer"])
     scheduler.load_state_dict(loaded["scheduler"])
     if same_layout:

@@ -19,8 +19,11 @@ from functools import partial
 import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
-from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-from megatron.core.distributed import finalize_model_grads
+from megatron.core.distributed import (
+    DistributedDataParallel,
+    DistributedDataParallelConfig,
+    finalize_model_grads,
+)
 from megatron.core.num_microbatches_calculator import (
     destroy_num_microbatches_calculator,
     get_num_microbatches,
@@ -32,7 +35,7 @@ from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.pipeline_parallel import get_forward_backward_func
 
 from megatron_gamma import parallel
-from megatron_gamma.config import Config, save_config
+from megatron_gamma.config import Config, ConfigError, save_config
 from megatron_gamma.data import demo_dir
 from megatron_gamma.data.datasets import build_datasets, micro_batches
 from megatron_gamma.data.tokenizer import BilingualTokenizer
@@ -55,7 +58,7 @@ def _loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
     """Mean next-token cross-entropy over unmasked tokens of one micro-batch."""
     mask = loss_mask.float().view(-1)
     loss = (output_tensor.float().view(-1) * mask).sum() / mask.sum()
-    return loss, {"lm loss": loss.detach()}
+    return loss, {"lm loss": loss.detach().clone()}  # the schedule scales `loss` in place
 
 
 def _forward_step(device: torch.device, data_iterator, model):
@@ -80,6 +83,25 @@ def _reduce_loss(results: list[dict]) -> float:
     return float(value[0] / value[1])
 
 
+def preflight(cfg: Config) -> str:
+    """Checks that need files, run before any process group or model exists.
+
+    Returns:
+        The tokenizer.json path (``data.tokenizer_model`` or the packaged demo tokenizer).
+
+    Raises:
+        ConfigError: missing dataset prefix or tokenizer file.
+    """
+    cfg.data.blend()
+    path = cfg.data.tokenizer_model or os.path.join(demo_dir(), "tokenizer.json")
+    if not os.path.isfile(path):
+        raise ConfigError(
+            f"tokenizer_model={path!r}: file not found. Fix: pass the tokenizer.json used by "
+            "`megatron-gamma preprocess`"
+        )
+    return path
+
+
 class Trainer:
     """Builds everything a run needs from a Config and trains it.
 
@@ -89,6 +111,7 @@ class Trainer:
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
+        tok_path = preflight(cfg)
         self.dp_size = parallel.initialize(cfg)
         self.device = torch.device("cuda") if parallel.uses_gpu() else torch.device("cpu")
         self.rank = dist.get_rank()
@@ -96,7 +119,6 @@ class Trainer:
         if self.rank == 0:
             os.makedirs(run_dir, exist_ok=True)
             save_config(cfg, os.path.join(run_dir, "config.yaml"))
-        tok_path = cfg.data.tokenizer_model or os.path.join(demo_dir(), "tokenizer.json")
         self.tokenizer = BilingualTokenizer(tok_path)
         self.vocab_size = padded_vocab_size(self.tokenizer.vocab_size, cfg)
         self.datasets = build_datasets(cfg, self.tokenizer)

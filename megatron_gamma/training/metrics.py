@@ -82,7 +82,9 @@ class MetricsLogger:
             return
         self._record({"iteration": iteration, "split": "valid", "loss": loss})
         self._tb.add_scalar("valid/loss", loss, iteration)
-        self._bar.write(f"validation at iteration {iteration:6d} | loss {loss:.6f}", file=sys.stdout)
+        self._bar.write(
+            f"validation at iteration {iteration:6d} | loss {loss:.6f}", file=sys.stdout
+        )
 
     def message(self, text: str) -> None:
         """A free-form line on the console."""

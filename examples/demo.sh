@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The main job on the embedded bilingual demo corpus: tokenizer -> preprocess -> pretrain.
+# Usage: bash examples/demo.sh [extra pretrain flags, e.g. --train-iters 400]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DEMO=$(python -c "from megatron_gamma.data import demo_dir; print(demo_dir())")
+RUN=runs/demo
+export TORCHDYNAMO_DISABLE=1  # megatron-core's jit_fuser would torch.compile on CPU (slow start)
+
+megatron-gamma train-tokenizer --input "$DEMO/zh.jsonl" "$DEMO/en.jsonl" --vocab-size 4096 \
+  --output "$RUN/tokenizer.json"
+megatron-gamma preprocess --input "$DEMO/zh.jsonl" "$DEMO/en.jsonl" \
+  --tokenizer-model "$RUN/tokenizer.json" --output-prefix "$RUN/data/demo" --workers 2
+megatron-gamma pretrain --config examples/configs/demo.yaml \
+  --tokenizer-model "$RUN/tokenizer.json" --data-path "$RUN/data/demo_text_document" "$@"

@@ -1,0 +1,1 @@
+"""The pretraining loop, checkpoints and telemetry (on megatron-core's schedules and optimizer)."""
