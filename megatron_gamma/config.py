@@ -61,9 +61,11 @@ class ModelConfig:
     swiglu: bool = True
     """SwiGLU MLP (fc1 produces both halves)."""
     gated_attention: str = "elementwise"
-    """Sigmoid output gate on attention heads against the attention sink: 'none' or 'elementwise'
-    (megatron-core's ``attention_output_gate``: one gate per head channel, from the normalized
-    layer input)."""
+    """Sigmoid output gate on attention heads against the attention sink (paper: on):
+    'elementwise' (one gate per head channel; default, the best variant of Qiu et al. 2025),
+    'headwise' (one gate per head) or 'none' (megatron-core's plain attention)."""
+    gate_bias: bool = False
+    """Bias in the gate projection."""
     add_bias_linear: bool = False
     """Biases in linear layers."""
     position_embedding_type: str = "rope"
@@ -78,6 +80,16 @@ class ModelConfig:
     """Dropout on attention probabilities."""
     make_vocab_size_divisible_by: int = 128
     """Pad the tokenizer's vocabulary up to a multiple of this (times the TP size)."""
+    num_experts: Optional[int] = None
+    """Experts per MoE layer (every layer is MoE when set); None for a dense model."""
+    moe_router_topk: int = 2
+    """Experts each token is routed to."""
+    moe_ffn_hidden_size: Optional[int] = None
+    """Each expert's MLP width (default ffn_hidden_size)."""
+    moe_aux_loss_coeff: float = 1e-2
+    """Load-balancing auxiliary loss coefficient."""
+    moe_token_dispatcher_type: str = "allgather"
+    """'allgather' or 'alltoall' token dispatch across expert-parallel ranks."""
 
     def __post_init__(self) -> None:
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
@@ -109,12 +121,31 @@ class ModelConfig:
             _fail("normalization", self.normalization, "unsupported", "use 'RMSNorm'")
         if not 0.0 < self.norm_epsilon < 1.0:
             _fail("norm_epsilon", self.norm_epsilon, "must lie in (0, 1)", "use 1e-12 (paper)")
-        if self.gated_attention not in ("none", "elementwise"):
+        if self.gated_attention not in ("none", "elementwise", "headwise"):
             _fail(
                 "gated_attention",
                 self.gated_attention,
                 "unknown gate granularity",
-                "use 'elementwise' or 'none'",
+                "use 'elementwise', 'headwise' or 'none'",
+            )
+        if self.num_experts is not None:
+            if self.num_experts < 1:
+                _fail("num_experts", self.num_experts, "must be >= 1", "or leave it unset (dense)")
+            if not 1 <= self.moe_router_topk <= self.num_experts:
+                _fail(
+                    "moe_router_topk",
+                    self.moe_router_topk,
+                    f"must lie in [1, num_experts={self.num_experts}]",
+                    "route each token to fewer experts",
+                )
+            if self.moe_ffn_hidden_size is None:
+                self.moe_ffn_hidden_size = self.ffn_hidden_size
+        if self.moe_token_dispatcher_type not in ("allgather", "alltoall"):
+            _fail(
+                "moe_token_dispatcher_type",
+                self.moe_token_dispatcher_type,
+                "unknown",
+                "use 'allgather' or 'alltoall'",
             )
         if self.position_embedding_type not in ("rope", "learned_absolute"):
             _fail(
@@ -128,6 +159,19 @@ class ModelConfig:
                 _fail(key, getattr(self, key), "must lie in [0, 1)", f"set {key} to e.g. 0.0")
 
 
+def _parse_overrides(text: str) -> dict:
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        role, sep, value = item.partition("=")
+        try:
+            out[role.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep:
+            _fail("init_gamma_overrides", item, "expected ROLE=GAMMA", "e.g. 'fc2=0.75,attn_out=1'")
+    return out
+
+
 @dataclass
 class InitConfig:
     """Weight initialization (paper: W ~ N(0, sigma^2), sigma = fan_in^-gamma)."""
@@ -139,6 +183,9 @@ class InitConfig:
     """gamma of sigma = fan_in^-gamma. 0.5 is Xavier-like, 1.0 the paper's recommendation."""
     init_method_std: float = 0.02
     """Standard deviation for init_method='normal'."""
+    init_gamma_overrides: dict = field(default_factory=dict)
+    """Per-role gamma, e.g. 'attn_out=1.0,fc2=0.75,embedding=0.5' (roles: see
+    megatron_gamma.model.init.ROLES)."""
     embedding_fan_in: str = "hidden"
     """Fan-in policy for the input embedding: 'hidden' (sigma = hidden^-gamma, the convention
     under which the paper's residual-flow balance d^(1-gamma) holds) or 'vocab'."""
@@ -155,25 +202,62 @@ class InitConfig:
             )
         if not self.init_method_std > 0:
             _fail("init_method_std", self.init_method_std, "must be > 0", "use e.g. 0.02")
+        if isinstance(self.init_gamma_overrides, str):
+            self.init_gamma_overrides = _parse_overrides(self.init_gamma_overrides)
+        from megatron_gamma.model.roles import ROLES
+
+        for role, gamma in self.init_gamma_overrides.items():
+            if role not in ROLES:
+                _fail(
+                    "init_gamma_overrides",
+                    role,
+                    "unknown role",
+                    f"use one of {', '.join(r for r in ROLES if ROLES[r])}",
+                )
+            if not float(gamma) > 0:
+                _fail("init_gamma_overrides", f"{role}={gamma}", "gamma must be > 0", "use > 0")
+        self.init_gamma_overrides = {k: float(v) for k, v in self.init_gamma_overrides.items()}
         if self.embedding_fan_in not in ("hidden", "vocab"):
             _fail("embedding_fan_in", self.embedding_fan_in, "unknown", "use 'hidden' or 'vocab'")
 
 
 @dataclass
 class ParallelConfig:
-    """Parallel layout (megatron-core ``parallel_state``)."""
+    """Parallel layout (megatron-core ``parallel_state`` and DDP)."""
 
     tensor_model_parallel_size: int = 1
     """Tensor-parallel group size."""
     pipeline_model_parallel_size: int = 1
     """Pipeline stages."""
+    num_layers_per_virtual_pipeline_stage: Optional[int] = None
+    """Layers per virtual pipeline chunk (interleaved 1F1B); None disables virtual stages."""
+    expert_model_parallel_size: int = 1
+    """Expert-parallel group size (MoE)."""
+    sequence_parallel: bool = False
+    """Shard norms/dropout activations along the sequence over the TP group."""
     use_distributed_optimizer: bool = False
     """Shard optimizer state over data-parallel ranks (megatron-core DistributedOptimizer)."""
+    overlap_grad_reduce: bool = False
+    """Overlap the data-parallel gradient reduction with the backward pass."""
 
     def __post_init__(self) -> None:
-        for key in ("tensor_model_parallel_size", "pipeline_model_parallel_size"):
+        for key in (
+            "tensor_model_parallel_size",
+            "pipeline_model_parallel_size",
+            "expert_model_parallel_size",
+        ):
             if getattr(self, key) < 1:
                 _fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
+        vpp = self.num_layers_per_virtual_pipeline_stage
+        if vpp is not None and vpp < 1:
+            _fail("num_layers_per_virtual_pipeline_stage", vpp, "must be >= 1", "or unset it")
+        if vpp is not None and self.pipeline_model_parallel_size == 1:
+            _fail(
+                "num_layers_per_virtual_pipeline_stage",
+                vpp,
+                "virtual stages need pipeline_model_parallel_size > 1",
+                "unset it or raise --pipeline-model-parallel-size",
+            )
 
 
 @dataclass
@@ -297,11 +381,26 @@ class TrainingConfig:
     """Validation global batches per evaluation."""
     exit_interval: Optional[int] = None
     """Stop after this iteration (for tests and staged runs); the schedule keeps train_iters."""
+    recompute_granularity: Optional[str] = None
+    """Activation recompute: 'full' (whole layers) or 'selective' (core attention); None off."""
+    recompute_method: str = "uniform"
+    """With full recompute: 'uniform' or 'block'."""
+    recompute_num_layers: int = 1
+    """With full recompute: layers per recompute unit (uniform) or recomputed layers (block)."""
 
     def __post_init__(self) -> None:
         for key in ("micro_batch_size", "global_batch_size", "train_iters", "eval_interval"):
             if getattr(self, key) < 1:
                 _fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
+        if self.recompute_granularity not in (None, "full", "selective"):
+            _fail(
+                "recompute_granularity",
+                self.recompute_granularity,
+                "unknown",
+                "use 'full', 'selective' or leave unset",
+            )
+        if self.recompute_method not in ("uniform", "block"):
+            _fail("recompute_method", self.recompute_method, "unknown", "use 'uniform' or 'block'")
         if self.global_batch_size % self.micro_batch_size:
             _fail(
                 "global_batch_size",
@@ -453,6 +552,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(
                 flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=doc
             )
+        elif base is dict:
+            parser.add_argument(flag, dest=name, type=str, default=None, help=doc)
         elif base is list or typing.get_origin(base) is list:
             parser.add_argument(flag, dest=name, nargs="+", default=None, help=doc)
         else:
@@ -472,37 +573,75 @@ def save_config(cfg: Config, path: str) -> None:
     os.replace(tmp, path)
 
 
+def virtual_stages(cfg: Config) -> Optional[int]:
+    """Virtual pipeline chunks per pipeline rank, or None without virtual pipelining."""
+    per_chunk = cfg.parallel.num_layers_per_virtual_pipeline_stage
+    if per_chunk is None:
+        return None
+    return cfg.model.num_layers // cfg.parallel.pipeline_model_parallel_size // per_chunk
+
+
 def validate_layout(cfg: Config, world_size: int) -> int:
     """Check the parallel layout against the world size; return the data-parallel size.
 
     Raises:
-        ConfigError: world size not divisible by TP x PP, layers not divisible among pipeline
-            stages, or global batch not divisible by micro batch x data-parallel size.
+        ConfigError: world size not divisible by TP x PP (or by EP x PP for MoE), layers not
+            divisible among (virtual) pipeline stages, heads or experts not divisible by TP / EP,
+            or global batch not divisible by micro batch x data-parallel size.
     """
-    tp = cfg.parallel.tensor_model_parallel_size
-    pp = cfg.parallel.pipeline_model_parallel_size
+    m, par = cfg.model, cfg.parallel
+    tp, pp, ep = (
+        par.tensor_model_parallel_size,
+        par.pipeline_model_parallel_size,
+        par.expert_model_parallel_size,
+    )
     if world_size % (tp * pp):
         _fail(
             "tensor_model_parallel_size",
             tp,
-            f"TP x PP = {tp * pp} does not divide the world size {world_size}",
+            f"TP x PP = {tp} x {pp} does not divide the world size {world_size}",
             "launch a multiple of TP x PP processes or change the layout",
         )
-    if cfg.model.num_layers % pp:
+    if m.num_layers % pp:
         _fail(
             "pipeline_model_parallel_size",
             pp,
-            f"does not divide num_layers={cfg.model.num_layers}",
+            f"does not divide num_layers={m.num_layers}",
             "choose a divisor of num_layers",
         )
-    if cfg.model.num_attention_heads % tp or cfg.model.num_query_groups % tp:
+    vpp = par.num_layers_per_virtual_pipeline_stage
+    if vpp is not None and (m.num_layers // pp) % vpp:
+        _fail(
+            "num_layers_per_virtual_pipeline_stage",
+            vpp,
+            f"does not divide the {m.num_layers // pp} layers of each pipeline stage",
+            "choose a divisor of num_layers / pipeline_model_parallel_size",
+        )
+    if m.num_attention_heads % tp or m.num_query_groups % tp:
         _fail(
             "tensor_model_parallel_size",
             tp,
-            f"does not divide num_attention_heads={cfg.model.num_attention_heads} and "
-            f"num_query_groups={cfg.model.num_query_groups}",
+            f"does not divide num_attention_heads={m.num_attention_heads} and "
+            f"num_query_groups={m.num_query_groups}",
             "choose a TP size that divides both",
         )
+    if ep > 1 and m.num_experts is None:
+        _fail("expert_model_parallel_size", ep, "needs an MoE model", "set --num-experts")
+    if m.num_experts is not None:
+        if m.num_experts % ep:
+            _fail(
+                "expert_model_parallel_size",
+                ep,
+                f"does not divide num_experts={m.num_experts}",
+                "choose a divisor of num_experts",
+            )
+        if world_size % (ep * pp):
+            _fail(
+                "expert_model_parallel_size",
+                ep,
+                f"EP x PP = {ep} x {pp} does not divide the world size {world_size}",
+                "launch a multiple of EP x PP processes",
+            )
     dp = world_size // (tp * pp)
     mbs, gbs = cfg.training.micro_batch_size, cfg.training.global_batch_size
     if gbs % (mbs * dp):

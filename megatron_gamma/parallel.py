@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from megatron.core import parallel_state, tensor_parallel
 
-from megatron_gamma.config import Config, ConfigError, validate_layout
+from megatron_gamma.config import Config, ConfigError, validate_layout, virtual_stages
 
 
 @dataclass(frozen=True)
@@ -91,11 +91,26 @@ def initialize(cfg: Config) -> int:
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=cfg.parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=cfg.parallel.pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size=virtual_stages(cfg),
+        expert_model_parallel_size=cfg.parallel.expert_model_parallel_size,
+        expert_tensor_parallel_size=1,
     )
     seed = cfg.training.seed
     torch.manual_seed(seed)
     tensor_parallel.model_parallel_cuda_manual_seed(seed)
     return dp
+
+
+# Dense bf16 tensor-core peak (TFLOP/s) by device name, for MFU in the training logs.
+_PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "A800": 312.0, "H800": 989.0}
+
+
+def peak_tflops() -> float | None:
+    """Peak dense bf16 TFLOP/s of this process's GPU, or None (CPU or unknown device)."""
+    if not uses_gpu():
+        return None
+    name = torch.cuda.get_device_name()
+    return next((v for k, v in _PEAK_BF16_TFLOPS.items() if k in name), None)
 
 
 def destroy() -> None:

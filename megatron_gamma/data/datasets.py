@@ -54,7 +54,6 @@ def build_datasets(
     """
     t = cfg.training
     prefixes, weights = cfg.data.blend()
-    check_splits(prefixes, cfg.data.split)
     cache = cfg.data.data_cache_path or os.path.join(cfg.logging.run_dir, "data_cache")
     ds_cfg = GPTDatasetConfig(
         random_seed=t.seed,

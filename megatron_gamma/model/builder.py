@@ -16,8 +16,9 @@ from megatron.core.transformer.transformer_block import (
 )
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from megatron_gamma.config import Config
+from megatron_gamma.config import Config, virtual_stages
 from megatron_gamma.model.attention import SDPACoreAttention
+from megatron_gamma.model.gated_attention import GatedSelfAttention
 from megatron_gamma.model.init import ParamInit, apply_gamma_init
 from megatron_gamma.model.norm import RMSNorm
 
@@ -28,17 +29,50 @@ def padded_vocab_size(vocab_size: int, cfg: Config) -> int:
     return -(-vocab_size // multiple) * multiple
 
 
+def skip_init(weight: torch.Tensor) -> None:
+    """megatron-core init_method that leaves the weight for :func:`apply_gamma_init`."""
+
+
 def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
     """The megatron-core TransformerConfig for this run.
 
-    With ``init_method='gamma'`` megatron-core's own initialization is switched off
-    (``perform_initialization=False``) and :func:`apply_gamma_init` fills every parameter;
-    with ``'normal'`` megatron-core initializes as usual from ``init_method_std``.
-    Fusions that need CUDA kernels are enabled only on GPU; on CPU the p2p ops are unbatched
-    (batched send/recv with virtual pipelining swaps messages on gloo: silent wrong gradients).
+    With ``init_method='gamma'`` megatron-core's init methods are no-ops (:func:`skip_init`)
+    and :func:`apply_gamma_init` fills every parameter afterwards; megatron-core still runs its
+    initialization path, which tags each weight with its tensor-parallel attributes
+    (``tensor_model_parallel``, ``partition_dim``) that grad-norm and checkpoint code read. With
+    ``'normal'`` megatron-core initializes as usual from ``init_method_std`` (and scales the
+    output layers of each block by 1/sqrt(2 num_layers)). Fusions that need CUDA kernels are
+    enabled only on GPU; on CPU the pipeline p2p ops are unbatched (batched send/recv with
+    virtual pipelining swaps messages on gloo: silently wrong gradients). Expert tensor
+    parallelism is 1 (experts are split by expert parallelism only).
     """
-    m, p = cfg.model, cfg.parallel
-    dtype = torch.bfloat16 if cfg.training.bf16 else torch.float32
+    m, p, t = cfg.model, cfg.parallel, cfg.training
+    dtype = torch.bfloat16 if t.bf16 else torch.float32
+    moe = {}
+    if m.num_experts is not None:
+        moe = dict(
+            num_moe_experts=m.num_experts,
+            moe_router_topk=m.moe_router_topk,
+            moe_ffn_hidden_size=m.moe_ffn_hidden_size,
+            moe_aux_loss_coeff=m.moe_aux_loss_coeff,
+            moe_token_dispatcher_type=m.moe_token_dispatcher_type,
+            moe_router_load_balancing_type="aux_loss",
+            moe_grouped_gemm=False,
+            expert_model_parallel_size=p.expert_model_parallel_size,
+            expert_tensor_parallel_size=1,
+        )
+    init = {}
+    if cfg.init.init_method == "gamma":
+        init = dict(
+            init_method=skip_init, output_layer_init_method=skip_init, embedding_init_method=skip_init
+        )
+    recompute = {}
+    if t.recompute_granularity is not None:
+        recompute = dict(recompute_granularity=t.recompute_granularity)
+        if t.recompute_granularity == "full":
+            recompute.update(
+                recompute_method=t.recompute_method, recompute_num_layers=t.recompute_num_layers
+            )
     return TransformerConfig(
         num_layers=m.num_layers,
         hidden_size=m.hidden_size,
@@ -51,18 +85,19 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
         gated_linear_unit=m.swiglu,
         activation_func=F.silu if m.swiglu else F.gelu,
         add_bias_linear=m.add_bias_linear,
-        attention_output_gate=m.gated_attention == "elementwise",
         hidden_dropout=m.hidden_dropout,
         attention_dropout=m.attention_dropout,
         rotary_interleaved=False,
         init_method_std=cfg.init.init_method_std,
-        perform_initialization=cfg.init.init_method == "normal",
+        **init,
         use_cpu_initialization=True,
         tensor_model_parallel_size=p.tensor_model_parallel_size,
         pipeline_model_parallel_size=p.pipeline_model_parallel_size,
+        virtual_pipeline_model_parallel_size=virtual_stages(cfg),
+        sequence_parallel=p.sequence_parallel,
         pipeline_dtype=dtype,
         params_dtype=dtype,
-        bf16=cfg.training.bf16,
+        bf16=t.bf16,
         batch_p2p_comm=on_gpu,
         batch_p2p_sync=on_gpu,
         bias_activation_fusion=False,
@@ -71,15 +106,28 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
         gradient_accumulation_fusion=False,
         apply_rope_fusion=False,
         persist_layer_norm=False,
+        **moe,
+        **recompute,
     )
 
 
 def layer_spec(cfg: Config) -> ModuleSpec:
-    """megatron-core's local GPT layer spec with our RMSNorm and SDPA core attention."""
-    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    """megatron-core's local GPT layer spec with our RMSNorm, SDPA core attention and gates.
+
+    ``gated_attention='none'`` keeps megatron-core's ``SelfAttention``; otherwise
+    :class:`GatedSelfAttention` with the chosen granularity replaces it through the spec.
+    """
+    m = cfg.model
+    spec = get_gpt_layer_local_spec(num_experts=m.num_experts, normalization="RMSNorm")
     spec.submodules.input_layernorm = RMSNorm
     spec.submodules.pre_mlp_layernorm = RMSNorm
-    spec.submodules.self_attention.submodules.core_attention = ModuleSpec(module=SDPACoreAttention)
+    attention = spec.submodules.self_attention
+    attention.submodules.core_attention = ModuleSpec(module=SDPACoreAttention)
+    if m.gated_attention != "none":
+        attention.module = GatedSelfAttention
+        attention.params = dict(
+            attention.params, granularity=m.gated_attention, gate_bias=m.gate_bias
+        )
     return spec
 
 
@@ -98,7 +146,7 @@ def build_model_chunk(
         vp_stage: virtual pipeline stage index, or None without virtual pipelining.
 
     Returns:
-        (model, init plan {global name: ParamInit}; empty for init_method='normal').
+        (model, init plan {local parameter name: ParamInit}; empty for init_method='normal').
     """
     pre = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
     post = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
@@ -119,3 +167,19 @@ def build_model_chunk(
     )
     plan = apply_gamma_init(model, cfg, vocab_size) if cfg.init.init_method == "gamma" else {}
     return model, plan
+
+
+def build_model(
+    cfg: Config, tcfg: TransformerConfig, vocab_size: int
+) -> tuple[list[GPTModel], dict[str, ParamInit]]:
+    """All model chunks of this rank (one per virtual pipeline stage) and their init plans.
+
+    Plans are keyed ``chunk{i}.{local name}``.
+    """
+    chunks, plans = [], {}
+    vpp = virtual_stages(cfg)
+    for i, stage in enumerate(range(vpp) if vpp else [None]):
+        model, plan = build_model_chunk(cfg, tcfg, vocab_size, vp_stage=stage)
+        chunks.append(model)
+        plans.update({f"chunk{i}.{name}": init for name, init in plan.items()})
+    return chunks, plans

@@ -6,23 +6,9 @@ matrix's input dimension; gamma = 0.5 is Xavier-like, gamma = 1 the recommended 
 (*Optimal Initialization Scale*: the residual flow scales as d^(1-gamma), balanced at gamma = 1).
 
 fan_in is the **unsharded** input dimension of each matrix, derived from the model config by the
-matrix's role, never from the (possibly tensor-parallel-sharded) tensor shape:
-
-==================  ===================================  =========================================
-role                parameter (megatron-core name)       fan_in
-==================  ===================================  =========================================
-embedding           embedding.word_embeddings.weight     hidden_size (policy ``hidden``, default)
-                                                         or padded vocab size (policy ``vocab``)
-position_embedding  embedding.position_embeddings.weight as ``embedding``
-qkv                 self_attention.linear_qkv.weight     hidden_size (Q, K, V and the output-gate
-                                                         rows of megatron-core's fused projection)
-attn_out            self_attention.linear_proj.weight    num_attention_heads * kv_channels
-fc1                 mlp.linear_fc1.weight                hidden_size (both SwiGLU halves)
-fc2                 mlp.linear_fc2.weight                ffn_hidden_size
-output              output_layer.weight                  hidden_size
-bias                any *.bias                           zeros
-norm                *layernorm.weight                    ones
-==================  ===================================  =========================================
+matrix's role (table in :mod:`megatron_gamma.model.roles`), never from the (possibly
+tensor-parallel-sharded) tensor shape. Biases start at zero, norm weights at one. Per-role gamma
+overrides (``--init-gamma-overrides fc2=0.75``) replace ``--init-gamma`` for that role.
 
 Embedding policy: an embedding lookup is a matrix product with a one-hot vector, so a literal
 d_in would be the vocabulary size; we default to ``hidden`` (sigma = hidden^-gamma) because the
@@ -30,8 +16,9 @@ paper's residual-flow balance, update/embedding ~ d^(1-gamma), is stated against
 that scale. ``--embedding-fan-in vocab`` selects the literal reading.
 
 Layout independence: each parameter is drawn whole, in its global (unsharded) shape, from a CPU
-generator seeded by (seed, global parameter name), and the local tensor-parallel shard is cut from
-it the way megatron-core shards that parameter. Any tensor/pipeline layout therefore gets the
+generator seeded by (seed, global parameter name: global layer and expert indices), and the local
+shard is cut from it the way megatron-core shards that parameter (contiguous chunks along the
+partition dimension; SwiGLU fc1 per half). Any tensor/pipeline/expert layout therefore gets the
 same weights, bit for bit, as a single rank.
 """
 
@@ -45,6 +32,7 @@ import torch
 from megatron.core import parallel_state
 
 from megatron_gamma.config import Config
+from megatron_gamma.model.roles import fan_in, role_of
 
 
 @dataclass(frozen=True)
@@ -59,60 +47,27 @@ class ParamInit:
 
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
-
-
-def _role(name: str) -> str:
-    """Role of a parameter from its megatron-core name (see the module table)."""
-    if name.endswith(".bias"):
-        return "bias"
-    if name.endswith("layernorm.weight"):
-        return "norm"
-    table = (
-        ("embedding.word_embeddings.weight", "embedding"),
-        ("embedding.position_embeddings.weight", "position_embedding"),
-        ("self_attention.linear_qkv.weight", "qkv"),
-        ("self_attention.linear_proj.weight", "attn_out"),
-        ("mlp.linear_fc1.weight", "fc1"),
-        ("mlp.linear_fc2.weight", "fc2"),
-        ("output_layer.weight", "output"),
-    )
-    for suffix, role in table:
-        if name.endswith(suffix):
-            return role
-    raise ValueError(
-        f"parameter {name!r} has no gamma-init role; add it to megatron_gamma.model.init"
-    )
-
-
-def fan_in_for(role: str, cfg: Config, vocab_size: int) -> int:
-    """Unsharded fan_in of a matrix role (module table)."""
-    m = cfg.model
-    table = {
-        "qkv": m.hidden_size,
-        "attn_out": m.num_attention_heads * m.kv_channels,
-        "fc1": m.hidden_size,
-        "fc2": m.ffn_hidden_size,
-        "output": m.hidden_size,
-        "embedding": m.hidden_size if cfg.init.embedding_fan_in == "hidden" else vocab_size,
-    }
-    table["position_embedding"] = table["embedding"]
-    return table[role]
+_EXPERT = re.compile(r"\.local_experts\.(\d+)\.")
 
 
 def param_init(name: str, cfg: Config, vocab_size: int) -> ParamInit:
-    """The initialization of parameter ``name`` under the gamma rule."""
-    role = _role(name)
+    """The initialization of parameter ``name`` under the gamma rule.
+
+    Raises:
+        ValueError: a parameter without a role (see ``roles.role_of``).
+    """
+    role = role_of(name)
     if role == "bias":
         return ParamInit(role, 0, 0.0, 0.0, constant=0.0)
     if role == "norm":
         return ParamInit(role, 0, 0.0, 0.0, constant=1.0)
-    gamma = cfg.init.init_gamma
-    fan_in = fan_in_for(role, cfg, vocab_size)
-    return ParamInit(role, fan_in, gamma, float(fan_in) ** (-gamma))
+    gamma = cfg.init.init_gamma_overrides.get(role, cfg.init.init_gamma)
+    d_in = fan_in(role, cfg.model, cfg.init.embedding_fan_in, vocab_size)
+    return ParamInit(role, d_in, gamma, float(d_in) ** (-gamma))
 
 
 def global_name(name: str, module: torch.nn.Module) -> str:
-    """Layout-independent name: the local layer index replaced by the global layer number.
+    """Layout-independent name: local layer and expert indices replaced by global ones.
 
     A tied output layer (on the last pipeline stage) takes the embedding's name, so both copies
     are drawn identically.
@@ -123,7 +78,13 @@ def global_name(name: str, module: torch.nn.Module) -> str:
     if not match:
         return name
     layer = module.decoder.layers[int(match.group(1))]
-    return f"decoder.layers.{layer.layer_number - 1}." + name[match.end() :]
+    name = f"decoder.layers.{layer.layer_number - 1}." + name[match.end() :]
+    expert = _EXPERT.search(name)
+    if expert:
+        first = parallel_state.get_expert_model_parallel_rank() * layer.mlp.num_local_experts
+        index = first + int(expert.group(1))
+        name = name[: expert.start()] + f".local_experts.{index}." + name[expert.end() :]
+    return name
 
 
 def _seed_for(seed: int, name: str) -> int:
@@ -131,25 +92,38 @@ def _seed_for(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def _global_shape(param: torch.Tensor, tp: int) -> tuple[int, ...]:
+def tp_size_rank(param: torch.Tensor) -> tuple[int, int]:
+    """(size, rank) of the tensor-parallel group sharding ``param`` (expert TP for experts)."""
+    if not getattr(param, "allreduce", True):
+        return (
+            parallel_state.get_expert_tensor_parallel_world_size(),
+            parallel_state.get_expert_tensor_parallel_rank(),
+        )
+    return (
+        parallel_state.get_tensor_model_parallel_world_size(),
+        parallel_state.get_tensor_model_parallel_rank(),
+    )
+
+
+def global_shape(param: torch.Tensor) -> tuple[int, ...]:
+    """Unsharded shape of a (possibly tensor-parallel) parameter."""
     shape = list(param.shape)
     if getattr(param, "tensor_model_parallel", False):
-        shape[param.partition_dim] *= tp
+        shape[param.partition_dim] *= tp_size_rank(param)[0]
     return tuple(shape)
 
 
-def _local_shard(full: torch.Tensor, param: torch.Tensor, name: str, glu: bool) -> torch.Tensor:
-    """Cut this TP rank's shard out of the global tensor as megatron-core shards it."""
+def _local_shard(full: torch.Tensor, param: torch.Tensor, glu: bool, role: str) -> torch.Tensor:
+    """Cut this rank's shard out of the global tensor as megatron-core shards it."""
     if not getattr(param, "tensor_model_parallel", False):
         return full
-    tp = parallel_state.get_tensor_model_parallel_world_size()
-    rank = parallel_state.get_tensor_model_parallel_rank()
+    size, rank = tp_size_rank(param)
     dim = param.partition_dim
-    if glu and name.endswith("mlp.linear_fc1.weight"):
+    if glu and role in ("fc1", "expert_fc1"):
         # SwiGLU fc1 is [gate; up] globally and [gate_shard; up_shard] on each rank.
         halves = full.chunk(2, dim=dim)
-        return torch.cat([h.chunk(tp, dim=dim)[rank] for h in halves], dim=dim)
-    return full.chunk(tp, dim=dim)[rank]
+        return torch.cat([h.chunk(size, dim=dim)[rank] for h in halves], dim=dim)
+    return full.chunk(size, dim=dim)[rank]
 
 
 @torch.no_grad()
@@ -158,27 +132,25 @@ def apply_gamma_init(model: torch.nn.Module, cfg: Config, vocab_size: int) -> di
 
     Args:
         model: a megatron-core GPTModel (one pipeline / virtual-pipeline chunk), unwrapped.
-        cfg: the run config (model sizes, ``init.init_gamma``, ``init.embedding_fan_in``,
-            ``training.seed``).
+        cfg: the run config (model sizes, ``init``, ``training.seed``).
         vocab_size: padded vocabulary size the model was built with.
 
     Returns:
-        {global parameter name: ParamInit} for the init audit.
+        {local parameter name: ParamInit} for the init audit.
 
     Raises:
         ValueError: a parameter whose role the rule does not know.
     """
-    tp = parallel_state.get_tensor_model_parallel_world_size()
     plan = {}
     for name, param in model.named_parameters():
         gname = global_name(name, model)
         init = param_init(gname, cfg, vocab_size)
-        plan[gname] = init
+        plan[name] = init
         if init.constant is not None:
             param.fill_(init.constant)
             continue
         gen = torch.Generator().manual_seed(_seed_for(cfg.training.seed, gname))
-        full = torch.randn(_global_shape(param, tp), generator=gen, dtype=torch.float32)
+        full = torch.randn(global_shape(param), generator=gen, dtype=torch.float32)
         full.mul_(init.sigma)
-        param.copy_(_local_shard(full, param, gname, cfg.model.swiglu))
+        param.copy_(_local_shard(full, param, cfg.model.swiglu, init.role))
     return plan

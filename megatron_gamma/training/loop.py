@@ -37,10 +37,12 @@ from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron_gamma import parallel
 from megatron_gamma.config import Config, ConfigError, save_config
 from megatron_gamma.data import demo_dir
-from megatron_gamma.data.datasets import build_datasets, micro_batches
+from megatron_gamma.data.datasets import build_datasets, check_splits, micro_batches
 from megatron_gamma.data.tokenizer import BilingualTokenizer
-from megatron_gamma.model.builder import build_model_chunk, padded_vocab_size, transformer_config
+from megatron_gamma.model.builder import build_model, padded_vocab_size, transformer_config
+from megatron_gamma.model.flops import train_flops_per_token
 from megatron_gamma.training.checkpointing import TrainState, load_checkpoint, save_checkpoint
+from megatron_gamma.training.init_audit import audit_init, format_audit, write_audit
 from megatron_gamma.training.metrics import MetricsLogger
 
 
@@ -92,7 +94,8 @@ def preflight(cfg: Config) -> str:
     Raises:
         ConfigError: missing dataset prefix or tokenizer file.
     """
-    cfg.data.blend()
+    prefixes, _ = cfg.data.blend()
+    check_splits(prefixes, cfg.data.split)
     path = cfg.data.tokenizer_model or os.path.join(demo_dir(), "tokenizer.json")
     if not os.path.isfile(path):
         raise ConfigError(
@@ -128,6 +131,13 @@ class Trainer:
         )
         self.tcfg = transformer_config(cfg, on_gpu=parallel.uses_gpu())
         self.chunks, self.init_plan = self._build_model()
+        self.init_audit = audit_init([c.module for c in self.chunks], cfg, self.vocab_size)
+        if self.rank == 0:
+            print(format_audit(self.init_audit), flush=True)
+            write_audit(self.init_audit, run_dir)
+            flagged = [r["name"] for r in self.init_audit if r["flagged"]]
+            if flagged:
+                print(f"WARNING: init audit flags {len(flagged)} parameters: {flagged}", flush=True)
         self.optimizer = get_megatron_optimizer(self._optimizer_config(), self.chunks)
         self.scheduler = self._scheduler()
         self.state = TrainState()
@@ -139,16 +149,31 @@ class Trainer:
                 self.state = restored
 
     def _build_model(self):
-        model, plan = build_model_chunk(self.cfg, self.tcfg, self.vocab_size)
-        model.to(self.device)
+        chunks, plan = build_model(self.cfg, self.tcfg, self.vocab_size)
+        p = self.cfg.parallel
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True,
-            use_distributed_optimizer=self.cfg.parallel.use_distributed_optimizer,
+            use_distributed_optimizer=p.use_distributed_optimizer,
+            overlap_grad_reduce=p.overlap_grad_reduce,
         )
-        ddp = DistributedDataParallel(config=self.tcfg, ddp_config=ddp_config, module=model)
-        self.tcfg.no_sync_func = ddp.no_sync
+        wrapped = []
+        for i, chunk in enumerate(chunks):
+            chunk.to(self.device)
+            wrapped.append(
+                DistributedDataParallel(
+                    config=self.tcfg,
+                    ddp_config=ddp_config,
+                    module=chunk,
+                    disable_bucketing=i > 0,  # Megatron-LM: only the first chunk overlaps
+                )
+            )
+        no_sync = [c.no_sync for c in wrapped]
+        self.tcfg.no_sync_func = no_sync if len(wrapped) > 1 else no_sync[0]
+        if p.overlap_grad_reduce:
+            sync = [c.start_grad_sync for c in wrapped]
+            self.tcfg.grad_sync_func = sync if len(wrapped) > 1 else sync[0]
         self.tcfg.finalize_model_grads_func = finalize_model_grads
-        return [ddp], plan
+        return wrapped, plan
 
     def _optimizer_config(self) -> McoreOptimizerConfig:
         o = self.cfg.optimizer
@@ -184,14 +209,19 @@ class Trainer:
         )
 
     def _iterator(self, dataset, start_sample: int):
+        """The schedule's data iterator: one per model chunk with virtual pipelining."""
         t = self.cfg.training
-        return micro_batches(
-            dataset,
-            start_sample,
-            t.micro_batch_size,
-            parallel_state.get_data_parallel_rank(),
-            self.dp_size,
-        )
+
+        def make():
+            return micro_batches(
+                dataset,
+                start_sample,
+                t.micro_batch_size,
+                parallel_state.get_data_parallel_rank(),
+                self.dp_size,
+            )
+
+        return [make() for _ in self.chunks] if len(self.chunks) > 1 else make()
 
     def _run_schedule(self, data_iterator, forward_only: bool) -> float:
         results = get_forward_backward_func()(
@@ -255,6 +285,9 @@ class Trainer:
             log.message(f"resumed at iteration {self.state.iteration}")
         iterator = self._iterator(self.datasets[0], self.state.consumed_samples)
         tokens_per_iter = t.global_batch_size * cfg.model.seq_length
+        flops_per_iter = train_flops_per_token(cfg, self.vocab_size) * tokens_per_iter
+        peak = parallel.peak_tflops()
+        world = dist.get_world_size()
         interval_start, interval_iters = time.time(), 0
         while self.state.iteration < end:
             step_start = time.time()
@@ -276,6 +309,9 @@ class Trainer:
                 span = time.time() - interval_start
                 values["tokens_per_s"] = tokens_per_iter * interval_iters / span
                 values["ms_per_iter"] = 1000 * span / interval_iters
+                values["tflops_per_device"] = flops_per_iter * interval_iters / span / world / 1e12
+                if peak is not None:
+                    values["mfu"] = values["tflops_per_device"] / peak
                 log.interval_summary(it, t.train_iters, values)
                 interval_start, interval_iters = time.time(), 0
             if it % t.eval_interval == 0 or it == end:

@@ -72,8 +72,11 @@ class MetricsLogger:
         line = (
             f"iteration {iteration:6d}/{total} | loss {values['loss']:.6f} | "
             f"lr {values['lr']:.3e} | grad norm {values['grad_norm']:.4f} | "
-            f"tokens/s {values['tokens_per_s']:.0f} | ms/iter {values['ms_per_iter']:.1f}"
+            f"tokens/s {values['tokens_per_s']:.0f} | ms/iter {values['ms_per_iter']:.1f} | "
+            f"TFLOP/s/device {values['tflops_per_device']:.3f}"
         )
+        if "mfu" in values:
+            line += f" | MFU {100 * values['mfu']:.1f}%"
         self._bar.write(line, file=sys.stdout)
 
     def validation(self, iteration: int, loss: float) -> None:

@@ -1,0 +1,134 @@
+"""Start-up audit of the initialization: expected vs. measured sigma of every parameter.
+
+Each parameter's measured statistics are summed over all of its shards (tensor- and
+expert-parallel), counting each shard once (data-parallel replicas and TP-replicated parameters
+are skipped), so the numbers describe the global tensor whatever the layout. Expected sigma is
+the gamma rule's fan_in^-gamma (:mod:`megatron_gamma.model.init`), or megatron-core's
+``init_method_std`` (divided by sqrt(2 num_layers) for attn_out / fc2 / expert_fc2) for
+``--init-method normal``. A row is flagged when measured sigma differs from the expectation by
+more than max(``tolerance``, 4 / sqrt(2 n)) relative — the second term is four standard errors of
+a sigma estimated from n samples, so that small matrices (a 4 x 64 headwise gate) are not
+flagged for sampling noise — or when a constant-initialized parameter is not that constant.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
+
+from megatron_gamma.config import Config
+from megatron_gamma.model.init import global_name, global_shape, param_init, tp_size_rank
+
+_OUTPUT_ROLES = ("attn_out", "fc2", "expert_fc2")
+
+
+def _expected(cfg: Config, name: str, vocab_size: int) -> dict:
+    init = param_init(name, cfg, vocab_size)
+    row = {"role": init.role, "fan_in": init.fan_in, "gamma": init.gamma}
+    if init.constant is not None:
+        row.update(expected_sigma=0.0, expected_mean=init.constant)
+    elif cfg.init.init_method == "normal":
+        std = cfg.init.init_method_std
+        if init.role in _OUTPUT_ROLES:
+            std /= math.sqrt(2.0 * cfg.model.num_layers)
+        row.update(expected_sigma=std, expected_mean=0.0, gamma=None)
+    else:
+        row.update(expected_sigma=init.sigma, expected_mean=0.0)
+    return row
+
+
+def _owns_shard(param: torch.Tensor) -> bool:
+    """True on exactly one rank per distinct shard of ``param``."""
+    expert = not getattr(param, "allreduce", True)
+    dp_rank = (
+        parallel_state.get_expert_data_parallel_rank()
+        if expert
+        else parallel_state.get_data_parallel_rank()
+    )
+    if dp_rank != 0:
+        return False
+    return getattr(param, "tensor_model_parallel", False) or tp_size_rank(param)[1] == 0
+
+
+@torch.no_grad()
+def audit_init(models: list, cfg: Config, vocab_size: int, tolerance: float = 0.05) -> list[dict]:
+    """Measure every parameter across all ranks and compare with its expected init.
+
+    Collective: every rank must call it. Returns the rows on every rank, sorted by name; each
+    row has name, shape (global), role, fan_in, gamma, expected_sigma, measured_sigma,
+    expected_mean, measured_mean, numel, flagged.
+
+    Args:
+        models: this rank's unwrapped GPTModel chunks.
+        cfg: run config.
+        vocab_size: padded vocabulary size.
+        tolerance: relative sigma deviation that flags a row.
+    """
+    local: dict[str, list] = {}
+    for model in models:
+        for name, param in model.named_parameters():
+            if not _owns_shard(param):
+                continue
+            gname = global_name(name, model)
+            x = param.detach().double()
+            stats = local.setdefault(gname, [0.0, 0.0, 0, list(global_shape(param))])
+            stats[0] += float(x.sum())
+            stats[1] += float((x * x).sum())
+            stats[2] += x.numel()
+    gathered = [None] * dist.get_world_size() if dist.is_initialized() else [local]
+    if dist.is_initialized():
+        dist.all_gather_object(gathered, local)
+    total: dict[str, list] = {}
+    for part in gathered:
+        for gname, (s, sq, n, shape) in part.items():
+            acc = total.setdefault(gname, [0.0, 0.0, 0, shape])
+            acc[0] += s
+            acc[1] += sq
+            acc[2] += n
+    rows = []
+    for gname in sorted(total):
+        s, sq, n, shape = total[gname]
+        mean = s / n
+        sigma = math.sqrt(max(sq / n - mean * mean, 0.0))
+        row = {"name": gname, "shape": shape, **_expected(cfg, gname, vocab_size)}
+        row.update(measured_sigma=sigma, measured_mean=mean, numel=n)
+        if row["expected_sigma"] == 0.0:
+            row["flagged"] = sigma > 1e-6 or abs(mean - row["expected_mean"]) > 1e-6
+        else:
+            allowed = max(tolerance, 4.0 / math.sqrt(2.0 * n))
+            row["flagged"] = abs(sigma / row["expected_sigma"] - 1.0) > allowed
+        rows.append(row)
+    return rows
+
+
+def format_audit(rows: list[dict]) -> str:
+    """The audit as a fixed-width table (one line per parameter)."""
+    head = (
+        f"{'parameter':<58} {'shape':<14} {'role':<13} {'fan_in':>7} {'gamma':>5} "
+        f"{'sigma exp':>10} {'sigma meas':>10}  flag"
+    )
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        gamma = "" if r["gamma"] in (None, 0.0) else f"{r['gamma']:.2f}"
+        fan = str(r["fan_in"]) if r["fan_in"] else ""
+        lines.append(
+            f"{r['name'][-58:]:<58} {'x'.join(map(str, r['shape'])):<14} {r['role']:<13} "
+            f"{fan:>7} {gamma:>5} {r['expected_sigma']:>10.3e} {r['measured_sigma']:>10.3e}  "
+            f"{'FLAG' if r['flagged'] else ''}"
+        )
+    return "\n".join(lines)
+
+
+def write_audit(rows: list[dict], run_dir: str) -> str:
+    """Write ``run_dir/init_audit.json`` atomically; return its path."""
+    path = os.path.join(run_dir, "init_audit.json")
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(rows, f, indent=1)
+    os.replace(tmp, path)
+    return path
