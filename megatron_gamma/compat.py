@@ -1,7 +1,7 @@
 """CPU compatibility layer for megatron-core's hard-coded CUDA calls.
 
 megatron-core 0.16 assumes a GPU on its training path (about 229 lines touch ``torch.cuda``), so
-on a CPU-only machine :func:`apply_cpu_compat` installs five process-wide shims, once, before any
+on a CPU-only machine :func:`apply_cpu_compat` installs six process-wide shims, once, before any
 model is built. :mod:`megatron_gamma.parallel` calls it only when no GPU is present; with a GPU
 nothing here runs. Measured sufficient for megatron-core 0.16.1 with gloo on 1-4 processes
 (TP, PP with virtual stages, EP, DP, distributed optimizer, dist_checkpointing).
@@ -19,6 +19,10 @@ stream     no-op ``torch.cuda.Stream/Event/stream/              MoE alltoall dis
            current_stream/synchronize``                         async checkpoint writer
 moe        ``moe_utils.te_general_gemm = None``; CPU split      a NameError without Transformer
            sizes as numpy for all-to-all                        Engine; gloo needs list split sizes
+l2norm     grad-norm fallback (``local_multi_tensor_l2_norm``)  ``torch.norm`` of a large fp32 CPU
+           accumulates each tensor's squares in fp64            tensor is off by up to 6e-5 relative
+                                                                (measured), so the logged grad norm
+                                                                and clipping changed with the layout
 =========  ===================================================  =====================================
 """
 
@@ -150,8 +154,19 @@ def _shim_moe() -> None:
     token_dispatcher.maybe_move_tensor_to_cpu = maybe_move_tensor_to_cpu
 
 
+def _shim_l2norm() -> None:
+    import megatron.core.optimizer.clip_grads as clip_grads
+
+    def l2_norm_fp64(chunk_size, noop_flag, tensor_lists, per_tensor, *args):
+        total = sum(t.double().square().sum() for tensors in tensor_lists for t in tensors)
+        return torch.sqrt(torch.as_tensor(total, dtype=torch.float64)).float().reshape(1), None
+
+    if clip_grads.l2_norm_impl.__name__ == "local_multi_tensor_l2_norm":
+        clip_grads.l2_norm_impl = l2_norm_fp64
+
+
 def apply_cpu_compat() -> None:
-    """Install the five shims (idempotent).
+    """Install the six shims (idempotent).
 
     Raises:
         RuntimeError: called on a machine with a GPU, where the shims would hide real CUDA.
@@ -165,6 +180,7 @@ def apply_cpu_compat() -> None:
     _shim_rng()
     _shim_stream()
     _shim_moe()
+    _shim_l2norm()
     CudaToCpuMode().__enter__()
     logging.getLogger("megatron.core.tensor_parallel.random").setLevel(logging.ERROR)
     _APPLIED = True

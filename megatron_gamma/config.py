@@ -415,11 +415,11 @@ class CheckpointConfig:
     """megatron-core dist_checkpointing."""
 
     save: Optional[str] = None
-    """Checkpoint directory to save into (default: <run_dir>/checkpoints)."""
+    """Checkpoint directory to save into; no checkpoints without it."""
     load: Optional[str] = None
     """Checkpoint directory to resume from (its latest complete checkpoint)."""
     save_interval: Optional[int] = None
-    """Save every this many iterations; a final checkpoint is always written."""
+    """Save every this many iterations; with ``save`` a final checkpoint is always written."""
 
 
 @dataclass

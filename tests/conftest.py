@@ -58,12 +58,15 @@ def demo_prefix(tmp_path_factory) -> str:
 
 
 def read_metrics(run_dir) -> dict[str, dict[int, float]]:
-    """{'train': {iteration: loss}, 'valid': {iteration: loss}} from a run's metrics.jsonl."""
-    out: dict[str, dict[int, float]] = {"train": {}, "valid": {}}
+    """{'train': {iteration: loss}, 'valid': {iteration: loss}, 'grad_norm': {iteration: norm}}
+    from a run's metrics.jsonl."""
+    out: dict[str, dict[int, float]] = {"train": {}, "valid": {}, "grad_norm": {}}
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         for line in f:
             rec = json.loads(line)
             out[rec["split"]][rec["iteration"]] = rec["loss"]
+            if "grad_norm" in rec:
+                out["grad_norm"][rec["iteration"]] = rec["grad_norm"]
     return out
 
 
@@ -78,7 +81,7 @@ def run_cli(args: list[str], nproc: int = 1, timeout: int = 600) -> subprocess.C
             "-m",
             "torch.distributed.run",
             f"--nproc-per-node={nproc}",
-            "--master-port=0",
+            "--standalone",
             "-m",
             "megatron_gamma.cli",
             *args,

@@ -11,8 +11,9 @@ from megatron_gamma.config import ConfigError, load_config
 
 @pytest.mark.timeout(300)
 def test_demo_pipeline_learns(tmp_path, demo_prefix):
+    ckpt = str(tmp_path / "run" / "checkpoints")
     metrics = pretrain(
-        tmp_path / "run", demo_prefix, "--train-iters", "40", "--eval-interval", "20"
+        tmp_path / "run", demo_prefix, "--train-iters", "40", "--eval-interval", "20", "--save", ckpt
     )
     first_loss = metrics["train"][1]  # iteration 1's loss is measured at initialization
     assert first_loss == pytest.approx(8.3178, abs=0.05)  # ln(4096): gamma=1 outputs ~uniform
@@ -27,7 +28,7 @@ def test_demo_pipeline_learns(tmp_path, demo_prefix):
 @pytest.mark.timeout(400)
 def test_resume_reproduces_uninterrupted_losses(tmp_path, demo_prefix):
     flags = ["--train-iters", "20", "--eval-interval", "100", "--hidden-dropout", "0.1"]
-    full = pretrain(tmp_path / "full", demo_prefix, *flags, "--save-interval", "1000")
+    full = pretrain(tmp_path / "full", demo_prefix, *flags)
     ckpt = str(tmp_path / "ckpt")
     pretrain(tmp_path / "first", demo_prefix, *flags, "--exit-interval", "10", "--save", ckpt)
     resumed = pretrain(tmp_path / "second", demo_prefix, *flags, "--load", ckpt, "--save", ckpt)

@@ -28,6 +28,8 @@ import torch.distributed as dist
 from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
 from megatron.core.dist_checkpointing.mapping import ShardedObject
 
+from megatron_gamma.config import ConfigError
+
 TRACKER = "latest_checkpointed_iteration.txt"
 _ITER_DIR = re.compile(r"^iter_(\d{7})$")
 _SAVE_METADATA = {"distrib_optim_sharding_type": "fully_reshardable"}
@@ -61,6 +63,7 @@ def latest_iteration(root: str) -> int | None:
 
 
 def _layout() -> dict:
+    """Sizes that decide whether per-rank RNG states can be restored."""
     return {
         "tp": parallel_state.get_tensor_model_parallel_world_size(),
         "pp": parallel_state.get_pipeline_model_parallel_world_size(),
@@ -101,6 +104,67 @@ def _sharded_rng(state: dict | None) -> ShardedObject:
     )
 
 
+def _is_distributed(optimizer) -> bool:
+    inner = getattr(optimizer, "chained_optimizers", [optimizer])
+    return any(type(o).__name__ == "DistributedOptimizer" for o in inner)
+
+
+def _prime_torch_adam_state(optimizer) -> None:
+    """Give a never-stepped torch Adam inside megatron-core's DistributedOptimizer its
+    per-parameter state (zero moments, step 0: what a first step would start from).
+
+    Without apex / Transformer Engine, megatron-core 0.16's ``DistributedOptimizer.state_dict``
+    (called while building the *loading* state dict) reads one common Adam ``step`` from the
+    torch optimizer's per-parameter state, which a fresh optimizer does not have yet. The load
+    then overwrites every value.
+    """
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        torch_opt = getattr(inner, "optimizer", None)
+        if type(inner).__name__ != "DistributedOptimizer" or not isinstance(
+            torch_opt, torch.optim.Adam | torch.optim.AdamW
+        ):
+            continue
+        for group in torch_opt.param_groups:
+            for p in group["params"]:
+                state = torch_opt.state[p]
+                if "step" not in state:
+                    state.setdefault("exp_avg", torch.zeros_like(p.data))
+                    state.setdefault("exp_avg_sq", torch.zeros_like(p.data))
+                    state["step"] = torch.tensor(0.0)
+
+
+def _fix_fully_reshardable_torch_adam_load() -> None:
+    """megatron-core 0.16 without apex / Transformer Engine: loading a ``fully_reshardable``
+    distributed-optimizer checkpoint copies every per-parameter torch Adam state key from the
+    checkpoint, including ``step``, which that format stores once per group (and megatron-core
+    has already restored) rather than per parameter, so the load fails with KeyError 'step'.
+    Skip that key, and give each parameter its own copy of the restored ``step``: megatron-core
+    assigns one tensor to every parameter, which torch's Adam then increments once per parameter
+    per step (wrong bias correction from the first step after a resume)."""
+    from megatron.core.optimizer import distrib_optimizer
+
+    cls = distrib_optimizer.DistributedOptimizer
+    upstream = cls._set_main_param_and_optimizer_states
+    if getattr(upstream, "_megatron_gamma_fix", False):
+        return
+
+    def _set_main_param_and_optimizer_states(self, model_param, tensors):
+        if "step" not in tensors and not self.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
+            group_index, group_order = self.model_param_group_index_map[model_param]
+            main_param = self.optimizer.param_groups[group_index]["params"][group_order]
+            state = self.optimizer.state[main_param]
+            step = state.pop("step", None)
+            try:
+                return upstream(self, model_param, tensors)
+            finally:
+                if step is not None:
+                    state["step"] = step.clone()
+        return upstream(self, model_param, tensors)
+
+    _set_main_param_and_optimizer_states._megatron_gamma_fix = True
+    cls._set_main_param_and_optimizer_states = _set_main_param_and_optimizer_states
+
+
 def _state_dict(chunks, optimizer, scheduler, state: TrainState, rng, loading: bool) -> dict:
     sd: dict = {}
     for i, chunk in enumerate(chunks):
@@ -110,6 +174,7 @@ def _state_dict(chunks, optimizer, scheduler, state: TrainState, rng, loading: b
     sd["iteration"] = state.iteration
     sd["consumed_samples"] = state.consumed_samples
     sd["layout"] = _layout()
+    sd["distributed_optimizer"] = _is_distributed(optimizer)
     if rng is not None:
         sd["rng_state"] = _sharded_rng(rng)
     return sd
@@ -165,8 +230,17 @@ def load_checkpoint(root: str, chunks, optimizer, scheduler) -> TrainState | Non
         return None
     path = checkpoint_dir(root, iteration)
     common = dist_checkpointing.load_common_state_dict(path)
+    saved_distributed = common.get("distributed_optimizer", False)
+    if saved_distributed != _is_distributed(optimizer):
+        raise ConfigError(
+            f"use_distributed_optimizer={not saved_distributed}: {path} was saved with "
+            f"use_distributed_optimizer={saved_distributed}, and megatron-core cannot convert "
+            "optimizer state between the two. Fix: resume with the same setting"
+        )
     same_layout = common.get("layout") == _layout()
     template = _rng_state() if same_layout else None
+    _prime_torch_adam_state(optimizer)
+    _fix_fully_reshardable_torch_adam_load()
     sd = _state_dict(chunks, optimizer, scheduler, TrainState(), template, loading=True)
     loaded = dist_checkpointing.load(sd, path)
     for i, chunk in enumerate(chunks):

@@ -264,9 +264,10 @@ class Trainer:
         return sum(losses) / len(losses)
 
     def save(self) -> str:
-        """Checkpoint under ``checkpoint.save`` (default ``<run_dir>/checkpoints``)."""
-        root = self.cfg.checkpoint.save or os.path.join(self.cfg.logging.run_dir, "checkpoints")
-        return save_checkpoint(root, self.chunks, self.optimizer, self.scheduler, self.state)
+        """Checkpoint under ``checkpoint.save``."""
+        return save_checkpoint(
+            self.cfg.checkpoint.save, self.chunks, self.optimizer, self.scheduler, self.state
+        )
 
     def train(self) -> TrainResult:
         """Run from the current state to ``train_iters`` (or ``exit_interval``)."""
@@ -320,7 +321,7 @@ class Trainer:
                     log.validation(it, val)
                     result.valid_losses[it] = val
             interval = cfg.checkpoint.save_interval
-            if (interval and it % interval == 0) or it == end:
+            if cfg.checkpoint.save and ((interval and it % interval == 0) or it == end):
                 result.checkpoint = self.save()
                 log.message(f"saved checkpoint {result.checkpoint}")
         result.iteration = self.state.iteration

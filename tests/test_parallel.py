@@ -1,0 +1,125 @@
+"""Every parallel layout trains like one rank (real multi-process gloo runs through the CLI).
+
+fp32, fixed seed and data: losses and grad norms of iterations 1-5 equal the single-rank run's
+within 1e-5 relative. All runs share ``--train-iters 8`` (so the LR schedule is the same) and
+stop with ``--exit-interval``.
+"""
+
+import pytest
+from conftest import pretrain, run_cli
+
+from megatron_gamma.config import ConfigError, load_config, validate_layout
+
+SMALL = [
+    "--hidden-size", "64", "--num-attention-heads", "4", "--ffn-hidden-size", "128",
+    "--seq-length", "32", "--micro-batch-size", "2", "--global-batch-size", "8",
+    "--train-iters", "8", "--eval-interval", "1000", "--log-interval", "1",
+]
+MOE = ["--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "64"]
+
+LAYOUTS = {
+    "tp2": (2, "dense4", ["--tensor-model-parallel-size", "2"]),
+    "tp2-sp": (2, "dense4", ["--tensor-model-parallel-size", "2", "--sequence-parallel"]),
+    "pp2": (2, "dense4", ["--pipeline-model-parallel-size", "2"]),
+    "pp2-vpp2": (
+        2, "dense4",
+        ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"],
+    ),
+    "dp2": (2, "dense4", []),
+    "dp2-distopt": (2, "dense4", ["--use-distributed-optimizer", "--overlap-grad-reduce"]),
+    "tp2-pp2": (
+        4, "dense4", ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"]
+    ),
+    "pp4-vpp2": (
+        4, "dense8",
+        ["--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "1"],
+    ),
+    "moe-ep2-allgather": (2, "moe", ["--expert-model-parallel-size", "2"]),
+    "moe-ep2-alltoall": (
+        2, "moe", ["--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"]
+    ),
+    "moe-ep2-tp2-sp": (
+        4, "moe",
+        ["--expert-model-parallel-size", "2", "--tensor-model-parallel-size", "2",
+         "--sequence-parallel"],
+    ),
+}
+MODELS = {
+    "dense4": ["--num-layers", "4"],
+    "dense8": ["--num-layers", "8"],
+    "moe": ["--num-layers", "2", *MOE],
+}
+
+
+@pytest.fixture(scope="module")
+def references(tmp_path_factory, demo_prefix):
+    """Single-rank runs of each model, all 8 iterations."""
+    out = {}
+    for name, flags in MODELS.items():
+        out[name] = pretrain(tmp_path_factory.mktemp(name), demo_prefix, *SMALL, *flags)
+    return out
+
+
+def _assert_same(got, ref, iterations):
+    for it in iterations:
+        for key in ("train", "grad_norm"):
+            assert got[key][it] == pytest.approx(ref[key][it], rel=1e-5), (key, it)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_layout_equals_single_rank(tmp_path, demo_prefix, references, layout):
+    nproc, model, flags = LAYOUTS[layout]
+    got = pretrain(
+        tmp_path, demo_prefix, *SMALL, *MODELS[model], *flags, "--exit-interval", "5",
+        nproc=nproc,
+    )
+    assert sorted(got["train"]) == [1, 2, 3, 4, 5]
+    _assert_same(got, references[model], range(1, 6))
+
+
+@pytest.mark.timeout(900)
+def test_checkpoint_resharding_tp2pp2_to_tp1_and_dp2(tmp_path, demo_prefix, references):
+    ckpt = str(tmp_path / "ckpt")
+    layout = ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"]
+    pretrain(
+        tmp_path / "saved", demo_prefix, *SMALL, *MODELS["dense4"], *layout,
+        "--use-distributed-optimizer", "--exit-interval", "5", "--save", ckpt, nproc=4,
+    )
+    for name, nproc in (("tp1", 1), ("dp2", 2)):
+        got = pretrain(
+            tmp_path / name, demo_prefix, *SMALL, *MODELS["dense4"], "--load", ckpt,
+            "--use-distributed-optimizer", nproc=nproc,
+        )
+        assert sorted(got["train"]) == [6, 7, 8], name
+        _assert_same(got, references["dense4"], range(6, 9))
+    proc = run_cli(
+        ["pretrain", "--data-path", demo_prefix, "--run-dir", str(tmp_path / "x"), *SMALL,
+         *MODELS["dense4"], "--load", ckpt, "--split", "95,5,0"]
+    )
+    assert proc.returncode == 2 and "use_distributed_optimizer=False" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "overrides, world, message",
+    [
+        ({"tensor_model_parallel_size": 2}, 3, "TP x PP = 2 x 1 does not divide the world size 3"),
+        ({"num_layers": 5, "pipeline_model_parallel_size": 2}, 2, "does not divide num_layers=5"),
+        (
+            {"num_experts": 3, "expert_model_parallel_size": 2},
+            2,
+            "does not divide num_experts=3",
+        ),
+        ({"global_batch_size": 12, "micro_batch_size": 4}, 2, "micro_batch_size x data-parallel"),
+        (
+            {"pipeline_model_parallel_size": 2, "num_layers_per_virtual_pipeline_stage": 3},
+            2,
+            "does not divide the 2 layers of each pipeline stage",
+        ),
+        ({"expert_model_parallel_size": 2}, 2, "needs an MoE model"),
+    ],
+)
+def test_invalid_layouts_fail_with_named_errors(overrides, world, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        validate_layout(load_config(None, overrides), world)
+    assert "Fix:" in str(err.value)
