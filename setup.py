@@ -65,14 +65,14 @@ def _extensions():
     required = mode == "1"
     try:
         import torch
-    except ImportError:
+    except ImportError as e:
         why = (
             "torch is not importable in the build environment, so the C++/CUDA extension is "
             "not built and the pure-torch kernels will be used. Fix: install torch first, then "
             "pip install --no-build-isolation ."
         )
         if required:
-            raise SystemExit(why)
+            raise SystemExit(why) from e
         _log(why)
         return [], {}
     cxx = os.environ.get("CXX", "c++")

@@ -5,7 +5,8 @@
 // written for the auto-vectorizer (`omp simd`, branch-free dtype conversions). With GCC >= 12
 // on x86-64 each loop is compiled three times (AVX-512, AVX2, baseline SSE2) and the best one
 // for the running CPU is picked at load time (target_clones), so the wheel stays portable.
-// bf16/fp16 rows are converted to fp32 in a per-thread buffer of `hidden` floats (L1/L2).
+// bf16/fp16 elements are converted to fp32 inside those loops (exactly rounded, branch-free),
+// so a row is read three times (max|x|, sum of squares, output) from L1/L2 and never copied.
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -20,7 +21,6 @@
 #include <cstring>
 #include <tuple>
 #include <type_traits>
-#include <vector>
 
 #include "checks.h"
 #include "common.h"
@@ -88,119 +88,83 @@ inline uint16_t float_to_half(float f) {
   return uint16_t((sign >> 16) | (shl1_w > 0xff000000u ? 0x7e00u : nonsign));
 }
 
-MG_CLONES void load_row(float* dst, const c10::BFloat16* src, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i].x);
-}
-
-MG_CLONES void load_row(float* dst, const c10::Half* src, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(src[i].x);
-}
-
-MG_CLONES void store_row(c10::BFloat16* dst, const float* src, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i].x = float_to_bf16(src[i]);
-}
-
-MG_CLONES void store_row(c10::Half* dst, const float* src, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i].x = float_to_half(src[i]);
-}
-
 template <typename scalar_t>
 using acc_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
 
-// A row in the accumulation type: the input itself when it already is, else `buf` filled.
-template <typename scalar_t>
-const acc_t<scalar_t>* acc_row(const scalar_t* src, acc_t<scalar_t>* buf, int64_t n) {
-  if constexpr (std::is_same_v<scalar_t, acc_t<scalar_t>>) {
-    return src;
-  } else {
-    load_row(buf, src, n);
-    return buf;
-  }
-}
-
-// Where to compute an output row: the output itself when it has the accumulation type, else
-// `buf`, converted by commit_row.
-template <typename scalar_t>
-acc_t<scalar_t>* out_row(scalar_t* dst, acc_t<scalar_t>* buf) {
-  if constexpr (std::is_same_v<scalar_t, acc_t<scalar_t>>) {
-    return dst;
-  } else {
-    return buf;
-  }
-}
-
-template <typename scalar_t>
-void commit_row(scalar_t* dst, const acc_t<scalar_t>* buf, int64_t n) {
-  if constexpr (!std::is_same_v<scalar_t, acc_t<scalar_t>>) {
-    store_row(dst, buf, n);
-  }
-}
-
-// Row buffer of the accumulation type, empty when the input already has that type.
-template <typename scalar_t>
-std::vector<acc_t<scalar_t>> row_buffer(int64_t n) {
-  return std::vector<acc_t<scalar_t>>(std::is_same_v<scalar_t, acc_t<scalar_t>> ? 0 : n);
-}
+// Element conversions to the accumulation type and back (inlined into the vector loops).
+inline float to_acc(float v) { return v; }
+inline double to_acc(double v) { return v; }
+inline float to_acc(c10::BFloat16 v) { return bf16_to_float(v.x); }
+inline float to_acc(c10::Half v) { return half_to_float(v.x); }
+inline void put(float* p, float v) { *p = v; }
+inline void put(double* p, double v) { *p = v; }
+inline void put(c10::BFloat16* p, float v) { p->x = float_to_bf16(v); }
+inline void put(c10::Half* p, float v) { p->x = float_to_half(v); }
 
 // Rows per parallel task: about 16k elements, so small rows are batched.
-inline int64_t row_grain(int64_t n) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)); }
+inline int64_t row_grain(int64_t n) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1));
+}
 
 // ---------------------------------------------------------------------------------------------
-// RMSNorm row primitives (T = float or double).
+// RMSNorm row primitives (S: the storage dtype, T = acc_t<S>).
 
-template <typename T>
-MG_CLONES T row_amax(const T* x, int64_t n) {
+template <typename S>
+MG_CLONES acc_t<S> row_amax(const S* x, int64_t n) {
+  using T = acc_t<S>;
   T m = 0;
 #pragma omp simd reduction(max : m)
   for (int64_t i = 0; i < n; ++i) {
-    const T a = x[i] < T(0) ? -x[i] : x[i];
+    const T v = to_acc(x[i]);
+    const T a = v < T(0) ? -v : v;
     m = a > m ? a : m;
   }
   return m;
 }
 
-template <typename T>
-MG_CLONES T row_sumsq(const T* x, int64_t n, T s) {
+template <typename S>
+MG_CLONES acc_t<S> row_sumsq(const S* x, int64_t n, acc_t<S> s) {
+  using T = acc_t<S>;
   T acc = 0;
 #pragma omp simd reduction(+ : acc)
   for (int64_t i = 0; i < n; ++i) {
-    const T v = x[i] * s;
+    const T v = to_acc(x[i]) * s;
     acc += v * v;
   }
   return acc;
 }
 
 // y = (x * s) * r_hat * w
-template <typename T>
-MG_CLONES void row_normalize(T* __restrict y, const T* __restrict x, const T* __restrict w, T s,
-                             T r_hat, int64_t n) {
+template <typename S>
+MG_CLONES void row_normalize(S* __restrict y, const S* __restrict x, const acc_t<S>* __restrict w,
+                             acc_t<S> s, acc_t<S> r_hat, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] * s) * r_hat * w[i];
+  for (int64_t i = 0; i < n; ++i) put(y + i, (to_acc(x[i]) * s) * r_hat * w[i]);
 }
 
 // sum_i (dy_i * w_i) * (x_i * rstd)
-template <typename T>
-MG_CLONES T row_dot(const T* __restrict dy, const T* __restrict w, const T* __restrict x, T rstd,
-                    int64_t n) {
+template <typename S>
+MG_CLONES acc_t<S> row_dot(const S* __restrict dy, const acc_t<S>* __restrict w,
+                           const S* __restrict x, acc_t<S> rstd, int64_t n) {
+  using T = acc_t<S>;
   T acc = 0;
 #pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += (dy[i] * w[i]) * (x[i] * rstd);
+  for (int64_t i = 0; i < n; ++i) acc += (to_acc(dy[i]) * w[i]) * (to_acc(x[i]) * rstd);
   return acc;
 }
 
 // dx = rstd * (dy * w - y_hat * c),  dw += dy * y_hat,  y_hat = x * rstd
-template <typename T>
-MG_CLONES void row_grads(T* __restrict dx, T* __restrict dw, const T* __restrict dy,
-                         const T* __restrict w, const T* __restrict x, T rstd, T c, int64_t n) {
+template <typename S>
+MG_CLONES void row_grads(S* __restrict dx, acc_t<S>* __restrict dw, const S* __restrict dy,
+                         const acc_t<S>* __restrict w, const S* __restrict x, acc_t<S> rstd,
+                         acc_t<S> c, int64_t n) {
+  using T = acc_t<S>;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
-    const T y_hat = x[i] * rstd;
-    dx[i] = rstd * (dy[i] * w[i] - y_hat * c);
-    dw[i] += dy[i] * y_hat;
+    const T y_hat = to_acc(x[i]) * rstd;
+    const T g = to_acc(dy[i]);
+    put(dx + i, rstd * (g * w[i] - y_hat * c));
+    dw[i] += g * y_hat;
   }
 }
 
@@ -217,17 +181,13 @@ void rms_norm_fwd_rows(const scalar_t* x, const acc_t<scalar_t>* w, scalar_t* y,
   const T eps = static_cast<T>(eps_in);
   const T sqrt_eps = std::sqrt(eps);
   at::parallel_for(0, rows, row_grain(n), [&](int64_t begin, int64_t end) {
-    auto xbuf = row_buffer<scalar_t>(n);
-    auto ybuf = row_buffer<scalar_t>(n);
     for (int64_t r = begin; r < end; ++r) {
-      const T* xr = acc_row(x + r * n, xbuf.data(), n);
+      const scalar_t* xr = x + r * n;
       const T s = rms_scale(row_amax(xr, n), sqrt_eps);
       const T mean_sq = row_sumsq(xr, n, s) / static_cast<T>(n);
       const T r_hat = T(1) / std::sqrt(mean_sq + eps * s * s);
       rstd[r] = r_hat * s;
-      T* yr = out_row(y + r * n, ybuf.data());
-      row_normalize(yr, xr, w, s, r_hat, n);
-      commit_row(y + r * n, yr, n);
+      row_normalize(y + r * n, xr, w, s, r_hat, n);
     }
   });
 }
@@ -241,22 +201,17 @@ void rms_norm_bwd_rows(const scalar_t* dy, const scalar_t* x, const acc_t<scalar
   using T = acc_t<scalar_t>;
   at::parallel_for(0, rows, row_grain(n), [&](int64_t begin, int64_t end) {
     T* dw_t = dw_partial + at::get_thread_num() * n;
-    auto xbuf = row_buffer<scalar_t>(n);
-    auto dybuf = row_buffer<scalar_t>(n);
-    auto dxbuf = row_buffer<scalar_t>(n);
     for (int64_t r = begin; r < end; ++r) {
-      const T* xr = acc_row(x + r * n, xbuf.data(), n);
-      const T* dyr = acc_row(dy + r * n, dybuf.data(), n);
       const T rs = rstd[r];
-      const T c = row_dot(dyr, w, xr, rs, n) / static_cast<T>(n);
-      T* dxr = out_row(dx + r * n, dxbuf.data());
-      row_grads(dxr, dw_t, dyr, w, xr, rs, c, n);
-      commit_row(dx + r * n, dxr, n);
+      const T c = row_dot(dy + r * n, w, x + r * n, rs, n) / static_cast<T>(n);
+      row_grads(dx + r * n, dw_t, dy + r * n, w, x + r * n, rs, c, n);
     }
   });
   at::parallel_for(0, n, 1024, [&](int64_t begin, int64_t end) {
     std::fill(dw + begin, dw + end, T(0));
-    for (int64_t t = 0; t < threads; ++t) row_add(dw + begin, dw_partial + t * n + begin, end - begin);
+    for (int64_t t = 0; t < threads; ++t) {
+      row_add(dw + begin, dw_partial + t * n + begin, end - begin);
+    }
   });
 }
 
@@ -340,44 +295,56 @@ inline float exp_neg(float a) {
 
 inline double exp_neg(double a) { return std::exp(-a); }
 
-template <typename T>
-MG_CLONES void gate_fwd_elementwise(T* __restrict y, const T* __restrict o, const T* __restrict g,
+template <typename S>
+MG_CLONES void gate_fwd_elementwise(S* __restrict y, const S* __restrict o, const S* __restrict g,
                                     int64_t n) {
+  using T = acc_t<S>;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
+    const T gv = to_acc(g[i]);
     T sig, dsig;
-    sigmoid_parts(g[i], exp_neg(g[i] < T(0) ? -g[i] : g[i]), &sig, &dsig);
-    y[i] = o[i] * sig;
+    sigmoid_parts(gv, exp_neg(gv < T(0) ? -gv : gv), &sig, &dsig);
+    put(y + i, to_acc(o[i]) * sig);
   }
 }
 
-template <typename T>
-MG_CLONES void gate_bwd_elementwise(T* __restrict d_o, T* __restrict d_g, const T* __restrict dy,
-                                    const T* __restrict o, const T* __restrict g, int64_t n) {
+template <typename S>
+MG_CLONES void gate_bwd_elementwise(S* __restrict d_o, S* __restrict d_g, const S* __restrict dy,
+                                    const S* __restrict o, const S* __restrict g, int64_t n) {
+  using T = acc_t<S>;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
+    const T gv = to_acc(g[i]);
+    const T dyv = to_acc(dy[i]);
     T sig, dsig;
-    sigmoid_parts(g[i], exp_neg(g[i] < T(0) ? -g[i] : g[i]), &sig, &dsig);
-    d_o[i] = dy[i] * sig;
-    d_g[i] = dy[i] * o[i] * dsig;
+    sigmoid_parts(gv, exp_neg(gv < T(0) ? -gv : gv), &sig, &dsig);
+    put(d_o + i, dyv * sig);
+    put(d_g + i, dyv * to_acc(o[i]) * dsig);
   }
 }
 
-template <typename T>
-MG_CLONES void row_scale(T* __restrict y, const T* __restrict v, T a, int64_t n) {
+// y = v * a
+template <typename S>
+MG_CLONES void row_scale(S* __restrict y, const S* __restrict v, acc_t<S> a, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = v[i] * a;
+  for (int64_t i = 0; i < n; ++i) put(y + i, to_acc(v[i]) * a);
 }
 
-template <typename T>
-MG_CLONES T row_dot2(const T* __restrict a, const T* __restrict b, int64_t n) {
-  T acc = 0;
+template <typename S>
+MG_CLONES acc_t<S> row_dot2(const S* __restrict a, const S* __restrict b, int64_t n) {
+  acc_t<S> acc = 0;
 #pragma omp simd reduction(+ : acc)
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
+  for (int64_t i = 0; i < n; ++i) acc += to_acc(a[i]) * to_acc(b[i]);
   return acc;
 }
 
-// Elementwise gates are processed in flat chunks of this many elements.
+template <typename T>
+void sigmoid_of(T g, T* sig, T* dsig) {
+  sigmoid_parts(g, exp_neg(g < T(0) ? -g : g), sig, dsig);
+}
+
+// Elementwise gates are processed in flat chunks of this many elements; headwise gates per
+// head row of head_dim elements.
 constexpr int64_t kGateChunk = 4096;
 
 template <typename scalar_t>
@@ -387,23 +354,16 @@ void gate_fwd_impl(const scalar_t* o, const scalar_t* g, scalar_t* y, int64_t nu
   const int64_t len = headwise ? d : kGateChunk;
   const int64_t tiles = (numel + len - 1) / len;
   at::parallel_for(0, tiles, row_grain(len), [&](int64_t begin, int64_t end) {
-    auto obuf = row_buffer<scalar_t>(len);
-    auto gbuf = row_buffer<scalar_t>(len);
-    auto ybuf = row_buffer<scalar_t>(len);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t start = t * len;
       const int64_t n = std::min(len, numel - start);
-      const T* ot = acc_row(o + start, obuf.data(), n);
-      T* yt = out_row(y + start, ybuf.data());
       if (headwise) {
-        const T gv = static_cast<T>(g[t]);
         T sig, dsig;
-        sigmoid_parts(gv, exp_neg(gv < T(0) ? -gv : gv), &sig, &dsig);
-        row_scale(yt, ot, sig, n);
+        sigmoid_of(to_acc(g[t]), &sig, &dsig);
+        row_scale(y + start, o + start, sig, n);
       } else {
-        gate_fwd_elementwise(yt, ot, acc_row(g + start, gbuf.data(), n), n);
+        gate_fwd_elementwise(y + start, o + start, g + start, n);
       }
-      commit_row(y + start, yt, n);
     }
   });
 }
@@ -415,29 +375,17 @@ void gate_bwd_impl(const scalar_t* dy, const scalar_t* o, const scalar_t* g, sca
   const int64_t len = headwise ? d : kGateChunk;
   const int64_t tiles = (numel + len - 1) / len;
   at::parallel_for(0, tiles, row_grain(len), [&](int64_t begin, int64_t end) {
-    auto dybuf = row_buffer<scalar_t>(len);
-    auto obuf = row_buffer<scalar_t>(len);
-    auto gbuf = row_buffer<scalar_t>(len);
-    auto dobuf = row_buffer<scalar_t>(len);
-    auto dgbuf = row_buffer<scalar_t>(len);
     for (int64_t t = begin; t < end; ++t) {
       const int64_t start = t * len;
       const int64_t n = std::min(len, numel - start);
-      const T* dyt = acc_row(dy + start, dybuf.data(), n);
-      const T* ot = acc_row(o + start, obuf.data(), n);
-      T* d_ot = out_row(d_o + start, dobuf.data());
       if (headwise) {
-        const T gv = static_cast<T>(g[t]);
         T sig, dsig;
-        sigmoid_parts(gv, exp_neg(gv < T(0) ? -gv : gv), &sig, &dsig);
-        row_scale(d_ot, dyt, sig, n);
-        d_g[t] = static_cast<scalar_t>(row_dot2(dyt, ot, n) * dsig);
+        sigmoid_of(to_acc(g[t]), &sig, &dsig);
+        row_scale(d_o + start, dy + start, sig, n);
+        put(d_g + t, row_dot2(dy + start, o + start, n) * dsig);
       } else {
-        T* dgt = out_row(d_g + start, dgbuf.data());
-        gate_bwd_elementwise(d_ot, dgt, dyt, ot, acc_row(g + start, gbuf.data(), n), n);
-        commit_row(d_g + start, dgt, n);
+        gate_bwd_elementwise(d_o + start, d_g + start, dy + start, o + start, g + start, n);
       }
-      commit_row(d_o + start, d_ot, n);
     }
   });
 }

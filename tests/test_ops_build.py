@@ -47,7 +47,9 @@ def test_missing_compiler_builds_nothing_and_says_so(tmp_path):
 def test_failing_compile_builds_nothing_and_says_so(tmp_path):
     """A compiler that identifies itself but fails every compile (e.g. a broken toolchain)."""
     cxx = tmp_path / "broken-c++"
-    cxx.write_text('#!/bin/sh\ncase "$*" in *--version*|*-dumpversion*) exec c++ "$@";; esac\nexit 1\n')
+    cxx.write_text(
+        '#!/bin/sh\ncase "$*" in *--version*|*-dumpversion*) exec c++ "$@";; esac\nexit 1\n'
+    )
     cxx.chmod(0o755)
     proc = build_ext(tmp_path, CXX=str(cxx), MEGATRON_GAMMA_BUILD_EXT="auto", MAX_JOBS="1")
     assert proc.returncode == 0, proc.stderr[-2000:]

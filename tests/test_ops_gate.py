@@ -77,7 +77,7 @@ def test_matches_fp64(device, backend_name, dtype, headwise, shape):
     o, g, dy = make(shape, dtype, device, headwise)
     with backend(backend_name, device):
         out = run(o, g, dy)
-    for name, a, r in zip(("y", "do", "dg"), out, fp64_reference(o, g, dy)):
+    for name, a, r in zip(("y", "do", "dg"), out, fp64_reference(o, g, dy), strict=True):
         assert a.dtype == dtype and a.shape == r.shape
         err = rel_err(a, r)
         assert err <= TOL[dtype], f"{name}: relative error {err:.3g} > {TOL[dtype]:g}"
@@ -93,7 +93,7 @@ def test_saturated_gate_keeps_relative_precision(device, backend_name):
     dy = torch.ones_like(g)
     with backend(backend_name, device):
         y, d_o, d_g = run(o, g, dy)
-    for a, r in zip((y, d_o, d_g), fp64_reference(o, g, dy)):
+    for a, r in zip((y, d_o, d_g), fp64_reference(o, g, dy), strict=True):
         assert float(((a.double() - r).abs() / r.abs()).max()) <= 1e-5
 
 
@@ -119,7 +119,7 @@ def test_non_contiguous_inputs(device, backend_name, headwise):
     assert not (o.is_contiguous() or g.is_contiguous() or dy.is_contiguous())
     with backend(backend_name, device):
         out = run(o, g, dy)
-    for a, r in zip(out, fp64_reference(o, g, dy)):
+    for a, r in zip(out, fp64_reference(o, g, dy), strict=True):
         assert rel_err(a, r) <= TOL[torch.float32]
 
 
@@ -132,7 +132,7 @@ def test_extension_agrees_with_reference(device, dtype, headwise):
         ext = run(o, g, dy)
     with backend("reference", device):
         ref = run(o, g, dy)
-    for name, a, b in zip(("y", "do", "dg"), ext, ref):
+    for name, a, b in zip(("y", "do", "dg"), ext, ref, strict=True):
         err = rel_err(a, b.double())
         assert err <= TOL[dtype], f"{name}: extension vs reference {err:.3g}"
 
@@ -163,15 +163,13 @@ def test_extension_traces_under_torch_compile(device, monkeypatch):
         return ops.sigmoid_gate(ops.sigmoid_gate(o, g), gh)
 
     with backend("extension", device):
-        eager = run(o, g, dy)
         torch._dynamo.reset()
         compiled = torch.compile(both, backend="aot_eager", fullgraph=True)
         leaves = [t.clone().requires_grad_() for t in (o, g, gh)]
         compiled(*leaves).backward(dy)
         leaves_eager = [t.clone().requires_grad_() for t in (o, g, gh)]
         both(*leaves_eager).backward(dy)
-    assert eager[0].shape == o.shape
-    for a, b in zip(leaves, leaves_eager):
+    for a, b in zip(leaves, leaves_eager, strict=True):
         torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0)
 
 
@@ -186,3 +184,17 @@ def test_extension_traces_under_torch_compile(device, monkeypatch):
 def test_bad_arguments_raise_before_work(g, error, match, backend_name):
     with backend(backend_name, "cpu"), pytest.raises(error, match=match):
         ops.sigmoid_gate(torch.zeros(2, 3, 4), g)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("headwise", [False, True], ids=["elementwise", "headwise"])
+def test_cuda_extension_agrees_with_cpu_extension(dtype, headwise):
+    o, g, dy = make((6, 2, 4, 128), dtype, "cpu", headwise)
+    with backend("extension", "cuda"):
+        gpu = run(o.cuda(), g.cuda(), dy.cuda())
+    with backend("extension", "cpu"):
+        cpu = run(o, g, dy)
+    for name, a, b in zip(("y", "do", "dg"), gpu, cpu, strict=True):
+        err = rel_err(a.cpu(), b.double())
+        assert err <= TOL[dtype], f"{name}: CUDA vs CPU {err:.3g}"

@@ -59,7 +59,9 @@ finally:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("precision,loss_tol,grad_tol", [("fp32", 1e-6, 1e-4), ("bf16", 2e-3, 5e-2)])
+@pytest.mark.parametrize(
+    "precision,loss_tol,grad_tol", [("fp32", 1e-6, 1e-4), ("bf16", 2e-3, 5e-2)]
+)
 def test_model_loss_same_with_extension_and_fallback(precision, loss_tol, grad_tol):
     if ops.backend("cpu") != "extension":
         pytest.skip(f"extension not built: {ops.extension_status()}")

@@ -76,7 +76,7 @@ def make(rows, hidden, dtype, scale, device, seed=0):
 
 
 def assert_matches_fp64(out, ref, dtype, what=""):
-    for name, o, r in zip(("y", "dx", "dweight"), out, ref):
+    for name, o, r in zip(("y", "dx", "dweight"), out, ref, strict=True):
         assert o.dtype == dtype, f"{what} {name} dtype {o.dtype}"
         err = rel_err(o, r)
         assert err <= TOL[dtype], f"{what} {name}: relative error {err:.3g} > {TOL[dtype]:g}"
@@ -198,7 +198,7 @@ def test_non_contiguous_inputs(device, backend_name, dtype):
         y3 = ops.rms_norm(x3, w, 1e-12)
     assert_matches_fp64(out, fp64_reference(x, w, 1e-12, dy), dtype)
     tol = 0.0 if backend_name == "extension" else TOL[dtype]
-    for a, b in zip(out, dense):
+    for a, b in zip(out, dense, strict=True):
         assert rel_err(a, b.double()) <= tol
     assert rel_err(y3, dense[0].reshape(3, 4, 1000).transpose(0, 1).double()) <= tol
 
@@ -227,7 +227,7 @@ def test_extension_agrees_with_reference(device, dtype):
         ext = run(x, w, 1e-12, dy)
     with backend("reference", device):
         ref = run(x, w, 1e-12, dy)
-    for name, a, b in zip(("y", "dx", "dweight"), ext, ref):
+    for name, a, b in zip(("y", "dx", "dweight"), ext, ref, strict=True):
         err = rel_err(a, b.double())
         assert err <= TOL[dtype], f"{name}: extension vs reference {err:.3g}"
 
@@ -261,7 +261,7 @@ def test_extension_traces_under_torch_compile(device, monkeypatch):
         wc = w.clone().requires_grad_()
         y = compiled(xc, wc, 1e-12)
         y.backward(dy)
-    for a, b in zip(eager, (y.detach(), xc.grad, wc.grad)):
+    for a, b in zip(eager, (y.detach(), xc.grad, wc.grad), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
@@ -280,3 +280,17 @@ def test_bad_arguments_raise_before_work(kwargs, error, match, backend_name):
     args = dict(x=torch.ones(2, 8), weight=torch.ones(8), eps=1e-12) | kwargs
     with backend(backend_name, "cpu"), pytest.raises(error, match=match):
         ops.rms_norm(**args)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("hidden", [1000, 4096])
+def test_cuda_extension_agrees_with_cpu_extension(dtype, hidden):
+    x, w, dy = make(64, hidden, dtype, 1e-2, "cpu")
+    with backend("extension", "cuda"):
+        gpu = run(x.cuda(), w.cuda(), 1e-12, dy.cuda())
+    with backend("extension", "cpu"):
+        cpu = run(x, w, 1e-12, dy)
+    for name, a, b in zip(("y", "dx", "dweight"), gpu, cpu, strict=True):
+        err = rel_err(a.cpu(), b.double())
+        assert err <= TOL[dtype], f"{name}: CUDA vs CPU {err:.3g}"

@@ -19,8 +19,9 @@ import contextlib
 import logging
 import math
 import os
+from collections.abc import Iterator
 from types import ModuleType
-from typing import Iterator, Optional
+from typing import Optional
 
 import torch
 
@@ -45,7 +46,10 @@ _BUILD_HINT = "pip install --no-build-isolation -e . (or python setup.py build_e
 
 def _check_backend(name: str) -> str:
     if name not in BACKENDS:
-        raise ValueError(f"ops backend {name!r} is not one of {BACKENDS}. Fix: pick one of them")
+        raise ValueError(
+            f"ops backend {name!r} (MEGATRON_GAMMA_OPS or use_backend) is not one of {BACKENDS}. "
+            "Fix: pick one of them"
+        )
     return name
 
 
@@ -59,7 +63,9 @@ def _import_extension() -> tuple[Optional[ModuleType], str]:
     except ModuleNotFoundError as e:
         if e.name != "megatron_gamma._C":
             raise
-        status = f"extension megatron_gamma._C is not built; using pure-torch kernels ({_BUILD_HINT})"
+        status = (
+            f"extension megatron_gamma._C is not built; using pure-torch kernels ({_BUILD_HINT})"
+        )
         logger.info("megatron_gamma.ops: %s", status)
         return None, status
     except (ImportError, OSError) as e:
