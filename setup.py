@@ -26,6 +26,17 @@ from setuptools import find_packages, setup
 EXT_ENV = "MEGATRON_GAMMA_BUILD_EXT"
 CPU_SOURCES = ["csrc/registration.cpp", "csrc/cpu_kernels.cpp"]
 CUDA_SOURCES = ["csrc/cuda_kernels.cu"]
+# What differs between the CUDA and the CPU-only extension.
+_EXTENSION_FIELDS = (
+    "sources",
+    "include_dirs",
+    "library_dirs",
+    "libraries",
+    "runtime_library_dirs",
+    "define_macros",
+    "extra_compile_args",
+    "extra_link_args",
+)
 
 
 def _log(message: str) -> None:
@@ -92,29 +103,55 @@ def _extensions():
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 
+    openmp = ["-fopenmp"] if sys.platform.startswith("linux") else []
+
+    def cpu_extension():
+        return CppExtension(
+            "megatron_gamma._C",
+            CPU_SOURCES,
+            extra_compile_args={"cxx": ["-O3", *openmp, "-DMG_WITH_CUDA=0"]},
+            extra_link_args=openmp,
+        )
+
     class OptionalBuildExtension(BuildExtension):
-        """Compiles the extension; on failure logs why and leaves the pure-torch fallback
-        (unless MEGATRON_GAMMA_BUILD_EXT=1)."""
+        """Compiles the extension. If the CUDA build fails, retries with the CPU kernels only;
+        if that fails too, logs why and leaves the pure-torch fallback. With
+        MEGATRON_GAMMA_BUILD_EXT=1 any failure is an error."""
 
         def run(self):
             try:
                 super().run()
+                return
             except Exception as e:  # noqa: BLE001 (any compiler/linker failure)
                 if required:
                     raise
-                self.extensions = []  # nothing to copy or install
-                _log(
-                    f"building megatron_gamma._C failed ({type(e).__name__}: {e}); the "
-                    f"pure-torch kernels will be used. Set {EXT_ENV}=1 to make this an error"
-                )
+                failure = f"{type(e).__name__}: {e}"
+            if cuda_home:
+                _log(f"building the CUDA kernels failed ({failure}); retrying with CPU kernels")
+                cpu = cpu_extension()
+                for ext in self.extensions:  # keep setuptools' per-extension state
+                    for attr in _EXTENSION_FIELDS:
+                        setattr(ext, attr, getattr(cpu, attr))
+                self.compiler = None  # run() makes a fresh compiler
+                try:
+                    super().run()
+                    return
+                except Exception as e:  # noqa: BLE001
+                    failure = f"{type(e).__name__}: {e}"
+            self.extensions = []  # nothing to copy or install
+            _log(
+                f"building megatron_gamma._C failed ({failure}); the pure-torch kernels will "
+                f"be used. Set {EXT_ENV}=1 to make this an error"
+            )
 
-    openmp = ["-fopenmp"] if sys.platform.startswith("linux") else []
-    cxx_flags = ["-O3", *openmp, f"-DMG_WITH_CUDA={int(bool(cuda_home))}"]
     if cuda_home:
         ext = CUDAExtension(
             "megatron_gamma._C",
             CPU_SOURCES + CUDA_SOURCES,
-            extra_compile_args={"cxx": cxx_flags, "nvcc": ["-O3", "-DMG_WITH_CUDA=1"]},
+            extra_compile_args={
+                "cxx": ["-O3", *openmp, "-DMG_WITH_CUDA=1"],
+                "nvcc": ["-O3", "-DMG_WITH_CUDA=1"],
+            },
             extra_link_args=openmp,
         )
         _log(
@@ -122,13 +159,13 @@ def _extensions():
             f"TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']})"
         )
     else:
-        ext = CppExtension(
-            "megatron_gamma._C",
-            CPU_SOURCES,
-            extra_compile_args={"cxx": cxx_flags},
-            extra_link_args=openmp,
-        )
-        why = "torch has no CUDA" if not torch.version.cuda else "no CUDA toolkit found"
+        ext = cpu_extension()
+        if mode == "cpu":
+            why = f"{EXT_ENV}=cpu"
+        elif not torch.version.cuda:
+            why = "torch has no CUDA"
+        else:
+            why = "no CUDA toolkit found"
         _log(f"building megatron_gamma._C with CPU kernels only ({why})")
     return [ext], {"build_ext": OptionalBuildExtension}
 
