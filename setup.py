@@ -3,9 +3,174 @@
 Install torch first (``pip install torch==2.13.0`` on CPU machines), then
 ``pip install --no-build-isolation -e .``: the C++/CUDA kernels in ``csrc/`` are compiled against
 the torch that is already installed, as apex and Transformer Engine do.
+
+The extension ``megatron_gamma._C`` is optional: without torch in the build environment, without
+a C++ compiler, or when compilation fails, the package installs anyway, says so in one log line
+(``megatron-gamma setup: ...``; pip shows it with ``-v``) and ``megatron_gamma.ops`` uses its
+pure-torch kernels. The CUDA kernels are added when torch is a CUDA build and ``nvcc`` is found
+(``CUDA_HOME``, else ``nvcc`` on PATH, else /usr/local/cuda).
+
+Environment:
+    MEGATRON_GAMMA_BUILD_EXT: ``auto`` (default: build what the machine allows), ``cpu`` (skip
+        CUDA), ``0`` (no extension) or ``1`` (required: a failed build fails the install; CI).
+    TORCH_CUDA_ARCH_LIST: CUDA architectures (default ``8.0;9.0``: sm_80 and sm_90).
+    MAX_JOBS: parallel compile jobs (torch's cpp_extension with ninja).
 """
 
+import os
+import shutil
+import sys
+
 from setuptools import find_packages, setup
+
+EXT_ENV = "MEGATRON_GAMMA_BUILD_EXT"
+CPU_SOURCES = ["csrc/registration.cpp", "csrc/cpu_kernels.cpp"]
+CUDA_SOURCES = ["csrc/cuda_kernels.cu"]
+# What differs between the CUDA and the CPU-only extension.
+_EXTENSION_FIELDS = (
+    "sources",
+    "include_dirs",
+    "library_dirs",
+    "libraries",
+    "runtime_library_dirs",
+    "define_macros",
+    "extra_compile_args",
+    "extra_link_args",
+)
+
+
+def _log(message: str) -> None:
+    print(f"megatron-gamma setup: {message}", file=sys.stderr, flush=True)
+
+
+def _find_cuda_home():
+    """CUDA_HOME/CUDA_PATH, else the toolkit of ``nvcc`` on PATH, else /usr/local/cuda.
+
+    ``nvcc`` on PATH may be a wrapper script outside the toolkit (e.g. /usr/local/bin/nvcc);
+    a candidate counts only if it has ``include/cuda_runtime.h``.
+    """
+    env = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if env:
+        return env
+    candidates = []
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    candidates.append("/usr/local/cuda")
+    for home in candidates:
+        if os.path.exists(os.path.join(home, "include", "cuda_runtime.h")) and os.path.exists(
+            os.path.join(home, "bin", "nvcc")
+        ):
+            return home
+    return None
+
+
+def _extensions():
+    """(ext_modules, cmdclass) for this machine; empty when the extension cannot be built."""
+    mode = os.environ.get(EXT_ENV, "auto").lower()
+    if mode not in ("auto", "cpu", "0", "1"):
+        raise SystemExit(f"{EXT_ENV}={mode!r}: expected auto, cpu, 0 or 1")
+    if mode == "0":
+        _log(f"{EXT_ENV}=0: not building the C++/CUDA extension; pure-torch kernels will be used")
+        return [], {}
+    required = mode == "1"
+    try:
+        import torch
+    except ImportError as e:
+        why = (
+            "torch is not importable in the build environment, so the C++/CUDA extension is "
+            "not built and the pure-torch kernels will be used. Fix: install torch first, then "
+            "pip install --no-build-isolation ."
+        )
+        if required:
+            raise SystemExit(why) from e
+        _log(why)
+        return [], {}
+    cxx = os.environ.get("CXX", "c++")
+    if shutil.which(cxx) is None:
+        why = (
+            f"no C++ compiler ({cxx!r} not found), so the C++/CUDA extension is not built and "
+            "the pure-torch kernels will be used. Fix: install g++ (e.g. apt-get install g++) "
+            "and reinstall with --no-build-isolation"
+        )
+        if required:
+            raise SystemExit(why)
+        _log(why)
+        return [], {}
+    cuda_home = _find_cuda_home() if torch.version.cuda and mode != "cpu" else None
+    if cuda_home:
+        os.environ.setdefault("CUDA_HOME", cuda_home)
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0")
+    from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
+
+    openmp = ["-fopenmp"] if sys.platform.startswith("linux") else []
+
+    def cpu_extension():
+        return CppExtension(
+            "megatron_gamma._C",
+            CPU_SOURCES,
+            extra_compile_args={"cxx": ["-O3", *openmp, "-DMG_WITH_CUDA=0"]},
+            extra_link_args=openmp,
+        )
+
+    class OptionalBuildExtension(BuildExtension):
+        """Compiles the extension. If the CUDA build fails, retries with the CPU kernels only;
+        if that fails too, logs why and leaves the pure-torch fallback. With
+        MEGATRON_GAMMA_BUILD_EXT=1 any failure is an error."""
+
+        def run(self):
+            try:
+                super().run()
+                return
+            except Exception as e:  # noqa: BLE001 (any compiler/linker failure)
+                if required:
+                    raise
+                failure = f"{type(e).__name__}: {e}"
+            if cuda_home:
+                _log(f"building the CUDA kernels failed ({failure}); retrying with CPU kernels")
+                cpu = cpu_extension()
+                for ext in self.extensions:  # keep setuptools' per-extension state
+                    for attr in _EXTENSION_FIELDS:
+                        setattr(ext, attr, getattr(cpu, attr))
+                self.compiler = None  # run() makes a fresh compiler
+                try:
+                    super().run()
+                    return
+                except Exception as e:  # noqa: BLE001
+                    failure = f"{type(e).__name__}: {e}"
+            self.extensions = []  # nothing to copy or install
+            _log(
+                f"building megatron_gamma._C failed ({failure}); the pure-torch kernels will "
+                f"be used. Set {EXT_ENV}=1 to make this an error"
+            )
+
+    if cuda_home:
+        ext = CUDAExtension(
+            "megatron_gamma._C",
+            CPU_SOURCES + CUDA_SOURCES,
+            extra_compile_args={
+                "cxx": ["-O3", *openmp, "-DMG_WITH_CUDA=1"],
+                "nvcc": ["-O3", "-DMG_WITH_CUDA=1"],
+            },
+            extra_link_args=openmp,
+        )
+        _log(
+            f"building megatron_gamma._C with CPU and CUDA kernels (CUDA_HOME={cuda_home}, "
+            f"TORCH_CUDA_ARCH_LIST={os.environ['TORCH_CUDA_ARCH_LIST']})"
+        )
+    else:
+        ext = cpu_extension()
+        if mode == "cpu":
+            why = f"{EXT_ENV}=cpu"
+        elif not torch.version.cuda:
+            why = "torch has no CUDA"
+        else:
+            why = "no CUDA toolkit found"
+        _log(f"building megatron_gamma._C with CPU kernels only ({why})")
+    return [ext], {"build_ext": OptionalBuildExtension}
+
+
+ext_modules, cmdclass = _extensions()
 
 setup(
     name="megatron-gamma",
@@ -27,4 +192,6 @@ setup(
     ],
     extras_require={"test": ["pytest>=8", "pytest-timeout"]},
     entry_points={"console_scripts": ["megatron-gamma=megatron_gamma.cli:main"]},
+    ext_modules=ext_modules,
+    cmdclass=cmdclass,
 )
