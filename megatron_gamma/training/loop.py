@@ -44,6 +44,7 @@ from megatron_gamma.model.flops import train_flops_per_token
 from megatron_gamma.training.checkpointing import TrainState, load_checkpoint, save_checkpoint
 from megatron_gamma.training.init_audit import audit_init, format_audit, write_audit
 from megatron_gamma.training.metrics import MetricsLogger
+from megatron_gamma.training.preemption import PreemptionGuard
 
 
 @dataclass
@@ -114,6 +115,7 @@ class Trainer:
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
+        self.preemption = PreemptionGuard(cfg.training.exit_duration_in_mins)
         tok_path = preflight(cfg)
         self.dp_size = parallel.initialize(cfg)
         self.device = torch.device("cuda") if parallel.uses_gpu() else torch.device("cpu")
@@ -324,6 +326,9 @@ class Trainer:
             if cfg.checkpoint.save and ((interval and it % interval == 0) or it == end):
                 result.checkpoint = self.save()
                 log.message(f"saved checkpoint {result.checkpoint}")
+            if stop_checkpoint := self.preemption.stop(self, it, result.checkpoint):
+                result.checkpoint = stop_checkpoint
+                break
         result.iteration = self.state.iteration
         log.close()
         return result

@@ -1,0 +1,467 @@
+"""Render and submit SLURM jobs: multi-node pretraining and array-parallel preprocessing.
+
+``megatron-gamma submit`` freezes the resolved config into ``<run_dir>/slurm/config.yaml``,
+renders ``templates/pretrain.sbatch.j2`` into ``<run_dir>/slurm/pretrain.sbatch`` and calls
+``sbatch --parsable``. ``megatron-gamma submit-preprocess`` renders
+``templates/preprocess_array.sbatch.j2`` next to the output prefix and submits it twice: as a job
+array (one task per shard) and as the merge job that depends on it (``afterok``). Every check runs
+before ``sbatch``; a bad submission raises :class:`SubmitError` (a :class:`ConfigError`) naming the
+bad value and the fix. The templates are plain bash with ``#SBATCH`` lines and their settings as
+variables at the top; ``examples/slurm/`` holds renderings of them
+(``tools/render_slurm_examples.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Optional
+
+import jinja2
+
+from megatron_gamma.config import Config, ConfigError, load_config, save_config, validate_layout
+
+LAUNCHERS = ("srun", "torchrun")
+SLURM_SUBDIR = "slurm"
+
+
+class SubmitError(ConfigError):
+    """A job that cannot run as asked; raised before anything is submitted."""
+
+
+def _fail(key: str, value, why: str, fix: str) -> None:
+    raise SubmitError(f"{key}={value!r}: {why}. Fix: {fix}")
+
+
+def time_limit_seconds(text: str) -> int:
+    """Seconds in a SLURM time limit (``M``, ``M:S``, ``H:M:S``, ``D-H``, ``D-H:M``, ``D-H:M:S``).
+
+    Raises:
+        SubmitError: not one of those forms.
+    """
+    days, rest = text.split("-", 1) if "-" in text else ("0", text)
+    parts = rest.split(":")
+    if not days.isdigit() or not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        _fail("time", text, "not a SLURM time limit", "use MINUTES, HH:MM:SS or D-HH:MM:SS")
+    nums = [int(p) for p in parts]
+    if "-" in text:  # D-H, D-H:M, D-H:M:S
+        h, m, s = (nums + [0, 0])[:3]
+    elif len(nums) == 3:  # H:M:S
+        h, m, s = nums
+    else:  # M or M:S
+        h, (m, s) = 0, (nums + [0])[:2]
+    return ((int(days) * 24 + h) * 60 + m) * 60 + s
+
+
+@dataclass
+class ClusterOptions:
+    """sbatch settings shared by every job."""
+
+    partition: Optional[str] = None
+    """SLURM partition (default: the cluster's default partition)."""
+    time: Optional[str] = None
+    """Time limit (default: the partition's)."""
+    container_image: Optional[str] = None
+    """pyxis/enroot image (registry name or .sqsh file); None runs on the host."""
+    container_mounts: Optional[str] = None
+    """pyxis ``--container-mounts`` (host:container,...); needs container_image."""
+
+    def __post_init__(self) -> None:
+        if self.time is not None:
+            time_limit_seconds(self.time)
+        if self.container_mounts and not self.container_image:
+            _fail(
+                "container_mounts",
+                self.container_mounts,
+                "given without container_image",
+                "add --container-image IMAGE or drop --container-mounts",
+            )
+
+
+@dataclass
+class PretrainJob(ClusterOptions):
+    """Shape of a pretraining job."""
+
+    nodes: int = 1
+    """Nodes to allocate."""
+    gpus_per_node: int = 8
+    """GPUs (= training processes) per node."""
+    launcher: str = "srun"
+    """'srun' (one task per GPU) or 'torchrun' (one torchrun per node)."""
+    warning_seconds: int = 300
+    """SIGUSR1 this many seconds before the time limit (checkpoint, then requeue)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.nodes < 1:
+            _fail("nodes", self.nodes, "must be >= 1", "pass --nodes 1 or more")
+        if self.gpus_per_node < 1:
+            _fail("gpus_per_node", self.gpus_per_node, "must be >= 1", "pass --gpus-per-node 1+")
+        if self.launcher not in LAUNCHERS:
+            _fail("launcher", self.launcher, "unknown launcher", "use 'srun' or 'torchrun'")
+        if self.warning_seconds < 1:
+            _fail("warning_seconds", self.warning_seconds, "must be >= 1", "use e.g. 300")
+        if self.time is not None and self.warning_seconds >= time_limit_seconds(self.time):
+            _fail(
+                "warning_seconds",
+                self.warning_seconds,
+                f"not shorter than the time limit {self.time}",
+                "lower --warning-seconds or raise --time",
+            )
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass
+class PreprocessJob(ClusterOptions):
+    """A sharded preprocessing run: ``num_shards`` array tasks, then one merge job."""
+
+    inputs: list = field(default_factory=list)
+    """jsonl files, in order."""
+    tokenizer_model: str = ""
+    """tokenizer.json."""
+    output_prefix: str = ""
+    """Prefix of the merged dataset."""
+    num_shards: int = 1
+    """Array tasks (shards of the input documents)."""
+    workers: int = 1
+    """Tokenizer processes (and CPUs) per array task."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.num_shards < 1:
+            _fail("num_shards", self.num_shards, "must be >= 1", "pass --num-shards 1 or more")
+        if self.workers < 1:
+            _fail("workers", self.workers, "must be >= 1", "pass --workers 1 or more")
+        if not self.inputs:
+            _fail("input", self.inputs, "no input files", "pass --input FILE.jsonl ...")
+        if not self.output_prefix:
+            _fail("output_prefix", self.output_prefix, "empty", "pass --output-prefix PATH")
+
+
+@dataclass
+class Submission:
+    """What was (or, for a dry run, would be) submitted."""
+
+    script_path: str
+    script: str
+    job_ids: list[str] = field(default_factory=list)
+    logs: list[str] = field(default_factory=list)
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(resources.files("megatron_gamma.launch") / "templates")),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        autoescape=False,
+        # bash uses {# (e.g. ${#ARRAY[@]}); keep it out of Jinja's comment syntax
+        comment_start_string="{##",
+        comment_end_string="##}",
+    )
+    env.filters["q"] = lambda value: shlex.quote("" if value is None else str(value))
+    return env
+
+
+def render(template: str, **values) -> str:
+    """Render ``templates/<template>`` with ``values`` (every placeholder must be given).
+
+    Raises:
+        jinja2.UndefinedError: a placeholder without a value.
+    """
+    return _environment().get_template(template).render(**values)
+
+
+def render_pretrain(
+    job: PretrainJob,
+    config: str,
+    checkpoints: str,
+    log: str,
+    job_name: str,
+    workdir: Optional[str] = None,
+    header: tuple[str, ...] = (),
+) -> str:
+    """The pretraining sbatch script for ``job`` (see templates/pretrain.sbatch.j2)."""
+    return render(
+        "pretrain.sbatch.j2",
+        nodes=job.nodes,
+        gpus_per_node=job.gpus_per_node,
+        tasks_per_node=job.gpus_per_node if job.launcher == "srun" else 1,
+        launcher=job.launcher,
+        partition=job.partition,
+        time=job.time,
+        warning_seconds=job.warning_seconds,
+        container_image=job.container_image,
+        container_mounts=job.container_mounts,
+        config=config,
+        checkpoints=checkpoints,
+        log=log,
+        job_name=job_name,
+        workdir=workdir,
+        header=header,
+    )
+
+
+def render_preprocess(
+    job: PreprocessJob,
+    shard_dir: str,
+    log_dir: str,
+    job_name: str,
+    workdir: Optional[str] = None,
+    header: tuple[str, ...] = (),
+) -> str:
+    """The array + merge sbatch script for ``job`` (see templates/preprocess_array.sbatch.j2)."""
+    return render(
+        "preprocess_array.sbatch.j2",
+        inputs=job.inputs,
+        tokenizer_model=job.tokenizer_model,
+        output_prefix=job.output_prefix,
+        num_shards=job.num_shards,
+        workers=job.workers,
+        partition=job.partition,
+        time=job.time,
+        container_image=job.container_image,
+        container_mounts=job.container_mounts,
+        shard_dir=shard_dir,
+        log_dir=log_dir,
+        job_name=job_name,
+        workdir=workdir,
+        header=header,
+    )
+
+
+def check_layout(cfg: Config, job: PretrainJob) -> int:
+    """Check that ``nodes x gpus_per_node`` processes fit the config's parallel layout.
+
+    Returns:
+        The data-parallel size.
+
+    Raises:
+        SubmitError: the world size does not fit TP x PP or the batch sizes, or a tensor-parallel
+            group would span nodes (TP must divide gpus_per_node).
+    """
+    tp = cfg.parallel.tensor_model_parallel_size
+    if job.gpus_per_node % tp:
+        _fail(
+            "gpus_per_node",
+            job.gpus_per_node,
+            f"not divisible by tensor_model_parallel_size={tp} (a tensor-parallel group must stay "
+            "inside one node)",
+            f"use a multiple of {tp} GPUs per node or a smaller TP size",
+        )
+    try:
+        return validate_layout(cfg, job.world_size)
+    except ConfigError as e:
+        raise SubmitError(
+            f"nodes x gpus_per_node = {job.nodes} x {job.gpus_per_node} = {job.world_size} "
+            f"processes do not fit the parallel layout: {e}"
+        ) from e
+
+
+def _sbatch(*args: str) -> str:
+    """Run ``sbatch --parsable ARGS``; return the job id."""
+    try:
+        out = subprocess.run(
+            ["sbatch", "--parsable", *args], capture_output=True, text=True, check=True
+        ).stdout
+    except subprocess.CalledProcessError as e:
+        raise SubmitError(
+            f"sbatch {' '.join(args)}: refused (exit code {e.returncode}): {e.stderr.strip()}. "
+            "Fix: correct the setting sbatch names (partition, time, nodes, GPUs) and submit again"
+        ) from e
+    return out.strip().split(";")[0]
+
+
+def _require_sbatch() -> None:
+    if shutil.which("sbatch") is None:
+        _fail("sbatch", None, "not found on PATH", "run on a SLURM login node, or use --dry-run")
+
+
+def _write_executable(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, path)
+
+
+def submit_pretrain(
+    config_path: Optional[str],
+    overrides: dict,
+    job: PretrainJob,
+    dry_run: bool = False,
+) -> Submission:
+    """Freeze the config, render the sbatch script into ``<run_dir>/slurm/`` and submit it.
+
+    The job passes ``--save`` and ``--load`` the same checkpoint directory (``checkpoint.save``,
+    default ``<run_dir>/checkpoints``), so a requeued or resubmitted job resumes automatically.
+
+    Args:
+        config_path: YAML config.
+        overrides: ``{field: value}`` Megatron-named overrides (as for ``pretrain``).
+        job: nodes, GPUs, launcher and cluster options.
+        dry_run: render only; write and submit nothing.
+
+    Returns:
+        The script, its path, and (unless ``dry_run``) the job id and log path.
+
+    Raises:
+        ConfigError: a missing or invalid config, or dataset files that do not exist (checked
+            on the host when no container image is given).
+        SubmitError: the job does not fit the config's layout, ``checkpoint.load`` differs from
+            ``checkpoint.save``, ``sbatch`` is missing or rejects the script.
+    """
+    cfg = load_config(config_path, overrides)
+    check_layout(cfg, job)
+    if not job.container_image:
+        cfg.data.blend()
+    run_dir = os.path.abspath(cfg.logging.run_dir)
+    checkpoints = os.path.abspath(cfg.checkpoint.save or os.path.join(run_dir, "checkpoints"))
+    if cfg.checkpoint.load and os.path.abspath(cfg.checkpoint.load) != checkpoints:
+        _fail(
+            "load",
+            cfg.checkpoint.load,
+            f"differs from the save directory {checkpoints}; a requeued job resumes from --load",
+            "drop --load (the job loads from its save directory) or set save to the same path",
+        )
+    cfg.logging.run_dir = run_dir
+    cfg.checkpoint.save = cfg.checkpoint.load = checkpoints
+    slurm_dir = os.path.join(run_dir, SLURM_SUBDIR)
+    frozen = os.path.join(slurm_dir, "config.yaml")
+    log = os.path.join(slurm_dir, "%x-%j.out")
+    job_name = f"mg-{os.path.basename(run_dir)}"
+    script = render_pretrain(
+        job,
+        config=frozen,
+        checkpoints=checkpoints,
+        log=log,
+        job_name=job_name,
+        workdir=os.getcwd(),
+        header=(
+            "Written by `megatron-gamma submit`; the config is frozen in CONFIG. Resubmit with",
+            "`sbatch THIS_FILE`: the job resumes from the newest checkpoint in CHECKPOINTS.",
+        ),
+    )
+    path = os.path.join(slurm_dir, "pretrain.sbatch")
+    result = Submission(path, script)
+    if dry_run:
+        return result
+    _require_sbatch()
+    os.makedirs(slurm_dir, exist_ok=True)
+    save_config(cfg, frozen)
+    _write_executable(path, script)
+    job_id = _sbatch(path)
+    result.job_ids.append(job_id)
+    result.logs.append(log.replace("%x", job_name).replace("%j", job_id))
+    return result
+
+
+def submit_preprocess(job: PreprocessJob, dry_run: bool = False) -> Submission:
+    """Render the array + merge script next to the output prefix and submit both jobs.
+
+    Shard i goes to ``<output_prefix>_shards/shard_<i>/``; the merge job (``afterok`` on the whole
+    array, cancelled if a shard fails) writes ``output_prefix``.
+
+    Returns:
+        The script, its path, and (unless ``dry_run``) the array and merge job ids and the logs.
+
+    Raises:
+        ConfigError: an input or tokenizer file that does not exist (checked when no container
+            image is given).
+        SubmitError: bad counts, ``sbatch`` missing or rejecting a job.
+    """
+    if not job.container_image:
+        for path in job.inputs:
+            if not (os.path.exists(path) or glob.glob(path)):
+                raise ConfigError(f"input={path!r}: no such file. Fix: check the path")
+        if not os.path.isfile(job.tokenizer_model):
+            _fail("tokenizer_model", job.tokenizer_model, "file not found", "check the path")
+    job = dataclasses.replace(
+        job,
+        inputs=[os.path.abspath(p) for p in job.inputs],
+        tokenizer_model=os.path.abspath(job.tokenizer_model),
+        output_prefix=os.path.abspath(job.output_prefix),
+    )
+    base = os.path.basename(job.output_prefix)
+    slurm_dir = os.path.join(os.path.dirname(job.output_prefix), SLURM_SUBDIR)
+    job_name = f"mg-prep-{base}"
+    script = render_preprocess(
+        job,
+        shard_dir=f"{job.output_prefix}_shards",
+        log_dir=slurm_dir,
+        job_name=job_name,
+        workdir=os.getcwd(),
+        header=("Written by `megatron-gamma submit-preprocess`.",),
+    )
+    path = os.path.join(slurm_dir, f"preprocess-{base}.sbatch")
+    result = Submission(path, script)
+    if dry_run:
+        return result
+    _require_sbatch()
+    os.makedirs(slurm_dir, exist_ok=True)
+    _write_executable(path, script)
+    array_id = _sbatch(
+        f"--array=0-{job.num_shards - 1}", f"--output={slurm_dir}/%x-%A_%a.out", path, "shard"
+    )
+    try:
+        merge_id = _sbatch(
+            f"--dependency=afterok:{array_id}",
+            "--kill-on-invalid-dep=yes",
+            f"--output={slurm_dir}/%x-merge-%j.out",
+            path,
+            "merge",
+        )
+    except SubmitError:
+        subprocess.run(["scancel", array_id], check=False)
+        raise
+    result.job_ids += [array_id, merge_id]
+    result.logs += [
+        os.path.join(slurm_dir, f"{job_name}-{array_id}_<i>.out"),
+        os.path.join(slurm_dir, f"{job_name}-merge-{merge_id}.out"),
+    ]
+    return result
+
+
+def example_scripts() -> dict[str, str]:
+    """``examples/slurm/`` file name -> text: the templates rendered with example values."""
+    pretrain = render_pretrain(
+        PretrainJob(nodes=2, gpus_per_node=8, partition="batch", time="04:00:00"),
+        config="examples/configs/demo.yaml",
+        checkpoints="runs/demo/checkpoints",
+        log="%x-%j.out",
+        job_name="megatron-gamma",
+        header=(
+            "Example: edit the #SBATCH lines and the variables below, then",
+            "`sbatch examples/slurm/pretrain.sbatch` from the repository root.",
+            "`megatron-gamma submit --config FILE.yaml --nodes N --gpus-per-node G` writes this",
+            "script from a config (templates/pretrain.sbatch.j2 in megatron_gamma/launch/).",
+        ),
+    )
+    preprocess = render_preprocess(
+        PreprocessJob(
+            inputs=[f"corpus/{lang}-{i:02d}.jsonl" for lang in ("en", "zh") for i in range(4)],
+            tokenizer_model="megatron_gamma/data/demo/tokenizer.json",
+            output_prefix="data/corpus",
+            num_shards=8,
+            workers=4,
+            partition="cpu",
+            time="02:00:00",
+        ),
+        shard_dir="data/corpus_shards",
+        log_dir="logs",
+        job_name="megatron-gamma-preprocess",
+        header=(
+            "Example: edit the variables below, then `bash examples/slurm/preprocess_array.sbatch`",
+            "from the repository root.",
+            "`megatron-gamma submit-preprocess` writes and submits this script for you.",
+        ),
+    )
+    return {"pretrain.sbatch": pretrain, "preprocess_array.sbatch": preprocess}

@@ -1,0 +1,213 @@
+"""`megatron-gamma submit` / `submit-preprocess` without a cluster: checks that fail before
+sbatch, dry runs, and the rendered scripts (bash syntax, the examples kept in sync).
+
+A stand-in ``sbatch`` on PATH records whether it was ever called; the real submission path runs
+against a real SLURM in tests/slurm/.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+import yaml
+
+from megatron_gamma.cli import main
+from megatron_gamma.data import demo_dir
+from megatron_gamma.launch.slurm import (
+    PreprocessJob,
+    PretrainJob,
+    SubmitError,
+    example_scripts,
+    render_preprocess,
+    render_pretrain,
+    time_limit_seconds,
+)
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def sbatch_calls(tmp_path, monkeypatch):
+    """Put a stand-in ``sbatch`` first on PATH; returns the file it appends its arguments to."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "sbatch_calls.txt"
+    (bin_dir / "sbatch").write_text(f'#!/bin/sh\necho "$@" >> {calls}\necho 4242\n')
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return calls
+
+
+@pytest.fixture
+def config(tmp_path) -> str:
+    """A small config whose dataset files exist (empty stand-ins are enough before sbatch)."""
+    prefix = tmp_path / "data" / "demo_text_document"
+    prefix.parent.mkdir()
+    for ext in (".bin", ".idx"):
+        (tmp_path / "data" / f"demo_text_document{ext}").write_bytes(b"")
+    path = tmp_path / "c.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model": {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4},
+                "parallel": {"tensor_model_parallel_size": 2},
+                "data": {"data_path": [str(prefix)]},
+                "training": {"micro_batch_size": 2, "global_batch_size": 16},
+                "logging": {"run_dir": str(tmp_path / "run")},
+            }
+        )
+    )
+    return str(path)
+
+
+def test_time_limits_in_every_slurm_form():
+    assert time_limit_seconds("30") == 30 * 60
+    assert time_limit_seconds("30:15") == 30 * 60 + 15
+    assert time_limit_seconds("04:00:00") == 4 * 3600
+    assert time_limit_seconds("2-12") == 2 * 86400 + 12 * 3600
+    assert time_limit_seconds("1-02:03") == 86400 + 2 * 3600 + 3 * 60
+    assert time_limit_seconds("1-02:03:04") == 86400 + 2 * 3600 + 3 * 60 + 4
+    for bad in ("", "4h", "1:2:3:4", "-5", "1-", "12::00"):
+        with pytest.raises(SubmitError, match="time="):
+            time_limit_seconds(bad)
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--nodes", "0", "--gpus-per-node", "4"], "nodes=0: must be >= 1"),
+        (["--nodes", "1", "--gpus-per-node", "3"], "gpus_per_node=3: not divisible by tensor_"),
+        (["--nodes", "3", "--gpus-per-node", "2"], "3 x 2 = 6 processes do not fit"),
+        (["--nodes", "1", "--gpus-per-node", "4", "--time", "4h"], "time='4h'"),
+        (["--nodes", "1", "--gpus-per-node", "4", "--time", "5"], "warning_seconds=300"),
+        (["--nodes", "1", "--gpus-per-node", "4", "--container-mounts", "/a:/a"], "container_m"),
+        (["--nodes", "1", "--gpus-per-node", "4", "--load", "/elsewhere"], "load='/elsewhere'"),
+    ],
+)
+def test_bad_submission_fails_before_sbatch(config, sbatch_calls, tmp_path, capsys, flags, message):
+    assert main(["submit", "--config", config, *flags]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Fix:" in err, err
+    assert not sbatch_calls.exists()
+    assert not (tmp_path / "run").exists()
+
+
+def test_missing_config_and_missing_data_fail_before_sbatch(config, sbatch_calls, tmp_path, capsys):
+    missing = str(tmp_path / "nope.yaml")
+    assert main(["submit", "--config", missing, "--nodes", "1", "--gpus-per-node", "2"]) == 2
+    assert f"config={missing!r}: file not found" in capsys.readouterr().err
+    args = ["submit", "--config", config, "--nodes", "1", "--gpus-per-node", "2"]
+    assert main([*args, "--data-path", str(tmp_path / "absent")]) == 2
+    assert "absent.bin does not exist" in capsys.readouterr().err
+    assert not sbatch_calls.exists()
+
+
+def test_submit_freezes_config_writes_script_and_calls_sbatch(
+    config, sbatch_calls, tmp_path, capsys
+):
+    args = ["submit", "--config", config, "--nodes", "2", "--gpus-per-node", "4"]
+    assert main([*args, "--train-iters", "7", "--partition", "gpu", "--time", "1:00:00"]) == 0
+    out = capsys.readouterr().out
+    slurm_dir = tmp_path / "run" / "slurm"
+    script = slurm_dir / "pretrain.sbatch"
+    assert f"script: {script}" in out
+    assert f"submitted job 4242, log: {slurm_dir}/mg-run-4242.out" in out
+    assert sbatch_calls.read_text().split() == ["--parsable", str(script)]
+    frozen = yaml.safe_load((slurm_dir / "config.yaml").read_text())
+    assert frozen["training"]["train_iters"] == 7
+    ckpt = str(tmp_path / "run" / "checkpoints")
+    assert frozen["checkpoint"]["save"] == frozen["checkpoint"]["load"] == ckpt
+    text = script.read_text()
+    for line in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=4",
+        "#SBATCH --gpus-per-node=4",
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=1:00:00",
+        "#SBATCH --signal=B:USR1@300",
+        "#SBATCH --requeue",
+        f"#SBATCH --chdir={os.getcwd()}",
+        f"CONFIG={slurm_dir}/config.yaml",
+        f"CHECKPOINTS={ckpt}",
+        "LAUNCHER=srun",
+    ):
+        assert line in text.splitlines(), line
+    assert os.access(script, os.X_OK)
+
+
+def test_dry_run_prints_the_script_and_writes_nothing(config, sbatch_calls, tmp_path, capsys):
+    args = ["submit", "--config", config, "--nodes", "2", "--gpus-per-node", "8", "--dry-run"]
+    assert main([*args, "--launcher", "torchrun", "--container-image", "img.sqsh"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("#!/bin/bash\n")
+    assert "#SBATCH --ntasks-per-node=1" in out.splitlines()
+    assert "CONTAINER_IMAGE=img.sqsh" in out.splitlines()
+    assert not sbatch_calls.exists() and not (tmp_path / "run").exists()
+
+
+def test_submit_preprocess_submits_array_then_dependent_merge(sbatch_calls, tmp_path, capsys):
+    inputs = [os.path.join(demo_dir(), f) for f in ("zh.jsonl", "en.jsonl")]
+    tok = os.path.join(demo_dir(), "tokenizer.json")
+    prefix = tmp_path / "out" / "corpus"
+    args = ["submit-preprocess", "--input", *inputs, "--tokenizer-model", tok]
+    assert main([*args, "--output-prefix", str(prefix), "--num-shards", "2"]) == 0
+    out = capsys.readouterr().out
+    script = tmp_path / "out" / "slurm" / "preprocess-corpus.sbatch"
+    logs = tmp_path / "out" / "slurm"
+    array_call, merge_call = sbatch_calls.read_text().splitlines()
+    assert array_call.split() == [
+        "--parsable", "--array=0-1", f"--output={logs}/%x-%A_%a.out", str(script), "shard",
+    ]  # fmt: skip
+    assert merge_call.split() == [
+        "--parsable", "--dependency=afterok:4242", "--kill-on-invalid-dep=yes",
+        f"--output={logs}/%x-merge-%j.out", str(script), "merge",
+    ]  # fmt: skip
+    assert out.count("submitted job 4242") == 2
+    text = script.read_text()
+    assert f"OUTPUT_PREFIX={prefix}" in text.splitlines()
+    assert "NUM_SHARDS=2" in text.splitlines()
+    assert '--shard-index "$SHARD" --num-shards "$NUM_SHARDS"' in text
+
+
+def test_submit_preprocess_checks_before_sbatch(sbatch_calls, tmp_path, capsys):
+    tok = os.path.join(demo_dir(), "tokenizer.json")
+    base = ["submit-preprocess", "--tokenizer-model", tok, "--output-prefix", str(tmp_path / "o")]
+    assert main([*base, "--input", str(tmp_path / "none.jsonl"), "--num-shards", "2"]) == 2
+    assert "none.jsonl" in capsys.readouterr().err
+    real = os.path.join(demo_dir(), "en.jsonl")
+    assert main([*base, "--input", real, "--num-shards", "0"]) == 2
+    assert "num_shards=0: must be >= 1" in capsys.readouterr().err
+    assert not sbatch_calls.exists()
+
+
+def _bash_syntax(text: str, tmp_path) -> None:
+    path = tmp_path / "script.sh"
+    path.write_text(text)
+    proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+@pytest.mark.parametrize("image", [None, "nvcr.io#nvidia/pytorch:25.09-py3"])
+def test_rendered_scripts_are_valid_bash(launcher, image, tmp_path):
+    mounts = "/data:/data" if image else None
+    job = PretrainJob(nodes=4, gpus_per_node=8, launcher=launcher, container_image=image,
+                      container_mounts=mounts, time="2-00:00:00")  # fmt: skip
+    text = render_pretrain(job, "c y.yaml", "ck", "%x-%j.out", "name", workdir="/w")
+    _bash_syntax(text, tmp_path)
+    assert "CONFIG='c y.yaml'" in text.splitlines()  # shell-quoted
+    pre = PreprocessJob(inputs=["a b.jsonl", "c.jsonl"], tokenizer_model="t.json",
+                        output_prefix="o", num_shards=2, container_image=image,
+                        container_mounts=mounts)  # fmt: skip
+    text = render_preprocess(pre, shard_dir="o_shards", log_dir="logs", job_name="p")
+    _bash_syntax(text, tmp_path)
+    assert "INPUTS=('a b.jsonl' c.jsonl)" in text.splitlines()
+
+
+def test_examples_are_current_renderings_of_the_templates():
+    for name, text in example_scripts().items():
+        with open(os.path.join(REPO, "examples", "slurm", name), encoding="utf-8") as f:
+            stale = f"examples/slurm/{name} is stale: run python tools/render_slurm_examples.py"
+            assert f.read() == text, stale

@@ -1,0 +1,93 @@
+"""Clean stops with a checkpoint, without SLURM: SIGUSR1 to one rank of a 2-rank gloo run, and the
+``--exit-duration-in-mins`` budget. (Requeue and resume under a real SLURM: tests/slurm/.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+from conftest import TINY_MODEL
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _pretrain_cmd(run_dir, data_prefix: str, *flags: str, nproc: int = 1) -> list[str]:
+    launch = [sys.executable]
+    if nproc > 1:
+        # --standalone: a free port (torch 2.13 hangs with --master-port=0)
+        launch += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    return [
+        *launch, "-m", "megatron_gamma.cli", "pretrain", "--data-path", data_prefix,
+        "--run-dir", str(run_dir), *TINY_MODEL, "--eval-interval", "1000", *flags,
+    ]  # fmt: skip
+
+
+def _env() -> dict:
+    return dict(os.environ, TORCHDYNAMO_DISABLE="1", OMP_NUM_THREADS="1")
+
+
+def _train_iterations(run_dir) -> list[int]:
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        return [r["iteration"] for r in map(json.loads, f) if r["split"] == "train"]
+
+
+def _rank_of(proc: psutil.Process) -> int | None:
+    try:
+        return int(proc.environ().get("RANK", -1))
+    except (psutil.Error, ValueError):
+        return None
+
+
+@pytest.mark.timeout(180)
+def test_sigusr1_to_one_rank_stops_all_ranks_with_a_checkpoint(tmp_path, demo_prefix):
+    run_dir = tmp_path / "run"
+    cmd = _pretrain_cmd(run_dir, demo_prefix, "--train-iters", "400", nproc=2)
+    agent = subprocess.Popen(cmd, env=_env(), cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        metrics = run_dir / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+            assert agent.poll() is None and time.monotonic() < deadline, "training ended early"
+            time.sleep(0.1)
+        (rank1,) = [p for p in psutil.Process(agent.pid).children() if _rank_of(p) == 1]
+        os.kill(rank1.pid, signal.SIGUSR1)
+        out, _ = agent.communicate(timeout=120)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert agent.returncode == 0, out[-3000:]
+    iterations = _train_iterations(run_dir)
+    k = iterations[-1]
+    assert 3 <= k < 400 and iterations == list(range(1, k + 1))
+    assert f"stopping at iteration {k} (SIGUSR1)" in out
+    ckpt = run_dir / "checkpoints"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(k)
+    assert (ckpt / f"iter_{k:07d}" / "metadata.json").is_file()
+    assert sorted(os.listdir(ckpt)) == [f"iter_{k:07d}", "latest_checkpointed_iteration.txt"]
+
+
+@pytest.mark.timeout(120)
+def test_exit_duration_budget_saves_and_exits_cleanly(tmp_path, demo_prefix):
+    run_dir = tmp_path / "run"
+    cmd = _pretrain_cmd(run_dir, demo_prefix, "--train-iters", "50", "--exit-duration-in-mins",
+                        "1e-6")  # fmt: skip
+    proc = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "stopping at iteration 1 (1e-06 min budget)" in proc.stdout
+    assert _train_iterations(run_dir) == [1]
+    ckpt = run_dir / "checkpoints"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+
+
+def test_exit_duration_must_be_positive():
+    from megatron_gamma.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"exit_duration_in_mins=0\.0: must be > 0.*Fix:"):
+        load_config(None, {"exit_duration_in_mins": 0.0})
