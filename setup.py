@@ -14,7 +14,7 @@ setup(
     "and gated attention",
     python_requires=">=3.10",
     packages=find_packages(include=["megatron_gamma", "megatron_gamma.*"]),
-    package_data={"megatron_gamma": ["data/demo/*", "configs/*.yaml"]},
+    package_data={"megatron_gamma": ["data/demo/*", "data/punkt/*", "configs/*.yaml"]},
     install_requires=[
         "torch>=2.4",
         "megatron-core>=0.15,<0.20",
@@ -24,7 +24,10 @@ setup(
         "tqdm",
         "tensorboard",
         "psutil",
+        "nltk>=3.8",
+        "zstandard",
+        "pyarrow",
     ],
-    extras_require={"test": ["pytest>=8", "pytest-timeout"]},
+    extras_require={"test": ["pytest>=8", "pytest-timeout", "transformers"]},
     entry_points={"console_scripts": ["megatron-gamma=megatron_gamma.cli:main"]},
 )
