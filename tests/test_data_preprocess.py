@@ -133,6 +133,15 @@ def test_bytes_identical_for_workers_and_shards_and_merge(tmp_path, parts, ref_p
     assert main(["merge", "--output-prefix", out, "--no-progress"]) == 0
     assert read(out + "_text_document") == read(ref_prefix)
     assert open(out + ".stats.json").read().replace(out, "P") in stats
+    # per-language outputs: shard 0 holds only zh, shard 2 only en; merge takes what exists
+    opts = EncodeOptions(per_language=True)
+    one = preprocess(parts, TOKENIZER, str(tmp_path / "l1" / "c"), options=opts, progress=False)
+    three = preprocess(parts, TOKENIZER, str(tmp_path / "l3" / "c"), options=opts, num_shards=3,
+                       workers=2, progress=False)  # fmt: skip
+    names = ["en_text_document", "zh_text_document"]
+    assert sorted(one.prefixes) == sorted(three.prefixes) == names
+    for name in one.prefixes:
+        assert read(one.prefixes[name]) == read(three.prefixes[name])
 
 
 def test_round_trip_sentences_eod_and_per_language_stats(tmp_path, parts):

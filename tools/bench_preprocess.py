@@ -16,7 +16,9 @@ Two implementations on the same files, each run in a fresh process (imports not 
 it does not depend on how busy the machine is; "wall" throughput and the worker scaling ratio do.
 Peak memory is ``ru_maxrss`` of the main process and of the largest worker. With the large corpus,
 the batched path is also run over the corpus repeated 3 times (symlinks) to show that peak memory
-does not grow with the input. Both paths must write identical bytes; the tool checks it.
+does not grow with the input. Both paths must write identical bytes; the tool checks it. Last, the
+tokenizer alone (``encode`` per document vs ``encode_batch_fast``, texts in memory) bounds what
+any pipeline can gain per core.
 """
 
 from __future__ import annotations
@@ -104,6 +106,25 @@ def _child_batched(files: list[str], tokenizer_path: str, prefix: str, workers: 
     return {"tokens": r.tokens, "wall": time.time() - start, "prefix": r.prefix}
 
 
+def _child_floor(files: list[str], tokenizer_path: str, prefix: str, workers: int) -> dict:
+    """The tokenizer alone on texts already in memory: ``encode`` per document vs
+    ``encode_batch_fast`` per 256 documents (CPU seconds of this process)."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(tokenizer_path)
+    texts = []
+    for path in files:
+        with _open_lines(path) as fin:
+            texts += [json.loads(line)["text"] for line in fin if line.strip()]
+    t0 = time.process_time()
+    tokens = sum(len(tok.encode(t, add_special_tokens=False).ids) for t in texts)
+    t1 = time.process_time()
+    for i in range(0, len(texts), 256):
+        tok.encode_batch_fast(texts[i : i + 256], add_special_tokens=False)
+    t2 = time.process_time()
+    return {"tokens": tokens, "encode": tokens / (t1 - t0), "batch": tokens / (t2 - t1)}
+
+
 def _run_child(mode: str, files: list[str], tokenizer: str, prefix: str, workers: int) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--tokenizer", tokenizer]
     cmd += ["--prefix", prefix, "--workers", str(workers), "--files", *files]
@@ -155,6 +176,13 @@ def bench_corpus(name: str, files: list[str], tokenizer: str, workers: list[int]
     for mode in ("batched", "per-doc"):
         per_core = max(r["tokens"] / r["cpu"] for (m, _), r in results.items() if m == mode)
         print(f"  {mode}: 1e12 tokens = {TRILLION / per_core / 3600:,.0f} core-hours")
+    floor = _run_child("floor", files, tokenizer, os.path.join(tmp, f"{name}-floor"), 1)
+    best = max(r["tokens"] / r["cpu"] for (m, _), r in results.items() if m == "batched")
+    print(
+        f"  tokenizer alone: encode {floor['encode']:,.0f} tok/CPU-s, encode_batch_fast "
+        f"{floor['batch']:,.0f} tok/CPU-s ({floor['batch'] / floor['encode']:.2f}x); the batched "
+        f"path runs at {best / floor['batch']:.0%} of encode_batch_fast alone"
+    )
     return results
 
 
@@ -183,12 +211,14 @@ def main(argv: list[str] | None = None) -> None:
         "--tokenizer", default=os.path.join(ROOT, "megatron_gamma/data/demo/tokenizer.json")
     )
     p.add_argument("--memory-copies", type=int, default=3)
-    p.add_argument("--child", choices=["batched", "per-doc"], help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=["batched", "per-doc", "floor"], help=argparse.SUPPRESS)
     p.add_argument("--prefix", help=argparse.SUPPRESS)
     p.add_argument("--files", nargs="*", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        run = _child_batched if args.child == "batched" else _child_per_doc
+        run = {"batched": _child_batched, "per-doc": _child_per_doc, "floor": _child_floor}[
+            args.child
+        ]
         import megatron_gamma.data.preprocess  # noqa: F401  (imports are not timed)
 
         before = _usage()

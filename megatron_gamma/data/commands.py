@@ -198,7 +198,9 @@ def add_data_commands(sub) -> None:
     )
     p.add_argument(
         "--split-sentences", action="store_true",
-        help="one sequence per sentence (Punkt for English, rules for Chinese)",
+        help="one sequence per sentence (Punkt for English, rules for Chinese), for "
+        "sentence-level consumers (BERT/T5); GPT pretraining wants documents: megatron-core's "
+        "GPTDataset would treat each sentence as a document",
     )  # fmt: skip
     p.add_argument(
         "--append-eod", action=argparse.BooleanOptionalAction, default=True,

@@ -39,7 +39,9 @@ class EncodeOptions:
         lang_key: record field holding the language ('zh*', 'en*', 'mixed'); when absent from a
             record, or when None, the script rule of :mod:`megatron_gamma.data.langid` tags it.
         per_language: one output per language tag instead of one for all.
-        split_sentences: one sequence per sentence (:mod:`megatron_gamma.data.sentences`).
+        split_sentences: one sequence per sentence (:mod:`megatron_gamma.data.sentences`), for
+            sentence-level consumers; megatron-core's GPTDataset treats every sequence as a
+            document, so GPT pretraining data is made without it.
         append_eod: end every document with the tokenizer's EOD token.
         nfkc, punct_width: normalization (:mod:`megatron_gamma.data.normalize`).
         filters: document filters (:mod:`megatron_gamma.data.filters`).

@@ -93,14 +93,20 @@ def train_tokenizer(
         },
         "heldout": chars_per_token(tok, sample.heldout),
     }
-    for lang, budget in sample.budgets.items():
-        if train_chars.get(lang, 0) < budget:
-            log.warning(
-                "%s: input ran out at %d of %d training characters; the sample's proportions "
-                "differ from the requested ones",
-                lang,
-                train_chars.get(lang, 0),
-                budget,
-            )
+    short = {k: b for k, b in sample.budgets.items() if train_chars.get(k, 0) < b}
+    if short:
+        total = sum(train_chars.values())
+        got = ", ".join(f"{k} {train_chars.get(k, 0) / total:.2f}" for k in sample.budgets)
+        want = ", ".join(
+            f"{k} {v / sum(sample.budgets.values()):.2f}" for k, v in sample.budgets.items()
+        )
+        log.warning(
+            "the input ran out before the budget of %s: trained on %d characters with "
+            "proportions %s (requested %s)",
+            "/".join(short),
+            total,
+            got,
+            want,
+        )
     write_json(os.path.splitext(output)[0] + ".report.json", report)
     return report
