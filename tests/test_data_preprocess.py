@@ -173,6 +173,17 @@ def test_round_trip_sentences_eod_and_per_language_stats(tmp_path, parts):
     assert weights == pytest.approx([t / sum(tokens) for t in tokens], abs=1e-6)
 
 
+def test_special_token_strings_in_text_stay_text(tmp_path):
+    text = "Megatron appends <|endoftext|> after each document; <|pad|> pads."
+    write_file(str(tmp_path / "s.jsonl"), [{"text": text}])
+    r = preprocess([str(tmp_path / "s.jsonl")], TOKENIZER, str(tmp_path / "o"), progress=False)
+    tok = BilingualTokenizer(TOKENIZER)
+    ds = IndexedDataset(r.prefix)  # keep it: item views die with the dataset's mmap
+    ids = ds[0]
+    assert ids[-1] == tok.eod and not np.isin(ids[:-1], [tok.eod, tok.pad, tok.bos]).any()
+    assert tok.detokenize(ids[:-1]) == text
+
+
 def test_filters_drop_and_count_like_an_independent_check(tmp_path, parts):
     tok = BilingualTokenizer(TOKENIZER)
     filters = Filters(min_chars=300, min_tokens=250, max_symbol_ratio=0.125)

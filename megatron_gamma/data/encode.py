@@ -5,6 +5,10 @@ language, apply the text filters, split it into sentences (optional), then token
 chunk in one ``Tokenizer.encode_batch_fast`` call (the Rust side, no offsets) and pack the ids of
 each output into one numpy array. Every document is processed on its own, so the result does not
 depend on where chunk boundaries fall, nor on which worker runs it.
+
+Special-token strings inside a document (a literal ``<|endoftext|>`` in a text about tokenizers)
+are encoded as plain text (``Tokenizer.encode_special_tokens = True``): only the appended EOD ends
+a document.
 """
 
 from __future__ import annotations
@@ -133,6 +137,7 @@ class ChunkEncoder:
 
     def __init__(self, tokenizer_path: str, options: EncodeOptions, dtype: type, eod: int):
         self.tok = Tokenizer.from_file(tokenizer_path)
+        self.tok.encode_special_tokens = True
         self.options = options
         self.dtype = dtype
         self.eod = eod
