@@ -133,7 +133,8 @@ def _train_punkt(args: argparse.Namespace) -> None:
 def _input_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--input", nargs="+", required=True, help="files (.jsonl/.json[.gz|.zst], .parquet), "
-        "directories or globs, read in the order given (a directory or glob: sorted)",
+        "directories or globs, read in the order given (a directory: its data files but bare "
+        ".json, sorted; a glob: sorted)",
     )  # fmt: skip
     p.add_argument(
         "--json-keys", "--json-key", dest="json_keys", nargs="+", default=["text"],
