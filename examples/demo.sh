@@ -8,7 +8,7 @@ RUN=runs/demo
 export TORCHDYNAMO_DISABLE=1  # megatron-core's jit_fuser would torch.compile on CPU (slow start)
 
 megatron-gamma train-tokenizer --input "$DEMO/zh.jsonl" "$DEMO/en.jsonl" --vocab-size 4096 \
-  --output "$RUN/tokenizer.json"
+  --lang-key lang --heldout-fraction 0 --output "$RUN/tokenizer.json"  # = the packaged one
 megatron-gamma preprocess --input "$DEMO/zh.jsonl" "$DEMO/en.jsonl" \
   --tokenizer-model "$RUN/tokenizer.json" --output-prefix "$RUN/data/demo" --workers 2
 megatron-gamma pretrain --config examples/configs/demo.yaml \

@@ -2,10 +2,13 @@
 
     megatron-gamma train-tokenizer --input a.jsonl b.jsonl --vocab-size 4096 --output tok.json
     megatron-gamma preprocess --input a.jsonl --tokenizer-model tok.json --output-prefix data/x
+    megatron-gamma merge --output-prefix data/x --num-shards 8
     megatron-gamma pretrain --config examples/configs/demo.yaml [--num-layers 8 ...]
     megatron-gamma submit --config FILE.yaml --nodes 2 --gpus-per-node 8 [--dry-run]
     megatron-gamma submit-preprocess --input a.jsonl --tokenizer-model tok.json \
         --output-prefix data/x --num-shards 8 [--dry-run]
+
+The data commands are defined in :mod:`megatron_gamma.data.commands`.
 
 ``pretrain`` is launched once per process (``torchrun --nproc-per-node N megatron-gamma
 pretrain ...`` or ``srun``); a plain call trains on one process.
@@ -18,32 +21,6 @@ import os
 import sys
 
 from megatron_gamma.config import ConfigError
-
-
-def _train_tokenizer(args: argparse.Namespace) -> None:
-    from megatron_gamma.data.tokenizer import iter_jsonl_texts, train_bpe
-
-    _require_files(args.input)
-    tok = train_bpe(iter_jsonl_texts(args.input, args.json_key), args.vocab_size, args.output)
-    print(f"wrote {args.output} ({tok.get_vocab_size()} tokens)")
-
-
-def _preprocess(args: argparse.Namespace) -> None:
-    from megatron_gamma.data.preprocess import preprocess
-
-    stats = preprocess(
-        args.input,
-        args.tokenizer_model,
-        args.output_prefix,
-        workers=args.workers,
-        json_key=args.json_key,
-        progress=not args.no_progress,
-    )
-    print(
-        f"wrote {stats.prefix}.bin/.idx: {stats.documents} documents, {stats.tokens} tokens, "
-        f"{stats.characters} characters in {stats.seconds:.1f}s "
-        f"({stats.tokens / max(stats.seconds, 1e-9):.0f} tokens/s)"
-    )
 
 
 def _pretrain(args: argparse.Namespace) -> None:
@@ -115,34 +92,16 @@ def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the script; submit nothing")
 
 
-def _require_files(paths: list[str]) -> None:
-    for path in paths:
-        if not os.path.isfile(path):
-            raise ConfigError(f"input={path!r}: file not found. Fix: check the path")
-
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``megatron-gamma`` argument parser with all subcommands."""
     from megatron_gamma.config import add_config_flags
+    from megatron_gamma.data.commands import add_data_commands
 
     parser = argparse.ArgumentParser(prog="megatron-gamma", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("train-tokenizer", help="train a byte-level BPE on zh + en jsonl")
-    p.add_argument("--input", nargs="+", required=True, help="jsonl files")
-    p.add_argument("--json-key", default="text")
-    p.add_argument("--vocab-size", type=int, default=4096)
-    p.add_argument("--output", required=True, help="tokenizer.json to write")
-    p.set_defaults(func=_train_tokenizer)
-
-    p = sub.add_parser("preprocess", help="jsonl -> Megatron .bin/.idx")
-    p.add_argument("--input", nargs="+", required=True, help="jsonl files")
-    p.add_argument("--tokenizer-model", required=True, help="tokenizer.json")
-    p.add_argument("--output-prefix", required=True)
-    p.add_argument("--json-key", default="text")
-    p.add_argument("--workers", type=int, default=1)
-    p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=_preprocess)
+    add_data_commands(sub)
 
     p = sub.add_parser("pretrain", help="pretrain a GPT model (YAML config + Megatron flags)")
     p.add_argument("--config", help="YAML config file")

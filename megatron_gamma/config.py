@@ -260,23 +260,51 @@ class ParallelConfig:
             )
 
 
+_SPLIT_KEYS = ("train_data_path", "valid_data_path", "test_data_path")
+
+
 @dataclass
 class DataConfig:
     """Indexed datasets and tokenizer."""
 
     data_path: list = field(default_factory=list)
     """Megatron blend: 'PREFIX' or 'W1 PREFIX1 W2 PREFIX2 ...' (prefix without .bin/.idx)."""
+    train_data_path: list = field(default_factory=list)
+    """Per-split blend for training (Megatron-LM's --train-data-path; replaces data_path and
+    split, megatron-core's ``blend_per_split``)."""
+    valid_data_path: list = field(default_factory=list)
+    """Per-split blend for validation (--valid-data-path); none: no validation."""
+    test_data_path: list = field(default_factory=list)
+    """Per-split blend for testing (--test-data-path)."""
     split: str = "949,50,1"
-    """train,valid,test proportions of the documents."""
+    """train,valid,test proportions of the documents (with data_path only)."""
     tokenizer_model: Optional[str] = None
     """Path to a HF tokenizer.json (default: the packaged demo tokenizer)."""
     data_cache_path: Optional[str] = None
     """Where GPTDataset caches its index files (default: <run_dir>/data_cache)."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.data_path, str):
-            self.data_path = self.data_path.split()
-        self.data_path = [str(p) for p in self.data_path]
+        for key in ("data_path", *_SPLIT_KEYS):
+            value = getattr(self, key)
+            value = value.split() if isinstance(value, str) else value
+            setattr(self, key, [str(p) for p in value])
+        given = [k for k in _SPLIT_KEYS if getattr(self, k)]
+        if self.data_path and given:
+            _fail(
+                given[0],
+                getattr(self, given[0]),
+                "data_path and per-split paths exclude each other (megatron-core takes a blend "
+                "with a split, or one blend per split)",
+                "give either data_path (with split) or train_data_path/valid_data_path/"
+                "test_data_path, in the YAML file or as flags, not both",
+            )
+        if given and not self.train_data_path:
+            _fail(
+                "train_data_path",
+                self.train_data_path,
+                "per-split paths need a training blend",
+                "add --train-data-path PREFIX (or W1 P1 W2 P2 ...)",
+            )
         parts = self.split.replace("/", ",").split(",")
         try:
             vals = [float(p) for p in parts]
@@ -288,9 +316,15 @@ class DataConfig:
     def blend(self) -> tuple[list[str], Optional[list[float]]]:
         """Return (prefixes, weights) parsed from ``data_path``; weights None for one prefix.
 
+        With per-split paths instead, check all of them (:meth:`blend_per_split`) and return the
+        training blend, so that one call validates whichever form the run uses.
+
         Raises:
             ConfigError: empty path, odd weight/prefix list, or a prefix without .bin/.idx.
         """
+        per_split = self.blend_per_split()
+        if per_split is not None:
+            return per_split[0]
         if not self.data_path:
             _fail(
                 "data_path",
@@ -298,27 +332,46 @@ class DataConfig:
                 "no dataset given",
                 "pass --data-path PREFIX (made by `megatron-gamma preprocess`)",
             )
-        items = self.data_path
-        if len(items) == 1:
-            prefixes, weights = items, None
-        else:
-            if len(items) % 2:
-                _fail("data_path", items, "weights and prefixes must alternate", "W1 P1 W2 P2 ...")
-            try:
-                weights = [float(w) for w in items[0::2]]
-            except ValueError:
-                _fail("data_path", items, "weights and prefixes must alternate", "W1 P1 W2 P2 ...")
-            prefixes = items[1::2]
-        for p in prefixes:
-            for ext in (".bin", ".idx"):
-                if not os.path.isfile(p + ext):
-                    _fail(
-                        "data_path",
-                        p,
-                        f"{p + ext} does not exist",
-                        "give the prefix written by `megatron-gamma preprocess` (no extension)",
-                    )
-        return prefixes, weights
+        return _parse_blend("data_path", self.data_path)
+
+    def blend_per_split(self) -> Optional[list[Optional[tuple[list[str], Optional[list[float]]]]]]:
+        """megatron-core's ``blend_per_split``: [train, valid, test] blends (None where not
+        given), or None when no per-split path is set (then :meth:`blend` applies).
+
+        Raises:
+            ConfigError: as :meth:`blend`, naming the per-split key.
+        """
+        if not self.train_data_path:
+            return None
+        return [
+            _parse_blend(k, getattr(self, k)) if getattr(self, k) else None for k in _SPLIT_KEYS
+        ]
+
+
+def _parse_blend(key: str, items: list[str]) -> tuple[list[str], Optional[list[float]]]:
+    """Megatron's blend list 'PREFIX' or 'W1 P1 W2 P2 ...' -> (prefixes, weights or None)."""
+    if len(items) == 1:
+        prefixes, weights = items, None
+    else:
+        if len(items) % 2:
+            _fail(key, items, "weights and prefixes must alternate", "W1 P1 W2 P2 ...")
+        try:
+            weights = [float(w) for w in items[0::2]]
+        except ValueError:
+            _fail(key, items, "weights and prefixes must alternate", "W1 P1 W2 P2 ...")
+        if min(weights) < 0 or sum(weights) <= 0:
+            _fail(key, items, "weights must be >= 0 and not all 0", "e.g. 0.3 P1 0.7 P2")
+        prefixes = items[1::2]
+    for p in prefixes:
+        for ext in (".bin", ".idx"):
+            if not os.path.isfile(p + ext):
+                _fail(
+                    key,
+                    p,
+                    f"{p + ext} does not exist",
+                    "give the prefix written by `megatron-gamma preprocess` (no extension)",
+                )
+    return prefixes, weights
 
 
 @dataclass

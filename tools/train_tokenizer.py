@@ -1,4 +1,5 @@
-"""Megatron-LM-style entry point; same as `megatron-gamma train-tokenizer` (see megatron_gamma.cli)."""
+"""Megatron-LM-style entry point; same as `megatron-gamma train-tokenizer` (see
+megatron_gamma.cli)."""
 
 import sys
 

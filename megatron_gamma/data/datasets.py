@@ -30,7 +30,7 @@ def check_splits(prefixes: list[str], split: str) -> None:
     matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(split))
     for prefix in prefixes:
         n = GPTDataset.numel_low_level_dataset(IndexedDataset(prefix))
-        for name, bounds in zip(("train", "valid", "test"), matrix):
+        for name, bounds in zip(("train", "valid", "test"), matrix, strict=True):
             if bounds is not None and round(bounds[0] * n) == round(bounds[1] * n):
                 raise ConfigError(
                     f"split={split!r}: the {name} split of {prefix} ({n} documents) is empty. "
@@ -49,17 +49,26 @@ def build_datasets(
     the numbers are comparable across a run). Rank 0 builds the index caches first, then the
     others read them.
 
+    With per-split paths (``train_data_path``, ``valid_data_path``, ``test_data_path``) each
+    split is its own blend (megatron-core ``blend_per_split``, no ``split``); a split without a
+    path is None.
+
     Raises:
         ConfigError: empty or missing ``data_path`` (named by ``DataConfig.blend``).
     """
     t = cfg.training
-    prefixes, weights = cfg.data.blend()
+    per_split = cfg.data.blend_per_split()
+    if per_split is None:
+        blend, split = cfg.data.blend(), cfg.data.split
+    else:
+        blend, split = None, None
     cache = cfg.data.data_cache_path or os.path.join(cfg.logging.run_dir, "data_cache")
     ds_cfg = GPTDatasetConfig(
         random_seed=t.seed,
         sequence_length=cfg.model.seq_length,
-        blend=(prefixes, weights),
-        split=cfg.data.split,
+        blend=blend,
+        blend_per_split=per_split,
+        split=split,
         path_to_cache=cache,
         tokenizer=tokenizer,
         reset_position_ids=False,

@@ -1,62 +1,261 @@
-"""jsonl -> Megatron indexed binaries (.bin/.idx) with megatron-core's ``IndexedDatasetBuilder``.
+"""jsonl / jsonl.gz / jsonl.zst / parquet -> Megatron indexed binaries (.bin/.idx), streaming,
+in parallel, sharded, resumable.
 
-Each document becomes its token ids followed by one EOD token, as one sequence of one document
-(Megatron-LM's ``preprocess_data.py`` layout without sentence splitting), so datasets made here
-feed Megatron-LM and NeMo unchanged. ``workers`` processes tokenize chunks of documents in
-parallel; chunks are written in input order, so the bytes do not depend on the worker count.
-Outputs are written under temporary names and renamed when complete.
+Pipeline: the main process reads the input files in order (:mod:`.readers`) and hands bounded
+chunks of raw records to ``workers`` processes, which decode, normalize, tag, filter, split and
+tokenize them (:mod:`.encode`); the main process writes the results in input order through
+megatron-core's ``IndexedDatasetBuilder`` (:mod:`.indexed`). At most ``2 x workers`` chunks are in
+flight, so memory does not grow with the input. Each document is handled on its own, so the bytes
+written do not depend on the worker count, and the file list is split into contiguous shards
+(:mod:`.sharding`), so merging shard outputs in order gives the bytes of one run.
+
+Layout (Megatron-LM's names): each output is ``{output_prefix}_{key}_{level}`` (``level`` is
+``document``, or ``sentence`` with sentence splitting), or ``{output_prefix}_{lang}_{key}_{level}``
+with one output per language; ``{output_prefix}.stats.json`` holds the counts
+(:mod:`.stats`) and ``{output_prefix}.done.json`` marks the work complete (:mod:`.resume`).
+Documents end with the EOD token (``append_eod``, on by default unlike Megatron-LM's flag,
+because GPT pretraining needs document boundaries).
 """
 
 from __future__ import annotations
 
-import itertools
+import dataclasses
+import json
+import logging
 import multiprocessing as mp
 import os
+import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-import numpy as np
-from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+from megatron.core.datasets.indexed_dataset import DType
 from tqdm import tqdm
 
-from megatron_gamma.data.tokenizer import BilingualTokenizer, iter_jsonl_texts
+from megatron_gamma.data.encode import ChunkEncoder, EncodedChunk, EncodeOptions
+from megatron_gamma.data.indexed import ChunkWriter
+from megatron_gamma.data.merge import merge_shards
+from megatron_gamma.data.readers import (
+    MAX_MESSAGES,
+    Chunk,
+    InputError,
+    check_readable,
+    expand_inputs,
+    file_size,
+    iter_chunks,
+)
+from megatron_gamma.data.resume import UnitOutput
+from megatron_gamma.data.sharding import check_shards, shard_files, shard_prefix
+from megatron_gamma.data.stats import add_counts, read_json, stats_document, write_json
+from megatron_gamma.data.tokenizer import BilingualTokenizer
 
-_TOKENIZER: BilingualTokenizer | None = None
+log = logging.getLogger(__name__)
+_ENCODER: ChunkEncoder | None = None
 
 
 @dataclass
 class PreprocessStats:
-    """What one preprocessing run wrote."""
+    """What a preprocessing run (or one shard of it) wrote.
+
+    Attributes:
+        prefix: the first output's dataset prefix (the only one for the default single output).
+        documents, tokens, characters: totals over all outputs (tokens include EOD).
+        seconds: wall time of this call.
+        prefixes: ``{output name: dataset prefix}``.
+        stats: the ``.stats.json`` document (:mod:`megatron_gamma.data.stats`).
+        skipped: shards found complete and not redone.
+        stats_path: the ``.stats.json`` written.
+    """
 
     prefix: str
     documents: int
     tokens: int
     characters: int
     seconds: float
-
-
-def _init_worker(tokenizer_path: str) -> None:
-    global _TOKENIZER
-    _TOKENIZER = BilingualTokenizer(tokenizer_path)
-
-
-def _encode_chunk(texts: list[str]) -> tuple[list[np.ndarray], int]:
-    assert _TOKENIZER is not None
-    eod = _TOKENIZER.eod
-    docs = [np.array(ids + [eod], dtype=np.int64) for ids in _TOKENIZER.tokenize_batch(texts)]
-    return docs, sum(len(t) for t in texts)
-
-
-def _chunks(texts: Iterable[str], size: int) -> Iterator[list[str]]:
-    it = iter(texts)
-    while chunk := list(itertools.islice(it, size)):
-        yield chunk
+    prefixes: dict[str, str]
+    stats: dict
+    skipped: int = 0
+    stats_path: str = ""
 
 
 def output_prefix_for(output_prefix: str, json_key: str = "text") -> str:
     """Megatron-LM's naming: ``{output_prefix}_{json_key}_document``."""
     return f"{output_prefix}_{json_key}_document"
+
+
+def _set_parent_death_signal() -> None:
+    """Linux: end this worker if the main process dies (e.g. SIGKILL), so none is orphaned."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _init_worker(tokenizer_path: str, options: EncodeOptions, dtype: type, eod: int) -> None:
+    global _ENCODER
+    _set_parent_death_signal()
+    _ENCODER = ChunkEncoder(tokenizer_path, options, dtype, eod)
+
+
+def _encode(chunk: Chunk) -> EncodedChunk:
+    assert _ENCODER is not None
+    return _ENCODER(chunk)
+
+
+def _ordered_map(pool, fn: Callable, items: Iterable, window: int) -> Iterator:
+    """``pool.imap(fn, items)`` with at most ``window`` items read ahead (imap reads all)."""
+    pending: deque = deque()
+    for item in items:
+        pending.append(pool.apply_async(fn, (item,)))
+        if len(pending) >= window:
+            yield pending.popleft().get()
+    while pending:
+        yield pending.popleft().get()
+
+
+def _read_chunks(
+    files: list[str], options: EncodeOptions, chunk_size: int, counts: dict, messages: list[str]
+) -> Iterator[Chunk]:
+    columns = list(options.json_keys) + ([options.lang_key] if options.lang_key else [])
+    for path in files:
+        try:
+            check_readable(path)
+            yield from iter_chunks(path, chunk_size, columns=columns)
+        except InputError as e:
+            if options.on_error != "skip":
+                raise
+            errors = counts.setdefault("errors", {})
+            errors[e.kind] = errors.get(e.kind, 0) + 1
+            messages.append(str(e))
+
+
+def _fingerprint(
+    files: list[str], options: EncodeOptions, tok: BilingualTokenizer, shard: tuple[int, int]
+) -> dict:
+    fp = {
+        "format": 1,
+        "inputs": [[os.path.abspath(p), file_size(p)] for p in files],
+        "options": dataclasses.asdict(options),
+        "tokenizer_sha256": tok.sha256,
+        "shard": list(shard),
+    }
+    return json.loads(json.dumps(fp))  # tuples -> lists, as read back from the marker
+
+
+def _result(base: str, doc: dict, seconds: float, skipped: int) -> PreprocessStats:
+    prefixes = {name: o["prefix"] for name, o in doc["outputs"].items()}
+    return PreprocessStats(
+        prefix=next(iter(prefixes.values())),
+        documents=sum(o["documents"] for o in doc["outputs"].values()),
+        tokens=sum(o["tokens"] for o in doc["outputs"].values()),
+        characters=sum(lang["characters"] for lang in doc["languages"].values()),
+        seconds=seconds,
+        prefixes=prefixes,
+        stats=doc,
+        skipped=skipped,
+        stats_path=f"{base}.stats.json",
+    )
+
+
+def _empty_error(files: list[str], counts: dict) -> ValueError:
+    dropped = {}
+    for lang in counts.get("languages", {}).values():
+        add_counts(dropped, lang.get("dropped", {}))
+    errors = {k: v for k, v in counts.get("errors", {}).items() if v}
+    what = f"{len(files)} input file(s) starting with {files[0]!r}"
+    if dropped or errors:
+        detail = ", ".join(f"{k}: {v}" for k, v in sorted((dropped | errors).items()))
+        return ValueError(
+            f"no documents to write: every record of {what} was dropped or skipped ({detail}). "
+            "Fix: loosen --min-chars/--min-tokens/--max-symbol-ratio or repair the input"
+        )
+    return ValueError(f"no documents to write: {what} hold no records. Fix: give non-empty input")
+
+
+def _run_unit(
+    files: list[str],
+    base: str,
+    tok: BilingualTokenizer,
+    options: EncodeOptions,
+    shard: tuple[int, int],
+    workers: int,
+    chunk_size: int,
+    progress: bool,
+) -> tuple[dict, bool]:
+    """Preprocess ``files`` into the outputs under ``base``; return (stats doc, was skipped)."""
+    unit = UnitOutput(base, _fingerprint(files, options, tok, shard))
+    if unit.completed() is not None:
+        log.info("%s: complete (done-marker verified), skipped", base)
+        return read_json(unit.stats), True
+    unit.begin()
+    dtype = DType.optimal_dtype(tok.vocab_size)
+    counts: dict = {}
+    messages: list[str] = []
+    writers: dict[str, ChunkWriter] = {}
+    sizes = [file_size(p) for p in files]
+    starts = {p: sum(sizes[:i]) for i, p in enumerate(files)}
+    desc = "preprocess" if shard[1] == 1 else f"shard {shard[0]}/{shard[1]}"
+    bar = tqdm(
+        total=sum(sizes), unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
+        disable=not progress,
+    )  # fmt: skip
+    pool = None
+    env = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker
+    try:
+        chunks = _read_chunks(files, options, chunk_size, counts, messages)
+        if workers == 1:
+            encoder = ChunkEncoder(tok.path, options, dtype, tok.eod)
+            results: Iterator[EncodedChunk] = map(encoder, chunks)
+        else:
+            init = (tok.path, options, dtype, tok.eod)
+            pool = mp.get_context("fork").Pool(workers, _init_worker, init)
+            results = _ordered_map(pool, _encode, chunks, 2 * workers)
+        start, raw, docs, tokens = time.time(), 0, 0, 0
+        for r in results:
+            for name, out in r.outputs.items():
+                if name not in writers:
+                    writers[name] = ChunkWriter(unit.temp(f"_{name}"), dtype)
+                writers[name].add(out.tokens, out.sequence_lengths, out.document_sequences)
+                docs += len(out.document_sequences)
+                tokens += len(out.tokens)
+            add_counts(counts, r.counts)
+            messages += r.messages
+            raw += r.raw_bytes
+            bar.update(starts[r.path] + r.disk_pos - bar.n)
+            dt = max(time.time() - start, 1e-9)
+            bar.set_postfix_str(
+                f"{docs / dt:.0f} docs/s, {raw / dt / 1e6:.1f} MB/s, {tokens / dt:.0f} tok/s",
+                refresh=False,
+            )
+        for msg in messages[: 4 * MAX_MESSAGES]:
+            log.warning("skipped: %s", msg)
+        if not writers:
+            raise _empty_error(files, counts)
+        for writer in writers.values():
+            writer.finalize()
+        doc = stats_document(base, counts)
+        write_json(unit.temp(".stats.json"), doc)
+        suffixes = [f"_{n}{ext}" for n in sorted(writers) for ext in (".bin", ".idx")]
+        totals = {"documents": docs, "tokens": tokens}
+        unit.commit(suffixes + [".stats.json"], totals)
+        return doc, False
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        unit.abort()
+        raise
+    finally:
+        bar.close()
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+        if env is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = env
 
 
 def preprocess(
@@ -65,74 +264,86 @@ def preprocess(
     output_prefix: str,
     workers: int = 1,
     json_key: str = "text",
-    chunk_size: int = 64,
+    chunk_size: int = 256,
     progress: bool = True,
+    options: EncodeOptions | None = None,
+    shard_index: int | None = None,
+    num_shards: int = 1,
 ) -> PreprocessStats:
-    """Tokenize jsonl files into one Megatron indexed dataset.
+    """Tokenize the input into Megatron indexed datasets (module docstring).
 
     Args:
-        inputs: jsonl files, read in this order.
-        tokenizer_path: tokenizer.json.
-        output_prefix: writes ``{output_prefix}_{json_key}_document.{bin,idx}``.
-        workers: tokenizer processes.
-        json_key: the field holding the text.
-        chunk_size: documents per work item.
-        progress: show a tqdm bar.
+        inputs: files, directories or globs (:func:`~megatron_gamma.data.readers.expand_inputs`).
+        tokenizer_path: tokenizer.json with an EOD token.
+        output_prefix: where the outputs go (see the layout above).
+        workers: tokenizer processes (one core each).
+        json_key: the text field, when ``options`` is None.
+        chunk_size: records per work item.
+        progress: show a bar (bytes, with docs/s, MB/s and tok/s).
+        options: text handling, filters and outputs (default: ``json_keys=(json_key,)``).
+        shard_index: with ``num_shards > 1``, process only this shard (a SLURM array task) into
+            ``{output_prefix}-shard{i:05d}-of-{n:05d}``; None runs every shard in turn and then
+            merges them into ``output_prefix``.
+        num_shards: split the file list into this many contiguous shards.
 
     Returns:
-        The written prefix and counts.
+        Counts and output prefixes (of the shard when ``shard_index`` is given).
 
     Raises:
-        FileNotFoundError: an input or the tokenizer is missing (checked before any work).
-        ValueError: malformed JSON or missing key (file and line named), empty input, workers < 1.
+        InputError: a missing input, or (with ``on_error='stop'``) a bad record or unreadable
+            file, named by file and line (a ``ValueError``).
+        ConfigError: bad shard flags, or an output prefix holding a run with other settings.
+        ValueError: no document to write, ``workers < 1`` or ``chunk_size < 1``.
+        FileNotFoundError: the tokenizer is missing.
     """
     if workers < 1:
         raise ValueError(f"workers={workers}: must be >= 1. Fix: --workers 1")
-    if not inputs:
-        raise ValueError("no input files. Fix: pass --input FILE.jsonl [...]")
-    for path in inputs:
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"input={path!r} does not exist. Fix: check the path")
-    tokenizer = BilingualTokenizer(tokenizer_path)
-    prefix = output_prefix_for(output_prefix, json_key)
-    os.makedirs(os.path.dirname(os.path.abspath(prefix)), exist_ok=True)
-    tmp = f"{prefix}.tmp{os.getpid()}"
-    builder = IndexedDatasetBuilder(tmp + ".bin", dtype=DType.optimal_dtype(tokenizer.vocab_size))
-    documents = tokens = characters = 0
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size={chunk_size}: must be >= 1. Fix: e.g. 256")
+    options = options or EncodeOptions(json_keys=(json_key,))
     start = time.time()
-    bar = tqdm(unit="doc", desc="preprocess", disable=not progress)
-    texts = iter_jsonl_texts(inputs, json_key)
-    pool = (
-        mp.get_context("fork").Pool(workers, _init_worker, (tokenizer_path,))
-        if workers > 1
-        else None
+    files = expand_inputs(inputs)
+    check_shards(len(files), shard_index, num_shards)
+    tok = BilingualTokenizer(tokenizer_path)
+    os.makedirs(os.path.dirname(os.path.abspath(output_prefix)), exist_ok=True)
+    run = {"tok": tok, "options": options, "workers": workers, "chunk_size": chunk_size}
+    if num_shards == 1 or shard_index is not None:
+        i = shard_index or 0
+        base = shard_prefix(output_prefix, i, num_shards)
+        part = shard_files(files, i, num_shards)
+        doc, skipped = _run_unit(part, base, shard=(i, num_shards), progress=progress, **run)
+        return _result(base, doc, time.time() - start, int(skipped))
+    skipped = 0
+    for i in range(num_shards):
+        base = shard_prefix(output_prefix, i, num_shards)
+        part = shard_files(files, i, num_shards)
+        skipped += _run_unit(part, base, shard=(i, num_shards), progress=progress, **run)[1]
+    doc = merge_shards(output_prefix, num_shards, progress=progress)
+    return _result(output_prefix, doc, time.time() - start, skipped)
+
+
+def format_summary(result: PreprocessStats) -> str:
+    """A multi-line human summary of a run: outputs, per-language counts, drops, errors, speed."""
+    doc = result.stats
+    lines = []
+    for o in doc["outputs"].values():
+        lines.append(
+            f"wrote {o['prefix']}.bin/.idx: {o['documents']} documents, {o['sequences']} "
+            f"sequences, {o['tokens']} tokens"
+        )
+    for lang, c in doc["languages"].items():
+        dropped = ", ".join(f"{k} {v}" for k, v in c["dropped"].items() if v) or "none"
+        lines.append(
+            f"  {lang}: {c['documents']} documents, {c['tokens']} tokens, {c['characters']} "
+            f"characters; dropped: {dropped}"
+        )
+    errors = ", ".join(f"{k} {v}" for k, v in doc["errors"].items() if v)
+    if errors:
+        lines.append(f"  skipped bad input: {errors}")
+    if result.skipped:
+        lines.append(f"  {result.skipped} shard(s) were already complete and skipped")
+    lines.append(
+        f"  {result.seconds:.1f}s, {result.tokens / max(result.seconds, 1e-9):.0f} tokens/s; "
+        f"stats and blend: {result.stats_path}"
     )
-    try:
-        if pool is None:
-            _init_worker(tokenizer_path)
-            results = map(_encode_chunk, _chunks(texts, chunk_size))
-        else:
-            results = pool.imap(_encode_chunk, _chunks(texts, chunk_size))
-        for docs, chars in results:
-            for doc in docs:
-                builder.add_document(doc, [doc.size])
-                tokens += doc.size
-            documents += len(docs)
-            characters += chars
-            bar.update(len(docs))
-            bar.set_postfix(tok_per_s=f"{tokens / max(time.time() - start, 1e-9):.0f}")
-        if documents == 0:
-            raise ValueError(f"inputs {inputs} hold no documents. Fix: give non-empty jsonl files")
-        builder.finalize(tmp + ".idx")
-    except BaseException:
-        for ext in (".bin", ".idx"):
-            if os.path.exists(tmp + ext):
-                os.remove(tmp + ext)
-        raise
-    finally:
-        bar.close()
-        if pool is not None:
-            pool.terminate()
-    os.replace(tmp + ".bin", prefix + ".bin")
-    os.replace(tmp + ".idx", prefix + ".idx")
-    return PreprocessStats(prefix, documents, tokens, characters, time.time() - start)
+    return "\n".join(lines)

@@ -1,8 +1,17 @@
 """Byte-level BPE tokenizer (HF ``tokenizers``) for bilingual zh + en text.
 
 Byte-level BPE starts from the 256 byte symbols, so every string (any script, any byte) encodes,
-and decoding returns the exact input: Chinese round-trips byte for byte. Special tokens: EOD
-``<|endoftext|>`` (appended to every document), PAD ``<|pad|>``, BOS ``<|bos|>``.
+and decoding returns the exact input: Chinese round-trips byte for byte. This is the byte
+fallback: a character never seen in training (a rare Han character, an emoji) is spelled with its
+UTF-8 bytes instead of an unknown token, and there is no unknown token at all. Special tokens:
+EOD ``<|endoftext|>`` (appended to every document), PAD ``<|pad|>``, BOS ``<|bos|>``.
+
+Next to a ``tokenizer.json``, :func:`write_metadata` puts the files other loaders need:
+``tokenizer_config.json`` and ``special_tokens_map.json`` (HF ``AutoTokenizer``), and
+``tokenizer_metadata.json`` written by megatron-core's ``MegatronTokenizer.write_metadata``
+(library ``huggingface``, model type ``gpt``), so
+``megatron.core.tokenizers.MegatronTokenizer.from_pretrained(<that directory>)`` loads it with
+EOD as its ``eod``.
 """
 
 from __future__ import annotations
@@ -33,6 +42,46 @@ def iter_jsonl_texts(paths: Iterable[str], json_key: str = "text") -> Iterator[s
                 if json_key not in record:
                     raise ValueError(f"{path}:{lineno}: no key {json_key!r} (use --json-keys)")
                 yield record[json_key]
+
+
+def write_metadata(tokenizer_json: str) -> list[str]:
+    """Write the loader files (module docstring) next to ``tokenizer_json``, atomically.
+
+    Returns:
+        The paths written.
+    """
+    from megatron.core.tokenizers import MegatronTokenizer
+
+    folder = os.path.dirname(os.path.abspath(tokenizer_json))
+    special = {"eos_token": EOD, "pad_token": PAD, "bos_token": BOS}
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "add_bos_token": False,
+        "add_eos_token": False,
+        "clean_up_tokenization_spaces": False,
+        "model_max_length": 1_000_000_000,
+        **special,
+    }
+    written = []
+    for name, doc in (("tokenizer_config.json", config), ("special_tokens_map.json", special)):
+        path = os.path.join(folder, name)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2, sort_keys=True)
+            f.write("\n")
+        os.replace(tmp, path)
+        written.append(path)
+    path = os.path.join(folder, "tokenizer_metadata.json")
+    tmp = f"{path}.tmp{os.getpid()}"
+    MegatronTokenizer.write_metadata(
+        tokenizer_path=folder,
+        tokenizer_library="huggingface",
+        model_type="gpt",
+        overwrite=True,
+        metadata_path=tmp,
+    )
+    os.replace(tmp, path)
+    return written + [path]
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int, output: str) -> Tokenizer:
@@ -72,6 +121,7 @@ class BilingualTokenizer:
     Attributes:
         vocab_size: number of token ids (unpadded).
         eod, pad, bos: special token ids.
+        sha256: hex SHA-256 of the tokenizer.json bytes.
         unique_identifiers: what megatron-core hashes into its dataset cache keys.
     """
 
@@ -91,8 +141,8 @@ class BilingualTokenizer:
         self.eod, self.pad, self.bos = ids[EOD], ids[PAD], ids[BOS]
         self.vocab_size = self._tok.get_vocab_size()
         with open(self.path, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()[:16]
-        self.unique_identifiers = {"class": type(self).__name__, "sha256": digest}
+            self.sha256 = hashlib.sha256(f.read()).hexdigest()
+        self.unique_identifiers = {"class": type(self).__name__, "sha256": self.sha256[:16]}
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of one text (no EOD)."""

@@ -96,7 +96,8 @@ def preflight(cfg: Config) -> str:
         ConfigError: missing dataset prefix or tokenizer file.
     """
     prefixes, _ = cfg.data.blend()
-    check_splits(prefixes, cfg.data.split)
+    if cfg.data.blend_per_split() is None:
+        check_splits(prefixes, cfg.data.split)
     path = cfg.data.tokenizer_model or os.path.join(demo_dir(), "tokenizer.json")
     if not os.path.isfile(path):
         raise ConfigError(

@@ -1,0 +1,84 @@
+"""Optional document filters, each counted by name in the preprocessing statistics.
+
+Applied in this order; a document is counted under the first filter that drops it:
+
+=================  ==========================================================================
+reason             drops a document when
+=================  ==========================================================================
+empty              its (normalized) text is empty or only whitespace (always on)
+min_chars          it has fewer than ``min_chars`` characters (``len(text)``)
+max_symbol_ratio   more than ``max_symbol_ratio`` of its non-whitespace characters are
+                   punctuation or symbols (Unicode categories P* and S*; CJK punctuation counts)
+min_tokens         it has fewer than ``min_tokens`` tokens (before the EOD token)
+=================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from megatron_gamma.data.langid import codepoints
+
+DROP_REASONS = ("empty", "min_chars", "max_symbol_ratio", "min_tokens")
+_TABLE_SIZE = 0x30000  # BMP and the two supplementary planes in use (emoji, Han extensions)
+_OTHER, _SYMBOL, _SPACE = 0, 1, 2
+
+
+@lru_cache(maxsize=1)
+def _classes() -> np.ndarray:
+    """(0x30001,) uint8: character class by code point; the last entry stands for all higher."""
+    table = np.zeros(_TABLE_SIZE + 1, dtype=np.uint8)
+    for cp in range(_TABLE_SIZE):
+        c = chr(cp)
+        if c.isspace():
+            table[cp] = _SPACE
+        elif unicodedata.category(c)[0] in "PS":
+            table[cp] = _SYMBOL
+    return table
+
+
+def symbol_ratio(text: str) -> float:
+    """Fraction of the non-whitespace characters of ``text`` in Unicode categories P* or S*
+    (0.0 for a text of only whitespace)."""
+    cls = _classes()[np.minimum(codepoints(text), _TABLE_SIZE)]
+    counts = np.bincount(cls, minlength=3)
+    visible = counts[_OTHER] + counts[_SYMBOL]
+    return float(counts[_SYMBOL] / visible) if visible else 0.0
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Thresholds; the defaults keep every non-empty document."""
+
+    min_chars: int = 0
+    min_tokens: int = 0
+    max_symbol_ratio: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.min_chars < 0:
+            raise ValueError(f"min_chars={self.min_chars}: must be >= 0. Fix: e.g. 20")
+        if self.min_tokens < 0:
+            raise ValueError(f"min_tokens={self.min_tokens}: must be >= 0. Fix: e.g. 8")
+        if not 0.0 <= self.max_symbol_ratio <= 1.0:
+            raise ValueError(
+                f"max_symbol_ratio={self.max_symbol_ratio}: must lie in [0, 1]. Fix: e.g. 0.3"
+            )
+
+    def text_reason(self, text: str) -> str | None:
+        """The first text filter that drops ``text`` ('empty', 'min_chars',
+        'max_symbol_ratio'), or None to keep it."""
+        if not text.strip():
+            return "empty"
+        if len(text) < self.min_chars:
+            return "min_chars"
+        if self.max_symbol_ratio < 1.0 and symbol_ratio(text) > self.max_symbol_ratio:
+            return "max_symbol_ratio"
+        return None
+
+    def token_reason(self, num_tokens: int) -> str | None:
+        """'min_tokens' if ``num_tokens`` (EOD not counted) is below ``min_tokens``, else None."""
+        return "min_tokens" if num_tokens < self.min_tokens else None

@@ -1,0 +1,62 @@
+"""Optional text normalization before tokenization (both off by default).
+
+``nfkc``
+    Unicode NFKC (``unicodedata.normalize('NFKC', text)``): compatibility characters become
+    their canonical forms (ligatures, circled digits, full-width Latin letters and digits, and
+    also full-width punctuation such as ``，！？（）`` -> ``,!?()``).
+
+``punct_width``
+    'keep'  leave the text as it is (default).
+    'half'  full-width ASCII variants U+FF01..U+FF5E (``！＂＃..～``, letters, digits) and the
+            ideographic space U+3000 become their ASCII forms. CJK punctuation without an ASCII
+            twin (``。、「」《》…``) is kept.
+    'cjk'   full-width letters and digits become ASCII, and the ASCII punctuation ``, ! ? ; :``
+            directly after a Han character becomes its full-width form (``，！？；：``), the
+            convention of Chinese typesetting. Punctuation after digits or Latin letters (``3,000``,
+            ``ls;``) is left alone.
+
+NFKC runs first, so ``nfkc=True, punct_width='cjk'`` yields NFKC text with Chinese punctuation
+restored after Han characters.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+PUNCT_WIDTHS = ("keep", "half", "cjk")
+
+_TO_HALF = {0xFF01 + i: 0x21 + i for i in range(0x5E)} | {0x3000: 0x20}
+_ALNUM_TO_HALF = {
+    k: v for k, v in _TO_HALF.items() if chr(v).isalnum()
+}  # full-width A-Z a-z 0-9 only
+_TO_FULL = {",": "，", "!": "！", "?": "？", ";": "；", ":": "："}
+_AFTER_HAN = re.compile(r"(?<=[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff])[,!?;:]")
+
+
+def check_punct_width(value: str) -> None:
+    """Raise ValueError unless ``value`` is one of :data:`PUNCT_WIDTHS`."""
+    if value not in PUNCT_WIDTHS:
+        raise ValueError(
+            f"punct_width={value!r}: unknown. Fix: use one of {', '.join(PUNCT_WIDTHS)}"
+        )
+
+
+def normalize(text: str, nfkc: bool = False, punct_width: str = "keep") -> str:
+    """Apply the normalization described in the module docstring.
+
+    Args:
+        text: a document.
+        nfkc: apply Unicode NFKC first.
+        punct_width: 'keep', 'half' or 'cjk'.
+
+    Returns:
+        The normalized text (``text`` itself when both options are off).
+    """
+    if nfkc:
+        text = unicodedata.normalize("NFKC", text)
+    if punct_width == "half":
+        text = text.translate(_TO_HALF)
+    elif punct_width == "cjk":
+        text = _AFTER_HAN.sub(lambda m: _TO_FULL[m.group()], text.translate(_ALNUM_TO_HALF))
+    return text

@@ -1,0 +1,374 @@
+"""Streaming input: jsonl, jsonl.gz, jsonl.zst and parquet files, named as files, directories or
+globs, read in a fixed order in bounded chunks, with every bad record named by file and line.
+
+Reading happens in the main process and only moves raw bytes (jsonl) or column values (parquet);
+JSON decoding, UTF-8 validation and key lookup run in the workers (:func:`parse_chunk`), so the
+reader is never the bottleneck. Memory is bounded by one chunk per worker in flight, whatever the
+size of the input.
+
+Errors (all :class:`InputError`, a ``ValueError``, with a ``kind`` used for the skip counts):
+
+=================  ==========================================================================
+kind               raised for
+=================  ==========================================================================
+no_input           a file, directory or glob that names nothing readable
+unsupported        a file whose name does not end in a supported extension
+unreadable_file    a file that cannot be opened or whose compressed stream is corrupt
+malformed_json     a line that is not a JSON object
+invalid_utf8       a line that is not valid UTF-8
+missing_key        a record without one of ``--json-keys`` (or with a null value)
+bad_value          a ``--json-keys`` value that is not a string, or an unknown language label
+=================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import io
+import json
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from megatron_gamma.data.langid import language_label
+
+EXTENSIONS = {
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".jsonl.gz": "gzip",
+    ".json.gz": "gzip",
+    ".jsonl.zst": "zstd",
+    ".json.zst": "zstd",
+    ".parquet": "parquet",
+}
+"""Supported file name endings and their reader."""
+
+ERROR_KINDS = (
+    "unreadable_file",
+    "malformed_json",
+    "invalid_utf8",
+    "missing_key",
+    "bad_value",
+)
+"""Per-record or per-file problems that ``--on-error skip`` counts and skips."""
+
+MAX_MESSAGES = 5
+"""Skipped problems whose full message is kept per chunk (all are counted)."""
+
+
+class InputError(ValueError):
+    """A problem with the input, named by file (and line); ``kind`` is one of the table above."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+    def __reduce__(self):
+        return InputError, (self.kind, str(self))
+
+
+def input_format(path: str) -> str | None:
+    """The reader for ``path`` ('jsonl', 'gzip', 'zstd', 'parquet'), or None if unsupported."""
+    name = path.lower()
+    for ext in sorted(EXTENSIONS, key=len, reverse=True):
+        if name.endswith(ext):
+            return EXTENSIONS[ext]
+    return None
+
+
+def expand_inputs(specs: list[str]) -> list[str]:
+    """Turn ``--input`` arguments into the ordered list of files to read.
+
+    Each argument is a file, a directory (all supported files below it, recursively, sorted by
+    path, except bare ``.json`` files, which are more often configs than data; name those
+    explicitly) or a glob pattern (its matches, sorted). Arguments keep their order. The result
+    is the same on every machine given the same file tree, which is what makes
+    ``--shard-index`` and ``--num-shards`` deterministic.
+
+    Raises:
+        InputError: no arguments, an argument matching nothing ('no_input'), a file with an
+            unsupported extension ('unsupported') or a file listed twice ('no_input').
+    """
+    if not specs:
+        raise InputError("no_input", "no input given. Fix: pass --input FILE|DIR|GLOB [...]")
+    files: list[str] = []
+    for spec in specs:
+        if os.path.isdir(spec):
+            found = sorted(
+                os.path.join(root, name)
+                for root, _, names in os.walk(spec)
+                for name in names
+                if input_format(name) is not None and not name.lower().endswith(".json")
+            )
+            if not found:
+                raise InputError(
+                    "no_input",
+                    f"input directory {spec!r} holds no {'/'.join(EXTENSIONS)} files. "
+                    "Fix: point --input at the data files",
+                )
+        elif os.path.exists(spec) or os.path.islink(spec):
+            found = [spec]
+        else:
+            found = sorted(p for p in glob.glob(spec, recursive=True) if not os.path.isdir(p))
+            if not found:
+                raise InputError(
+                    "no_input", f"input {spec!r}: no such file and no glob match. Fix: check it"
+                )
+        for path in found:
+            if input_format(path) is None:
+                raise InputError(
+                    "unsupported",
+                    f"input {path!r}: unsupported file type. Fix: use one of "
+                    f"{', '.join(EXTENSIONS)}",
+                )
+        files.extend(found)
+    seen: set[str] = set()
+    for path in files:
+        if path in seen:
+            raise InputError(
+                "no_input", f"input {path!r} is listed twice. Fix: name each file once"
+            )
+        seen.add(path)
+    return files
+
+
+@dataclass
+class Chunk:
+    """A run of consecutive records of one file, the unit of work handed to a worker.
+
+    Attributes:
+        path: the file.
+        first_line: 1-based line (jsonl) or row (parquet) number of ``items[0]``.
+        items: raw lines (bytes, jsonl) or ``{column: value}`` dicts (parquet), in file order.
+        raw_bytes: uncompressed bytes these items occupy (for MB/s).
+        disk_pos: on-disk bytes of the file read up to the end of this chunk (for the bar).
+    """
+
+    path: str
+    first_line: int
+    items: list = field(default_factory=list)
+    raw_bytes: int = 0
+    disk_pos: int = 0
+
+
+def _open_binary(path: str, fmt: str) -> tuple[io.BufferedIOBase, io.RawIOBase]:
+    """(line-iterable decompressed stream, the raw file under it)."""
+    raw = open(path, "rb")
+    if fmt == "jsonl":
+        return raw, raw
+    if fmt == "gzip":
+        return gzip.GzipFile(fileobj=raw, mode="rb"), raw
+    import zstandard
+
+    reader = zstandard.ZstdDecompressor().stream_reader(raw, closefd=False)
+    return io.BufferedReader(reader, buffer_size=1 << 20), raw
+
+
+_STREAM_ERRORS = (OSError, EOFError, zlib.error)
+
+
+def _zstd_errors() -> tuple:
+    try:
+        import zstandard
+    except ImportError:
+        return ()
+    return (zstandard.ZstdError,)
+
+
+def iter_chunks(
+    path: str, chunk_docs: int = 256, chunk_bytes: int = 1 << 18, columns: list[str] | None = None
+) -> Iterator[Chunk]:
+    """Yield ``path``'s records in order, at most ``chunk_docs`` items or about ``chunk_bytes``
+    uncompressed bytes per chunk.
+
+    Args:
+        path: a file with a supported extension.
+        chunk_docs: records per chunk at most.
+        chunk_bytes: uncompressed bytes per chunk at most (a single longer record is its own
+            chunk).
+        columns: parquet columns to read (the json keys and language key that exist).
+
+    Raises:
+        InputError: 'unreadable_file' when the file cannot be opened or its stream breaks
+            (the chunks before the break have been yielded).
+    """
+    fmt = input_format(path)
+    if fmt == "parquet":
+        yield from _iter_parquet(path, chunk_docs, columns)
+        return
+    errors = _STREAM_ERRORS + _zstd_errors()
+    lineno = 0
+    chunk = Chunk(path, 1)
+    try:
+        f, raw = _open_binary(path, fmt)
+        with raw, f:
+            for line in f:
+                lineno += 1
+                chunk.items.append(line)
+                chunk.raw_bytes += len(line)
+                if len(chunk.items) >= chunk_docs or chunk.raw_bytes >= chunk_bytes:
+                    chunk.disk_pos = raw.tell()
+                    yield chunk
+                    chunk = Chunk(path, lineno + 1)
+            chunk.disk_pos = os.fstat(raw.fileno()).st_size
+    except errors as e:
+        raise InputError(
+            "unreadable_file", f"{path}: unreadable after line {lineno} ({e}). Fix: re-fetch it"
+        ) from e
+    if chunk.items:
+        yield chunk
+
+
+def _iter_parquet(path: str, chunk_docs: int, columns: list[str] | None) -> Iterator[Chunk]:
+    import pyarrow
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except (OSError, pyarrow.ArrowException) as e:
+        raise InputError("unreadable_file", f"{path}: unreadable parquet file ({e})") from e
+    present = set(pf.schema_arrow.names)
+    wanted = [c for c in (columns or []) if c in present]
+    row = 1
+    total_rows, size = max(pf.metadata.num_rows, 1), os.path.getsize(path)
+    try:
+        for batch in pf.iter_batches(batch_size=chunk_docs, columns=wanted):
+            cols = {name: batch.column(name).to_pylist() for name in wanted}
+            items = [{k: v[i] for k, v in cols.items()} for i in range(batch.num_rows)]
+            nbytes = sum(len(s) for col in cols.values() for s in col if isinstance(s, str))
+            row += batch.num_rows
+            yield Chunk(path, row - batch.num_rows, items, nbytes, size * (row - 1) // total_rows)
+    except (OSError, pyarrow.ArrowException) as e:
+        raise InputError(
+            "unreadable_file", f"{path}: unreadable after row {row - 1} ({e}). Fix: re-fetch it"
+        ) from e
+
+
+def file_size(path: str) -> int:
+    """On-disk size of ``path``, or 0 if it cannot be stat'ed (reported when read)."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def check_readable(path: str) -> None:
+    """Raise InputError('unreadable_file') if ``path`` cannot be opened for reading."""
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as e:
+        raise InputError(
+            "unreadable_file", f"{path}: cannot be read ({e.strerror}). Fix: check permissions"
+        ) from e
+
+
+@dataclass
+class Record:
+    """One parsed input record: its line (or row) number and its ``{key: value}`` fields."""
+
+    line: int
+    fields: dict
+
+
+def parse_chunk(
+    chunk: Chunk, on_error: str, errors: dict[str, int], messages: list[str]
+) -> list[Record]:
+    """Decode a chunk's items into records (blank jsonl lines are skipped).
+
+    Args:
+        chunk: from :func:`iter_chunks`.
+        on_error: 'stop' raises on the first bad line; 'skip' counts it in ``errors`` (by kind)
+            and goes on.
+        errors: skip counters, updated in place.
+        messages: the first few skipped problems' messages, appended in place.
+
+    Raises:
+        InputError: 'malformed_json' or 'invalid_utf8', naming ``path:line``, when
+            ``on_error='stop'``.
+    """
+    out: list[Record] = []
+    for offset, item in enumerate(chunk.items):
+        line = chunk.first_line + offset
+        if isinstance(item, dict):
+            out.append(Record(line, item))
+            continue
+        try:
+            try:
+                text = item.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InputError(
+                    "invalid_utf8",
+                    f"{chunk.path}:{line}: invalid UTF-8 (byte 0x{item[e.start]:02x} at byte "
+                    f"{e.start + 1} of the line). Fix: re-encode the file as UTF-8",
+                ) from None
+            if not text.strip():
+                continue
+            try:
+                fields = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise InputError(
+                    "malformed_json",
+                    f"{chunk.path}:{line}: malformed JSON ({e.msg} at column {e.colno}). "
+                    "Fix: one JSON object per line",
+                ) from None
+            if not isinstance(fields, dict):
+                raise InputError(
+                    "malformed_json",
+                    f"{chunk.path}:{line}: malformed JSON (a {type(fields).__name__}, not an "
+                    "object). Fix: one JSON object per line",
+                )
+        except InputError as e:
+            if on_error != "skip":
+                raise
+            errors[e.kind] = errors.get(e.kind, 0) + 1
+            if len(messages) < MAX_MESSAGES:
+                messages.append(str(e))
+            continue
+        out.append(Record(line, fields))
+    return out
+
+
+def record_text(path: str, record: Record, key: str) -> str:
+    """``record.fields[key]`` as a string.
+
+    Raises:
+        InputError: 'missing_key' (absent or null) or 'bad_value' (not a string), naming
+            ``path:line`` and the key.
+    """
+    value = record.fields.get(key)
+    if value is None:
+        have = ", ".join(sorted(k for k, v in record.fields.items() if v is not None))
+        raise InputError(
+            "missing_key",
+            f"{path}:{record.line}: no key {key!r} (keys: {have or 'none'}). "
+            "Fix: pass the right --json-keys, or --on-error skip",
+        )
+    if not isinstance(value, str):
+        raise InputError(
+            "bad_value",
+            f"{path}:{record.line}: {key!r} is a {type(value).__name__}, not a string. "
+            "Fix: store the text as a JSON string, or --on-error skip",
+        )
+    return value
+
+
+def record_language(path: str, record: Record, lang_key: str | None) -> str | None:
+    """The language tag of ``record``'s ``lang_key`` field ('zh', 'en', 'mixed'), or None when
+    ``lang_key`` is None or the field is absent or null (the script rule then applies).
+
+    Raises:
+        InputError: 'bad_value' for a label other than zh*, en*, cmn* or mixed.
+    """
+    if lang_key is None or record.fields.get(lang_key) is None:
+        return None
+    label = language_label(record.fields[lang_key])
+    if label is None:
+        raise InputError(
+            "bad_value",
+            f"{path}:{record.line}: {lang_key}={record.fields[lang_key]!r} is not zh*, en* or "
+            "mixed. Fix: drop --lang-key to tag by script, or --on-error skip",
+        )
+    return label

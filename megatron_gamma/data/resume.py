@@ -1,0 +1,143 @@
+"""Resumable, crash-safe outputs: a partial directory, renames, and a done-marker.
+
+One unit of work (a shard of a preprocessing run, or a merge) with base prefix ``B`` writes every
+file into ``{dir}/.{name}.partial/`` (``B = {dir}/{name}``). When all are complete it
+
+1. removes an outdated ``B.done.json`` (a redone unit),
+2. renames each file to its final name (``B_{output}.bin/.idx``, ``B.stats.json``): an atomic
+   rename on one file system, so no final name ever holds a half-written file,
+3. writes ``B.done.json`` (under a temporary name, then renamed) holding the fingerprint of the
+   work, the counts, and the size and SHA-256 of every file, and removes the partial directory.
+
+A rerun with the same fingerprint skips a unit whose marker verifies (files present, sizes and
+checksums equal) and redoes one whose marker is missing or does not verify; a partial directory
+left by a killed run is deleted first. A marker whose fingerprint differs (other inputs, options
+or tokenizer) stops the run instead of mixing two runs under one prefix. Only one process may
+work on a given ``B`` at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+
+from megatron_gamma.config import ConfigError
+from megatron_gamma.data.indexed import sha256_file
+from megatron_gamma.data.stats import read_json, write_json
+
+MARKER_FORMAT = "megatron-gamma-done/1"
+log = logging.getLogger(__name__)
+
+
+def verify_marker(base: str, marker: dict) -> bool:
+    """True if every file the done-marker of ``base`` lists exists with its size and SHA-256
+    (a warning names the first that does not)."""
+    for suffix, want in marker["files"].items():
+        path = f"{base}{suffix}"
+        if (
+            not os.path.isfile(path)
+            or os.path.getsize(path) != want["bytes"]
+            or sha256_file(path) != want["sha256"]
+        ):
+            log.warning("%s is missing or changed since %s completed", path, base)
+            return False
+    return True
+
+
+def read_marker(base: str) -> dict | None:
+    """The done-marker ``{base}.done.json`` if it exists and verifies, else None."""
+    path = f"{base}.done.json"
+    if not os.path.exists(path):
+        return None
+    marker = read_json(path)
+    if marker.get("format") != MARKER_FORMAT or not verify_marker(base, marker):
+        return None
+    return marker
+
+
+class UnitOutput:
+    """The files of one unit of work under base prefix ``base``.
+
+    Args:
+        base: output prefix of the unit (``--output-prefix``, or its shard name).
+        fingerprint: JSON-able description of everything that determines the output bytes.
+    """
+
+    def __init__(self, base: str, fingerprint: dict):
+        self.base = base
+        self.fingerprint = fingerprint
+        folder, name = os.path.split(os.path.abspath(base))
+        self.folder = folder
+        self.partial = os.path.join(folder, f".{name}.partial")
+        self.marker = f"{base}.done.json"
+        self.stats = f"{base}.stats.json"
+
+    def final(self, suffix: str) -> str:
+        """Final path of ``B{suffix}`` (e.g. ``_text_document.bin``, ``.stats.json``)."""
+        return f"{self.base}{suffix}"
+
+    def temp(self, suffix: str) -> str:
+        """Where ``B{suffix}`` is written before the commit."""
+        return os.path.join(self.partial, os.path.basename(self.base) + suffix)
+
+    def completed(self) -> dict | None:
+        """The done-marker if this unit is complete and intact, else None.
+
+        Raises:
+            ConfigError: the marker belongs to work with a different fingerprint.
+        """
+        if not os.path.exists(self.marker):
+            return None
+        marker = read_json(self.marker)
+        if marker.get("format") != MARKER_FORMAT:
+            raise ConfigError(
+                f"{self.marker}: not a megatron-gamma done-marker. Fix: use another --output-prefix"
+            )
+        if marker.get("fingerprint") != self.fingerprint:
+            old = marker.get("fingerprint", {})
+            diff = sorted(
+                k for k in set(old) | set(self.fingerprint) if old.get(k) != self.fingerprint.get(k)
+            )
+            raise ConfigError(
+                f"{self.marker}: {self.base!r} holds a completed run with different settings "
+                f"(differs in: {', '.join(diff)}). Fix: use another --output-prefix, or delete "
+                f"{os.path.basename(self.base)}* to redo it"
+            )
+        return marker if verify_marker(self.base, marker) else None
+
+    def begin(self) -> None:
+        """Start (or restart) the unit: delete a partial directory left by a killed run."""
+        if os.path.isdir(self.partial):
+            log.warning("%s: removing the partial output of an interrupted run", self.base)
+            shutil.rmtree(self.partial)
+        os.makedirs(self.partial)
+
+    def abort(self) -> None:
+        """Delete the partial directory (final names are untouched)."""
+        shutil.rmtree(self.partial, ignore_errors=True)
+
+    def commit(self, suffixes: list[str], counts: dict) -> dict:
+        """Move the finished files ``B{suffix}`` to their final names and write the marker.
+
+        Returns:
+            The marker written.
+        """
+        files = {}
+        for suffix in suffixes:
+            path = self.temp(suffix)
+            files[suffix] = {"bytes": os.path.getsize(path), "sha256": sha256_file(path)}
+        marker = {
+            "format": MARKER_FORMAT,
+            "fingerprint": self.fingerprint,
+            "counts": counts,
+            "files": files,
+        }
+        if os.path.exists(self.marker):
+            os.remove(self.marker)
+        for suffix in suffixes:
+            os.replace(self.temp(suffix), self.final(suffix))
+        write_json(self.temp(".done.json"), marker)
+        os.replace(self.temp(".done.json"), self.marker)
+        shutil.rmtree(self.partial, ignore_errors=True)
+        return marker

@@ -1,0 +1,74 @@
+"""Deterministic split of the input file list among SLURM array tasks, and the shard names.
+
+``--num-shards n --shard-index i`` gives task i the contiguous block
+``files[floor(i * F / n) : floor((i + 1) * F / n)]`` of the ordered file list (F files, order of
+:func:`megatron_gamma.data.readers.expand_inputs`). Blocks are contiguous, so concatenating the
+shard outputs in index order (``megatron-gamma merge``) gives the bytes of one unsharded run.
+Task i writes its outputs under ``{output_prefix}-shard{i:05d}-of-{n:05d}``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from megatron_gamma.config import ConfigError
+
+_SHARD_RE = r"-shard(\d{5})-of-(\d{5})"
+
+
+def check_shards(num_files: int, shard_index: int | None, num_shards: int) -> None:
+    """Validate the shard flags against the number of input files.
+
+    Raises:
+        ConfigError: ``num_shards < 1``, ``shard_index`` outside ``[0, num_shards)``, or more
+            shards than files (a shard would be empty).
+    """
+    if num_shards < 1:
+        raise ConfigError(f"num_shards={num_shards}: must be >= 1. Fix: --num-shards 1")
+    if shard_index is not None and not 0 <= shard_index < num_shards:
+        raise ConfigError(
+            f"shard_index={shard_index}: must lie in [0, {num_shards}). Fix: with SLURM arrays use "
+            f"--array=0-{num_shards - 1} and --shard-index $SLURM_ARRAY_TASK_ID"
+        )
+    if num_shards > num_files:
+        raise ConfigError(
+            f"num_shards={num_shards}: more shards than the {num_files} input files, so a shard "
+            f"would be empty. Fix: --num-shards {num_files} or fewer (shards split the file list)"
+        )
+
+
+def shard_files(files: list[str], shard_index: int, num_shards: int) -> list[str]:
+    """Shard ``shard_index``'s contiguous block of ``files`` (module docstring)."""
+    n = len(files)
+    return files[shard_index * n // num_shards : (shard_index + 1) * n // num_shards]
+
+
+def shard_prefix(output_prefix: str, shard_index: int, num_shards: int) -> str:
+    """``{output_prefix}-shard{i:05d}-of-{n:05d}`` (``output_prefix`` itself for one shard)."""
+    if num_shards == 1:
+        return output_prefix
+    return f"{output_prefix}-shard{shard_index:05d}-of-{num_shards:05d}"
+
+
+def find_num_shards(output_prefix: str) -> int:
+    """The shard count of a sharded run's done-markers next to ``output_prefix``.
+
+    Raises:
+        ConfigError: no shard done-marker found, or markers of different shard counts.
+    """
+    folder = os.path.dirname(output_prefix) or "."
+    pattern = re.compile(re.escape(os.path.basename(output_prefix)) + _SHARD_RE + r"\.done\.json$")
+    counts = set()
+    if os.path.isdir(folder):
+        for name in os.listdir(folder):
+            if m := pattern.match(name):
+                counts.add(int(m.group(2)))
+    if len(counts) != 1:
+        found = "none" if not counts else ", ".join(str(c) for c in sorted(counts))
+        raise ConfigError(
+            f"output_prefix={output_prefix!r}: expected the done-markers of one sharded run "
+            f"({os.path.basename(output_prefix)}-shardIIIII-of-NNNNN.done.json), found shard "
+            f"counts: {found}. Fix: pass --num-shards N"
+        )
+    return counts.pop()

@@ -1,0 +1,376 @@
+"""Preprocessing pipeline: bytes against megatron-core's own per-document path, formats, workers,
+shards and merge, round trips, filters, statistics, bad input, resume and crash safety.
+
+The reference for every output is megatron-core's ``IndexedDatasetBuilder.add_document`` fed one
+document at a time with ``tokenizers.Tokenizer.encode`` ids (the straightforward path of
+Megatron-LM's ``preprocess_data.py``), built in the test from the packaged demo corpus.
+"""
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import unicodedata
+
+import numpy as np
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from megatron.core.datasets.indexed_dataset import DType, IndexedDataset, IndexedDatasetBuilder
+
+from megatron_gamma.cli import main
+from megatron_gamma.config import ConfigError, DataConfig
+from megatron_gamma.data import demo_dir
+from megatron_gamma.data.encode import EncodeOptions
+from megatron_gamma.data.filters import Filters
+from megatron_gamma.data.merge import merge_datasets, merge_shards
+from megatron_gamma.data.normalize import normalize
+from megatron_gamma.data.preprocess import preprocess
+from megatron_gamma.data.readers import InputError
+from megatron_gamma.data.sentences import split_sentences
+from megatron_gamma.data.tokenizer import BilingualTokenizer
+
+TOKENIZER = os.path.join(demo_dir(), "tokenizer.json")
+FORMATS = ("jsonl", "jsonl.gz", "jsonl.zst", "parquet")
+
+
+def demo_records() -> list[dict]:
+    out = []
+    for lang in ("zh", "en"):
+        with open(os.path.join(demo_dir(), f"{lang}.jsonl"), encoding="utf-8") as f:
+            out += [json.loads(line) for line in f]
+    return out
+
+
+def write_file(path: str, records: list[dict]) -> str:
+    data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode()
+    if path.endswith(".parquet"):
+        pq.write_table(pa.Table.from_pylist(records), path, row_group_size=7)
+    elif path.endswith(".gz"):
+        with gzip.open(path, "wb") as f:
+            f.write(data)
+    elif path.endswith(".zst"):
+        with open(path, "wb") as f:
+            f.write(zstandard.ZstdCompressor().compress(data))
+    else:
+        with open(path, "wb") as f:
+            f.write(data)
+    return path
+
+
+def write_parts(folder, records: list[dict], n: int) -> list[str]:
+    """``records`` in ``n`` contiguous files cycling through all formats (sorted = in order)."""
+    os.makedirs(folder, exist_ok=True)
+    bounds = np.linspace(0, len(records), n + 1).astype(int)
+    return [
+        write_file(os.path.join(folder, f"{i:02d}-part.{FORMATS[i % 4]}"), records[a:b])
+        for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True))
+    ]
+
+
+def reference(texts: list[str], prefix: str) -> str:
+    """megatron-core's per-document path: one encode, one add_document per document."""
+    tok = BilingualTokenizer(TOKENIZER)
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=DType.optimal_dtype(tok.vocab_size))
+    for text in texts:
+        ids = tok.tokenize(text) + [tok.eod]
+        builder.add_document(np.array(ids, dtype=np.int64), [len(ids)])
+    builder.finalize(prefix + ".idx")
+    return prefix
+
+
+def read(prefix: str) -> tuple[bytes, bytes]:
+    with open(prefix + ".bin", "rb") as b, open(prefix + ".idx", "rb") as i:
+        return b.read(), i.read()
+
+
+def listing(folder) -> list[str]:
+    return sorted(os.listdir(folder))
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    """The demo corpus (zh then en) as 6 files in jsonl, .gz, .zst and parquet."""
+    folder = tmp_path_factory.mktemp("parts")
+    return write_parts(str(folder / "in"), demo_records(), 6)
+
+
+@pytest.fixture(scope="module")
+def ref_prefix(tmp_path_factory):
+    return reference([r["text"] for r in demo_records()], str(tmp_path_factory.mktemp("ref") / "r"))
+
+
+def test_output_equals_megatron_core_per_document_path_for_all_formats(tmp_path, parts, ref_prefix):
+    r = preprocess([os.path.dirname(parts[0])], TOKENIZER, str(tmp_path / "out"), progress=False)
+    assert r.prefix == str(tmp_path / "out_text_document")
+    assert read(r.prefix) == read(ref_prefix)
+    assert r.documents == len(demo_records())
+
+
+@pytest.mark.timeout(300)
+def test_bytes_identical_for_workers_and_shards_and_merge(tmp_path, parts, ref_prefix):
+    stats = set()
+    for workers in (1, 2):
+        for shards in (1, 3):
+            out = str(tmp_path / f"w{workers}s{shards}" / "corpus")
+            r = preprocess(parts, TOKENIZER, out, workers=workers, num_shards=shards,
+                           chunk_size=5, progress=False)  # fmt: skip
+            assert read(r.prefix) == read(ref_prefix), (workers, shards)
+            stats.add(open(out + ".stats.json").read().replace(out, "P"))
+    assert len(stats) == 1
+    # SLURM array style: shard tasks run in any order, then one merge
+    out = str(tmp_path / "array" / "corpus")
+    for i in (2, 0, 1):
+        r = preprocess(
+            parts, TOKENIZER, out, workers=2, shard_index=i, num_shards=3, progress=False
+        )
+        assert r.prefix == f"{out}-shard{i:05d}-of-00003_text_document"
+    assert main(["merge", "--output-prefix", out, "--no-progress"]) == 0
+    assert read(out + "_text_document") == read(ref_prefix)
+    assert open(out + ".stats.json").read().replace(out, "P") in stats
+    # per-language outputs: shard 0 holds only zh, shard 2 only en; merge takes what exists
+    opts = EncodeOptions(per_language=True)
+    one = preprocess(parts, TOKENIZER, str(tmp_path / "l1" / "c"), options=opts, progress=False)
+    three = preprocess(parts, TOKENIZER, str(tmp_path / "l3" / "c"), options=opts, num_shards=3,
+                       workers=2, progress=False)  # fmt: skip
+    names = ["en_text_document", "zh_text_document"]
+    assert sorted(one.prefixes) == sorted(three.prefixes) == names
+    for name in one.prefixes:
+        assert read(one.prefixes[name]) == read(three.prefixes[name])
+
+
+def test_round_trip_sentences_eod_and_per_language_stats(tmp_path, parts):
+    options = EncodeOptions(split_sentences=True, per_language=True, nfkc=True, punct_width="cjk")
+    r = preprocess(parts, TOKENIZER, str(tmp_path / "c"), options=options, progress=False)
+    tok = BilingualTokenizer(TOKENIZER)
+    assert sorted(r.prefixes) == ["en_text_sentence", "zh_text_sentence"]
+    for lang in ("zh", "en"):
+        texts = [normalize(x["text"], True, "cjk") for x in demo_records() if x["lang"] == lang]
+        ds = IndexedDataset(r.prefixes[f"{lang}_text_sentence"])
+        assert len(ds.document_indices) - 1 == len(texts)
+        for d, text in enumerate(texts):
+            a, b = ds.document_indices[d], ds.document_indices[d + 1]
+            seqs = [ds[s] for s in range(a, b)]
+            flat = np.concatenate(seqs)
+            assert flat[-1] == tok.eod and (flat[:-1] != tok.eod).all()
+            assert tok.detokenize(flat[:-1]) == text
+            pieces = split_sentences(text)
+            assert len(seqs) == len(pieces) > 0
+            decoded = [tok.detokenize(s) for s in seqs[:-1]] + [tok.detokenize(seqs[-1][:-1])]
+            assert decoded == pieces
+        entry = r.stats["languages"][lang]
+        assert entry["documents"] == len(texts)
+        assert entry["sequences"] == len(ds) and entry["tokens"] == int(ds.sequence_lengths.sum())
+        assert entry["characters"] == sum(map(len, texts))
+    blend = r.stats["data_path"]
+    prefixes, weights = DataConfig(data_path=blend).blend()
+    tokens = [r.stats["outputs"][os.path.basename(p)[2:]]["tokens"] for p in prefixes]
+    assert weights == pytest.approx([t / sum(tokens) for t in tokens], abs=1e-6)
+
+
+def test_special_token_strings_in_text_stay_text(tmp_path):
+    text = "Megatron appends <|endoftext|> after each document; <|pad|> pads."
+    write_file(str(tmp_path / "s.jsonl"), [{"text": text}])
+    r = preprocess([str(tmp_path / "s.jsonl")], TOKENIZER, str(tmp_path / "o"), progress=False)
+    tok = BilingualTokenizer(TOKENIZER)
+    ds = IndexedDataset(r.prefix)  # keep it: item views die with the dataset's mmap
+    ids = ds[0]
+    assert ids[-1] == tok.eod and not np.isin(ids[:-1], [tok.eod, tok.pad, tok.bos]).any()
+    assert tok.detokenize(ids[:-1]) == text
+
+
+def test_filters_drop_and_count_like_an_independent_check(tmp_path, parts):
+    tok = BilingualTokenizer(TOKENIZER)
+    filters = Filters(min_chars=300, min_tokens=250, max_symbol_ratio=0.125)
+    expected = {"zh": {}, "en": {}}
+    kept = []
+    for rec in demo_records():
+        text, lang = rec["text"], rec["lang"]
+        visible = [c for c in text if not c.isspace()]
+        ratio = sum(unicodedata.category(c)[0] in "PS" for c in visible) / len(visible)
+        if len(text) < 300:
+            reason = "min_chars"
+        elif ratio > 0.125:
+            reason = "max_symbol_ratio"
+        elif len(tok.tokenize(text)) < 250:
+            reason = "min_tokens"
+        else:
+            kept.append(text)
+            continue
+        expected[lang][reason] = expected[lang].get(reason, 0) + 1
+    for reason in ("min_chars", "max_symbol_ratio", "min_tokens"):  # each filter is exercised
+        assert sum(e.get(reason, 0) for e in expected.values()) > 0
+    r = preprocess(parts, TOKENIZER, str(tmp_path / "f"), options=EncodeOptions(filters=filters),
+                   progress=False)  # fmt: skip
+    for lang in ("zh", "en"):
+        dropped = {k: v for k, v in r.stats["languages"][lang]["dropped"].items() if v}
+        assert dropped == expected[lang]
+    assert read(r.prefix) == read(reference(kept, str(tmp_path / "ref")))
+
+
+BAD_CASES = [
+    ("a.jsonl", b'{"text": "ok"}\n{not json\n', "malformed_json", r"a\.jsonl:2: malformed JSON"),
+    ("a.jsonl", b'{"text": "ok"}\n\n[1, 2]\n', "malformed_json", r"a\.jsonl:3: malformed JSON"),
+    ("a.jsonl", b'{"text": "ok"}\n{"body": "x"}\n', "missing_key", r"a\.jsonl:2: no key 'text'"),
+    ("a.jsonl", b'{"text": null}\n', "missing_key", r"a\.jsonl:1: no key 'text'"),
+    ("a.jsonl", b'{"text": 5}\n', "bad_value", r"a\.jsonl:1: 'text' is a int, not a string"),
+    ("a.jsonl", b'{"text": "ok"}\n{"text": "\xff\xfe"}\n', "invalid_utf8",
+     r"a\.jsonl:2: invalid UTF-8 \(byte 0xff at byte 11"),
+    ("a.jsonl", b'{"text": "a\\ud800b"}\n', "invalid_utf8", r"a\.jsonl:1: 'text' holds a lone"),
+    ("a.jsonl", b'{"text": "x", "lang": "fr"}\n', "bad_value", r"a\.jsonl:1: lang='fr' is not"),
+    ("a.jsonl.gz", b"\x1f\x8b\x08\x00garbage", "unreadable_file",
+     r"a\.jsonl\.gz: unreadable after line 0"),
+    ("a.jsonl.zst", b"not zstd at all", "unreadable_file", r"a\.jsonl\.zst: unreadable after"),
+    ("a.parquet", b"PAR1 but no", "unreadable_file", r"a\.parquet: unreadable parquet file"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name,content,kind,message", BAD_CASES)
+def test_bad_input_stops_with_file_and_line_and_writes_nothing(
+    tmp_path, name, content, kind, message
+):
+    bad = tmp_path / "in" / name
+    bad.parent.mkdir()
+    bad.write_bytes(content)
+    opts = EncodeOptions(lang_key="lang")
+    with pytest.raises(InputError, match=message) as e:
+        preprocess([str(bad)], TOKENIZER, str(tmp_path / "out" / "x"), options=opts, progress=False)
+    assert e.value.kind == kind
+    assert listing(tmp_path / "out") == []
+
+
+def test_truncated_gzip_and_broken_link_are_unreadable(tmp_path):
+    data = gzip.compress(b"".join(b'{"text": "line %d"}\n' % i for i in range(5000)))
+    (tmp_path / "cut.jsonl.gz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError, match=r"cut\.jsonl\.gz: unreadable after line [1-9]"):
+        preprocess([str(tmp_path / "cut.jsonl.gz")], TOKENIZER, str(tmp_path / "o"), progress=False)
+    os.symlink(tmp_path / "gone.jsonl", tmp_path / "link.jsonl")
+    with pytest.raises(InputError, match=r"link\.jsonl: cannot be read") as e:
+        preprocess([str(tmp_path / "link.jsonl")], TOKENIZER, str(tmp_path / "o"), progress=False)
+    assert e.value.kind == "unreadable_file"
+
+
+def test_on_error_skip_counts_each_kind_and_keeps_the_good_documents(tmp_path):
+    good = [r["text"] for r in demo_records()[:6]]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    lines = [json.dumps({"text": t}).encode() + b"\n" for t in good]
+    bad = [b"{not json\n", b'{"body": 1}\n', b'{"text": "\xff"}\n', b'{"text": 5}\n']
+    (folder / "a.jsonl").write_bytes(lines[0] + bad[0] + lines[1] + bad[1] + lines[2])
+    (folder / "b.jsonl").write_bytes(bad[2] + lines[3] + bad[3] + lines[4] + bad[0] + lines[5])
+    (folder / "c.jsonl.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    opts = EncodeOptions(on_error="skip")
+    r = preprocess([str(folder)], TOKENIZER, str(tmp_path / "o"), options=opts, progress=False)
+    assert r.stats["errors"] == {
+        "bad_value": 1, "invalid_utf8": 1, "malformed_json": 2, "missing_key": 1,
+        "unreadable_file": 1,
+    }  # fmt: skip
+    assert read(r.prefix) == read(reference(good, str(tmp_path / "ref")))
+    assert main(["preprocess", "--input", str(folder), "--tokenizer-model", TOKENIZER,
+                 "--output-prefix", str(tmp_path / "cli"), "--no-progress"]) == 2  # fmt: skip
+
+
+def test_empty_inputs_are_clear_errors_and_write_nothing(tmp_path):
+    (tmp_path / "in").mkdir()
+    empty = tmp_path / "in" / "empty.jsonl"
+    empty.write_text("\n \n")
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=r"no documents to write: 1 input file.* hold no records"):
+        preprocess([str(empty)], TOKENIZER, str(out / "x"), progress=False)
+    short = tmp_path / "in" / "short.jsonl"
+    short.write_text('{"text": "hi"}\n{"text": "  "}\n')
+    opts = EncodeOptions(filters=Filters(min_chars=10))
+    with pytest.raises(ValueError, match=r"every record .* dropped .*empty: 1, min_chars: 1"):
+        preprocess([str(short)], TOKENIZER, str(out / "x"), options=opts, progress=False)
+    assert listing(out) == []
+    with pytest.raises(InputError, match="no such file and no glob match"):
+        preprocess([str(tmp_path / "in" / "*.zst")], TOKENIZER, str(out / "x"), progress=False)
+    with pytest.raises(ConfigError, match="num_shards=3: more shards than the 2 input files"):
+        preprocess([str(tmp_path / "in")], TOKENIZER, str(out / "x"), num_shards=3)
+
+
+def test_rerun_skips_completed_redoes_damaged_and_refuses_other_settings(tmp_path, parts, caplog):
+    out = str(tmp_path / "r")
+    first = preprocess(parts, TOKENIZER, out, num_shards=2, progress=False)
+    shard1 = f"{out}-shard00001-of-00002_text_document.bin"
+    mtime = os.stat(first.prefix + ".bin").st_mtime_ns
+    again = preprocess(parts, TOKENIZER, out, num_shards=2, progress=False)
+    assert again.skipped == 2 and os.stat(first.prefix + ".bin").st_mtime_ns == mtime
+    good = open(shard1, "rb").read()
+    with open(shard1, "r+b") as f:
+        f.truncate(100)
+    with caplog.at_level("WARNING"):
+        redo = preprocess(parts, TOKENIZER, out, num_shards=2, progress=False)
+    assert redo.skipped == 1 and open(shard1, "rb").read() == good
+    assert "missing or changed" in caplog.text
+    assert read(redo.prefix) == read(first.prefix)
+    with pytest.raises(ConfigError, match=r"different settings \(differs in: options\)"):
+        preprocess(parts, TOKENIZER, out, num_shards=2, progress=False,
+                   options=EncodeOptions(append_eod=False))  # fmt: skip
+    os.remove(f"{out}-shard00000-of-00002.done.json")
+    with pytest.raises(ConfigError, match=r"shard 0 of 2 .* --shard-index 0 --num-shards 2"):
+        merge_shards(out, 2)
+
+
+def test_merge_datasets_concatenates_prefixes_in_the_given_order(tmp_path):
+    texts = [r["text"] for r in demo_records()]
+    a = reference(texts[:10], str(tmp_path / "a"))
+    b = reference(texts[10:30], str(tmp_path / "b"))
+    out = merge_datasets([b, a], str(tmp_path / "m"), progress=False)
+    assert read(out) == read(reference(texts[10:30] + texts[:10], str(tmp_path / "ref")))
+
+
+@pytest.mark.timeout(240)
+def test_killed_run_leaves_no_partial_final_file_and_rerun_matches_clean_run(tmp_path):
+    """SIGKILL a 2-worker run in the middle of its second shard, then rerun it."""
+    records = demo_records() * 4
+    files = write_parts(str(tmp_path / "in"), records, 6)
+    clean = preprocess(files, TOKENIZER, str(tmp_path / "clean" / "c"), workers=2, progress=False)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    args = ["preprocess", "--input", *files, "--tokenizer-model", TOKENIZER, "--output-prefix",
+            str(out_dir / "c"), "--num-shards", "3", "--workers", "2", "--chunk-size", "4",
+            "--no-progress"]  # fmt: skip
+    env = dict(os.environ, TORCHDYNAMO_DISABLE="1")
+    proc = subprocess.Popen([sys.executable, "-m", "megatron_gamma.cli", *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    partial = out_dir / ".c-shard00001-of-00003.partial" / "c-shard00001-of-00003_text_document.bin"
+    seen: dict[str, set[int]] = {}
+    workers = []
+    try:
+        deadline = time.time() + 180
+        while not (partial.exists() and partial.stat().st_size > 0):
+            assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-2000:]
+            for name in listing(out_dir):
+                if not name.startswith("."):
+                    seen.setdefault(name, set()).add(os.path.getsize(out_dir / name))
+            time.sleep(0.002)
+        workers = psutil.Process(proc.pid).children()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        _, alive = psutil.wait_procs(workers, timeout=10)
+        assert not alive, "workers outlived the killed main process"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for w in workers:
+            if w.is_running():
+                w.kill()
+        proc.stderr.close()
+    finals = [n for n in listing(out_dir) if not n.startswith(".")]
+    assert all(n.startswith("c-shard00000-of-00003") for n in finals), finals
+    for name in finals:
+        seen.setdefault(name, set()).add(os.path.getsize(out_dir / name))
+    shard0 = {n: os.path.getsize(out_dir / n) for n in finals}
+    assert {n: {s} for n, s in shard0.items()} == {n: seen[n] for n in shard0}  # only whole files
+    rerun = preprocess(files, TOKENIZER, str(out_dir / "c"), workers=2, num_shards=3, chunk_size=4,
+                       progress=False)  # fmt: skip
+    assert rerun.skipped == 1
+    assert read(rerun.prefix) == read(clean.prefix)
+    assert not any(n.startswith(".") for n in listing(out_dir))

@@ -1,0 +1,113 @@
+"""Tokenizer training at scale: bounded seeded sampling with explicit language proportions, byte
+fallback, loader metadata read back by megatron-core, and the committed demo tokenizer."""
+
+import filecmp
+import json
+import os
+
+import pytest
+
+from megatron_gamma.cli import main
+from megatron_gamma.data import demo_dir
+from megatron_gamma.data.sampling import parse_proportions, sample_corpus
+from megatron_gamma.data.tokenizer import BilingualTokenizer
+from megatron_gamma.data.tokenizer_training import train_tokenizer
+
+DEMO = [os.path.join(demo_dir(), "zh.jsonl"), os.path.join(demo_dir(), "en.jsonl")]
+
+
+def _records():
+    out = []
+    for path in DEMO:
+        with open(path, encoding="utf-8") as f:
+            out += [json.loads(line) for line in f]
+    return out
+
+
+def _split_demo(folder, n=8):
+    """The demo corpus as n files, so that file order and sampling spread are exercised."""
+    recs = _records()
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for i in range(n):
+        path = os.path.join(folder, f"part{i}.jsonl")
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in recs[i::n])
+        paths.append(path)
+    return paths
+
+
+def test_sample_is_bounded_seeded_order_free_and_proportioned(tmp_path):
+    files = _split_demo(tmp_path / "in")
+    longest = max(len(r["text"]) for r in _records())
+    kw = dict(sample_chars=40_000, heldout_fraction=0.2, heldout_chars=1_000, progress=False)
+    props = parse_proportions("zh=1,en=3")
+    s = sample_corpus(files, props, seed=7, **kw)
+    chars = s.chars("train")
+    assert s.budgets == {"zh": 10_000, "en": 30_000}
+    for lang, budget in s.budgets.items():
+        assert budget <= chars[lang] < budget + longest
+        assert 1_000 <= s.chars("heldout")[lang] < 1_000 + longest
+    for lang in ("zh", "en"):
+        assert not set(s.train[lang]) & set(s.heldout[lang])
+    assert s.documents_read < len(_records())  # stopped once the budgets were full
+    assert sample_corpus(files, props, seed=7, **kw).train == s.train
+    other = sample_corpus(files, props, seed=8, **kw)
+    assert other.train != s.train
+    by_text = {r["text"]: r["lang"] for r in _records()}
+    assert all(by_text[t] == lang for lang, ts in s.train.items() for t in ts)
+    # the draw is a property of each document, not of the file order: with budgets larger than
+    # the corpus, any file order gives the same sets
+    big = dict(kw, sample_chars=10**9, heldout_chars=10**9)
+    a = sample_corpus(files, props, seed=7, **big)
+    b = sample_corpus(files[::-1], props, seed=7, **big)
+    assert {k: set(v) for k, v in a.train.items()} == {k: set(v) for k, v in b.train.items()}
+
+
+def test_parse_proportions_rejects_bad_specs():
+    assert parse_proportions("zh=0.6,en=0.4,mixed=0") == {"zh": 0.6, "en": 0.4}
+    for bad in ("zh=0.5,fr=0.5", "zh:0.5", "zh=-1,en=1", "zh=0,en=0", "zh=1,zh=1"):
+        with pytest.raises(ValueError, match="lang_proportions"):
+            parse_proportions(bad)
+
+
+def test_committed_demo_tokenizer_is_what_the_tool_trains(tmp_path):
+    out = tmp_path / "tok" / "tokenizer.json"
+    args = ["train-tokenizer", "--input", *DEMO, "--lang-key", "lang", "--vocab-size", "4096",
+            "--heldout-fraction", "0", "--output", str(out), "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                 "tokenizer_metadata.json", "tokenizer.report.json"):  # fmt: skip
+        assert filecmp.cmp(out.parent / name, os.path.join(demo_dir(), name), shallow=False), name
+
+
+def test_held_out_chars_per_token_and_byte_fallback(tmp_path):
+    out = str(tmp_path / "tokenizer.json")
+    report = train_tokenizer(DEMO, out, 1024, {"zh": 0.5, "en": 0.5}, 10**9, progress=False,
+                             heldout_fraction=0.2, lang_key="lang")  # fmt: skip
+    tok = BilingualTokenizer(out)
+    assert (tok.eod, tok.pad, tok.bos) == (0, 1, 2) and tok.vocab_size == 1024
+    trained = {lang: t["documents"] for lang, t in report["train"].items()}
+    for lang in ("zh", "en"):
+        h = report["heldout"][lang]
+        assert h["documents"] > 0 and trained[lang] > 0
+        assert h["documents"] + trained[lang] == 52
+        assert h["chars_per_token"] == pytest.approx(h["characters"] / h["tokens"], abs=1e-4)
+    assert report["heldout"]["en"]["chars_per_token"] > report["heldout"]["zh"]["chars_per_token"]
+    unseen = "𠀀𪚥 😀 Жизнь ℵ₀ \x00\x7f é"
+    ids = tok.tokenize(unseen)
+    assert tok.detokenize(ids) == unseen
+    assert len(ids) >= 10  # spelled with byte tokens, no unknown token exists
+
+
+@pytest.mark.timeout(300)
+def test_megatron_core_tokenizer_loader_reads_the_metadata():
+    pytest.importorskip("transformers", reason="megatron-core's HF tokenizer library needs it")
+    from megatron.core.tokenizers import MegatronTokenizer
+
+    ours = BilingualTokenizer(os.path.join(demo_dir(), "tokenizer.json"))
+    theirs = MegatronTokenizer.from_pretrained(demo_dir())
+    assert type(theirs).__name__ == "GPTTokenizer"
+    assert (theirs.eod, theirs.pad, theirs.bos) == (ours.eod, ours.pad, ours.bos)
+    for rec in _records()[::13] + [{"text": "中文《书名》，e.g. 3.14 😀"}]:
+        assert theirs.tokenize(rec["text"]) == ours.tokenize(rec["text"])
