@@ -24,6 +24,7 @@ setup(
         "tqdm",
         "tensorboard",
         "psutil",
+        "matplotlib",
     ],
     extras_require={"test": ["pytest>=8", "pytest-timeout"]},
     entry_points={"console_scripts": ["megatron-gamma=megatron_gamma.cli:main"]},

@@ -36,6 +36,7 @@ from megatron_gamma.config import Config, save_config
 from megatron_gamma.data import demo_dir
 from megatron_gamma.data.datasets import build_datasets, micro_batches
 from megatron_gamma.data.tokenizer import BilingualTokenizer
+from megatron_gamma.diagnostics.callback import DiagnosticsCallback
 from megatron_gamma.model.builder import build_model_chunk, padded_vocab_size, transformer_config
 from megatron_gamma.training.checkpointing import TrainState, load_checkpoint, save_checkpoint
 from megatron_gamma.training.metrics import MetricsLogger
@@ -83,12 +84,19 @@ def _reduce_loss(results: list[dict]) -> float:
 class Trainer:
     """Builds everything a run needs from a Config and trains it.
 
+    Callbacks (``self.callbacks``) get ``cb.on_step_end(trainer, iteration)`` once at the end of
+    every iteration; ``--log-diagnostics-interval`` adds the diagnostics callback.
+
     Args:
         cfg: validated run config.
     """
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
+        self.callbacks: list = []
+        if cfg.logging.log_diagnostics_interval:
+            self.callbacks.append(DiagnosticsCallback(cfg.logging.log_diagnostics_interval))
+        self.log: MetricsLogger | None = None
         self.dp_size = parallel.initialize(cfg)
         self.device = torch.device("cuda") if parallel.uses_gpu() else torch.device("cpu")
         self.rank = dist.get_rank()
@@ -228,6 +236,7 @@ class Trainer:
             start_iter=self.state.iteration,
             progress_bar=cfg.logging.progress_bar,
         )
+        self.log = log
         result = TrainResult()
         if self.state.iteration:
             log.message(f"resumed at iteration {self.state.iteration}")
@@ -265,6 +274,8 @@ class Trainer:
             if (interval and it % interval == 0) or it == end:
                 result.checkpoint = self.save()
                 log.message(f"saved checkpoint {result.checkpoint}")
+            for callback in self.callbacks:
+                callback.on_step_end(self, it)
         result.iteration = self.state.iteration
         log.close()
         return result
