@@ -361,3 +361,41 @@ def test_metric_keys_round_trip():
         "layer": 12,
         "head": 5,
     }
+
+
+# ---------------------------------------------------------------- probes on module trees
+
+
+class OutputGate(torch.nn.Module):
+    """Stand-in with the contract of the gated-attention output gate (class name matters):
+    forward(core_attn_out, gate_logits) -> core_attn_out * sigmoid(gate_logits)."""
+
+    def forward(self, core_attn_out, gate_logits):
+        return core_attn_out * torch.sigmoid(gate_logits)
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, number):
+        super().__init__()
+        self.layer_number = number
+        self.gate = OutputGate()
+
+
+def test_activation_probe_reads_output_gates_per_layer():
+    from megatron_gamma.diagnostics.probes import ActivationProbe
+
+    model = torch.nn.Module()
+    model.decoder = torch.nn.Module()
+    model.decoder.layers = torch.nn.ModuleList([_Layer(1), _Layer(2)])
+    logits = [torch.randn(6, 2, 8, generator=_gen(20 + i)) * 3 for i in range(2)]
+    with ActivationProbe([model]) as probe:
+        for layer, z in zip(model.decoder.layers, logits):
+            layer.gate(torch.ones_like(z), z)
+            layer.gate(torch.ones_like(z), z + 100)  # later calls are ignored
+    got = probe.results()
+    for i, z in enumerate(logits):
+        ref = gate_statistics(logits=z)
+        assert got[f"gate_mean/layer_{i:02d}"] == pytest.approx(ref.mean)
+        assert got[f"gate_closed/layer_{i:02d}"] == pytest.approx(ref.closed)
+    # hooks are gone after the context
+    assert not model.decoder.layers[0].gate._forward_hooks

@@ -341,6 +341,7 @@ def analyze(
     for d in run_dirs:
         if not os.path.isdir(d):
             raise ConfigError(f"run_dir={d!r}: not a directory. Fix: pass a run directory")
+        offline.find_run_config(d)
     if output_dir is None:
         if len(run_dirs) > 1:
             raise ConfigError("several runs need --output-dir. Fix: add --output-dir DIR")

@@ -220,7 +220,8 @@ def plot_role_grid(
         ax.set_title(ROLE_TITLES.get(role, role), fontsize=10)
         ax.set_xlabel(X_LABEL, fontsize=8)
         ax.set_ylabel(ylabel, fontsize=8)
-        ax.set_ylim(bottom=0)
+        top = max([ax.dataLim.y1] + [float(np.nanmax(ln.get_ydata())) for ln in ax.get_lines()])
+        ax.set_ylim(0, 1.12 * top if top > 0 else 1)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(roles) :]:
         ax.axis("off")
@@ -443,20 +444,21 @@ def plot_norms(runs, path: str, hist_edges: Sequence[float]) -> Optional[str]:
             ax_b.plot(x, np.median(med, 0), color=run_color(i), marker="o", ms=3)
             ax_b.fill_between(x, lo.min(0), hi.max(0), color=run_color(i), alpha=0.15, lw=0)
         eps = float(run.summary["norm_epsilon"])
+        tag = "" if single else f" ({run.name})"
         c = "black" if single else run_color(i)
         ax_b.axhline(
             np.log10(eps),
             color=c,
             ls="--",
             lw=1,
-            label=f"log10 ε = {np.log10(eps):.0f}",
+            label=f"log10 ε = {np.log10(eps):.0f}{tag}",
         )
         ax_b.axhline(
             np.log10(SATURATION_FACTOR * eps),
             color=c,
             ls=":",
             lw=1,
-            label=f"log10 {SATURATION_FACTOR:g}ε (saturation threshold)",
+            label=f"log10 {SATURATION_FACTOR:g}ε (saturation threshold){tag}",
         )
         # (c) distribution over all norm layers, first and last analysed iteration
         for it, style in ((run.iterations[0], "--"), (run.iterations[-1], "-")):
@@ -478,14 +480,14 @@ def plot_norms(runs, path: str, hist_edges: Sequence[float]) -> Optional[str]:
             color=c,
             ls=":",
             lw=1,
-            label=f"log10 {SATURATION_FACTOR:g}ε",
+            label=f"log10 {SATURATION_FACTOR:g}ε{tag}",
         )
         ax_c.axvline(
             np.log10(eps),
             color=c,
             ls="--",
             lw=1,
-            label=f"log10 ε ({run.name})" if not single else "log10 ε",
+            label=f"log10 ε{tag}",
         )
     ax_a.set_ylabel("saturated tokens, σ²(h) ≤ 10ε (%)")
     ax_a.set_title("(a) share of saturated tokens per norm layer")

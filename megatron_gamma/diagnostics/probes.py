@@ -258,11 +258,10 @@ def weight_diagnostics(
         if not group:
             continue
         fro = torch.stack([m.local.detach().double().pow(2).sum() for m in group])
-        if reduce is not None:
-            fro = reduce(fro)
         if reduce is None:
             sigma_sq = [spectral_norm(m.local, seed=seed) ** 2 for m in group]
         else:
+            fro = reduce(fro)
             blocks = [m.local if m.partition_dim == 0 else m.local.T for m in group]
             sigma_sq = top_singular_values_sq(blocks, reduce, seed=seed)
         for m, f, s in zip(group, fro.tolist(), sigma_sq):
