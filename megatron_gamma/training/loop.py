@@ -39,6 +39,7 @@ from megatron_gamma.config import Config, ConfigError, save_config
 from megatron_gamma.data import demo_dir
 from megatron_gamma.data.datasets import build_datasets, check_splits, micro_batches
 from megatron_gamma.data.tokenizer import BilingualTokenizer
+from megatron_gamma.diagnostics.callback import DiagnosticsCallback
 from megatron_gamma.model.builder import build_model, padded_vocab_size, transformer_config
 from megatron_gamma.model.flops import train_flops_per_token
 from megatron_gamma.training.checkpointing import TrainState, load_checkpoint, save_checkpoint
@@ -110,6 +111,9 @@ def preflight(cfg: Config) -> str:
 class Trainer:
     """Builds everything a run needs from a Config and trains it.
 
+    Callbacks (``self.callbacks``) get ``cb.on_step_end(trainer, iteration)`` once at the end of
+    every iteration; ``--log-diagnostics-interval`` adds the diagnostics callback.
+
     Args:
         cfg: validated run config.
     """
@@ -118,6 +122,10 @@ class Trainer:
         self.cfg = cfg
         self.preemption = PreemptionGuard(cfg.training.exit_duration_in_mins)
         tok_path = preflight(cfg)
+        self.callbacks: list = []
+        if cfg.logging.log_diagnostics_interval:
+            self.callbacks.append(DiagnosticsCallback(cfg.logging.log_diagnostics_interval))
+        self.log: MetricsLogger | None = None
         self.dp_size = parallel.initialize(cfg)
         self.device = torch.device("cuda") if parallel.uses_gpu() else torch.device("cpu")
         self.rank = dist.get_rank()
@@ -284,6 +292,7 @@ class Trainer:
             start_iter=self.state.iteration,
             progress_bar=cfg.logging.progress_bar,
         )
+        self.log = log
         result = TrainResult()
         if self.state.iteration:
             log.message(f"resumed at iteration {self.state.iteration}")
@@ -327,6 +336,8 @@ class Trainer:
             if cfg.checkpoint.save and ((interval and it % interval == 0) or it == end):
                 result.checkpoint = self.save()
                 log.message(f"saved checkpoint {result.checkpoint}")
+            for callback in self.callbacks:
+                callback.on_step_end(self, it)
             if stop_checkpoint := self.preemption.stop(self, it, result.checkpoint):
                 result.checkpoint = stop_checkpoint
                 break

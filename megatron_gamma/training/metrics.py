@@ -89,6 +89,15 @@ class MetricsLogger:
             f"validation at iteration {iteration:6d} | loss {loss:.6f}", file=sys.stdout
         )
 
+    def scalars(self, iteration: int, values: dict, split: str) -> None:
+        """Record named scalars of one iteration under ``split`` (TensorBoard tag
+        ``split/key``; one metrics.jsonl object with ``"split": split``)."""
+        if not self.active:
+            return
+        self._record({"iteration": iteration, "split": split, **values})
+        for key, value in values.items():
+            self._tb.add_scalar(f"{split}/{key}", value, iteration)
+
     def message(self, text: str) -> None:
         """A free-form line on the console."""
         if self.active:

@@ -1,0 +1,354 @@
+"""``megatron-gamma analyze RUN_DIR [RUN_DIR ...]``: the paper's diagnostics over saved checkpoints.
+
+For every run directory, every complete checkpoint (any saved parallel layout) is loaded into a
+single-rank model, plus iteration 0 rebuilt from the run's config (the gamma rule draws each
+weight from (seed, name), so this is the run's exact initialization for ``init_method: gamma``).
+At each point we compute the weight diagnostics of every matrix (stable rank, top-direction
+share, condensation score) and, on the first validation micro-batch of the run's own data (the
+batch the live callback uses), the attention-sink share per head, RMSNorm saturation per norm
+and gate statistics.
+
+Writes into ``--output-dir`` (default ``RUN_DIR/analysis`` for one run):
+
+- ``analysis.json``: every number (metrics per run and iteration, norm histograms, cosine
+  matrices of the heatmaps), ``analysis.csv``: the metrics in long form
+  (run, iteration, metric, role, layer, head, value);
+- ``stable_rank.png``, ``condensation.png``, ``attention_sink.png``, ``norm_saturation.png``,
+  ``cosine_heatmaps[_RUN].png`` and, for gated runs, ``gates.png`` (see
+  :mod:`megatron_gamma.diagnostics.plots`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from megatron_gamma.config import Config, ConfigError
+from megatron_gamma.data.tokenizer import BilingualTokenizer
+from megatron_gamma.diagnostics import offline
+from megatron_gamma.diagnostics.condensation import (
+    condensation_order,
+    condensation_score_from_cosine,
+    row_cosine_similarity,
+    sample_rows,
+)
+from megatron_gamma.diagnostics.norm import HIST_EDGES
+from megatron_gamma.diagnostics.probes import (
+    ActivationProbe,
+    parse_metric_key,
+    weight_diagnostics,
+    weight_matrices,
+)
+
+DEFAULT_HEATMAPS = ("attn_q/layer_00", "mlp_fc1_gate/layer_00")
+"""Matrices shown as cosine heatmaps when none are chosen (plus the last layer's)."""
+
+
+@dataclass
+class RunAnalysis:
+    """Everything computed for one run.
+
+    Attributes:
+        name: label (run directory name).
+        run_dir: the run directory.
+        summary: gamma, eps, gated attention, sizes (for legends).
+        iterations: analysed iterations, ascending (0 = initialization).
+        metrics: {metric key: [value per iteration, None where absent]}.
+        shapes: {role: [rows, cols]} of the weight matrices.
+        norm_histograms: {norm key: {iteration: counts over HIST_EDGES}}.
+        norm_eps: {norm key: eps}.
+        heatmaps: {"ROLE/layer_LL": {iteration: {"rows": sampled row indices, "order": heatmap
+            row order, "score": condensation score of the sample}}}.
+        heatmap_cosines: {"ROLE/layer_LL": {iteration: ordered (k, k) cosine matrix}} (written
+            to ``heatmaps.npz``, not to the JSON).
+        seq_length: tokens per sequence of the activation batch (0 when none was used).
+    """
+
+    name: str
+    run_dir: str
+    summary: dict
+    iterations: list[int] = field(default_factory=list)
+    metrics: dict[str, list] = field(default_factory=dict)
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+    norm_histograms: dict[str, dict[int, list[int]]] = field(default_factory=dict)
+    norm_eps: dict[str, float] = field(default_factory=dict)
+    heatmaps: dict[str, dict[int, dict]] = field(default_factory=dict)
+    heatmap_cosines: dict[str, dict[int, torch.Tensor]] = field(default_factory=dict)
+    seq_length: int = 0
+
+
+def run_summary(cfg: Config) -> dict:
+    """The settings that tell runs apart in legends."""
+    m = cfg.model
+    return {
+        "init_method": cfg.init.init_method,
+        "gamma": cfg.init.init_gamma,
+        "norm_epsilon": m.norm_epsilon,
+        "gated_attention": m.gated_attention,
+        "num_layers": m.num_layers,
+        "hidden_size": m.hidden_size,
+    }
+
+
+def _validation_batch(cfg: Config, batch_size: int) -> Optional[dict]:
+    """The first ``batch_size`` samples of the run's validation split (None without data)."""
+    from megatron_gamma.data.datasets import build_datasets
+
+    try:
+        cfg.data.blend()
+    except ConfigError as e:
+        print(f"analyze: activation diagnostics skipped: {e}", file=sys.stderr)
+        return None
+    tok = BilingualTokenizer(offline.tokenizer_path(cfg))
+    valid = build_datasets(cfg, tok)[1]
+    if valid is None or len(valid) == 0:
+        print("analyze: the run has no validation split; activation diagnostics skipped")
+        return None
+    samples = [valid[i] for i in range(min(batch_size, len(valid)))]
+    batch = torch.utils.data.default_collate(samples)
+    return {k: v for k, v in batch.items() if k != "attention_mask"}
+
+
+def _parse_heatmaps(specs: Sequence[str], num_layers: int) -> list[tuple[str, int]]:
+    out = []
+    for spec in specs:
+        parsed = parse_metric_key("x/" + spec)
+        if parsed["role"] is None or parsed["layer"] is None:
+            raise ConfigError(
+                f"heatmap={spec!r}: expected ROLE/layer_LL, e.g. attn_q/layer_00. Fix: the syntax"
+            )
+        if not 0 <= parsed["layer"] < num_layers:
+            raise ConfigError(
+                f"heatmap={spec!r}: layer {parsed['layer']} outside 0..{num_layers - 1}"
+            )
+        out.append((parsed["role"], parsed["layer"]))
+    return out
+
+
+def _pick_iterations(
+    available: list[int], wanted: Optional[Sequence[int]], k: int = 4
+) -> list[int]:
+    if wanted:
+        missing = sorted(set(wanted) - set(available))
+        if missing:
+            raise ConfigError(
+                f"heatmap_iterations={list(wanted)}: no checkpoint at {missing}. "
+                f"Fix: choose among {available}"
+            )
+        return sorted(set(wanted))
+    if len(available) <= k:
+        return list(available)
+    step = (len(available) - 1) / (k - 1)
+    return sorted({available[round(i * step)] for i in range(k)})
+
+
+def _heatmap(model, role: str, layer: int, rows: int) -> Optional[tuple[dict, torch.Tensor]]:
+    """(row sample, order and score; ordered cosine matrix) of one matrix, None if absent."""
+    for m in weight_matrices(model):
+        if m.role == role and m.layer == layer:
+            idx = sample_rows(m.local.size(0), rows, seed=0)
+            w = m.local.detach()[idx.to(m.local.device)]
+            cos = row_cosine_similarity(w)
+            order = condensation_order(w)
+            info = {
+                "rows": idx.tolist(),
+                "order": order.tolist(),
+                "score": condensation_score_from_cosine(cos),
+            }
+            return info, cos[order][:, order].float().cpu()
+    return None
+
+
+def analyze_run(
+    run_dir: str,
+    *,
+    data_path: Optional[Sequence[str]] = None,
+    include_init: bool = True,
+    heatmaps: Optional[Sequence[str]] = None,
+    heatmap_iterations: Optional[Sequence[int]] = None,
+    heatmap_rows: int = 256,
+    condensation_rows: int = 512,
+    batch_size: Optional[int] = None,
+    progress: bool = True,
+) -> RunAnalysis:
+    """Compute every diagnostic at every checkpoint of one run (see module docstring).
+
+    Must run inside :func:`megatron_gamma.diagnostics.offline.single_process`.
+
+    Args:
+        run_dir: the run directory (holds config.yaml and the checkpoints).
+        data_path: dataset blend for the activation batch (default: the run's own).
+        include_init: also analyse iteration 0, rebuilt from the config.
+        heatmaps: matrices for cosine heatmaps as ``ROLE/layer_LL``.
+        heatmap_iterations: iterations for the heatmaps (default: up to 4 spread out).
+        heatmap_rows: rows sampled per heatmap.
+        condensation_rows: rows sampled for the condensation score.
+        batch_size: sequences in the activation batch (default: the run's micro-batch size).
+        progress: show a progress bar.
+
+    Raises:
+        ConfigError: no checkpoint in the run, or a bad heatmap choice.
+    """
+    cfg = offline.load_run_config(offline.find_run_config(run_dir), run_dir)
+    if data_path:
+        cfg.data.data_path = list(data_path)
+    ckpts = offline.list_checkpoints(run_dir)
+    if not ckpts and not include_init:
+        raise ConfigError(f"run_dir={run_dir!r}: no complete checkpoint. Fix: check the path")
+    points = ([(0, None)] if include_init and all(it != 0 for it, _ in ckpts) else []) + ckpts
+    if not points:
+        raise ConfigError(f"run_dir={run_dir!r}: no complete checkpoint. Fix: check the path")
+    name = os.path.basename(os.path.normpath(run_dir))
+    result = RunAnalysis(name=name, run_dir=os.path.abspath(run_dir), summary=run_summary(cfg))
+    specs = list(heatmaps) if heatmaps else list(DEFAULT_HEATMAPS)
+    if not heatmaps and cfg.model.num_layers > 1:
+        last = cfg.model.num_layers - 1
+        specs += [s.replace("layer_00", f"layer_{last:02d}") for s in DEFAULT_HEATMAPS]
+    chosen = _parse_heatmaps(specs, cfg.model.num_layers)
+    heat_iters = set(_pick_iterations([it for it, _ in points], heatmap_iterations))
+    batch = _validation_batch(cfg, batch_size or cfg.training.micro_batch_size)
+    model = offline.model_for_run(cfg, ckpts[0][1] if ckpts else None)
+    device = next(model.parameters()).device
+    rows: list[dict[str, float]] = []
+    bar = tqdm(
+        points,
+        desc=f"analyze {name}",
+        unit="ckpt",
+        disable=not progress,
+        file=sys.stderr,
+    )
+    for iteration, ckpt in bar:
+        if ckpt is not None:
+            offline.load_weights(model, ckpt)
+        with torch.no_grad():
+            values = weight_diagnostics([model], None, max_rows=condensation_rows)
+            if batch is not None:
+                with ActivationProbe([model]) as probe:
+                    model(
+                        batch["tokens"].to(device),
+                        batch["position_ids"].to(device),
+                        None,
+                    )
+                values.update(probe.results())
+                for key, stats in probe.norm_stats.items():
+                    result.norm_histograms.setdefault(key, {})[iteration] = stats.histogram
+                    result.norm_eps[key] = stats.eps
+                result.seq_length = int(batch["tokens"].size(1))
+            if iteration in heat_iters:
+                for role, layer in chosen:
+                    cell = _heatmap(model, role, layer, heatmap_rows)
+                    if cell is not None:
+                        key = f"{role}/layer_{layer:02d}"
+                        result.heatmaps.setdefault(key, {})[iteration] = cell[0]
+                        result.heatmap_cosines.setdefault(key, {})[iteration] = cell[1]
+        result.iterations.append(iteration)
+        rows.append(values)
+    for m in weight_matrices(model):
+        result.shapes.setdefault(m.role, list(m.local.shape))
+    keys = sorted({k for r in rows for k in r})
+    result.metrics = {k: [r.get(k) for r in rows] for k in keys}
+    return result
+
+
+def write_numbers(runs: Sequence[RunAnalysis], out_dir: str) -> dict[str, str]:
+    """Write ``analysis.json``, ``analysis.csv`` and ``heatmaps.npz`` (temp file, then rename).
+
+    ``heatmaps.npz`` holds one float32 (k, k) ordered cosine matrix per
+    ``RUN/ROLE/layer_LL/iter_N`` (slashes replaced by ``__``).
+
+    Returns:
+        {"json": path, "csv": path, "heatmaps": path}.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    json_path = os.path.join(out_dir, "analysis.json")
+    csv_path = os.path.join(out_dir, "analysis.csv")
+    npz_path = os.path.join(out_dir, "heatmaps.npz")
+    runs_doc = []
+    for r in runs:
+        d = asdict(r)
+        d.pop("heatmap_cosines")
+        runs_doc.append(d)
+    doc = {"hist_edges_log10_ms": list(HIST_EDGES), "runs": runs_doc}
+    tmp = json_path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    os.replace(tmp, json_path)
+    tmp = csv_path + ".tmp"
+    with open(tmp, "w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["run", "iteration", "metric", "role", "layer", "head", "value"])
+        for r in runs:
+            for key, series in r.metrics.items():
+                p = parse_metric_key(key)
+                for it, value in zip(r.iterations, series):
+                    if value is None:
+                        continue
+                    writer.writerow(
+                        [
+                            r.name,
+                            it,
+                            p["metric"],
+                            p["role"] or "",
+                            p["layer"],
+                            p["head"],
+                            value,
+                        ]
+                    )
+    os.replace(tmp, csv_path)
+    arrays = {
+        f"{r.name}/{key}/iter_{it}".replace("/", "__"): cos.numpy()
+        for r in runs
+        for key, cells in r.heatmap_cosines.items()
+        for it, cos in cells.items()
+    }
+    tmp = npz_path + ".tmp.npz"
+    np.savez_compressed(tmp, **arrays)
+    os.replace(tmp, npz_path)
+    return {"json": json_path, "csv": csv_path, "heatmaps": npz_path}
+
+
+def analyze(
+    run_dirs: Sequence[str],
+    output_dir: Optional[str] = None,
+    **kwargs,
+) -> dict[str, str]:
+    """Analyse runs, write the numbers and the plots.
+
+    Args:
+        run_dirs: one or more run directories (several: overlaid, one colour per run).
+        output_dir: where to write (default ``RUN_DIR/analysis`` for a single run, required
+            for several).
+        **kwargs: passed to :func:`analyze_run`.
+
+    Returns:
+        {artifact name: path} of everything written.
+
+    Raises:
+        ConfigError: a missing run directory, or several runs without ``output_dir``.
+    """
+    from megatron_gamma.diagnostics import plots
+
+    if not run_dirs:
+        raise ConfigError("no run directory given. Fix: megatron-gamma analyze RUN_DIR")
+    for d in run_dirs:
+        if not os.path.isdir(d):
+            raise ConfigError(f"run_dir={d!r}: not a directory. Fix: pass a run directory")
+        offline.find_run_config(d)
+    if output_dir is None:
+        if len(run_dirs) > 1:
+            raise ConfigError("several runs need --output-dir. Fix: add --output-dir DIR")
+        output_dir = os.path.join(run_dirs[0], "analysis")
+    first = offline.load_run_config(offline.find_run_config(run_dirs[0]), run_dirs[0])
+    with offline.single_process(first):
+        runs = [analyze_run(d, **kwargs) for d in run_dirs]
+    written = write_numbers(runs, output_dir)
+    written.update(plots.plot_analysis(runs, output_dir))
+    return written

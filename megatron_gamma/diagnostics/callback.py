@@ -1,0 +1,136 @@
+"""The live diagnostics hook of the training loop (``--log-diagnostics-interval N``).
+
+Every N iterations, :class:`DiagnosticsCallback`:
+
+1. computes the weight diagnostics (stable rank, top-direction share, condensation score of every
+   matrix) on this rank's tensor-parallel shards (:func:`~.probes.weight_diagnostics`);
+2. runs one forward-only pass of megatron-core's pipeline schedule on the first validation
+   micro-batch, in eval mode, with :class:`~.probes.ActivationProbe` hooks (attention-sink
+   share per head, RMSNorm saturation per norm, gate statistics per gated layer);
+3. gathers the per-stage results on global rank 0 and logs them to TensorBoard
+   (``diagnostics/<key>``) and ``metrics.jsonl`` (``"split": "diagnostics"``), with the
+   wall-clock seconds the diagnostics took (``diagnostics_seconds``).
+
+Between diagnostics steps no hook is installed, so ordinary iterations cost nothing extra.
+"""
+
+from __future__ import annotations
+
+import time
+from functools import partial
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
+from megatron.core.pipeline_parallel import get_forward_backward_func
+
+from megatron_gamma.data.datasets import micro_batches
+from megatron_gamma.diagnostics.probes import ActivationProbe, weight_diagnostics
+
+
+class DiagnosticsCallback:
+    """Compute and log the paper's diagnostics every ``interval`` iterations.
+
+    The training loop calls :meth:`on_step_end` once at the end of every iteration.
+
+    Args:
+        interval: iterations between diagnostics (>= 1).
+        max_rows: rows sampled per matrix for the condensation score.
+
+    Raises:
+        ValueError: interval < 1.
+    """
+
+    def __init__(self, interval: int, max_rows: int = 128):
+        if interval < 1:
+            raise ValueError(f"interval={interval}: must be >= 1 (0 disables the callback)")
+        self.interval = interval
+        self.max_rows = max_rows
+        self._warned = False
+
+    def on_step_end(self, trainer, iteration: int) -> None:
+        """Run the diagnostics when ``iteration`` is a multiple of the interval."""
+        if iteration % self.interval:
+            return
+        start = time.time()
+        values = self.collect(trainer)
+        if values is not None:
+            values["diagnostics_seconds"] = time.time() - start
+            log = getattr(trainer, "log", None)
+            if log is not None:
+                log.scalars(iteration, values, split="diagnostics")
+
+    def collect(self, trainer) -> dict[str, float] | None:
+        """All diagnostics of the trainer's model now; the merged dict on global rank 0, None
+        elsewhere. Collective over all ranks."""
+        models = [chunk.module for chunk in trainer.chunks]
+        tp_group = parallel_state.get_tensor_model_parallel_group()
+        values = weight_diagnostics(models, tp_group, max_rows=self.max_rows)
+        batch = self._validation_batch(trainer)
+        if batch is not None:
+            values.update(self._activations(trainer, models, tp_group, batch))
+        elif not self._warned and trainer.rank == 0 and getattr(trainer, "log", None):
+            trainer.log.message("diagnostics: no validation data; activation diagnostics skipped")
+            self._warned = True
+        return _gather_on_rank0(values)
+
+    @staticmethod
+    def _validation_batch(trainer):
+        valid = trainer.datasets[1] if len(trainer.datasets) > 1 else None
+        if valid is None or len(valid) == 0:
+            return None
+        it = micro_batches(
+            valid,
+            0,
+            trainer.cfg.training.micro_batch_size,
+            parallel_state.get_data_parallel_rank(),
+            parallel_state.get_data_parallel_world_size(),
+        )
+        return next(it, None)
+
+    @staticmethod
+    def _activations(trainer, models, tp_group, batch) -> dict[str, float]:
+        from megatron_gamma.training.loop import _forward_step
+
+        cfg = trainer.cfg
+        if len(trainer.chunks) == 1:
+            data = iter([batch])
+        else:
+            data = [iter([batch]) for _ in trainer.chunks]
+        for chunk in trainer.chunks:
+            chunk.eval()
+        try:
+            with torch.no_grad(), ActivationProbe(models, tp_group) as probe:
+                get_forward_backward_func()(
+                    forward_step_func=partial(_forward_step, trainer.device),
+                    data_iterator=data,
+                    model=trainer.chunks,
+                    num_microbatches=1,
+                    seq_length=cfg.model.seq_length,
+                    micro_batch_size=cfg.training.micro_batch_size,
+                    forward_only=True,
+                )
+        finally:
+            for chunk in trainer.chunks:
+                chunk.train()
+        return probe.results()
+
+
+def _gather_on_rank0(values: dict[str, float]) -> dict[str, float] | None:
+    """Merge the results of every pipeline stage on global rank 0 (TP rank 0, DP rank 0 of
+    each stage contribute; the others hold copies or other data-parallel batches)."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return dict(sorted(values.items()))
+    contributes = (
+        parallel_state.get_tensor_model_parallel_rank() == 0
+        and parallel_state.get_data_parallel_rank() == 0
+    )
+    mine = values if contributes else {}
+    gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(mine, gathered, dst=0)
+    if dist.get_rank() != 0:
+        return None
+    merged: dict[str, float] = {}
+    for part in gathered:
+        merged.update(part)
+    return dict(sorted(merged.items()))

@@ -1,0 +1,230 @@
+"""``megatron-gamma compare CKPT_A CKPT_B --data-path PREFIX``: where one model beats the other.
+
+Both checkpoints (any saved parallel layout) are loaded into single-rank models built from their
+runs' ``config.yaml``; both score the same token windows of an indexed dataset; per token we get
+``log p_A``, ``log p_B``, Delta_sym and difficulty (definitions in
+:mod:`megatron_gamma.diagnostics.tokens`), aggregated into equal-count difficulty bins.
+
+Writes into ``--output-dir``:
+
+- ``delta_sym_by_difficulty.png``: mean Delta_sym per bin with standard errors, and the share of
+  tokens where A is better;
+- ``delta_sym_by_difficulty.csv``: the bin table;
+- ``compare.json``: the table, both losses, the inputs; ``tokens.npz``: per-token arrays
+  (tokens, targets, logp_a, logp_b, delta_sym, difficulty).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+from typing import Optional
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from megatron_gamma.config import ConfigError
+from megatron_gamma.diagnostics import offline
+from megatron_gamma.diagnostics.tokens import (
+    gap_by_difficulty,
+    symmetric_gap,
+    target_log_probs,
+    token_difficulty,
+)
+
+
+def token_windows(prefix: str, num_sequences: int, seq_length: int) -> torch.Tensor:
+    """The first ``num_sequences`` windows of ``seq_length + 1`` consecutive tokens of an indexed
+    dataset (documents concatenated in order, as GPTDataset does).
+
+    Returns:
+        int64 (n, seq_length + 1); n < num_sequences when the dataset is short.
+
+    Raises:
+        ConfigError: missing .bin/.idx, or fewer tokens than one window.
+    """
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    for ext in (".bin", ".idx"):
+        if not os.path.isfile(prefix + ext):
+            raise ConfigError(
+                f"data_path={prefix!r}: {prefix + ext} does not exist. Fix: give the prefix "
+                "written by `megatron-gamma preprocess` (no extension)"
+            )
+    ds = IndexedDataset(prefix)
+    need = num_sequences * seq_length + 1
+    parts, have = [], 0
+    for i in range(len(ds)):
+        doc = np.asarray(ds[i], dtype=np.int64)
+        parts.append(doc)
+        have += len(doc)
+        if have >= need:
+            break
+    tokens = torch.from_numpy(np.concatenate(parts)) if parts else torch.zeros(0, dtype=torch.long)
+    n = min(num_sequences, (len(tokens) - 1) // seq_length)
+    if n < 1:
+        raise ConfigError(
+            f"data_path={prefix!r}: {len(tokens)} tokens, fewer than one window of "
+            f"{seq_length + 1}. Fix: use more data or a smaller --seq-length"
+        )
+    starts = torch.arange(n) * seq_length
+    return torch.stack([tokens[s : s + seq_length + 1] for s in starts.tolist()])
+
+
+@torch.no_grad()
+def score_tokens(model: torch.nn.Module, windows: torch.Tensor, batch_size: int) -> torch.Tensor:
+    """``log p(target)`` of every next-token position, (n, seq_length) float32 nats."""
+    device = next(model.parameters()).device
+    out = []
+    seq = windows.size(1) - 1
+    position_ids = torch.arange(seq, device=device).unsqueeze(0)
+    for start in range(0, windows.size(0), batch_size):
+        w = windows[start : start + batch_size].to(device)
+        logits = model(w[:, :-1], position_ids.expand(w.size(0), -1), None)
+        out.append(target_log_probs(logits, w[:, 1:]).cpu())
+    return torch.cat(out)
+
+
+def _label(ckpt: str, cfg) -> str:
+    run = os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(ckpt))))
+    it = offline.checkpoint_iteration(ckpt)
+    return f"{run} iter {it} (γ={cfg.init.init_gamma:g}, ε={cfg.model.norm_epsilon:.0e})"
+
+
+def compare(
+    ckpt_a: str,
+    ckpt_b: str,
+    data_path: str,
+    output_dir: str,
+    *,
+    config_a: Optional[str] = None,
+    config_b: Optional[str] = None,
+    num_sequences: int = 64,
+    seq_length: Optional[int] = None,
+    batch_size: int = 4,
+    num_bins: int = 10,
+    progress: bool = True,
+) -> dict:
+    """Score the same tokens with two checkpoints and bin Delta_sym by difficulty.
+
+    Args:
+        ckpt_a: checkpoint (``SAVE/iter_N``), checkpoint root or run directory of model A.
+        ckpt_b: same for model B.
+        data_path: indexed-dataset prefix (held-out text) to score.
+        output_dir: where the plot, table and numbers go.
+        config_a: A's config.yaml (default: found next to the checkpoint).
+        config_b: B's config.yaml.
+        num_sequences: token windows to score.
+        seq_length: window length (default: the shorter of the two models' seq_length).
+        batch_size: sequences per forward pass.
+        num_bins: equal-count difficulty bins.
+        progress: show a progress bar.
+
+    Returns:
+        The summary written to ``compare.json`` plus ``"files"``: {name: path}.
+
+    Raises:
+        ConfigError: missing checkpoints/configs/data, different tokenizers, or a seq_length
+            beyond a model's maximum.
+    """
+    paths = [offline.resolve_checkpoint(ckpt_a), offline.resolve_checkpoint(ckpt_b)]
+    cfgs = []
+    for ckpt, given in zip(paths, (config_a, config_b)):
+        cfg_path = given or offline.find_run_config(ckpt)
+        cfgs.append(offline.load_run_config(cfg_path))
+    if offline.tokenizer_digest(cfgs[0]) != offline.tokenizer_digest(cfgs[1]):
+        raise ConfigError(
+            f"the runs use different tokenizers ({offline.tokenizer_path(cfgs[0])} vs "
+            f"{offline.tokenizer_path(cfgs[1])}): per-token probabilities are not comparable. "
+            "Fix: compare runs trained with the same tokenizer"
+        )
+    limit = min(c.model.max_position_embeddings for c in cfgs)
+    seq = seq_length or min(c.model.seq_length for c in cfgs)
+    if not 1 <= seq <= limit:
+        raise ConfigError(f"seq_length={seq}: must lie in [1, {limit}] (the models' maximum)")
+    if num_sequences < 1 or batch_size < 1 or num_bins < 1:
+        raise ConfigError("num_sequences, batch_size and num_bins must be >= 1")
+    windows = token_windows(data_path, num_sequences, seq)
+    logps = []
+    with offline.single_process(cfgs[0]):
+        bar = tqdm(
+            zip(paths, cfgs),
+            total=2,
+            desc="compare",
+            unit="model",
+            disable=not progress,
+            file=sys.stderr,
+        )
+        for ckpt, cfg in bar:
+            model = offline.model_for_run(cfg, ckpt)
+            offline.load_weights(model, ckpt)
+            logps.append(score_tokens(model, windows, batch_size))
+            del model
+    logp_a, logp_b = logps
+    delta = symmetric_gap(logp_a, logp_b)
+    difficulty = token_difficulty(logp_a, logp_b)
+    bins = gap_by_difficulty(delta, difficulty, num_bins=num_bins, logp_a=logp_a, logp_b=logp_b)
+    labels = (_label(paths[0], cfgs[0]), _label(paths[1], cfgs[1]))
+    summary = {
+        "a": {
+            "checkpoint": os.path.abspath(paths[0]),
+            "label": labels[0],
+            "mean_loss": float(-logp_a.double().mean()),
+        },
+        "b": {
+            "checkpoint": os.path.abspath(paths[1]),
+            "label": labels[1],
+            "mean_loss": float(-logp_b.double().mean()),
+        },
+        "data_path": data_path,
+        "sequences": int(windows.size(0)),
+        "seq_length": seq,
+        "tokens": int(delta.numel()),
+        "mean_delta_sym": float(delta.mean()),
+        "definition": "delta_sym = (p_A - p_B) / (p_A + p_B); difficulty = (loss_A + loss_B) / 2",
+        "bins": [b.as_dict() for b in bins],
+    }
+    files = _write(summary, bins, labels, windows, logp_a, logp_b, delta, difficulty, output_dir)
+    summary["files"] = files
+    return summary
+
+
+def _write(summary, bins, labels, windows, logp_a, logp_b, delta, difficulty, out_dir) -> dict:
+    from megatron_gamma.diagnostics.plots import plot_compare
+
+    os.makedirs(out_dir, exist_ok=True)
+    files = {
+        "json": os.path.join(out_dir, "compare.json"),
+        "csv": os.path.join(out_dir, "delta_sym_by_difficulty.csv"),
+        "tokens": os.path.join(out_dir, "tokens.npz"),
+    }
+    tmp = files["json"] + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1, ensure_ascii=False)
+    os.replace(tmp, files["json"])
+    tmp = files["csv"] + ".tmp"
+    with open(tmp, "w", encoding="utf-8", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(bins[0].as_dict()))
+        writer.writeheader()
+        for b in bins:
+            writer.writerow(b.as_dict())
+    os.replace(tmp, files["csv"])
+    tmp = files["tokens"] + ".tmp.npz"
+    np.savez_compressed(
+        tmp,
+        tokens=windows[:, :-1].numpy(),
+        targets=windows[:, 1:].numpy(),
+        logp_a=logp_a.numpy(),
+        logp_b=logp_b.numpy(),
+        delta_sym=delta.numpy(),
+        difficulty=difficulty.numpy(),
+    )
+    os.replace(tmp, files["tokens"])
+    note = f" ({summary['tokens']} tokens, {len(bins)} bins)"
+    files["plot"] = plot_compare(
+        bins, labels, os.path.join(out_dir, "delta_sym_by_difficulty.png"), note
+    )
+    return files

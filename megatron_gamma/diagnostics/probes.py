@@ -1,0 +1,438 @@
+"""Read diagnostics off megatron-core GPTModel chunks, shard-aware (used live and offline).
+
+- :func:`weight_matrices` lists the weight matrices of a chunk by *role* and global layer,
+  splitting megatron-core's fused QKV(+gate) projection into ``attn_q/attn_k/attn_v/attn_gate``
+  and the SwiGLU ``fc1`` into ``mlp_fc1_gate/mlp_fc1_up``.
+- :func:`weight_diagnostics` computes stable rank, top-direction share and condensation score of
+  every matrix on the rank-local tensor-parallel shards: Frobenius norms and the subspace
+  iteration of :func:`~megatron_gamma.diagnostics.spectral.top_singular_values_sq` are summed
+  over the TP group (one all-reduce per iteration for all matrices), and only a fixed sample of
+  rows is assembled for the cosine matrix. No rank ever holds a whole sharded matrix. Matrices
+  held whole (TP = 1) use :func:`~megatron_gamma.diagnostics.spectral.spectral_norm` (exact
+  SVD below its size threshold).
+- :class:`ActivationProbe` hooks core attention (q, k after RoPE: sink share), every RMSNorm
+  (input: saturation) and every ``OutputGate`` module (inputs: gate statistics) for one forward
+  pass, then merges the tensor-parallel pieces.
+
+Metric keys are ``metric[/role][/layer_LL][/head_HH]`` (:func:`metric_key`), layers numbered
+from 0 as in checkpoint names (``decoder.layers.LL``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+import torch
+import torch.distributed as dist
+
+from megatron_gamma.diagnostics.attention import attention_sink_share
+from megatron_gamma.diagnostics.condensation import (
+    condensation_score_from_cosine,
+    row_cosine_similarity,
+    sample_rows,
+)
+from megatron_gamma.diagnostics.gates import GateSums, gate_sums
+from megatron_gamma.diagnostics.norm import mean_square, saturation_from_mean_square
+from megatron_gamma.diagnostics.spectral import spectral_norm, top_singular_values_sq
+
+CONDENSATION_ROWS = 128
+"""Rows sampled per matrix for the condensation score during training."""
+
+
+def metric_key(
+    metric: str,
+    role: Optional[str] = None,
+    layer: Optional[int] = None,
+    head: Optional[int] = None,
+) -> str:
+    """``metric[/role][/layer_LL][/head_HH]``, e.g. ``stable_rank/attn_q/layer_03``."""
+    parts = [metric]
+    if role:
+        parts.append(role)
+    if layer is not None:
+        parts.append(f"layer_{layer:02d}")
+    if head is not None:
+        parts.append(f"head_{head:02d}")
+    return "/".join(parts)
+
+
+def parse_metric_key(key: str) -> dict:
+    """Inverse of :func:`metric_key`: {metric, role, layer, head} (None where absent)."""
+    parts = key.split("/")
+    out = {"metric": parts[0], "role": None, "layer": None, "head": None}
+    for part in parts[1:]:
+        if part.startswith("layer_") and part[6:].isdigit():
+            out["layer"] = int(part[6:])
+        elif part.startswith("head_") and part[5:].isdigit():
+            out["head"] = int(part[5:])
+        else:
+            out["role"] = part
+    return out
+
+
+@dataclass
+class MatrixShard:
+    """This rank's part of one weight matrix ``W`` (torch layout: (out, in)).
+
+    Attributes:
+        role: matrix role (``attn_q``, ``mlp_fc2``, ``embedding``, ...).
+        layer: global layer index from 0, None for embedding/output.
+        local: the local block of W.
+        partition_dim: 0 when W's rows are split over the tensor-parallel ranks (rank r holds
+            rows ``r*R .. (r+1)*R-1``), 1 when its columns are, None when this rank holds all
+            of W.
+    """
+
+    role: str
+    layer: Optional[int]
+    local: torch.Tensor
+    partition_dim: Optional[int]
+
+
+def _partition_dim(module: torch.nn.Module, tp: int) -> Optional[int]:
+    """Split dimension of ``module.weight`` over the TP ranks, from the layer type.
+
+    megatron-core tags parameters with ``tensor_model_parallel``/``partition_dim`` only when it
+    initializes them itself (not with ``perform_initialization=False``, as under gamma-init),
+    so the tag is used when present and the layer class decides otherwise: column-parallel and
+    vocab-parallel layers split rows (dim 0), row-parallel layers split columns (dim 1).
+    """
+    if tp == 1:
+        return None
+    weight = module.weight
+    if getattr(weight, "tensor_model_parallel", False):
+        return int(weight.partition_dim)
+    name = type(module).__name__
+    if "RowParallel" in name:
+        return 1
+    if "ColumnParallel" in name or "VocabParallel" in name:
+        return 0
+    return None
+
+
+def _split_qkv(weight: torch.Tensor, config, tp: int) -> dict[str, torch.Tensor]:
+    """Split megatron-core's fused linear_qkv rows, ``[q (np/ng heads), gate?, k, v]`` per local
+    query group, into role matrices; the fused matrix when the row count fits no known layout."""
+    hn = config.kv_channels
+    nh, ng = config.num_attention_heads, config.num_query_groups
+    if ng % tp or nh % tp:
+        return {"attn_qkv": weight}
+    ng_l, per_group = ng // tp, nh // ng
+    rows, cols = weight.shape
+    layouts = {
+        ng_l * (per_group + 2) * hn: ["attn_q", "attn_k", "attn_v"],
+        ng_l * (2 * per_group + 2) * hn: ["attn_q", "attn_gate", "attn_k", "attn_v"],
+    }
+    if rows not in layouts:
+        return {"attn_qkv": weight}
+    names = layouts[rows]
+    sizes = [per_group * hn if n in ("attn_q", "attn_gate") else hn for n in names]
+    parts = weight.view(ng_l, sum(sizes), cols).split(sizes, dim=1)
+    return {n: p.reshape(-1, cols) for n, p in zip(names, parts)}
+
+
+def weight_matrices(model: torch.nn.Module, tp: int = 1) -> list[MatrixShard]:
+    """The weight matrices of one (unwrapped) megatron-core GPTModel chunk, by role.
+
+    Roles: ``embedding``, ``output`` (untied only), per layer ``attn_q``, ``attn_k``,
+    ``attn_v``, ``attn_gate`` (the gated-attention projection ``linear_gate``, or
+    megatron-core's fused output-gate rows of ``linear_qkv``, when present) or
+    ``attn_qkv`` (fused, when the row layout is not recognized), ``attn_proj``, and
+    ``mlp_fc1`` or (SwiGLU) ``mlp_fc1_gate`` + ``mlp_fc1_up``, ``mlp_fc2``. Modules that are
+    absent (e.g. MoE experts) are skipped.
+
+    Args:
+        model: GPTModel (``chunk.module`` of a DDP-wrapped chunk).
+        tp: tensor-parallel world size.
+    """
+    config = model.config
+    out: list[MatrixShard] = []
+    emb = getattr(getattr(model, "embedding", None), "word_embeddings", None)
+    if emb is not None:
+        out.append(MatrixShard("embedding", None, emb.weight, _partition_dim(emb, tp)))
+    for layer in model.decoder.layers:
+        index = layer.layer_number - 1
+        attn = getattr(layer, "self_attention", None)
+        qkv = getattr(attn, "linear_qkv", None)
+        if qkv is not None and getattr(qkv, "weight", None) is not None:
+            pdim = _partition_dim(qkv, tp)
+            for role, w in _split_qkv(qkv.weight, config, tp).items():
+                out.append(MatrixShard(role, index, w, pdim))
+        gate = getattr(attn, "linear_gate", None)
+        if gate is not None:
+            out.append(MatrixShard("attn_gate", index, gate.weight, _partition_dim(gate, tp)))
+        proj = getattr(attn, "linear_proj", None)
+        if proj is not None and getattr(proj, "weight", None) is not None:
+            out.append(MatrixShard("attn_proj", index, proj.weight, _partition_dim(proj, tp)))
+        mlp = getattr(layer, "mlp", None)
+        fc1 = getattr(mlp, "linear_fc1", None)
+        if fc1 is not None and getattr(fc1, "weight", None) is not None:
+            pdim = _partition_dim(fc1, tp)
+            if config.gated_linear_unit:
+                gate, up = fc1.weight.chunk(2, dim=0)
+                out.append(MatrixShard("mlp_fc1_gate", index, gate, pdim))
+                out.append(MatrixShard("mlp_fc1_up", index, up, pdim))
+            else:
+                out.append(MatrixShard("mlp_fc1", index, fc1.weight, pdim))
+        fc2 = getattr(mlp, "linear_fc2", None)
+        if fc2 is not None and getattr(fc2, "weight", None) is not None:
+            out.append(MatrixShard("mlp_fc2", index, fc2.weight, _partition_dim(fc2, tp)))
+    head = getattr(model, "output_layer", None)
+    shared = getattr(model, "share_embeddings_and_output_weights", False)
+    if head is not None and not shared and getattr(head, "weight", None) is not None:
+        out.append(MatrixShard("output", None, head.weight, _partition_dim(head, tp)))
+    return out
+
+
+def _tp_info(group) -> tuple[int, int]:
+    if group is None or not dist.is_initialized():
+        return 1, 0
+    return dist.get_world_size(group), dist.get_rank(group)
+
+
+def _all_reducer(group):
+    def reduce(t: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(t, group=group)
+        return t
+
+    return reduce
+
+
+def sampled_rows(m: MatrixShard, rows: torch.Tensor, group) -> torch.Tensor:
+    """Rows ``rows`` (global indices) of the full matrix, assembled on every TP rank.
+
+    Each rank writes its part into a zero (k, cols) buffer; one all-reduce sums them.
+    """
+    tp, rank = _tp_info(group)
+    local = m.local.detach().float()
+    if m.partition_dim is None or tp == 1:
+        return local[rows.to(local.device)]
+    r, c = local.shape
+    if m.partition_dim == 0:
+        buf = torch.zeros(len(rows), c, device=local.device)
+        own = (rows >= rank * r) & (rows < (rank + 1) * r)
+        buf[own.to(local.device)] = local[(rows[own] - rank * r).to(local.device)]
+    else:
+        buf = torch.zeros(len(rows), c * tp, device=local.device)
+        buf[:, rank * c : (rank + 1) * c] = local[rows.to(local.device)]
+    dist.all_reduce(buf, group=group)
+    return buf
+
+
+def global_rows(m: MatrixShard, group) -> int:
+    """Row count of the full matrix."""
+    tp, _ = _tp_info(group)
+    r = m.local.size(0)
+    return r * tp if (m.partition_dim == 0 and tp > 1) else r
+
+
+@torch.no_grad()
+def weight_diagnostics(
+    models: Iterable[torch.nn.Module],
+    tp_group=None,
+    *,
+    max_rows: Optional[int] = CONDENSATION_ROWS,
+    seed: int = 0,
+) -> dict[str, float]:
+    """Stable rank, top-direction share and condensation score of every weight matrix.
+
+    Collective over the tensor-parallel group: every TP rank of a pipeline stage must call it
+    with its own chunks. Results are identical on those ranks.
+
+    Args:
+        models: this rank's unwrapped GPTModel chunks.
+        tp_group: tensor-parallel process group (None: single rank).
+        max_rows: rows sampled for the condensation score (None: all rows).
+        seed: seed of the row sample and of the subspace iteration.
+
+    Returns:
+        ``{metric_key: value}`` with metrics ``stable_rank`` (>= 1), ``top_share`` (in (0, 1],
+        ``1 / stable_rank``) and ``condensation`` (mean |cos| over row pairs, in [0, 1]).
+    """
+    tp, _ = _tp_info(tp_group)
+    mats = [m for model in models for m in weight_matrices(model, tp)]
+    sharded = [m for m in mats if m.partition_dim is not None]
+    whole = [m for m in mats if m.partition_dim is None]
+    out: dict[str, float] = {}
+    for group, reduce in (
+        (whole, None),
+        (sharded, _all_reducer(tp_group) if tp > 1 else None),
+    ):
+        if not group:
+            continue
+        fro = torch.stack([m.local.detach().double().pow(2).sum() for m in group])
+        if reduce is None:
+            sigma_sq = [spectral_norm(m.local, seed=seed) ** 2 for m in group]
+        else:
+            fro = reduce(fro)
+            blocks = [m.local if m.partition_dim == 0 else m.local.T for m in group]
+            sigma_sq = top_singular_values_sq(blocks, reduce, seed=seed)
+        for m, f, s in zip(group, fro.tolist(), sigma_sq):
+            out[metric_key("stable_rank", m.role, m.layer)] = f / s if s > 0 else 0.0
+            out[metric_key("top_share", m.role, m.layer)] = s / f if f > 0 else 0.0
+            rows = sample_rows(global_rows(m, tp_group), max_rows, seed)
+            cos = row_cosine_similarity(sampled_rows(m, rows, tp_group if reduce else None))
+            out[metric_key("condensation", m.role, m.layer)] = condensation_score_from_cosine(cos)
+    return out
+
+
+def _layer_index(model: torch.nn.Module) -> dict[int, int]:
+    """id(module) -> global layer index, for every module inside a transformer layer."""
+    index = {}
+    for layer in model.decoder.layers:
+        for module in layer.modules():
+            index[id(module)] = layer.layer_number - 1
+    return index
+
+
+def _is_rms_norm(module: torch.nn.Module) -> bool:
+    from megatron_gamma.model.norm import RMSNorm
+
+    return isinstance(module, (RMSNorm, torch.nn.RMSNorm)) or "RMSNorm" in type(module).__name__
+
+
+def _norm_eps(module: torch.nn.Module, x: torch.Tensor) -> float:
+    eps = getattr(module, "eps", None)
+    return float(eps) if eps is not None else float(torch.finfo(x.dtype).eps)
+
+
+class ActivationProbe:
+    """Capture activation diagnostics during one forward pass of the wrapped chunks.
+
+    Use as a context manager around a forward pass (any schedule); each hooked module records
+    only its first call. Then :meth:`results` (collective over ``tp_group``) returns::
+
+        sink_share/layer_LL            mean over heads of the attention-sink share
+        sink_share/layer_LL/head_HH    per global head (TP pieces concatenated in rank order)
+        norm_saturated/ROLE[/layer_LL] share of tokens with sigma^2(h) <= 10 eps
+        norm_eps_share/..., norm_log10_ms_p05|p50|p95/...   see diagnostics.norm
+        gate_mean/layer_LL, gate_closed/layer_LL            from OutputGate modules, if any
+
+    ROLE of a norm is its attribute path inside the layer (``input_layernorm``,
+    ``pre_mlp_layernorm``, ...) or ``final_layernorm``. The per-token sigma^2 values and
+    histograms are kept in :attr:`norm_stats` (a NormSaturation per norm key).
+
+    Args:
+        models: unwrapped GPTModel chunks of this rank.
+        tp_group: tensor-parallel process group (None: single rank).
+    """
+
+    def __init__(self, models: Iterable[torch.nn.Module], tp_group=None):
+        self.models = list(models)
+        self.tp_group = tp_group
+        self._handles: list = []
+        self._sink: dict[int, torch.Tensor] = {}
+        self._norm: dict[str, tuple[torch.Tensor, float, bool]] = {}
+        self._gate: dict[int, GateSums] = {}
+        self.norm_stats: dict = {}
+
+    def __enter__(self) -> "ActivationProbe":
+        for model in self.models:
+            layers = _layer_index(model)
+            for layer in model.decoder.layers:
+                core = getattr(getattr(layer, "self_attention", None), "core_attention", None)
+                if core is not None:
+                    self._handles.append(
+                        core.register_forward_pre_hook(
+                            self._attention_hook(layer.layer_number - 1),
+                            with_kwargs=True,
+                        )
+                    )
+            for name, module in model.named_modules():
+                if _is_rms_norm(module):
+                    layer = layers.get(id(module))
+                    role = name.split(".", 3)[-1] if layer is not None else name.split(".")[-1]
+                    key = (role, layer)
+                    self._handles.append(module.register_forward_pre_hook(self._norm_hook(key)))
+                elif type(module).__name__ == "OutputGate" and id(module) in layers:
+                    self._handles.append(
+                        module.register_forward_hook(
+                            self._gate_hook(layers[id(module)]), with_kwargs=True
+                        )
+                    )
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def _attention_hook(self, layer: int):
+        def hook(module, args, kwargs):
+            if layer in self._sink:
+                return
+            names = ("query", "key", "value", "attention_mask")
+            given = dict(zip(names, args))
+            given.update({k: v for k, v in kwargs.items() if k in names})
+            scale = getattr(module, "softmax_scale", None)
+            if scale is None:
+                scale = getattr(getattr(module, "config", None), "softmax_scale", None)
+            self._sink[layer] = attention_sink_share(
+                given["query"], given["key"], scale, given.get("attention_mask")
+            )
+
+        return hook
+
+    def _norm_hook(self, key):
+        def hook(module, args):
+            if key in self._norm:
+                return
+            x = args[0]
+            seq_parallel = bool(getattr(getattr(module, "config", None), "sequence_parallel", 0))
+            self._norm[key] = (
+                mean_square(x).reshape(-1),
+                _norm_eps(module, x),
+                seq_parallel,
+            )
+
+        return hook
+
+    def _gate_hook(self, layer: int):
+        def hook(module, args, kwargs, output):
+            if layer in self._gate:
+                return
+            logits = args[1] if len(args) > 1 else kwargs.get("gate_logits")
+            if logits is not None:
+                self._gate[layer] = gate_sums(logits=logits)
+
+        return hook
+
+    def results(self) -> dict[str, float]:
+        """Merge over the tensor-parallel group (collective) and return the metric dict."""
+        tp, _ = _tp_info(self.tp_group)
+        out: dict[str, float] = {}
+        for layer in sorted(self._sink):
+            heads = self._sink[layer].double()
+            if tp > 1:
+                pieces = [torch.empty_like(heads) for _ in range(tp)]
+                dist.all_gather(pieces, heads, group=self.tp_group)
+                heads = torch.cat(pieces)
+            out[metric_key("sink_share", None, layer)] = float(heads.mean())
+            for h, value in enumerate(heads.tolist()):
+                out[metric_key("sink_share", None, layer, h)] = value
+        for key in sorted(self._norm, key=lambda k: (k[1] is None, k[1] or 0, k[0])):
+            ms, eps, seq_parallel = self._norm[key]
+            if tp > 1 and seq_parallel:
+                pieces = [torch.empty_like(ms) for _ in range(tp)]
+                dist.all_gather(pieces, ms.contiguous(), group=self.tp_group)
+                ms = torch.cat(pieces)
+            stats = saturation_from_mean_square(ms, eps)
+            self.norm_stats[metric_key("norm", *key)] = stats
+            for name, value in stats.scalars().items():
+                out[metric_key(f"norm_{name}", *key)] = value
+        for layer in sorted(self._gate):
+            sums = self._gate[layer]
+            if tp > 1:
+                device = next(self.models[0].parameters()).device
+                t = torch.tensor(
+                    [sums.total, sums.closed, sums.count],
+                    dtype=torch.float64,
+                    device=device,
+                )
+                dist.all_reduce(t, group=self.tp_group)
+                sums = GateSums(float(t[0]), int(t[1]), int(t[2]))
+            stats = sums.stats()
+            out[metric_key("gate_mean", None, layer)] = stats.mean
+            out[metric_key("gate_closed", None, layer)] = stats.closed
+        return out

@@ -1,0 +1,401 @@
+"""Pure diagnostics functions against closed forms and float64 references (fast, one process)."""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import pytest
+import torch
+
+from megatron_gamma.diagnostics.attention import attention_sink_share
+from megatron_gamma.diagnostics.condensation import (
+    condensation_order,
+    condensation_score,
+    gaussian_cosine_baseline,
+    row_cosine_similarity,
+    sample_rows,
+    top_direction_share,
+)
+from megatron_gamma.diagnostics.gates import gate_statistics, gate_sums
+from megatron_gamma.diagnostics.norm import rmsnorm_saturation
+from megatron_gamma.diagnostics.probes import metric_key, parse_metric_key
+from megatron_gamma.diagnostics.spectral import spectral_norm, stable_rank, top_singular_values_sq
+from megatron_gamma.diagnostics.tokens import (
+    gap_by_difficulty,
+    symmetric_gap,
+    target_log_probs,
+    token_difficulty,
+)
+
+
+def _gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+# ---------------------------------------------------------------- stable rank
+
+
+@pytest.mark.parametrize("exact_max_work", [1 << 28, 0], ids=["direct", "iteration"])
+def test_stable_rank_of_constructed_matrices(exact_max_work):
+    kw = {"exact_max_work": exact_max_work}
+    assert stable_rank(torch.eye(7), **kw) == pytest.approx(7.0, abs=1e-6)
+    u = torch.randn(9, 1, generator=_gen(1), dtype=torch.float64)
+    v = torch.randn(1, 5, generator=_gen(2), dtype=torch.float64)
+    assert stable_rank(u @ v, **kw) == pytest.approx(1.0, abs=1e-6)
+    # diag(3, 2, 1): ||W||_F^2 = 14, ||W||_2^2 = 9
+    assert stable_rank(torch.diag(torch.tensor([3.0, 2.0, 1.0])), **kw) == pytest.approx(
+        14 / 9, abs=1e-6
+    )
+    assert stable_rank(torch.zeros(3, 4)) == 0.0
+
+
+@pytest.mark.parametrize("shape", [(200, 200), (300, 48), (40, 500), (64, 256)])
+def test_subspace_iteration_matches_svd(shape):
+    w = torch.randn(*shape, generator=_gen(shape[0]))
+    exact = float(torch.linalg.matrix_norm(w.double(), ord=2))
+    assert spectral_norm(w, exact_max_work=0) == pytest.approx(exact, rel=1e-4)
+    assert stable_rank(w, exact_max_work=0) == pytest.approx(
+        float(w.double().pow(2).sum()) / exact**2, rel=1e-4
+    )
+
+
+def _threaded_ranks(blocks_per_rank):
+    """Run top_singular_values_sq on each 'rank' in its own thread with a real all-reduce
+    (barrier + sum), as tensor-parallel ranks would."""
+    n = len(blocks_per_rank)
+    barrier = threading.Barrier(n)
+    slots: list = [None] * n
+    results: list = [None] * n
+
+    def run(rank):
+        def reduce(t):
+            slots[rank] = t.clone()
+            barrier.wait()
+            total = sum(slots)
+            barrier.wait()
+            return total
+
+        results[rank] = top_singular_values_sq(blocks_per_rank[rank], reduce)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return results
+
+
+def test_sharded_subspace_iteration_equals_full_svd():
+    """Row shards (column-parallel layout) and column shards passed transposed (row-parallel
+    layout) over two ranks give the full matrix's sigma_1^2."""
+    a = torch.randn(96, 40, generator=_gen(3))
+    b = torch.randn(30, 80, generator=_gen(4))
+    a_rows = a.chunk(2, dim=0)
+    b_cols = b.chunk(2, dim=1)
+    results = _threaded_ranks([[a_rows[r], b_cols[r].T] for r in range(2)])
+    assert results[0] == results[1]
+    for got, full in zip(results[0], (a, b)):
+        exact = float(torch.linalg.matrix_norm(full.double(), ord=2)) ** 2
+        assert got == pytest.approx(exact, rel=1e-4)
+
+
+def test_spectral_rejects_non_matrices():
+    with pytest.raises(ValueError, match="expected a 2-D matrix"):
+        stable_rank(torch.ones(3))
+    with pytest.raises(ValueError, match="empty"):
+        spectral_norm(torch.ones(0, 3))
+
+
+# ---------------------------------------------------------------- condensation
+
+
+def _two_blocks(n_per_block=20, dim=64, noise=0.02, seed=5):
+    g = _gen(seed)
+    u = torch.randn(dim, generator=g, dtype=torch.float64)
+    u /= u.norm()
+    scale = 0.5 + torch.rand(2 * n_per_block, 1, generator=g, dtype=torch.float64)
+    sign = torch.cat([torch.ones(n_per_block), -torch.ones(n_per_block)]).double().view(-1, 1)
+    w = (
+        sign * scale * u
+        + noise * torch.randn(2 * n_per_block, dim, generator=g).double() / dim**0.5
+    )
+    perm = torch.randperm(2 * n_per_block, generator=g)
+    return w[perm], sign.view(-1)[perm]
+
+
+def test_two_aligned_blocks_score_near_one_and_order_into_two_blocks():
+    w, label = _two_blocks()
+    assert condensation_score(w) > 0.99
+    assert top_direction_share(w) > 0.99
+    order = condensation_order(w)
+    assert sorted(order.tolist()) == list(range(len(w)))
+    ordered = label[order]
+    assert int((ordered[1:] != ordered[:-1]).sum()) == 1  # one boundary: two contiguous blocks
+    cos = row_cosine_similarity(w)[order][:, order]
+    n = len(w) // 2
+    assert float(cos[:n, :n].min()) > 0.99 and float(cos[n:, n:].min()) > 0.99
+    assert float(cos[:n, n:].max()) < -0.99
+
+
+def test_two_orthogonal_blocks_are_contiguous_in_the_order():
+    g = _gen(6)
+    q, _ = torch.linalg.qr(torch.randn(32, 2, generator=g, dtype=torch.float64))
+    rows = torch.cat([q[:, 0].expand(15, -1), q[:, 1].expand(15, -1)])
+    rows = rows + 0.01 * torch.randn(30, 32, generator=g, dtype=torch.float64)
+    label = torch.cat([torch.zeros(15), torch.ones(15)])
+    perm = torch.randperm(30, generator=g)
+    order = condensation_order(rows[perm])
+    ordered = label[perm][order]
+    assert int((ordered[1:] != ordered[:-1]).sum()) == 1
+    # mean |cos| = share of same-block pairs = 2 * 15 * 14 / (30 * 29)
+    assert condensation_score(rows) == pytest.approx(2 * 15 * 14 / (30 * 29), abs=0.02)
+
+
+def test_gaussian_matrix_scores_at_the_stated_baseline():
+    w = torch.randn(256, 256, generator=_gen(7))
+    base = gaussian_cosine_baseline(256)
+    assert base == pytest.approx(math.sqrt(2 / (math.pi * 256)), rel=0.01)  # ~0.0499
+    score = condensation_score(w)
+    assert score == pytest.approx(base, rel=0.05)
+    assert score < 0.06
+    # a seeded row sample estimates the same mean
+    assert condensation_score(w, max_rows=128) == pytest.approx(base, rel=0.1)
+
+
+def test_cosine_matrix_against_definition_and_zero_rows():
+    w = torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 0.0], [-2.0, 0.0]])
+    cos = row_cosine_similarity(w)
+    assert cos[0, 1] == pytest.approx(1 / math.sqrt(2))
+    assert cos[0, 3] == pytest.approx(-1.0)
+    assert torch.all(cos[2] == 0)
+    assert sample_rows(10, 4, seed=1).tolist() == sample_rows(10, 4, seed=1).tolist()
+    assert len(set(sample_rows(10, 4, seed=1).tolist())) == 4
+
+
+# ---------------------------------------------------------------- attention sink
+
+
+def test_sink_share_three_tokens_by_hand():
+    # one head, hn = 2, scale 1: scores s_ij = q_i . k_j
+    q = torch.tensor([[1.0, 0.0], [0.5, 1.0], [2.0, -1.0]]).view(3, 1, 1, 2)
+    k = torch.tensor([[1.0, 1.0], [0.0, 2.0], [1.0, -1.0]]).view(3, 1, 1, 2)
+    s = [
+        [sum(a * b for a, b in zip(qi, kj)) for kj in k.view(3, 2).tolist()]
+        for qi in q.view(3, 2).tolist()
+    ]
+    p10 = math.exp(s[1][0]) / (math.exp(s[1][0]) + math.exp(s[1][1]))
+    p20 = math.exp(s[2][0]) / sum(math.exp(s[2][j]) for j in range(3))
+    got = attention_sink_share(q, k, softmax_scale=1.0)
+    assert got.shape == (1,)
+    assert float(got[0]) == pytest.approx((p10 + p20) / 2, abs=1e-7)
+    with_first = attention_sink_share(q, k, softmax_scale=1.0, skip_first_query=False)
+    assert float(with_first[0]) == pytest.approx((1 + p10 + p20) / 3, abs=1e-7)
+
+
+def _reference_sink(q, k, scale):
+    """Full fp64 softmax attention matrix, GQA by explicit head->group map."""
+    sq, b, nh, hn = q.shape
+    ng = k.size(2)
+    out = torch.zeros(nh, dtype=torch.float64)
+    causal = torch.ones(sq, sq, dtype=torch.bool).tril()
+    for h in range(nh):
+        g = h // (nh // ng)
+        for bi in range(b):
+            scores = (q[:, bi, h].double() @ k[:, bi, g].double().T) * scale
+            probs = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+            out[h] += probs[1:, 0].sum()
+    return out / (b * (sq - 1))
+
+
+def test_sink_share_gqa_matches_full_softmax_and_tp_split():
+    g = _gen(8)
+    q = torch.randn(12, 3, 4, 8, generator=g) * 2
+    k = torch.randn(12, 3, 2, 8, generator=g) * 2
+    full = attention_sink_share(q, k)  # default scale 1/sqrt(8)
+    ref = _reference_sink(q, k, 1 / math.sqrt(8))
+    torch.testing.assert_close(full, ref, rtol=1e-6, atol=1e-9)
+    # tensor parallel: rank r holds heads 2r, 2r+1 and group r; concatenation = global heads
+    pieces = [attention_sink_share(q[:, :, 2 * r : 2 * r + 2], k[:, :, r : r + 1]) for r in (0, 1)]
+    torch.testing.assert_close(torch.cat(pieces), full, rtol=0, atol=1e-12)
+
+
+def test_sink_share_explicit_mask_and_errors():
+    g = _gen(9)
+    q = torch.randn(5, 1, 2, 4, generator=g)
+    k = torch.randn(5, 1, 2, 4, generator=g)
+    causal_masked_out = torch.ones(5, 5, dtype=torch.bool).triu(1).view(1, 1, 5, 5)
+    torch.testing.assert_close(
+        attention_sink_share(q, k, None, causal_masked_out), attention_sink_share(q, k)
+    )
+    with pytest.raises(ValueError, match="do not match"):
+        attention_sink_share(q, torch.randn(5, 1, 3, 4))
+    with pytest.raises(ValueError, match="sq == sk"):
+        attention_sink_share(q, torch.randn(6, 1, 2, 4))
+
+
+# ---------------------------------------------------------------- RMSNorm saturation
+
+
+def _hidden_with_mean_square(ms: float, tokens=64, hidden=128, seed=10):
+    h = torch.randn(tokens, 1, hidden, generator=_gen(seed), dtype=torch.float64)
+    h = h / h.pow(2).mean(-1, keepdim=True).sqrt() * math.sqrt(ms)
+    return h.float()
+
+
+@pytest.mark.parametrize("ms", [1e-6, 1e-8])
+def test_saturation_small_init_scale_eps_1e5_vs_1e12(ms):
+    h = _hidden_with_mean_square(ms)
+    sat = rmsnorm_saturation(h, eps=1e-5)
+    assert sat.saturated == 1.0 and sat.tokens == 64
+    assert sat.log10_ms_p50 == pytest.approx(math.log10(ms), abs=1e-4)
+    assert sat.eps_share == pytest.approx(1e-5 / (ms + 1e-5), rel=1e-4)
+    assert rmsnorm_saturation(h, eps=1e-12).saturated == 0.0
+
+
+def test_saturation_at_sigma2_1e14():
+    """sigma^2 = 1e-14 is saturated for eps = 1e-5 and, since 1e-14 < eps, also for 1e-12."""
+    h = _hidden_with_mean_square(1e-14)
+    assert rmsnorm_saturation(h, eps=1e-5).saturated == 1.0
+    assert rmsnorm_saturation(h, eps=1e-12).saturated == 1.0
+    assert rmsnorm_saturation(h, eps=1e-16).saturated == 0.0
+
+
+def test_saturation_mixed_tokens_and_histogram():
+    h = torch.cat(
+        [_hidden_with_mean_square(1e-8, tokens=30), _hidden_with_mean_square(1.0, tokens=10)]
+    )
+    sat = rmsnorm_saturation(h, eps=1e-5)
+    assert sat.saturated == pytest.approx(30 / 40)
+    assert sum(sat.histogram) == 40
+    with pytest.raises(ValueError, match="eps"):
+        rmsnorm_saturation(h, eps=0.0)
+
+
+# ---------------------------------------------------------------- gates
+
+
+def test_gate_statistics_from_logits_and_values():
+    g = torch.tensor([0.05, 0.5, 0.95, 0.08]).view(1, 1, 4)
+    logits = torch.log(g / (1 - g))
+    for stats in (gate_statistics(logits=logits), gate_statistics(g)):
+        assert stats.mean == pytest.approx(0.395, abs=1e-6)
+        assert stats.closed == pytest.approx(0.5)
+        assert stats.count == 4
+    merged = gate_sums(logits=logits[..., :2]).add(gate_sums(logits=logits[..., 2:])).stats()
+    assert merged.mean == pytest.approx(0.395, abs=1e-6)
+    with pytest.raises(ValueError, match="exactly one"):
+        gate_statistics(g, logits=logits)
+    with pytest.raises(ValueError, match="outside"):
+        gate_statistics(logits)
+
+
+# ---------------------------------------------------------------- token-level comparison
+
+
+def test_target_log_probs_equal_cross_entropy():
+    logits = torch.randn(2, 5, 11, generator=_gen(11))
+    targets = torch.randint(0, 11, (2, 5), generator=_gen(12))
+    ce = torch.nn.functional.cross_entropy(logits.view(-1, 11), targets.view(-1), reduction="none")
+    torch.testing.assert_close(target_log_probs(logits, targets), -ce.view(2, 5))
+    with pytest.raises(ValueError, match=r"target ids must lie in \[0, 11\)"):
+        target_log_probs(logits, targets + 11)
+
+
+def test_delta_sym_definition_symmetry_and_bins():
+    g = _gen(13)
+    logp_a = -3 * torch.rand(1000, generator=g).double()
+    logp_b = -3 * torch.rand(1000, generator=g).double()
+    delta = symmetric_gap(logp_a, logp_b)
+    pa, pb = logp_a.exp(), logp_b.exp()
+    torch.testing.assert_close(delta, (pa - pb) / (pa + pb))
+    assert torch.all(symmetric_gap(logp_a, logp_a) == 0)
+    torch.testing.assert_close(symmetric_gap(logp_b, logp_a), -delta)
+    diff = token_difficulty(logp_a, logp_b)
+    torch.testing.assert_close(diff, token_difficulty(logp_b, logp_a))
+    bins = gap_by_difficulty(delta, diff, num_bins=7, logp_a=logp_a, logp_b=logp_b)
+    assert sum(b.count for b in bins) == 1000
+    assert len(bins) == 7 and bins[0].lo == float(diff.min()) and bins[-1].hi == float(diff.max())
+    for b, nxt in zip(bins, bins[1:]):
+        assert b.hi == nxt.lo
+    # each bin's stats from its own members (last bin closed on the right)
+    for i, b in enumerate(bins):
+        sel = (diff >= b.lo) & ((diff < b.hi) if i < len(bins) - 1 else (diff <= b.hi))
+        assert int(sel.sum()) == b.count
+        assert b.mean_delta == pytest.approx(float(delta[sel].mean()))
+        assert b.mean_loss_a == pytest.approx(float(-logp_a[sel].mean()))
+    swapped = gap_by_difficulty(-delta, diff, num_bins=7)
+    assert [b.mean_delta for b in swapped] == pytest.approx([-b.mean_delta for b in bins])
+    same = gap_by_difficulty(symmetric_gap(logp_a, logp_a), diff, num_bins=7)
+    assert all(b.mean_delta == 0 and b.a_better == 0 for b in same)
+
+
+def test_delta_sym_is_exact_where_probabilities_underflow():
+    a, b = torch.tensor([-1000.0]), torch.tensor([-1001.0])
+    assert float(symmetric_gap(a, b)) == pytest.approx(math.tanh(0.5))
+
+
+def test_bins_with_explicit_edges_and_ties():
+    diff = torch.tensor([1.0, 1.0, 1.0, 1.0, 2.0, 3.0])
+    delta = torch.tensor([0.1, 0.1, 0.1, 0.1, -0.2, 0.3])
+    bins = gap_by_difficulty(delta, diff, num_bins=4)  # tied quantile edges merge
+    assert sum(b.count for b in bins) == 6
+    bins = gap_by_difficulty(delta, diff, edges=[1.5, 2.5])
+    assert [b.count for b in bins] == [4, 1, 1]
+    with pytest.raises(ValueError, match="strictly increasing"):
+        gap_by_difficulty(delta, diff, edges=[2.0, 1.0])
+
+
+def test_metric_keys_round_trip():
+    key = metric_key("stable_rank", "attn_q", 3)
+    assert key == "stable_rank/attn_q/layer_03"
+    assert parse_metric_key(key) == {
+        "metric": "stable_rank",
+        "role": "attn_q",
+        "layer": 3,
+        "head": None,
+    }
+    assert parse_metric_key(metric_key("sink_share", None, 12, 5)) == {
+        "metric": "sink_share",
+        "role": None,
+        "layer": 12,
+        "head": 5,
+    }
+
+
+# ---------------------------------------------------------------- probes on module trees
+
+
+class OutputGate(torch.nn.Module):
+    """Stand-in with the contract of the gated-attention output gate (class name matters):
+    forward(core_attn_out, gate_logits) -> core_attn_out * sigmoid(gate_logits)."""
+
+    def forward(self, core_attn_out, gate_logits):
+        return core_attn_out * torch.sigmoid(gate_logits)
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, number):
+        super().__init__()
+        self.layer_number = number
+        self.gate = OutputGate()
+
+
+def test_activation_probe_reads_output_gates_per_layer():
+    from megatron_gamma.diagnostics.probes import ActivationProbe
+
+    model = torch.nn.Module()
+    model.decoder = torch.nn.Module()
+    model.decoder.layers = torch.nn.ModuleList([_Layer(1), _Layer(2)])
+    logits = [torch.randn(6, 2, 8, generator=_gen(20 + i)) * 3 for i in range(2)]
+    with ActivationProbe([model]) as probe:
+        for layer, z in zip(model.decoder.layers, logits):
+            layer.gate(torch.ones_like(z), z)
+            layer.gate(torch.ones_like(z), z + 100)  # later calls are ignored
+    got = probe.results()
+    for i, z in enumerate(logits):
+        ref = gate_statistics(logits=z)
+        assert got[f"gate_mean/layer_{i:02d}"] == pytest.approx(ref.mean)
+        assert got[f"gate_closed/layer_{i:02d}"] == pytest.approx(ref.closed)
+    # hooks are gone after the context
+    assert not model.decoder.layers[0].gate._forward_hooks
