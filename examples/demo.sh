@@ -12,4 +12,5 @@ megatron-gamma train-tokenizer --input "$DEMO/zh.jsonl" "$DEMO/en.jsonl" --vocab
 megatron-gamma preprocess --input "$DEMO/zh.jsonl" "$DEMO/en.jsonl" \
   --tokenizer-model "$RUN/tokenizer.json" --output-prefix "$RUN/data/demo" --workers 2
 megatron-gamma pretrain --config examples/configs/demo.yaml \
-  --tokenizer-model "$RUN/tokenizer.json" --data-path "$RUN/data/demo_text_document" "$@"
+  --tokenizer-model "$RUN/tokenizer.json" --data-path "$RUN/data/demo_text_document" \
+  --save "$RUN/checkpoints" "$@"

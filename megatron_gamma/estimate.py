@@ -1,0 +1,235 @@
+"""Model size, FLOPs and per-GPU memory of a configuration, before any GPU is touched.
+
+Parameter counts follow the layers megatron-core builds for our layer spec (checked against
+``numel`` of the real model built on the meta device in ``tests/test_recipes.py``):
+
+- per layer: two RMSNorm weights (h each); QKV h·(n·d + 2·g·d); gate h·n·d (elementwise) or
+  h·n (headwise); output projection n·d·h; dense MLP h·f·(2 with SwiGLU) + f·h, or MoE router
+  E·h plus E experts of h·f_e·2 + f_e·h; biases where enabled;
+- embedding V·h (+ learned positions P·h), final norm h, output layer V·h when untied.
+
+Per-GPU memory (bytes), on the pipeline stage that holds the most, with TP/PP/EP sharding as
+megatron-core shards (norms and router replicated over TP):
+
+- weights: 2 B/param in bf16, 4 B in fp32;
+- gradients: 4 B/param (megatron-core DDP accumulates fp32 ``main_grad``);
+- optimizer: Adam moments 8 B/param, plus a 4 B fp32 master copy in bf16 training; divided by
+  the data-parallel size with the distributed optimizer;
+- activations per micro-batch and layer: the tensors our layer keeps for backward,
+  s·b·(4h + n·d + 2·g·d + 3·n·d_gate + 3·f_act) elements (norm inputs and outputs, Q/K/V, the
+  attention output before and after the gate, gate logits, fc1 output and SwiGLU output; f_act
+  = top-k·f_e for MoE), divided by TP with sequence parallelism; only the layer inputs
+  (s·b·h) plus one layer's worth with full recompute; times the micro-batches in flight on the
+  first stage (PP with 1F1B); plus the logits and the fp32 softmax of the vocab-parallel
+  cross-entropy, s·b·V/TP·(bytes + 4).
+
+Sources: megatron-core DDP and DistributedOptimizer buffers; Korthikanti et al. (2022),
+"Reducing Activation Recomputation in Large Transformer Models", for the activation accounting,
+adapted to this model's layer (fused attention kernels: no s² term).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megatron_gamma.config import Config
+from megatron_gamma.model.flops import train_flops_per_token
+
+
+@dataclass
+class ParamCounts:
+    """Parameter counts of the whole (unsharded) model."""
+
+    total: int
+    embedding: int
+    per_layer: int
+    active: int
+
+    def as_rows(self) -> list[tuple[str, str]]:
+        return [
+            ("parameters, total", f"{self.total:,}"),
+            ("  embedding + output layer", f"{self.embedding:,}"),
+            ("  per transformer layer", f"{self.per_layer:,}"),
+            ("  active per token (MoE top-k)", f"{self.active:,}"),
+        ]
+
+
+def _layer_parts(cfg: Config) -> dict[str, tuple[int, str]]:
+    """{part: (parameters, sharding)}; sharding 'tp', 'rep' (replicated over TP) or 'ep'."""
+    m = cfg.model
+    h, n, g, d = m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels
+    bias = m.add_bias_linear
+    glu = 2 if m.swiglu else 1
+    parts = {
+        "norms": (2 * h, "rep"),
+        "qkv": (h * (n * d + 2 * g * d) + (n * d + 2 * g * d if bias else 0), "tp"),
+        "proj": (n * d * h, "tp"),
+        "proj_bias": (h if bias else 0, "rep"),
+    }
+    if m.gated_attention != "none":
+        width = n * d if m.gated_attention == "elementwise" else n
+        parts["gate"] = (h * width + (width if m.gate_bias else 0), "tp")
+    if m.num_experts is None:
+        f = m.ffn_hidden_size
+        parts["fc1"] = (h * f * glu + (f * glu if bias else 0), "tp")
+        parts["fc2"] = (f * h, "tp")
+        parts["fc2_bias"] = (h if bias else 0, "rep")
+    else:
+        fe = m.moe_ffn_hidden_size
+        expert = h * fe * glu + fe * h + ((fe * glu + h) if bias else 0)
+        parts["router"] = (m.num_experts * h, "rep")
+        parts["experts"] = (m.num_experts * expert, "ep")
+    return parts
+
+
+def count_parameters(cfg: Config, vocab_size: int) -> ParamCounts:
+    """Parameter counts (see module docstring) for a padded vocabulary of ``vocab_size``."""
+    m = cfg.model
+    h = m.hidden_size
+    parts = _layer_parts(cfg)
+    per_layer = sum(p for p, _ in parts.values())
+    embedding = vocab_size * h * (2 if m.untie_embeddings_and_output_weights else 1)
+    if m.position_embedding_type == "learned_absolute":
+        embedding += m.max_position_embeddings * h
+    total = m.num_layers * per_layer + embedding + h
+    active = total
+    if m.num_experts is not None:
+        experts = parts["experts"][0]
+        active -= m.num_layers * experts * (m.num_experts - m.moe_router_topk) // m.num_experts
+    return ParamCounts(total, embedding, per_layer, active)
+
+
+def params_per_gpu(cfg: Config, vocab_size: int) -> dict[str, int]:
+    """Parameters on one GPU of the first and of the last pipeline stage.
+
+    Returns:
+        {'first': ..., 'last': ..., 'expert': expert parameters among them (per stage)}.
+    """
+    m, p = cfg.model, cfg.parallel
+    tp, pp, ep = (
+        p.tensor_model_parallel_size,
+        p.pipeline_model_parallel_size,
+        p.expert_model_parallel_size,
+    )
+    divisor = {"tp": tp, "rep": 1, "ep": ep}
+    parts = _layer_parts(cfg)
+    layer = sum(n // divisor[how] for n, how in parts.values())
+    expert = parts["experts"][0] // ep if "experts" in parts else 0
+    stage_layers = m.num_layers // pp
+    h = m.hidden_size
+    emb = vocab_size * h // tp
+    if m.position_embedding_type == "learned_absolute":
+        emb += m.max_position_embeddings * h
+    out = vocab_size * h // tp if m.untie_embeddings_and_output_weights or pp > 1 else 0
+    first = stage_layers * layer + emb + (out + h if pp == 1 else 0)
+    last = stage_layers * layer + out + h + (emb if pp == 1 else 0)
+    return {"first": first, "last": last, "expert": stage_layers * expert}
+
+
+def _activation_bytes(cfg: Config, vocab_size: int, num_microbatches: int) -> dict[str, float]:
+    m, p, t = cfg.model, cfg.parallel, cfg.training
+    tp, pp = p.tensor_model_parallel_size, p.pipeline_model_parallel_size
+    s, b = m.seq_length, t.micro_batch_size
+    h, n, g, d = m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels
+    width = 4 if not t.bf16 else 2
+    gate = {"none": 0, "elementwise": n * d, "headwise": n}[m.gated_attention]
+    gated_out = n * d if m.gated_attention != "none" else 0
+    if m.num_experts is None:
+        f_act = m.ffn_hidden_size * (3 if m.swiglu else 2)
+    else:
+        f_act = m.moe_router_topk * m.moe_ffn_hidden_size * (3 if m.swiglu else 2) + h
+    per_layer = s * b * (4 * h + n * d + 2 * g * d + gate + gated_out + f_act) * width
+    per_layer_tp = per_layer / tp  # activations of sharded matmuls shrink with TP ...
+    if not p.sequence_parallel:  # ... and the norm/residual ones only with SP
+        per_layer_tp += s * b * 2 * h * width * (tp - 1) / tp
+    stage_layers = m.num_layers // pp
+    in_flight = min(pp, num_microbatches) if pp > 1 else 1
+    layer_inputs = s * b * h * width / (tp if p.sequence_parallel else 1)
+    full = stage_layers * per_layer_tp * in_flight
+    recompute = (stage_layers * layer_inputs) * in_flight + per_layer_tp
+    logits = s * b * vocab_size / tp * (width + 4)
+    return {"no_recompute": full + logits, "full_recompute": recompute + logits}
+
+
+@dataclass
+class MemoryEstimate:
+    """Per-GPU memory in bytes."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    optimizer_distributed: float
+    activations: float
+    activations_recompute: float
+
+    def total(self, distributed_optimizer: bool, recompute: bool) -> float:
+        opt = self.optimizer_distributed if distributed_optimizer else self.optimizer
+        act = self.activations_recompute if recompute else self.activations
+        return self.weights + self.gradients + opt + act
+
+
+def estimate_memory(cfg: Config, vocab_size: int, world_size: int) -> MemoryEstimate:
+    """Per-GPU memory of the heavier pipeline stage (see module docstring).
+
+    Raises:
+        ConfigError: a layout that does not fit ``world_size`` (``validate_layout``).
+    """
+    from megatron_gamma.config import validate_layout
+
+    dp = validate_layout(cfg, world_size)
+    t = cfg.training
+    stage = params_per_gpu(cfg, vocab_size)
+    n = max(stage["first"], stage["last"])
+    expert = stage["expert"]
+    expert_dp = max(1, world_size // (cfg.parallel.pipeline_model_parallel_size
+                                      * cfg.parallel.expert_model_parallel_size))
+    weight_b, opt_b = (2, 12) if t.bf16 else (4, 8)
+    dense = n - expert
+    optimizer = n * opt_b
+    optimizer_dist = dense * opt_b / dp + expert * opt_b / expert_dp
+    microbatches = t.global_batch_size // (t.micro_batch_size * dp)
+    act = _activation_bytes(cfg, vocab_size, microbatches)
+    return MemoryEstimate(
+        weights=n * weight_b,
+        gradients=n * 4,
+        optimizer=optimizer,
+        optimizer_distributed=optimizer_dist,
+        activations=act["no_recompute"],
+        activations_recompute=act["full_recompute"],
+    )
+
+
+def report(cfg: Config, vocab_size: int, world_size: int, gpu_memory_gb: float) -> str:
+    """The estimate as a table, with a warning line when the configured layout does not fit."""
+    counts = count_parameters(cfg, vocab_size)
+    mem = estimate_memory(cfg, vocab_size, world_size)
+    gib = 1024**3
+    t, p = cfg.training, cfg.parallel
+    tokens_per_step = t.global_batch_size * cfg.model.seq_length
+    rows = counts.as_rows() + [
+        ("training FLOPs per token", f"{train_flops_per_token(cfg, vocab_size):.4g}"),
+        ("tokens per step / total", f"{tokens_per_step:,} / {tokens_per_step * t.train_iters:.4g}"),
+        (
+            "layout",
+            f"TP {p.tensor_model_parallel_size} x PP {p.pipeline_model_parallel_size} x EP "
+            f"{p.expert_model_parallel_size} on {world_size} GPUs",
+        ),
+        ("weights per GPU", f"{mem.weights / gib:.2f} GiB"),
+        ("gradients per GPU", f"{mem.gradients / gib:.2f} GiB"),
+        ("optimizer per GPU", f"{mem.optimizer / gib:.2f} GiB"),
+        ("optimizer per GPU, distributed", f"{mem.optimizer_distributed / gib:.2f} GiB"),
+        ("activations per GPU", f"{mem.activations / gib:.2f} GiB"),
+        ("activations per GPU, full recompute", f"{mem.activations_recompute / gib:.2f} GiB"),
+    ]
+    chosen = mem.total(p.use_distributed_optimizer, t.recompute_granularity == "full")
+    rows.append(("total per GPU (configured)", f"{chosen / gib:.2f} GiB of {gpu_memory_gb:g} GiB"))
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    if chosen > gpu_memory_gb * gib:
+        lines.append(
+            f"WARNING: {chosen / gib:.1f} GiB per GPU does not fit {gpu_memory_gb:g} GiB. Fix: "
+            "raise --tensor-model-parallel-size or --pipeline-model-parallel-size, enable "
+            "--use-distributed-optimizer or --recompute-granularity full, or lower "
+            "--micro-batch-size"
+        )
+    return "\n".join(lines)
