@@ -148,9 +148,9 @@ def reference(ckpt: str, prefix: str, seq: int, num: int) -> None:
     ranks = {}
     for name in ("linear_proj.weight", "linear_fc2.weight"):
         stacked = (
-            plain[f"module.decoder.layers.self_attention.{name}"]
+            plain[f"decoder.layers.self_attention.{name}"]
             if "proj" in name
-            else (plain[f"module.decoder.layers.mlp.{name}"])
+            else (plain[f"decoder.layers.mlp.{name}"])
         )
         for layer, w in enumerate(stacked.double()):
             sigma = float(torch.linalg.matrix_norm(w, ord=2))

@@ -76,7 +76,8 @@ def demo(tmp_path_factory):
     run = str(root / "run")
     _cli(
         "pretrain", *MODEL_ARGS, "--data-path", data, "--run-dir", run, "--train-iters", "6",
-        "--save-interval", "2", "--eval-interval", "3", "--log-diagnostics-interval", "1",
+        "--save-interval", "2", "--save", os.path.join(run, "checkpoints"), "--eval-interval", "3",
+        "--log-diagnostics-interval", "1",
         timeout=240,
     )  # fmt: skip
     return {"root": root, "data": data, "run": run}
@@ -98,7 +99,9 @@ def test_live_callback_logs_every_diagnostic(demo):
         ]
         assert rec[f"norm_saturated/input_layernorm/layer_{layer:02d}"] == 0.0  # eps = 1e-12
     assert "stable_rank/embedding" in rec and "stable_rank/output" in rec
-    assert not any(k.startswith("gate_") for k in rec)  # no OutputGate module in this model
+    for layer in (0, 1):  # the elementwise gates of megatron_gamma.model.gated_attention
+        assert 0.0 < rec[f"gate_mean/layer_{layer:02d}"] < 1.0
+        assert 0.0 <= rec[f"gate_closed/layer_{layer:02d}"] <= 1.0
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(os.path.join(demo["run"], "tensorboard"))
@@ -128,7 +131,7 @@ def test_analyze_writes_plots_and_numbers_matching_references(demo):
     adir = os.path.join(run, "analysis")
     for name in ("stable_rank", "condensation", "attention_sink", "norm_saturation"):
         assert f"wrote {name}: {os.path.join(adir, name + '.png')}" in out
-    assert "gates.png" not in out
+    assert f"wrote gates: {os.path.join(adir, 'gates.png')}" in out
     panels = _png_panels(os.path.join(adir, "stable_rank.png"))
     assert panels == [
         "input embedding", "attention W_Q", "attention W_K", "attention W_V",

@@ -24,7 +24,8 @@ def _pretrain_cmd(run_dir, data_prefix: str, *flags: str, nproc: int = 1) -> lis
         launch += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
     return [
         *launch, "-m", "megatron_gamma.cli", "pretrain", "--data-path", data_prefix,
-        "--run-dir", str(run_dir), *TINY_MODEL, "--eval-interval", "1000", *flags,
+        "--run-dir", str(run_dir), *TINY_MODEL, "--eval-interval", "1000",
+        "--save", str(run_dir / "checkpoints"), *flags,
     ]  # fmt: skip
 
 

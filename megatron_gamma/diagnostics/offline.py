@@ -146,8 +146,8 @@ def checkpoint_vocab_size(ckpt: str) -> Optional[int]:
     """Padded vocabulary size stored in a checkpoint (global embedding/output rows)."""
     meta = dist_checkpointing.load_tensors_metadata(ckpt)
     for key in (
-        "module.embedding.word_embeddings.weight",
-        "module.output_layer.weight",
+        "embedding.word_embeddings.weight",
+        "output_layer.weight",
     ):
         if key in meta:
             return int(meta[key].global_shape[0])
@@ -179,7 +179,7 @@ def load_weights(model: torch.nn.Module, ckpt: str) -> int:
     Raises:
         ConfigError: the checkpoint does not match the model (different architecture).
     """
-    sharded = model.sharded_state_dict(prefix="module.")
+    sharded = {"model": model.sharded_state_dict()}
     try:
         loaded = dist_checkpointing.load(sharded, ckpt)
     except Exception as e:  # megatron-core raises several types for shape/key mismatches
@@ -187,9 +187,8 @@ def load_weights(model: torch.nn.Module, ckpt: str) -> int:
             f"checkpoint={ckpt!r} does not fit the model built from the run's config ({e}). "
             "Fix: pass the config.yaml of the run that wrote this checkpoint"
         ) from e
-    state = {k[len("module.") :]: v for k, v in loaded.items() if k.startswith("module.")}
-    model.load_state_dict(state, strict=True)
-    return int(loaded.get("iteration", checkpoint_iteration(ckpt)))
+    model.load_state_dict(loaded["model"], strict=True)
+    return int(dist_checkpointing.load_common_state_dict(ckpt)["iteration"])
 
 
 def model_for_run(cfg: Config, ckpt: Optional[str]) -> torch.nn.Module:

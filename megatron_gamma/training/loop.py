@@ -338,8 +338,9 @@ class Trainer:
                 log.message(f"saved checkpoint {result.checkpoint}")
             for callback in self.callbacks:
                 callback.on_step_end(self, it)
-            if stop_checkpoint := self.preemption.stop(self, it, result.checkpoint):
-                result.checkpoint = stop_checkpoint
+            stop, checkpoint = self.preemption.stop(self, it, result.checkpoint)
+            if stop:
+                result.checkpoint = checkpoint
                 break
         result.iteration = self.state.iteration
         log.close()

@@ -53,7 +53,9 @@ class PreemptionGuard:
             return "signal"
         return "time" if flags[1] > 0 else None
 
-    def stop(self, trainer, iteration: int, last_checkpoint: Optional[str]) -> Optional[str]:
+    def stop(
+        self, trainer, iteration: int, last_checkpoint: Optional[str]
+    ) -> tuple[bool, Optional[str]]:
         """Called once at the end of every iteration, on every rank.
 
         Args:
@@ -63,17 +65,22 @@ class PreemptionGuard:
             last_checkpoint: the newest checkpoint the loop wrote (None if none yet).
 
         Returns:
-            None to go on; otherwise the checkpoint directory holding ``iteration`` (written here
-            unless the loop saved it this iteration) and the loop must stop.
+            (stop, checkpoint): whether the loop must stop, and the checkpoint directory holding
+            ``iteration`` (written here unless the loop saved it this iteration; None when the
+            run has no ``--save``).
         """
         reason = self._reason(trainer.device)
         if reason is None:
-            return None
+            return False, None
         saved = last_checkpoint is not None and os.path.basename(
             last_checkpoint
         ) == os.path.basename(checkpoint_dir("", iteration))
-        path = last_checkpoint if saved else trainer.save()
+        if saved:
+            path = last_checkpoint
+        else:
+            path = trainer.save() if trainer.cfg.checkpoint.save else None
         if dist.get_rank() == 0:
             why = "SIGUSR1" if reason == "signal" else f"{self.budget_s / 60:g} min budget"
-            print(f"stopping at iteration {iteration} ({why}); checkpoint {path}", flush=True)
-        return path
+            where = path or "none (no --save)"
+            print(f"stopping at iteration {iteration} ({why}); checkpoint {where}", flush=True)
+        return True, path
