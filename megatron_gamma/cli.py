@@ -81,6 +81,21 @@ def _compare(args: argparse.Namespace) -> None:
         print(f"wrote {name}: {path}")
 
 
+def _estimate(args: argparse.Namespace) -> None:
+    from megatron_gamma.config import load_config, overrides_from_args
+    from megatron_gamma.estimate import report
+    from megatron_gamma.model.builder import padded_vocab_size
+
+    cfg = load_config(args.config, overrides_from_args(args))
+    if cfg.model.vocab_size is None:
+        raise ConfigError("vocab_size=None: estimate reads no tokenizer. Fix: --vocab-size N")
+    world = args.world_size or cfg.cluster.world_size()
+    if world is None:
+        raise ConfigError("world_size=None: no GPU count. Fix: --world-size N or --slurm-nodes N")
+    vocab = padded_vocab_size(cfg.model.vocab_size, cfg)
+    print(report(cfg, vocab, world, cfg.cluster.gpu_memory_gb))
+
+
 def _cluster_options(args: argparse.Namespace) -> dict:
     return {
         "partition": args.partition,
@@ -148,9 +163,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_commands(sub)
 
     p = sub.add_parser("pretrain", help="pretrain a GPT model (YAML config + Megatron flags)")
-    p.add_argument("--config", help="YAML config file")
+    p.add_argument(
+        "--config",
+        action="append",
+        help="YAML config file; repeat to layer files (a recipe, then an ablation override)",
+    )
     add_config_flags(p)
     p.set_defaults(func=_pretrain)
+
+    p = sub.add_parser("estimate", help="parameters, FLOPs and per-GPU memory of a config")
+    p.add_argument("--config", action="append", required=True, help="YAML config file(s)")
+    p.add_argument(
+        "--world-size", type=int, help="GPUs in the job (default: the config's SLURM shape)"
+    )
+    add_config_flags(p)
+    p.set_defaults(func=_estimate)
 
     p = sub.add_parser("submit", help="render an sbatch script from a config and submit it")
     p.add_argument("--config", required=True, help="YAML config file")

@@ -80,6 +80,9 @@ class ModelConfig:
     """Dropout on attention probabilities."""
     make_vocab_size_divisible_by: int = 128
     """Pad the tokenizer's vocabulary up to a multiple of this (times the TP size)."""
+    vocab_size: Optional[int] = None
+    """Tokenizer vocabulary size, for ``estimate`` and meta-device builds that read no tokenizer;
+    training pads max(this, the tokenizer's size) to make_vocab_size_divisible_by x TP."""
     num_experts: Optional[int] = None
     """Experts per MoE layer (every layer is MoE when set); None for a dense model."""
     moe_router_topk: int = 2
@@ -515,6 +518,31 @@ class LoggingConfig:
 
 
 @dataclass
+class ClusterConfig:
+    """The SLURM shape a recipe is written for (``estimate`` derives the data-parallel size from
+    it; ``submit`` takes its own --nodes/--gpus-per-node)."""
+
+    slurm_nodes: Optional[int] = None
+    """Nodes of the suggested allocation."""
+    slurm_gpus_per_node: int = 8
+    """GPUs per node (8 x 80 GB in the recipes)."""
+    gpu_memory_gb: float = 80.0
+    """Memory per GPU (GiB) that ``estimate`` checks the layout against."""
+
+    def __post_init__(self) -> None:
+        if self.slurm_nodes is not None and self.slurm_nodes < 1:
+            _fail("slurm_nodes", self.slurm_nodes, "must be >= 1", "set it to 1 or more")
+        if self.slurm_gpus_per_node < 1:
+            _fail("slurm_gpus_per_node", self.slurm_gpus_per_node, "must be >= 1", "use e.g. 8")
+
+    def world_size(self) -> Optional[int]:
+        """slurm_nodes x slurm_gpus_per_node, or None without slurm_nodes."""
+        if self.slurm_nodes is None:
+            return None
+        return self.slurm_nodes * self.slurm_gpus_per_node
+
+
+@dataclass
 class Config:
     """The whole run."""
 
@@ -526,6 +554,7 @@ class Config:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def to_dict(self) -> dict:
         """Plain nested dict (what ``load_config`` reads back)."""
@@ -579,27 +608,38 @@ def config_from_dict(raw: dict) -> Config:
     return Config(**kwargs)
 
 
-def load_config(path: Optional[str], overrides: Optional[dict] = None) -> Config:
-    """Read a YAML config and apply ``{field_name: value}`` overrides (flag names, underscored).
+def _read_yaml(path: str) -> dict:
+    if not os.path.isfile(path):
+        _fail("config", path, "file not found", "pass an existing YAML file to --config")
+    with open(path, encoding="utf-8") as f:
+        try:
+            raw = yaml.safe_load(f) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config={path!r}: not valid YAML ({e}). Fix: the syntax") from e
+    if not isinstance(raw, dict) or not all(isinstance(v, dict | None) for v in raw.values()):
+        raise ConfigError(f"config={path!r}: expected a mapping of sections. Fix: see demo.yaml")
+    return raw
+
+
+def load_config(
+    path: Optional[str | list[str]], overrides: Optional[dict] = None
+) -> Config:
+    """Read YAML config file(s) and apply ``{field_name: value}`` overrides (flag names,
+    underscored).
 
     Args:
-        path: YAML file or None for all defaults.
-        overrides: values that replace the file's, keyed by field name (unique across sections).
+        path: a YAML file, a list of them (later files override earlier ones key by key, e.g. a
+            recipe then an ablation file), or None for all defaults.
+        overrides: values that replace the files', keyed by field name (unique across sections).
 
     Raises:
         ConfigError: missing file, bad YAML, unknown key, or an invalid value.
     """
     raw: dict = {}
-    if path is not None:
-        if not os.path.isfile(path):
-            _fail("config", path, "file not found", "pass an existing YAML file to --config")
-        with open(path, encoding="utf-8") as f:
-            try:
-                raw = yaml.safe_load(f) or {}
-            except yaml.YAMLError as e:
-                raise ConfigError(f"config={path!r}: not valid YAML ({e}). Fix: the syntax") from e
+    for one in [path] if isinstance(path, str) else path or []:
+        for section, values in _read_yaml(one).items():
+            raw.setdefault(section, {}).update(values or {})
     index = _field_index()
-    raw = {k: dict(v or {}) for k, v in raw.items()} if isinstance(raw, dict) else raw
     for key, value in (overrides or {}).items():
         if key not in index:
             _unknown(key, list(index), "")

@@ -21,7 +21,9 @@ megatron-core shards (norms and router replicated over TP):
   = top-k·f_e for MoE), divided by TP with sequence parallelism; only the layer inputs
   (s·b·h) plus one layer's worth with full recompute; times the micro-batches in flight on the
   first stage (PP with 1F1B); plus the logits and the fp32 softmax of the vocab-parallel
-  cross-entropy, s·b·V/TP·(bytes + 4).
+  cross-entropy, s·b·V/TP·(bytes + 4), and the backward transients at the output layer (the fp32
+  logits gradient, s·b·V/TP·4, and the output weight gradient before DDP folds it into
+  ``main_grad``, V·h/TP·4).
 
 Sources: megatron-core DDP and DistributedOptimizer buffers; Korthikanti et al. (2022),
 "Reducing Activation Recomputation in Large Transformer Models", for the activation accounting,
@@ -148,7 +150,11 @@ def _activation_bytes(cfg: Config, vocab_size: int, num_microbatches: int) -> di
     full = stage_layers * per_layer_tp * in_flight
     recompute = (stage_layers * layer_inputs) * in_flight + per_layer_tp
     logits = s * b * vocab_size / tp * (width + 4)
-    return {"no_recompute": full + logits, "full_recompute": recompute + logits}
+    # Backward transients at the output layer: the fp32 gradient of the logits and the output
+    # layer's weight gradient before megatron-core's DDP hook folds it into main_grad.
+    transient = s * b * vocab_size / tp * 4 + vocab_size * h / tp * 4
+    extra = logits + transient
+    return {"no_recompute": full + extra, "full_recompute": recompute + extra}
 
 
 @dataclass
@@ -181,8 +187,11 @@ def estimate_memory(cfg: Config, vocab_size: int, world_size: int) -> MemoryEsti
     stage = params_per_gpu(cfg, vocab_size)
     n = max(stage["first"], stage["last"])
     expert = stage["expert"]
-    expert_dp = max(1, world_size // (cfg.parallel.pipeline_model_parallel_size
-                                      * cfg.parallel.expert_model_parallel_size))
+    expert_dp = max(
+        1,
+        world_size
+        // (cfg.parallel.pipeline_model_parallel_size * cfg.parallel.expert_model_parallel_size),
+    )
     weight_b, opt_b = (2, 12) if t.bf16 else (4, 8)
     dense = n - expert
     optimizer = n * opt_b

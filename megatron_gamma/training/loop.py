@@ -134,7 +134,9 @@ class Trainer:
             os.makedirs(run_dir, exist_ok=True)
             save_config(cfg, os.path.join(run_dir, "config.yaml"))
         self.tokenizer = BilingualTokenizer(tok_path)
-        self.vocab_size = padded_vocab_size(self.tokenizer.vocab_size, cfg)
+        self.vocab_size = padded_vocab_size(
+            max(self.tokenizer.vocab_size, cfg.model.vocab_size or 0), cfg
+        )
         self.datasets = build_datasets(cfg, self.tokenizer)
         t = cfg.training
         init_num_microbatches_calculator(
