@@ -8,11 +8,15 @@ from conftest import DEMO_INPUTS, DEMO_TOKENIZER
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 
 from megatron_gamma.data.preprocess import preprocess
-from megatron_gamma.data.tokenizer import BilingualTokenizer, iter_jsonl_texts, train_bpe
+from megatron_gamma.data.tokenizer import BilingualTokenizer, train_bpe
 
 
 def _texts():
-    return list(iter_jsonl_texts(DEMO_INPUTS))
+    texts = []
+    for path in DEMO_INPUTS:
+        with open(path, encoding="utf-8") as f:
+            texts += [json.loads(line)["text"] for line in f if line.strip()]
+    return texts
 
 
 def test_trained_tokenizer_round_trips_chinese_and_english(tmp_path):

@@ -79,11 +79,6 @@ class PreprocessStats:
     stats_path: str = ""
 
 
-def output_prefix_for(output_prefix: str, json_key: str = "text") -> str:
-    """Megatron-LM's naming: ``{output_prefix}_{json_key}_document``."""
-    return f"{output_prefix}_{json_key}_document"
-
-
 def _set_parent_death_signal() -> None:
     """Linux: end this worker if the main process dies (e.g. SIGKILL), so none is orphaned."""
     if sys.platform.startswith("linux"):

@@ -19,29 +19,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 EOD, PAD, BOS = "<|endoftext|>", "<|pad|>", "<|bos|>"
 SPECIAL_TOKENS = [EOD, PAD, BOS]
-
-
-def iter_jsonl_texts(paths: Iterable[str], json_key: str = "text") -> Iterator[str]:
-    """Yield ``record[json_key]`` of every line of the given jsonl files, in order."""
-    for path in paths:
-        with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{lineno}: malformed JSON ({e.msg})") from e
-                if json_key not in record:
-                    raise ValueError(f"{path}:{lineno}: no key {json_key!r} (use --json-keys)")
-                yield record[json_key]
 
 
 def write_metadata(tokenizer_json: str) -> list[str]:
