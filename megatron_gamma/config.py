@@ -236,6 +236,10 @@ class ParallelConfig:
     """Layers per virtual pipeline chunk (interleaved 1F1B); None disables virtual stages."""
     expert_model_parallel_size: int = 1
     """Expert-parallel group size (MoE)."""
+    expert_tensor_parallel_size: int = 1
+    """Tensor-parallel size of each expert (megatron-core's expert TP group, MoE): 1 keeps every
+    expert whole on its rank (default); tensor_model_parallel_size shards experts like the
+    dense MLP."""
     sequence_parallel: bool = False
     """Shard norms/dropout activations along the sequence over the TP group."""
     use_distributed_optimizer: bool = False
@@ -248,6 +252,7 @@ class ParallelConfig:
             "tensor_model_parallel_size",
             "pipeline_model_parallel_size",
             "expert_model_parallel_size",
+            "expert_tensor_parallel_size",
         ):
             if getattr(self, key) < 1:
                 _fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
@@ -621,9 +626,7 @@ def _read_yaml(path: str) -> dict:
     return raw
 
 
-def load_config(
-    path: Optional[str | list[str]], overrides: Optional[dict] = None
-) -> Config:
+def load_config(path: Optional[str | list[str]], overrides: Optional[dict] = None) -> Config:
     """Read YAML config file(s) and apply ``{field_name: value}`` overrides (flag names,
     underscored).
 
@@ -658,7 +661,7 @@ def _base_type(tp: Any) -> Any:
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
     """Add one ``--field-name`` flag per config field (default: not given)."""
-    for name, (section, f, tp) in _field_index().items():
+    for name, (section, _f, tp) in _field_index().items():
         flag = "--" + name.replace("_", "-")
         base = _base_type(tp)
         doc = f"[{section}]"
@@ -749,12 +752,20 @@ def validate_layout(cfg: Config, world_size: int) -> int:
                 f"does not divide num_experts={m.num_experts}",
                 "choose a divisor of num_experts",
             )
-        if world_size % (ep * pp):
+        etp = par.expert_tensor_parallel_size
+        if world_size % (etp * ep * pp):
             _fail(
                 "expert_model_parallel_size",
                 ep,
-                f"EP x PP = {ep} x {pp} does not divide the world size {world_size}",
-                "launch a multiple of EP x PP processes",
+                f"ETP x EP x PP = {etp} x {ep} x {pp} does not divide the world size {world_size}",
+                "launch a multiple of ETP x EP x PP processes",
+            )
+        if m.moe_ffn_hidden_size % etp:
+            _fail(
+                "expert_tensor_parallel_size",
+                etp,
+                f"does not divide moe_ffn_hidden_size={m.moe_ffn_hidden_size}",
+                "choose a divisor of moe_ffn_hidden_size",
             )
     dp = world_size // (tp * pp)
     mbs, gbs = cfg.training.micro_batch_size, cfg.training.global_batch_size

@@ -93,7 +93,7 @@ def initialize(cfg: Config) -> int:
         pipeline_model_parallel_size=cfg.parallel.pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=virtual_stages(cfg),
         expert_model_parallel_size=cfg.parallel.expert_model_parallel_size,
-        expert_tensor_parallel_size=1,
+        expert_tensor_parallel_size=cfg.parallel.expert_tensor_parallel_size,
     )
     seed = cfg.training.seed
     torch.manual_seed(seed)

@@ -11,8 +11,16 @@ from megatron_gamma.config import ConfigError, load_config
 # Independent of the code under test: the paper's d_in per role for the worker's models
 # (hidden 256, 4 heads of 64, ffn 1024, experts of width 512).
 D_IN = {
-    "embedding": 256, "qkv": 256, "gate": 256, "attn_out": 256, "fc1": 256, "fc2": 1024,
-    "router": 256, "expert_fc1": 256, "expert_fc2": 512, "output": 256,
+    "embedding": 256,
+    "qkv": 256,
+    "gate": 256,
+    "attn_out": 256,
+    "fc1": 256,
+    "fc2": 1024,
+    "router": 256,
+    "expert_fc1": 256,
+    "expert_fc2": 512,
+    "output": 256,
 }
 
 
@@ -69,14 +77,52 @@ def test_audit_flags_a_mis_initialized_parameter(sigma_rows):
         assert not [r["name"] for r in sigma_rows[name] if r["flagged"]], name
 
 
+@pytest.mark.timeout(300)
+def test_audit_checks_the_role_table_against_each_matrix_shape(sigma_rows):
+    """fc2's table fan-in doubled: init and expectation agree (sigma looks right), the shape
+    [256, 1024] does not."""
+    rows = sigma_rows["wrong-table"]
+    flagged = {r["name"]: r for r in rows if r["flagged"]}
+    assert sorted(flagged) == [f"decoder.layers.{i}.mlp.linear_fc2.weight" for i in (0, 1)]
+    for row in flagged.values():
+        assert (row["fan_in"], row["shape_fan_in"]) == (2048, 1024)
+        assert _within(row, 2048**-1.0)
+    for row in sigma_rows["dense-1.0"]:
+        if row["role"] in D_IN:
+            assert row["shape_fan_in"] == D_IN[row["role"]], row["name"]
+
+
 @pytest.mark.timeout(400)
 def test_same_weights_bit_for_bit_under_tp_pp_ep(tmp_path):
-    results = run_worker("init_layouts.py", ["layouts"], tmp_path, nproc=2)
-    assert set(results) == {"dense-tp2", "dense-pp2", "moe-ep2"}
+    """Global weights (reassembled from megatron-core's own sharding metadata) and the init
+    audit equal the single-rank run's under every layout, MoE with TP and EP = 1 included."""
+    results = run_worker("init_layouts.py", ["layouts"], tmp_path, nproc=4)
+    assert set(results) == {
+        "dense-tp2",
+        "dense-pp2",
+        "moe-ep2",
+        "moe-tp2",
+        "moe-tp2-sp",
+        "moe-tp2-etp2",
+        "moe-ep2-tp2-sp",
+        "moe-ep2-tp2-etp2",
+    }
     for name, r in results.items():
         assert r["keys_equal"], name
         assert r["max_abs_diff"] == 0.0, name
         assert r["sigma"] == r["ref_sigma"], name
+        got = {row["name"]: row for row in r["audit"]}
+        for ref in r["ref_audit"]:
+            row = got.pop(ref["name"])
+            assert row["shape"] == ref["shape"], (name, ref["name"])
+            assert row["numel"] == ref["numel"], (name, ref["name"])
+            assert row["measured_sigma"] == pytest.approx(ref["measured_sigma"], rel=1e-9)
+            assert not row["flagged"], (name, ref["name"])
+        assert not got, name
+    experts = {row["name"]: row["shape"] for row in results["moe-tp2"]["audit"]}
+    # Paper-independent ground truth: SwiGLU expert fc1 is [2 x 512, 256], fc2 [256, 512].
+    assert experts["decoder.layers.0.mlp.experts.local_experts.3.linear_fc1.weight"] == [1024, 256]
+    assert experts["decoder.layers.1.mlp.experts.local_experts.0.linear_fc2.weight"] == [256, 512]
 
 
 @pytest.mark.timeout(300)

@@ -5,15 +5,32 @@ within 1e-5 relative. All runs share ``--train-iters 8`` (so the LR schedule is 
 stop with ``--exit-interval``.
 """
 
+import shutil
+
 import pytest
 from conftest import pretrain, run_cli
 
 from megatron_gamma.config import ConfigError, load_config, validate_layout
 
 SMALL = [
-    "--hidden-size", "64", "--num-attention-heads", "4", "--ffn-hidden-size", "128",
-    "--seq-length", "32", "--micro-batch-size", "2", "--global-batch-size", "8",
-    "--train-iters", "8", "--eval-interval", "1000", "--log-interval", "1",
+    "--hidden-size",
+    "64",
+    "--num-attention-heads",
+    "4",
+    "--ffn-hidden-size",
+    "128",
+    "--seq-length",
+    "32",
+    "--micro-batch-size",
+    "2",
+    "--global-batch-size",
+    "8",
+    "--train-iters",
+    "8",
+    "--eval-interval",
+    "1000",
+    "--log-interval",
+    "1",
 ]
 MOE = ["--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "64"]
 
@@ -22,26 +39,65 @@ LAYOUTS = {
     "tp2-sp": (2, "dense4", ["--tensor-model-parallel-size", "2", "--sequence-parallel"]),
     "pp2": (2, "dense4", ["--pipeline-model-parallel-size", "2"]),
     "pp2-vpp2": (
-        2, "dense4",
+        2,
+        "dense4",
         ["--pipeline-model-parallel-size", "2", "--num-layers-per-virtual-pipeline-stage", "1"],
     ),
     "dp2": (2, "dense4", []),
     "dp2-distopt": (2, "dense4", ["--use-distributed-optimizer", "--overlap-grad-reduce"]),
     "tp2-pp2": (
-        4, "dense4", ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"]
+        4,
+        "dense4",
+        ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"],
     ),
     "pp4-vpp2": (
-        4, "dense8",
+        4,
+        "dense8",
         ["--pipeline-model-parallel-size", "4", "--num-layers-per-virtual-pipeline-stage", "1"],
     ),
     "moe-ep2-allgather": (2, "moe", ["--expert-model-parallel-size", "2"]),
     "moe-ep2-alltoall": (
-        2, "moe", ["--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"]
+        2,
+        "moe",
+        ["--expert-model-parallel-size", "2", "--moe-token-dispatcher-type", "alltoall"],
     ),
     "moe-ep2-tp2-sp": (
-        4, "moe",
-        ["--expert-model-parallel-size", "2", "--tensor-model-parallel-size", "2",
-         "--sequence-parallel"],
+        4,
+        "moe",
+        [
+            "--expert-model-parallel-size",
+            "2",
+            "--tensor-model-parallel-size",
+            "2",
+            "--sequence-parallel",
+        ],
+    ),
+    "moe-tp2": (2, "moe", ["--tensor-model-parallel-size", "2"]),
+    "moe-tp2-etp2-alltoall": (
+        2,
+        "moe",
+        [
+            "--tensor-model-parallel-size",
+            "2",
+            "--expert-tensor-parallel-size",
+            "2",
+            "--moe-token-dispatcher-type",
+            "alltoall",
+        ],
+    ),
+    "moe-ep2-tp2-etp2-alltoall": (
+        4,
+        "moe",
+        [
+            "--expert-model-parallel-size",
+            "2",
+            "--tensor-model-parallel-size",
+            "2",
+            "--expert-tensor-parallel-size",
+            "2",
+            "--moe-token-dispatcher-type",
+            "alltoall",
+        ],
     ),
 }
 MODELS = {
@@ -71,11 +127,54 @@ def _assert_same(got, ref, iterations):
 def test_layout_equals_single_rank(tmp_path, demo_prefix, references, layout):
     nproc, model, flags = LAYOUTS[layout]
     got = pretrain(
-        tmp_path, demo_prefix, *SMALL, *MODELS[model], *flags, "--exit-interval", "5",
+        tmp_path,
+        demo_prefix,
+        *SMALL,
+        *MODELS[model],
+        *flags,
+        "--exit-interval",
+        "5",
         nproc=nproc,
     )
     assert sorted(got["train"]) == [1, 2, 3, 4, 5]
     _assert_same(got, references[model], range(1, 6))
+
+
+@pytest.mark.timeout(600)
+def test_moe_tp2_sp_ep1_trains_and_resumes_like_one_rank(tmp_path, demo_prefix, references):
+    """TP=2 with SP and EP=1: experts are whole copies on both TP ranks (expert TP 1)."""
+    ckpt = tmp_path / "ckpt"
+    layout = ["--tensor-model-parallel-size", "2", "--sequence-parallel"]
+    full = pretrain(
+        tmp_path / "full",
+        demo_prefix,
+        *SMALL,
+        *MODELS["moe"],
+        *layout,
+        "--save",
+        str(ckpt),
+        "--save-interval",
+        "4",
+        nproc=2,
+    )
+    _assert_same(full, references["moe"], range(1, 9))
+    # Roll back to the iteration-4 checkpoint, as a user restarting from an earlier save does.
+    shutil.rmtree(ckpt / "iter_0000008")
+    (ckpt / "latest_checkpointed_iteration.txt").write_text("4")
+    resumed = pretrain(
+        tmp_path / "resumed",
+        demo_prefix,
+        *SMALL,
+        *MODELS["moe"],
+        *layout,
+        "--load",
+        str(ckpt),
+        nproc=2,
+    )
+    assert sorted(resumed["train"]) == [5, 6, 7, 8]
+    for it in range(5, 9):
+        assert resumed["train"][it] == full["train"][it], it
+        assert resumed["grad_norm"][it] == full["grad_norm"][it], it
 
 
 @pytest.mark.timeout(900)
@@ -83,19 +182,45 @@ def test_checkpoint_resharding_tp2pp2_to_tp1_and_dp2(tmp_path, demo_prefix, refe
     ckpt = str(tmp_path / "ckpt")
     layout = ["--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2"]
     pretrain(
-        tmp_path / "saved", demo_prefix, *SMALL, *MODELS["dense4"], *layout,
-        "--use-distributed-optimizer", "--exit-interval", "5", "--save", ckpt, nproc=4,
+        tmp_path / "saved",
+        demo_prefix,
+        *SMALL,
+        *MODELS["dense4"],
+        *layout,
+        "--use-distributed-optimizer",
+        "--exit-interval",
+        "5",
+        "--save",
+        ckpt,
+        nproc=4,
     )
     for name, nproc in (("tp1", 1), ("dp2", 2)):
         got = pretrain(
-            tmp_path / name, demo_prefix, *SMALL, *MODELS["dense4"], "--load", ckpt,
-            "--use-distributed-optimizer", nproc=nproc,
+            tmp_path / name,
+            demo_prefix,
+            *SMALL,
+            *MODELS["dense4"],
+            "--load",
+            ckpt,
+            "--use-distributed-optimizer",
+            nproc=nproc,
         )
         assert sorted(got["train"]) == [6, 7, 8], name
         _assert_same(got, references["dense4"], range(6, 9))
     proc = run_cli(
-        ["pretrain", "--data-path", demo_prefix, "--run-dir", str(tmp_path / "x"), *SMALL,
-         *MODELS["dense4"], "--load", ckpt, "--split", "95,5,0"]
+        [
+            "pretrain",
+            "--data-path",
+            demo_prefix,
+            "--run-dir",
+            str(tmp_path / "x"),
+            *SMALL,
+            *MODELS["dense4"],
+            "--load",
+            ckpt,
+            "--split",
+            "95,5,0",
+        ]
     )
     assert proc.returncode == 2 and "use_distributed_optimizer=False" in proc.stderr
 

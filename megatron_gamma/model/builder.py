@@ -43,8 +43,8 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
     ``'normal'`` megatron-core initializes as usual from ``init_method_std`` (and scales the
     output layers of each block by 1/sqrt(2 num_layers)). Fusions that need CUDA kernels are
     enabled only on GPU; on CPU the pipeline p2p ops are unbatched (batched send/recv with
-    virtual pipelining swaps messages on gloo: silently wrong gradients). Expert tensor
-    parallelism is 1 (experts are split by expert parallelism only).
+    virtual pipelining swaps messages on gloo: silently wrong gradients). Experts are
+    split by expert parallelism and ``--expert-tensor-parallel-size``.
     """
     m, p, t = cfg.model, cfg.parallel, cfg.training
     dtype = torch.bfloat16 if t.bf16 else torch.float32
@@ -59,12 +59,14 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
             moe_router_load_balancing_type="aux_loss",
             moe_grouped_gemm=False,
             expert_model_parallel_size=p.expert_model_parallel_size,
-            expert_tensor_parallel_size=1,
+            expert_tensor_parallel_size=p.expert_tensor_parallel_size,
         )
     init = {}
     if cfg.init.init_method == "gamma":
         init = dict(
-            init_method=skip_init, output_layer_init_method=skip_init, embedding_init_method=skip_init
+            init_method=skip_init,
+            output_layer_init_method=skip_init,
+            embedding_init_method=skip_init,
         )
     recompute = {}
     if t.recompute_granularity is not None:

@@ -92,9 +92,36 @@ def _seed_for(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def tp_size_rank(param: torch.Tensor) -> tuple[int, int]:
-    """(size, rank) of the tensor-parallel group sharding ``param`` (expert TP for experts)."""
-    if not getattr(param, "allreduce", True):
+def expert_params(model: torch.nn.Module) -> frozenset[str]:
+    """Local names of the parameters megatron-core builds as experts.
+
+    Read from megatron-core's own metadata: the ``is_expert`` flag of the linear layer owning the
+    parameter (set by SequentialMLP / GroupedMLP), never from the ``allreduce`` attribute, which
+    megatron-core sets to True for experts when expert parallelism is 1.
+
+    Raises:
+        ValueError: an expert role (``roles.role_of``) on a non-expert module or the reverse,
+            i.e. the role table and megatron-core disagree.
+    """
+    names = set()
+    for mname, module in model.named_modules():
+        if getattr(module, "is_expert", False):
+            prefix = f"{mname}." if mname else ""
+            names.update(prefix + pname for pname, _ in module.named_parameters(recurse=False))
+    for name, _ in model.named_parameters():
+        role_expert = _EXPERT.search(name) is not None
+        if role_expert != (name in names):
+            raise ValueError(
+                f"parameter {name!r}: role table says expert={role_expert}, megatron-core's "
+                f"module says is_expert={name in names}; fix model/roles.py"
+            )
+    return frozenset(names)
+
+
+def tp_size_rank(param: torch.Tensor, expert: bool) -> tuple[int, int]:
+    """(size, rank) of the tensor-parallel group sharding ``param``: megatron-core's expert
+    tensor-parallel group (``--expert-tensor-parallel-size``) for experts, else the TP group."""
+    if expert:
         return (
             parallel_state.get_expert_tensor_parallel_world_size(),
             parallel_state.get_expert_tensor_parallel_rank(),
@@ -105,19 +132,22 @@ def tp_size_rank(param: torch.Tensor) -> tuple[int, int]:
     )
 
 
-def global_shape(param: torch.Tensor) -> tuple[int, ...]:
-    """Unsharded shape of a (possibly tensor-parallel) parameter."""
+def global_shape(param: torch.Tensor, expert: bool) -> tuple[int, ...]:
+    """Unsharded shape of a (possibly tensor-parallel) parameter; ``expert`` as from
+    :func:`expert_params`."""
     shape = list(param.shape)
     if getattr(param, "tensor_model_parallel", False):
-        shape[param.partition_dim] *= tp_size_rank(param)[0]
+        shape[param.partition_dim] *= tp_size_rank(param, expert)[0]
     return tuple(shape)
 
 
-def _local_shard(full: torch.Tensor, param: torch.Tensor, glu: bool, role: str) -> torch.Tensor:
+def _local_shard(
+    full: torch.Tensor, param: torch.Tensor, glu: bool, role: str, expert: bool
+) -> torch.Tensor:
     """Cut this rank's shard out of the global tensor as megatron-core shards it."""
     if not getattr(param, "tensor_model_parallel", False):
         return full
-    size, rank = tp_size_rank(param)
+    size, rank = tp_size_rank(param, expert)
     dim = param.partition_dim
     if glu and role in ("fc1", "expert_fc1"):
         # SwiGLU fc1 is [gate; up] globally and [gate_shard; up_shard] on each rank.
@@ -139,9 +169,11 @@ def apply_gamma_init(model: torch.nn.Module, cfg: Config, vocab_size: int) -> di
         {local parameter name: ParamInit} for the init audit.
 
     Raises:
-        ValueError: a parameter whose role the rule does not know.
+        ValueError: a parameter whose role the rule does not know, or whose expert-ness the role
+            table and megatron-core disagree on.
     """
     plan = {}
+    experts = expert_params(model)
     for name, param in model.named_parameters():
         gname = global_name(name, model)
         init = param_init(gname, cfg, vocab_size)
@@ -150,7 +182,8 @@ def apply_gamma_init(model: torch.nn.Module, cfg: Config, vocab_size: int) -> di
             param.fill_(init.constant)
             continue
         gen = torch.Generator().manual_seed(_seed_for(cfg.training.seed, gname))
-        full = torch.randn(global_shape(param), generator=gen, dtype=torch.float32)
+        expert = name in experts
+        full = torch.randn(global_shape(param, expert), generator=gen, dtype=torch.float32)
         full.mul_(init.sigma)
-        param.copy_(_local_shard(full, param, cfg.model.swiglu, init.role))
+        param.copy_(_local_shard(full, param, cfg.model.swiglu, init.role, expert))
     return plan

@@ -7,7 +7,8 @@ role           parameter (megatron-core local-spec name)      fan_in
 =============  =============================================  =====================================
 embedding      embedding.word_embeddings.weight               hidden_size (policy 'hidden') or the
                                                               padded vocabulary (policy 'vocab')
-pos_embedding  embedding.position_embeddings.weight           as embedding
+pos_embedding  embedding.position_embeddings.weight           hidden_size (policy 'hidden') or
+                                                              max_position_embeddings ('vocab')
 qkv            self_attention.linear_qkv.weight               hidden_size
 gate           self_attention.linear_gate.weight              hidden_size (gated attention)
 attn_out       self_attention.linear_proj.weight              num_attention_heads * kv_channels
@@ -84,8 +85,12 @@ def fan_in(role: str, model_cfg, embedding_policy: str, vocab_size: int) -> int:
         vocab_size: padded vocabulary size.
     """
     m = model_cfg
-    if role in ("embedding", "pos_embedding"):
-        return m.hidden_size if embedding_policy == "hidden" else vocab_size
+    if embedding_policy == "hidden" and role in ("embedding", "pos_embedding"):
+        return m.hidden_size
+    if role == "embedding":
+        return vocab_size
+    if role == "pos_embedding":
+        return m.max_position_embeddings
     table = {
         "qkv": m.hidden_size,
         "gate": m.hidden_size,

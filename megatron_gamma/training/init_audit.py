@@ -8,7 +8,9 @@ the gamma rule's fan_in^-gamma (:mod:`megatron_gamma.model.init`), or megatron-c
 ``--init-method normal``. A row is flagged when measured sigma differs from the expectation by
 more than max(``tolerance``, 4 / sqrt(2 n)) relative — the second term is four standard errors of
 a sigma estimated from n samples, so that small matrices (a 4 x 64 headwise gate) are not
-flagged for sampling noise — or when a constant-initialized parameter is not that constant.
+flagged for sampling noise — when a constant-initialized parameter is not that constant, or when
+a matrix's fan-in in the role table differs from the one read off its own global shape (so a
+wrong table entry, which the init and the expectation would share, is still caught).
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 
 from megatron_gamma.config import Config
-from megatron_gamma.model.init import global_name, global_shape, param_init, tp_size_rank
+from megatron_gamma.model.init import (
+    expert_params,
+    global_name,
+    global_shape,
+    param_init,
+    tp_size_rank,
+)
 
 _OUTPUT_ROLES = ("attn_out", "fc2", "expert_fc2")
 
@@ -42,9 +50,16 @@ def _expected(cfg: Config, name: str, vocab_size: int) -> dict:
     return row
 
 
-def _owns_shard(param: torch.Tensor) -> bool:
+def _shape_fan_in(role: str, shape: list[int], embedding_policy: str) -> int:
+    """fan-in read off a matrix's own global shape: megatron-core stores a linear layer as
+    [out, in] and an embedding as [rows, hidden]; the 'vocab' policy counts the rows."""
+    if role in ("embedding", "pos_embedding") and embedding_policy == "vocab":
+        return shape[0]
+    return shape[1]
+
+
+def _owns_shard(param: torch.Tensor, expert: bool) -> bool:
     """True on exactly one rank per distinct shard of ``param``."""
-    expert = not getattr(param, "allreduce", True)
     dp_rank = (
         parallel_state.get_expert_data_parallel_rank()
         if expert
@@ -52,7 +67,7 @@ def _owns_shard(param: torch.Tensor) -> bool:
     )
     if dp_rank != 0:
         return False
-    return getattr(param, "tensor_model_parallel", False) or tp_size_rank(param)[1] == 0
+    return getattr(param, "tensor_model_parallel", False) or tp_size_rank(param, expert)[1] == 0
 
 
 @torch.no_grad()
@@ -60,8 +75,10 @@ def audit_init(models: list, cfg: Config, vocab_size: int, tolerance: float = 0.
     """Measure every parameter across all ranks and compare with its expected init.
 
     Collective: every rank must call it. Returns the rows on every rank, sorted by name; each
-    row has name, shape (global), role, fan_in, gamma, expected_sigma, measured_sigma,
-    expected_mean, measured_mean, numel, flagged.
+    row has name, shape (global), role, fan_in (from the role table), gamma, expected_sigma,
+    measured_sigma, expected_mean, measured_mean, numel, flagged; matrices also have
+    shape_fan_in, the fan-in read off the global shape ([out, in]; embedding rows under
+    ``--embedding-fan-in vocab``), and are flagged when it differs from the table's fan_in.
 
     Args:
         models: this rank's unwrapped GPTModel chunks.
@@ -71,12 +88,14 @@ def audit_init(models: list, cfg: Config, vocab_size: int, tolerance: float = 0.
     """
     local: dict[str, list] = {}
     for model in models:
+        experts = expert_params(model)
         for name, param in model.named_parameters():
-            if not _owns_shard(param):
+            expert = name in experts
+            if not _owns_shard(param, expert):
                 continue
             gname = global_name(name, model)
             x = param.detach().double()
-            stats = local.setdefault(gname, [0.0, 0.0, 0, list(global_shape(param))])
+            stats = local.setdefault(gname, [0.0, 0.0, 0, list(global_shape(param, expert))])
             stats[0] += float(x.sum())
             stats[1] += float((x * x).sum())
             stats[2] += x.numel()
@@ -101,7 +120,11 @@ def audit_init(models: list, cfg: Config, vocab_size: int, tolerance: float = 0.
             row["flagged"] = sigma > 1e-6 or abs(mean - row["expected_mean"]) > 1e-6
         else:
             allowed = max(tolerance, 4.0 / math.sqrt(2.0 * n))
-            row["flagged"] = abs(sigma / row["expected_sigma"] - 1.0) > allowed
+            row["shape_fan_in"] = _shape_fan_in(row["role"], shape, cfg.init.embedding_fan_in)
+            row["flagged"] = (
+                abs(sigma / row["expected_sigma"] - 1.0) > allowed
+                or row["shape_fan_in"] != row["fan_in"]
+            )
         rows.append(row)
     return rows
 

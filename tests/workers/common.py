@@ -22,9 +22,14 @@ from megatron_gamma.model.builder import build_model, padded_vocab_size, transfo
 
 
 def make_config(model: dict, par: dict, init: dict | None = None):
-    """A Config from section dicts (training seed fixed)."""
+    """A Config from section dicts (training seed fixed; micro batch 1 fits any world size)."""
     return config_from_dict(
-        {"model": model, "parallel": par, "init": init or {}, "training": {"seed": 1234}}
+        {
+            "model": model,
+            "parallel": par,
+            "init": init or {},
+            "training": {"seed": 1234, "micro_batch_size": 1},
+        }
     )
 
 
@@ -67,7 +72,7 @@ def gather_global(models, use_grads: bool = False) -> dict[str, torch.Tensor]:
         for key, shape, offset, data in part:
             target = out.setdefault(key, torch.full(shape, float("nan")))
             view = data.reshape((1,) * (len(shape) - data.dim()) + tuple(data.shape))
-            index = tuple(slice(o, o + n) for o, n in zip(offset, view.shape))
+            index = tuple(slice(o, o + n) for o, n in zip(offset, view.shape, strict=True))
             target[index] = view
             filled[key] = filled.get(key, 0) + view.numel()
     for key, t in out.items():

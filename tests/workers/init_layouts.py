@@ -1,8 +1,11 @@
 """Worker for tests/test_init.py.
 
 ``sigma``: one process; audit rows for dense and MoE models at several gammas, per-role
-overrides, megatron-core's normal init, and a deliberately mis-initialized parameter.
-``layouts``: two processes; global weights under TP=2, PP=2 and EP=2 vs. the single-rank layout.
+overrides, megatron-core's normal init, a deliberately mis-initialized parameter, and a wrong
+role-table fan-in.
+``layouts``: two or four processes; global weights and audit rows under TP=2, PP=2, EP=2 and the
+MoE layouts (TP=2 with EP=1 with and without SP, expert TP 1 vs. 2, TP2 x EP2) vs. the
+single-rank layout.
 """
 
 import sys
@@ -10,6 +13,7 @@ import sys
 import torch
 from common import build, gather_global, make_config, write_result
 
+import megatron_gamma.model.init as init_module
 from megatron_gamma.training.init_audit import audit_init
 
 DENSE = dict(num_layers=2, hidden_size=256, ffn_hidden_size=1024, num_attention_heads=4)
@@ -34,30 +38,52 @@ def sigma_cases():
     with torch.no_grad():
         models[0].decoder.layers[1].mlp.linear_fc2.weight.mul_(1.5)
     out["mis-initialized"] = audit_init(models, cfg, vocab)
+    # A wrong role-table entry (fc2's fan-in doubled) that the init and the audit share.
+    real = init_module.fan_in
+    init_module.fan_in = lambda role, *rest: real(role, *rest) * (2 if role == "fc2" else 1)
+    try:
+        models, vocab = build(cfg)
+        out["wrong-table"] = audit_init(models, cfg, vocab)
+    finally:
+        init_module.fan_in = real
     return out
 
 
 def layout_cases():
+    tp2 = {"tensor_model_parallel_size": 2}
     layouts = {
-        "dense-tp2": (DENSE, {"tensor_model_parallel_size": 2}),
-        "dense-pp2": (DENSE, {"pipeline_model_parallel_size": 2}),
-        "moe-ep2": (MOE, {"expert_model_parallel_size": 2}),
+        "dense-tp2": (DENSE, tp2, 2),
+        "dense-pp2": (DENSE, {"pipeline_model_parallel_size": 2}, 2),
+        "moe-ep2": (MOE, {"expert_model_parallel_size": 2}, 2),
+        "moe-tp2": (MOE, tp2, 2),
+        "moe-tp2-sp": (MOE, {**tp2, "sequence_parallel": True}, 2),
+        "moe-tp2-etp2": (MOE, {**tp2, "expert_tensor_parallel_size": 2}, 2),
         "moe-ep2-tp2-sp": (
             MOE,
-            {"expert_model_parallel_size": 2, "tensor_model_parallel_size": 2,
-             "sequence_parallel": True},
+            {**tp2, "expert_model_parallel_size": 2, "sequence_parallel": True},
+            4,
+        ),
+        "moe-ep2-tp2-etp2": (
+            MOE,
+            {**tp2, "expert_model_parallel_size": 2, "expert_tensor_parallel_size": 2},
+            4,
         ),
     }
-    reference = {}
+    reference, ref_audit = {}, {}
     for name, model in (("dense", DENSE), ("moe", MOE)):
-        models, _ = build(make_config(model, {}))
+        cfg = make_config(model, {})
+        models, vocab = build(cfg)
         reference[name] = gather_global(models)
+        ref_audit[name] = audit_init(models, cfg, vocab)
     out = {}
-    for name, (model, par) in layouts.items():
-        if "tp2" in name and name.startswith("moe") and torch.distributed.get_world_size() < 4:
+    world = torch.distributed.get_world_size()
+    for name, (model, par, nproc) in layouts.items():
+        if world < nproc:
             continue
-        models, _ = build(make_config(model, par))
+        cfg = make_config(model, par)
+        models, vocab = build(cfg)
         got = gather_global(models)
+        audit = audit_init(models, cfg, vocab)
         ref = reference[name.split("-")[0]]
         if torch.distributed.get_rank() == 0:
             out[name] = {
@@ -65,6 +91,8 @@ def layout_cases():
                 "max_abs_diff": max(float((got[k] - ref[k]).abs().max()) for k in ref),
                 "sigma": {k: float(got[k].std()) for k in got},
                 "ref_sigma": {k: float(ref[k].std()) for k in ref},
+                "audit": audit,
+                "ref_audit": ref_audit[name.split("-")[0]],
             }
     return out
 
@@ -78,15 +106,18 @@ def residual_cases():
         out[gamma] = {}
         for width in (64, 128, 256, 512, 1024):
             model = dict(
-                num_layers=1, hidden_size=width, num_attention_heads=width // 16,
-                ffn_hidden_size=4 * width, seq_length=64,
+                num_layers=1,
+                hidden_size=width,
+                num_attention_heads=width // 16,
+                ffn_hidden_size=4 * width,
+                seq_length=64,
             )
             models, _ = build(make_config(model, {}, {"init_gamma": gamma}))
             seen = {}
 
-            def keep(key):
+            def keep(key, store=seen):
                 def hook(module, args, output):
-                    seen[key] = output[0] if isinstance(output, tuple) else output
+                    store[key] = output[0] if isinstance(output, tuple) else output
 
                 return hook
 
