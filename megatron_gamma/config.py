@@ -406,6 +406,13 @@ class OptimizerConfig:
     adam_eps: float = 1e-8
     clip_grad: float = 1.0
     """Gradient clipping by global norm (0 disables)."""
+    override_opt_param_scheduler: bool = False
+    """On resume, train on with this config's schedule (lr, min_lr, warmup, decay iterations and
+    style, weight decay) from the checkpoint's iteration, where it differs from the checkpoint's
+    (a difference is an error without this flag or use_checkpoint_opt_param_scheduler)."""
+    use_checkpoint_opt_param_scheduler: bool = False
+    """On resume, keep the checkpoint's schedule where this config's differs (config.yaml then
+    records the checkpoint's values)."""
 
     def __post_init__(self) -> None:
         if self.optimizer not in ("adam", "sgd"):

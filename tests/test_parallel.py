@@ -72,7 +72,6 @@ LAYOUTS = {
             "--sequence-parallel",
         ],
     ),
-    "moe-tp2": (2, "moe", ["--tensor-model-parallel-size", "2"]),
     "moe-tp2-etp2-alltoall": (
         2,
         "moe",
@@ -83,6 +82,7 @@ LAYOUTS = {
             "2",
             "--moe-token-dispatcher-type",
             "alltoall",
+            "--sequence-parallel",
         ],
     ),
     "moe-ep2-tp2-etp2-alltoall": (
@@ -97,6 +97,7 @@ LAYOUTS = {
             "2",
             "--moe-token-dispatcher-type",
             "alltoall",
+            "--sequence-parallel",
         ],
     ),
 }
@@ -145,6 +146,21 @@ def test_moe_tp2_sp_ep1_trains_and_resumes_like_one_rank(tmp_path, demo_prefix, 
     """TP=2 with SP and EP=1: experts are whole copies on both TP ranks (expert TP 1)."""
     ckpt = tmp_path / "ckpt"
     layout = ["--tensor-model-parallel-size", "2", "--sequence-parallel"]
+    # megatron-core's MoE layer refuses TP without SP in training: a named error up front.
+    proc = run_cli(
+        [
+            "pretrain",
+            "--data-path",
+            demo_prefix,
+            "--run-dir",
+            str(tmp_path / "no-sp"),
+            *SMALL,
+            *MODELS["moe"],
+            "--tensor-model-parallel-size",
+            "2",
+        ]
+    )
+    assert proc.returncode == 2 and "sequence_parallel=False" in proc.stderr, proc.stderr[-2000:]
     full = pretrain(
         tmp_path / "full",
         demo_prefix,

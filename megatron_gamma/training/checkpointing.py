@@ -216,6 +216,16 @@ def save_checkpoint(root: str, chunks, optimizer, scheduler, state: TrainState) 
     return final
 
 
+def saved_schedule(root: str) -> dict | None:
+    """The scheduler state (megatron-core ``OptimizerParamScheduler.state_dict()``) of the newest
+    complete checkpoint under ``root``, read from its common state without loading any tensor;
+    None when ``root`` holds no checkpoint."""
+    iteration = latest_iteration(root)
+    if iteration is None:
+        return None
+    return dist_checkpointing.load_common_state_dict(checkpoint_dir(root, iteration))["scheduler"]
+
+
 def load_checkpoint(root: str, chunks, optimizer, scheduler) -> TrainState | None:
     """Resume from the newest complete checkpoint under ``root``.
 
@@ -246,6 +256,11 @@ def load_checkpoint(root: str, chunks, optimizer, scheduler) -> TrainState | Non
     for i, chunk in enumerate(chunks):
         chunk.module.load_state_dict(loaded["model" if len(chunks) == 1 else f"model{i}"])
     optimizer.load_state_dict(loaded["optimizer"])
+    if scheduler.override_opt_param_scheduler:
+        # megatron-core's param groups carry their own max_lr / min_lr (the checkpoint's after
+        # the load), which the scheduler prefers to its own: give them the config's.
+        for group in optimizer.param_groups:
+            group["max_lr"], group["min_lr"] = scheduler.max_lr, scheduler.min_lr
     scheduler.load_state_dict(loaded["scheduler"])
     if same_layout:
         _set_rng_state(loaded["rng_state"])

@@ -31,7 +31,6 @@ from megatron.core.num_microbatches_calculator import (
 )
 from megatron.core.optimizer import OptimizerConfig as McoreOptimizerConfig
 from megatron.core.optimizer import get_megatron_optimizer
-from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.pipeline_parallel import get_forward_backward_func
 
 from megatron_gamma import parallel
@@ -42,10 +41,16 @@ from megatron_gamma.data.tokenizer import BilingualTokenizer
 from megatron_gamma.diagnostics.callback import DiagnosticsCallback
 from megatron_gamma.model.builder import build_model, padded_vocab_size, transformer_config
 from megatron_gamma.model.flops import train_flops_per_token
-from megatron_gamma.training.checkpointing import TrainState, load_checkpoint, save_checkpoint
+from megatron_gamma.training.checkpointing import (
+    TrainState,
+    load_checkpoint,
+    save_checkpoint,
+    saved_schedule,
+)
 from megatron_gamma.training.init_audit import audit_init, format_audit, write_audit
 from megatron_gamma.training.metrics import MetricsLogger
 from megatron_gamma.training.preemption import PreemptionGuard
+from megatron_gamma.training.schedule import build_scheduler, reconcile_schedule
 
 
 @dataclass
@@ -94,8 +99,16 @@ def preflight(cfg: Config) -> str:
         The tokenizer.json path (``data.tokenizer_model`` or the packaged demo tokenizer).
 
     Raises:
-        ConfigError: missing dataset prefix or tokenizer file.
+        ConfigError: missing dataset prefix or tokenizer file; MoE with tensor parallelism but
+            without sequence parallelism (megatron-core's MoE layer refuses it in training).
     """
+    par = cfg.parallel
+    if cfg.model.num_experts and par.tensor_model_parallel_size > 1 and not par.sequence_parallel:
+        raise ConfigError(
+            "sequence_parallel=False: megatron-core's MoE layer refuses to train with "
+            f"tensor_model_parallel_size={par.tensor_model_parallel_size} without sequence "
+            "parallelism. Fix: add --sequence-parallel"
+        )
     prefixes, _ = cfg.data.blend()
     if cfg.data.blend_per_split() is None:
         check_splits(prefixes, cfg.data.split)
@@ -127,6 +140,9 @@ class Trainer:
             self.callbacks.append(DiagnosticsCallback(cfg.logging.log_diagnostics_interval))
         self.log: MetricsLogger | None = None
         self.dp_size = parallel.initialize(cfg)
+        load = cfg.checkpoint.load
+        cfg = reconcile_schedule(cfg, saved_schedule(load) if load else None, load)
+        self.cfg = cfg
         self.device = torch.device("cuda") if parallel.uses_gpu() else torch.device("cpu")
         self.rank = dist.get_rank()
         run_dir = cfg.logging.run_dir
@@ -152,7 +168,7 @@ class Trainer:
             if flagged:
                 print(f"WARNING: init audit flags {len(flagged)} parameters: {flagged}", flush=True)
         self.optimizer = get_megatron_optimizer(self._optimizer_config(), self.chunks)
-        self.scheduler = self._scheduler()
+        self.scheduler = build_scheduler(self.optimizer, cfg)
         self.state = TrainState()
         if cfg.checkpoint.load:
             restored = load_checkpoint(
@@ -202,23 +218,6 @@ class Trainer:
             bf16=self.cfg.training.bf16,
             params_dtype=self.tcfg.params_dtype,
             use_distributed_optimizer=self.cfg.parallel.use_distributed_optimizer,
-        )
-
-    def _scheduler(self) -> OptimizerParamScheduler:
-        o, t = self.cfg.optimizer, self.cfg.training
-        decay = o.lr_decay_iters or t.train_iters
-        return OptimizerParamScheduler(
-            self.optimizer,
-            init_lr=0.0 if o.lr_warmup_iters else o.lr,
-            max_lr=o.lr,
-            min_lr=o.min_lr,
-            lr_warmup_steps=o.lr_warmup_iters,
-            lr_decay_steps=max(decay, o.lr_warmup_iters + 1),
-            lr_decay_style=o.lr_decay_style,
-            start_wd=o.weight_decay,
-            end_wd=o.weight_decay,
-            wd_incr_steps=t.train_iters,
-            wd_incr_style="constant",
         )
 
     def _iterator(self, dataset, start_sample: int):
