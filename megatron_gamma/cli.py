@@ -19,7 +19,7 @@ pretrain ...`` or ``srun``); a plain call trains on one process.
 from __future__ import annotations
 
 import argparse
-import os
+import difflib
 import sys
 
 from megatron_gamma.config import ConfigError
@@ -27,10 +27,15 @@ from megatron_gamma.config import ConfigError
 
 def _pretrain(args: argparse.Namespace) -> None:
     from megatron_gamma.config import load_config, overrides_from_args
+    from megatron_gamma.flag_effects import given_keys, no_effect_warnings
     from megatron_gamma.parallel import read_dist_env
     from megatron_gamma.training.loop import pretrain
 
-    cfg = load_config(args.config, overrides_from_args(args))
+    overrides = overrides_from_args(args)
+    cfg = load_config(args.config, overrides)
+    if read_dist_env().rank == 0:
+        for line in no_effect_warnings(cfg, given_keys(args.config, overrides)):
+            print(f"megatron-gamma pretrain: warning: {line}", file=sys.stderr, flush=True)
     result = pretrain(cfg)
     if result.valid_losses and read_dist_env().rank == 0:
         last = max(result.valid_losses)
@@ -151,13 +156,44 @@ def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the script; submit nothing")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse without prefix abbreviations (``--save-int 7`` is an error, not
+    ``--save-interval 7``); subcommand parsers inherit the class."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
+def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """'unrecognized arguments: --lr-warmup 5 (did you mean --lr-warmup-iters?)'."""
+    known = [o for o in parser._option_string_actions if o.startswith("--")]
+    hints = []
+    for arg in unknown:
+        flag = arg.split("=", 1)[0]
+        close = difflib.get_close_matches(flag, known, n=1) if flag.startswith("--") else []
+        if close:
+            hints.append(f"{flag}: did you mean {close[0]}?")
+    message = f"unrecognized arguments: {' '.join(unknown)}"
+    return f"{message} ({'; '.join(hints)})" if hints else message
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse the command line; an unknown flag exits 2 naming the closest known flag."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        command = parser._subparsers._group_actions[0].choices[args.command]
+        command.error(_did_you_mean(command, unknown))
+    return args
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``megatron-gamma`` argument parser with all subcommands."""
     from megatron_gamma.config import add_config_flags
     from megatron_gamma.data.commands import add_data_commands
 
-    parser = argparse.ArgumentParser(prog="megatron-gamma", description=__doc__.split("\n")[0])
+    parser = _Parser(prog="megatron-gamma", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     add_data_commands(sub)
@@ -237,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for configuration errors)."""
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
         args.func(args)
     except (ConfigError, FileNotFoundError, ValueError) as e:

@@ -594,11 +594,41 @@ def _unknown(key: str, known: list[str], where: str) -> None:
     raise ConfigError(f"{where}{key}: unknown key. Fix: remove it or correct it; {hint}")
 
 
+_EXAMPLES = {int: "an integer, e.g. 64", float: "a number, e.g. 3.0e-4", bool: "true or false"}
+
+
+def _typed(where: str, key: str, value: Any, tp: Any) -> Any:
+    """``value`` as the field type ``tp`` wants it, or a ConfigError naming key and type.
+
+    YAML 1.1 reads ``3e-4`` (no dot) as a string: a float field accepts any string that parses
+    as a number, and an int where a float is wanted."""
+    optional = typing.get_origin(tp) in (typing.Union, types.UnionType)
+    base = _base_type(tp)
+    base = typing.get_origin(base) or base
+    if value is None and optional:
+        return value
+    if base is float and isinstance(value, int | str) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    elif base in (list, dict) and isinstance(value, str):
+        return value
+    elif isinstance(value, base) and not (base is int and isinstance(value, bool)):
+        return value
+    expected = f"{base.__name__}{' or null' if optional else ''}"
+    raise ConfigError(
+        f"{where}{key}={value!r}: expected {expected}, got {type(value).__name__}. "
+        f"Fix: write {key} as {_EXAMPLES.get(base, 'a ' + base.__name__)}"
+    )
+
+
 def config_from_dict(raw: dict) -> Config:
     """Build and validate a :class:`Config` from a nested dict (YAML layout).
 
     Raises:
-        ConfigError: an unknown section or key, or a value failing its section's checks.
+        ConfigError: an unknown section or key, a value of the wrong type (naming the key and
+            the expected type), or a value failing its section's checks.
     """
     raw = raw or {}
     if not isinstance(raw, dict):
@@ -613,8 +643,10 @@ def config_from_dict(raw: dict) -> Config:
         for key in values or {}:
             if key not in names:
                 _unknown(key, names, f"{section}.")
+        hints = typing.get_type_hints(cls)
+        values = {k: _typed(f"{section}.", k, v, hints[k]) for k, v in (values or {}).items()}
         try:
-            kwargs[section] = cls(**(values or {}))
+            kwargs[section] = cls(**values)
         except TypeError as e:
             raise ConfigError(f"{section}: {e}. Fix: check the value types") from e
     return Config(**kwargs)

@@ -66,7 +66,7 @@ def _train(cfg_path: str, overrides: dict, run_dir: str, interval: int) -> tuple
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("--config", default=os.path.join(REPO, "examples", "configs", "demo.yaml"))
     parser.add_argument("--repeats", type=int, default=1, help="pairs of runs (min is reported)")
     add_config_flags(parser)

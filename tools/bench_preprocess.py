@@ -204,7 +204,7 @@ def bench_memory(name: str, files: list[str], tokenizer: str, tmp: str, copies: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--corpus", nargs="*", default=None, help="directories of zh/en jsonl(.gz)")
     p.add_argument("--workers", nargs="+", type=int, default=[1, 2])
     p.add_argument(

@@ -1,0 +1,131 @@
+"""Settings that a run was given but that have no effect under its other settings.
+
+Each rule names the setting that would make the value count, e.g. ``init_method_std=0.006: no
+effect under init_method='gamma'; it counts with --init-method normal``. Only values the user
+gave (a command-line flag or a YAML key) are checked: a default that does nothing is not a
+mistake. Every field of :mod:`megatron_gamma.config` is either listed in :data:`RULES` or in
+:data:`ALWAYS_EFFECTIVE` (the test suite holds the two to cover every field exactly once).
+
+The ``cluster`` section describes the SLURM shape for ``estimate`` and ``submit``: its keys
+are reported for ``pretrain`` only when given as flags (recipes carry them in YAML on purpose).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from megatron_gamma.config import Config, _field_index, _read_yaml
+
+
+def _has_validation(cfg: Config) -> bool:
+    d = cfg.data
+    if d.train_data_path:
+        return bool(d.valid_data_path)
+    return float(d.split.replace("/", ",").split(",")[1]) > 0
+
+
+def _moe(cfg: Config) -> bool:
+    return cfg.model.num_experts is not None
+
+
+# field -> (is the value in effect under cfg?, the setting that makes it count)
+RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
+    "ffn_hidden_size": (
+        lambda c: not _moe(c) or c.model.moe_ffn_hidden_size == c.model.ffn_hidden_size,
+        "a dense model (no --num-experts), or leaving --moe-ffn-hidden-size unset",
+    ),
+    "max_position_embeddings": (
+        lambda c: c.model.position_embedding_type == "learned_absolute",
+        "--position-embedding-type learned_absolute",
+    ),
+    "gate_bias": (lambda c: c.model.gated_attention != "none", "--gated-attention elementwise"),
+    "rotary_base": (
+        lambda c: c.model.position_embedding_type == "rope",
+        "--position-embedding-type rope",
+    ),
+    "moe_router_topk": (_moe, "--num-experts"),
+    "moe_ffn_hidden_size": (_moe, "--num-experts"),
+    "moe_aux_loss_coeff": (_moe, "--num-experts"),
+    "moe_token_dispatcher_type": (_moe, "--num-experts"),
+    "init_gamma": (lambda c: c.init.init_method == "gamma", "--init-method gamma"),
+    "init_gamma_overrides": (lambda c: c.init.init_method == "gamma", "--init-method gamma"),
+    "embedding_fan_in": (lambda c: c.init.init_method == "gamma", "--init-method gamma"),
+    "init_method_std": (lambda c: c.init.init_method == "normal", "--init-method normal"),
+    "expert_tensor_parallel_size": (_moe, "--num-experts"),
+    "sequence_parallel": (
+        lambda c: c.parallel.tensor_model_parallel_size > 1,
+        "--tensor-model-parallel-size > 1",
+    ),
+    "split": (lambda c: not c.data.train_data_path, "--data-path (not per-split paths)"),
+    "min_lr": (lambda c: c.optimizer.lr_decay_style != "constant", "a decaying --lr-decay-style"),
+    "lr_decay_iters": (
+        lambda c: c.optimizer.lr_decay_style != "constant",
+        "a decaying --lr-decay-style",
+    ),
+    "adam_beta1": (lambda c: c.optimizer.optimizer == "adam", "--optimizer adam"),
+    "adam_beta2": (lambda c: c.optimizer.optimizer == "adam", "--optimizer adam"),
+    "adam_eps": (lambda c: c.optimizer.optimizer == "adam", "--optimizer adam"),
+    "override_opt_param_scheduler": (lambda c: bool(c.checkpoint.load), "--load"),
+    "use_checkpoint_opt_param_scheduler": (lambda c: bool(c.checkpoint.load), "--load"),
+    "eval_interval": (_has_validation, "a validation split (--split with valid > 0)"),
+    "eval_iters": (_has_validation, "a validation split (--split with valid > 0)"),
+    "recompute_method": (
+        lambda c: c.training.recompute_granularity == "full",
+        "--recompute-granularity full",
+    ),
+    "recompute_num_layers": (
+        lambda c: c.training.recompute_granularity == "full",
+        "--recompute-granularity full",
+    ),
+    "save_interval": (lambda c: bool(c.checkpoint.save), "--save"),
+    "slurm_nodes": (lambda c: False, "megatron-gamma estimate / submit"),
+    "slurm_gpus_per_node": (lambda c: False, "megatron-gamma estimate / submit"),
+    "gpu_memory_gb": (lambda c: False, "megatron-gamma estimate"),
+}
+
+# Fields whose value always changes a pretraining run (given a valid config).
+ALWAYS_EFFECTIVE = frozenset(
+    """num_layers hidden_size num_attention_heads num_query_groups kv_channels seq_length
+    normalization norm_epsilon swiglu gated_attention add_bias_linear position_embedding_type
+    untie_embeddings_and_output_weights hidden_dropout attention_dropout
+    make_vocab_size_divisible_by vocab_size num_experts init_method tensor_model_parallel_size
+    pipeline_model_parallel_size num_layers_per_virtual_pipeline_stage expert_model_parallel_size
+    use_distributed_optimizer overlap_grad_reduce data_path train_data_path valid_data_path
+    test_data_path tokenizer_model data_cache_path optimizer lr lr_decay_style lr_warmup_iters
+    weight_decay clip_grad micro_batch_size global_batch_size train_iters seed bf16
+    exit_interval exit_duration_in_mins recompute_granularity save load run_dir log_interval
+    tensorboard_dir progress_bar log_diagnostics_interval""".split()
+)
+
+_CLUSTER_KEYS = frozenset(("slurm_nodes", "slurm_gpus_per_node", "gpu_memory_gb"))
+
+
+def given_keys(paths: str | list[str] | None, overrides: dict) -> dict[str, str]:
+    """{field name: 'flag' or 'yaml'} for every value the user gave (flags win)."""
+    out = {}
+    for path in [paths] if isinstance(paths, str) else paths or []:
+        for values in _read_yaml(path).values():
+            out.update({key: "yaml" for key in values or {}})
+    out.update({key: "flag" for key in overrides})
+    return out
+
+
+def no_effect_warnings(cfg: Config, given: dict[str, str]) -> list[str]:
+    """One line per given value that has no effect under ``cfg``'s other settings:
+    ``KEY=VALUE: no effect under these settings; it counts with SETTING``.
+
+    Args:
+        cfg: the validated run config.
+        given: {field name: 'flag' or 'yaml'}, e.g. from :func:`given_keys`.
+    """
+    index = _field_index()
+    lines = []
+    for key, source in given.items():
+        if key not in RULES or (key in _CLUSTER_KEYS and source != "flag"):
+            continue
+        effective, needs = RULES[key]
+        if effective(cfg):
+            continue
+        value = getattr(getattr(cfg, index[key][0]), key)
+        lines.append(f"{key}={value!r}: no effect under these settings; it counts with {needs}")
+    return lines

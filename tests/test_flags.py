@@ -1,0 +1,221 @@
+"""Flags that do nothing, abbreviated flags, unknown flags and mistyped YAML values: each gets a
+named warning or error (from the public API and the CLI)."""
+
+import dataclasses
+
+import pytest
+import yaml
+from conftest import run_cli
+
+from megatron_gamma import cli
+from megatron_gamma.config import Config, ConfigError, load_config
+from megatron_gamma.flag_effects import ALWAYS_EFFECTIVE, RULES, given_keys, no_effect_warnings
+
+# key: (settings where the given value does nothing, the setting the warning must name,
+#       settings that make it count)
+CASES = {
+    "ffn_hidden_size": (
+        {"num_experts": 4, "moe_ffn_hidden_size": 64, "ffn_hidden_size": 256},
+        "--num-experts",
+        {"ffn_hidden_size": 256},
+    ),
+    "max_position_embeddings": (
+        {"max_position_embeddings": 512},
+        "learned_absolute",
+        {"max_position_embeddings": 512, "position_embedding_type": "learned_absolute"},
+    ),
+    "gate_bias": (
+        {"gated_attention": "none", "gate_bias": True},
+        "--gated-attention",
+        {"gate_bias": True},
+    ),
+    "rotary_base": (
+        {"position_embedding_type": "learned_absolute", "rotary_base": 500000},
+        "rope",
+        {"rotary_base": 500000},
+    ),
+    "moe_router_topk": (
+        {"moe_router_topk": 1},
+        "--num-experts",
+        {"moe_router_topk": 1, "num_experts": 4},
+    ),
+    "moe_ffn_hidden_size": (
+        {"moe_ffn_hidden_size": 64},
+        "--num-experts",
+        {"moe_ffn_hidden_size": 64, "num_experts": 4},
+    ),
+    "moe_aux_loss_coeff": (
+        {"moe_aux_loss_coeff": 0.0},
+        "--num-experts",
+        {"moe_aux_loss_coeff": 0.0, "num_experts": 4},
+    ),
+    "moe_token_dispatcher_type": (
+        {"moe_token_dispatcher_type": "alltoall"},
+        "--num-experts",
+        {"moe_token_dispatcher_type": "alltoall", "num_experts": 4},
+    ),
+    "init_gamma": (
+        {"init_method": "normal", "init_gamma": 0.5},
+        "--init-method gamma",
+        {"init_gamma": 0.5},
+    ),
+    "init_gamma_overrides": (
+        {"init_method": "normal", "init_gamma_overrides": "fc2=0.75"},
+        "--init-method gamma",
+        {"init_gamma_overrides": "fc2=0.75"},
+    ),
+    "embedding_fan_in": (
+        {"init_method": "normal", "embedding_fan_in": "vocab"},
+        "--init-method gamma",
+        {"embedding_fan_in": "vocab"},
+    ),
+    "init_method_std": (
+        {"init_method_std": 0.006},
+        "--init-method normal",
+        {"init_method_std": 0.006, "init_method": "normal"},
+    ),
+    "expert_tensor_parallel_size": (
+        {"expert_tensor_parallel_size": 2},
+        "--num-experts",
+        {"expert_tensor_parallel_size": 2, "num_experts": 4},
+    ),
+    "sequence_parallel": (
+        {"sequence_parallel": True},
+        "--tensor-model-parallel-size",
+        {"sequence_parallel": True, "tensor_model_parallel_size": 2},
+    ),
+    "split": ({"train_data_path": ["x"], "split": "90,10,0"}, "--data-path", {"split": "90,10,0"}),
+    "min_lr": (
+        {"lr_decay_style": "constant", "min_lr": 1e-5},
+        "--lr-decay-style",
+        {"min_lr": 1e-5},
+    ),
+    "lr_decay_iters": (
+        {"lr_decay_style": "constant", "lr_decay_iters": 100},
+        "--lr-decay-style",
+        {"lr_decay_iters": 100},
+    ),
+    "adam_beta1": (
+        {"optimizer": "sgd", "adam_beta1": 0.8},
+        "--optimizer adam",
+        {"adam_beta1": 0.8},
+    ),
+    "adam_beta2": (
+        {"optimizer": "sgd", "adam_beta2": 0.99},
+        "--optimizer adam",
+        {"adam_beta2": 0.99},
+    ),
+    "adam_eps": ({"optimizer": "sgd", "adam_eps": 1e-6}, "--optimizer adam", {"adam_eps": 1e-6}),
+    "override_opt_param_scheduler": (
+        {"override_opt_param_scheduler": True},
+        "--load",
+        {"override_opt_param_scheduler": True, "load": "ckpt"},
+    ),
+    "use_checkpoint_opt_param_scheduler": (
+        {"use_checkpoint_opt_param_scheduler": True},
+        "--load",
+        {"use_checkpoint_opt_param_scheduler": True, "load": "ckpt"},
+    ),
+    "eval_interval": ({"split": "100,0,0", "eval_interval": 5}, "validation", {"eval_interval": 5}),
+    "eval_iters": ({"split": "100,0,0", "eval_iters": 5}, "validation", {"eval_iters": 5}),
+    "recompute_method": (
+        {"recompute_method": "block"},
+        "--recompute-granularity full",
+        {"recompute_method": "block", "recompute_granularity": "full"},
+    ),
+    "recompute_num_layers": (
+        {"recompute_num_layers": 2},
+        "--recompute-granularity full",
+        {"recompute_num_layers": 2, "recompute_granularity": "full", "num_layers": 4},
+    ),
+    "save_interval": ({"save_interval": 10}, "--save", {"save_interval": 10, "save": "ckpt"}),
+    "slurm_nodes": ({"slurm_nodes": 2}, "estimate", None),
+    "slurm_gpus_per_node": ({"slurm_gpus_per_node": 4}, "estimate", None),
+    "gpu_memory_gb": ({"gpu_memory_gb": 40.0}, "estimate", None),
+}
+
+
+def _warnings(overrides):
+    return no_effect_warnings(load_config(None, overrides), given_keys(None, overrides))
+
+
+def test_every_config_field_is_classified():
+    fields = {
+        f.name
+        for section in dataclasses.fields(Config)
+        for f in dataclasses.fields(getattr(Config(), section.name))
+    }
+    assert not set(RULES) & ALWAYS_EFFECTIVE
+    assert set(RULES) | ALWAYS_EFFECTIVE == fields
+    assert set(CASES) == set(RULES)
+
+
+@pytest.mark.parametrize("key", list(CASES))
+def test_no_effect_value_warns_naming_the_setting_that_counts(key):
+    idle, needs, effective = CASES[key]
+    lines = _warnings(idle)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"{key}=") and needs in lines[0], lines[0]
+    if effective is not None:
+        assert not [line for line in _warnings(effective) if line.startswith(f"{key}=")]
+
+
+def test_defaults_and_recipes_warn_about_nothing(tmp_path):
+    assert _warnings({}) == []
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"cluster": {"slurm_nodes": 2}, "init": {"init_gamma": 1.0}}))
+    cfg = load_config(str(path))
+    assert no_effect_warnings(cfg, given_keys(str(path), {})) == []
+
+
+def test_cli_prints_the_warning_line(tmp_path):
+    proc = run_cli(
+        ["pretrain", "--init-method-std", "0.006", "--data-path", str(tmp_path / "none")]
+    )
+    assert (
+        "megatron-gamma pretrain: warning: init_method_std=0.006: no effect under these "
+        "settings; it counts with --init-method normal" in proc.stderr
+    )
+    assert proc.returncode == 2 and "data_path" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "argv, hint",
+    [
+        (["pretrain", "--lr-warmup", "5"], "did you mean --lr-warmup-iters?"),
+        (["pretrain", "--save-int", "7"], "did you mean --save-interval?"),
+        (["pretrain", "--hiden-size", "64"], "did you mean --hidden-size?"),
+        (
+            [
+                "preprocess",
+                "--input",
+                "a",
+                "--tokenizer-model",
+                "t",
+                "--output-prefix",
+                "o",
+                "--min-char",
+                "5",
+            ],
+            "did you mean --min-chars?",
+        ),
+    ],
+)
+def test_abbreviations_and_unknown_flags_are_errors_with_a_suggestion(argv, hint, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"unrecognized arguments: {argv[-2]}" in err and hint in err, err
+
+
+def test_yaml_type_error_names_key_and_expected_type(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text('model:\n  hidden_size: "abc"\noptimizer:\n  lr: 3e-4\n')
+    with pytest.raises(ConfigError, match=r"model.hidden_size='abc': expected int, got str"):
+        load_config(str(path))
+    path.write_text("optimizer:\n  lr: 3e-4\ntraining:\n  bf16: yes please\n")
+    with pytest.raises(ConfigError, match=r"training.bf16='yes please': expected bool"):
+        load_config(str(path))
+    path.write_text("optimizer:\n  lr: 3e-4\n")  # YAML 1.1 reads 3e-4 as a string
+    assert load_config(str(path)).optimizer.lr == 3e-4
