@@ -236,10 +236,10 @@ class ParallelConfig:
     """Layers per virtual pipeline chunk (interleaved 1F1B); None disables virtual stages."""
     expert_model_parallel_size: int = 1
     """Expert-parallel group size (MoE)."""
-    expert_tensor_parallel_size: int = 1
-    """Tensor-parallel size of each expert (megatron-core's expert TP group, MoE): 1 keeps every
-    expert whole on its rank (default); tensor_model_parallel_size shards experts like the
-    dense MLP."""
+    expert_tensor_parallel_size: Optional[int] = None
+    """Tensor-parallel size of each expert (megatron-core's expert TP group, MoE); default
+    tensor_model_parallel_size (as in Megatron-LM). 1 keeps every expert whole on its rank,
+    which needs expert_model_parallel_size > 1 when TP > 1."""
     sequence_parallel: bool = False
     """Shard norms/dropout activations along the sequence over the TP group."""
     use_distributed_optimizer: bool = False
@@ -252,10 +252,18 @@ class ParallelConfig:
             "tensor_model_parallel_size",
             "pipeline_model_parallel_size",
             "expert_model_parallel_size",
-            "expert_tensor_parallel_size",
         ):
             if getattr(self, key) < 1:
                 _fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
+        if self.expert_tensor_parallel_size is None:
+            self.expert_tensor_parallel_size = self.tensor_model_parallel_size
+        if self.expert_tensor_parallel_size < 1:
+            _fail(
+                "expert_tensor_parallel_size",
+                self.expert_tensor_parallel_size,
+                "must be >= 1",
+                "leave it unset (= tensor_model_parallel_size) or set 1 or more",
+            )
         vpp = self.num_layers_per_virtual_pipeline_stage
         if vpp is not None and vpp < 1:
             _fail("num_layers_per_virtual_pipeline_stage", vpp, "must be >= 1", "or unset it")
@@ -798,6 +806,15 @@ def validate_layout(cfg: Config, world_size: int) -> int:
                 ep,
                 f"ETP x EP x PP = {etp} x {ep} x {pp} does not divide the world size {world_size}",
                 "launch a multiple of ETP x EP x PP processes",
+            )
+        if ep == 1 and etp != tp:
+            _fail(
+                "expert_tensor_parallel_size",
+                etp,
+                f"differs from tensor_model_parallel_size={tp} with expert_model_parallel_size=1: "
+                "megatron-core then reduces expert gradients over the dense data-parallel group, "
+                "so the expert copies drift apart",
+                f"leave it unset (= {tp}) or use expert_model_parallel_size > 1",
             )
         if m.moe_ffn_hidden_size % etp:
             _fail(

@@ -113,10 +113,11 @@ def params_per_gpu(cfg: Config, vocab_size: int) -> dict[str, int]:
         p.pipeline_model_parallel_size,
         p.expert_model_parallel_size,
     )
-    divisor = {"tp": tp, "rep": 1, "ep": ep}
+    etp = p.expert_tensor_parallel_size
+    divisor = {"tp": tp, "rep": 1, "ep": ep * etp}
     parts = _layer_parts(cfg)
     layer = sum(n // divisor[how] for n, how in parts.values())
-    expert = parts["experts"][0] // ep if "experts" in parts else 0
+    expert = parts["experts"][0] // (ep * etp) if "experts" in parts else 0
     stage_layers = m.num_layers // pp
     h = m.hidden_size
     emb = vocab_size * h // tp
@@ -187,10 +188,15 @@ def estimate_memory(cfg: Config, vocab_size: int, world_size: int) -> MemoryEsti
     stage = params_per_gpu(cfg, vocab_size)
     n = max(stage["first"], stage["last"])
     expert = stage["expert"]
+    par = cfg.parallel
     expert_dp = max(
         1,
         world_size
-        // (cfg.parallel.pipeline_model_parallel_size * cfg.parallel.expert_model_parallel_size),
+        // (
+            par.pipeline_model_parallel_size
+            * par.expert_model_parallel_size
+            * par.expert_tensor_parallel_size
+        ),
     )
     weight_b, opt_b = (2, 12) if t.bf16 else (4, 8)
     dense = n - expert

@@ -72,17 +72,6 @@ LAYOUTS = {
             "--sequence-parallel",
         ],
     ),
-    "moe-tp2-sp-etp2": (
-        2,
-        "moe",
-        [
-            "--tensor-model-parallel-size",
-            "2",
-            "--sequence-parallel",
-            "--expert-tensor-parallel-size",
-            "2",
-        ],
-    ),
     "moe-tp2-sp-alltoall": (
         2,
         "moe",
@@ -94,8 +83,7 @@ LAYOUTS = {
             "alltoall",
         ],
     ),
-    # alltoall with expert TP > 1 gathers uneven token counts, which gloo cannot: GPU only.
-    "moe-ep2-tp2-sp-etp2": (
+    "moe-ep2-tp2-sp-etp1": (
         4,
         "moe",
         [
@@ -105,7 +93,7 @@ LAYOUTS = {
             "2",
             "--sequence-parallel",
             "--expert-tensor-parallel-size",
-            "2",
+            "1",
         ],
     ),
 }
@@ -151,7 +139,7 @@ def test_layout_equals_single_rank(tmp_path, demo_prefix, references, layout):
 
 @pytest.mark.timeout(600)
 def test_moe_tp2_sp_ep1_trains_and_resumes_like_one_rank(tmp_path, demo_prefix, references):
-    """TP=2 with SP and EP=1: experts are whole copies on both TP ranks (expert TP 1)."""
+    """TP=2 with SP and EP=1 (experts sharded over the TP ranks: expert TP defaults to TP)."""
     ckpt = tmp_path / "ckpt"
     layout = ["--tensor-model-parallel-size", "2", "--sequence-parallel"]
     # megatron-core's MoE layer refuses TP without SP in training: a named error up front.
@@ -266,6 +254,11 @@ def test_checkpoint_resharding_tp2pp2_to_tp1_and_dp2(tmp_path, demo_prefix, refe
             "does not divide the 2 layers of each pipeline stage",
         ),
         ({"expert_model_parallel_size": 2}, 2, "needs an MoE model"),
+        (
+            {"num_experts": 4, "tensor_model_parallel_size": 2, "expert_tensor_parallel_size": 1},
+            2,
+            "expert copies drift apart",
+        ),
     ],
 )
 def test_invalid_layouts_fail_with_named_errors(overrides, world, message):

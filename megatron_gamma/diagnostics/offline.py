@@ -11,7 +11,8 @@ import contextlib
 import copy
 import hashlib
 import os
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 import torch
 from megatron.core import dist_checkpointing
@@ -30,9 +31,10 @@ _ITER_PREFIX = "iter_"
 
 
 def single_rank_config(cfg: Config) -> Config:
-    """A copy of ``cfg`` with TP = PP = 1 and no distributed optimizer."""
+    """A copy of ``cfg`` with TP = expert TP = PP = 1 and no distributed optimizer."""
     out = copy.deepcopy(cfg)
     out.parallel.tensor_model_parallel_size = 1
+    out.parallel.expert_tensor_parallel_size = 1
     out.parallel.pipeline_model_parallel_size = 1
     out.parallel.use_distributed_optimizer = False
     return out

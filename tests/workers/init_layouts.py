@@ -4,7 +4,7 @@
 overrides, megatron-core's normal init, a deliberately mis-initialized parameter, and a wrong
 role-table fan-in.
 ``layouts``: two or four processes; global weights and audit rows under TP=2, PP=2, EP=2 and the
-MoE layouts (TP=2 with EP=1 with and without SP, expert TP 1 vs. 2, TP2 x EP2) vs. the
+MoE layouts (TP=2 with EP=1 with and without SP, TP2 x EP2 with expert TP 2 and 1) vs. the
 single-rank layout.
 """
 
@@ -57,15 +57,14 @@ def layout_cases():
         "moe-ep2": (MOE, {"expert_model_parallel_size": 2}, 2),
         "moe-tp2": (MOE, tp2, 2),
         "moe-tp2-sp": (MOE, {**tp2, "sequence_parallel": True}, 2),
-        "moe-tp2-etp2": (MOE, {**tp2, "expert_tensor_parallel_size": 2}, 2),
         "moe-ep2-tp2-sp": (
             MOE,
             {**tp2, "expert_model_parallel_size": 2, "sequence_parallel": True},
             4,
         ),
-        "moe-ep2-tp2-etp2": (
+        "moe-ep2-tp2-etp1": (
             MOE,
-            {**tp2, "expert_model_parallel_size": 2, "expert_tensor_parallel_size": 2},
+            {**tp2, "expert_model_parallel_size": 2, "expert_tensor_parallel_size": 1},
             4,
         ),
     }
