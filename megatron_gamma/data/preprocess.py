@@ -123,6 +123,8 @@ def _read_chunks(
                 raise
             errors = counts.setdefault("errors", {})
             errors[e.kind] = errors.get(e.kind, 0) + 1
+            if e.stopped is not None:
+                counts.setdefault("unreadable_files", {})[path] = dict(e.stopped)
             messages.append(str(e))
 
 

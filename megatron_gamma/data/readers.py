@@ -59,14 +59,19 @@ MAX_MESSAGES = 5
 
 
 class InputError(ValueError):
-    """A problem with the input, named by file (and line); ``kind`` is one of the table above."""
+    """A problem with the input, named by file (and line); ``kind`` is one of the table above.
 
-    def __init__(self, kind: str, message: str):
+    ``stopped``: for a stream that breaks ('unreadable_file'), where reading stopped:
+    ``{"records": complete records read, "byte": uncompressed bytes read}`` (parquet: rows, and
+    byte 0); None otherwise."""
+
+    def __init__(self, kind: str, message: str, stopped: dict | None = None):
         super().__init__(message)
         self.kind = kind
+        self.stopped = stopped
 
     def __reduce__(self):
-        return InputError, (self.kind, str(self))
+        return InputError, (self.kind, str(self), self.stopped)
 
 
 def input_format(path: str) -> str | None:
@@ -153,6 +158,39 @@ class Chunk:
     disk_pos: int = 0
 
 
+class _ZstdStream(io.RawIOBase):
+    """Decompressed bytes of a (multi-frame) zstd file; raises EOFError when the file ends inside
+    a frame (zstandard's own stream reader ends silently there, as if the file were whole)."""
+
+    def __init__(self, raw: io.BufferedIOBase):
+        import zstandard
+
+        self._raw, self._new = raw, zstandard.ZstdDecompressor().decompressobj
+        self._dobj, self._out = self._new(), b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._out:
+            data = self._raw.read(1 << 20)
+            if not data:
+                if not self._dobj.eof and self._started:
+                    raise EOFError("zstd stream ends inside a frame (truncated file)")
+                return 0
+            self._started = True
+            while data:
+                if self._dobj.eof:
+                    self._dobj = self._new()
+                self._out += self._dobj.decompress(data)
+                data = self._dobj.unused_data if self._dobj.eof else b""
+        n = min(len(buffer), len(self._out))
+        buffer[:n], self._out = self._out[:n], self._out[n:]
+        return n
+
+    _started = False
+
+
 def _open_binary(path: str, fmt: str) -> tuple[io.BufferedIOBase, io.RawIOBase]:
     """(line-iterable decompressed stream, the raw file under it)."""
     raw = open(path, "rb")
@@ -160,10 +198,7 @@ def _open_binary(path: str, fmt: str) -> tuple[io.BufferedIOBase, io.RawIOBase]:
         return raw, raw
     if fmt == "gzip":
         return gzip.GzipFile(fileobj=raw, mode="rb"), raw
-    import zstandard
-
-    reader = zstandard.ZstdDecompressor().stream_reader(raw, closefd=False)
-    return io.BufferedReader(reader, buffer_size=1 << 20), raw
+    return io.BufferedReader(_ZstdStream(raw), buffer_size=1 << 20), raw
 
 
 _STREAM_ERRORS = (OSError, EOFError, zlib.error)
@@ -191,21 +226,23 @@ def iter_chunks(
         columns: parquet columns to read (the json keys and language key that exist).
 
     Raises:
-        InputError: 'unreadable_file' when the file cannot be opened or its stream breaks
-            (the chunks before the break have been yielded).
+        InputError: 'unreadable_file' when the file cannot be opened or its stream breaks;
+            every complete line before the break has been yielded, and ``stopped`` says where.
     """
     fmt = input_format(path)
     if fmt == "parquet":
         yield from _iter_parquet(path, chunk_docs, columns)
         return
     errors = _STREAM_ERRORS + _zstd_errors()
-    lineno = 0
+    lineno = offset = 0
     chunk = Chunk(path, 1)
+    broken = None
     try:
         f, raw = _open_binary(path, fmt)
         with raw, f:
             for line in f:
                 lineno += 1
+                offset += len(line)
                 chunk.items.append(line)
                 chunk.raw_bytes += len(line)
                 if len(chunk.items) >= chunk_docs or chunk.raw_bytes >= chunk_bytes:
@@ -214,11 +251,16 @@ def iter_chunks(
                     chunk = Chunk(path, lineno + 1)
             chunk.disk_pos = os.fstat(raw.fileno()).st_size
     except errors as e:
-        raise InputError(
-            "unreadable_file", f"{path}: unreadable after line {lineno} ({e}). Fix: re-fetch it"
-        ) from e
-    if chunk.items:
+        broken = InputError(
+            "unreadable_file",
+            f"{path}: unreadable after line {lineno} (uncompressed byte {offset}; the "
+            f"{lineno} complete lines before are kept) ({e}). Fix: re-fetch it",
+            {"records": lineno, "byte": offset},
+        )
+    if chunk.items:  # the complete lines read before a break are kept
         yield chunk
+    if broken is not None:
+        raise broken
 
 
 def _iter_parquet(path: str, chunk_docs: int, columns: list[str] | None) -> Iterator[Chunk]:
@@ -228,13 +270,24 @@ def _iter_parquet(path: str, chunk_docs: int, columns: list[str] | None) -> Iter
     try:
         pf = pq.ParquetFile(path)
     except (OSError, pyarrow.ArrowException) as e:
-        raise InputError("unreadable_file", f"{path}: unreadable parquet file ({e})") from e
+        raise InputError(
+            "unreadable_file",
+            f"{path}: unreadable parquet file, 0 rows kept ({e}). Fix: re-fetch it",
+            {"records": 0, "byte": 0},
+        ) from e
     present = set(pf.schema_arrow.names)
     wanted = [c for c in (columns or []) if c in present]
     row = 1
     total_rows, size = max(pf.metadata.num_rows, 1), os.path.getsize(path)
     try:
-        for batch in pf.iter_batches(batch_size=chunk_docs, columns=wanted):
+        # One row group at a time: a corrupt group loses only itself, never rows of the groups
+        # before it that a batch spanning the boundary would take down with it.
+        batches = (
+            batch
+            for group in range(pf.num_row_groups)
+            for batch in pf.iter_batches(batch_size=chunk_docs, row_groups=[group], columns=wanted)
+        )
+        for batch in batches:
             cols = {name: batch.column(name).to_pylist() for name in wanted}
             items = [{k: v[i] for k, v in cols.items()} for i in range(batch.num_rows)]
             nbytes = sum(len(s) for col in cols.values() for s in col if isinstance(s, str))
@@ -242,7 +295,9 @@ def _iter_parquet(path: str, chunk_docs: int, columns: list[str] | None) -> Iter
             yield Chunk(path, row - batch.num_rows, items, nbytes, size * (row - 1) // total_rows)
     except (OSError, pyarrow.ArrowException) as e:
         raise InputError(
-            "unreadable_file", f"{path}: unreadable after row {row - 1} ({e}). Fix: re-fetch it"
+            "unreadable_file",
+            f"{path}: unreadable after row {row - 1} ({row - 1} rows kept) ({e}). Fix: re-fetch it",
+            {"records": row - 1, "byte": 0},
         ) from e
 
 

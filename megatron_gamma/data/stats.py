@@ -13,13 +13,16 @@ The JSON holds only integers and names (no timings, no host names), so a sharded
                                                             "max_symbol_ratio": 0,
                                                             "min_tokens": 0}}, ...},
       "errors": {"unreadable_file": 0, "malformed_json": 0, ...},
+      "unreadable_files": {"data/b.jsonl.gz": {"records": 1200, "byte": 2457600}},
       "data_path": ["0.31", "data/corpus_zh_text_document", "0.69", "data/corpus_en_..."]
     }
 
 ``data_path`` is a Megatron blend of the outputs weighted by their token counts (the natural
 mixture); edit the weights to up- or down-sample a language and pass it to ``megatron-gamma
 pretrain --data-path``. ``tokens`` count what is in the ``.bin`` (EOD included); ``characters``
-count the kept documents' normalized text.
+count the kept documents' normalized text. ``unreadable_files`` names each file whose stream
+broke (``--on-error skip``) with where reading stopped: the complete records read before the
+break (all of them are in the output) and the uncompressed byte offset (0 for parquet).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ def stats_document(output_prefix: str, counts: dict) -> dict:
         entry["dropped"] = {r: c.get("dropped", {}).get(r, 0) for r in DROP_REASONS}
         languages[lang] = entry
     errors = {k: counts.get("errors", {}).get(k, 0) for k in ERROR_KINDS}
+    unreadable = dict(sorted(counts.get("unreadable_files", {}).items()))
     total = sum(o["tokens"] for o in outputs.values())
     data_path = []
     for o in outputs.values():
@@ -66,6 +70,7 @@ def stats_document(output_prefix: str, counts: dict) -> dict:
         "outputs": outputs,
         "languages": languages,
         "errors": errors,
+        "unreadable_files": unreadable,
         "data_path": data_path if len(outputs) > 1 else [o["prefix"] for o in outputs.values()],
     }
 
@@ -76,6 +81,7 @@ def counts_from_document(doc: dict) -> dict:
         "outputs": {n: {k: o[k] for k in _OUTPUT_FIELDS} for n, o in doc["outputs"].items()},
         "languages": doc["languages"],
         "errors": doc["errors"],
+        "unreadable_files": doc.get("unreadable_files", {}),
     }
 
 

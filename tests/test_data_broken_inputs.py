@@ -1,0 +1,90 @@
+"""Broken inputs under ``--on-error skip``: every complete record before a break is written, and
+what could not be read is counted with where reading stopped.
+
+The expected record counts come from an independent reader (zlib / zstandard incremental
+decoders that keep what decodes before the cut, pyarrow row-group metadata), never from the code
+under test.
+"""
+
+import gzip
+import io
+import json
+import zlib
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from conftest import DEMO_TOKENIZER
+
+from megatron_gamma.data.encode import EncodeOptions
+from megatron_gamma.data.preprocess import preprocess
+from megatron_gamma.data.stats import read_json
+
+TEXTS = [f"Record number {i} says the quick brown fox jumps over the lazy dog." for i in range(400)]
+LINES = b"".join(json.dumps({"text": t}).encode() + b"\n" for t in TEXTS)
+
+
+def _complete_lines(decoded: bytes) -> int:
+    return decoded.count(b"\n")
+
+
+def _gzip_cut(path) -> int:
+    blob = gzip.compress(LINES, mtime=0)
+    cut = blob[: len(blob) * 3 // 5]
+    path.write_bytes(cut)
+    return _complete_lines(zlib.decompressobj(wbits=31).decompress(cut))
+
+
+def _zstd_cut(path) -> int:
+    """One zstd frame of many blocks (flushed every 20 lines, as streaming writers do)."""
+    out = io.BytesIO()
+    writer = zstandard.ZstdCompressor(level=3).stream_writer(out, closefd=False)
+    lines = LINES.splitlines(keepends=True)
+    for i in range(0, len(lines), 20):
+        writer.write(b"".join(lines[i : i + 20]))
+        writer.flush(zstandard.FLUSH_BLOCK)
+    writer.close()
+    blob = out.getvalue()
+    cut = blob[: len(blob) * 3 // 5]
+    path.write_bytes(cut)
+    reader = zstandard.ZstdDecompressor().decompressobj()
+    return _complete_lines(reader.decompress(cut))
+
+
+def _parquet_cut(path) -> int:
+    """Three row groups of 150/150/100 rows; the last group's data pages overwritten."""
+    table = pa.table({"text": TEXTS})
+    buf = io.BytesIO()
+    pq.write_table(table, buf, row_group_size=150, compression="zstd")
+    blob = bytearray(buf.getvalue())
+    meta = pq.ParquetFile(io.BytesIO(bytes(blob))).metadata
+    last = meta.row_group(meta.num_row_groups - 1).column(0)
+    start = last.dictionary_page_offset if last.has_dictionary_page else last.data_page_offset
+    size = last.total_compressed_size
+    blob[start + 32 : start + size - 8] = b"\xff" * (size - 40)
+    path.write_bytes(bytes(blob))
+    return sum(meta.row_group(i).num_rows for i in range(meta.num_row_groups - 1))
+
+
+@pytest.mark.parametrize(
+    "name, cut",
+    [("a.jsonl.gz", _gzip_cut), ("a.jsonl.zst", _zstd_cut), ("a.parquet", _parquet_cut)],
+)
+@pytest.mark.parametrize("chunk_size", [1, 64, 1000])
+def test_truncated_file_keeps_every_complete_record(tmp_path, name, cut, chunk_size):
+    path = tmp_path / name
+    complete = cut(path)
+    assert 0 < complete < len(TEXTS)
+    stats = preprocess(
+        [str(path)], DEMO_TOKENIZER, str(tmp_path / "out"), chunk_size=chunk_size,
+        progress=False, options=EncodeOptions(on_error="skip"),
+    )  # fmt: skip
+    doc = read_json(stats.stats_path)
+    assert sum(o["documents"] for o in doc["outputs"].values()) == complete
+    assert doc["errors"]["unreadable_file"] == 1
+    assert doc["unreadable_files"][str(path)]["records"] == complete
+    if not name.endswith(".parquet"):
+        assert doc["unreadable_files"][str(path)]["byte"] == len(
+            b"".join(LINES.splitlines(keepends=True)[:complete])
+        )
