@@ -74,7 +74,9 @@ def _preprocess(args: argparse.Namespace) -> None:
         append_eod=args.append_eod,
         nfkc=args.nfkc,
         punct_width=args.punct_width,
-        filters=Filters(args.min_chars, args.min_tokens, args.max_symbol_ratio),
+        filters=Filters(
+            args.min_chars, args.min_tokens, args.max_symbol_ratio, args.max_document_chars
+        ),
         on_error=args.on_error,
     )
     result = preprocess(
@@ -212,6 +214,11 @@ def add_data_commands(sub) -> None:
     p.add_argument(
         "--max-symbol-ratio", type=float, default=1.0,
         help="drop documents whose share of punctuation/symbol characters exceeds this",
+    )  # fmt: skip
+    p.add_argument(
+        "--max-document-chars", type=int, default=1_000_000,
+        help="cut longer documents to this many characters (counted as 'truncated'); bounds "
+        "a worker's memory",
     )  # fmt: skip
     p.add_argument(
         "--shard-index", type=int, default=None,

@@ -20,7 +20,7 @@ from tokenizers import Tokenizer
 
 from megatron_gamma.data.filters import Filters
 from megatron_gamma.data.langid import tag_language
-from megatron_gamma.data.normalize import check_punct_width, normalize
+from megatron_gamma.data.normalize import check_punct_width, normalize, remove_control_characters
 from megatron_gamma.data.readers import (
     MAX_MESSAGES,
     Chunk,
@@ -162,7 +162,9 @@ class ChunkEncoder:
                             f"{text[e.start]!r} (not encodable as UTF-8). Fix: repair the "
                             "\\ud800-style escapes, or --on-error skip",
                         ) from None
-                    texts.append((key, text))
+                    text, controls = remove_control_characters(text)
+                    text, cut = opt.filters.cap(text)
+                    texts.append((key, text, controls, cut))
             except InputError as e:
                 if opt.on_error != "skip":
                     raise
@@ -170,9 +172,11 @@ class ChunkEncoder:
                 if len(messages) < MAX_MESSAGES:
                     messages.append(str(e))
                 continue
-            for key, text in texts:
+            for key, text, controls, cut in texts:
                 text = normalize(text, opt.nfkc, opt.punct_width)
                 lang = label or tag_language(text)
+                _bump(counts, "languages", lang, "control_characters", by=controls)
+                _bump(counts, "languages", lang, "truncated", by=int(cut))
                 reason = opt.filters.text_reason(text)
                 if reason is not None:
                     _bump(counts, "languages", lang, "dropped", reason)
@@ -181,7 +185,7 @@ class ChunkEncoder:
 
     def __call__(self, chunk: Chunk) -> EncodedChunk:
         opt = self.options
-        counts: dict = {}
+        counts: dict = {"byte_order_marks": chunk.byte_order_marks}
         messages: list[str] = []
         docs = list(self._texts(chunk, counts, messages))
         pieces = [split_sentences(t) if opt.split_sentences else [t] for _, _, t in docs]

@@ -17,6 +17,11 @@
 
 NFKC runs first, so ``nfkc=True, punct_width='cjk'`` yields NFKC text with Chinese punctuation
 restored after Han characters.
+
+Always on, before both: C0 control characters other than tab, line feed and carriage return
+(U+0000..U+0008, U+000B, U+000C, U+000E..U+001F; NUL for instance) are removed
+(:func:`remove_control_characters`) and counted per language as ``control_characters`` in
+``stats.json``: they carry no text, and a tokenizer would otherwise give them ids of their own.
 """
 
 from __future__ import annotations
@@ -32,6 +37,15 @@ _ALNUM_TO_HALF = {
 }  # full-width A-Z a-z 0-9 only
 _TO_FULL = {",": "，", "!": "！", "?": "？", ";": "；", ":": "："}
 _AFTER_HAN = re.compile(r"(?<=[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff])[,!?;:]")
+
+
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+
+
+def remove_control_characters(text: str) -> tuple[str, int]:
+    """``text`` without C0 control characters other than tab, LF and CR, and how many were
+    removed (module docstring)."""
+    return _CONTROLS.subn("", text)
 
 
 def check_punct_width(value: str) -> None:

@@ -1,5 +1,7 @@
 """Streaming input: jsonl, jsonl.gz, jsonl.zst and parquet files, named as files, directories or
 globs, read in a fixed order in bounded chunks, with every bad record named by file and line.
+A UTF-8 byte-order mark at the start of a jsonl file is stripped and counted
+(``byte_order_marks`` in ``stats.json``).
 
 Reading happens in the main process and only moves raw bytes (jsonl) or column values (parquet);
 JSON decoding, UTF-8 validation and key lookup run in the workers (:func:`parse_chunk`), so the
@@ -23,6 +25,7 @@ bad_value          a ``--json-keys`` value that is not a string, or an unknown l
 
 from __future__ import annotations
 
+import codecs
 import glob
 import gzip
 import io
@@ -149,6 +152,8 @@ class Chunk:
         items: raw lines (bytes, jsonl) or ``{column: value}`` dicts (parquet), in file order.
         raw_bytes: uncompressed bytes these items occupy (for MB/s).
         disk_pos: on-disk bytes of the file read up to the end of this chunk (for the bar).
+        byte_order_marks: 1 when a UTF-8 byte-order mark was stripped from the file's first
+            line (in this chunk), else 0.
     """
 
     path: str
@@ -156,6 +161,7 @@ class Chunk:
     items: list = field(default_factory=list)
     raw_bytes: int = 0
     disk_pos: int = 0
+    byte_order_marks: int = 0
 
 
 class _ZstdStream(io.RawIOBase):
@@ -243,6 +249,9 @@ def iter_chunks(
             for line in f:
                 lineno += 1
                 offset += len(line)
+                if lineno == 1 and line.startswith(codecs.BOM_UTF8):
+                    line = line[len(codecs.BOM_UTF8) :]  # a file-level mark, not JSON
+                    chunk.byte_order_marks = 1
                 chunk.items.append(line)
                 chunk.raw_bytes += len(line)
                 if len(chunk.items) >= chunk_docs or chunk.raw_bytes >= chunk_bytes:

@@ -9,7 +9,8 @@ The JSON holds only integers and names (no timings, no host names), so a sharded
       "outputs": {"zh_text_document": {"prefix": "data/corpus_zh_text_document",
                                        "documents": 52, "sequences": 52, "tokens": 39411}, ...},
       "languages": {"zh": {"documents": 52, "sequences": 52, "tokens": 39411,
-                           "characters": 40123, "dropped": {"empty": 0, "min_chars": 0,
+                           "characters": 40123, "control_characters": 0, "truncated": 0,
+                           "dropped": {"empty": 0, "min_chars": 0,
                                                             "max_symbol_ratio": 0,
                                                             "min_tokens": 0}}, ...},
       "errors": {"unreadable_file": 0, "malformed_json": 0, ...},
@@ -20,7 +21,10 @@ The JSON holds only integers and names (no timings, no host names), so a sharded
 ``data_path`` is a Megatron blend of the outputs weighted by their token counts (the natural
 mixture); edit the weights to up- or down-sample a language and pass it to ``megatron-gamma
 pretrain --data-path``. ``tokens`` count what is in the ``.bin`` (EOD included); ``characters``
-count the kept documents' normalized text. ``unreadable_files`` names each file whose stream
+count the kept documents' normalized text; ``control_characters`` and ``truncated`` count the
+C0 control characters removed (:mod:`megatron_gamma.data.normalize`) and the documents cut to
+``--max-document-chars`` (:mod:`megatron_gamma.data.filters`); ``byte_order_marks`` the files
+whose leading UTF-8 BOM was stripped. ``unreadable_files`` names each file whose stream
 broke (``--on-error skip``) with where reading stopped: the complete records read before the
 break (all of them are in the output) and the uncompressed byte offset (0 for parquet).
 """
@@ -34,7 +38,7 @@ from megatron_gamma.data.filters import DROP_REASONS
 from megatron_gamma.data.readers import ERROR_KINDS
 
 FORMAT = "megatron-gamma-preprocess-stats/1"
-_LANG_FIELDS = ("documents", "sequences", "tokens", "characters")
+_LANG_FIELDS = ("documents", "sequences", "tokens", "characters", "control_characters", "truncated")
 _OUTPUT_FIELDS = ("documents", "sequences", "tokens")
 
 
@@ -61,6 +65,7 @@ def stats_document(output_prefix: str, counts: dict) -> dict:
         languages[lang] = entry
     errors = {k: counts.get("errors", {}).get(k, 0) for k in ERROR_KINDS}
     unreadable = dict(sorted(counts.get("unreadable_files", {}).items()))
+    boms = counts.get("byte_order_marks", 0)
     total = sum(o["tokens"] for o in outputs.values())
     data_path = []
     for o in outputs.values():
@@ -71,6 +76,7 @@ def stats_document(output_prefix: str, counts: dict) -> dict:
         "languages": languages,
         "errors": errors,
         "unreadable_files": unreadable,
+        "byte_order_marks": boms,
         "data_path": data_path if len(outputs) > 1 else [o["prefix"] for o in outputs.values()],
     }
 
@@ -82,6 +88,7 @@ def counts_from_document(doc: dict) -> dict:
         "languages": doc["languages"],
         "errors": doc["errors"],
         "unreadable_files": doc.get("unreadable_files", {}),
+        "byte_order_marks": doc.get("byte_order_marks", 0),
     }
 
 
