@@ -179,12 +179,10 @@ setup(
     "and gated attention",
     python_requires=">=3.10",
     packages=find_packages(include=["megatron_gamma", "megatron_gamma.*"]),
-    package_data={
-        "megatron_gamma": ["data/demo/*", "data/punkt/*", "launch/templates/*.j2"]
-    },
+    package_data={"megatron_gamma": ["data/demo/*", "data/punkt/*", "launch/templates/*.j2"]},
     install_requires=[
         "torch>=2.4",
-        "megatron-core>=0.15,<0.20",
+        "megatron-core>=0.16,<0.20",  # 0.16: the attention output-gate hook
         "numpy",
         "tokenizers>=0.19",
         "PyYAML",

@@ -60,7 +60,9 @@ def reference_logits(w, tokens, granularity):
         probs = scores.masked_fill(~mask, float("-inf")).softmax(-1)
         ctx = torch.einsum("bnst,tbnd->sbnd", probs, v)
         g = torch.sigmoid(xn @ w[p + "self_attention.linear_gate.weight"].T)
-        ctx = ctx * (g.view(s, b, HEADS, HEAD_DIM) if granularity == "elementwise" else g[..., None])
+        ctx = ctx * (
+            g.view(s, b, HEADS, HEAD_DIM) if granularity == "elementwise" else g[..., None]
+        )
         x = x + ctx.reshape(s, b, -1) @ w[p + "self_attention.linear_proj.weight"].T
         xn = _rms(x, w[p + "pre_mlp_layernorm.weight"])
         a, u = (xn @ w[p + "mlp.linear_fc1.weight"].T).chunk(2, dim=-1)
@@ -90,10 +92,27 @@ def test_forward_and_backward_equal_hand_written_reference(single, granularity):
 @pytest.mark.timeout(400)
 def test_tensor_parallel_equals_single_rank(tmp_path):
     results = run_worker("gated.py", ["tp"], tmp_path, nproc=2)
-    assert set(results) == {
-        f"{g}-groups{n}" for g in ("elementwise", "headwise") for n in (4, 2)
-    }
+    assert set(results) == {f"{g}-groups{n}" for g in ("elementwise", "headwise") for n in (4, 2)}
     for name, r in results.items():
         tp1, tp2 = r["loss"]
         assert abs(tp1 - tp2) <= 1e-5 * abs(tp1), name
         assert r["keys_equal"] and r["max_rel_grad_diff"] <= 1e-5, name
+
+
+def test_setup_requires_a_megatron_core_with_the_gate_hooks():
+    """setup.py's megatron-core floor is a version whose attention has the output-gate hooks we
+    override (0.15 has none), and the installed version satisfies it."""
+    import inspect
+    import re
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from megatron.core.transformer.attention import Attention
+    from packaging.requirements import Requirement
+
+    setup = (Path(__file__).resolve().parents[1] / "setup.py").read_text(encoding="utf-8")
+    req = Requirement(re.search(r'"(megatron-core[^"]*)"', setup).group(1))
+    assert "0.15.3" not in req.specifier and "0.16.0" in req.specifier
+    assert version("megatron-core") in req.specifier
+    params = inspect.signature(Attention.get_query_key_value_tensors).parameters
+    assert "output_gate" in params and hasattr(Attention, "_apply_output_gate")

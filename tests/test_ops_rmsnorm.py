@@ -294,3 +294,28 @@ def test_cuda_extension_agrees_with_cpu_extension(dtype, hidden):
     for name, a, b in zip(("y", "dx", "dweight"), gpu, cpu, strict=True):
         err = rel_err(a.cpu(), b.double())
         assert err <= TOL[dtype], f"{name}: CUDA vs CPU {err:.3g}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("backend_name", BACKENDS)
+def test_fp16_gradient_overflows_exactly_where_fp64_exceeds_fp16_range(device, backend_name):
+    """The documented fp16 contract: dx is +-inf where the fp64 gradient is >= 65520 (fp16's
+    overflow threshold) and matches fp64 elsewhere; bf16 and fp32 stay finite on the same rows."""
+    eps = 1e-12
+    x, w, dy = make(16, 512, torch.float16, 1e-6, device, seed=3)  # RMS ~ 1e-6: dx ~ 7e4 * dy
+    dy = dy * 10
+    _, ref_dx, _ = fp64_reference(x, w, eps, dy)
+    with backend(backend_name, device):
+        _, dx, _ = run(x, w, eps, dy)
+    big = ref_dx.abs() >= 65520
+    clear = (ref_dx.abs() - 65520).abs() > 1e-3 * 65520  # not within rounding of the threshold
+    assert 0 < int(big.sum()) < big.numel()
+    assert torch.equal(torch.isinf(dx)[clear], big[clear])
+    assert torch.equal(torch.sign(dx.double())[big & clear], torch.sign(ref_dx)[big & clear])
+    finite = ~big & clear
+    assert float(((dx.double() - ref_dx).abs()[finite]).max()) <= TOL[torch.float16] * 65504
+    for dtype in (torch.bfloat16, torch.float32):
+        with backend(backend_name, device):
+            y, dx_wide, dw = run(x.to(dtype), w.to(dtype), eps, dy.to(dtype))
+        assert torch.isfinite(dx_wide).all() and torch.isfinite(y).all(), dtype
+        assert torch.isfinite(dw).all(), dtype

@@ -23,6 +23,14 @@ RMSNorm (small-epsilon safe; the paper's eps = 1e-12 regime)
     the exact gradient. With ``zero_centered_gamma`` the stored weight is w - 1 (Transformer
     Engine's convention).
 
+    Finiteness contract (both backends): y, dx and dweight are computed in fp32 and rounded once
+    to the input dtype. In fp32 and bf16 (max 3.4e38) they are finite for every finite input,
+    zero rows included. fp16 holds at most 65504: dx, which grows like dy * w / RMS(x) up to
+    dy * w / sqrt(eps), overflows to +-inf exactly where the fp64 gradient is at least 65520
+    (fp16's rounding threshold) and is correct to fp16 rounding everywhere else. At eps = 1e-12
+    and |dy * w| ~ 0.1 this happens for rows with RMS below about 1e-5; fp16 training of such
+    rows needs loss scaling that keeps dy small, or bf16.
+
 Sigmoid output gate (gated attention)
     y = o * sigmoid(g) in fp32 (fp64 for fp64); g has o's shape (elementwise) or o's shape
     without the last (head_dim) dimension (headwise: one gate per head, broadcast over
