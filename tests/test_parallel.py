@@ -137,6 +137,7 @@ def test_layout_equals_single_rank(tmp_path, demo_prefix, references, layout):
     _assert_same(got, references[model], range(1, 6))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_moe_tp2_sp_ep1_trains_and_resumes_like_one_rank(tmp_path, demo_prefix, references):
     """TP=2 with SP and EP=1 (experts sharded over the TP ranks: expert TP defaults to TP)."""

@@ -32,6 +32,7 @@ def logged(run_dir, key: str) -> dict[int, float]:
     return {r["iteration"]: r[key] for r in recs if r["split"] == "train"}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_changed_schedule_on_resume_errors_overrides_or_keeps(tmp_path, demo_prefix):
     ckpt = str(tmp_path / "ckpt")
