@@ -103,8 +103,11 @@ def _estimate(args: argparse.Namespace) -> None:
 
 def _cluster_options(args: argparse.Namespace) -> dict:
     return {
+        "account": args.account,
+        "qos": args.qos,
         "partition": args.partition,
         "time": args.time,
+        "dependency": args.dependency,
         "container_image": args.container_image,
         "container_mounts": args.container_mounts,
     }
@@ -123,14 +126,16 @@ def _submit(args: argparse.Namespace) -> None:
     from megatron_gamma.config import overrides_from_args
     from megatron_gamma.launch.slurm import PretrainJob, submit_pretrain
 
+    overrides = overrides_from_args(args)
     job = PretrainJob(
         nodes=args.nodes,
         gpus_per_node=args.gpus_per_node,
         launcher=args.launcher,
         warning_seconds=args.warning_seconds,
+        env=overrides.pop("env", None) or {},  # --env adds to the config's cluster.env
         **_cluster_options(args),
     )
-    result = submit_pretrain(args.config, overrides_from_args(args), job, dry_run=args.dry_run)
+    result = submit_pretrain(args.config, overrides, job, dry_run=args.dry_run)
     _print_submission(result, args.dry_run)
 
 
@@ -143,17 +148,30 @@ def _submit_preprocess(args: argparse.Namespace) -> None:
         output_prefix=args.output_prefix,
         num_shards=args.num_shards,
         workers=args.workers,
+        env=args.env or {},
         **_cluster_options(args),
     )
     _print_submission(submit_preprocess(job, dry_run=args.dry_run), args.dry_run)
 
 
 def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--account", help="SLURM account to charge (default: the user's)")
+    p.add_argument("--qos", help="SLURM quality of service (default: the account's)")
     p.add_argument("--partition", help="SLURM partition (default: the cluster's)")
     p.add_argument("--time", help="time limit, e.g. 04:00:00 (default: the partition's)")
+    p.add_argument(
+        "--dependency",
+        help="sbatch --dependency, e.g. 'singleton' (one job of this name at a time) or "
+        "'afterok:JOBID'",
+    )
     p.add_argument("--container-image", help="pyxis/enroot image or .sqsh file")
     p.add_argument("--container-mounts", help="pyxis mounts, host:container[,...]")
-    p.add_argument("--dry-run", action="store_true", help="print the script; submit nothing")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the script (and, for submit, write the resolved config it references); "
+        "submit nothing",
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -216,9 +234,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_estimate)
 
     p = sub.add_parser("submit", help="render an sbatch script from a config and submit it")
-    p.add_argument("--config", required=True, help="YAML config file")
-    p.add_argument("--nodes", type=int, required=True, help="nodes to allocate")
-    p.add_argument("--gpus-per-node", type=int, required=True, help="GPUs (processes) per node")
+    p.add_argument(
+        "--config",
+        action="append",
+        required=True,
+        help="YAML config file; repeat to layer files (a recipe, then an ablation override)",
+    )
+    p.add_argument(
+        "--nodes", type=int, help="nodes to allocate (default: the config's cluster.slurm_nodes)"
+    )
+    p.add_argument(
+        "--gpus-per-node",
+        type=int,
+        help="GPUs (processes) per node (default: the config's cluster.slurm_gpus_per_node)",
+    )
     p.add_argument(
         "--launcher",
         choices=["srun", "torchrun"],
@@ -241,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-prefix", required=True, help="prefix of the merged dataset")
     p.add_argument("--num-shards", type=int, required=True, help="array tasks")
     p.add_argument("--workers", type=int, default=1, help="tokenizer processes per task")
+    p.add_argument(
+        "--env",
+        action="append",
+        metavar="KEY=VALUE",
+        help="export KEY=VALUE in the job (repeatable)",
+    )
     _add_cluster_flags(p)
     p.set_defaults(func=_submit_preprocess)
     p = sub.add_parser("analyze", help="diagnostics plots + numbers from a run's checkpoints")

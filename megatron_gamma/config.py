@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import difflib
 import os
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -162,6 +163,29 @@ class ModelConfig:
                 _fail(key, getattr(self, key), "must lie in [0, 1)", f"set {key} to e.g. 0.0")
 
 
+def parse_env(items: Any) -> dict[str, str]:
+    """Environment variables from ``KEY=VALUE`` strings or a ``{KEY: VALUE}`` mapping, in order.
+
+    Only the first ``=`` splits, so values may hold ``=`` and ``,`` (``NCCL_SOCKET_IFNAME=a,b``).
+
+    Raises:
+        ConfigError: an item without ``=``, or a name that is not a shell variable name.
+    """
+    if isinstance(items, dict):
+        pairs = list(items.items())
+    else:
+        pairs = []
+        for item in [items] if isinstance(items, str) else items or ():
+            name, sep, value = str(item).partition("=")
+            if not sep:
+                _fail("env", item, "expected KEY=VALUE", "e.g. --env NCCL_IB_TIMEOUT=22")
+            pairs.append((name, value))
+    for name, _ in pairs:
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(name)):
+            _fail("env", name, "not a shell variable name", "use letters, digits and _ only")
+    return {str(k): str(v) for k, v in pairs}
+
+
 def _parse_overrides(text: str) -> dict:
     out = {}
     for item in filter(None, (t.strip() for t in text.split(","))):
@@ -205,6 +229,8 @@ class InitConfig:
             )
         if not self.init_method_std > 0:
             _fail("init_method_std", self.init_method_std, "must be > 0", "use e.g. 0.02")
+        if isinstance(self.init_gamma_overrides, list):  # repeated flag
+            self.init_gamma_overrides = ",".join(self.init_gamma_overrides)
         if isinstance(self.init_gamma_overrides, str):
             self.init_gamma_overrides = _parse_overrides(self.init_gamma_overrides)
         from megatron_gamma.model.roles import ROLES
@@ -548,8 +574,13 @@ class ClusterConfig:
     """GPUs per node (8 x 80 GB in the recipes)."""
     gpu_memory_gb: float = 80.0
     """Memory per GPU (GiB) that ``estimate`` checks the layout against."""
+    env: dict = field(default_factory=dict)
+    """Environment variables ``submit`` exports in the job (``KEY: VALUE`` in YAML; the flag
+    ``--env KEY=VALUE`` may be repeated and overrides these), after its defaults
+    ``PYTHONFAULTHANDLER=1`` and ``NCCL_DEBUG=WARN``."""
 
     def __post_init__(self) -> None:
+        self.env = parse_env(self.env)
         if self.slurm_nodes is not None and self.slurm_nodes < 1:
             _fail("slurm_nodes", self.slurm_nodes, "must be >= 1", "set it to 1 or more")
         if self.slurm_gpus_per_node < 1:
@@ -717,7 +748,9 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
                 flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=doc
             )
         elif base is dict:
-            parser.add_argument(flag, dest=name, type=str, default=None, help=doc)
+            parser.add_argument(
+                flag, dest=name, action="append", metavar="KEY=VALUE", default=None, help=doc
+            )
         elif base is list or typing.get_origin(base) is list:
             parser.add_argument(flag, dest=name, nargs="+", default=None, help=doc)
         else:

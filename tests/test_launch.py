@@ -137,14 +137,123 @@ def test_submit_freezes_config_writes_script_and_calls_sbatch(
     assert os.access(script, os.X_OK)
 
 
-def test_dry_run_prints_the_script_and_writes_nothing(config, sbatch_calls, tmp_path, capsys):
+def test_dry_run_prints_the_script_and_writes_only_its_config(
+    config, sbatch_calls, tmp_path, capsys
+):
     args = ["submit", "--config", config, "--nodes", "2", "--gpus-per-node", "8", "--dry-run"]
-    assert main([*args, "--launcher", "torchrun", "--container-image", "img.sqsh"]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("#!/bin/bash\n")
-    assert "#SBATCH --ntasks-per-node=1" in out.splitlines()
-    assert "CONTAINER_IMAGE=img.sqsh" in out.splitlines()
-    assert not sbatch_calls.exists() and not (tmp_path / "run").exists()
+    mounts = f"{os.getcwd()}:{os.getcwd()}"
+    assert main([*args, "--launcher", "torchrun", "--container-image", "img.sqsh",
+                 "--container-mounts", mounts]) == 0  # fmt: skip
+    captured = capsys.readouterr()
+    assert captured.out.startswith("#!/bin/bash\n")
+    assert "#SBATCH --ntasks-per-node=1" in captured.out.splitlines()
+    assert "CONTAINER_IMAGE=img.sqsh" in captured.out.splitlines()
+    assert "warning" not in captured.err
+    assert not sbatch_calls.exists()
+    slurm_dir = tmp_path / "run" / "slurm"
+    assert os.listdir(slurm_dir) == ["config.yaml"]  # the config the script references
+    assert f"CONFIG={slurm_dir}/config.yaml" in captured.out.splitlines()
+    frozen = yaml.safe_load((slurm_dir / "config.yaml").read_text())
+    assert frozen["checkpoint"]["save"] == str(tmp_path / "run" / "checkpoints")
+
+
+def test_dry_run_of_a_cluster_recipe_warns_for_paths_absent_here(tmp_path, capsys, monkeypatch):
+    """The 1.5B recipe's data lives on the cluster: a dry run renders it, one warning per path,
+    with nodes and GPUs per node from the recipe's cluster: section."""
+    monkeypatch.chdir(tmp_path)
+    recipe = os.path.join(REPO, "examples", "configs", "gpt-1.5b.yaml")
+    with open(recipe, encoding="utf-8") as f:
+        raw = yaml.safe_load(f)
+    assert main(["submit", "--config", recipe, "--run-dir", str(tmp_path / "r"), "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert f"#SBATCH --nodes={raw['cluster']['slurm_nodes']}" in lines
+    assert f"#SBATCH --gpus-per-node={raw['cluster']['slurm_gpus_per_node']}" in lines
+    items = raw["data"].get("data_path") or raw["data"]["train_data_path"]
+    prefixes = items if len(items) == 1 else items[1::2]
+    for prefix in prefixes:
+        for ext in (".bin", ".idx"):
+            assert f"warning: {prefix}{ext} does not exist on this host" in captured.err
+    assert (tmp_path / "r" / "slurm" / "config.yaml").is_file()
+
+
+def test_nodes_come_from_the_flag_or_the_config(config, sbatch_calls, tmp_path, capsys):
+    base = ["submit", "--config", config, "--dry-run"]
+    assert main(base) == 2
+    err = capsys.readouterr().err
+    assert "nodes=None: neither --nodes nor the config's cluster.slurm_nodes" in err
+    assert main([*base, "--slurm-nodes", "2", "--slurm-gpus-per-node", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "#SBATCH --nodes=2" in lines and "#SBATCH --gpus-per-node=4" in lines
+    assert main([*base, "--slurm-nodes", "2", "--nodes", "1", "--gpus-per-node", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "#SBATCH --nodes=1" in lines and "#SBATCH --gpus-per-node=2" in lines
+
+
+def test_account_qos_dependency_and_environment(config, sbatch_calls, tmp_path, capsys):
+    with open(config, encoding="utf-8") as f:
+        raw = yaml.safe_load(f)
+    raw["cluster"] = {"env": {"NCCL_IB_TIMEOUT": "20", "HF_HOME": "/cache/hf"}}
+    layered = tmp_path / "layered.yaml"
+    layered.write_text(yaml.safe_dump(raw))
+    args = ["submit", "--config", str(layered), "--nodes", "1", "--gpus-per-node", "2"]
+    flags = ["--account", "proj42", "--qos", "high", "--dependency", "singleton",
+             "--env", "NCCL_IB_TIMEOUT=22", "--env", "NCCL_SOCKET_IFNAME=ib0,ib1"]  # fmt: skip
+    assert main([*args, *flags, "--dry-run"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for line in (
+        "#SBATCH --account=proj42",
+        "#SBATCH --qos=high",
+        "#SBATCH --dependency=singleton",
+    ):
+        assert line in lines, line
+    exports = [line for line in lines if line.startswith("export ") and "=" in line]
+    assert exports == [
+        "export PYTHONFAULTHANDLER=1",
+        "export NCCL_DEBUG=WARN",
+        "export CUDA_DEVICE_MAX_CONNECTIONS=1",  # the config has tensor_model_parallel_size 2
+        "export HF_HOME=/cache/hf",  # the config's cluster.env (its YAML keys sorted)
+        "export NCCL_IB_TIMEOUT=22",  # --env overrides the config's value
+        "export NCCL_SOCKET_IFNAME=ib0,ib1",
+    ]
+    assert main([*args, "--tensor-model-parallel-size", "1", "--dry-run"]) == 0
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in capsys.readouterr().out
+    for bad, message in (
+        (["--dependency", "after"], "dependency='after': not a SLURM dependency"),
+        (["--env", "NOEQUALS"], "env='NOEQUALS': expected KEY=VALUE"),
+        (["--env", "1BAD=x"], "env='1BAD': not a shell variable name"),
+    ):
+        assert main([*args, *bad, "--dry-run"]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_container_workdir_outside_the_mounts_is_a_warning(config, sbatch_calls, tmp_path, capsys):
+    args = ["submit", "--config", config, "--nodes", "1", "--gpus-per-node", "2", "--dry-run"]
+    assert main([*args, "--container-image", "img.sqsh", "--container-mounts", "/data:/data"]) == 0
+    err = capsys.readouterr().err
+    assert f"the working directory {os.getcwd()} is not in --container-mounts" in err
+    parent = os.path.dirname(os.getcwd())
+    assert main([*args, "--container-image", "i", "--container-mounts", f"{parent}:{parent}"]) == 0
+    assert "working directory" not in capsys.readouterr().err
+    tok = os.path.join(demo_dir(), "tokenizer.json")
+    pre = [
+        "submit-preprocess",
+        "--input",
+        tok,
+        "--tokenizer-model",
+        tok,
+        "--num-shards",
+        "1",
+        "--output-prefix",
+        str(tmp_path / "o"),
+        "--container-image",
+        "i",
+        "--dry-run",
+    ]
+    assert main(pre) == 0
+    assert f"the working directory {os.getcwd()} is not in --container-mounts" in (
+        capsys.readouterr().err
+    )
 
 
 def test_submit_preprocess_submits_array_then_dependent_merge(sbatch_calls, tmp_path, capsys):

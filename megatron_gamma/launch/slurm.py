@@ -16,19 +16,36 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
+import re
 import shlex
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Optional
 
 import jinja2
 
-from megatron_gamma.config import Config, ConfigError, load_config, save_config, validate_layout
+from megatron_gamma.config import (
+    Config,
+    ConfigError,
+    config_from_dict,
+    load_config,
+    parse_env,
+    save_config,
+    validate_layout,
+)
 
 LAUNCHERS = ("srun", "torchrun")
 SLURM_SUBDIR = "slurm"
+# sbatch --dependency: 'singleton', or TYPE:JOBID[:JOBID...] items joined by ',' (all) or '?' (any)
+_DEPENDENCY_ITEM = r"(singleton|after(any|ok|notok|corr|burstbuffer)?(:\d+(\+\d+)?)+)"
+_DEPENDENCY = re.compile(rf"^{_DEPENDENCY_ITEM}([,?]{_DEPENDENCY_ITEM})*$")
+# Exported in every job before the user's env block (which may override them).
+BASE_ENV = {"PYTHONFAULTHANDLER": "1"}
+# Exported in pretraining jobs: NCCL warnings in the log, no info flood.
+PRETRAIN_ENV = {"NCCL_DEBUG": "WARN"}
 
 
 class SubmitError(ConfigError):
@@ -37,6 +54,11 @@ class SubmitError(ConfigError):
 
 def _fail(key: str, value, why: str, fix: str) -> None:
     raise SubmitError(f"{key}={value!r}: {why}. Fix: {fix}")
+
+
+def warn(message: str) -> None:
+    """One ``megatron-gamma submit: warning: ...`` line on stderr (the job is still rendered)."""
+    print(f"megatron-gamma submit: warning: {message}", file=sys.stderr, flush=True)
 
 
 def time_limit_seconds(text: str) -> int:
@@ -63,10 +85,19 @@ def time_limit_seconds(text: str) -> int:
 class ClusterOptions:
     """sbatch settings shared by every job."""
 
+    account: Optional[str] = None
+    """SLURM account to charge (``--account``; default: the user's default account)."""
+    qos: Optional[str] = None
+    """Quality of service (``--qos``; default: the account's)."""
     partition: Optional[str] = None
     """SLURM partition (default: the cluster's default partition)."""
     time: Optional[str] = None
     """Time limit (default: the partition's)."""
+    dependency: Optional[str] = None
+    """``--dependency``: ``singleton`` (one job of this name and user runs at a time: chain a
+    run's resubmissions) or ``afterok:JOBID`` style expressions."""
+    env: dict = field(default_factory=dict)
+    """Extra ``KEY: VALUE`` exported in the job after the defaults (which it may override)."""
     container_image: Optional[str] = None
     """pyxis/enroot image (registry name or .sqsh file); None runs on the host."""
     container_mounts: Optional[str] = None
@@ -75,6 +106,14 @@ class ClusterOptions:
     def __post_init__(self) -> None:
         if self.time is not None:
             time_limit_seconds(self.time)
+        if self.dependency is not None and not _DEPENDENCY.match(self.dependency):
+            _fail(
+                "dependency",
+                self.dependency,
+                "not a SLURM dependency",
+                "use 'singleton' or e.g. 'afterok:1234' (see sbatch --dependency)",
+            )
+        self.env = parse_env(self.env)
         if self.container_mounts and not self.container_image:
             _fail(
                 "container_mounts",
@@ -88,10 +127,10 @@ class ClusterOptions:
 class PretrainJob(ClusterOptions):
     """Shape of a pretraining job."""
 
-    nodes: int = 1
-    """Nodes to allocate."""
-    gpus_per_node: int = 8
-    """GPUs (= training processes) per node."""
+    nodes: Optional[int] = None
+    """Nodes to allocate (None: the config's ``cluster.slurm_nodes``)."""
+    gpus_per_node: Optional[int] = None
+    """GPUs (= training processes) per node (None: the config's ``cluster.slurm_gpus_per_node``)."""
     launcher: str = "srun"
     """'srun' (one task per GPU) or 'torchrun' (one torchrun per node)."""
     warning_seconds: int = 300
@@ -99,9 +138,9 @@ class PretrainJob(ClusterOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.nodes < 1:
+        if self.nodes is not None and self.nodes < 1:
             _fail("nodes", self.nodes, "must be >= 1", "pass --nodes 1 or more")
-        if self.gpus_per_node < 1:
+        if self.gpus_per_node is not None and self.gpus_per_node < 1:
             _fail("gpus_per_node", self.gpus_per_node, "must be >= 1", "pass --gpus-per-node 1+")
         if self.launcher not in LAUNCHERS:
             _fail("launcher", self.launcher, "unknown launcher", "use 'srun' or 'torchrun'")
@@ -118,6 +157,24 @@ class PretrainJob(ClusterOptions):
     @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
+
+    def with_cluster_defaults(self, cluster) -> PretrainJob:
+        """This job with ``nodes``/``gpus_per_node`` taken from a config's ``cluster:`` section
+        where not given.
+
+        Raises:
+            SubmitError: no node count in either.
+        """
+        nodes = self.nodes if self.nodes is not None else cluster.slurm_nodes
+        if nodes is None:
+            _fail(
+                "nodes",
+                None,
+                "neither --nodes nor the config's cluster.slurm_nodes is set",
+                "pass --nodes N or set cluster.slurm_nodes in the config",
+            )
+        gpus = self.gpus_per_node if self.gpus_per_node is not None else cluster.slurm_gpus_per_node
+        return dataclasses.replace(self, nodes=nodes, gpus_per_node=gpus)
 
 
 @dataclass
@@ -180,6 +237,34 @@ def render(template: str, **values) -> str:
     return _environment().get_template(template).render(**values)
 
 
+def _cluster_values(job: ClusterOptions) -> dict:
+    """The template values every sbatch script takes from :class:`ClusterOptions`."""
+    return {
+        "account": job.account,
+        "qos": job.qos,
+        "partition": job.partition,
+        "time": job.time,
+        "dependency": job.dependency,
+        "container_image": job.container_image,
+        "container_mounts": job.container_mounts,
+    }
+
+
+def pretrain_env(job: PretrainJob, cfg: Optional[Config] = None) -> dict[str, str]:
+    """Environment of a pretraining job, in export order: the defaults (``PYTHONFAULTHANDLER=1``,
+    ``NCCL_DEBUG=WARN``; ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when the config uses tensor or sequence
+    parallelism, which megatron-core's TP communication needs on pre-Blackwell GPUs so that its
+    kernels are issued in order), then the config's ``cluster.env``, then ``job.env``.
+    """
+    env = {**BASE_ENV, **PRETRAIN_ENV}
+    if cfg is not None:
+        if cfg.parallel.tensor_model_parallel_size > 1 or cfg.parallel.sequence_parallel:
+            env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+        env.update(cfg.cluster.env)
+    env.update(job.env)
+    return env
+
+
 def render_pretrain(
     job: PretrainJob,
     config: str,
@@ -188,19 +273,22 @@ def render_pretrain(
     job_name: str,
     workdir: Optional[str] = None,
     header: tuple[str, ...] = (),
+    env: Optional[dict] = None,
 ) -> str:
-    """The pretraining sbatch script for ``job`` (see templates/pretrain.sbatch.j2)."""
+    """The pretraining sbatch script for ``job`` (see templates/pretrain.sbatch.j2).
+
+    ``env`` is the job's whole environment block (default: :func:`pretrain_env` without a
+    config).
+    """
     return render(
         "pretrain.sbatch.j2",
+        env=pretrain_env(job) if env is None else env,
+        **_cluster_values(job),
         nodes=job.nodes,
         gpus_per_node=job.gpus_per_node,
         tasks_per_node=job.gpus_per_node if job.launcher == "srun" else 1,
         launcher=job.launcher,
-        partition=job.partition,
-        time=job.time,
         warning_seconds=job.warning_seconds,
-        container_image=job.container_image,
-        container_mounts=job.container_mounts,
         config=config,
         checkpoints=checkpoints,
         log=log,
@@ -221,15 +309,13 @@ def render_preprocess(
     """The array + merge sbatch script for ``job`` (see templates/preprocess_array.sbatch.j2)."""
     return render(
         "preprocess_array.sbatch.j2",
+        env={**BASE_ENV, **job.env},
+        **_cluster_values(job),
         inputs=job.inputs,
         tokenizer_model=job.tokenizer_model,
         output_prefix=job.output_prefix,
         num_shards=job.num_shards,
         workers=job.workers,
-        partition=job.partition,
-        time=job.time,
-        container_image=job.container_image,
-        container_mounts=job.container_mounts,
         shard_dir=shard_dir,
         log_dir=log_dir,
         job_name=job_name,
@@ -293,8 +379,46 @@ def _write_executable(path: str, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _missing_host_paths(cfg: Config) -> list[str]:
+    """Dataset files (``.bin``/``.idx`` of every blend prefix) and the tokenizer that do not
+    exist on this host."""
+    paths = []
+    for key in ("data_path", "train_data_path", "valid_data_path", "test_data_path"):
+        items = getattr(cfg.data, key)
+        prefixes = items if len(items) == 1 else items[1::2]  # 'P' or 'W1 P1 W2 P2 ...'
+        paths += [p + ext for p in prefixes for ext in (".bin", ".idx")]
+    if cfg.data.tokenizer_model:
+        paths.append(cfg.data.tokenizer_model)
+    return [p for p in paths if not os.path.exists(p)]
+
+
+def _container_workdir(job: ClusterOptions) -> str:
+    """The job's working directory (this one); warns when a container would not see it."""
+    workdir = os.getcwd()
+    if job.container_image and not _mounted(workdir, job.container_mounts):
+        warn(
+            f"the working directory {workdir} is not in --container-mounts "
+            f"{job.container_mounts!r}; the job runs there inside the container. Fix: add "
+            f"--container-mounts {workdir}:{workdir}"
+        )
+    return workdir
+
+
+def _mounted(path: str, mounts: Optional[str]) -> bool:
+    """Whether a pyxis ``--container-mounts`` list (``host[:container[:flags]],...``) makes
+    ``path`` visible at the same place inside the container."""
+    for mount in filter(None, (mounts or "").split(",")):
+        host, _, rest = mount.partition(":")
+        inside = rest.partition(":")[0] or host
+        if host == inside and os.path.commonpath([path, os.path.abspath(host)]) == os.path.abspath(
+            host
+        ):
+            return True
+    return False
+
+
 def submit_pretrain(
-    config_path: Optional[str],
+    config_path: Optional[str | list[str]],
     overrides: dict,
     job: PretrainJob,
     dry_run: bool = False,
@@ -303,26 +427,34 @@ def submit_pretrain(
 
     The job passes ``--save`` and ``--load`` the same checkpoint directory (``checkpoint.save``,
     default ``<run_dir>/checkpoints``), so a requeued or resubmitted job resumes automatically.
+    Nodes and GPUs per node not given in ``job`` come from the config's ``cluster:`` section.
 
     Args:
-        config_path: YAML config.
+        config_path: YAML config file(s), layered in order (as for ``pretrain``).
         overrides: ``{field: value}`` Megatron-named overrides (as for ``pretrain``).
         job: nodes, GPUs, launcher and cluster options.
-        dry_run: render only; write and submit nothing.
+        dry_run: render the script and write the resolved config it references
+            (``<run_dir>/slurm/config.yaml``); submit nothing. Dataset and tokenizer paths that
+            do not exist on this host (they may live on the cluster's file system) are warnings.
 
     Returns:
         The script, its path, and (unless ``dry_run``) the job id and log path.
 
     Raises:
-        ConfigError: a missing or invalid config, or dataset files that do not exist (checked
-            on the host when no container image is given).
-        SubmitError: the job does not fit the config's layout, ``checkpoint.load`` differs from
-            ``checkpoint.save``, ``sbatch`` is missing or rejects the script.
+        ConfigError: a missing or invalid config, or (unless ``dry_run`` or with a container
+            image) dataset files that do not exist on this host.
+        SubmitError: no node count, the job does not fit the config's layout, ``checkpoint.load``
+            differs from ``checkpoint.save``, ``sbatch`` is missing or rejects the script.
     """
     cfg = load_config(config_path, overrides)
+    job = job.with_cluster_defaults(cfg.cluster)
     check_layout(cfg, job)
-    if not job.container_image:
+    if dry_run:
+        for path in _missing_host_paths(cfg):
+            warn(f"{path} does not exist on this host; the job needs it on the cluster")
+    elif not job.container_image:
         cfg.data.blend()
+    workdir = _container_workdir(job)
     run_dir = os.path.abspath(cfg.logging.run_dir)
     checkpoints = os.path.abspath(cfg.checkpoint.save or os.path.join(run_dir, "checkpoints"))
     if cfg.checkpoint.load and os.path.abspath(cfg.checkpoint.load) != checkpoints:
@@ -332,8 +464,10 @@ def submit_pretrain(
             f"differs from the save directory {checkpoints}; a requeued job resumes from --load",
             "drop --load (the job loads from its save directory) or set save to the same path",
         )
-    cfg.logging.run_dir = run_dir
-    cfg.checkpoint.save = cfg.checkpoint.load = checkpoints
+    raw = cfg.to_dict()
+    raw["logging"]["run_dir"] = run_dir
+    raw["checkpoint"]["save"] = raw["checkpoint"]["load"] = checkpoints
+    cfg = config_from_dict(raw)
     slurm_dir = os.path.join(run_dir, SLURM_SUBDIR)
     frozen = os.path.join(slurm_dir, "config.yaml")
     log = os.path.join(slurm_dir, "%x-%j.out")
@@ -344,19 +478,21 @@ def submit_pretrain(
         checkpoints=checkpoints,
         log=log,
         job_name=job_name,
-        workdir=os.getcwd(),
+        workdir=workdir,
         header=(
             "Written by `megatron-gamma submit`; the config is frozen in CONFIG. Resubmit with",
             "`sbatch THIS_FILE`: the job resumes from the newest checkpoint in CHECKPOINTS.",
         ),
+        env=pretrain_env(job, cfg),
     )
     path = os.path.join(slurm_dir, "pretrain.sbatch")
     result = Submission(path, script)
-    if dry_run:
-        return result
-    _require_sbatch()
+    if not dry_run:
+        _require_sbatch()
     os.makedirs(slurm_dir, exist_ok=True)
     save_config(cfg, frozen)
+    if dry_run:
+        return result
     _write_executable(path, script)
     job_id = _sbatch(path)
     result.job_ids.append(job_id)
@@ -398,7 +534,7 @@ def submit_preprocess(job: PreprocessJob, dry_run: bool = False) -> Submission:
         shard_dir=f"{job.output_prefix}_shards",
         log_dir=slurm_dir,
         job_name=job_name,
-        workdir=os.getcwd(),
+        workdir=_container_workdir(job),
         header=("Written by `megatron-gamma submit-preprocess`.",),
     )
     path = os.path.join(slurm_dir, f"preprocess-{base}.sbatch")
