@@ -653,6 +653,8 @@ def _typed(where: str, key: str, value: Any, tp: Any) -> Any:
             pass
     elif base in (list, dict) and isinstance(value, str):
         return value
+    elif base is dict and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value  # a repeated KEY=VALUE flag; the section parses it
     elif isinstance(value, base) and not (base is int and isinstance(value, bool)):
         return value
     expected = f"{base.__name__}{' or null' if optional else ''}"

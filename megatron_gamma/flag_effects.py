@@ -81,6 +81,7 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
     "slurm_nodes": (lambda c: False, "megatron-gamma estimate / submit"),
     "slurm_gpus_per_node": (lambda c: False, "megatron-gamma estimate / submit"),
     "gpu_memory_gb": (lambda c: False, "megatron-gamma estimate"),
+    "env": (lambda c: False, "megatron-gamma submit"),
 }
 
 # Fields whose value always changes a pretraining run (given a valid config).
@@ -97,7 +98,7 @@ ALWAYS_EFFECTIVE = frozenset(
     tensorboard_dir progress_bar log_diagnostics_interval""".split()
 )
 
-_CLUSTER_KEYS = frozenset(("slurm_nodes", "slurm_gpus_per_node", "gpu_memory_gb"))
+_CLUSTER_KEYS = frozenset(("slurm_nodes", "slurm_gpus_per_node", "gpu_memory_gb", "env"))
 
 
 def given_keys(paths: str | list[str] | None, overrides: dict) -> dict[str, str]:

@@ -132,6 +132,7 @@ CASES = {
     "slurm_nodes": ({"slurm_nodes": 2}, "estimate", None),
     "slurm_gpus_per_node": ({"slurm_gpus_per_node": 4}, "estimate", None),
     "gpu_memory_gb": ({"gpu_memory_gb": 40.0}, "estimate", None),
+    "env": ({"env": ["NCCL_DEBUG=INFO"]}, "submit", None),
 }
 
 
