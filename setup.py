@@ -187,6 +187,8 @@ setup(
         "megatron-core>=0.15,<0.20",
         "numpy",
         "tokenizers>=0.19",
+        "gigatoken==0.10.0",
+        "awkward>=2",
         "PyYAML",
         "tqdm",
         "tensorboard",
