@@ -14,6 +14,7 @@ are encoded as plain text (both backends): only the appended EOD ends a document
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -239,6 +240,7 @@ class ChunkEncoder:
         extra = int(opt.append_eod)
         doc_output = np.full(len(docs), -1, dtype=np.int64)
         names: list[str] = []
+        tally: Counter = Counter()  # {(group, member, counter): n}, nested into counts below
         for d, (key, lang, text) in enumerate(docs):
             n = doc_tokens[d]
             reason = opt.filters.token_reason(n) if doc_seqs[d] else "empty"
@@ -250,10 +252,12 @@ class ChunkEncoder:
                 names.append(name)
             doc_output[d] = names.index(name)
             for group in (("languages", lang), ("outputs", name)):
-                _bump(counts, *group, "documents")
-                _bump(counts, *group, "sequences", by=int(doc_seqs[d]))
-                _bump(counts, *group, "tokens", by=n + extra)
-            _bump(counts, "languages", lang, "characters", by=len(text))
+                tally[(*group, "documents")] += 1
+                tally[(*group, "sequences")] += int(doc_seqs[d])
+                tally[(*group, "tokens")] += n + extra
+            tally[("languages", lang, "characters")] += len(text)
+        for keys, n in tally.items():
+            _bump(counts, *keys, by=n)
         outputs = {}
         eod = self.eod if opt.append_eod else None
         for o, name in enumerate(names):

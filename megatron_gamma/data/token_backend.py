@@ -42,7 +42,7 @@ PROBE_TEXTS = (
     "don't won't I'm you're it's 'quoted' \"double\" `code` 's 't 're 've 'm 'll 'd",
     "",
 )
-MAX_SAMPLE_CHARS = 256 * 1024
+MAX_SAMPLE_CHARS = 64 * 1024
 
 
 def _hf_tokenizer(path: str):
