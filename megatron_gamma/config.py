@@ -66,6 +66,11 @@ class ModelConfig:
     'headwise' (one gate per head) or 'none' (megatron-core's plain attention)."""
     gate_bias: bool = False
     """Bias in the gate projection."""
+    layer_spec: str = "gamma"
+    """Transformer layer spec: 'gamma' (megatron-core's local spec with our RMSNorm kernel, SDPA
+    core attention and gates) or 'local' (megatron-core's ``get_gpt_layer_local_spec`` as
+    shipped: its torch RMSNorm and DotProductAttention, no gate; the baseline that speed
+    comparisons such as ``tools/gpu_acceptance.sh`` measure our additions against)."""
     add_bias_linear: bool = False
     """Biases in linear layers."""
     position_embedding_type: str = "rope"
@@ -130,6 +135,16 @@ class ModelConfig:
                 self.gated_attention,
                 "unknown gate granularity",
                 "use 'elementwise', 'headwise' or 'none'",
+            )
+        if self.layer_spec not in ("gamma", "local"):
+            _fail("layer_spec", self.layer_spec, "unknown layer spec", "use 'gamma' or 'local'")
+        if self.layer_spec == "local" and self.gated_attention != "none":
+            _fail(
+                "layer_spec",
+                self.layer_spec,
+                f"megatron-core's stock local spec has no attention gate (gated_attention="
+                f"{self.gated_attention!r})",
+                "add --gated-attention none, or use --layer-spec gamma",
             )
         if self.num_experts is not None:
             if self.num_experts < 1:
@@ -621,9 +636,7 @@ def _read_yaml(path: str) -> dict:
     return raw
 
 
-def load_config(
-    path: Optional[str | list[str]], overrides: Optional[dict] = None
-) -> Config:
+def load_config(path: Optional[str | list[str]], overrides: Optional[dict] = None) -> Config:
     """Read YAML config file(s) and apply ``{field_name: value}`` overrides (flag names,
     underscored).
 
@@ -658,7 +671,7 @@ def _base_type(tp: Any) -> Any:
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
     """Add one ``--field-name`` flag per config field (default: not given)."""
-    for name, (section, f, tp) in _field_index().items():
+    for name, (section, _f, tp) in _field_index().items():
         flag = "--" + name.replace("_", "-")
         base = _base_type(tp)
         doc = f"[{section}]"
