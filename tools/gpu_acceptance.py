@@ -222,13 +222,16 @@ def _help(prefix: list[str]) -> str:
 
 
 def _needs_install() -> str:
-    """Why the install step must run, or '' when megatron_gamma has CUDA kernels already."""
+    """Why the install step must run, or '' when megatron_gamma has CUDA kernels and pytest is
+    there."""
     probe = "from megatron_gamma import ops; print(ops.extension_status())"
     r = subprocess.run([sys.executable, "-c", probe], cwd="/", capture_output=True, text=True)
     if r.returncode != 0:
         return "megatron_gamma is not installed"
     if "cuda" not in r.stdout:
         return f"no CUDA kernels ({r.stdout.strip()})"
+    if importlib.util.find_spec("pytest") is None:
+        return "pytest is not installed (the test extra)"
     return ""
 
 
@@ -256,7 +259,7 @@ def _train_figures(output: str) -> dict:
 
 def _skip_reason(step: Step) -> str:
     if step.name == "install" and not _needs_install():
-        return "megatron_gamma already has CUDA kernels"
+        return "megatron_gamma has CUDA kernels and pytest is installed"
     if step.name == "train-transformer-engine":
         if importlib.util.find_spec("transformer_engine") is None:
             return "transformer_engine is not importable"
