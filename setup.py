@@ -185,6 +185,8 @@ setup(
         "megatron-core>=0.16,<0.20",  # 0.16: the attention output-gate hook
         "numpy",
         "tokenizers>=0.19",
+        "gigatoken==0.10.0",
+        "awkward>=2",
         "PyYAML",
         "tqdm",
         "tensorboard",

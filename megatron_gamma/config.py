@@ -67,6 +67,11 @@ class ModelConfig:
     'headwise' (one gate per head) or 'none' (megatron-core's plain attention)."""
     gate_bias: bool = False
     """Bias in the gate projection."""
+    layer_spec: str = "gamma"
+    """Transformer layer spec: 'gamma' (megatron-core's local spec with our RMSNorm kernel, SDPA
+    core attention and gates) or 'local' (megatron-core's ``get_gpt_layer_local_spec`` as
+    shipped: its torch RMSNorm and DotProductAttention, no gate; the baseline that speed
+    comparisons such as ``tools/gpu_acceptance.sh`` measure our additions against)."""
     add_bias_linear: bool = False
     """Biases in linear layers."""
     position_embedding_type: str = "rope"
@@ -131,6 +136,16 @@ class ModelConfig:
                 self.gated_attention,
                 "unknown gate granularity",
                 "use 'elementwise', 'headwise' or 'none'",
+            )
+        if self.layer_spec not in ("gamma", "local"):
+            _fail("layer_spec", self.layer_spec, "unknown layer spec", "use 'gamma' or 'local'")
+        if self.layer_spec == "local" and self.gated_attention != "none":
+            _fail(
+                "layer_spec",
+                self.layer_spec,
+                f"megatron-core's stock local spec has no attention gate (gated_attention="
+                f"{self.gated_attention!r})",
+                "add --gated-attention none, or use --layer-spec gamma",
             )
         if self.num_experts is not None:
             if self.num_experts < 1:

@@ -29,6 +29,21 @@ def test_ungated_model_is_megatron_cores_and_elementwise_matches_fused_gate(sing
     assert single["fused_max_diff"] < 1e-6  # megatron-core's attention_output_gate
 
 
+def test_layer_spec_local_is_megatron_cores_stock_spec_with_our_init(single):
+    assert not single["local_norm"].startswith("megatron_gamma"), single["local_norm"]
+    assert single["local_equals_ours"]  # same names, same gamma-init values
+    assert single["local_equals_stock"]  # same logits as the stock spec given our weights
+
+
+def test_layer_spec_local_refuses_a_gate():
+    from megatron_gamma.config import ConfigError, ModelConfig
+
+    with pytest.raises(ConfigError, match="layer_spec='local'.*Fix: add --gated-attention none"):
+        ModelConfig(layer_spec="local")
+    with pytest.raises(ConfigError, match="layer_spec='stock': unknown"):
+        ModelConfig(layer_spec="stock", gated_attention="none")
+
+
 def _rms(x, w):
     return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w
 
@@ -60,9 +75,8 @@ def reference_logits(w, tokens, granularity):
         probs = scores.masked_fill(~mask, float("-inf")).softmax(-1)
         ctx = torch.einsum("bnst,tbnd->sbnd", probs, v)
         g = torch.sigmoid(xn @ w[p + "self_attention.linear_gate.weight"].T)
-        ctx = ctx * (
-            g.view(s, b, HEADS, HEAD_DIM) if granularity == "elementwise" else g[..., None]
-        )
+        gate = g.view(s, b, HEADS, HEAD_DIM) if granularity == "elementwise" else g[..., None]
+        ctx = ctx * gate
         x = x + ctx.reshape(s, b, -1) @ w[p + "self_attention.linear_proj.weight"].T
         xn = _rms(x, w[p + "pre_mlp_layernorm.weight"])
         a, u = (xn @ w[p + "mlp.linear_fc1.weight"].T).chunk(2, dim=-1)

@@ -1,24 +1,32 @@
-"""Benchmark preprocessing: tokens/s per worker, scaling, peak memory, core-hours for 1e12 tokens,
-against the straightforward per-document path of Megatron-LM's ``tools/preprocess_data.py``.
+"""Benchmark preprocessing: tokens per CPU-second and wall tokens/s per path and worker count,
+ratios from alternated rounds, worker scaling, peak memory, core-hours for 1e12 tokens.
 
     python tools/bench_preprocess.py                       # demo corpus (+ debian corpus if found)
-    python tools/bench_preprocess.py --corpus DIR --workers 1 2 4
+    python tools/bench_preprocess.py --corpus DIR --workers 1 2 --rounds 3
 
-Two implementations on the same files, each run in a fresh process (imports not timed):
+Paths, each run in a fresh process per round (imports not timed), in the same order every round
+so that load changes hit them alike:
 
-* ``batched``: ``megatron_gamma.data.preprocess.preprocess``: chunks of records, one
-  ``encode_batch_fast`` call per chunk (Rust side, no offsets), numpy arrays, one write per chunk;
-* ``per-doc``: Megatron-LM's loop: ``Pool(workers).imap(encode, lines, 32)`` where ``encode`` does
-  ``json.loads``, one ``Tokenizer.encode`` and one Python list per document, and the main
-  process calls ``IndexedDatasetBuilder.add_document`` per document.
+* ``ours-gigatoken`` / ``ours-hf``: ``megatron_gamma.data.preprocess.preprocess`` with
+  ``--tokenizer-backend gigatoken`` / ``hf`` (reading, checks, language tags, filters, packing,
+  writing, and for gigatoken the start-up check against HF tokenizers), per worker count;
+* ``mlm-fast``: the method of Megatron-LM's ``tools/preprocess_data_fast.py`` (which needs
+  ``megatron.training``, not shipped with megatron-core, so its steps are run here):
+  ``gigatoken`` ``encode_files`` on the jsonl files (Rust reading, all cores), EOD appended with
+  ``awkward``, the ids written through megatron-core's ``IndexedDatasetBuilder``;
+* ``per-doc-hf``: Megatron-LM's ``tools/preprocess_data.py`` loop: ``Pool(workers).imap(encode,
+  lines, 32)`` with ``json.loads``, one HF ``Tokenizer.encode`` and one list per document, and
+  ``IndexedDatasetBuilder.add_document`` per document in the main process;
+* ``gigatoken-raw``: the ceiling, ``gigatoken`` ``encode_batch`` alone on texts already in
+  memory, one thread (CPU time of the encode calls only, second pass: warm pretoken cache).
 
-"Per core" is tokens per CPU-second (user + system time of the main process and its workers), so
-it does not depend on how busy the machine is; "wall" throughput and the worker scaling ratio do.
-Peak memory is ``ru_maxrss`` of the main process and of the largest worker. With the large corpus,
-the batched path is also run over the corpus repeated 3 times (symlinks) to show that peak memory
-does not grow with the input. Both paths must write identical bytes; the tool checks it. Last, the
-tokenizer alone (``encode`` per document vs ``encode_batch_fast``, texts in memory) bounds what
-any pipeline can gain per core.
+"Per core" is tokens per CPU-second (user + system time of the process, its threads and its
+workers), which depends little on how busy the machine is; wall tokens/s and the 1 -> 2 worker
+scaling need an idle machine. Each path's figure is its median over rounds; each ratio is the
+median of the per-round ratios against ``mlm-fast``. Peak memory is ``ru_maxrss`` of the main
+process and of the largest worker. All paths that write must write identical bytes (checked).
+With a large corpus, ``ours-gigatoken`` also runs over the corpus repeated ``--memory-copies``
+times (symlinks) to show that peak memory does not grow with the input.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import filecmp
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,6 +44,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRILLION = 1e12
+WRITERS = ("ours-gigatoken", "ours-hf", "mlm-fast", "per-doc-hf")
 
 
 def _usage() -> dict:
@@ -64,6 +74,7 @@ def _per_doc_init(tokenizer_path: str, eod: int) -> None:
     from tokenizers import Tokenizer
 
     _TOK, _EOD = Tokenizer.from_file(tokenizer_path), eod
+    _TOK.encode_special_tokens = True
 
 
 def _per_doc_encode(line: str):
@@ -82,7 +93,6 @@ def _child_per_doc(files: list[str], tokenizer_path: str, prefix: str, workers: 
     from megatron_gamma.data.tokenizer import BilingualTokenizer
 
     tok = BilingualTokenizer(tokenizer_path)
-    start = time.time()
     builder = IndexedDatasetBuilder(prefix + ".bin", dtype=DType.optimal_dtype(tok.vocab_size))
     tokens = 0
     pool = mp.get_context("fork").Pool(workers, _per_doc_init, (tokenizer_path, tok.eod))
@@ -95,34 +105,75 @@ def _child_per_doc(files: list[str], tokenizer_path: str, prefix: str, workers: 
     builder.finalize(prefix + ".idx")
     pool.close()
     pool.join()
-    return {"tokens": tokens, "wall": time.time() - start}
+    return {"tokens": tokens}
 
 
-def _child_batched(files: list[str], tokenizer_path: str, prefix: str, workers: int) -> dict:
-    from megatron_gamma.data.preprocess import preprocess
+def _child_mlm_fast(files: list[str], tokenizer_path: str, prefix: str, workers: int) -> dict:
+    """Megatron-LM preprocess_data_fast.py's steps: encode_files, EOD via awkward, builder."""
+    import awkward as ak
+    import gigatoken
+    import numpy as np
+    from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
 
-    start = time.time()
-    r = preprocess(files, tokenizer_path, prefix, workers=workers, progress=False)
-    return {"tokens": r.tokens, "wall": time.time() - start, "prefix": r.prefix}
+    from megatron_gamma.data.tokenizer import BilingualTokenizer
+
+    tok = BilingualTokenizer(tokenizer_path)
+    giga = gigatoken.Tokenizer(tokenizer_path)
+    docs = giga.encode_files(gigatoken.JsonlFileSource(files, "text"))
+    eod = ak.singletons(ak.Array(np.full(len(docs), tok.eod, dtype=np.uint32)))
+    docs = ak.concatenate([docs, eod], axis=1)
+    dtype = DType.optimal_dtype(tok.vocab_size)
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=dtype)
+    layout = ak.to_layout(docs)
+    offsets = np.asarray(layout.offsets.data)
+    flat = np.asarray(layout.content.data)[offsets[0] : offsets[-1]]
+    builder.data_file.write(flat.astype(dtype).tobytes())
+    lengths = np.diff(offsets)
+    builder.sequence_lengths.extend(lengths.tolist())
+    builder.document_indices.extend(range(1, len(lengths) + 1))
+    builder.finalize(prefix + ".idx")
+    return {"tokens": int(lengths.sum())}
 
 
-def _child_floor(files: list[str], tokenizer_path: str, prefix: str, workers: int) -> dict:
-    """The tokenizer alone on texts already in memory: ``encode`` per document vs
-    ``encode_batch_fast`` per 256 documents (CPU seconds of this process)."""
-    from tokenizers import Tokenizer
+def _child_ours(backend: str):
+    def run(files: list[str], tokenizer_path: str, prefix: str, workers: int) -> dict:
+        from megatron_gamma.data.preprocess import preprocess
 
-    tok = Tokenizer.from_file(tokenizer_path)
+        r = preprocess(
+            files, tokenizer_path, prefix, workers=workers, progress=False,
+            tokenizer_backend=backend,
+        )  # fmt: skip
+        return {"tokens": r.tokens, "prefix": r.prefix}
+
+    return run
+
+
+def _child_raw(files: list[str], tokenizer_path: str, prefix: str, workers: int) -> dict:
+    """gigatoken ``encode_batch`` alone, one thread, on texts in memory, 256 per call; the second
+    of two passes is timed (warm pretoken cache, as in a long run)."""
+    from megatron_gamma.data.token_backend import GigatokenBackend
+
+    giga = GigatokenBackend(tokenizer_path)
     texts = []
     for path in files:
         with _open_lines(path) as fin:
             texts += [json.loads(line)["text"] for line in fin if line.strip()]
-    t0 = time.process_time()
-    tokens = sum(len(tok.encode(t, add_special_tokens=False).ids) for t in texts)
-    t1 = time.process_time()
-    for i in range(0, len(texts), 256):
-        tok.encode_batch_fast(texts[i : i + 256], add_special_tokens=False)
-    t2 = time.process_time()
-    return {"tokens": tokens, "encode": tokens / (t1 - t0), "batch": tokens / (t2 - t1)}
+    for _ in range(2):
+        t0 = time.process_time()
+        tokens = sum(
+            len(giga.encode_batch(texts[i : i + 256])[0]) for i in range(0, len(texts), 256)
+        )
+        cpu = time.process_time() - t0
+    return {"tokens": tokens + len(texts), "encode_cpu": cpu}
+
+
+CHILDREN = {
+    "ours-gigatoken": _child_ours("gigatoken"),
+    "ours-hf": _child_ours("hf"),
+    "mlm-fast": _child_mlm_fast,
+    "per-doc-hf": _child_per_doc,
+    "gigatoken-raw": _child_raw,
+}
 
 
 def _run_child(mode: str, files: list[str], tokenizer: str, prefix: str, workers: int) -> dict:
@@ -135,59 +186,85 @@ def _run_child(mode: str, files: list[str], tokenizer: str, prefix: str, workers
         raise SystemExit(f"{mode} run failed:\n{out.stderr[-3000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result.setdefault("prefix", prefix)
+    if "encode_cpu" in result:  # the raw ceiling counts the encode calls only
+        result["cpu"] = result["encode_cpu"]
     return result
 
 
-def _fmt(r: dict) -> str:
-    return (
-        f"{r['tokens']:>11,d} tok {r['wall']:7.2f} s wall {r['tokens'] / r['wall']:>10,.0f} tok/s"
-        f"   {r['cpu']:7.2f} CPU-s {r['tokens'] / r['cpu']:>10,.0f} tok/CPU-s"
-        f"   RSS main {r['rss_main_mib']:6.0f} MiB, worker {r['rss_worker_mib']:6.0f} MiB"
-    )
+def _same_bytes(a: str, b: str) -> bool:
+    return all(filecmp.cmp(a + ext, b + ext, shallow=False) for ext in (".bin", ".idx"))
 
 
-def bench_corpus(name: str, files: list[str], tokenizer: str, workers: list[int], tmp: str):
-    print(f"\n== {name}: {len(files)} files, {sum(map(os.path.getsize, files)) / 1e6:.1f} MB")
-    results: dict = {}
-    for w in workers:
-        for mode in ("batched", "per-doc"):
-            prefix = os.path.join(tmp, f"{name}-{mode}-w{w}")
-            r = _run_child(mode, files, tokenizer, prefix, w)
-            results[(mode, w)] = r
-            print(f"  {mode:8s} workers={w}: {_fmt(r)}")
-    for w in workers:
-        fast, slow = results[("batched", w)], results[("per-doc", w)]
-        same = all(
-            filecmp.cmp(fast["prefix"] + ext, slow["prefix"] + ext, shallow=False)
-            for ext in (".bin", ".idx")
+def bench_corpus(
+    name: str, files: list[str], tokenizer: str, workers: list[int], rounds: int, tmp: str
+) -> dict:
+    """Run every path ``rounds`` times in a fixed order; print medians and ratios."""
+    size = sum(map(os.path.getsize, files))
+    print(f"\n== {name}: {len(files)} files, {size / 1e6:.1f} MB on disk, {rounds} rounds")
+    runs = [("mlm-fast", 1), ("gigatoken-raw", 1), ("per-doc-hf", workers[0])]
+    runs += [(m, w) for w in workers for m in ("ours-gigatoken", "ours-hf")]
+    results: dict = {run: [] for run in runs}
+    for r in range(rounds):
+        for mode, w in runs:
+            prefix = os.path.join(tmp, f"{name}-{mode}-w{w}-r{r}")
+            results[(mode, w)].append(_run_child(mode, files, tokenizer, prefix, w))
+        print(f"  round {r + 1}/{rounds} done (load {os.getloadavg()[0]:.1f})")
+    ref = results[("mlm-fast", 1)]
+    print(f"  {'path':16s} {'workers':>7s} {'tok/CPU-s':>11s} {'x mlm-fast':>10s} "
+          f"{'tok/s wall':>11s} {'x mlm-fast':>10s} {'RSS main':>9s} {'worker':>7s}")  # fmt: skip
+    summary = {}
+    for (mode, w), rs in results.items():
+        per_cpu = statistics.median(x["tokens"] / x["cpu"] for x in rs)
+        cpu_ratio = statistics.median(
+            (x["tokens"] / x["cpu"]) / (m["tokens"] / m["cpu"])
+            for x, m in zip(rs, ref, strict=True)
         )
-        ratio = (fast["tokens"] / fast["cpu"]) / (slow["tokens"] / slow["cpu"])
-        wall = (fast["tokens"] / fast["wall"]) / (slow["tokens"] / slow["wall"])
+        walls = [x["tokens"] / x["wall"] for x in rs if "wall" in x]
+        wall_ratio = [
+            (x["tokens"] / x["wall"]) / (m["tokens"] / m["wall"])
+            for x, m in zip(rs, ref, strict=True)
+            if "wall" in x
+        ]
+        summary[(mode, w)] = {"per_cpu": per_cpu, "wall": statistics.median(walls or [0])}
+        wall_txt = (
+            f"{statistics.median(walls):>11,.0f} {statistics.median(wall_ratio):>9.2f}x"
+            if walls else f"{'-':>11s} {'-':>10s}"
+        )  # fmt: skip
+        rss_main = max(x["rss_main_mib"] for x in rs)
+        rss_worker = max(x["rss_worker_mib"] for x in rs)
         print(
-            f"  workers={w}: batched / per-doc = {ratio:.2f}x tokens per CPU-second, "
-            f"{wall:.2f}x wall tokens/s; identical outputs: {'yes' if same else 'NO'}"
+            f"  {mode:16s} {w:>7d} {per_cpu:>11,.0f} {cpu_ratio:>9.2f}x {wall_txt} "
+            f"{rss_main:>5.0f} MiB {rss_worker:>4.0f} MiB"
         )
-    for mode in ("batched", "per-doc"):
-        base = results[(mode, workers[0])]
+    reference = results[("ours-hf", workers[0])][-1]["prefix"]
+    for mode, w in runs:
+        if mode in WRITERS and (mode, w) != ("ours-hf", workers[0]):
+            same = _same_bytes(results[(mode, w)][-1]["prefix"], reference)
+            print(f"  {mode} workers={w}: bytes identical to ours-hf: {'yes' if same else 'NO'}")
+    for mode in ("ours-gigatoken", "ours-hf"):
+        one = results[(mode, workers[0])]
         for w in workers[1:]:
-            r = results[(mode, w)]
-            scale = (r["tokens"] / r["wall"]) / (base["tokens"] / base["wall"])
-            print(f"  {mode}: wall scaling {workers[0]} -> {w} workers = {scale:.2f}x")
-    for mode in ("batched", "per-doc"):
-        per_core = max(r["tokens"] / r["cpu"] for (m, _), r in results.items() if m == mode)
-        print(f"  {mode}: 1e12 tokens = {TRILLION / per_core / 3600:,.0f} core-hours")
-    floor = _run_child("floor", files, tokenizer, os.path.join(tmp, f"{name}-floor"), 1)
-    best = max(r["tokens"] / r["cpu"] for (m, _), r in results.items() if m == "batched")
-    print(
-        f"  tokenizer alone: encode {floor['encode']:,.0f} tok/CPU-s, encode_batch_fast "
-        f"{floor['batch']:,.0f} tok/CPU-s ({floor['batch'] / floor['encode']:.2f}x); the batched "
-        f"path runs at {best / floor['batch']:.0%} of encode_batch_fast alone"
-    )
-    return results
+            many = results[(mode, w)]
+            scale = statistics.median(
+                (b["tokens"] / b["wall"]) / (a["tokens"] / a["wall"])
+                for a, b in zip(one, many, strict=True)
+            )
+            cpu = statistics.median(
+                (b["cpu"] / b["tokens"]) / (a["cpu"] / a["tokens"])
+                for a, b in zip(one, many, strict=True)
+            )
+            print(
+                f"  {mode}: {workers[0]} -> {w} workers: wall {scale:.2f}x, CPU per token "
+                f"{cpu:.2f}x"
+            )
+    for mode in ("ours-gigatoken", "ours-hf", "mlm-fast", "per-doc-hf"):
+        best = max(s["per_cpu"] for (m, _), s in summary.items() if m == mode)
+        print(f"  {mode}: 1e12 tokens = {TRILLION / best / 3600:,.0f} core-hours")
+    return summary
 
 
 def bench_memory(name: str, files: list[str], tokenizer: str, tmp: str, copies: int) -> None:
-    folder = os.path.join(tmp, f"{name}-x{copies}")
+    folder = os.path.join(tmp, f"{name}-mem-x{copies}")
     os.makedirs(folder)
     linked = []
     for c in range(copies):
@@ -195,10 +272,11 @@ def bench_memory(name: str, files: list[str], tokenizer: str, tmp: str, copies: 
             link = os.path.join(folder, f"{c}-{os.path.basename(f)}")
             os.symlink(os.path.abspath(f), link)
             linked.append(link)
-    one = _run_child("batched", files, tokenizer, os.path.join(tmp, f"{name}-m1"), 1)
-    many = _run_child("batched", linked, tokenizer, os.path.join(tmp, f"{name}-m{copies}"), 1)
+    mode = "ours-gigatoken"
+    one = _run_child(mode, files, tokenizer, os.path.join(tmp, f"{name}-mem-one"), 1)
+    many = _run_child(mode, linked, tokenizer, os.path.join(tmp, f"{name}-mem-many"), 1)
     print(
-        f"  peak RSS, batched, 1 worker: {one['rss_main_mib']:.0f} MiB for {one['tokens']:,d} "
+        f"  peak RSS, {mode}, 1 worker: {one['rss_main_mib']:.0f} MiB for {one['tokens']:,d} "
         f"tokens; {many['rss_main_mib']:.0f} MiB for {many['tokens']:,d} tokens ({copies}x input)"
     )
 
@@ -207,26 +285,31 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("--corpus", nargs="*", default=None, help="directories of zh/en jsonl(.gz)")
     p.add_argument("--workers", nargs="+", type=int, default=[1, 2])
+    p.add_argument("--rounds", type=int, default=3, help="alternated rounds per path")
     p.add_argument(
         "--tokenizer", default=os.path.join(ROOT, "megatron_gamma/data/demo/tokenizer.json")
     )
     p.add_argument("--memory-copies", type=int, default=3)
-    p.add_argument("--child", choices=["batched", "per-doc", "floor"], help=argparse.SUPPRESS)
+    p.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     p.add_argument("--prefix", help=argparse.SUPPRESS)
     p.add_argument("--files", nargs="*", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        run = {"batched": _child_batched, "per-doc": _child_per_doc, "floor": _child_floor}[
-            args.child
-        ]
-        import megatron_gamma.data.preprocess  # noqa: F401  (imports are not timed)
+        import awkward  # noqa: F401  (imports are not timed)
+        import gigatoken  # noqa: F401
 
-        before = _usage()
-        result = run(args.files, args.tokenizer, args.prefix, args.workers[0])
+        import megatron_gamma.data.preprocess  # noqa: F401
+
+        before, start = _usage(), time.time()
+        result = CHILDREN[args.child](args.files, args.tokenizer, args.prefix, args.workers[0])
         after = _usage()
         after["cpu"] -= before["cpu"]
+        if args.child != "gigatoken-raw":
+            result["wall"] = time.time() - start
         print(json.dumps(result | after))
         return
+    if args.rounds < 1 or args.memory_copies < 1:
+        p.error(f"--rounds {args.rounds} --memory-copies {args.memory_copies}: both must be >= 1")
     from megatron_gamma.data.readers import expand_inputs
 
     corpora = args.corpus
@@ -240,7 +323,7 @@ def main(argv: list[str] | None = None) -> None:
         for corpus in corpora:
             files = expand_inputs([corpus])
             name = os.path.basename(corpus.rstrip("/"))
-            bench_corpus(name, files, args.tokenizer, args.workers, tmp)
+            bench_corpus(name, files, args.tokenizer, args.workers, args.rounds, tmp)
             if sum(map(os.path.getsize, files)) > 5e6:
                 bench_memory(name, files, args.tokenizer, tmp, args.memory_copies)
 

@@ -89,6 +89,7 @@ def _preprocess(args: argparse.Namespace) -> None:
         options=options,
         shard_index=args.shard_index,
         num_shards=args.num_shards,
+        tokenizer_backend=args.tokenizer_backend,
     )
     print(format_summary(result))
 
@@ -195,6 +196,11 @@ def add_data_commands(sub) -> None:
     p.add_argument("--tokenizer-model", required=True, help="tokenizer.json")
     p.add_argument("--output-prefix", required=True)
     p.add_argument("--workers", type=int, default=1, help="tokenizer processes (one core each)")
+    p.add_argument(
+        "--tokenizer-backend", choices=["auto", "gigatoken", "hf"], default="auto",
+        help="auto: gigatoken when its ids equal HF tokenizers' on probe texts and an input "
+        "sample, else hf (says why); gigatoken: required (error if it differs); hf: HF tokenizers",
+    )  # fmt: skip
     p.add_argument("--chunk-size", type=int, default=256, help="records per work item")
     p.add_argument(
         "--per-language", action="store_true", help="one output per language tag (zh, en, mixed)"

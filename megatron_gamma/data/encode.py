@@ -2,21 +2,22 @@
 
 Per record and ``--json-keys`` key: decode and check the record, normalize the text, tag its
 language, apply the text filters, split it into sentences (optional), then tokenize the whole
-chunk in one ``Tokenizer.encode_batch_fast`` call (the Rust side, no offsets) and pack the ids of
-each output into one numpy array. Every document is processed on its own, so the result does not
-depend on where chunk boundaries fall, nor on which worker runs it.
+chunk in one batch call of the tokenizer backend (:mod:`megatron_gamma.data.token_backend`:
+``gigatoken`` or HF ``tokenizers``, same ids) and pack the ids of each output into one numpy array
+with vectorized gathers, so no Python object is made per token. Every document is processed on
+its own, so the result does not depend on where chunk boundaries fall, nor on which worker runs
+it.
 
 Special-token strings inside a document (a literal ``<|endoftext|>`` in a text about tokenizers)
-are encoded as plain text (``Tokenizer.encode_special_tokens = True``): only the appended EOD ends
-a document.
+are encoded as plain text (both backends): only the appended EOD ends a document.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
-from tokenizers import Tokenizer
 
 from megatron_gamma.data.filters import Filters
 from megatron_gamma.data.langid import tag_language
@@ -30,6 +31,7 @@ from megatron_gamma.data.readers import (
     record_text,
 )
 from megatron_gamma.data.sentences import split_sentences
+from megatron_gamma.data.token_backend import make_backend
 
 ON_ERROR = ("stop", "skip")
 
@@ -124,6 +126,38 @@ def _bump(d: dict, *keys: str, by: int = 1) -> None:
     d[keys[-1]] = d.get(keys[-1], 0) + by
 
 
+def _pack(
+    ids: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    last: np.ndarray,
+    eod: int | None,
+    dtype: type,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate sequences of ``ids``, with ``eod`` after each document's last one.
+
+    Args:
+        ids: (T,) the chunk's token ids.
+        starts, lengths: (S,) int64, where each kept sequence lies in ``ids``.
+        last: (S,) bool, the sequence ends its document.
+        eod: the id appended to each document, or None.
+        dtype: the output's token dtype.
+
+    Returns:
+        (tokens, sequence_lengths): (sum(lengths) + EODs,) ``dtype`` and (S,) int32.
+    """
+    eods = last.astype(np.int64) if eod is not None else np.zeros(len(lengths), np.int64)
+    out_lengths = lengths + eods
+    out_starts = np.cumsum(out_lengths) - out_lengths
+    tokens = np.empty(int(out_lengths.sum()), dtype=dtype)
+    n = int(lengths.sum())
+    within = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    tokens[np.repeat(out_starts, lengths) + within] = ids[np.repeat(starts, lengths) + within]
+    if eod is not None:
+        tokens[(out_starts + lengths)[last]] = eod
+    return tokens, out_lengths.astype(np.int32)
+
+
 class ChunkEncoder:
     """Callable turning a :class:`~megatron_gamma.data.readers.Chunk` into an
     :class:`EncodedChunk`.
@@ -133,14 +167,21 @@ class ChunkEncoder:
         options: how to encode.
         dtype: numpy dtype of the token ids (megatron-core ``DType.optimal_dtype``).
         eod: the EOD token id.
+        backend: 'gigatoken' or 'hf', as
+            :func:`~megatron_gamma.data.token_backend.resolve_backend` chose it.
     """
 
-    def __init__(self, tokenizer_path: str, options: EncodeOptions, dtype: type, eod: int):
-        self.tok = Tokenizer.from_file(tokenizer_path)
-        self.tok.encode_special_tokens = True
+    def __init__(
+        self, tokenizer_path: str, options: EncodeOptions, dtype: type, eod: int, backend: str
+    ):
+        self.backend = make_backend(backend, tokenizer_path)
         self.options = options
         self.dtype = dtype
         self.eod = eod
+
+    def texts(self, chunk: Chunk) -> list[str]:
+        """The texts of ``chunk`` that would be tokenized (normalized, filtered), in order."""
+        return [text for _, _, text in self._texts(chunk, {}, [])]
 
     def _texts(self, chunk: Chunk, counts: dict, messages: list[str]):
         """Yield (key, lang, text) of the records that pass the text filters."""
@@ -189,40 +230,44 @@ class ChunkEncoder:
         messages: list[str] = []
         docs = list(self._texts(chunk, counts, messages))
         pieces = [split_sentences(t) if opt.split_sentences else [t] for _, _, t in docs]
-        flat = [p for ps in pieces for p in ps]
-        encodings = self.tok.encode_batch_fast(flat, add_special_tokens=False) if flat else []
-        buffers: dict[str, tuple[list[int], list[int], list[int]]] = {}
-        i = 0
-        for (key, lang, text), ps in zip(docs, pieces, strict=True):
-            seqs = [e.ids for e in encodings[i : i + len(ps)]]
-            i += len(ps)
-            seqs = [s for s in seqs if s]
-            n = sum(len(s) for s in seqs)
-            reason = opt.filters.token_reason(n) if seqs else "empty"
+        ids, offsets = self.backend.encode_batch([p for ps in pieces for p in ps])
+        # Per piece (sentence or whole document): its length; per document: its pieces.
+        piece_lengths = np.diff(offsets)
+        doc_pieces = np.fromiter(map(len, pieces), np.int64, len(pieces))
+        doc_of_piece = np.repeat(np.arange(len(docs)), doc_pieces)
+        bounds = np.concatenate([[0], np.cumsum(doc_pieces)])
+        nonempty = piece_lengths > 0
+        total = np.concatenate([[0], np.cumsum(piece_lengths)])
+        kept = np.concatenate([[0], np.cumsum(nonempty)])
+        doc_tokens = (total[bounds[1:]] - total[bounds[:-1]]).tolist()
+        doc_seqs = kept[bounds[1:]] - kept[bounds[:-1]]
+        extra = int(opt.append_eod)
+        doc_output = np.full(len(docs), -1, dtype=np.int64)
+        names: list[str] = []
+        tally: Counter = Counter()  # {(group, member, counter): n}, nested into counts below
+        for d, (key, lang, text) in enumerate(docs):
+            n = doc_tokens[d]
+            reason = opt.filters.token_reason(n) if doc_seqs[d] else "empty"
             if reason is not None:
                 _bump(counts, "languages", lang, "dropped", reason)
                 continue
             name = opt.output_name(key, lang)
-            tokens, lengths, doc_seqs = buffers.setdefault(name, ([], [], []))
-            for s in seqs:
-                tokens.extend(s)
-                lengths.append(len(s))
-            if opt.append_eod:
-                tokens.append(self.eod)
-                lengths[-1] += 1
-                n += 1
-            doc_seqs.append(len(seqs))
+            if name not in names:
+                names.append(name)
+            doc_output[d] = names.index(name)
             for group in (("languages", lang), ("outputs", name)):
-                _bump(counts, *group, "documents")
-                _bump(counts, *group, "sequences", by=len(seqs))
-                _bump(counts, *group, "tokens", by=n)
-            _bump(counts, "languages", lang, "characters", by=len(text))
-        outputs = {
-            name: Output(
-                np.array(tokens, dtype=self.dtype),
-                np.array(lengths, dtype=np.int32),
-                np.array(doc_seqs, dtype=np.int64),
-            )
-            for name, (tokens, lengths, doc_seqs) in buffers.items()
-        }
+                tally[(*group, "documents")] += 1
+                tally[(*group, "sequences")] += int(doc_seqs[d])
+                tally[(*group, "tokens")] += n + extra
+            tally[("languages", lang, "characters")] += len(text)
+        for keys, n in tally.items():
+            _bump(counts, *keys, by=n)
+        outputs = {}
+        eod = self.eod if opt.append_eod else None
+        for o, name in enumerate(names):
+            sel = np.flatnonzero(nonempty & (doc_output[doc_of_piece] == o))
+            owner = doc_of_piece[sel]
+            last = np.append(owner[1:] != owner[:-1], True)
+            tokens, lengths = _pack(ids, offsets[sel], piece_lengths[sel], last, eod, self.dtype)
+            outputs[name] = Output(tokens, lengths, doc_seqs[doc_output == o].astype(np.int64))
         return EncodedChunk(outputs, counts, chunk.raw_bytes, chunk.disk_pos, chunk.path, messages)

@@ -5,9 +5,13 @@ Pipeline: the main process reads the input files in order (:mod:`.readers`) and 
 chunks of raw records to ``workers`` processes, which decode, normalize, tag, filter, split and
 tokenize them (:mod:`.encode`); the main process writes the results in input order through
 megatron-core's ``IndexedDatasetBuilder`` (:mod:`.indexed`). At most ``2 x workers`` chunks are in
-flight, so memory does not grow with the input. Each document is handled on its own, so the bytes
-written do not depend on the worker count, and the file list is split into contiguous shards
-(:mod:`.sharding`), so merging shard outputs in order gives the bytes of one run.
+flight, so memory does not grow with the input. The tokenizer backend (``gigatoken`` or HF
+``tokenizers``) is chosen once per call, before any shard, by
+:func:`~megatron_gamma.data.token_backend.resolve_backend` on the first chunk of up to
+:data:`SAMPLE_FILES` input files, so every shard and worker uses the same one. Each document is
+handled on its own, so the bytes written do not depend on the worker count, and the file list is
+split into contiguous shards (:mod:`.sharding`), so merging shard outputs in order gives the bytes
+of one run.
 
 Layout (Megatron-LM's names): each output is ``{output_prefix}_{key}_{level}`` (``level`` is
 ``document``, or ``sentence`` with sentence splitting), or ``{output_prefix}_{lang}_{key}_{level}``
@@ -29,10 +33,12 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import zip_longest
 
 from megatron.core.datasets.indexed_dataset import DType
 from tqdm import tqdm
 
+from megatron_gamma.config import ConfigError
 from megatron_gamma.data.encode import ChunkEncoder, EncodedChunk, EncodeOptions
 from megatron_gamma.data.indexed import ChunkWriter
 from megatron_gamma.data.merge import merge_shards
@@ -48,10 +54,12 @@ from megatron_gamma.data.readers import (
 from megatron_gamma.data.resume import UnitOutput
 from megatron_gamma.data.sharding import check_shards, shard_files, shard_prefix
 from megatron_gamma.data.stats import add_counts, read_json, stats_document, write_json
+from megatron_gamma.data.token_backend import BACKENDS, resolve_backend
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 
 log = logging.getLogger(__name__)
 _ENCODER: ChunkEncoder | None = None
+SAMPLE_FILES = 8
 
 
 @dataclass
@@ -66,6 +74,7 @@ class PreprocessStats:
         stats: the ``.stats.json`` document (:mod:`megatron_gamma.data.stats`).
         skipped: shards found complete and not redone.
         stats_path: the ``.stats.json`` written.
+        tokenizer_backend: 'gigatoken' or 'hf', with the reason it was chosen.
     """
 
     prefix: str
@@ -77,6 +86,7 @@ class PreprocessStats:
     stats: dict
     skipped: int = 0
     stats_path: str = ""
+    tokenizer_backend: str = ""
 
 
 def _set_parent_death_signal() -> None:
@@ -88,10 +98,12 @@ def _set_parent_death_signal() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _init_worker(tokenizer_path: str, options: EncodeOptions, dtype: type, eod: int) -> None:
+def _init_worker(
+    tokenizer_path: str, options: EncodeOptions, dtype: type, eod: int, backend: str
+) -> None:
     global _ENCODER
     _set_parent_death_signal()
-    _ENCODER = ChunkEncoder(tokenizer_path, options, dtype, eod)
+    _ENCODER = ChunkEncoder(tokenizer_path, options, dtype, eod, backend)
 
 
 def _encode(chunk: Chunk) -> EncodedChunk:
@@ -111,13 +123,23 @@ def _ordered_map(pool, fn: Callable, items: Iterable, window: int) -> Iterator:
 
 
 def _read_chunks(
-    files: list[str], options: EncodeOptions, chunk_size: int, counts: dict, messages: list[str]
+    files: list[str],
+    options: EncodeOptions,
+    chunk_size: int,
+    counts: dict,
+    messages: list[str],
+    first_only: bool = False,
 ) -> Iterator[Chunk]:
     columns = list(options.json_keys) + ([options.lang_key] if options.lang_key else [])
     for path in files:
         try:
             check_readable(path)
-            yield from iter_chunks(path, chunk_size, columns=columns)
+            chunks = iter_chunks(path, chunk_size, columns=columns)
+            if first_only:
+                yield from [c for c in (next(chunks, None),) if c is not None]
+                chunks.close()
+            else:
+                yield from chunks
         except InputError as e:
             if options.on_error != "skip":
                 raise
@@ -141,7 +163,29 @@ def _fingerprint(
     return json.loads(json.dumps(fp))  # tuples -> lists, as read back from the marker
 
 
-def _result(base: str, doc: dict, seconds: float, skipped: int) -> PreprocessStats:
+def _choose_backend(
+    files: list[str], tok: BilingualTokenizer, options: EncodeOptions, requested: str, size: int
+) -> tuple[str, str]:
+    """Resolve ``requested`` on the first chunk of up to SAMPLE_FILES files, their texts
+    interleaved (so the size cap keeps every file); log the choice.
+
+    Returns:
+        (backend, reason) of :func:`~megatron_gamma.data.token_backend.resolve_backend`.
+    """
+    per_file: list[list[str]] = []
+    if requested != "hf":
+        encoder = ChunkEncoder(tok.path, options, int, tok.eod, "hf")
+        for chunk in _read_chunks(files[:SAMPLE_FILES], options, size, {}, [], first_only=True):
+            per_file.append(encoder.texts(chunk))
+    sample = [t for group in zip_longest(*per_file) for t in group if t is not None]
+    backend, reason = resolve_backend(requested, tok.path, sample)
+    (log.info if backend == "gigatoken" or requested == "hf" else log.warning)(
+        "tokenizer backend %s", reason
+    )
+    return backend, reason
+
+
+def _result(base: str, doc: dict, seconds: float, skipped: int, backend: str) -> PreprocessStats:
     prefixes = {name: o["prefix"] for name, o in doc["outputs"].items()}
     return PreprocessStats(
         prefix=next(iter(prefixes.values())),
@@ -153,6 +197,7 @@ def _result(base: str, doc: dict, seconds: float, skipped: int) -> PreprocessSta
         stats=doc,
         skipped=skipped,
         stats_path=f"{base}.stats.json",
+        tokenizer_backend=backend,
     )
 
 
@@ -180,6 +225,7 @@ def _run_unit(
     workers: int,
     chunk_size: int,
     progress: bool,
+    backend: str,
 ) -> tuple[dict, bool]:
     """Preprocess ``files`` into the outputs under ``base``; return (stats doc, was skipped)."""
     unit = UnitOutput(base, _fingerprint(files, options, tok, shard))
@@ -204,10 +250,10 @@ def _run_unit(
     try:
         chunks = _read_chunks(files, options, chunk_size, counts, messages)
         if workers == 1:
-            encoder = ChunkEncoder(tok.path, options, dtype, tok.eod)
+            encoder = ChunkEncoder(tok.path, options, dtype, tok.eod, backend)
             results: Iterator[EncodedChunk] = map(encoder, chunks)
         else:
-            init = (tok.path, options, dtype, tok.eod)
+            init = (tok.path, options, dtype, tok.eod, backend)
             pool = mp.get_context("fork").Pool(workers, _init_worker, init)
             results = _ordered_map(pool, _encode, chunks, 2 * workers)
         start, raw, docs, tokens = time.time(), 0, 0, 0
@@ -266,6 +312,7 @@ def preprocess(
     options: EncodeOptions | None = None,
     shard_index: int | None = None,
     num_shards: int = 1,
+    tokenizer_backend: str = "auto",
 ) -> PreprocessStats:
     """Tokenize the input into Megatron indexed datasets (module docstring).
 
@@ -282,6 +329,9 @@ def preprocess(
             ``{output_prefix}-shard{i:05d}-of-{n:05d}``; None runs every shard in turn and then
             merges them into ``output_prefix``.
         num_shards: split the file list into this many contiguous shards.
+        tokenizer_backend: 'auto' (gigatoken when it gives HF tokenizers' ids on a sample of
+            the input, else hf, saying why), 'gigatoken' (required) or 'hf'
+            (:mod:`megatron_gamma.data.token_backend`).
 
     Returns:
         Counts and output prefixes (of the shard when ``shard_index`` is given).
@@ -289,7 +339,8 @@ def preprocess(
     Raises:
         InputError: a missing input, or (with ``on_error='stop'``) a bad record or unreadable
             file, named by file and line (a ``ValueError``).
-        ConfigError: bad shard flags, or an output prefix holding a run with other settings.
+        ConfigError: bad shard flags, an output prefix holding a run with other settings, an
+            unknown ``tokenizer_backend``, or 'gigatoken' when it cannot give HF's ids.
         ValueError: no document to write, ``workers < 1`` or ``chunk_size < 1``.
         FileNotFoundError: the tokenizer is missing.
     """
@@ -297,26 +348,32 @@ def preprocess(
         raise ValueError(f"workers={workers}: must be >= 1. Fix: --workers 1")
     if chunk_size < 1:
         raise ValueError(f"chunk_size={chunk_size}: must be >= 1. Fix: e.g. 256")
+    if tokenizer_backend not in BACKENDS:
+        raise ConfigError(
+            f"tokenizer_backend={tokenizer_backend!r}: unknown. Fix: one of {', '.join(BACKENDS)}"
+        )
     options = options or EncodeOptions(json_keys=(json_key,))
     start = time.time()
     files = expand_inputs(inputs)
     check_shards(len(files), shard_index, num_shards)
     tok = BilingualTokenizer(tokenizer_path)
     os.makedirs(os.path.dirname(os.path.abspath(output_prefix)), exist_ok=True)
+    backend, reason = _choose_backend(files, tok, options, tokenizer_backend, chunk_size)
     run = {"tok": tok, "options": options, "workers": workers, "chunk_size": chunk_size}
+    run["backend"] = backend
     if num_shards == 1 or shard_index is not None:
         i = shard_index or 0
         base = shard_prefix(output_prefix, i, num_shards)
         part = shard_files(files, i, num_shards)
         doc, skipped = _run_unit(part, base, shard=(i, num_shards), progress=progress, **run)
-        return _result(base, doc, time.time() - start, int(skipped))
+        return _result(base, doc, time.time() - start, int(skipped), reason)
     skipped = 0
     for i in range(num_shards):
         base = shard_prefix(output_prefix, i, num_shards)
         part = shard_files(files, i, num_shards)
         skipped += _run_unit(part, base, shard=(i, num_shards), progress=progress, **run)[1]
     doc = merge_shards(output_prefix, num_shards, progress=progress)
-    return _result(output_prefix, doc, time.time() - start, skipped)
+    return _result(output_prefix, doc, time.time() - start, skipped, reason)
 
 
 def format_summary(result: PreprocessStats) -> str:
@@ -337,6 +394,8 @@ def format_summary(result: PreprocessStats) -> str:
     errors = ", ".join(f"{k} {v}" for k, v in doc["errors"].items() if v)
     if errors:
         lines.append(f"  skipped bad input: {errors}")
+    if result.tokenizer_backend:
+        lines.append(f"  tokenizer backend {result.tokenizer_backend}")
     if result.skipped:
         lines.append(f"  {result.skipped} shard(s) were already complete and skipped")
     lines.append(

@@ -118,9 +118,12 @@ def layer_spec(cfg: Config) -> ModuleSpec:
 
     ``gated_attention='none'`` keeps megatron-core's ``SelfAttention``; otherwise
     :class:`GatedSelfAttention` with the chosen granularity replaces it through the spec.
+    ``layer_spec='local'`` returns megatron-core's spec unchanged (same parameter names).
     """
     m = cfg.model
     spec = get_gpt_layer_local_spec(num_experts=m.num_experts, normalization="RMSNorm")
+    if m.layer_spec == "local":
+        return spec
     spec.submodules.input_layernorm = RMSNorm
     spec.submodules.pre_mlp_layernorm = RMSNorm
     attention = spec.submodules.self_attention
@@ -154,7 +157,8 @@ def build_model_chunk(
     post = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
     spec = layer_spec(cfg)
     n_layers = get_num_layers_to_build(tcfg, vp_stage=vp_stage)
-    block = TransformerBlockSubmodules(layer_specs=[spec] * n_layers, layer_norm=RMSNorm)
+    norm = spec.submodules.input_layernorm  # the final norm is the layers' norm
+    block = TransformerBlockSubmodules(layer_specs=[spec] * n_layers, layer_norm=norm)
     model = GPTModel(
         config=tcfg,
         transformer_layer_spec=block,

@@ -53,6 +53,16 @@ def single():
     stock.load_state_dict(ours.state_dict(), strict=False)
     with torch.no_grad():
         out["stock_max_diff"] = float((_logits(ours) - _logits(stock)).abs().max())
+    # --layer-spec local builds megatron-core's stock spec itself, gamma-initialized like ours.
+    local = build(make_config(dict(BASE, gated_attention="none", layer_spec="local"), {}))[0][0]
+    norm = type(local.decoder.layers[0].input_layernorm)
+    out["local_norm"] = f"{norm.__module__}.{norm.__qualname__}"
+    mine, theirs = dict(ours.named_parameters()), dict(local.named_parameters())
+    out["local_equals_ours"] = list(mine) == list(theirs) and all(
+        torch.equal(mine[n], theirs[n]) for n in mine
+    )
+    with torch.no_grad():
+        out["local_equals_stock"] = bool(torch.equal(_logits(local), _logits(stock)))
     # Our elementwise gate vs megatron-core's fused attention_output_gate.
     cfg = make_config(dict(BASE, gated_attention="elementwise"), {})
     ours = build(cfg)[0][0]

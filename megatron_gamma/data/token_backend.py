@@ -1,0 +1,191 @@
+"""Tokenizer backends for preprocessing: ``gigatoken`` when it gives the ids of HF ``tokenizers``,
+HF ``tokenizers`` otherwise (``--tokenizer-backend auto|gigatoken|hf``).
+
+Both backends encode a batch of texts into one flat id array plus offsets, so everything after
+tokenization is shared and the bytes written depend only on the ids. The contract is HF
+``tokenizers``' encoding of a ``tokenizer.json`` with ``encode_special_tokens = True`` (a literal
+``<|endoftext|>`` inside a document is plain text) and no added special tokens; ``gigatoken``
+(PyPI, the tokenizer of Megatron-LM's ``tools/preprocess_data_fast.py``) reaches it by loading
+the same ``tokenizer.json`` with its special added tokens removed, so it never matches them in
+text.
+
+:func:`resolve_backend` decides at start-up. ``auto`` loads ``gigatoken`` and compares its ids
+with HF ``tokenizers`` on :data:`PROBE_TEXTS` (mixed scripts, emoji, control characters, very long
+words, special-token strings) and on a sample of the input; any difference, a tokenizer.json
+``gigatoken`` cannot load, or ``gigatoken`` not installed makes it fall back to ``hf`` and say
+why. ``gigatoken`` requires the same check to pass and raises ``ConfigError`` otherwise; ``hf``
+skips it. So the backend never changes the output bytes on what was checked, and it is not part of
+a run's resume fingerprint.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from itertools import chain
+
+import numpy as np
+
+from megatron_gamma.config import ConfigError
+
+BACKENDS = ("auto", "gigatoken", "hf")
+PROBE_TEXTS = (
+    "Hello, world! 你好，世界！混合 mixed 文本 with numbers 12345 and 3.14159.",
+    "Ελληνικά, кириллица, العربية, עברית, हिन्दी, 日本語のかな, 한국어, ไทย.",
+    "emoji 😀👍🏽👨‍👩‍👧‍👦🇨🇳🇺🇸 and symbols ∑∫√ ©®™ ←→ ♠♣",
+    "control \x00\x01\x07\x08\x0b\x0c\x1b[31m\x7f\x85 \u200b\u200d\ufeff\u2028\u2029 end",
+    "a <|endoftext|> b <|pad|><|bos|> c <|endoftext|>",
+    "  leading spaces\n\n\ttabs\r\nCRLF   trailing   ",
+    "x" * 5000 + " " + "汉" * 3000 + " " + "ab1" * 2000,
+    "Supercalifragilisticexpialidocious" * 50 + "pneumonoultramicroscopicsilicovolcanoconiosis",
+    "https://example.org/a/b?c=d&e=f#g /usr/lib/x86_64-linux-gnu/libc.so.6 $HOME ~/.bashrc",
+    "don't won't I'm you're it's 'quoted' \"double\" `code` 's 't 're 've 'm 'll 'd",
+    "",
+)
+MAX_SAMPLE_CHARS = 64 * 1024
+
+
+def _hf_tokenizer(path: str):
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(path)
+    tok.encode_special_tokens = True
+    return tok
+
+
+class HFBackend:
+    """HF ``tokenizers`` (``encode_batch_fast``: the Rust side, no offsets).
+
+    Args:
+        tokenizer_path: a ``tokenizer.json``.
+    """
+
+    name = "hf"
+
+    def __init__(self, tokenizer_path: str):
+        self.tok = _hf_tokenizer(tokenizer_path)
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids of ``texts`` (no special tokens added).
+
+        Returns:
+            (ids, offsets): ids (T,) uint32, all texts' ids in order; offsets (len(texts) + 1,)
+            int64, text i's ids are ``ids[offsets[i]:offsets[i + 1]]``.
+        """
+        seqs = [e.ids for e in self.tok.encode_batch_fast(list(texts), add_special_tokens=False)]
+        offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, seqs), np.int64, len(seqs)), out=offsets[1:])
+        ids = np.fromiter(chain.from_iterable(seqs), np.uint32, int(offsets[-1]))
+        return ids, offsets
+
+
+class GigatokenBackend:
+    """``gigatoken`` (PyPI) on the same ``tokenizer.json``, special added tokens removed.
+
+    Encodes on the calling thread (``parallel=False``): one core per preprocessing worker.
+
+    Args:
+        tokenizer_path: a ``tokenizer.json``.
+
+    Raises:
+        ImportError: gigatoken is not installed.
+        Exception: whatever gigatoken raises for a tokenizer.json it does not support.
+    """
+
+    name = "gigatoken"
+
+    def __init__(self, tokenizer_path: str):
+        import awkward
+        import gigatoken
+
+        with open(tokenizer_path, encoding="utf-8") as f:
+            doc = json.load(f)
+        doc["added_tokens"] = [t for t in doc.get("added_tokens") or [] if not t.get("special")]
+        self._ak = awkward
+        self.tok = gigatoken.Tokenizer.from_json(json.dumps(doc))
+
+    def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Same contract as :meth:`HFBackend.encode_batch`."""
+        if not texts:
+            return np.zeros(0, np.uint32), np.zeros(1, np.int64)
+        layout = self._ak.to_layout(self.tok.encode_batch(list(texts), parallel=False))
+        offsets = np.asarray(layout.offsets.data, dtype=np.int64)
+        ids = np.asarray(layout.content.data)[offsets[0] : offsets[-1]]
+        return ids.astype(np.uint32, copy=False), offsets - offsets[0]
+
+
+def make_backend(name: str, tokenizer_path: str) -> HFBackend | GigatokenBackend:
+    """The backend called ``name`` ('gigatoken' or 'hf'), as :func:`resolve_backend` chose it."""
+    if name == "hf":
+        return HFBackend(tokenizer_path)
+    if name == "gigatoken":
+        return GigatokenBackend(tokenizer_path)
+    raise ConfigError(f"tokenizer_backend={name!r}: not a resolved backend. Fix: 'gigatoken'/'hf'")
+
+
+def first_difference(
+    texts: Sequence[str], hf: HFBackend, other: GigatokenBackend
+) -> tuple[int, list[int], list[int]] | None:
+    """(index, HF ids, other ids) of the first text the two backends encode differently, else
+    None."""
+    a_ids, a_off = hf.encode_batch(texts)
+    b_ids, b_off = other.encode_batch(texts)
+    for i in range(len(texts)):
+        a = a_ids[a_off[i] : a_off[i + 1]]
+        b = b_ids[b_off[i] : b_off[i + 1]]
+        if not np.array_equal(a, b):
+            return i, a.tolist(), b.tolist()
+    return None
+
+
+def resolve_backend(requested: str, tokenizer_path: str, sample: Sequence[str]) -> tuple[str, str]:
+    """Choose the backend for a run (module docstring).
+
+    Args:
+        requested: 'auto', 'gigatoken' or 'hf'.
+        tokenizer_path: the run's ``tokenizer.json``.
+        sample: input texts to compare on, besides :data:`PROBE_TEXTS` (truncated to
+            :data:`MAX_SAMPLE_CHARS` characters in all).
+
+    Returns:
+        (backend, reason): 'gigatoken' or 'hf', and one line saying why.
+
+    Raises:
+        ConfigError: ``requested`` is unknown, or is 'gigatoken' and gigatoken cannot load the
+            tokenizer or gives other ids.
+    """
+    if requested not in BACKENDS:
+        raise ConfigError(
+            f"tokenizer_backend={requested!r}: unknown. Fix: one of {', '.join(BACKENDS)}"
+        )
+    if requested == "hf":
+        return "hf", "hf: requested (--tokenizer-backend hf)"
+    texts, total = list(PROBE_TEXTS), 0
+    for text in sample:
+        if total + len(text) > MAX_SAMPLE_CHARS:
+            break
+        texts.append(text)
+        total += len(text)
+    checked = f"{len(PROBE_TEXTS)} probe texts and {len(texts) - len(PROBE_TEXTS)} input texts"
+    try:
+        giga = GigatokenBackend(tokenizer_path)
+        diff = first_difference(texts, HFBackend(tokenizer_path), giga)
+    except ImportError as e:
+        why = f"gigatoken is not importable ({e}); install it: pip install gigatoken==0.10.0"
+    except Exception as e:  # noqa: BLE001  (any failure to load or encode means: not usable)
+        why = f"gigatoken cannot tokenize with {tokenizer_path!r}: {type(e).__name__}: {e}"
+    else:
+        if diff is None:
+            return "gigatoken", f"gigatoken: ids identical to HF tokenizers on {checked}"
+        i, a, b = diff
+        kind = "probe" if i < len(PROBE_TEXTS) else "input"
+        why = (
+            f"gigatoken ids differ from HF tokenizers on {kind} text {texts[i][:40]!r}...: "
+            f"hf {a[:8]}... vs gigatoken {b[:8]}..."
+        )
+    if requested == "gigatoken":
+        raise ConfigError(
+            f"tokenizer_backend='gigatoken': {why}. Fix: --tokenizer-backend auto (falls back to "
+            "hf) or hf"
+        )
+    return "hf", f"hf: auto fell back because {why}"

@@ -1,0 +1,179 @@
+"""Tokenizer backends of preprocessing: gigatoken's ids against HF ``tokenizers`` (the reference)
+on the demo corpus, the Debian corpus and adversarial text; ``auto``'s fallback and its message;
+output bytes identical across backends, workers and shards."""
+
+import gzip
+import json
+import os
+import random
+import sys
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer
+
+from megatron_gamma.config import ConfigError
+from megatron_gamma.data import demo_dir
+from megatron_gamma.data.encode import EncodeOptions
+from megatron_gamma.data.preprocess import preprocess
+from megatron_gamma.data.token_backend import (
+    PROBE_TEXTS,
+    GigatokenBackend,
+    HFBackend,
+    resolve_backend,
+)
+
+TOKENIZER = os.path.join(demo_dir(), "tokenizer.json")
+DEBIAN = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+DEBIAN = os.path.join(DEBIAN, "debian-docs-bilingual")
+
+
+def hf_ids(texts: list[str]) -> list[list[int]]:
+    """The reference: one ``Tokenizer.encode`` per text, special-token strings as text."""
+    tok = Tokenizer.from_file(TOKENIZER)
+    tok.encode_special_tokens = True
+    return [tok.encode(t, add_special_tokens=False).ids for t in texts]
+
+
+def split(ids: np.ndarray, offsets: np.ndarray) -> list[list[int]]:
+    return [ids[a:b].tolist() for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+
+
+def adversarial(n: int, seed: int = 0) -> list[str]:
+    """Random strings over mixed scripts, emoji (with ZWJ and skin tones), control characters,
+    combining marks, whitespace runs, digits and very long words."""
+    ranges = [
+        (0x00, 0x1F), (0x20, 0x7E), (0x7F, 0x9F), (0xC0, 0x24F), (0x300, 0x36F), (0x391, 0x3C9),
+        (0x410, 0x44F), (0x5D0, 0x5EA), (0x620, 0x64A), (0x900, 0x97F), (0xE00, 0xE5B),
+        (0x3040, 0x30FF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3), (0xFF01, 0xFF5E),
+        (0x1F300, 0x1F6FF), (0x1F3FB, 0x1F3FF), (0x20000, 0x2A6DF), (0x200B, 0x200F),
+    ]  # fmt: skip
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        parts = []
+        for _ in range(rng.randint(1, 40)):
+            lo, hi = rng.choice(ranges)
+            run = "".join(chr(rng.randint(lo, hi)) for _ in range(rng.randint(1, 12)))
+            parts.append(run * rng.choice([1, 1, 1, 300]))
+            parts.append(rng.choice([" ", "  ", "\n", "\t", "\r\n", "", "\u3000", "\u200d", "'s "]))
+        out.append("".join(parts))
+    return out
+
+
+def test_gigatoken_ids_equal_hf_on_demo_probe_and_adversarial_text():
+    texts = []
+    for lang in ("zh", "en"):
+        with open(os.path.join(demo_dir(), f"{lang}.jsonl"), encoding="utf-8") as f:
+            texts += [json.loads(line)["text"] for line in f]
+    special = len(texts) + 4  # PROBE_TEXTS[4] holds literal special-token strings
+    texts += list(PROBE_TEXTS) + adversarial(300)
+    reference = hf_ids(texts)
+    assert split(*GigatokenBackend(TOKENIZER).encode_batch(texts)) == reference
+    assert split(*HFBackend(TOKENIZER).encode_batch(texts)) == reference
+    assert "<|endoftext|>" in texts[special] and 0 not in reference[special]  # text, not EOD
+
+
+@pytest.mark.skipif(not os.path.isdir(DEBIAN), reason=f"no Debian corpus at {DEBIAN}")
+def test_gigatoken_ids_equal_hf_on_debian_sample():
+    texts = []
+    for name in ("en.jsonl.gz", "zh.jsonl.gz"):
+        with gzip.open(os.path.join(DEBIAN, name), "rt", encoding="utf-8") as f:
+            texts += [json.loads(line)["text"] for _, line in zip(range(150), f, strict=False)]
+    assert split(*GigatokenBackend(TOKENIZER).encode_batch(texts)) == hf_ids(texts)
+
+
+def modified_tokenizer(tmp_path, **model) -> str:
+    with open(TOKENIZER, encoding="utf-8") as f:
+        doc = json.load(f)
+    doc["model"].update(model)
+    path = str(tmp_path / "tokenizer.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    return path
+
+
+def test_auto_picks_gigatoken_and_hf_is_taken_as_asked():
+    backend, reason = resolve_backend("auto", TOKENIZER, ["你好 hello"])
+    assert backend == "gigatoken"
+    assert "identical to HF tokenizers on 11 probe texts and 1 input texts" in reason
+    assert resolve_backend("hf", TOKENIZER, []) == ("hf", "hf: requested (--tokenizer-backend hf)")
+
+
+def test_auto_falls_back_saying_why_and_gigatoken_refuses(tmp_path, monkeypatch):
+    # BPE dropout 1.0: HF drops every merge (byte tokens); gigatoken ignores dropout.
+    differ = modified_tokenizer(tmp_path, dropout=1.0)
+    backend, reason = resolve_backend("auto", differ, [])
+    assert backend == "hf"
+    assert reason.startswith("hf: auto fell back because gigatoken ids differ from HF tokenizers")
+    assert "on probe text 'Hello, world!" in reason and "hf [" in reason and "gigatoken [" in reason
+    with pytest.raises(ConfigError, match="tokenizer_backend='gigatoken': gigatoken ids differ"):
+        resolve_backend("gigatoken", differ, [])
+    monkeypatch.setitem(sys.modules, "gigatoken", None)  # as if not installed
+    backend, reason = resolve_backend("auto", TOKENIZER, [])
+    assert backend == "hf"
+    assert "gigatoken is not importable" in reason and "pip install gigatoken==" in reason
+    with pytest.raises(ConfigError, match="tokenizer_backend='fast': unknown"):
+        resolve_backend("fast", TOKENIZER, [])
+
+
+def test_auto_falls_back_on_a_tokenizer_gigatoken_cannot_load(tmp_path):
+    from tokenizers import models
+
+    tok = Tokenizer(models.WordLevel({"a": 0, "<|endoftext|>": 1}, unk_token="a"))
+    path = str(tmp_path / "wordlevel.json")
+    tok.save(path)
+    backend, reason = resolve_backend("auto", path, [])
+    assert backend == "hf"
+    assert "gigatoken cannot tokenize" in reason and "WordLevel" in reason
+
+
+def read(prefix: str) -> tuple[bytes, bytes]:
+    with open(prefix + ".bin", "rb") as b, open(prefix + ".idx", "rb") as i:
+        return b.read(), i.read()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        EncodeOptions(),
+        EncodeOptions(per_language=True, split_sentences=True, append_eod=False),
+    ],
+    ids=["documents", "per-language-sentences-no-eod"],
+)
+def test_outputs_identical_across_backends_workers_and_shards(tmp_path, options):
+    records = []
+    for lang in ("zh", "en"):
+        with open(os.path.join(demo_dir(), f"{lang}.jsonl"), encoding="utf-8") as f:
+            records += [json.loads(line) for line in f]
+    records += [{"text": t} for t in adversarial(40, seed=1)] + [{"text": "  "}, {"text": "x"}]
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(4):
+        with open(folder / f"{i}.jsonl", "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records[i::4])
+    runs = {
+        "hf-w1": dict(tokenizer_backend="hf"),
+        "gigatoken-w1": dict(tokenizer_backend="gigatoken"),
+        "gigatoken-w2": dict(tokenizer_backend="gigatoken", workers=2, chunk_size=7),
+        "auto-shards": dict(tokenizer_backend="auto", num_shards=3, chunk_size=5),
+    }
+    results = {
+        name: preprocess([str(folder)], TOKENIZER, str(tmp_path / name / "out"), progress=False,
+                         options=options, **kw)
+        for name, kw in runs.items()
+    }  # fmt: skip
+    assert results["gigatoken-w1"].tokenizer_backend.startswith("gigatoken: ids identical")
+    assert results["hf-w1"].tokenizer_backend.startswith("hf: requested")
+    base = results["hf-w1"]
+    assert len(base.prefixes) == (3 if options.per_language else 1)
+
+    def counts(r):
+        return {
+            k: {f: v for f, v in o.items() if f != "prefix"} for k, o in r.stats["outputs"].items()
+        }
+
+    for name, r in results.items():
+        assert counts(r) == counts(base), name
+        for key in base.prefixes:
+            assert read(r.prefixes[key]) == read(base.prefixes[key]), (name, key)
