@@ -187,8 +187,9 @@ class InitConfig:
     init_method_std: float = 0.02
     """Standard deviation for init_method='normal'."""
     init_gamma_overrides: dict = field(default_factory=dict)
-    """Per-role gamma, e.g. 'attn_out=1.0,fc2=0.75,embedding=0.5' (roles: see
-    megatron_gamma.model.init.ROLES)."""
+    """Per-role gamma, e.g. 'attn_out=1.0,fc2=0.75,embedding=0.5' (roles: the matrix roles of
+    the registry megatron_gamma.model.roles; the same names the init audit and the diagnostics
+    report)."""
     embedding_fan_in: str = "hidden"
     """Fan-in policy for the input embedding: 'hidden' (sigma = hidden^-gamma, the convention
     under which the paper's residual-flow balance d^(1-gamma) holds) or 'vocab'."""
@@ -207,15 +208,15 @@ class InitConfig:
             _fail("init_method_std", self.init_method_std, "must be > 0", "use e.g. 0.02")
         if isinstance(self.init_gamma_overrides, str):
             self.init_gamma_overrides = _parse_overrides(self.init_gamma_overrides)
-        from megatron_gamma.model.roles import ROLES
+        from megatron_gamma.model.roles import MATRIX_ROLES
 
         for role, gamma in self.init_gamma_overrides.items():
-            if role not in ROLES:
+            if role not in MATRIX_ROLES:
                 _fail(
                     "init_gamma_overrides",
                     role,
                     "unknown role",
-                    f"use one of {', '.join(r for r in ROLES if ROLES[r])}",
+                    f"use one of {', '.join(MATRIX_ROLES)}",
                 )
             if not float(gamma) > 0:
                 _fail("init_gamma_overrides", f"{role}={gamma}", "gamma must be > 0", "use > 0")

@@ -101,10 +101,10 @@ def main(run_dir: str) -> None:
     for i in range(2):
         x = seen[("qkv_in", i)].double()  # (s, b, h): the normed input of linear_qkv
         q, k, v = seen[("qkv", i)]
-        for name, ref, heads in (("attn_q", q, nh), ("attn_k", k, ng), ("attn_v", v, ng)):
+        for name, ref, heads in (("qkv.q", q, nh), ("qkv.k", k, ng), ("qkv.v", v, ng)):
             mine = (x @ roles[(name, i)].double().T).view(16, 2, heads, hn)
             out["split_err"] = max(out["split_err"], float((mine - ref.double()).abs().max()))
-        gate = torch.sigmoid(x @ roles[("attn_gate", i)].double().T)
+        gate = torch.sigmoid(x @ roles[("gate", i)].double().T)
         gated = seen[("core_out", i)].double() * gate
         out["gate_err"] = max(out["gate_err"], float((gated - seen[("proj_in", i)]).abs().max()))
         # full fp64 softmax of the captured q, k (GQA: head h reads group h // 2)

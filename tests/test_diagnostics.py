@@ -347,20 +347,47 @@ def test_bins_with_explicit_edges_and_ties():
 
 
 def test_metric_keys_round_trip():
-    key = metric_key("stable_rank", "attn_q", 3)
-    assert key == "stable_rank/attn_q/layer_03"
+    key = metric_key("stable_rank", "qkv.q", 3)
+    assert key == "stable_rank/qkv.q/layer_03"
     assert parse_metric_key(key) == {
         "metric": "stable_rank",
-        "role": "attn_q",
+        "role": "qkv.q",
         "layer": 3,
         "head": None,
+        "expert": None,
     }
     assert parse_metric_key(metric_key("sink_share", None, 12, 5)) == {
         "metric": "sink_share",
         "role": None,
         "layer": 12,
         "head": 5,
+        "expert": None,
     }
+    key = metric_key("condensation", "expert_fc1.up", 1, expert=7)
+    assert key == "condensation/expert_fc1.up/layer_01/expert_07"
+    assert parse_metric_key(key) == {
+        "metric": "condensation",
+        "role": "expert_fc1.up",
+        "layer": 1,
+        "head": None,
+        "expert": 7,
+    }
+
+
+def test_aggregate_experts_means_over_a_layers_experts():
+    from megatron_gamma.diagnostics.probes import aggregate_experts
+
+    values = {
+        "stable_rank/expert_fc2/layer_00/expert_00": 2.0,
+        "stable_rank/expert_fc2/layer_00/expert_01": 5.0,
+        "stable_rank/expert_fc2/layer_01/expert_00": 7.0,
+        "stable_rank/router/layer_00": 3.0,
+    }
+    got = aggregate_experts(values)
+    assert got["stable_rank/expert_fc2/layer_00"] == 3.5
+    assert got["stable_rank/expert_fc2/layer_01"] == 7.0
+    assert {k: got[k] for k in values} == values
+    assert len(got) == len(values) + 2
 
 
 # ---------------------------------------------------------------- probes on module trees

@@ -25,7 +25,12 @@ from megatron.core import parallel_state
 from megatron.core.pipeline_parallel import get_forward_backward_func
 
 from megatron_gamma.data.datasets import micro_batches
-from megatron_gamma.diagnostics.probes import ActivationProbe, weight_diagnostics
+from megatron_gamma.diagnostics.probes import (
+    ActivationProbe,
+    aggregate_experts,
+    parse_metric_key,
+    weight_diagnostics,
+)
 
 
 class DiagnosticsCallback:
@@ -65,7 +70,12 @@ class DiagnosticsCallback:
         elsewhere. Collective over all ranks."""
         models = [chunk.module for chunk in trainer.chunks]
         tp_group = parallel_state.get_tensor_model_parallel_group()
-        values = weight_diagnostics(models, tp_group, max_rows=self.max_rows)
+        values = weight_diagnostics(
+            models,
+            tp_group,
+            expert_tp_group=parallel_state.get_expert_tensor_parallel_group(),
+            max_rows=self.max_rows,
+        )
         batch = self._validation_batch(trainer)
         if batch is not None:
             values.update(self._activations(trainer, models, tp_group, batch))
@@ -117,15 +127,27 @@ class DiagnosticsCallback:
 
 
 def _gather_on_rank0(values: dict[str, float]) -> dict[str, float] | None:
-    """Merge the results of every pipeline stage on global rank 0 (TP rank 0, DP rank 0 of
-    each stage contribute; the others hold copies or other data-parallel batches)."""
+    """Merge the results of every pipeline stage and expert-parallel rank on global rank 0, and
+    add the per-layer means over experts (:func:`~.probes.aggregate_experts`).
+
+    Dense keys come from TP rank 0, DP rank 0 of each stage (the others hold copies or other
+    data-parallel batches); per-expert keys from expert-TP rank 0, expert-DP rank 0 (each
+    expert-parallel rank holds different experts)."""
     if not dist.is_initialized() or dist.get_world_size() == 1:
-        return dict(sorted(values.items()))
-    contributes = (
+        return aggregate_experts(values)
+    dense = (
         parallel_state.get_tensor_model_parallel_rank() == 0
         and parallel_state.get_data_parallel_rank() == 0
     )
-    mine = values if contributes else {}
+    expert = (
+        parallel_state.get_expert_tensor_parallel_rank() == 0
+        and parallel_state.get_expert_data_parallel_rank() == 0
+    )
+    mine = {
+        k: v
+        for k, v in values.items()
+        if (expert if parse_metric_key(k)["expert"] is not None else dense)
+    }
     gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
     dist.gather_object(mine, gathered, dst=0)
     if dist.get_rank() != 0:
@@ -133,4 +155,4 @@ def _gather_on_rank0(values: dict[str, float]) -> dict[str, float] | None:
     merged: dict[str, float] = {}
     for part in gathered:
         merged.update(part)
-    return dict(sorted(merged.items()))
+    return aggregate_experts(merged)
