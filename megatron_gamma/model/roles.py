@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any, Optional
 
@@ -232,16 +232,28 @@ _COMPILED = tuple((re.compile(r.pattern), r) for r in REGISTRY)
 def role_of(name: str) -> WeightRole:
     """The registry row of a parameter, from its megatron-core name.
 
-    Biases and norms are matched first, then the first matching row (expert rows precede the
-    dense MLP rows whose suffix they share).
+    A bias shares the sharding of its layer's weight: split along the same rows under a
+    column-parallel layer (``partition_dim`` 0), whole under a row-parallel one, in the
+    weight's group; the returned ``bias`` row carries that sharding.
 
     Raises:
         ValueError: a parameter that no row matches (add a row to :data:`REGISTRY`).
     """
-    for pattern, role in _COMPILED[-2:] + _COMPILED[:-2]:
+    for pattern, role in _COMPILED:
         if pattern.search(name):
+            if role.name == "bias":
+                return _bias_of(name, role)
             return role
     raise ValueError(f"parameter {name!r} has no weight role; add a row to model/roles.py")
+
+
+def _bias_of(name: str, bias: WeightRole) -> WeightRole:
+    weight = name[: -len("bias")] + "weight"
+    if not any(p.search(weight) for p, r in _COMPILED if r.is_matrix):
+        return bias
+    owner = role_of(weight)
+    dim = 0 if owner.partition_dim == 0 else None
+    return replace(bias, partition_dim=dim, group=owner.group)
 
 
 def fan_in(role: str, model_cfg: Any, embedding_policy: str, vocab_size: int) -> int:
