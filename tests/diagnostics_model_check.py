@@ -175,11 +175,12 @@ def tensor_parallel(run_dir: str, out_dir: str) -> None:
     from megatron_gamma.diagnostics.callback import DiagnosticsCallback
     from megatron_gamma.training.loop import Trainer
 
-    cfg = offline.load_run_config(offline.find_run_config(run_dir), run_dir)
-    cfg.parallel.tensor_model_parallel_size = 2
-    cfg.checkpoint.save = os.path.join(out_dir, "checkpoints")
-    cfg.logging.run_dir = out_dir
-    cfg.logging.log_diagnostics_interval = 0
+    cfg = offline.load_run_config(offline.find_run_config(run_dir), run_dir).replace(
+        tensor_model_parallel_size=2,
+        save=os.path.join(out_dir, "checkpoints"),
+        run_dir=out_dir,
+        log_diagnostics_interval=0,
+    )
     trainer = Trainer(cfg)
     ckpt = offline.resolve_checkpoint(run_dir)
     trainer.state.iteration = offline.load_weights(trainer.chunks[0].module, ckpt)

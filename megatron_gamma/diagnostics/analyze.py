@@ -203,7 +203,7 @@ def analyze_run(
     """
     cfg = offline.load_run_config(offline.find_run_config(run_dir), run_dir)
     if data_path:
-        cfg.data.data_path = list(data_path)
+        cfg = cfg.replace(data_path=list(data_path))
     ckpts = offline.list_checkpoints(run_dir)
     if not ckpts and not include_init:
         raise ConfigError(f"run_dir={run_dir!r}: no complete checkpoint. Fix: check the path")

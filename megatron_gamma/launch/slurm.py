@@ -332,8 +332,7 @@ def submit_pretrain(
             f"differs from the save directory {checkpoints}; a requeued job resumes from --load",
             "drop --load (the job loads from its save directory) or set save to the same path",
         )
-    cfg.logging.run_dir = run_dir
-    cfg.checkpoint.save = cfg.checkpoint.load = checkpoints
+    cfg = cfg.replace(run_dir=run_dir, save=checkpoints, load=checkpoints)
     slurm_dir = os.path.join(run_dir, SLURM_SUBDIR)
     frozen = os.path.join(slurm_dir, "config.yaml")
     log = os.path.join(slurm_dir, "%x-%j.out")
