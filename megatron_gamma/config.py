@@ -136,7 +136,9 @@ class RecomputeMethod(Choice):
 
 
 def _check_choices(section: Any) -> None:
-    """Turn every string of a :class:`Choice` field into its member (validation step).
+    """Check every :class:`Choice` field and store its member's plain string value (validation
+    step): the enum documents and validates, while checkpoints (megatron-core pickles e.g. the
+    scheduler's ``lr_decay_style``), YAML and megatron-core only ever see ``str``.
 
     Raises:
         ConfigError: a value that is no member, naming the members and what each does.
@@ -148,7 +150,7 @@ def _check_choices(section: Any) -> None:
         if not (isinstance(kind, type) and issubclass(kind, Choice)) or value is None:
             continue
         try:
-            _resolve(section, f.name, kind(value))
+            _resolve(section, f.name, kind(value).value)
         except ValueError:
             _fail(f.name, value, "unknown", f"use one of {kind.help()}")
 
@@ -643,9 +645,8 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
     def to_dict(self) -> dict:
-        """Plain nested dict of plain values, choices as their strings (what ``load_config``
-        reads back)."""
-        return dataclasses.asdict(self, dict_factory=lambda items: {k: _plain(v) for k, v in items})
+        """Plain nested dict (what ``load_config`` reads back)."""
+        return dataclasses.asdict(self)
 
     def replace(self, **fields: Any) -> Config:
         """A new validated Config with ``fields`` changed, keyed by field name (the flag name
@@ -665,10 +666,6 @@ class Config:
                 _unknown(key, list(index), "")
             changes.setdefault(index[key][0], {})[key] = value
         return config_from_dict(merge(self.to_dict(), changes))
-
-
-def _plain(value: Any) -> Any:
-    return value.value if isinstance(value, Choice) else value
 
 
 def merge(base: dict, changes: dict) -> dict:
@@ -807,7 +804,8 @@ def _help(section: str, f: dataclasses.Field, base: Any) -> str:
     parts = [doc] if doc else []
     if isinstance(base, type) and issubclass(base, Choice):
         parts.append(f"Choices: {base.help()}.")
-    parts.append(f"[{section}; default: {_plain(default)!r}]")
+    default = default.value if isinstance(default, Choice) else default
+    parts.append(f"[{section}; default: {default!r}]")
     return " ".join(parts).replace("%", "%%")
 
 
