@@ -221,8 +221,8 @@ def test_probes_on_a_real_model(tmp_path):
     assert got["stable_rank_rel_err"] < 1e-9
     assert got["sink_err"] < 1e-7  # float32 scores vs the float64 reference
     assert got["roles"] == [
-        "attn_out", "embedding", "fc1.gate", "fc1.up", "fc2", "gate", "output", "qkv.k",
-        "qkv.q", "qkv.v",
+        "attn_out", "embedding", "fc1.gate", "fc1.up", "fc2", "gate", "output", "pos_embedding",
+        "qkv.k", "qkv.q", "qkv.v",
     ]  # fmt: skip
     assert got["norm_keys"] == [
         "norm_saturated/final_layernorm",

@@ -22,7 +22,8 @@ import numpy as np
 from megatron_gamma.diagnostics.condensation import gaussian_cosine_baseline
 from megatron_gamma.diagnostics.norm import SATURATION_FACTOR
 from megatron_gamma.diagnostics.probes import parse_metric_key
-from megatron_gamma.model.roles import sort_key, title
+from megatron_gamma.model.roles import sort_key
+from megatron_gamma.model.roles import title as role_title
 
 RUN_COLORS = [
     "#1f77b4",
@@ -189,7 +190,7 @@ def plot_role_grid(
                     label=f"Gaussian baseline (d_in={shape[1]})",
                 )
                 ax.legend(fontsize=7, loc="best")
-        ax.set_title(title(role), fontsize=10)
+        ax.set_title(role_title(role), fontsize=10)
         ax.set_xlabel(X_LABEL, fontsize=8)
         ax.set_ylabel(ylabel, fontsize=8)
         top = max([ax.dataLim.y1] + [float(np.nanmax(ln.get_ydata())) for ln in ax.get_lines()])
@@ -234,7 +235,8 @@ def plot_heatmaps(run, path: str) -> Optional[str]:
             ax.set_yticks([])
             if j == 0:
                 ax.set_ylabel(
-                    f"{title(role)}\n{layer.replace('_', ' ')}\nrows (n={cos.shape[0]}, ordered)",
+                    f"{role_title(role)}\n{layer.replace('_', ' ')}\n"
+                    f"rows (n={cos.shape[0]}, ordered)",
                     fontsize=9,
                 )
             if i == len(keys) - 1:
