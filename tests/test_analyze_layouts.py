@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 import pytest
-from conftest import pretrain, run_cli
+from conftest import TINY_MODEL, run_cli
 
 LAYOUTS = {
     "moe-ep2": ["--num-experts", "4", "--moe-ffn-hidden-size", "64",
@@ -40,11 +40,14 @@ def _live(run_dir) -> dict[int, dict]:
 @pytest.fixture(scope="module", params=list(LAYOUTS))
 def layout_run(request, tmp_path_factory, demo_prefix):
     run = tmp_path_factory.mktemp(request.param) / "run"
-    pretrain(
-        run, demo_prefix, *LAYOUTS[request.param], "--train-iters", "4", "--save-interval", "2",
-        "--save", str(run / "checkpoints"), "--eval-interval", "2",
-        "--log-diagnostics-interval", "2", nproc=2,
+    proc = run_cli(
+        ["pretrain", "--data-path", demo_prefix, "--run-dir", str(run), *TINY_MODEL,
+         *LAYOUTS[request.param], "--train-iters", "4", "--save-interval", "2",
+         "--save", str(run / "checkpoints"), "--eval-interval", "2",
+         "--log-diagnostics-interval", "2"],
+        nproc=2,
     )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return request.param, run
 
 
