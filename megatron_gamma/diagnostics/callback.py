@@ -81,8 +81,12 @@ class DiagnosticsCallback(Callback):
         )
         batch = self._validation_batch(trainer)
         if batch is not None:
+            # megatron-core's interleaved (virtual-pipeline) schedule needs at least PP
+            # micro-batches; the probe records only each module's first call, so repeating the
+            # batch leaves the results those of one pass.
+            n = parallel_state.get_pipeline_model_parallel_world_size() if len(models) > 1 else 1
             with ActivationProbe(models, tp_group) as probe:
-                trainer.forward_only(iter([batch]), num_microbatches=1)
+                trainer.forward_only(iter([batch] * n), num_microbatches=n)
             values.update(probe.results())
         elif not self._warned and trainer.rank == 0 and trainer.log is not None:
             trainer.log.message("diagnostics: no validation data; activation diagnostics skipped")
