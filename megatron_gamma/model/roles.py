@@ -109,6 +109,7 @@ class WeightRole:
             ``output_layer_init_method`` (std / sqrt(2 num_layers)).
         glu: with SwiGLU the matrix is ``[gate; up]`` and each half is sharded on its own (each
             rank holds ``[gate_shard; up_shard]``).
+        parts: names of the diagnostics' sub-matrices, in display order.
         split: the diagnostics' sub-matrices ``(local, ModelConfig, tp) -> {part: tensor}``
             (empty: the matrix is reported whole).
     """
@@ -122,6 +123,7 @@ class WeightRole:
     group: Group = Group.DENSE
     depth_scaled: bool = False
     glu: bool = False
+    parts: tuple[str, ...] = ()
     split: Optional[Callable[[Any, Any, int], dict[str, Any]]] = None
 
     @property
@@ -150,6 +152,7 @@ REGISTRY: tuple[WeightRole, ...] = (
         "attention W_QKV",
         lambda m, p, v: m.hidden_size,
         partition_dim=0,
+        parts=("q", "k", "v"),
         split=_qkv_parts,
     ),
     WeightRole(
@@ -175,6 +178,7 @@ REGISTRY: tuple[WeightRole, ...] = (
         partition_dim=0,
         group=Group.EXPERT,
         glu=True,
+        parts=("gate", "up"),
         split=_glu_parts,
     ),
     WeightRole(
@@ -199,6 +203,7 @@ REGISTRY: tuple[WeightRole, ...] = (
         lambda m, p, v: m.hidden_size,
         partition_dim=0,
         glu=True,
+        parts=("gate", "up"),
         split=_glu_parts,
     ),
     WeightRole(
@@ -281,8 +286,12 @@ def title(name: str) -> str:
     return f"{base} ({part})" if part else base
 
 
-def sort_key(name: str) -> tuple[int, str]:
-    """Registry order of a diagnostics name ``role`` or ``role.part`` (unknown names last)."""
+def sort_key(name: str) -> tuple[int, int]:
+    """Display order of a diagnostics name ``role`` or ``role.part``: registry order, then the
+    row's part order (unknown names last)."""
     role, _, part = name.partition(".")
     order = list(ROLES)
-    return (order.index(role) if role in ROLES else len(order), part)
+    if role not in ROLES:
+        return (len(order), 0)
+    parts = ROLES[role].parts
+    return (order.index(role), parts.index(part) + 1 if part in parts else 0)
