@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from typing import Iterator, Optional
+from collections.abc import Iterator
+from typing import Optional
 
 import torch
 from megatron.core import dist_checkpointing

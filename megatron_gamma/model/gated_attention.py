@@ -36,6 +36,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron_gamma import ops
 
+
 class OutputGate(torch.nn.Module):
     """y = o ⊙ sigmoid(g) per head (no parameters; a module so that hooks can observe gates).
 
