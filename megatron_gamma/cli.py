@@ -150,7 +150,6 @@ def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the script; submit nothing")
 
 
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``megatron-gamma`` argument parser with all subcommands."""
     from megatron_gamma.config import add_config_flags
