@@ -282,7 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
     p.add_argument("--output-dir", help="default RUN_DIR/analysis (required for several runs)")
     p.add_argument("--data-path", nargs="+", help="dataset blend for activations (default: run's)")
-    p.add_argument("--heatmaps", nargs="+", metavar="ROLE/layer_LL", help="e.g. attn_q/layer_00")
+    p.add_argument("--heatmaps", nargs="+", metavar="ROLE/layer_LL", help="e.g. qkv.q/layer_00")
     p.add_argument("--heatmap-iterations", nargs="+", type=int, help="checkpoint iterations")
     p.add_argument("--heatmap-rows", type=int, default=256, help="rows sampled per heatmap")
     p.add_argument("--condensation-rows", type=int, default=512, help="rows per score")

@@ -1,4 +1,5 @@
-"""CPU compatibility layer for megatron-core's hard-coded CUDA calls.
+"""Every process-wide patch of megatron-core, in one place: the CPU compatibility layer for its
+hard-coded CUDA calls, and one load fix for its distributed optimizer.
 
 megatron-core 0.16 assumes a GPU on its training path (about 229 lines touch ``torch.cuda``), so
 on a CPU-only machine :func:`apply_cpu_compat` installs six process-wide shims, once, before any
@@ -6,24 +7,41 @@ model is built. :mod:`megatron_gamma.parallel` calls it only when no GPU is pres
 nothing here runs. Measured sufficient for megatron-core 0.16.1 with gloo on 1-4 processes
 (TP, PP with virtual stages, EP, DP, distributed optimizer, dist_checkpointing).
 
-=========  ===================================================  =====================================
-shim       what                                                 why
-=========  ===================================================  =====================================
-device     ``torch.cuda.current_device()`` -> ``cpu``           ~175 allocations use it as ``device=``
-rng        ``torch.cuda`` RNG get/set/seed and megatron's       the tensor-parallel RNG tracker
-           ``_get/_set_cuda_rng_state`` -> CPU generator        (dropout, recompute) forks CUDA RNG
-devicemap  a ``TorchFunctionMode`` turning ``device="cuda"``    ~54 hard-coded "cuda" strings;
-           into cpu, ``Tensor.cuda()`` into a no-op, and        ``.type()`` asserts in grad clipping
-           ``Tensor.type()`` reporting ``torch.cuda.*``         and the distributed optimizer
-stream     no-op ``torch.cuda.Stream/Event/stream/              MoE alltoall dispatcher and the
-           current_stream/synchronize``                         async checkpoint writer
-moe        ``moe_utils.te_general_gemm = None``; CPU split      a NameError without Transformer
-           sizes as numpy for all-to-all                        Engine; gloo needs list split sizes
-l2norm     grad-norm fallback (``local_multi_tensor_l2_norm``)  ``torch.norm`` of a large fp32 CPU
-           accumulates each tensor's squares in fp64            tensor is off by up to 6e-5 relative
-                                                                (measured), so the logged grad norm
-                                                                and clipping changed with the layout
-=========  ===================================================  =====================================
+=========  ================================================  ===================================
+shim       what                                              why
+=========  ================================================  ===================================
+device     ``torch.cuda.current_device()`` -> ``cpu``        ~175 allocations use it as
+                                                             ``device=``
+rng        ``torch.cuda`` RNG get/set/seed and megatron's    the tensor-parallel RNG tracker
+           ``_get/_set_cuda_rng_state`` -> CPU generator     (dropout, recompute) forks CUDA RNG
+devicemap  a ``TorchFunctionMode`` turning ``device="cuda"`` ~54 hard-coded "cuda" strings;
+           into cpu, ``Tensor.cuda()`` into a no-op, and     ``.type()`` asserts in grad
+           ``Tensor.type()`` reporting ``torch.cuda.*``      clipping and the distributed
+                                                             optimizer
+stream     no-op ``torch.cuda.Stream/Event/stream/           MoE alltoall dispatcher and the
+           current_stream/synchronize``                      async checkpoint writer
+moe        ``moe_utils.te_general_gemm = None``; CPU split   a NameError without Transformer
+           sizes as numpy for all-to-all                     Engine; gloo needs list split sizes
+l2norm     grad-norm fallback                                ``torch.norm`` of a large fp32 CPU
+           (``local_multi_tensor_l2_norm``) accumulates      tensor is off by up to 6e-5
+           each tensor's squares in fp64                     relative (measured), so the logged
+                                                             grad norm and clipping changed with
+                                                             the layout
+=========  ================================================  ===================================
+
+One more patch applies on every machine, installed by
+:func:`~megatron_gamma.training.checkpointing.load_checkpoint` before a load
+(:func:`patch_distributed_optimizer_load`):
+
+=========  ================================================  ===================================
+patch      what                                              why
+=========  ================================================  ===================================
+distopt    ``DistributedOptimizer._set_main_param_and_       without apex / Transformer Engine a
+           optimizer_states`` skips the per-parameter Adam   ``fully_reshardable`` load fails
+           ``step`` and gives each parameter its own copy    with KeyError 'step', and a shared
+                                                             step tensor is incremented once per
+                                                             parameter (wrong bias correction)
+=========  ================================================  ===================================
 """
 
 from __future__ import annotations
@@ -184,3 +202,36 @@ def apply_cpu_compat() -> None:
     CudaToCpuMode().__enter__()
     logging.getLogger("megatron.core.tensor_parallel.random").setLevel(logging.ERROR)
     _APPLIED = True
+
+
+def patch_distributed_optimizer_load() -> None:
+    """The ``distopt`` patch (idempotent; CPU and GPU alike). megatron-core 0.16 without apex /
+    Transformer Engine: loading a ``fully_reshardable``
+    distributed-optimizer checkpoint copies every per-parameter torch Adam state key from the
+    checkpoint, including ``step``, which that format stores once per group (and megatron-core
+    has already restored) rather than per parameter, so the load fails with KeyError 'step'.
+    Skip that key, and give each parameter its own copy of the restored ``step``: megatron-core
+    assigns one tensor to every parameter, which torch's Adam then increments once per parameter
+    per step (wrong bias correction from the first step after a resume)."""
+    from megatron.core.optimizer import distrib_optimizer
+
+    cls = distrib_optimizer.DistributedOptimizer
+    upstream = cls._set_main_param_and_optimizer_states
+    if getattr(upstream, "_megatron_gamma_fix", False):
+        return
+
+    def _set_main_param_and_optimizer_states(self, model_param, tensors):
+        if "step" not in tensors and not self.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
+            group_index, group_order = self.model_param_group_index_map[model_param]
+            main_param = self.optimizer.param_groups[group_index]["params"][group_order]
+            state = self.optimizer.state[main_param]
+            step = state.pop("step", None)
+            try:
+                return upstream(self, model_param, tensors)
+            finally:
+                if step is not None:
+                    state["step"] = step.clone()
+        return upstream(self, model_param, tensors)
+
+    _set_main_param_and_optimizer_states._megatron_gamma_fix = True
+    cls._set_main_param_and_optimizer_states = _set_main_param_and_optimizer_states

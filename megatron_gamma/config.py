@@ -7,20 +7,27 @@ by Megatron-LM-named command-line flags: each field ``foo_bar`` of any section i
 flag never needs its section.
 
 Every check raises :class:`ConfigError` naming the key, the bad value and the fix, before any
-process group, model or dataset is built. Checks that need the world size (batch and parallel
-divisibility) live in :func:`validate_layout`, called by :mod:`megatron_gamma.parallel`.
+process group, model or dataset is built. Validated configs are frozen: a changed config is
+rebuilt through the same checks with :meth:`Config.replace` (or :func:`merge` +
+:func:`config_from_dict`), never edited in place. Checks that need the world size (batch and
+parallel divisibility) live in :func:`validate_layout`, called by :mod:`megatron_gamma.parallel`.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import difflib
+import functools
+import inspect
 import os
 import re
+import textwrap
 import types
 import typing
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Optional
 
 import yaml
@@ -34,7 +41,133 @@ def _fail(key: str, value: Any, why: str, fix: str) -> None:
     raise ConfigError(f"{key}={value!r}: {why}. Fix: {fix}")
 
 
-@dataclass
+def _resolve(section: Any, key: str, value: Any) -> None:
+    """Set a derived default or normalized value of a frozen section, inside its validation
+    (``__post_init__``) only: after construction every config is read-only."""
+    object.__setattr__(section, key, value)
+
+
+class Choice(str, Enum):
+    """A documented string choice: each member is its string value (it compares, hashes,
+    formats and serializes as that string) and carries its own docstring, ``member.doc``."""
+
+    def __new__(cls, value: str, doc: str = ""):
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.doc = doc
+        return member
+
+    __hash__ = str.__hash__
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+    @classmethod
+    def help(cls) -> str:
+        """``'a': doc; 'b': doc`` for every member."""
+        return "; ".join(f"'{m.value}': {m.doc}" for m in cls)
+
+
+class GatedAttention(Choice):
+    """Granularity of the sigmoid output gate on attention heads (paper: gated attention)."""
+
+    NONE = "none", "megatron-core's plain attention"
+    ELEMENTWISE = "elementwise", "one gate per head channel (default; Qiu et al. 2025's best)"
+    HEADWISE = "headwise", "one scalar gate per head"
+
+
+class LayerSpec(Choice):
+    """Which megatron-core layer spec builds the transformer layers."""
+
+    GAMMA = "gamma", "megatron-core's local spec with our RMSNorm kernel, SDPA and gates"
+    LOCAL = (
+        "local",
+        "megatron-core's get_gpt_layer_local_spec as shipped (torch RMSNorm, "
+        "DotProductAttention, no gate): the baseline for speed comparisons",
+    )
+
+
+class PositionEmbedding(Choice):
+    """Position encoding (megatron-core ``position_embedding_type``)."""
+
+    ROPE = "rope", "rotary position embedding"
+    LEARNED_ABSOLUTE = "learned_absolute", "a learned embedding per position"
+
+
+class TokenDispatcher(Choice):
+    """MoE token dispatch across expert-parallel ranks (``moe_token_dispatcher_type``)."""
+
+    ALLGATHER = "allgather", "all-gather the tokens, each rank keeps its experts' tokens"
+    ALLTOALL = "alltoall", "all-to-all exchange of routed tokens"
+
+
+class InitMethod(Choice):
+    """Weight initialization rule."""
+
+    GAMMA = "gamma", "the paper's sigma = fan_in^-gamma on each matrix's true fan-in"
+    NORMAL = "normal", "megatron-core's N(0, init_method_std), output layers depth-scaled"
+
+
+class EmbeddingFanIn(Choice):
+    """Fan-in policy of the input embedding under the gamma rule."""
+
+    HIDDEN = "hidden", "sigma = hidden^-gamma (the paper's residual-flow convention)"
+    VOCAB = "vocab", "sigma = vocab^-gamma (the literal one-hot fan-in)"
+
+
+class Optimizer(Choice):
+    """megatron-core optimizer."""
+
+    ADAM = "adam", "AdamW (decoupled weight decay)"
+    SGD = "sgd", "SGD with momentum"
+
+
+class LrDecayStyle(Choice):
+    """Learning-rate decay after warmup (megatron-core OptimizerParamScheduler)."""
+
+    COSINE = "cosine", "half cosine from lr to min_lr"
+    LINEAR = "linear", "straight line from lr to min_lr"
+    CONSTANT = "constant", "stay at lr"
+
+
+class RecomputeGranularity(Choice):
+    """Activation recomputation (megatron-core ``recompute_granularity``)."""
+
+    FULL = "full", "recompute whole transformer layers"
+    SELECTIVE = "selective", "recompute core attention only"
+
+
+class RecomputeMethod(Choice):
+    """How full recomputation picks layers (megatron-core ``recompute_method``)."""
+
+    UNIFORM = "uniform", "every recompute_num_layers layers form one recomputed unit"
+    BLOCK = "block", "the first recompute_num_layers layers of each stage are recomputed"
+
+
+def _check_choices(section: Any) -> None:
+    """Check every :class:`Choice` field and store its member's plain string value (validation
+    step): the enum documents and validates, while checkpoints (megatron-core pickles e.g. the
+    scheduler's ``lr_decay_style``), YAML and megatron-core only ever see ``str``.
+
+    Raises:
+        ConfigError: a value that is no member, naming the members and what each does.
+    """
+    hints = typing.get_type_hints(type(section))
+    for f in dataclasses.fields(section):
+        kind = _base_type(hints[f.name])
+        value = getattr(section, f.name)
+        if not (isinstance(kind, type) and issubclass(kind, Choice)) or value is None:
+            continue
+        try:
+            _resolve(section, f.name, kind(value).value)
+        except ValueError:
+            _fail(f.name, value, "unknown", f"use one of {kind.help()}")
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """GPT architecture (megatron-core ``TransformerConfig`` fields under Megatron-LM names)."""
 
@@ -61,21 +194,17 @@ class ModelConfig:
     when sigma^2(h) of small-initialized hidden states falls below 1e-5."""
     swiglu: bool = True
     """SwiGLU MLP (fc1 produces both halves)."""
-    gated_attention: str = "elementwise"
-    """Sigmoid output gate on attention heads against the attention sink (paper: on):
-    'elementwise' (one gate per head channel; default, the best variant of Qiu et al. 2025),
-    'headwise' (one gate per head) or 'none' (megatron-core's plain attention)."""
+    gated_attention: GatedAttention = GatedAttention.ELEMENTWISE
+    """Sigmoid output gate on attention heads against the attention sink (paper: on)."""
     gate_bias: bool = False
     """Bias in the gate projection."""
-    layer_spec: str = "gamma"
-    """Transformer layer spec: 'gamma' (megatron-core's local spec with our RMSNorm kernel, SDPA
-    core attention and gates) or 'local' (megatron-core's ``get_gpt_layer_local_spec`` as
-    shipped: its torch RMSNorm and DotProductAttention, no gate; the baseline that speed
-    comparisons such as ``tools/gpu_acceptance.sh`` measure our additions against)."""
+    layer_spec: LayerSpec = LayerSpec.GAMMA
+    """Transformer layer spec (``tools/gpu_acceptance.sh`` measures our additions against
+    'local')."""
     add_bias_linear: bool = False
     """Biases in linear layers."""
-    position_embedding_type: str = "rope"
-    """'rope' or 'learned_absolute'."""
+    position_embedding_type: PositionEmbedding = PositionEmbedding.ROPE
+    """Position encoding."""
     rotary_base: int = 10000
     """RoPE base."""
     untie_embeddings_and_output_weights: bool = True
@@ -97,15 +226,16 @@ class ModelConfig:
     """Each expert's MLP width (default ffn_hidden_size)."""
     moe_aux_loss_coeff: float = 1e-2
     """Load-balancing auxiliary loss coefficient."""
-    moe_token_dispatcher_type: str = "allgather"
-    """'allgather' or 'alltoall' token dispatch across expert-parallel ranks."""
+    moe_token_dispatcher_type: TokenDispatcher = TokenDispatcher.ALLGATHER
+    """Token dispatch across expert-parallel ranks."""
 
     def __post_init__(self) -> None:
+        _check_choices(self)
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
             if getattr(self, key) < 1:
                 _fail(key, getattr(self, key), "must be a positive integer", f"set {key} >= 1")
         if self.ffn_hidden_size is None:
-            self.ffn_hidden_size = 4 * self.hidden_size
+            _resolve(self, "ffn_hidden_size", 4 * self.hidden_size)
         if self.kv_channels is None:
             if self.hidden_size % self.num_attention_heads:
                 _fail(
@@ -114,9 +244,9 @@ class ModelConfig:
                     f"not divisible by num_attention_heads={self.num_attention_heads}",
                     "choose hidden_size as a multiple of num_attention_heads, or set kv_channels",
                 )
-            self.kv_channels = self.hidden_size // self.num_attention_heads
+            _resolve(self, "kv_channels", self.hidden_size // self.num_attention_heads)
         if self.num_query_groups is None:
-            self.num_query_groups = self.num_attention_heads
+            _resolve(self, "num_query_groups", self.num_attention_heads)
         if self.num_attention_heads % self.num_query_groups:
             _fail(
                 "num_query_groups",
@@ -125,20 +255,11 @@ class ModelConfig:
                 "use a divisor of num_attention_heads",
             )
         if self.max_position_embeddings is None:
-            self.max_position_embeddings = self.seq_length
+            _resolve(self, "max_position_embeddings", self.seq_length)
         if self.normalization != "RMSNorm":
             _fail("normalization", self.normalization, "unsupported", "use 'RMSNorm'")
         if not 0.0 < self.norm_epsilon < 1.0:
             _fail("norm_epsilon", self.norm_epsilon, "must lie in (0, 1)", "use 1e-12 (paper)")
-        if self.gated_attention not in ("none", "elementwise", "headwise"):
-            _fail(
-                "gated_attention",
-                self.gated_attention,
-                "unknown gate granularity",
-                "use 'elementwise', 'headwise' or 'none'",
-            )
-        if self.layer_spec not in ("gamma", "local"):
-            _fail("layer_spec", self.layer_spec, "unknown layer spec", "use 'gamma' or 'local'")
         if self.layer_spec == "local" and self.gated_attention != "none":
             _fail(
                 "layer_spec",
@@ -158,21 +279,7 @@ class ModelConfig:
                     "route each token to fewer experts",
                 )
             if self.moe_ffn_hidden_size is None:
-                self.moe_ffn_hidden_size = self.ffn_hidden_size
-        if self.moe_token_dispatcher_type not in ("allgather", "alltoall"):
-            _fail(
-                "moe_token_dispatcher_type",
-                self.moe_token_dispatcher_type,
-                "unknown",
-                "use 'allgather' or 'alltoall'",
-            )
-        if self.position_embedding_type not in ("rope", "learned_absolute"):
-            _fail(
-                "position_embedding_type",
-                self.position_embedding_type,
-                "unknown",
-                "use 'rope' or 'learned_absolute'",
-            )
+                _resolve(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
         for key in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 _fail(key, getattr(self, key), "must lie in [0, 1)", f"set {key} to e.g. 0.0")
@@ -214,27 +321,26 @@ def _parse_overrides(text: str) -> dict:
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class InitConfig:
     """Weight initialization (paper: W ~ N(0, sigma^2), sigma = fan_in^-gamma)."""
 
-    init_method: str = "gamma"
-    """'gamma': the paper's rule on each matrix's true fan-in (see megatron_gamma.model.init);
-    'normal': megatron-core's own N(0, init_method_std) with depth-scaled output layers."""
+    init_method: InitMethod = InitMethod.GAMMA
+    """Initialization rule (see megatron_gamma.model.init)."""
     init_gamma: float = 1.0
     """gamma of sigma = fan_in^-gamma. 0.5 is Xavier-like, 1.0 the paper's recommendation."""
     init_method_std: float = 0.02
     """Standard deviation for init_method='normal'."""
     init_gamma_overrides: dict = field(default_factory=dict)
-    """Per-role gamma, e.g. 'attn_out=1.0,fc2=0.75,embedding=0.5' (roles: see
-    megatron_gamma.model.init.ROLES)."""
-    embedding_fan_in: str = "hidden"
-    """Fan-in policy for the input embedding: 'hidden' (sigma = hidden^-gamma, the convention
-    under which the paper's residual-flow balance d^(1-gamma) holds) or 'vocab'."""
+    """Per-role gamma, e.g. 'attn_out=1.0,fc2=0.75,embedding=0.5' (roles: the matrix roles of
+    the registry megatron_gamma.model.roles; the same names the init audit and the diagnostics
+    report)."""
+    embedding_fan_in: EmbeddingFanIn = EmbeddingFanIn.HIDDEN
+    """Fan-in policy for the input embedding ('hidden' is the convention under which the
+    paper's residual-flow balance d^(1-gamma) holds)."""
 
     def __post_init__(self) -> None:
-        if self.init_method not in ("gamma", "normal"):
-            _fail("init_method", self.init_method, "unknown", "use 'gamma' or 'normal'")
+        _check_choices(self)
         if not self.init_gamma > 0:
             _fail(
                 "init_gamma",
@@ -245,27 +351,29 @@ class InitConfig:
         if not self.init_method_std > 0:
             _fail("init_method_std", self.init_method_std, "must be > 0", "use e.g. 0.02")
         if isinstance(self.init_gamma_overrides, list):  # repeated flag
-            self.init_gamma_overrides = ",".join(self.init_gamma_overrides)
+            _resolve(self, "init_gamma_overrides", ",".join(self.init_gamma_overrides))
         if isinstance(self.init_gamma_overrides, str):
-            self.init_gamma_overrides = _parse_overrides(self.init_gamma_overrides)
-        from megatron_gamma.model.roles import ROLES
+            _resolve(self, "init_gamma_overrides", _parse_overrides(self.init_gamma_overrides))
+        from megatron_gamma.model.roles import MATRIX_ROLES
 
         for role, gamma in self.init_gamma_overrides.items():
-            if role not in ROLES:
+            if role not in MATRIX_ROLES:
                 _fail(
                     "init_gamma_overrides",
                     role,
                     "unknown role",
-                    f"use one of {', '.join(r for r in ROLES if ROLES[r])}",
+                    f"use one of {', '.join(MATRIX_ROLES)}",
                 )
             if not float(gamma) > 0:
                 _fail("init_gamma_overrides", f"{role}={gamma}", "gamma must be > 0", "use > 0")
-        self.init_gamma_overrides = {k: float(v) for k, v in self.init_gamma_overrides.items()}
-        if self.embedding_fan_in not in ("hidden", "vocab"):
-            _fail("embedding_fan_in", self.embedding_fan_in, "unknown", "use 'hidden' or 'vocab'")
+        _resolve(
+            self,
+            "init_gamma_overrides",
+            {k: float(v) for k, v in self.init_gamma_overrides.items()},
+        )
 
 
-@dataclass
+@dataclass(frozen=True)
 class ParallelConfig:
     """Parallel layout (megatron-core ``parallel_state`` and DDP)."""
 
@@ -297,7 +405,7 @@ class ParallelConfig:
             if getattr(self, key) < 1:
                 _fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
         if self.expert_tensor_parallel_size is None:
-            self.expert_tensor_parallel_size = self.tensor_model_parallel_size
+            _resolve(self, "expert_tensor_parallel_size", self.tensor_model_parallel_size)
         if self.expert_tensor_parallel_size < 1:
             _fail(
                 "expert_tensor_parallel_size",
@@ -320,7 +428,7 @@ class ParallelConfig:
 _SPLIT_KEYS = ("train_data_path", "valid_data_path", "test_data_path")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataConfig:
     """Indexed datasets and tokenizer."""
 
@@ -344,7 +452,7 @@ class DataConfig:
         for key in ("data_path", *_SPLIT_KEYS):
             value = getattr(self, key)
             value = value.split() if isinstance(value, str) else value
-            setattr(self, key, [str(p) for p in value])
+            _resolve(self, key, [str(p) for p in value])
         given = [k for k in _SPLIT_KEYS if getattr(self, k)]
         if self.data_path and given:
             _fail(
@@ -431,19 +539,19 @@ def _parse_blend(key: str, items: list[str]) -> tuple[list[str], Optional[list[f
     return prefixes, weights
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimizerConfig:
     """AdamW and its learning-rate schedule (megatron-core OptimizerConfig and
     OptimizerParamScheduler)."""
 
-    optimizer: str = "adam"
-    """'adam' (AdamW: decoupled weight decay) or 'sgd'."""
+    optimizer: Optimizer = Optimizer.ADAM
+    """Optimizer."""
     lr: float = 3e-3
     """Peak learning rate."""
     min_lr: float = 3e-4
     """Learning rate at the end of the decay."""
-    lr_decay_style: str = "cosine"
-    """'cosine', 'linear' or 'constant'."""
+    lr_decay_style: LrDecayStyle = LrDecayStyle.COSINE
+    """Decay of the learning rate after warmup."""
     lr_warmup_iters: int = 0
     """Linear warmup iterations."""
     lr_decay_iters: Optional[int] = None
@@ -464,21 +572,16 @@ class OptimizerConfig:
     records the checkpoint's values)."""
 
     def __post_init__(self) -> None:
-        if self.optimizer not in ("adam", "sgd"):
-            _fail("optimizer", self.optimizer, "unknown", "use 'adam' or 'sgd'")
+        _check_choices(self)
         if not self.lr > 0:
             _fail("lr", self.lr, "must be > 0", "use e.g. 3e-4")
         if not 0 <= self.min_lr <= self.lr:
             _fail("min_lr", self.min_lr, f"must lie in [0, lr={self.lr}]", "lower min_lr")
-        if self.lr_decay_style not in ("cosine", "linear", "constant"):
-            _fail(
-                "lr_decay_style", self.lr_decay_style, "unknown", "use cosine, linear or constant"
-            )
         if self.lr_warmup_iters < 0:
             _fail("lr_warmup_iters", self.lr_warmup_iters, "must be >= 0", "use 0 or more")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainingConfig:
     """Batching, iteration counts, precision and evaluation."""
 
@@ -498,10 +601,10 @@ class TrainingConfig:
     """Validation global batches per evaluation."""
     exit_interval: Optional[int] = None
     """Stop after this iteration (for tests and staged runs); the schedule keeps train_iters."""
-    recompute_granularity: Optional[str] = None
-    """Activation recompute: 'full' (whole layers) or 'selective' (core attention); None off."""
-    recompute_method: str = "uniform"
-    """With full recompute: 'uniform' or 'block'."""
+    recompute_granularity: Optional[RecomputeGranularity] = None
+    """Activation recompute; None: off."""
+    recompute_method: RecomputeMethod = RecomputeMethod.UNIFORM
+    """With full recompute: how layers are picked."""
     recompute_num_layers: int = 1
     """With full recompute: layers per recompute unit (uniform) or recomputed layers (block)."""
     exit_duration_in_mins: Optional[float] = None
@@ -509,18 +612,10 @@ class TrainingConfig:
     the end of the iteration and exit cleanly; rerunning with --load resumes there."""
 
     def __post_init__(self) -> None:
+        _check_choices(self)
         for key in ("micro_batch_size", "global_batch_size", "train_iters", "eval_interval"):
             if getattr(self, key) < 1:
                 _fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
-        if self.recompute_granularity not in (None, "full", "selective"):
-            _fail(
-                "recompute_granularity",
-                self.recompute_granularity,
-                "unknown",
-                "use 'full', 'selective' or leave unset",
-            )
-        if self.recompute_method not in ("uniform", "block"):
-            _fail("recompute_method", self.recompute_method, "unknown", "use 'uniform' or 'block'")
         if self.exit_duration_in_mins is not None and not self.exit_duration_in_mins > 0:
             _fail(
                 "exit_duration_in_mins",
@@ -537,7 +632,7 @@ class TrainingConfig:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckpointConfig:
     """megatron-core dist_checkpointing."""
 
@@ -549,7 +644,7 @@ class CheckpointConfig:
     """Save every this many iterations; with ``save`` a final checkpoint is always written."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoggingConfig:
     """Run directory, console, TensorBoard."""
 
@@ -578,7 +673,7 @@ class LoggingConfig:
             )
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClusterConfig:
     """The SLURM shape a recipe is written for (``estimate`` derives the data-parallel size from
     it; ``submit`` takes its own --nodes/--gpus-per-node)."""
@@ -595,7 +690,7 @@ class ClusterConfig:
     ``PYTHONFAULTHANDLER=1`` and ``NCCL_DEBUG=WARN``."""
 
     def __post_init__(self) -> None:
-        self.env = parse_env(self.env)
+        _resolve(self, "env", parse_env(self.env))
         if self.slurm_nodes is not None and self.slurm_nodes < 1:
             _fail("slurm_nodes", self.slurm_nodes, "must be >= 1", "set it to 1 or more")
         if self.slurm_gpus_per_node < 1:
@@ -608,7 +703,7 @@ class ClusterConfig:
         return self.slurm_nodes * self.slurm_gpus_per_node
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
     """The whole run."""
 
@@ -625,6 +720,38 @@ class Config:
     def to_dict(self) -> dict:
         """Plain nested dict (what ``load_config`` reads back)."""
         return dataclasses.asdict(self)
+
+    def replace(self, **fields: Any) -> Config:
+        """A new validated Config with ``fields`` changed, keyed by field name (the flag name
+        underscored, unique across sections): ``cfg.replace(tensor_model_parallel_size=1)``.
+
+        The config is rebuilt through :func:`config_from_dict` from :meth:`to_dict` (resolved
+        values: a derived default such as ``ffn_hidden_size`` keeps its value unless changed
+        too), so every check runs again; configs are frozen and never edited in place.
+
+        Raises:
+            ConfigError: an unknown field, or a combination that fails validation.
+        """
+        index = _field_index()
+        changes: dict = {}
+        for key, value in fields.items():
+            if key not in index:
+                _unknown(key, list(index), "")
+            changes.setdefault(index[key][0], {})[key] = value
+        return config_from_dict(merge(self.to_dict(), changes))
+
+
+def merge(base: dict, changes: dict) -> dict:
+    """``base`` with ``changes`` merged in, recursively for nested mappings (neither is
+    modified): the dict step of rebuilding a config, ``config_from_dict(merge(cfg.to_dict(),
+    {"parallel": {"tensor_model_parallel_size": 1}}))``."""
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
 
 
 def _section_types() -> dict[str, type]:
@@ -754,12 +881,48 @@ def _base_type(tp: Any) -> Any:
     return tp
 
 
+@functools.cache
+def field_docs(cls: type) -> dict[str, str]:
+    """{field name: its docstring} of a config dataclass, read from the string literal under
+    each field in the source (as Megatron-LM's ``argument_utils`` does); empty when the source
+    is unavailable."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return {}
+    body = tree.body[0].body
+    docs = {}
+    for node, after in zip(body, body[1:], strict=False):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            docs[node.target.id] = " ".join(after.value.value.split())
+    return docs
+
+
+def _help(section: str, f: dataclasses.Field, base: Any) -> str:
+    cls = _section_types()[section]
+    doc = field_docs(cls).get(f.name, "")
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+    parts = [doc] if doc else []
+    if isinstance(base, type) and issubclass(base, Choice):
+        parts.append(f"Choices: {base.help()}.")
+    default = default.value if isinstance(default, Choice) else default
+    parts.append(f"[{section}; default: {default!r}]")
+    return " ".join(parts).replace("%", "%%")
+
+
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """Add one ``--field-name`` flag per config field (default: not given)."""
-    for name, (section, _f, tp) in _field_index().items():
+    """Add one ``--field-name`` flag per config field (default: not given); its help is the
+    field's docstring, its choices (with theirs) and its section and default."""
+    for name, (section, f, tp) in _field_index().items():
         flag = "--" + name.replace("_", "-")
         base = _base_type(tp)
-        doc = f"[{section}]"
+        doc = _help(section, f, base)
         if base is bool:
             parser.add_argument(
                 flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=doc
@@ -770,6 +933,16 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             )
         elif base is list or typing.get_origin(base) is list:
             parser.add_argument(flag, dest=name, nargs="+", default=None, help=doc)
+        elif isinstance(base, type) and issubclass(base, Choice):
+            choices = [m.value for m in base]
+            parser.add_argument(
+                flag,
+                dest=name,
+                choices=choices,
+                default=None,
+                help=doc,
+                metavar="{" + ",".join(choices) + "}",
+            )
         else:
             parser.add_argument(flag, dest=name, type=base, default=None, help=doc)
 

@@ -103,24 +103,3 @@ def pretrain(run_dir, data_prefix: str, *flags: str, nproc: int = 1) -> dict:
     proc = run_cli(args, nproc=nproc)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return read_metrics(run_dir)
-
-
-def run_worker(script: str, args: list[str], tmp_path, nproc: int, timeout: int = 600):
-    """Run ``tests/workers/SCRIPT`` under torchrun; return the JSON rank 0 wrote."""
-    result = tmp_path / f"{script}.json"
-    env = dict(
-        os.environ,
-        TORCHDYNAMO_DISABLE="1",
-        OMP_NUM_THREADS="1",
-        RESULT=str(result),
-        PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")]),
-    )
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={nproc}", os.path.join(os.path.dirname(__file__), "workers", script),
-        *args,
-    ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    with open(result) as f:
-        return json.load(f)

@@ -101,10 +101,10 @@ def main(run_dir: str) -> None:
     for i in range(2):
         x = seen[("qkv_in", i)].double()  # (s, b, h): the normed input of linear_qkv
         q, k, v = seen[("qkv", i)]
-        for name, ref, heads in (("attn_q", q, nh), ("attn_k", k, ng), ("attn_v", v, ng)):
+        for name, ref, heads in (("qkv.q", q, nh), ("qkv.k", k, ng), ("qkv.v", v, ng)):
             mine = (x @ roles[(name, i)].double().T).view(16, 2, heads, hn)
             out["split_err"] = max(out["split_err"], float((mine - ref.double()).abs().max()))
-        gate = torch.sigmoid(x @ roles[("attn_gate", i)].double().T)
+        gate = torch.sigmoid(x @ roles[("gate", i)].double().T)
         gated = seen[("core_out", i)].double() * gate
         out["gate_err"] = max(out["gate_err"], float((gated - seen[("proj_in", i)]).abs().max()))
         # full fp64 softmax of the captured q, k (GQA: head h reads group h // 2)
@@ -175,11 +175,12 @@ def tensor_parallel(run_dir: str, out_dir: str) -> None:
     from megatron_gamma.diagnostics.callback import DiagnosticsCallback
     from megatron_gamma.training.loop import Trainer
 
-    cfg = offline.load_run_config(offline.find_run_config(run_dir), run_dir)
-    cfg.parallel.tensor_model_parallel_size = 2
-    cfg.checkpoint.save = os.path.join(out_dir, "checkpoints")
-    cfg.logging.run_dir = out_dir
-    cfg.logging.log_diagnostics_interval = 0
+    cfg = offline.load_run_config(offline.find_run_config(run_dir), run_dir).replace(
+        tensor_model_parallel_size=2,
+        save=os.path.join(out_dir, "checkpoints"),
+        run_dir=out_dir,
+        log_diagnostics_interval=0,
+    )
     trainer = Trainer(cfg)
     ckpt = offline.resolve_checkpoint(run_dir)
     trainer.state.iteration = offline.load_weights(trainer.chunks[0].module, ckpt)

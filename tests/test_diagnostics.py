@@ -95,7 +95,7 @@ def test_sharded_subspace_iteration_equals_full_svd():
     b_cols = b.chunk(2, dim=1)
     results = _threaded_ranks([[a_rows[r], b_cols[r].T] for r in range(2)])
     assert results[0] == results[1]
-    for got, full in zip(results[0], (a, b)):
+    for got, full in zip(results[0], (a, b), strict=True):
         exact = float(torch.linalg.matrix_norm(full.double(), ord=2)) ** 2
         assert got == pytest.approx(exact, rel=1e-4)
 
@@ -181,7 +181,7 @@ def test_sink_share_three_tokens_by_hand():
     q = torch.tensor([[1.0, 0.0], [0.5, 1.0], [2.0, -1.0]]).view(3, 1, 1, 2)
     k = torch.tensor([[1.0, 1.0], [0.0, 2.0], [1.0, -1.0]]).view(3, 1, 1, 2)
     s = [
-        [sum(a * b for a, b in zip(qi, kj)) for kj in k.view(3, 2).tolist()]
+        [sum(a * b for a, b in zip(qi, kj, strict=True)) for kj in k.view(3, 2).tolist()]
         for qi in q.view(3, 2).tolist()
     ]
     p10 = math.exp(s[1][0]) / (math.exp(s[1][0]) + math.exp(s[1][1]))
@@ -316,7 +316,7 @@ def test_delta_sym_definition_symmetry_and_bins():
     bins = gap_by_difficulty(delta, diff, num_bins=7, logp_a=logp_a, logp_b=logp_b)
     assert sum(b.count for b in bins) == 1000
     assert len(bins) == 7 and bins[0].lo == float(diff.min()) and bins[-1].hi == float(diff.max())
-    for b, nxt in zip(bins, bins[1:]):
+    for b, nxt in zip(bins, bins[1:], strict=False):
         assert b.hi == nxt.lo
     # each bin's stats from its own members (last bin closed on the right)
     for i, b in enumerate(bins):
@@ -347,20 +347,47 @@ def test_bins_with_explicit_edges_and_ties():
 
 
 def test_metric_keys_round_trip():
-    key = metric_key("stable_rank", "attn_q", 3)
-    assert key == "stable_rank/attn_q/layer_03"
+    key = metric_key("stable_rank", "qkv.q", 3)
+    assert key == "stable_rank/qkv.q/layer_03"
     assert parse_metric_key(key) == {
         "metric": "stable_rank",
-        "role": "attn_q",
+        "role": "qkv.q",
         "layer": 3,
         "head": None,
+        "expert": None,
     }
     assert parse_metric_key(metric_key("sink_share", None, 12, 5)) == {
         "metric": "sink_share",
         "role": None,
         "layer": 12,
         "head": 5,
+        "expert": None,
     }
+    key = metric_key("condensation", "expert_fc1.up", 1, expert=7)
+    assert key == "condensation/expert_fc1.up/layer_01/expert_07"
+    assert parse_metric_key(key) == {
+        "metric": "condensation",
+        "role": "expert_fc1.up",
+        "layer": 1,
+        "head": None,
+        "expert": 7,
+    }
+
+
+def test_aggregate_experts_means_over_a_layers_experts():
+    from megatron_gamma.diagnostics.probes import aggregate_experts
+
+    values = {
+        "stable_rank/expert_fc2/layer_00/expert_00": 2.0,
+        "stable_rank/expert_fc2/layer_00/expert_01": 5.0,
+        "stable_rank/expert_fc2/layer_01/expert_00": 7.0,
+        "stable_rank/router/layer_00": 3.0,
+    }
+    got = aggregate_experts(values)
+    assert got["stable_rank/expert_fc2/layer_00"] == 3.5
+    assert got["stable_rank/expert_fc2/layer_01"] == 7.0
+    assert {k: got[k] for k in values} == values
+    assert len(got) == len(values) + 2
 
 
 # ---------------------------------------------------------------- probes on module trees
@@ -389,7 +416,7 @@ def test_activation_probe_reads_output_gates_per_layer():
     model.decoder.layers = torch.nn.ModuleList([_Layer(1), _Layer(2)])
     logits = [torch.randn(6, 2, 8, generator=_gen(20 + i)) * 3 for i in range(2)]
     with ActivationProbe([model]) as probe:
-        for layer, z in zip(model.decoder.layers, logits):
+        for layer, z in zip(model.decoder.layers, logits, strict=True):
             layer.gate(torch.ones_like(z), z)
             layer.gate(torch.ones_like(z), z + 100)  # later calls are ignored
     got = probe.results()

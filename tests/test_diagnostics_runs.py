@@ -88,7 +88,7 @@ def test_live_callback_logs_every_diagnostic(demo):
     diag = _diagnostics(demo["run"])
     assert sorted(diag) == [1, 2, 3, 4, 5, 6]
     rec = diag[6]
-    roles = ["attn_q", "attn_k", "attn_v", "attn_gate", "attn_proj", "mlp_fc1_gate", "mlp_fc2"]
+    roles = ["qkv.q", "qkv.k", "qkv.v", "gate", "attn_out", "fc1.gate", "fc2"]
     for layer in (0, 1):
         for role in roles:
             assert rec[f"stable_rank/{role}/layer_{layer:02d}"] >= 1.0
@@ -107,7 +107,7 @@ def test_live_callback_logs_every_diagnostic(demo):
     acc = EventAccumulator(os.path.join(demo["run"], "tensorboard"))
     acc.Reload()
     tags = acc.Tags()["scalars"]
-    assert "diagnostics/stable_rank/attn_q/layer_00" in tags
+    assert "diagnostics/stable_rank/qkv.q/layer_00" in tags
     assert "diagnostics/sink_share/layer_01" in tags
     steps = [e.step for e in acc.Scalars("diagnostics/norm_log10_ms_p50/final_layernorm")]
     assert steps == [1, 2, 3, 4, 5, 6]
@@ -134,9 +134,9 @@ def test_analyze_writes_plots_and_numbers_matching_references(demo):
     assert f"wrote gates: {os.path.join(adir, 'gates.png')}" in out
     panels = _png_panels(os.path.join(adir, "stable_rank.png"))
     assert panels == [
-        "input embedding", "attention W_Q", "attention W_K", "attention W_V",
-        "attention output gate W_G", "attention output W_O", "MLP fc1 (SwiGLU gate)",
-        "MLP fc1 (SwiGLU up)", "MLP fc2", "output layer",
+        "input embedding", "attention W_QKV (q)", "attention W_QKV (k)", "attention W_QKV (v)",
+        "attention output gate W_G", "attention output W_O", "MLP fc1 (gate)", "MLP fc1 (up)",
+        "MLP fc2", "output layer",
     ]  # fmt: skip
     assert _png_panels(os.path.join(adir, "condensation.png")) == panels
     assert _png_panels(os.path.join(adir, "attention_sink.png")) == [
@@ -165,7 +165,7 @@ def test_analyze_writes_plots_and_numbers_matching_references(demo):
     checked = 0
     for key, series in metrics.items():
         if key.startswith(("stable_rank/", "top_share/", "sink_share/", "norm_")):
-            for it, value in zip(res["iterations"], series):
+            for it, value in zip(res["iterations"], series, strict=True):
                 expected = live[max(it, 1)][key]
                 assert _close(value, expected), (key, it, value, expected)
                 checked += 1
@@ -175,7 +175,7 @@ def test_analyze_writes_plots_and_numbers_matching_references(demo):
     ckpt = os.path.join(run, "checkpoints", "iter_0000006")
     ref = json.loads(_run([sys.executable, CHECK, "reference", ckpt, demo["data"], "64", "16"]))
     for name, value in ref["stable_rank"].items():
-        role = {"linear_proj": "attn_proj", "linear_fc2": "mlp_fc2"}[name.split("/")[0]]
+        role = {"linear_proj": "attn_out", "linear_fc2": "fc2"}[name.split("/")[0]]
         got = metrics[f"stable_rank/{role}/{name.split('/')[1]}"][-1]
         assert got == pytest.approx(value, rel=1e-6)
 
@@ -221,8 +221,8 @@ def test_probes_on_a_real_model(tmp_path):
     assert got["stable_rank_rel_err"] < 1e-9
     assert got["sink_err"] < 1e-7  # float32 scores vs the float64 reference
     assert got["roles"] == [
-        "attn_gate", "attn_k", "attn_proj", "attn_q", "attn_v", "embedding", "mlp_fc1_gate",
-        "mlp_fc1_up", "mlp_fc2", "output",
+        "attn_out", "embedding", "fc1.gate", "fc1.up", "fc2", "gate", "output", "pos_embedding",
+        "qkv.k", "qkv.q", "qkv.v",
     ]  # fmt: skip
     assert got["norm_keys"] == [
         "norm_saturated/final_layernorm",

@@ -3,19 +3,101 @@
 import glob
 import os
 import re
+import resource
+import tempfile
 
+import psutil
 import pytest
-from conftest import DEMO_TOKENIZER, run_worker
+import torch
+import torch.distributed as dist
+from conftest import DEMO_TOKENIZER
+from distributed import run_distributed
+from megatron.core import parallel_state
 
+from megatron_gamma import parallel
 from megatron_gamma.config import load_config, validate_layout
-from megatron_gamma.estimate import count_parameters
-from megatron_gamma.model.builder import padded_vocab_size
+from megatron_gamma.estimate import count_parameters, estimate_memory, params_per_gpu
+from megatron_gamma.model.builder import build_model_chunk, padded_vocab_size, transformer_config
 
 CONFIGS = os.path.join(os.path.dirname(__file__), "..", "examples", "configs")
 RECIPES = sorted(
     glob.glob(os.path.join(CONFIGS, "gpt-*.yaml")) + glob.glob(os.path.join(CONFIGS, "moe-*.yaml"))
 )
 ABLATIONS = sorted(glob.glob(os.path.join(CONFIGS, "ablations", "*.yaml")))
+
+
+VARIANTS = {
+    "default": {},
+    "no-gate": {"gated_attention": "none"},
+    "headwise": {"gated_attention": "headwise"},
+}
+
+
+def _meta_counts(recipes):
+    """Build each recipe (and its gated/ungated variants) on the meta device through the real
+    model builder under TP = world size; this rank's parameter count next to the estimator's."""
+    out = {}
+    tp = int(os.environ["WORLD_SIZE"])
+    for recipe in recipes:
+        for variant, overrides in VARIANTS.items():
+            cfg = load_config(
+                recipe,
+                {
+                    **overrides,
+                    "tensor_model_parallel_size": tp,
+                    "expert_model_parallel_size": 1,
+                    "init_method": "normal",
+                },
+            )
+            if parallel_state.model_parallel_is_initialized():
+                parallel_state.destroy_model_parallel()
+            parallel.initialize(cfg)
+            vocab = padded_vocab_size(cfg.model.vocab_size, cfg)
+            with torch.device("meta"):
+                model, _ = build_model_chunk(cfg, transformer_config(cfg, on_gpu=False), vocab)
+            local = sum(p.numel() for p in model.parameters())
+            out[f"{recipe}|{variant}"] = {
+                "local_numel": local,
+                "estimated_local": params_per_gpu(cfg, vocab)["first"],
+                "estimated_total": count_parameters(cfg, vocab).total,
+                "active": count_parameters(cfg, vocab).active,
+            }
+    return out
+
+
+def _memory_use(recipe, data_prefix, tokenizer):
+    """Train the recipe two iterations at a reduced batch on the CPU; the process's peak RSS
+    growth over its size just before the model was built, next to the estimator's total."""
+    from megatron_gamma.training.loop import Trainer
+
+    overrides = {
+        "bf16": False,
+        "micro_batch_size": 1,
+        "global_batch_size": 1,
+        "seq_length": 512,
+        "train_iters": 2,
+        "eval_interval": 1000,
+        "eval_iters": 1,
+        "data_path": [data_prefix],
+        "split": "95,5,0",
+        "tokenizer_model": tokenizer,
+        "save": "",
+        "load": "",
+        "log_diagnostics_interval": 0,
+        "run_dir": tempfile.mkdtemp(),
+        "progress_bar": False,
+    }
+    cfg = load_config(recipe, overrides)
+    before = psutil.Process().memory_info().rss
+    trainer = Trainer(cfg)
+    trainer.train()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    est = estimate_memory(cfg, trainer.vocab_size, dist.get_world_size())
+    return {
+        "measured": peak - before,
+        "estimated": est.total(cfg.parallel.use_distributed_optimizer, False),
+        "parts": vars(est),
+    }
 
 
 def _named_sizes(path):
@@ -63,10 +145,10 @@ def test_recipe_loads_validates_and_is_sized_as_named(recipe, ablation):
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("nproc", [1, 8])
-def test_estimator_counts_equal_meta_device_models(tmp_path, nproc):
+def test_estimator_counts_equal_meta_device_models(nproc):
     """Every recipe (dense, MoE; elementwise, headwise and no gate) built on the meta device
     through the real model builder at TP = nproc: this rank's numel equals the estimator's."""
-    results = run_worker("recipes.py", ["meta", *RECIPES], tmp_path, nproc=nproc)
+    results = run_distributed(_meta_counts, nproc, RECIPES)[0]
     assert len(results) == 3 * len(RECIPES)
     for key, r in results.items():
         assert r["local_numel"] == r["estimated_local"], key
@@ -75,10 +157,10 @@ def test_estimator_counts_equal_meta_device_models(tmp_path, nproc):
 
 
 @pytest.mark.timeout(600)
-def test_memory_estimate_matches_a_real_cpu_run(tmp_path, demo_prefix):
+def test_memory_estimate_matches_a_real_cpu_run(demo_prefix):
     """The 0.1B recipe trained 2 iterations on the CPU (fp32, micro-batch 1, sequence 512,
     TP = 1): peak RSS growth from just before the model is built is within 15% of the
     estimator's per-GPU total (weights + gradients + optimizer + activations)."""
     recipe = os.path.join(CONFIGS, "gpt-0.1b.yaml")
-    r = run_worker("recipes.py", ["memory", recipe, demo_prefix, DEMO_TOKENIZER], tmp_path, 1)
+    r = run_distributed(_memory_use, 1, recipe, demo_prefix, DEMO_TOKENIZER)[0]
     assert r["measured"] == pytest.approx(r["estimated"], rel=0.15), r

@@ -46,9 +46,15 @@ def _demo_data(tmp: str) -> str:
 
 def _train(cfg_path: str, overrides: dict, run_dir: str, interval: int) -> tuple[float, list]:
     """Train once; return (seconds in Trainer.train, diagnostics_seconds of each call)."""
-    cfg = load_config(cfg_path, {**overrides, "run_dir": run_dir})
-    cfg.logging.log_diagnostics_interval = interval
-    cfg.logging.progress_bar = False
+    cfg = load_config(
+        cfg_path,
+        {
+            **overrides,
+            "run_dir": run_dir,
+            "log_diagnostics_interval": interval,
+            "progress_bar": False,
+        },
+    )
     trainer = Trainer(cfg)
     try:
         start = time.perf_counter()

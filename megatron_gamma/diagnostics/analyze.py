@@ -12,7 +12,8 @@ Writes into ``--output-dir`` (default ``RUN_DIR/analysis`` for one run):
 
 - ``analysis.json``: every number (metrics per run and iteration, norm histograms, cosine
   matrices of the heatmaps), ``analysis.csv``: the metrics in long form
-  (run, iteration, metric, role, layer, head, value);
+  (run, iteration, metric, role, layer, head, value, expert; role as in the weight-role
+  registry :mod:`megatron_gamma.model.roles`, experts per expert and as the layer's mean);
 - ``stable_rank.png``, ``condensation.png``, ``attention_sink.png``, ``norm_saturation.png``,
   ``cosine_heatmaps[_RUN].png`` and, for gated runs, ``gates.png`` (see
   :mod:`megatron_gamma.diagnostics.plots`).
@@ -24,8 +25,9 @@ import csv
 import json
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 import torch
@@ -43,12 +45,13 @@ from megatron_gamma.diagnostics.condensation import (
 from megatron_gamma.diagnostics.norm import HIST_EDGES
 from megatron_gamma.diagnostics.probes import (
     ActivationProbe,
+    aggregate_experts,
     parse_metric_key,
     weight_diagnostics,
     weight_matrices,
 )
 
-DEFAULT_HEATMAPS = ("attn_q/layer_00", "mlp_fc1_gate/layer_00")
+DEFAULT_HEATMAPS = ("qkv.q/layer_00", "fc1.gate/layer_00")
 """Matrices shown as cosine heatmaps when none are chosen (plus the last layer's)."""
 
 
@@ -123,7 +126,7 @@ def _parse_heatmaps(specs: Sequence[str], num_layers: int) -> list[tuple[str, in
         parsed = parse_metric_key("x/" + spec)
         if parsed["role"] is None or parsed["layer"] is None:
             raise ConfigError(
-                f"heatmap={spec!r}: expected ROLE/layer_LL, e.g. attn_q/layer_00. Fix: the syntax"
+                f"heatmap={spec!r}: expected ROLE/layer_LL, e.g. qkv.q/layer_00. Fix: the syntax"
             )
         if not 0 <= parsed["layer"] < num_layers:
             raise ConfigError(
@@ -151,7 +154,8 @@ def _pick_iterations(
 
 
 def _heatmap(model, role: str, layer: int, rows: int) -> Optional[tuple[dict, torch.Tensor]]:
-    """(row sample, order and score; ordered cosine matrix) of one matrix, None if absent."""
+    """(row sample, order and score; ordered cosine matrix) of one matrix (expert 0 of an
+    expert role), None if absent."""
     for m in weight_matrices(model):
         if m.role == role and m.layer == layer:
             idx = sample_rows(m.local.size(0), rows, seed=0)
@@ -199,7 +203,7 @@ def analyze_run(
     """
     cfg = offline.load_run_config(offline.find_run_config(run_dir), run_dir)
     if data_path:
-        cfg.data.data_path = list(data_path)
+        cfg = cfg.replace(data_path=list(data_path))
     ckpts = offline.list_checkpoints(run_dir)
     if not ckpts and not include_init:
         raise ConfigError(f"run_dir={run_dir!r}: no complete checkpoint. Fix: check the path")
@@ -230,6 +234,7 @@ def analyze_run(
             offline.load_weights(model, ckpt)
         with torch.no_grad():
             values = weight_diagnostics([model], None, max_rows=condensation_rows)
+            values = aggregate_experts(values)
             if batch is not None:
                 with ActivationProbe([model]) as probe:
                     model(
@@ -284,11 +289,11 @@ def write_numbers(runs: Sequence[RunAnalysis], out_dir: str) -> dict[str, str]:
     tmp = csv_path + ".tmp"
     with open(tmp, "w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["run", "iteration", "metric", "role", "layer", "head", "value"])
+        writer.writerow(["run", "iteration", "metric", "role", "layer", "head", "value", "expert"])
         for r in runs:
             for key, series in r.metrics.items():
                 p = parse_metric_key(key)
-                for it, value in zip(r.iterations, series):
+                for it, value in zip(r.iterations, series, strict=True):
                     if value is None:
                         continue
                     writer.writerow(
@@ -300,6 +305,7 @@ def write_numbers(runs: Sequence[RunAnalysis], out_dir: str) -> dict[str, str]:
                             p["layer"],
                             p["head"],
                             value,
+                            p["expert"],
                         ]
                     )
     os.replace(tmp, csv_path)

@@ -4,9 +4,10 @@ Every N iterations, :class:`DiagnosticsCallback`:
 
 1. computes the weight diagnostics (stable rank, top-direction share, condensation score of every
    matrix) on this rank's tensor-parallel shards (:func:`~.probes.weight_diagnostics`);
-2. runs one forward-only pass of megatron-core's pipeline schedule on the first validation
-   micro-batch, in eval mode, with :class:`~.probes.ActivationProbe` hooks (attention-sink
-   share per head, RMSNorm saturation per norm, gate statistics per gated layer);
+2. runs the trainer's forward-only pass (``Trainer.forward_only``: megatron-core's pipeline
+   schedule, eval mode) on the first validation micro-batch, with
+   :class:`~.probes.ActivationProbe` hooks (attention-sink share per head, RMSNorm saturation
+   per norm, gate statistics per gated layer);
 3. gathers the per-stage results on global rank 0 and logs them to TensorBoard
    (``diagnostics/<key>``) and ``metrics.jsonl`` (``"split": "diagnostics"``), with the
    wall-clock seconds the diagnostics took (``diagnostics_seconds``).
@@ -17,21 +18,29 @@ Between diagnostics steps no hook is installed, so ordinary iterations cost noth
 from __future__ import annotations
 
 import time
-from functools import partial
+from typing import TYPE_CHECKING
 
-import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
-from megatron.core.pipeline_parallel import get_forward_backward_func
 
 from megatron_gamma.data.datasets import micro_batches
-from megatron_gamma.diagnostics.probes import ActivationProbe, weight_diagnostics
+from megatron_gamma.diagnostics.probes import (
+    ActivationProbe,
+    aggregate_experts,
+    parse_metric_key,
+    weight_diagnostics,
+)
+from megatron_gamma.training.callbacks import Callback, StepOutput
+
+if TYPE_CHECKING:
+    from megatron_gamma.training.loop import Trainer
 
 
-class DiagnosticsCallback:
+class DiagnosticsCallback(Callback):
     """Compute and log the paper's diagnostics every ``interval`` iterations.
 
-    The training loop calls :meth:`on_step_end` once at the end of every iteration.
+    A :class:`~megatron_gamma.training.callbacks.Callback`: the trainer calls
+    :meth:`on_step_end` once at the end of every iteration.
 
     Args:
         interval: iterations between diagnostics (>= 1).
@@ -48,34 +57,44 @@ class DiagnosticsCallback:
         self.max_rows = max_rows
         self._warned = False
 
-    def on_step_end(self, trainer, iteration: int) -> None:
-        """Run the diagnostics when ``iteration`` is a multiple of the interval."""
-        if iteration % self.interval:
+    def on_step_end(self, trainer: Trainer, step: StepOutput) -> None:
+        """Run the diagnostics when the step's iteration is a multiple of the interval."""
+        if step.iteration % self.interval:
             return
         start = time.time()
         values = self.collect(trainer)
         if values is not None:
             values["diagnostics_seconds"] = time.time() - start
-            log = getattr(trainer, "log", None)
-            if log is not None:
-                log.scalars(iteration, values, split="diagnostics")
+            if trainer.log is not None:
+                trainer.log.scalars(step.iteration, values, split="diagnostics")
 
-    def collect(self, trainer) -> dict[str, float] | None:
+    def collect(self, trainer: Trainer) -> dict[str, float] | None:
         """All diagnostics of the trainer's model now; the merged dict on global rank 0, None
         elsewhere. Collective over all ranks."""
         models = [chunk.module for chunk in trainer.chunks]
         tp_group = parallel_state.get_tensor_model_parallel_group()
-        values = weight_diagnostics(models, tp_group, max_rows=self.max_rows)
+        values = weight_diagnostics(
+            models,
+            tp_group,
+            expert_tp_group=parallel_state.get_expert_tensor_parallel_group(),
+            max_rows=self.max_rows,
+        )
         batch = self._validation_batch(trainer)
         if batch is not None:
-            values.update(self._activations(trainer, models, tp_group, batch))
-        elif not self._warned and trainer.rank == 0 and getattr(trainer, "log", None):
+            # megatron-core's interleaved (virtual-pipeline) schedule needs at least PP
+            # micro-batches; the probe records only each module's first call, so repeating the
+            # batch leaves the results those of one pass.
+            n = parallel_state.get_pipeline_model_parallel_world_size() if len(models) > 1 else 1
+            with ActivationProbe(models, tp_group) as probe:
+                trainer.forward_only(iter([batch] * n), num_microbatches=n)
+            values.update(probe.results())
+        elif not self._warned and trainer.rank == 0 and trainer.log is not None:
             trainer.log.message("diagnostics: no validation data; activation diagnostics skipped")
             self._warned = True
         return _gather_on_rank0(values)
 
     @staticmethod
-    def _validation_batch(trainer):
+    def _validation_batch(trainer: Trainer):
         valid = trainer.datasets[1] if len(trainer.datasets) > 1 else None
         if valid is None or len(valid) == 0:
             return None
@@ -88,44 +107,29 @@ class DiagnosticsCallback:
         )
         return next(it, None)
 
-    @staticmethod
-    def _activations(trainer, models, tp_group, batch) -> dict[str, float]:
-        from megatron_gamma.training.loop import _forward_step
-
-        cfg = trainer.cfg
-        if len(trainer.chunks) == 1:
-            data = iter([batch])
-        else:
-            data = [iter([batch]) for _ in trainer.chunks]
-        for chunk in trainer.chunks:
-            chunk.eval()
-        try:
-            with torch.no_grad(), ActivationProbe(models, tp_group) as probe:
-                get_forward_backward_func()(
-                    forward_step_func=partial(_forward_step, trainer.device),
-                    data_iterator=data,
-                    model=trainer.chunks,
-                    num_microbatches=1,
-                    seq_length=cfg.model.seq_length,
-                    micro_batch_size=cfg.training.micro_batch_size,
-                    forward_only=True,
-                )
-        finally:
-            for chunk in trainer.chunks:
-                chunk.train()
-        return probe.results()
-
 
 def _gather_on_rank0(values: dict[str, float]) -> dict[str, float] | None:
-    """Merge the results of every pipeline stage on global rank 0 (TP rank 0, DP rank 0 of
-    each stage contribute; the others hold copies or other data-parallel batches)."""
+    """Merge the results of every pipeline stage and expert-parallel rank on global rank 0, and
+    add the per-layer means over experts (:func:`~.probes.aggregate_experts`).
+
+    Dense keys come from TP rank 0, DP rank 0 of each stage (the others hold copies or other
+    data-parallel batches); per-expert keys from expert-TP rank 0, expert-DP rank 0 (each
+    expert-parallel rank holds different experts)."""
     if not dist.is_initialized() or dist.get_world_size() == 1:
-        return dict(sorted(values.items()))
-    contributes = (
+        return aggregate_experts(values)
+    dense = (
         parallel_state.get_tensor_model_parallel_rank() == 0
         and parallel_state.get_data_parallel_rank() == 0
     )
-    mine = values if contributes else {}
+    expert = (
+        parallel_state.get_expert_tensor_parallel_rank() == 0
+        and parallel_state.get_expert_data_parallel_rank() == 0
+    )
+    mine = {
+        k: v
+        for k, v in values.items()
+        if (expert if parse_metric_key(k)["expert"] is not None else dense)
+    }
     gathered = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
     dist.gather_object(mine, gathered, dst=0)
     if dist.get_rank() != 0:
@@ -133,4 +137,4 @@ def _gather_on_rank0(values: dict[str, float]) -> dict[str, float] | None:
     merged: dict[str, float] = {}
     for part in gathered:
         merged.update(part)
-    return dict(sorted(merged.items()))
+    return aggregate_experts(merged)

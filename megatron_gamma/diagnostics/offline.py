@@ -8,7 +8,6 @@ freshly built single-rank model (TP = PP = 1): that is how every checkpoint is r
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import os
 from collections.abc import Iterator
@@ -31,13 +30,19 @@ _ITER_PREFIX = "iter_"
 
 
 def single_rank_config(cfg: Config) -> Config:
-    """A copy of ``cfg`` with TP = expert TP = PP = 1 and no distributed optimizer."""
-    out = copy.deepcopy(cfg)
-    out.parallel.tensor_model_parallel_size = 1
-    out.parallel.expert_tensor_parallel_size = 1
-    out.parallel.pipeline_model_parallel_size = 1
-    out.parallel.use_distributed_optimizer = False
-    return out
+    """``cfg`` rebuilt (through the validated constructor) for one process: TP = expert TP =
+    PP = EP = 1, no virtual pipeline stages, no sequence parallelism, no distributed optimizer or
+    overlapped gradient reduction. Any run's checkpoint loads into the model it builds."""
+    return cfg.replace(
+        tensor_model_parallel_size=1,
+        expert_tensor_parallel_size=1,
+        pipeline_model_parallel_size=1,
+        num_layers_per_virtual_pipeline_stage=None,
+        expert_model_parallel_size=1,
+        sequence_parallel=False,
+        use_distributed_optimizer=False,
+        overlap_grad_reduce=False,
+    )
 
 
 @contextlib.contextmanager
@@ -129,8 +134,7 @@ def find_run_config(path: str) -> str:
 def load_run_config(config_path: str, run_dir: Optional[str] = None) -> Config:
     """Read a run's saved config.yaml; point ``run_dir`` at where the run actually lies."""
     cfg = load_config(config_path)
-    cfg.logging.run_dir = run_dir or os.path.dirname(os.path.abspath(config_path))
-    return cfg
+    return cfg.replace(run_dir=run_dir or os.path.dirname(os.path.abspath(config_path)))
 
 
 def tokenizer_path(cfg: Config) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Optional, Sequence
+from collections.abc import Sequence
+from typing import Optional
 
 import matplotlib
 
@@ -21,6 +22,8 @@ import numpy as np
 from megatron_gamma.diagnostics.condensation import gaussian_cosine_baseline
 from megatron_gamma.diagnostics.norm import SATURATION_FACTOR
 from megatron_gamma.diagnostics.probes import parse_metric_key
+from megatron_gamma.model.roles import sort_key
+from megatron_gamma.model.roles import title as role_title
 
 RUN_COLORS = [
     "#1f77b4",
@@ -33,34 +36,6 @@ RUN_COLORS = [
 ]
 """One colour per run, in the order the runs are given (A = blue, B = red in ``compare``)."""
 
-ROLE_ORDER = [
-    "embedding",
-    "attn_q",
-    "attn_k",
-    "attn_v",
-    "attn_gate",
-    "attn_qkv",
-    "attn_proj",
-    "mlp_fc1",
-    "mlp_fc1_gate",
-    "mlp_fc1_up",
-    "mlp_fc2",
-    "output",
-]
-ROLE_TITLES = {
-    "embedding": "input embedding",
-    "attn_q": "attention W_Q",
-    "attn_k": "attention W_K",
-    "attn_v": "attention W_V",
-    "attn_gate": "attention output gate W_G",
-    "attn_qkv": "attention W_QKV (fused)",
-    "attn_proj": "attention output W_O",
-    "mlp_fc1": "MLP fc1",
-    "mlp_fc1_gate": "MLP fc1 (SwiGLU gate)",
-    "mlp_fc1_up": "MLP fc1 (SwiGLU up)",
-    "mlp_fc2": "MLP fc2",
-    "output": "output layer",
-}
 NORM_STYLES = {
     "input_layernorm": "-",
     "pre_mlp_layernorm": "--",
@@ -100,19 +75,20 @@ def _save(fig, path: str) -> str:
 
 def _series(run, key: str) -> tuple[np.ndarray, np.ndarray]:
     values = run.metrics.get(key, [])
-    pairs = [(it, v) for it, v in zip(run.iterations, values) if v is not None]
+    pairs = [(it, v) for it, v in zip(run.iterations, values, strict=True) if v is not None]
     if not pairs:
         return np.array([]), np.array([])
-    x, y = zip(*pairs)
+    x, y = zip(*pairs, strict=True)
     return np.asarray(x), np.asarray(y, dtype=float)
 
 
 def _keys(run, metric: str) -> list[dict]:
-    """Parsed keys of ``metric`` without a head index, with the key itself."""
+    """Parsed keys of ``metric`` without a head or expert index (experts: the layer's mean over
+    experts), with the key itself."""
     out = []
     for key in run.metrics:
         p = parse_metric_key(key)
-        if p["metric"] == metric and p["head"] is None:
+        if p["metric"] == metric and p["head"] is None and p["expert"] is None:
             p["key"] = key
             out.append(p)
     return out
@@ -175,10 +151,7 @@ def plot_role_grid(
     With ``baseline``, each panel gets the condensation score of a Gaussian matrix with that
     role's column count (dashed grey).
     """
-    roles = sorted(
-        {p["role"] for r in runs for p in _keys(r, metric)},
-        key=lambda role: ROLE_ORDER.index(role) if role in ROLE_ORDER else len(ROLE_ORDER),
-    )
+    roles = sorted({p["role"] for r in runs for p in _keys(r, metric)}, key=sort_key)
     if not roles:
         return None
     ncols = min(4, len(roles))
@@ -192,7 +165,7 @@ def plot_role_grid(
     )
     single = len(runs) == 1
     colors = _layer_colors(_num_layers(runs))
-    for ax, role in zip(axes.flat, roles):
+    for ax, role in zip(axes.flat, roles, strict=False):
         if single:
             for p in sorted(_keys(runs[0], metric), key=lambda p: p["layer"] or 0):
                 if p["role"] != role:
@@ -217,7 +190,7 @@ def plot_role_grid(
                     label=f"Gaussian baseline (d_in={shape[1]})",
                 )
                 ax.legend(fontsize=7, loc="best")
-        ax.set_title(ROLE_TITLES.get(role, role), fontsize=10)
+        ax.set_title(role_title(role), fontsize=10)
         ax.set_xlabel(X_LABEL, fontsize=8)
         ax.set_ylabel(ylabel, fontsize=8)
         top = max([ax.dataLim.y1] + [float(np.nanmax(ln.get_ydata())) for ln in ax.get_lines()])
@@ -262,7 +235,7 @@ def plot_heatmaps(run, path: str) -> Optional[str]:
             ax.set_yticks([])
             if j == 0:
                 ax.set_ylabel(
-                    f"{ROLE_TITLES.get(role, role)}\n{layer.replace('_', ' ')}\n"
+                    f"{role_title(role)}\n{layer.replace('_', ' ')}\n"
                     f"rows (n={cos.shape[0]}, ordered)",
                     fontsize=9,
                 )
@@ -540,6 +513,7 @@ def plot_gates(runs, path: str) -> Optional[str]:
             ("gate_closed", "gates below 0.1 (%)", 100.0),
         ],
         axes,
+        strict=True,
     ):
         if len(runs) == 1:
             for p in sorted(_keys(runs[0], metric), key=lambda p: p["layer"]):

@@ -1,27 +1,33 @@
 """Read diagnostics off megatron-core GPTModel chunks, shard-aware (used live and offline).
 
-- :func:`weight_matrices` lists the weight matrices of a chunk by *role* and global layer,
-  splitting megatron-core's fused QKV(+gate) projection into ``attn_q/attn_k/attn_v/attn_gate``
-  and the SwiGLU ``fc1`` into ``mlp_fc1_gate/mlp_fc1_up``.
+- :func:`weight_matrices` lists the weight matrices of a chunk by registry role
+  (:mod:`megatron_gamma.model.roles`), global layer and global expert, split into the role's
+  parts: megatron-core's fused QKV into ``qkv.q/qkv.k/qkv.v``, the SwiGLU ``fc1`` into
+  ``fc1.gate/fc1.up`` (experts: ``expert_fc1.gate/expert_fc1.up``).
 - :func:`weight_diagnostics` computes stable rank, top-direction share and condensation score of
   every matrix on the rank-local tensor-parallel shards: Frobenius norms and the subspace
   iteration of :func:`~megatron_gamma.diagnostics.spectral.top_singular_values_sq` are summed
   over the TP group (one all-reduce per iteration for all matrices), and only a fixed sample of
-  rows is assembled for the cosine matrix. No rank ever holds a whole sharded matrix. Matrices
-  held whole (TP = 1) use :func:`~megatron_gamma.diagnostics.spectral.spectral_norm` (exact
+  rows is assembled for the cosine matrix. No rank ever holds a whole sharded matrix. Experts
+  are sharded over the expert tensor-parallel group instead. Matrices held whole use
+  :func:`~megatron_gamma.diagnostics.spectral.spectral_norm` (exact
   SVD below its size threshold).
 - :class:`ActivationProbe` hooks core attention (q, k after RoPE: sink share), every RMSNorm
   (input: saturation) and every ``OutputGate`` module (inputs: gate statistics) for one forward
   pass, then merges the tensor-parallel pieces.
 
-Metric keys are ``metric[/role][/layer_LL][/head_HH]`` (:func:`metric_key`), layers numbered
-from 0 as in checkpoint names (``decoder.layers.LL``).
+Metric keys are ``metric[/role][/layer_LL][/head_HH][/expert_EE]`` (:func:`metric_key`), layers
+and experts numbered from 0 as in checkpoint names (``decoder.layers.LL``, ``local_experts.EE``
+with the global expert index).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from functools import partial
+from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -35,6 +41,8 @@ from megatron_gamma.diagnostics.condensation import (
 from megatron_gamma.diagnostics.gates import GateSums, gate_sums
 from megatron_gamma.diagnostics.norm import mean_square, saturation_from_mean_square
 from megatron_gamma.diagnostics.spectral import spectral_norm, top_singular_values_sq
+from megatron_gamma.model.init import global_name
+from megatron_gamma.model.roles import Group, role_of
 
 CONDENSATION_ROWS = 128
 """Rows sampled per matrix for the condensation score during training."""
@@ -45,8 +53,13 @@ def metric_key(
     role: Optional[str] = None,
     layer: Optional[int] = None,
     head: Optional[int] = None,
+    expert: Optional[int] = None,
 ) -> str:
-    """``metric[/role][/layer_LL][/head_HH]``, e.g. ``stable_rank/attn_q/layer_03``."""
+    """``metric[/role][/layer_LL][/head_HH][/expert_EE]``, e.g. ``stable_rank/qkv.q/layer_03``.
+
+    ``role`` is a registry role or ``role.part`` (:mod:`megatron_gamma.model.roles`), or a norm's
+    attribute path for the norm metrics.
+    """
     parts = [metric]
     if role:
         parts.append(role)
@@ -54,18 +67,19 @@ def metric_key(
         parts.append(f"layer_{layer:02d}")
     if head is not None:
         parts.append(f"head_{head:02d}")
+    if expert is not None:
+        parts.append(f"expert_{expert:02d}")
     return "/".join(parts)
 
 
 def parse_metric_key(key: str) -> dict:
-    """Inverse of :func:`metric_key`: {metric, role, layer, head} (None where absent)."""
+    """Inverse of :func:`metric_key`: {metric, role, layer, head, expert} (None where absent)."""
     parts = key.split("/")
-    out = {"metric": parts[0], "role": None, "layer": None, "head": None}
+    out = {"metric": parts[0], "role": None, "layer": None, "head": None, "expert": None}
     for part in parts[1:]:
-        if part.startswith("layer_") and part[6:].isdigit():
-            out["layer"] = int(part[6:])
-        elif part.startswith("head_") and part[5:].isdigit():
-            out["head"] = int(part[5:])
+        prefix, _, index = part.rpartition("_")
+        if prefix in ("layer", "head", "expert") and index.isdigit():
+            out[prefix] = int(index)
         else:
             out["role"] = part
     return out
@@ -76,113 +90,86 @@ class MatrixShard:
     """This rank's part of one weight matrix ``W`` (torch layout: (out, in)).
 
     Attributes:
-        role: matrix role (``attn_q``, ``mlp_fc2``, ``embedding``, ...).
-        layer: global layer index from 0, None for embedding/output.
+        role: registry role or ``role.part`` (``qkv.q``, ``fc2``, ``expert_fc1.up``, ...).
+        layer: global layer index from 0, None for embeddings and the output layer.
         local: the local block of W.
-        partition_dim: 0 when W's rows are split over the tensor-parallel ranks (rank r holds
-            rows ``r*R .. (r+1)*R-1``), 1 when its columns are, None when this rank holds all
-            of W.
+        partition_dim: 0 when W's rows are split over the tensor-parallel ranks of the role's
+            group (rank r holds rows ``r*R .. (r+1)*R-1``), 1 when its columns are, None when
+            this rank holds all of W.
+        expert: global expert index for expert roles, else None.
+        group: the role's :class:`~megatron_gamma.model.roles.Group`.
     """
 
     role: str
     layer: Optional[int]
     local: torch.Tensor
     partition_dim: Optional[int]
+    expert: Optional[int] = None
+    group: Group = Group.DENSE
 
 
-def _partition_dim(module: torch.nn.Module, tp: int) -> Optional[int]:
-    """Split dimension of ``module.weight`` over the TP ranks, from the layer type.
-
-    megatron-core tags parameters with ``tensor_model_parallel``/``partition_dim`` only when it
-    initializes them itself (not with ``perform_initialization=False``, as under gamma-init),
-    so the tag is used when present and the layer class decides otherwise: column-parallel and
-    vocab-parallel layers split rows (dim 0), row-parallel layers split columns (dim 1).
-    """
-    if tp == 1:
-        return None
-    weight = module.weight
-    if getattr(weight, "tensor_model_parallel", False):
-        return int(weight.partition_dim)
-    name = type(module).__name__
-    if "RowParallel" in name:
-        return 1
-    if "ColumnParallel" in name or "VocabParallel" in name:
-        return 0
-    return None
+_GLOBAL_INDEX = re.compile(r"^decoder\.layers\.(\d+)\.(?:.*\.local_experts\.(\d+)\.)?")
 
 
-def _split_qkv(weight: torch.Tensor, config, tp: int) -> dict[str, torch.Tensor]:
-    """Split megatron-core's fused linear_qkv rows, ``[q (np/ng heads), gate?, k, v]`` per local
-    query group, into role matrices; the fused matrix when the row count fits no known layout."""
-    hn = config.kv_channels
-    nh, ng = config.num_attention_heads, config.num_query_groups
-    if ng % tp or nh % tp:
-        return {"attn_qkv": weight}
-    ng_l, per_group = ng // tp, nh // ng
-    rows, cols = weight.shape
-    layouts = {
-        ng_l * (per_group + 2) * hn: ["attn_q", "attn_k", "attn_v"],
-        ng_l * (2 * per_group + 2) * hn: ["attn_q", "attn_gate", "attn_k", "attn_v"],
-    }
-    if rows not in layouts:
-        return {"attn_qkv": weight}
-    names = layouts[rows]
-    sizes = [per_group * hn if n in ("attn_q", "attn_gate") else hn for n in names]
-    parts = weight.view(ng_l, sum(sizes), cols).split(sizes, dim=1)
-    return {n: p.reshape(-1, cols) for n, p in zip(names, parts)}
+def weight_matrices(model: torch.nn.Module, tp: int = 1, expert_tp: int = 1) -> list[MatrixShard]:
+    """The weight matrices of one (unwrapped) megatron-core GPTModel chunk, by registry role.
 
-
-def weight_matrices(model: torch.nn.Module, tp: int = 1) -> list[MatrixShard]:
-    """The weight matrices of one (unwrapped) megatron-core GPTModel chunk, by role.
-
-    Roles: ``embedding``, ``output`` (untied only), per layer ``attn_q``, ``attn_k``,
-    ``attn_v``, ``attn_gate`` (the gated-attention projection ``linear_gate``, or
-    megatron-core's fused output-gate rows of ``linear_qkv``, when present) or
-    ``attn_qkv`` (fused, when the row layout is not recognized), ``attn_proj``, and
-    ``mlp_fc1`` or (SwiGLU) ``mlp_fc1_gate`` + ``mlp_fc1_up``, ``mlp_fc2``. Modules that are
-    absent (e.g. MoE experts) are skipped.
+    Every parameter whose role is a matrix (:data:`~megatron_gamma.model.roles.MATRIX_ROLES`)
+    is listed, split into the role's parts (``qkv.q/k/v``, SwiGLU ``fc1.gate/up``), with its
+    global layer and expert index. A tied output layer (a copy of the embedding) is skipped.
 
     Args:
         model: GPTModel (``chunk.module`` of a DDP-wrapped chunk).
-        tp: tensor-parallel world size.
+        tp: tensor-parallel world size (shards dense roles).
+        expert_tp: expert tensor-parallel world size (shards expert roles).
+
+    Raises:
+        ValueError: a parameter without a role, or a QKV matrix that does not fit the config.
     """
-    config = model.config
-    out: list[MatrixShard] = []
-    emb = getattr(getattr(model, "embedding", None), "word_embeddings", None)
-    if emb is not None:
-        out.append(MatrixShard("embedding", None, emb.weight, _partition_dim(emb, tp)))
-    for layer in model.decoder.layers:
-        index = layer.layer_number - 1
-        attn = getattr(layer, "self_attention", None)
-        qkv = getattr(attn, "linear_qkv", None)
-        if qkv is not None and getattr(qkv, "weight", None) is not None:
-            pdim = _partition_dim(qkv, tp)
-            for role, w in _split_qkv(qkv.weight, config, tp).items():
-                out.append(MatrixShard(role, index, w, pdim))
-        gate = getattr(attn, "linear_gate", None)
-        if gate is not None:
-            out.append(MatrixShard("attn_gate", index, gate.weight, _partition_dim(gate, tp)))
-        proj = getattr(attn, "linear_proj", None)
-        if proj is not None and getattr(proj, "weight", None) is not None:
-            out.append(MatrixShard("attn_proj", index, proj.weight, _partition_dim(proj, tp)))
-        mlp = getattr(layer, "mlp", None)
-        fc1 = getattr(mlp, "linear_fc1", None)
-        if fc1 is not None and getattr(fc1, "weight", None) is not None:
-            pdim = _partition_dim(fc1, tp)
-            if config.gated_linear_unit:
-                gate, up = fc1.weight.chunk(2, dim=0)
-                out.append(MatrixShard("mlp_fc1_gate", index, gate, pdim))
-                out.append(MatrixShard("mlp_fc1_up", index, up, pdim))
-            else:
-                out.append(MatrixShard("mlp_fc1", index, fc1.weight, pdim))
-        fc2 = getattr(mlp, "linear_fc2", None)
-        if fc2 is not None and getattr(fc2, "weight", None) is not None:
-            out.append(MatrixShard("mlp_fc2", index, fc2.weight, _partition_dim(fc2, tp)))
-    head = getattr(model, "output_layer", None)
+    cfg = model.config
     shared = getattr(model, "share_embeddings_and_output_weights", False)
-    if head is not None and not shared and getattr(head, "weight", None) is not None:
-        out.append(MatrixShard("output", None, head.weight, _partition_dim(head, tp)))
+    out: list[MatrixShard] = []
+    for name, param in model.named_parameters():
+        role = role_of(name)
+        if not role.is_matrix or (role.name == "output" and shared):
+            continue
+        size = expert_tp if role.group is Group.EXPERT else tp
+        pdim = role.partition_dim if size > 1 else None
+        match = _GLOBAL_INDEX.match(global_name(name, model))
+        layer = int(match.group(1)) if match else None
+        expert = int(match.group(2)) if match and match.group(2) is not None else None
+        parts = role.split(param, _ModelView(cfg), size) if role.split else {}
+        for part, local in parts.items() or [(None, param)]:
+            label = f"{role.name}.{part}" if part else role.name
+            out.append(MatrixShard(label, layer, local, pdim, expert, role.group))
     return out
+
+
+class _ModelView:
+    """The registry's model-config fields read off a megatron-core TransformerConfig."""
+
+    def __init__(self, tcfg):
+        self.kv_channels = tcfg.kv_channels
+        self.num_attention_heads = tcfg.num_attention_heads
+        self.num_query_groups = tcfg.num_query_groups
+        self.swiglu = bool(tcfg.gated_linear_unit)
+
+
+def aggregate_experts(values: dict[str, float]) -> dict[str, float]:
+    """``values`` plus, for every per-expert key ``metric/role/layer_LL/expert_EE``, the mean
+    over the layer's experts under ``metric/role/layer_LL``.
+
+    Call it on the merged results (live: after gathering the expert-parallel ranks on rank 0).
+    """
+    groups: dict[str, list[float]] = {}
+    for key, value in values.items():
+        p = parse_metric_key(key)
+        if p["expert"] is not None:
+            layer_key = metric_key(p["metric"], p["role"], p["layer"], p["head"])
+            groups.setdefault(layer_key, []).append(value)
+    out = dict(values)
+    out.update({k: sum(v) / len(v) for k, v in groups.items()})
+    return dict(sorted(out.items()))
 
 
 def _tp_info(group) -> tuple[int, int]:
@@ -232,17 +219,22 @@ def weight_diagnostics(
     models: Iterable[torch.nn.Module],
     tp_group=None,
     *,
+    expert_tp_group=None,
     max_rows: Optional[int] = CONDENSATION_ROWS,
     seed: int = 0,
 ) -> dict[str, float]:
     """Stable rank, top-direction share and condensation score of every weight matrix.
 
-    Collective over the tensor-parallel group: every TP rank of a pipeline stage must call it
-    with its own chunks. Results are identical on those ranks.
+    Collective over the tensor-parallel group (and the expert tensor-parallel group): every TP
+    rank of a pipeline stage must call it with its own chunks. Results are identical on those
+    ranks. Expert matrices are reported per expert (``.../expert_EE``); their mean over a
+    layer's experts comes from :func:`aggregate_experts` once all expert-parallel ranks'
+    results are merged.
 
     Args:
         models: this rank's unwrapped GPTModel chunks.
         tp_group: tensor-parallel process group (None: single rank).
+        expert_tp_group: expert tensor-parallel process group (None: experts held whole).
         max_rows: rows sampled for the condensation score (None: all rows).
         seed: seed of the row sample and of the subspace iteration.
 
@@ -251,29 +243,35 @@ def weight_diagnostics(
         ``1 / stable_rank``) and ``condensation`` (mean |cos| over row pairs, in [0, 1]).
     """
     tp, _ = _tp_info(tp_group)
-    mats = [m for model in models for m in weight_matrices(model, tp)]
-    sharded = [m for m in mats if m.partition_dim is not None]
-    whole = [m for m in mats if m.partition_dim is None]
+    etp, _ = _tp_info(expert_tp_group)
+    mats = [m for model in models for m in weight_matrices(model, tp, etp)]
     out: dict[str, float] = {}
-    for group, reduce in (
-        (whole, None),
-        (sharded, _all_reducer(tp_group) if tp > 1 else None),
+    for selected, group, size in (
+        ([m for m in mats if m.partition_dim is None], None, 1),
+        ([m for m in mats if m.partition_dim is not None and m.group is Group.DENSE], tp_group, tp),
+        (
+            [m for m in mats if m.partition_dim is not None and m.group is Group.EXPERT],
+            expert_tp_group,
+            etp,
+        ),
     ):
-        if not group:
+        if not selected:
             continue
-        fro = torch.stack([m.local.detach().double().pow(2).sum() for m in group])
-        if reduce is None:
-            sigma_sq = [spectral_norm(m.local, seed=seed) ** 2 for m in group]
+        fro = torch.stack([m.local.detach().double().pow(2).sum() for m in selected])
+        if size == 1:
+            sigma_sq = [spectral_norm(m.local, seed=seed) ** 2 for m in selected]
         else:
+            reduce = _all_reducer(group)
             fro = reduce(fro)
-            blocks = [m.local if m.partition_dim == 0 else m.local.T for m in group]
+            blocks = [m.local if m.partition_dim == 0 else m.local.T for m in selected]
             sigma_sq = top_singular_values_sq(blocks, reduce, seed=seed)
-        for m, f, s in zip(group, fro.tolist(), sigma_sq):
-            out[metric_key("stable_rank", m.role, m.layer)] = f / s if s > 0 else 0.0
-            out[metric_key("top_share", m.role, m.layer)] = s / f if f > 0 else 0.0
-            rows = sample_rows(global_rows(m, tp_group), max_rows, seed)
-            cos = row_cosine_similarity(sampled_rows(m, rows, tp_group if reduce else None))
-            out[metric_key("condensation", m.role, m.layer)] = condensation_score_from_cosine(cos)
+        for m, f, s in zip(selected, fro.tolist(), sigma_sq, strict=True):
+            key = partial(metric_key, role=m.role, layer=m.layer, expert=m.expert)
+            out[key("stable_rank")] = f / s if s > 0 else 0.0
+            out[key("top_share")] = s / f if f > 0 else 0.0
+            rows = sample_rows(global_rows(m, group), max_rows, seed)
+            cos = row_cosine_similarity(sampled_rows(m, rows, group))
+            out[key("condensation")] = condensation_score_from_cosine(cos)
     return out
 
 
@@ -327,7 +325,7 @@ class ActivationProbe:
         self._gate: dict[int, GateSums] = {}
         self.norm_stats: dict = {}
 
-    def __enter__(self) -> "ActivationProbe":
+    def __enter__(self) -> ActivationProbe:
         for model in self.models:
             layers = _layer_index(model)
             for layer in model.decoder.layers:
@@ -363,7 +361,7 @@ class ActivationProbe:
             if layer in self._sink:
                 return
             names = ("query", "key", "value", "attention_mask")
-            given = dict(zip(names, args))
+            given = dict(zip(names, args, strict=False))
             given.update({k: v for k, v in kwargs.items() if k in names})
             scale = getattr(module, "softmax_scale", None)
             if scale is None:

@@ -30,7 +30,6 @@ import jinja2
 from megatron_gamma.config import (
     Config,
     ConfigError,
-    config_from_dict,
     load_config,
     parse_env,
     save_config,
@@ -464,10 +463,7 @@ def submit_pretrain(
             f"differs from the save directory {checkpoints}; a requeued job resumes from --load",
             "drop --load (the job loads from its save directory) or set save to the same path",
         )
-    raw = cfg.to_dict()
-    raw["logging"]["run_dir"] = run_dir
-    raw["checkpoint"]["save"] = raw["checkpoint"]["load"] = checkpoints
-    cfg = config_from_dict(raw)
+    cfg = cfg.replace(run_dir=run_dir, save=checkpoints, load=checkpoints)
     slurm_dir = os.path.join(run_dir, SLURM_SUBDIR)
     frozen = os.path.join(slurm_dir, "config.yaml")
     log = os.path.join(slurm_dir, "%x-%j.out")

@@ -7,6 +7,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from megatron.core import parallel_state
+from megatron.core.distributed import finalize_model_grads
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.models.gpt.gpt_model import GPTModel
 from megatron.core.transformer.spec_utils import ModuleSpec
@@ -44,7 +45,10 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
     output layers of each block by 1/sqrt(2 num_layers)). Fusions that need CUDA kernels are
     enabled only on GPU; on CPU the pipeline p2p ops are unbatched (batched send/recv with
     virtual pipelining swaps messages on gloo: silently wrong gradients). Experts are
-    split by expert parallelism and ``--expert-tensor-parallel-size``.
+    split by expert parallelism and ``--expert-tensor-parallel-size``. megatron-core's
+    ``finalize_model_grads`` (DP/PP gradient reduction after the backward pass) is set here; the
+    trainer adds only the DDP-bound ``no_sync_func`` / ``grad_sync_func``, which need the wrapped
+    model (megatron-core's schedules read them from the model's config, as in Megatron-LM).
     """
     m, p, t = cfg.model, cfg.parallel, cfg.training
     dtype = torch.bfloat16 if t.bf16 else torch.float32
@@ -108,6 +112,7 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
         gradient_accumulation_fusion=False,
         apply_rope_fusion=False,
         persist_layer_norm=False,
+        finalize_model_grads_func=finalize_model_grads,
         **moe,
         **recompute,
     )

@@ -36,8 +36,6 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 
 from megatron_gamma import ops
 
-GRANULARITIES = ("none", "elementwise", "headwise")
-
 
 class OutputGate(torch.nn.Module):
     """y = o ⊙ sigmoid(g) per head (no parameters; a module so that hooks can observe gates).

@@ -6,9 +6,11 @@ matrix's input dimension; gamma = 0.5 is Xavier-like, gamma = 1 the recommended 
 (*Optimal Initialization Scale*: the residual flow scales as d^(1-gamma), balanced at gamma = 1).
 
 fan_in is the **unsharded** input dimension of each matrix, derived from the model config by the
-matrix's role (table in :mod:`megatron_gamma.model.roles`), never from the (possibly
-tensor-parallel-sharded) tensor shape. Biases start at zero, norm weights at one. Per-role gamma
-overrides (``--init-gamma-overrides fc2=0.75``) replace ``--init-gamma`` for that role.
+matrix's role (the registry :mod:`megatron_gamma.model.roles`), never from the (possibly
+tensor-parallel-sharded) tensor shape; the role also says which dimension megatron-core shards
+and over which group (tensor-parallel, or expert tensor-parallel for experts). Biases start at
+zero, norm weights at one. Per-role gamma overrides (``--init-gamma-overrides fc2=0.75``)
+replace ``--init-gamma`` for that role.
 
 Embedding policy: an embedding lookup is a matrix product with a one-hot vector, so a literal
 d_in would be the vocabulary size; we default to ``hidden`` (sigma = hidden^-gamma) because the
@@ -32,7 +34,7 @@ import torch
 from megatron.core import parallel_state
 
 from megatron_gamma.config import Config
-from megatron_gamma.model.roles import fan_in, role_of
+from megatron_gamma.model.roles import ROLES, Group, WeightRole, fan_in, role_of
 
 
 @dataclass(frozen=True)
@@ -57,13 +59,11 @@ def param_init(name: str, cfg: Config, vocab_size: int) -> ParamInit:
         ValueError: a parameter without a role (see ``roles.role_of``).
     """
     role = role_of(name)
-    if role == "bias":
-        return ParamInit(role, 0, 0.0, 0.0, constant=0.0)
-    if role == "norm":
-        return ParamInit(role, 0, 0.0, 0.0, constant=1.0)
-    gamma = cfg.init.init_gamma_overrides.get(role, cfg.init.init_gamma)
-    d_in = fan_in(role, cfg.model, cfg.init.embedding_fan_in, vocab_size)
-    return ParamInit(role, d_in, gamma, float(d_in) ** (-gamma))
+    if not role.is_matrix:
+        return ParamInit(role.name, 0, 0.0, 0.0, constant=role.constant)
+    gamma = cfg.init.init_gamma_overrides.get(role.name, cfg.init.init_gamma)
+    d_in = fan_in(role.name, cfg.model, cfg.init.embedding_fan_in, vocab_size)
+    return ParamInit(role.name, d_in, gamma, float(d_in) ** (-gamma))
 
 
 def global_name(name: str, module: torch.nn.Module) -> str:
@@ -92,36 +92,11 @@ def _seed_for(seed: int, name: str) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def expert_params(model: torch.nn.Module) -> frozenset[str]:
-    """Local names of the parameters megatron-core builds as experts.
-
-    Read from megatron-core's own metadata: the ``is_expert`` flag of the linear layer owning the
-    parameter (set by SequentialMLP / GroupedMLP), never from the ``allreduce`` attribute, which
-    megatron-core sets to True for experts when expert parallelism is 1.
-
-    Raises:
-        ValueError: an expert role (``roles.role_of``) on a non-expert module or the reverse,
-            i.e. the role table and megatron-core disagree.
-    """
-    names = set()
-    for mname, module in model.named_modules():
-        if getattr(module, "is_expert", False):
-            prefix = f"{mname}." if mname else ""
-            names.update(prefix + pname for pname, _ in module.named_parameters(recurse=False))
-    for name, _ in model.named_parameters():
-        role_expert = _EXPERT.search(name) is not None
-        if role_expert != (name in names):
-            raise ValueError(
-                f"parameter {name!r}: role table says expert={role_expert}, megatron-core's "
-                f"module says is_expert={name in names}; fix model/roles.py"
-            )
-    return frozenset(names)
-
-
-def tp_size_rank(param: torch.Tensor, expert: bool) -> tuple[int, int]:
-    """(size, rank) of the tensor-parallel group sharding ``param``: megatron-core's expert
-    tensor-parallel group (``--expert-tensor-parallel-size``) for experts, else the TP group."""
-    if expert:
+def tp_size_rank(role: WeightRole) -> tuple[int, int]:
+    """(size, rank) of the tensor-parallel group that shards weights of ``role``: the expert
+    tensor-parallel group for expert roles, the tensor-parallel group otherwise (from the role,
+    not from megatron-core's ``allreduce`` attribute, which is True for experts when EP = 1)."""
+    if role.group is Group.EXPERT:
         return (
             parallel_state.get_expert_tensor_parallel_world_size(),
             parallel_state.get_expert_tensor_parallel_rank(),
@@ -132,24 +107,21 @@ def tp_size_rank(param: torch.Tensor, expert: bool) -> tuple[int, int]:
     )
 
 
-def global_shape(param: torch.Tensor, expert: bool) -> tuple[int, ...]:
-    """Unsharded shape of a (possibly tensor-parallel) parameter; ``expert`` as from
-    :func:`expert_params`."""
+def global_shape(param: torch.Tensor, role: WeightRole) -> tuple[int, ...]:
+    """Unsharded shape of a (possibly tensor-parallel) parameter of ``role``."""
     shape = list(param.shape)
-    if getattr(param, "tensor_model_parallel", False):
-        shape[param.partition_dim] *= tp_size_rank(param, expert)[0]
+    if role.partition_dim is not None:
+        shape[role.partition_dim] *= tp_size_rank(role)[0]
     return tuple(shape)
 
 
-def _local_shard(
-    full: torch.Tensor, param: torch.Tensor, glu: bool, role: str, expert: bool
-) -> torch.Tensor:
+def _local_shard(full: torch.Tensor, role: WeightRole, glu: bool) -> torch.Tensor:
     """Cut this rank's shard out of the global tensor as megatron-core shards it."""
-    if not getattr(param, "tensor_model_parallel", False):
+    if role.partition_dim is None:
         return full
-    size, rank = tp_size_rank(param, expert)
-    dim = param.partition_dim
-    if glu and role in ("fc1", "expert_fc1"):
+    size, rank = tp_size_rank(role)
+    dim = role.partition_dim
+    if glu and role.glu:
         # SwiGLU fc1 is [gate; up] globally and [gate_shard; up_shard] on each rank.
         halves = full.chunk(2, dim=dim)
         return torch.cat([h.chunk(size, dim=dim)[rank] for h in halves], dim=dim)
@@ -173,7 +145,6 @@ def apply_gamma_init(model: torch.nn.Module, cfg: Config, vocab_size: int) -> di
             table and megatron-core disagree on.
     """
     plan = {}
-    experts = expert_params(model)
     for name, param in model.named_parameters():
         gname = global_name(name, model)
         init = param_init(gname, cfg, vocab_size)
@@ -181,9 +152,9 @@ def apply_gamma_init(model: torch.nn.Module, cfg: Config, vocab_size: int) -> di
         if init.constant is not None:
             param.fill_(init.constant)
             continue
+        role = ROLES[init.role]
         gen = torch.Generator().manual_seed(_seed_for(cfg.training.seed, gname))
-        expert = name in experts
-        full = torch.randn(global_shape(param, expert), generator=gen, dtype=torch.float32)
+        full = torch.randn(global_shape(param, role), generator=gen, dtype=torch.float32)
         full.mul_(init.sigma)
-        param.copy_(_local_shard(full, param, cfg.model.swiglu, init.role, expert))
+        param.copy_(_local_shard(full, role, cfg.model.swiglu))
     return plan

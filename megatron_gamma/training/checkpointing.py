@@ -28,6 +28,7 @@ import torch.distributed as dist
 from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
 from megatron.core.dist_checkpointing.mapping import ShardedObject
 
+from megatron_gamma.compat import patch_distributed_optimizer_load
 from megatron_gamma.config import ConfigError
 
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -133,38 +134,6 @@ def _prime_torch_adam_state(optimizer) -> None:
                     state["step"] = torch.tensor(0.0)
 
 
-def _fix_fully_reshardable_torch_adam_load() -> None:
-    """megatron-core 0.16 without apex / Transformer Engine: loading a ``fully_reshardable``
-    distributed-optimizer checkpoint copies every per-parameter torch Adam state key from the
-    checkpoint, including ``step``, which that format stores once per group (and megatron-core
-    has already restored) rather than per parameter, so the load fails with KeyError 'step'.
-    Skip that key, and give each parameter its own copy of the restored ``step``: megatron-core
-    assigns one tensor to every parameter, which torch's Adam then increments once per parameter
-    per step (wrong bias correction from the first step after a resume)."""
-    from megatron.core.optimizer import distrib_optimizer
-
-    cls = distrib_optimizer.DistributedOptimizer
-    upstream = cls._set_main_param_and_optimizer_states
-    if getattr(upstream, "_megatron_gamma_fix", False):
-        return
-
-    def _set_main_param_and_optimizer_states(self, model_param, tensors):
-        if "step" not in tensors and not self.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
-            group_index, group_order = self.model_param_group_index_map[model_param]
-            main_param = self.optimizer.param_groups[group_index]["params"][group_order]
-            state = self.optimizer.state[main_param]
-            step = state.pop("step", None)
-            try:
-                return upstream(self, model_param, tensors)
-            finally:
-                if step is not None:
-                    state["step"] = step.clone()
-        return upstream(self, model_param, tensors)
-
-    _set_main_param_and_optimizer_states._megatron_gamma_fix = True
-    cls._set_main_param_and_optimizer_states = _set_main_param_and_optimizer_states
-
-
 def _state_dict(chunks, optimizer, scheduler, state: TrainState, rng, loading: bool) -> dict:
     sd: dict = {}
     for i, chunk in enumerate(chunks):
@@ -250,7 +219,7 @@ def load_checkpoint(root: str, chunks, optimizer, scheduler) -> TrainState | Non
     same_layout = common.get("layout") == _layout()
     template = _rng_state() if same_layout else None
     _prime_torch_adam_state(optimizer)
-    _fix_fully_reshardable_torch_adam_load()
+    patch_distributed_optimizer_load()
     sd = _state_dict(chunks, optimizer, scheduler, TrainState(), template, loading=True)
     loaded = dist_checkpointing.load(sd, path)
     for i, chunk in enumerate(chunks):

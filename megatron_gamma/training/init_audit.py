@@ -4,7 +4,8 @@ Each parameter's measured statistics are summed over all of its shards (tensor- 
 expert-parallel), counting each shard once (data-parallel replicas and TP-replicated parameters
 are skipped), so the numbers describe the global tensor whatever the layout. Expected sigma is
 the gamma rule's fan_in^-gamma (:mod:`megatron_gamma.model.init`), or megatron-core's
-``init_method_std`` (divided by sqrt(2 num_layers) for attn_out / fc2 / expert_fc2) for
+``init_method_std`` (divided by sqrt(2 num_layers) for the registry's depth-scaled roles:
+attn_out / fc2 / expert_fc2) for
 ``--init-method normal``. A row is flagged when measured sigma differs from the expectation by
 more than max(``tolerance``, 4 / sqrt(2 n)) relative — the second term is four standard errors of
 a sigma estimated from n samples, so that small matrices (a 4 x 64 headwise gate) are not
@@ -24,15 +25,8 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 
 from megatron_gamma.config import Config
-from megatron_gamma.model.init import (
-    expert_params,
-    global_name,
-    global_shape,
-    param_init,
-    tp_size_rank,
-)
-
-_OUTPUT_ROLES = ("attn_out", "fc2", "expert_fc2")
+from megatron_gamma.model.init import global_name, global_shape, param_init, tp_size_rank
+from megatron_gamma.model.roles import ROLES, Group, WeightRole, role_of
 
 
 def _expected(cfg: Config, name: str, vocab_size: int) -> dict:
@@ -42,7 +36,7 @@ def _expected(cfg: Config, name: str, vocab_size: int) -> dict:
         row.update(expected_sigma=0.0, expected_mean=init.constant)
     elif cfg.init.init_method == "normal":
         std = cfg.init.init_method_std
-        if init.role in _OUTPUT_ROLES:
+        if ROLES[init.role].depth_scaled:
             std /= math.sqrt(2.0 * cfg.model.num_layers)
         row.update(expected_sigma=std, expected_mean=0.0, gamma=None)
     else:
@@ -58,8 +52,10 @@ def _shape_fan_in(role: str, shape: list[int], embedding_policy: str) -> int:
     return shape[1]
 
 
-def _owns_shard(param: torch.Tensor, expert: bool) -> bool:
-    """True on exactly one rank per distinct shard of ``param``."""
+def _owns_shard(role: WeightRole) -> bool:
+    """True on exactly one rank per distinct shard of a parameter of ``role`` (its group's
+    data-parallel rank 0; among TP ranks all of a sharded role, rank 0 of a replicated one)."""
+    expert = role.group is Group.EXPERT
     dp_rank = (
         parallel_state.get_expert_data_parallel_rank()
         if expert
@@ -67,7 +63,7 @@ def _owns_shard(param: torch.Tensor, expert: bool) -> bool:
     )
     if dp_rank != 0:
         return False
-    return getattr(param, "tensor_model_parallel", False) or tp_size_rank(param, expert)[1] == 0
+    return role.partition_dim is not None or tp_size_rank(role)[1] == 0
 
 
 @torch.no_grad()
@@ -88,14 +84,13 @@ def audit_init(models: list, cfg: Config, vocab_size: int, tolerance: float = 0.
     """
     local: dict[str, list] = {}
     for model in models:
-        experts = expert_params(model)
         for name, param in model.named_parameters():
-            expert = name in experts
-            if not _owns_shard(param, expert):
+            role = role_of(name)
+            if not _owns_shard(role):
                 continue
             gname = global_name(name, model)
             x = param.detach().double()
-            stats = local.setdefault(gname, [0.0, 0.0, 0, list(global_shape(param, expert))])
+            stats = local.setdefault(gname, [0.0, 0.0, 0, list(global_shape(param, role))])
             stats[0] += float(x.sum())
             stats[1] += float((x * x).sum())
             stats[2] += x.numel()

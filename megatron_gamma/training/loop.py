@@ -3,7 +3,8 @@
 One iteration::
 
     zero grads -> get_forward_backward_func()(micro-batches) -> optimizer.step() (clips, returns
-    the grad norm) -> scheduler.step() -> log / evaluate / save
+    the grad norm) -> scheduler.step() -> on_step_end hooks (metrics, evaluation, checkpoint,
+    diagnostics, preemption: :mod:`megatron_gamma.training.callbacks`)
 
 Everything distributed (DDP gradient all-reduce, pipeline p2p, TP collectives) happens inside
 megatron-core; this file only wires it and keeps the progress counters.
@@ -11,10 +12,13 @@ megatron-core; this file only wires it and keeps the progress counters.
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -22,7 +26,6 @@ from megatron.core import parallel_state
 from megatron.core.distributed import (
     DistributedDataParallel,
     DistributedDataParallelConfig,
-    finalize_model_grads,
 )
 from megatron.core.num_microbatches_calculator import (
     destroy_num_microbatches_calculator,
@@ -38,9 +41,8 @@ from megatron_gamma.config import Config, ConfigError, save_config
 from megatron_gamma.data import demo_dir
 from megatron_gamma.data.datasets import build_datasets, check_splits, micro_batches
 from megatron_gamma.data.tokenizer import BilingualTokenizer
-from megatron_gamma.diagnostics.callback import DiagnosticsCallback
 from megatron_gamma.model.builder import build_model, padded_vocab_size, transformer_config
-from megatron_gamma.model.flops import train_flops_per_token
+from megatron_gamma.training.callbacks import Callback, StepOutput, default_callbacks
 from megatron_gamma.training.checkpointing import (
     TrainState,
     load_checkpoint,
@@ -124,8 +126,8 @@ def preflight(cfg: Config) -> str:
 class Trainer:
     """Builds everything a run needs from a Config and trains it.
 
-    Callbacks (``self.callbacks``) get ``cb.on_step_end(trainer, iteration)`` once at the end of
-    every iteration; ``--log-diagnostics-interval`` adds the diagnostics callback.
+    ``self.callbacks`` (:func:`~.callbacks.default_callbacks`: metrics, evaluation,
+    checkpointing, diagnostics, preemption) get the hooks of :class:`~.callbacks.Callback`.
 
     Args:
         cfg: validated run config.
@@ -135,16 +137,18 @@ class Trainer:
         self.cfg = cfg
         self.preemption = PreemptionGuard(cfg.training.exit_duration_in_mins)
         tok_path = preflight(cfg)
-        self.callbacks: list = []
-        if cfg.logging.log_diagnostics_interval:
-            self.callbacks.append(DiagnosticsCallback(cfg.logging.log_diagnostics_interval))
         self.log: MetricsLogger | None = None
+        self.result = TrainResult()
+        self.end_iteration = cfg.training.train_iters
+        self._stop = False
         self.dp_size = parallel.initialize(cfg)
         load = cfg.checkpoint.load
         cfg = reconcile_schedule(cfg, saved_schedule(load) if load else None, load)
         self.cfg = cfg
+        self.callbacks: list[Callback] = default_callbacks(cfg, self.preemption)
         self.device = torch.device("cuda") if parallel.uses_gpu() else torch.device("cpu")
         self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
         run_dir = cfg.logging.run_dir
         if self.rank == 0:
             os.makedirs(run_dir, exist_ok=True)
@@ -201,7 +205,6 @@ class Trainer:
         if p.overlap_grad_reduce:
             sync = [c.start_grad_sync for c in wrapped]
             self.tcfg.grad_sync_func = sync if len(wrapped) > 1 else sync[0]
-        self.tcfg.finalize_model_grads_func = finalize_model_grads
         return wrapped, plan
 
     def _optimizer_config(self) -> McoreOptimizerConfig:
@@ -221,58 +224,82 @@ class Trainer:
         )
 
     def _iterator(self, dataset, start_sample: int):
-        """The schedule's data iterator: one per model chunk with virtual pipelining."""
+        """One iterator over this data-parallel rank's micro-batches from ``start_sample``."""
         t = self.cfg.training
+        return micro_batches(
+            dataset,
+            start_sample,
+            t.micro_batch_size,
+            parallel_state.get_data_parallel_rank(),
+            self.dp_size,
+        )
 
-        def make():
-            return micro_batches(
-                dataset,
-                start_sample,
-                t.micro_batch_size,
-                parallel_state.get_data_parallel_rank(),
-                self.dp_size,
-            )
+    def _schedule_input(self, batch_iter: Iterator[dict], num_microbatches: int):
+        """The schedule's data iterator: with virtual pipelining one per model chunk, each over
+        the same ``num_microbatches`` batches."""
+        if len(self.chunks) == 1:
+            return batch_iter
+        batches = list(itertools.islice(batch_iter, num_microbatches))
+        return [iter(batches) for _ in self.chunks]
 
-        return [make() for _ in self.chunks] if len(self.chunks) > 1 else make()
-
-    def _run_schedule(self, data_iterator, forward_only: bool) -> float:
+    def _run_schedule(self, batch_iter, num_microbatches: int, forward_only: bool) -> float:
         results = get_forward_backward_func()(
             forward_step_func=partial(_forward_step, self.device),
-            data_iterator=data_iterator,
+            data_iterator=self._schedule_input(batch_iter, num_microbatches),
             model=self.chunks,
-            num_microbatches=get_num_microbatches(),
+            num_microbatches=num_microbatches,
             seq_length=self.cfg.model.seq_length,
             micro_batch_size=self.cfg.training.micro_batch_size,
             forward_only=forward_only,
         )
         return _reduce_loss(results)
 
-    def train_step(self, data_iterator) -> tuple[float, float, float]:
+    def train_step(self, batch_iter: Iterator[dict]) -> tuple[float, float, float]:
         """One optimizer step. Returns (loss, grad norm, learning rate used)."""
         for chunk in self.chunks:
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
-        loss = self._run_schedule(data_iterator, forward_only=False)
+        loss = self._run_schedule(batch_iter, get_num_microbatches(), forward_only=False)
         _, grad_norm, _ = self.optimizer.step()
         lr = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step(increment=1)
         return loss, float(grad_norm or 0.0), lr
 
     @torch.no_grad()
+    def forward_only(
+        self, batch_iter: Iterator[dict], num_microbatches: Optional[int] = None
+    ) -> float:
+        """One forward-only pass of megatron-core's pipeline schedule, in eval mode.
+
+        Shared by evaluation and the diagnostics (which wrap it in their activation hooks).
+        Collective: every rank calls it with its own data-parallel batches.
+
+        Args:
+            batch_iter: this rank's micro-batches (dicts of tokens, labels, loss_mask,
+                position_ids; (micro_batch_size, seq_length) int64/float tensors); the pass
+                consumes ``num_microbatches`` of them.
+            num_microbatches: micro-batches in the pass (default: a global batch's,
+                megatron-core's ``get_num_microbatches()``).
+
+        Returns:
+            The mean LM loss over the micro-batches and data-parallel ranks, on every rank.
+        """
+        n = get_num_microbatches() if num_microbatches is None else num_microbatches
+        for chunk in self.chunks:
+            chunk.eval()
+        try:
+            return self._run_schedule(batch_iter, n, forward_only=True)
+        finally:
+            for chunk in self.chunks:
+                chunk.train()
+
     def evaluate(self) -> float | None:
         """Mean loss over ``eval_iters`` global batches of the validation split."""
         valid = self.datasets[1]
         if valid is None or len(valid) == 0:
             return None
-        for chunk in self.chunks:
-            chunk.eval()
-        iterator = self._iterator(valid, 0)
-        losses = [
-            self._run_schedule(iterator, forward_only=True)
-            for _ in range(self.cfg.training.eval_iters)
-        ]
-        for chunk in self.chunks:
-            chunk.train()
+        batches = self._iterator(valid, 0)
+        losses = [self.forward_only(batches) for _ in range(self.cfg.training.eval_iters)]
         return sum(losses) / len(losses)
 
     def save(self) -> str:
@@ -281,71 +308,35 @@ class Trainer:
             self.cfg.checkpoint.save, self.chunks, self.optimizer, self.scheduler, self.state
         )
 
+    def fire(self, hook: str, *args) -> None:
+        """Call ``hook`` (a :class:`~.callbacks.Callback` method name) on every callback, in
+        order."""
+        for callback in self.callbacks:
+            getattr(callback, hook)(self, *args)
+
+    def request_stop(self) -> None:
+        """End the loop after the current round of ``on_step_end`` hooks."""
+        self._stop = True
+
     def train(self) -> TrainResult:
-        """Run from the current state to ``train_iters`` (or ``exit_interval``)."""
-        cfg, t = self.cfg, self.cfg.training
-        end = min(t.train_iters, t.exit_interval or t.train_iters)
-        log = MetricsLogger(
-            cfg.logging.run_dir,
-            cfg.logging.tensorboard_dir or os.path.join(cfg.logging.run_dir, "tensorboard"),
-            active=self.rank == 0,
-            total_iters=end,
-            start_iter=self.state.iteration,
-            progress_bar=cfg.logging.progress_bar,
-        )
-        self.log = log
-        result = TrainResult()
-        if self.state.iteration:
-            log.message(f"resumed at iteration {self.state.iteration}")
-        iterator = self._iterator(self.datasets[0], self.state.consumed_samples)
-        tokens_per_iter = t.global_batch_size * cfg.model.seq_length
-        flops_per_iter = train_flops_per_token(cfg, self.vocab_size) * tokens_per_iter
-        peak = parallel.peak_tflops()
-        world = dist.get_world_size()
-        interval_start, interval_iters = time.time(), 0
-        while self.state.iteration < end:
-            step_start = time.time()
-            loss, grad_norm, lr = self.train_step(iterator)
+        """Run from the current state to ``train_iters`` (or ``exit_interval``): the loop, plus
+        the callbacks' hooks (contract: :mod:`megatron_gamma.training.callbacks`)."""
+        t = self.cfg.training
+        self.end_iteration = min(t.train_iters, t.exit_interval or t.train_iters)
+        self.result, self._stop = TrainResult(), False
+        self.fire("on_train_start")
+        batches = self._iterator(self.datasets[0], self.state.consumed_samples)
+        while self.state.iteration < self.end_iteration and not self._stop:
+            start = time.time()
+            loss, grad_norm, lr = self.train_step(batches)
             self.state.iteration += 1
             self.state.consumed_samples += t.global_batch_size
             it = self.state.iteration
-            elapsed = time.time() - step_start
-            values = {
-                "loss": loss,
-                "lr": lr,
-                "grad_norm": grad_norm,
-                "tokens_per_s": tokens_per_iter / elapsed,
-            }
-            log.train_step(it, values)
-            result.train_losses[it] = loss
-            interval_iters += 1
-            if it % cfg.logging.log_interval == 0 or it == end:
-                span = time.time() - interval_start
-                values["tokens_per_s"] = tokens_per_iter * interval_iters / span
-                values["ms_per_iter"] = 1000 * span / interval_iters
-                values["tflops_per_device"] = flops_per_iter * interval_iters / span / world / 1e12
-                if peak is not None:
-                    values["mfu"] = values["tflops_per_device"] / peak
-                log.interval_summary(it, t.train_iters, values)
-                interval_start, interval_iters = time.time(), 0
-            if it % t.eval_interval == 0 or it == end:
-                val = self.evaluate()
-                if val is not None:
-                    log.validation(it, val)
-                    result.valid_losses[it] = val
-            interval = cfg.checkpoint.save_interval
-            if cfg.checkpoint.save and ((interval and it % interval == 0) or it == end):
-                result.checkpoint = self.save()
-                log.message(f"saved checkpoint {result.checkpoint}")
-            for callback in self.callbacks:
-                callback.on_step_end(self, it)
-            stop, checkpoint = self.preemption.stop(self, it, result.checkpoint)
-            if stop:
-                result.checkpoint = checkpoint
-                break
-        result.iteration = self.state.iteration
-        log.close()
-        return result
+            self.result.train_losses[it] = loss
+            self.fire("on_step_end", StepOutput(it, loss, grad_norm, lr, time.time() - start))
+        self.result.iteration = self.state.iteration
+        self.fire("on_train_end")
+        return self.result
 
     def close(self) -> None:
         """Release megatron-core globals and the process group."""

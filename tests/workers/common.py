@@ -1,4 +1,4 @@
-"""Helpers for multi-process test workers: build models under a layout, gather global tensors.
+"""Helpers for distributed test bodies: build models under a layout, gather global tensors.
 
 Global tensors are reassembled from megatron-core's own sharding metadata (the ShardedTensors of
 ``sharded_state_dict()``: global shape, offset, prepended axes, main replica), an independent
@@ -6,9 +6,6 @@ reference for our layout-dependent code.
 """
 
 from __future__ import annotations
-
-import json
-import os
 
 import torch
 import torch.distributed as dist
@@ -78,10 +75,3 @@ def gather_global(models, use_grads: bool = False) -> dict[str, torch.Tensor]:
     for key, t in out.items():
         assert not torch.isnan(t).any(), f"{key}: shards do not cover the global tensor"
     return out
-
-
-def write_result(result) -> None:
-    """Rank 0 writes the worker's JSON result to $RESULT."""
-    if dist.get_rank() == 0:
-        with open(os.environ["RESULT"], "w") as f:
-            json.dump(result, f)

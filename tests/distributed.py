@@ -1,0 +1,78 @@
+"""Run a test's own function on N gloo processes and get every rank's return value back.
+
+In the manner of OLMo-core's ``run_distributed_test``: the body of a distributed test lives in
+the test module, next to its assertions, instead of in a worker script that writes JSON.
+Each process is a fresh ``spawn`` child (megatron-core's process-wide state never leaks into
+pytest), started with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+MASTER_PORT), so :func:`megatron_gamma.parallel.initialize` sets up the group as in a real run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import socket
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _child(fn: Callable, rank: int, world: int, port: int, args: tuple, queue) -> None:
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        TORCHDYNAMO_DISABLE="1",
+        OMP_NUM_THREADS="1",
+    )
+    try:
+        queue.put((rank, True, fn(*args)))
+    except BaseException:  # report any failure, with its traceback, to the parent
+        queue.put((rank, False, traceback.format_exc()))
+
+
+def run_distributed(fn: Callable[..., Any], nproc: int, *args, timeout: float = 600) -> list:
+    """Run ``fn(*args)`` on ``nproc`` processes; return the ranks' results in rank order.
+
+    ``fn`` must be a module-level function (picklable by reference) and return a picklable
+    value. The process group is ``fn``'s to create (usually through ``parallel.initialize``).
+
+    Raises:
+        AssertionError: a rank raised (its traceback is in the message), or exited without a
+            result within ``timeout`` seconds.
+    """
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [
+        ctx.Process(target=_child, args=(fn, r, nproc, port, args, queue)) for r in range(nproc)
+    ]
+    for p in procs:
+        p.start()
+    results: dict[int, Any] = {}
+    failures = []
+    try:
+        for _ in range(nproc):
+            rank, ok, value = queue.get(timeout=timeout)
+            if ok:
+                results[rank] = value
+            else:
+                failures.append(f"rank {rank}:\n{value}")
+                break
+    finally:
+        for p in procs:
+            p.join(timeout=5 if failures else 60)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    assert not failures, "\n".join(failures)
+    return [results[r] for r in range(nproc)]

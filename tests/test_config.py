@@ -1,0 +1,120 @@
+"""Configs are frozen and rebuilt through the validated constructor; flags document themselves;
+the packages import one way (config -> model/parallel -> training -> diagnostics)."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+import subprocess
+import sys
+
+import pytest
+
+from megatron_gamma.config import ConfigError, GatedAttention, load_config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(REPO, "megatron_gamma")
+
+
+def test_assigning_a_field_of_a_validated_config_raises():
+    cfg = load_config(None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.parallel.tensor_model_parallel_size = 2
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.model = cfg.model
+
+
+def test_replace_rebuilds_through_every_check():
+    cfg = load_config(None, {"hidden_size": 64, "num_attention_heads": 4})
+    wider = cfg.replace(num_query_groups=2, run_dir="elsewhere")
+    assert (wider.model.num_query_groups, wider.logging.run_dir) == (2, "elsewhere")
+    assert (cfg.model.num_query_groups, cfg.logging.run_dir) == (4, "runs/demo")  # untouched
+    with pytest.raises(ConfigError, match="num_query_groups=3: does not divide"):
+        cfg.replace(num_query_groups=3)
+    with pytest.raises(ConfigError, match="hiden_size: unknown key.*did you mean 'hidden_size'"):
+        cfg.replace(hiden_size=8)
+    with pytest.raises(ConfigError, match="virtual stages need pipeline_model_parallel_size > 1"):
+        cfg.replace(num_layers_per_virtual_pipeline_stage=1)
+
+
+def test_single_rank_config_of_ep2_and_vpp_runs_is_valid():
+    """Issue 15.6: the analysis config of an EP=2 MoE run and of a PP=2 x VPP=2 run."""
+    from megatron_gamma.config import validate_layout, virtual_stages
+    from megatron_gamma.diagnostics.offline import single_rank_config
+
+    moe = load_config(
+        None,
+        {"num_experts": 4, "expert_model_parallel_size": 2, "tensor_model_parallel_size": 2,
+         "sequence_parallel": True, "use_distributed_optimizer": True},
+    )  # fmt: skip
+    vpp = load_config(
+        None,
+        {"num_layers": 4, "pipeline_model_parallel_size": 2,
+         "num_layers_per_virtual_pipeline_stage": 1, "overlap_grad_reduce": True},
+    )  # fmt: skip
+    for cfg in (moe, vpp):
+        one = single_rank_config(cfg)
+        assert dataclasses.asdict(one.parallel) == dataclasses.asdict(type(cfg.parallel)())
+        assert one.model == cfg.model and one.init == cfg.init
+        assert virtual_stages(one) is None
+        assert validate_layout(one, 1) == 1
+
+
+def test_choices_are_documented_enums_stored_as_strings():
+    cfg = load_config(None, {"gated_attention": "headwise"})
+    assert cfg.model.gated_attention == GatedAttention.HEADWISE
+    assert type(cfg.model.gated_attention) is str  # checkpoints and YAML see plain strings
+    assert cfg.to_dict()["model"]["gated_attention"] == "headwise"
+    with pytest.raises(ConfigError, match="lr_decay_style='cos': unknown.*'cosine': half cosine"):
+        load_config(None, {"lr_decay_style": "cos"})
+
+
+def test_help_prints_docstring_choices_and_default():
+    proc = subprocess.run(
+        [sys.executable, "-m", "megatron_gamma.cli", "pretrain", "--help"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    blocks = {}
+    for block in proc.stdout.split("\n  --")[1:]:
+        blocks["--" + block.split()[0]] = " ".join(block.split())
+    assert "RMSNorm epsilon. The paper lowers it from 1e-5 to 1e-12" in blocks["--norm-epsilon"]
+    assert "[model; default: 1e-12]" in blocks["--norm-epsilon"]
+    gate = blocks["--gated-attention"]
+    assert "'headwise': one scalar gate per head" in gate and "default: 'elementwise'" in gate
+
+
+def _imports(path: str) -> set[str]:
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+    return out
+
+
+def test_model_imports_neither_argparse_nor_training():
+    for name in sorted(os.listdir(os.path.join(PACKAGE, "model"))):
+        if name.endswith(".py"):
+            found = _imports(os.path.join(PACKAGE, "model", name))
+            bad = {m for m in found if m == "argparse" or m.startswith("megatron_gamma.training")}
+            assert not bad, (name, bad)
+
+
+def test_diagnostics_do_not_import_the_training_loop():
+    modules = [
+        f"megatron_gamma.diagnostics.{n[:-3]}"
+        for n in sorted(os.listdir(os.path.join(PACKAGE, "diagnostics")))
+        if n.endswith(".py") and n != "__init__.py"
+    ]
+    code = (
+        "import sys, importlib\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "print('megatron_gamma.training.loop' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[-1] == "False"
