@@ -795,6 +795,8 @@ def _typed(where: str, key: str, value: Any, tp: Any) -> Any:
             pass
     elif base in (list, dict) and isinstance(value, str):
         return value
+    elif isinstance(base, type) and issubclass(base, Choice) and isinstance(value, str):
+        return value  # the section's _check_choices names the members
     elif base is dict and isinstance(value, list) and all(isinstance(v, str) for v in value):
         return value  # a repeated KEY=VALUE flag; the section parses it
     elif isinstance(value, base) and not (base is int and isinstance(value, bool)):
