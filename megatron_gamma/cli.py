@@ -9,6 +9,10 @@
         --output-prefix data/x --num-shards 8 [--dry-run]
     megatron-gamma analyze runs/demo [runs/other ...] [--output-dir DIR]
     megatron-gamma compare RUN_A/checkpoints/iter_0000200 RUN_B --data-path data/x --output-dir D
+    megatron-gamma evaluate RUN --data-path data/heldout [--eval-tokens 65536]
+    megatron-gamma evaluate RUN --tasks hellaswag,gsm8k [--compare OTHER_RUN] --output-dir D
+    megatron-gamma export-hf RUN/checkpoints/iter_0000200 hf/model
+    megatron-gamma import-hf hf/model runs/imported
 
 The data commands are defined in :mod:`megatron_gamma.data.commands`.
 
@@ -96,6 +100,86 @@ def _estimate(args: argparse.Namespace) -> None:
     print(report(cfg, vocab, world, cfg.cluster.gpu_memory_gb))
 
 
+def _evaluate(args: argparse.Namespace) -> None:
+    import json
+
+    if args.tasks is None:
+        task_flags = ("compare", "include_path", "num_fewshot", "limit")
+        unused = [f for f in task_flags if getattr(args, f)]
+        if unused:
+            flag = "--" + unused[0].replace("_", "-")
+            raise ConfigError(
+                f"{flag}={getattr(args, unused[0])!r}: only acts with --tasks. "
+                "Fix: add --tasks, or drop the flag"
+            )
+        from megatron_gamma.evaluation.evaluate import evaluate
+
+        out = evaluate(
+            args.checkpoint,
+            args.data_path,
+            config=args.config,
+            eval_tokens=args.eval_tokens,
+            seq_length=args.seq_length,
+            micro_batch_size=args.micro_batch_size,
+        )
+        print(
+            f"{out['checkpoint']} (iteration {out['iteration']}): loss {out['loss']:.6f}, "
+            f"perplexity {out['perplexity']:.4f} on {out['tokens']} tokens"
+        )
+        if args.output_dir:
+            os.makedirs(args.output_dir, exist_ok=True)
+            path = os.path.join(args.output_dir, "eval_loss.json")
+            with open(f"{path}.tmp", "w") as f:
+                json.dump(out, f, indent=2)
+            os.replace(f"{path}.tmp", path)
+            print(f"wrote {path}")
+        return
+    if args.data_path:
+        raise ConfigError(
+            f"--data-path={args.data_path}: the held-out loss and --tasks are separate runs. "
+            "Fix: run evaluate once with --data-path and once with --tasks"
+        )
+    from megatron_gamma.evaluation.benchmarks import benchmark
+
+    report = benchmark(
+        args.checkpoint,
+        [t for t in args.tasks.split(",") if t],
+        args.output_dir or "eval",
+        compare=args.compare,
+        config=args.config,
+        compare_config=args.compare_config,
+        include_path=args.include_path,
+        num_fewshot=args.num_fewshot,
+        limit=args.limit,
+        batch_size=args.batch_size,
+        device=args.device,
+        bootstrap_samples=args.bootstrap_samples,
+    )
+    with open(report["files"]["markdown"], encoding="utf-8") as f:
+        print(f.read(), end="")
+    print(f"wrote {report['files']['json']}")
+
+
+def _export_hf(args: argparse.Namespace) -> None:
+    from megatron_gamma.evaluation.hf_export import export_hf
+
+    out = export_hf(
+        args.checkpoint,
+        args.out_dir,
+        config=args.config,
+        hf_format=args.hf_format,
+        max_shard_size=args.max_shard_size,
+    )
+    print(f"exported iteration {out['iteration']} as {out['model_type']}: {out['out_dir']}")
+
+
+def _import_hf(args: argparse.Namespace) -> None:
+    from megatron_gamma.evaluation.hf_import import import_hf
+
+    out = import_hf(args.hf_dir, args.run_dir)
+    print(f"imported iteration {out['iteration']}: {out['checkpoint']}")
+
+
 def _cluster_options(args: argparse.Namespace) -> dict:
     return {
         "partition": args.partition,
@@ -149,7 +233,6 @@ def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--container-image", help="pyxis/enroot image or .sqsh file")
     p.add_argument("--container-mounts", help="pyxis mounts, host:container[,...]")
     p.add_argument("--dry-run", action="store_true", help="print the script; submit nothing")
-
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -232,12 +315,51 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-bins", type=int, default=10)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_compare)
+
+    p = sub.add_parser("evaluate", help="held-out loss, or lm-eval benchmarks, of a checkpoint")
+    p.add_argument("checkpoint", metavar="CKPT", help="checkpoint, checkpoint dir or run dir")
+    p.add_argument("--config", help="the run's config.yaml (default: found beside CKPT)")
+    p.add_argument("--data-path", nargs="+", help="prefix or blend W1 P1 ... (replaces the run's)")
+    p.add_argument("--eval-tokens", type=int, default=65536, help="tokens scored for the loss")
+    p.add_argument("--seq-length", type=int, help="window length (default: the run's)")
+    p.add_argument("--micro-batch-size", type=int, default=4, help="windows per forward pass")
+    p.add_argument("--tasks", help="comma-separated lm-eval tasks, e.g. hellaswag,gsm8k")
+    p.add_argument("--compare", metavar="OTHER_CKPT", help="second checkpoint, same items")
+    p.add_argument("--compare-config", help="OTHER_CKPT's config.yaml")
+    p.add_argument("--include-path", help="directory of extra lm-eval task YAML files")
+    p.add_argument("--num-fewshot", type=int, help="few-shot examples (default: each task's)")
+    p.add_argument("--limit", type=float, help="items per task (>= 1) or fraction (< 1)")
+    p.add_argument("--batch-size", type=int, default=1, help="lm-eval batch size")
+    p.add_argument("--device", default="cpu", help="lm-eval device: cpu or cuda")
+    p.add_argument("--bootstrap-samples", type=int, default=10000, help="paired bootstrap draws")
+    p.add_argument("--output-dir", help="eval.json/eval.md (tasks; default ./eval) or loss json")
+    p.set_defaults(func=_evaluate)
+
+    p = sub.add_parser("export-hf", help="checkpoint -> Hugging Face model directory")
+    p.add_argument("checkpoint", metavar="CKPT", help="checkpoint, checkpoint dir or run dir")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="new or empty directory")
+    p.add_argument("--config", help="the run's config.yaml (default: found beside CKPT)")
+    p.add_argument(
+        "--hf-format",
+        choices=["auto", "llama", "gamma_gpt"],
+        default="auto",
+        help="auto: stock Llama when it fits exactly, else GammaGPT (trust_remote_code)",
+    )
+    p.add_argument("--max-shard-size", default="5GB", help="safetensors shard size")
+    p.set_defaults(func=_export_hf)
+
+    p = sub.add_parser("import-hf", help="Hugging Face model directory -> run directory")
+    p.add_argument("hf_dir", metavar="HF_DIR")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="new or empty run directory")
+    p.set_defaults(func=_import_hf)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for configuration errors)."""
     args = build_parser().parse_args(argv)
+    if args.command == "evaluate" and args.limit is not None and args.limit >= 1:
+        args.limit = int(args.limit)
     try:
         args.func(args)
     except (ConfigError, FileNotFoundError, ValueError) as e:
