@@ -192,6 +192,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
         HF_DATASETS_OFFLINE="1",
         HF_HUB_OFFLINE="1",
     )
+    for var in ("MASTER_ADDR", "MASTER_PORT"):  # set by in-process loads; a fresh port is needed
+        env.pop(var, None)
     cmd = [sys.executable, "-m", "megatron_gamma.cli", *args]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=REPO)
 

@@ -105,7 +105,6 @@ def run_lm_eval(
     from lm_eval.tasks import TaskManager
 
     manager = TaskManager(include_path=include_path)
-    task_objects = _task_dict(tasks, manager)
     out = lm_eval.simple_evaluate(
         model="hf",
         model_args={
@@ -114,7 +113,7 @@ def run_lm_eval(
             "dtype": "float32",
             "device": device,
         },
-        tasks=list(task_objects.values()),
+        tasks=list(_task_dict(tasks, manager).values()),
         num_fewshot=num_fewshot,
         limit=limit,
         batch_size=batch_size,
@@ -201,6 +200,9 @@ def benchmark(
     """
     if not tasks:
         raise ValueError("tasks=[]: name at least one lm-eval task. Fix: --tasks hellaswag,...")
+    from lm_eval.tasks import TaskManager
+
+    _task_dict(tasks, TaskManager(include_path=include_path))  # names and datasets, before exports
     os.makedirs(output_dir, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix=".hf_export.", dir=output_dir)
     try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 
 from megatron_gamma.config import Config, ConfigError, config_from_dict
 from megatron_gamma.diagnostics import offline
@@ -98,7 +99,8 @@ def load_model(run: RunCheckpoint) -> tuple[torch.nn.Module, int]:
     try:
         model = offline.model_for_run(run.cfg, run.path)
         iteration = offline.load_weights(model, run.path)
-    except Exception as e:  # dist_checkpointing raises many types for damaged files
+    except (Exception, CheckpointException) as e:  # many types for damaged files; torch's
+        # CheckpointException (raised for unreadable tensor files) derives from BaseException
         raise CheckpointError(
             f"checkpoint={run.path!r}: cannot be read ({type(e).__name__}: {e}). Fix: use a "
             "complete checkpoint of this run (an earlier iter_N, or rerun the save)"

@@ -275,9 +275,9 @@ class GammaGPTModel(GammaGPTPreTrainedModel):
         self.rotary = GammaRotary(config.head_dim, config.rope_theta)
         self.post_init()
 
-    def forward(self, input_ids, attention_mask=None, position_ids=None, past_key_values=None):
+    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None):
         b, t = input_ids.shape
-        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        past = cache.get_seq_length() if cache is not None else 0
         if position_ids is None:
             if attention_mask is not None:
                 full = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -295,7 +295,7 @@ class GammaGPTModel(GammaGPTPreTrainedModel):
         cos, sin = self.rotary(position_ids)
         x = self.embed_tokens(input_ids)
         for layer in self.layers:
-            x = layer(x, cos, sin, mask, past_key_values)
+            x = layer(x, cos, sin, mask, cache)
         return self.norm(x)
 
 
@@ -323,15 +323,15 @@ class GammaGPTForCausalLM(GammaGPTPreTrainedModel, GenerationMixin):
         input_ids: torch.Tensor,
         attention_mask: Optional[torch.Tensor] = None,
         position_ids: Optional[torch.Tensor] = None,
-        past_key_values=None,
+        cache: Optional[DynamicCache] = None,
         labels: Optional[torch.Tensor] = None,
         use_cache: Optional[bool] = None,
         logits_to_keep: int = 0,
         **_,
     ) -> CausalLMOutputWithPast:
-        if use_cache and past_key_values is None:
-            past_key_values = DynamicCache(config=self.config)
-        hidden = self.model(input_ids, attention_mask, position_ids, past_key_values)
+        if use_cache and cache is None:
+            cache = DynamicCache(config=self.config)
+        hidden = self.model(input_ids, attention_mask, position_ids, cache)
         if logits_to_keep:
             hidden = hidden[:, -logits_to_keep:]
         logits = self.lm_head(hidden)
@@ -340,4 +340,4 @@ class GammaGPTForCausalLM(GammaGPTPreTrainedModel, GenerationMixin):
             loss = F.cross_entropy(
                 logits[:, :-1].reshape(-1, logits.size(-1)).float(), labels[:, 1:].reshape(-1)
             )
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=past_key_values)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, cache=cache)
