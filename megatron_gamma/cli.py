@@ -122,6 +122,10 @@ def _evaluate(args: argparse.Namespace) -> None:
             seq_length=args.seq_length,
             micro_batch_size=args.micro_batch_size,
         )
+        from megatron_gamma.parallel import read_dist_env
+
+        if read_dist_env().rank != 0:
+            return
         print(
             f"{out['checkpoint']} (iteration {out['iteration']}): loss {out['loss']:.6f}, "
             f"perplexity {out['perplexity']:.4f} on {out['tokens']} tokens"

@@ -17,9 +17,8 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import pretrain
+from conftest import pretrain, run_cli
 
-from megatron_gamma.diagnostics import offline
 from megatron_gamma.evaluation import checkpoint
 from megatron_gamma.evaluation.bootstrap import paired_bootstrap
 from megatron_gamma.evaluation.errors import (
@@ -69,7 +68,7 @@ def tp2pp2_run(tmp_path_factory, demo_prefix) -> str:
 def _megatron_reference(run: str, tokens: torch.Tensor, new_tokens: int):
     """megatron-core logits (B, T, V) on ``tokens`` and its greedy continuation of row 0."""
     rc = checkpoint.resolve(run)
-    with offline.single_process(rc.cfg), torch.no_grad():
+    with checkpoint.single_process(rc.cfg), torch.no_grad():
         model, _ = checkpoint.load_model(rc)
         b, t = tokens.shape
         logits = model(tokens, torch.arange(t).expand(b, t), None)
@@ -118,6 +117,18 @@ def test_export_from_tp2_pp2_checkpoint(tp2pp2_run, tmp_path):
     _check_export(tp2pp2_run, str(tmp_path / "hf"), stock=False)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_evaluate_on_two_ranks_equals_one_rank(tp2pp2_run, demo_prefix, tmp_path):
+    one = evaluate(tp2pp2_run, [demo_prefix], eval_tokens=6 * 64)
+    args = ["evaluate", tp2pp2_run, "--data-path", demo_prefix, "--eval-tokens", str(6 * 64)]
+    proc = run_cli([*args, "--output-dir", str(tmp_path)], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    two = json.loads((tmp_path / "eval_loss.json").read_text())
+    assert two["tokens"] == one["tokens"] == 6 * 64
+    assert two["loss"] == pytest.approx(one["loss"], abs=1e-9)
+
+
 def test_exported_gamma_model_loads_from_megatron_gamma_without_remote_code(runs, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -139,7 +150,7 @@ def test_round_trip_is_bit_identical(runs, name, tmp_path, demo_prefix):
     states = []
     for run in (runs[name], imported["run_dir"]):
         rc = checkpoint.resolve(run)
-        with offline.single_process(rc.cfg):
+        with checkpoint.single_process(rc.cfg):
             model, iteration = checkpoint.load_model(rc)
             states.append({k: v.clone() for k, v in model.state_dict().items() if v is not None})
         assert iteration == 3

@@ -1,9 +1,11 @@
 """``megatron-gamma evaluate CKPT``: held-out loss and perplexity without training.
 
-The checkpoint (any saved TP/PP/EP layout) is loaded into a single-rank fp32 GPTModel
-(dist_checkpointing reshards it), then scores ``eval_tokens // seq_length`` windows of
-``seq_length + 1`` consecutive tokens: for one prefix its first windows (documents concatenated
-in order, :func:`megatron_gamma.diagnostics.compare.token_windows`); for a Megatron blend
+The checkpoint (any saved TP/PP/EP layout) is loaded into an fp32 GPTModel with TP = PP = 1
+(dist_checkpointing reshards it) on every launched process (one by default; under torchrun or
+srun the processes split the windows, data-parallel, and all-reduce the sums), then scores
+``eval_tokens // seq_length`` windows of ``seq_length + 1`` consecutive tokens: for one prefix
+its first windows (documents concatenated in order,
+:func:`megatron_gamma.diagnostics.compare.token_windows`); for a Megatron blend
 'W1 P1 W2 P2 ...' each prefix gets windows in proportion to its weight (largest remainder).
 The loss is the mean next-token cross-entropy (nats) over every scored token, the perplexity its
 exponential. Data paths given here replace the run's ``data_path`` (the config is rebuilt
@@ -12,14 +14,17 @@ through ``config_from_dict`` with only the evaluation blend).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Iterator
 from typing import Optional
 
 import torch
+import torch.distributed as dist
 
-from megatron_gamma.config import ConfigError, config_from_dict
-from megatron_gamma.diagnostics import offline
+from megatron_gamma import parallel
+from megatron_gamma.config import Config, ConfigError, config_from_dict
 from megatron_gamma.diagnostics.compare import score_tokens, token_windows
 from megatron_gamma.evaluation import checkpoint
 
@@ -56,6 +61,24 @@ def _allocate(n: int, weights: list[float]) -> list[int]:
     return counts
 
 
+@contextlib.contextmanager
+def _processes(cfg: Config) -> Iterator[tuple[int, int]]:
+    """(rank, world size) inside initialized megatron-core state with TP = PP = 1: one process
+    by default (:func:`checkpoint.single_process`), else every launched rank data-parallel."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        with checkpoint.single_process(cfg):
+            yield 0, 1
+        return
+    raw = cfg.to_dict()
+    raw["training"].update(micro_batch_size=1, global_batch_size=world)
+    parallel.initialize(config_from_dict(raw))
+    try:
+        yield dist.get_rank(), world
+    finally:
+        parallel.destroy()
+
+
 def evaluate(
     ckpt: str,
     data_path: Optional[list[str]] = None,
@@ -85,11 +108,6 @@ def evaluate(
         ConfigError: no data, a bad blend, a window longer than the model's positions, or a
             prefix with fewer tokens than its share (fix: lower --eval-tokens).
     """
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ConfigError(
-            f"WORLD_SIZE={os.environ['WORLD_SIZE']}: evaluate runs in one process (it reads any "
-            "saved layout on one rank). Fix: run it without torchrun/srun"
-        )
     run = checkpoint.resolve(ckpt, config)
     m = run.cfg.model
     seq = seq_length or m.seq_length
@@ -118,20 +136,27 @@ def evaluate(
                 f"its share needs {count}. Fix: lower --eval-tokens or add data"
             )
         windows.append(w)
-    with offline.single_process(run.cfg):
+    sums = torch.zeros(len(windows), dtype=torch.float64)  # summed nll per prefix
+    with _processes(run.cfg) as (rank, world):
         model, iteration = checkpoint.load_model(run)
-        nll = [-score_tokens(model, w, micro_batch_size).double() for w in windows if len(w)]
-    parts = iter(nll)
+        for i, w in enumerate(windows):
+            mine = w[rank::world]
+            if len(mine):
+                sums[i] = -score_tokens(model, mine, micro_batch_size).double().sum()
+        if world > 1:
+            sums = sums.to(next(model.parameters()).device)
+            dist.all_reduce(sums)
+            sums = sums.cpu()
     per_prefix = [
         {
             "prefix": p,
             "weight": w,
             "windows": c,
-            "loss": float(next(parts).mean()) if c else None,
+            "loss": float(total / (c * seq)) if c else None,
         }
-        for p, w, c in zip(prefixes, weights, counts, strict=True)
+        for p, w, c, total in zip(prefixes, weights, counts, sums.tolist(), strict=True)
     ]
-    loss = float(torch.cat([x.reshape(-1) for x in nll]).mean())
+    loss = float(sums.sum() / (n * seq))
     return {
         "loss": loss,
         "perplexity": math.exp(loss),

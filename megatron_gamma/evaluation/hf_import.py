@@ -29,8 +29,7 @@ from megatron.core import dist_checkpointing
 
 from megatron_gamma.config import ConfigError, config_from_dict, save_config
 from megatron_gamma.diagnostics import offline
-from megatron_gamma.evaluation import mapping
-from megatron_gamma.evaluation.checkpoint import fp32_single_rank
+from megatron_gamma.evaluation import checkpoint, mapping
 from megatron_gamma.evaluation.errors import CheckpointError, TokenizerNotFoundError
 from megatron_gamma.evaluation.hf_export import META_FILE
 from megatron_gamma.training.checkpointing import TRACKER, checkpoint_dir
@@ -123,8 +122,8 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(run_dir)}.", dir=parent)
     try:
-        one = fp32_single_rank(cfg)
-        with offline.single_process(one):
+        one = checkpoint.fp32_single_rank(cfg)
+        with checkpoint.single_process(one):
             model = offline.build_model(one, vocab)
             dtype = mc_sd["embedding.word_embeddings.weight"].dtype
             model.to(dtype)
