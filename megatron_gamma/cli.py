@@ -100,51 +100,67 @@ def _estimate(args: argparse.Namespace) -> None:
     print(report(cfg, vocab, world, cfg.cluster.gpu_memory_gb))
 
 
-def _evaluate(args: argparse.Namespace) -> None:
+_LOSS_FLAGS = ("data_path", "eval_tokens", "seq_length", "micro_batch_size")
+_TASK_FLAGS = (
+    "compare",
+    "compare_config",
+    "include_path",
+    "num_fewshot",
+    "limit",
+    "batch_size",
+    "device",
+    "bootstrap_samples",
+)
+
+
+def _reject_inactive(args: argparse.Namespace, names: tuple[str, ...], why: str) -> None:
+    for name in names:
+        if getattr(args, name) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag}={getattr(args, name)!r}: {why}. Fix: drop {flag}")
+
+
+def _evaluate_loss(args: argparse.Namespace) -> None:
     import json
 
-    if args.tasks is None:
-        task_flags = ("compare", "include_path", "num_fewshot", "limit")
-        unused = [f for f in task_flags if getattr(args, f)]
-        if unused:
-            flag = "--" + unused[0].replace("_", "-")
-            raise ConfigError(
-                f"{flag}={getattr(args, unused[0])!r}: only acts with --tasks. "
-                "Fix: add --tasks, or drop the flag"
-            )
-        from megatron_gamma.evaluation.evaluate import evaluate
+    from megatron_gamma.evaluation.evaluate import evaluate
+    from megatron_gamma.parallel import read_dist_env
 
-        out = evaluate(
-            args.checkpoint,
-            args.data_path,
-            config=args.config,
-            eval_tokens=args.eval_tokens,
-            seq_length=args.seq_length,
-            micro_batch_size=args.micro_batch_size,
-        )
-        from megatron_gamma.parallel import read_dist_env
-
-        if read_dist_env().rank != 0:
-            return
-        print(
-            f"{out['checkpoint']} (iteration {out['iteration']}): loss {out['loss']:.6f}, "
-            f"perplexity {out['perplexity']:.4f} on {out['tokens']} tokens"
-        )
-        if args.output_dir:
-            os.makedirs(args.output_dir, exist_ok=True)
-            path = os.path.join(args.output_dir, "eval_loss.json")
-            with open(f"{path}.tmp", "w") as f:
-                json.dump(out, f, indent=2)
-            os.replace(f"{path}.tmp", path)
-            print(f"wrote {path}")
+    _reject_inactive(args, _TASK_FLAGS, "acts only with --tasks")
+    out = evaluate(
+        args.checkpoint,
+        args.data_path,
+        config=args.config,
+        eval_tokens=args.eval_tokens or 65536,
+        seq_length=args.seq_length,
+        micro_batch_size=args.micro_batch_size or 4,
+    )
+    if read_dist_env().rank != 0:
         return
-    if args.data_path:
-        raise ConfigError(
-            f"--data-path={args.data_path}: the held-out loss and --tasks are separate runs. "
-            "Fix: run evaluate once with --data-path and once with --tasks"
-        )
+    print(
+        f"{out['checkpoint']} (iteration {out['iteration']}): loss {out['loss']:.6f}, "
+        f"perplexity {out['perplexity']:.4f} on {out['tokens']} tokens"
+    )
+    if args.output_dir:
+        os.makedirs(args.output_dir, exist_ok=True)
+        path = os.path.join(args.output_dir, "eval_loss.json")
+        with open(f"{path}.tmp", "w") as f:
+            json.dump(out, f, indent=2)
+        os.replace(f"{path}.tmp", path)
+        print(f"wrote {path}")
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    if args.tasks is None:
+        _evaluate_loss(args)
+        return
     from megatron_gamma.evaluation.benchmarks import benchmark
 
+    _reject_inactive(args, _LOSS_FLAGS, "acts only on the held-out loss (evaluate without --tasks)")
+    if args.compare is None:
+        _reject_inactive(args, ("compare_config", "bootstrap_samples"), "acts only with --compare")
+    if args.limit is not None and args.limit >= 1:
+        args.limit = int(args.limit)
     report = benchmark(
         args.checkpoint,
         [t for t in args.tasks.split(",") if t],
@@ -155,9 +171,9 @@ def _evaluate(args: argparse.Namespace) -> None:
         include_path=args.include_path,
         num_fewshot=args.num_fewshot,
         limit=args.limit,
-        batch_size=args.batch_size,
-        device=args.device,
-        bootstrap_samples=args.bootstrap_samples,
+        batch_size=args.batch_size or 1,
+        device=args.device or "cpu",
+        bootstrap_samples=args.bootstrap_samples or 10000,
     )
     with open(report["files"]["markdown"], encoding="utf-8") as f:
         print(f.read(), end="")
@@ -324,18 +340,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", metavar="CKPT", help="checkpoint, checkpoint dir or run dir")
     p.add_argument("--config", help="the run's config.yaml (default: found beside CKPT)")
     p.add_argument("--data-path", nargs="+", help="prefix or blend W1 P1 ... (replaces the run's)")
-    p.add_argument("--eval-tokens", type=int, default=65536, help="tokens scored for the loss")
+    p.add_argument("--eval-tokens", type=int, help="tokens scored for the loss (default 65536)")
     p.add_argument("--seq-length", type=int, help="window length (default: the run's)")
-    p.add_argument("--micro-batch-size", type=int, default=4, help="windows per forward pass")
+    p.add_argument("--micro-batch-size", type=int, help="windows per forward pass (default 4)")
     p.add_argument("--tasks", help="comma-separated lm-eval tasks, e.g. hellaswag,gsm8k")
     p.add_argument("--compare", metavar="OTHER_CKPT", help="second checkpoint, same items")
     p.add_argument("--compare-config", help="OTHER_CKPT's config.yaml")
     p.add_argument("--include-path", help="directory of extra lm-eval task YAML files")
     p.add_argument("--num-fewshot", type=int, help="few-shot examples (default: each task's)")
     p.add_argument("--limit", type=float, help="items per task (>= 1) or fraction (< 1)")
-    p.add_argument("--batch-size", type=int, default=1, help="lm-eval batch size")
-    p.add_argument("--device", default="cpu", help="lm-eval device: cpu or cuda")
-    p.add_argument("--bootstrap-samples", type=int, default=10000, help="paired bootstrap draws")
+    p.add_argument("--batch-size", type=int, help="lm-eval batch size (default 1)")
+    p.add_argument("--device", help="lm-eval device: cpu (default) or cuda")
+    p.add_argument("--bootstrap-samples", type=int, help="paired bootstrap draws (default 10000)")
     p.add_argument("--output-dir", help="eval.json/eval.md (tasks; default ./eval) or loss json")
     p.set_defaults(func=_evaluate)
 
@@ -362,8 +378,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for configuration errors)."""
     args = build_parser().parse_args(argv)
-    if args.command == "evaluate" and args.limit is not None and args.limit >= 1:
-        args.limit = int(args.limit)
     try:
         args.func(args)
     except (ConfigError, FileNotFoundError, ValueError) as e:

@@ -145,7 +145,9 @@ def test_exported_gamma_model_loads_from_megatron_gamma_without_remote_code(runs
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", ["llama_tied_gqa", "moe"])
 def test_round_trip_is_bit_identical(runs, name, tmp_path, demo_prefix):
-    export_hf(runs[name], str(tmp_path / "hf"))
+    export_hf(runs[name], str(tmp_path / "hf"), max_shard_size="200KB")
+    with open(tmp_path / "hf" / "model.safetensors.index.json") as f:
+        assert len(set(json.load(f)["weight_map"].values())) > 1  # sharded
     imported = import_hf(str(tmp_path / "hf"), str(tmp_path / "imported"))
     states = []
     for run in (runs[name], imported["run_dir"]):
@@ -314,3 +316,33 @@ def test_named_errors_and_clean_out_dir(runs, tmp_path):
     with pytest.raises(UnmappableArchitectureError, match="model_type='mistral'"):
         import_hf(str(hf_dir), str(tmp_path / "imported"))
     assert not os.path.exists(tmp_path / "imported")
+
+
+def test_left_padded_batch_generation_equals_single_prompts(runs, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    export_hf(runs["elementwise_gqa"], str(tmp_path / "hf"))
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), trust_remote_code=True)
+    gen = torch.Generator().manual_seed(1)
+    a, b = (
+        torch.randint(0, 4000, (1, 12), generator=gen),
+        torch.randint(0, 4000, (1, 7), generator=gen),
+    )
+    batch = torch.full((2, 12), hf.generation_config.pad_token_id)
+    batch[0], batch[1, 5:] = a[0], b[0]
+    mask = (torch.arange(12) >= torch.tensor([[0], [5]])).long()
+    with torch.no_grad():
+        both = hf.generate(batch, attention_mask=mask, max_new_tokens=8, do_sample=False)[:, 12:]
+        alone = [hf.generate(x, max_new_tokens=8, do_sample=False)[0, x.size(1) :] for x in (a, b)]
+    assert both[0].tolist() == alone[0].tolist() and both[1].tolist() == alone[1].tolist()
+
+
+def test_cli_rejects_flags_without_effect(capsys):
+    from megatron_gamma.cli import main
+
+    assert main(["evaluate", "RUN", "--compare", "OTHER"]) == 2
+    assert "--compare='OTHER': acts only with --tasks" in capsys.readouterr().err
+    assert main(["evaluate", "RUN", "--tasks", "hellaswag", "--eval-tokens", "8"]) == 2
+    assert "--eval-tokens=8: acts only on the held-out loss" in capsys.readouterr().err
+    assert main(["evaluate", "RUN", "--tasks", "hellaswag", "--compare-config", "c.yaml"]) == 2
+    assert "acts only with --compare" in capsys.readouterr().err

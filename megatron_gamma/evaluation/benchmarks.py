@@ -22,6 +22,7 @@ from typing import Optional
 
 import numpy as np
 
+from megatron_gamma.config import ConfigError
 from megatron_gamma.evaluation.bootstrap import paired_bootstrap
 from megatron_gamma.evaluation.errors import DatasetUnavailableError
 from megatron_gamma.evaluation.hf_export import export_hf
@@ -47,8 +48,6 @@ def _task_dict(tasks: list[str], task_manager) -> dict:
         ConfigError: an unknown task name.
     """
     from lm_eval.tasks import get_task_dict
-
-    from megatron_gamma.config import ConfigError
 
     unknown = [t for t in tasks if not task_manager.match_tasks([t])]
     if unknown:
@@ -133,6 +132,10 @@ def run_lm_eval(
         }
         report[task] = {"metric": metric, "score": float(result[metric]), "items": items}
     return report
+
+
+def _label(exported: dict) -> str:
+    return f"{exported['checkpoint']} (iteration {exported['iteration']})"
 
 
 def _table(report: dict, labels: tuple[str, Optional[str]]) -> str:
@@ -224,10 +227,9 @@ def benchmark(
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     (ea, ra), rb = runs[0], runs[1][1] if len(runs) > 1 else None
-    label = lambda e: f"{e['checkpoint']} (iteration {e['iteration']})"  # noqa: E731
     report: dict = {
-        "a": label(ea),
-        "b": label(runs[1][0]) if rb is not None else None,
+        "a": _label(ea),
+        "b": _label(runs[1][0]) if rb is not None else None,
         "tasks": {},
     }
     for task in tasks:
