@@ -40,6 +40,7 @@ VARIANTS = {
     "elementwise_gqa": ["--gated-attention", "elementwise", "--num-query-groups", "2"],
     "headwise_tied": ["--gated-attention", "headwise", "--no-untie-embeddings-and-output-weights"],
     "moe": ["--gated-attention", "elementwise", "--num-experts", "4", "--moe-router-topk", "2"],
+    "bf16": ["--gated-attention", "headwise", "--bf16"],
 }  # fmt: skip
 
 
@@ -186,6 +187,20 @@ def test_evaluate_loss_equals_hf_per_token_mean(runs, demo_prefix, tmp_path):
     )
     assert out["loss"] == pytest.approx(float(nll.mean()), abs=1e-5)
     assert out["perplexity"] == pytest.approx(float(nll.mean().exp()), rel=1e-5)
+
+
+def test_bf16_run_evaluates_and_exports_in_fp32(runs, demo_prefix, tmp_path):
+    from safetensors.torch import load_file
+
+    export_hf(runs["bf16"], str(tmp_path / "hf"))
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["dtype"] == "float32"
+    weights = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    for name, w in weights.items():  # bf16 values, upcast exactly
+        assert w.dtype == torch.float32 and torch.equal(w.bfloat16().float(), w), name
+    meta = json.loads((tmp_path / "hf" / "megatron_gamma.json").read_text())
+    assert meta["config"]["training"]["bf16"] is True  # the run's own config is kept
+    out = evaluate(runs["bf16"], [demo_prefix], eval_tokens=2 * 64)
+    assert out["tokens"] == 128 and 0 < out["loss"] < 9.0
 
 
 def test_evaluate_data_path_replaces_the_run_data_path(runs, demo_prefix):

@@ -27,13 +27,15 @@ class RunCheckpoint:
 
     Attributes:
         path: the ``iter_N`` directory.
-        cfg: the run's config with fp32 weights (``bf16=False``) and TP = PP = 1.
+        cfg: the run's config with fp32 weights (``bf16=False``) and TP = PP = 1, for loading.
         tokenizer: the run's tokenizer.json.
+        original: the run's config as saved (its layout and precision).
     """
 
     path: str
     cfg: Config
     tokenizer: str
+    original: Config
 
 
 def fp32_single_rank(cfg: Config) -> Config:
@@ -100,7 +102,7 @@ def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
             f"{cfg_path}). Fix: restore it, or pass --config with a config.yaml whose "
             "tokenizer_model points at the tokenizer.json the run was trained with"
         )
-    return RunCheckpoint(path, fp32_single_rank(cfg), tokenizer)
+    return RunCheckpoint(path, fp32_single_rank(cfg), tokenizer, cfg)
 
 
 def load_model(run: RunCheckpoint) -> tuple[torch.nn.Module, int]:

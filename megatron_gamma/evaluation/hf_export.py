@@ -6,7 +6,8 @@ Writes ``config.json``, ``model.safetensors`` (sharded with an index above ``max
 that ``import-hf`` restores the run exactly). An ungated dense model becomes a stock
 ``LlamaForCausalLM`` (no custom code); gated attention or MoE become
 :class:`~megatron_gamma.evaluation.hf_model.GammaGPTForCausalLM`, whose source is copied in as
-``modeling_gamma_gpt.py`` for ``trust_remote_code=True``.
+``modeling_gamma_gpt.py`` for ``trust_remote_code=True``. Weights are written in fp32 (the
+checkpoint is loaded into an fp32 model; a bf16 run's weights upcast exactly).
 
 Everything is written into a temporary sibling directory that is renamed to ``OUT_DIR`` only
 when complete: a failed export leaves nothing under ``OUT_DIR``.
@@ -41,8 +42,10 @@ def _check_out_dir(out_dir: str) -> None:
 def _hf_model(hf_sd: dict, cfg, vocab: int, model_type: str, tok) -> torch.nn.Module:
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
+    dtype = next(iter(hf_sd.values())).dtype
     kwargs = mapping.hf_config_kwargs(cfg, vocab, model_type)
     kwargs.update(bos_token_id=tok.bos, eos_token_id=tok.eod, pad_token_id=tok.pad)
+    kwargs.update(dtype=str(dtype).removeprefix("torch."))
     if model_type == "llama":
         model = LlamaForCausalLM(LlamaConfig(**kwargs))
     else:
@@ -52,7 +55,6 @@ def _hf_model(hf_sd: dict, cfg, vocab: int, model_type: str, tok) -> torch.nn.Mo
             "AutoModelForCausalLM": f"{MODELING_FILE[:-3]}.GammaGPTForCausalLM",
         }
         model = GammaGPTForCausalLM(hf_cfg)
-    dtype = next(iter(hf_sd.values())).dtype
     model.to(dtype)
     missing, unexpected = model.load_state_dict(hf_sd, strict=False)
     tied = {"lm_head.weight"} if not cfg.model.untie_embeddings_and_output_weights else set()
@@ -112,7 +114,7 @@ def export_hf(
             from megatron_gamma.evaluation import hf_model
 
             shutil.copyfile(hf_model.__file__, os.path.join(tmp, MODELING_FILE))
-        meta = {"iteration": iteration, "checkpoint": run.path, "config": run.cfg.to_dict()}
+        meta = {"iteration": iteration, "checkpoint": run.path, "config": run.original.to_dict()}
         with open(os.path.join(tmp, META_FILE), "w", encoding="utf-8") as f:
             json.dump(meta, f, indent=2)
         if os.path.isdir(out_dir):

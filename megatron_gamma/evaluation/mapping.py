@@ -111,7 +111,6 @@ def hf_config_kwargs(cfg: Config, vocab_size: int, model_type: str) -> dict:
         max_position_embeddings=m.max_position_embeddings,
         rms_norm_eps=m.norm_epsilon,
         tie_word_embeddings=not m.untie_embeddings_and_output_weights,
-        dtype="bfloat16" if cfg.training.bf16 else "float32",
     )
     if model_type == "llama":
         return dict(
