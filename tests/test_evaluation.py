@@ -361,3 +361,31 @@ def test_cli_rejects_flags_without_effect(capsys):
     assert "--eval-tokens=8: acts only on the held-out loss" in capsys.readouterr().err
     assert main(["evaluate", "RUN", "--tasks", "hellaswag", "--compare-config", "c.yaml"]) == 2
     assert "acts only with --compare" in capsys.readouterr().err
+
+
+def test_import_of_a_plain_llama_directory(runs, tmp_path):
+    hf_dir = tmp_path / "hf"
+    export_hf(runs["llama_untied"], str(hf_dir))
+    config = json.loads((hf_dir / "config.json").read_text())
+    edited = dict(config, rms_norm_eps=1e-5)
+    (hf_dir / "config.json").write_text(json.dumps(edited))
+    with pytest.raises(CheckpointError, match="norm_epsilon"):
+        import_hf(str(hf_dir), str(tmp_path / "mismatch"))
+    assert not os.path.exists(tmp_path / "mismatch")
+    (hf_dir / "config.json").write_text(json.dumps(config))
+    os.remove(hf_dir / "megatron_gamma.json")  # as a Llama from elsewhere: config.json only
+    out = import_hf(str(hf_dir), str(tmp_path / "plain"))
+    assert out["iteration"] == 0
+    imported = yaml.safe_load((tmp_path / "plain" / "config.yaml").read_text())["model"]
+    original = yaml.safe_load(open(os.path.join(runs["llama_untied"], "config.yaml")))["model"]
+    for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                "num_query_groups", "kv_channels", "norm_epsilon", "rotary_base",
+                "untie_embeddings_and_output_weights", "gated_attention"):  # fmt: skip
+        assert imported[key] == original[key], key
+    states = []
+    for run in (runs["llama_untied"], out["run_dir"]):
+        rc = checkpoint.resolve(run)
+        with checkpoint.single_process(rc.cfg):
+            model, _ = checkpoint.load_model(rc)
+            states.append({k: v.clone() for k, v in model.state_dict().items() if v is not None})
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])

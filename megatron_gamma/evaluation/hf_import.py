@@ -11,10 +11,11 @@ a run directory::
     RUN_DIR/checkpoints/latest_checkpointed_iteration.txt
 
 The run config and iteration come from ``megatron_gamma.json`` when HF_DIR was written by
-``export-hf`` (so the round trip is exact); otherwise the model section is derived from
-``config.json`` and the iteration is 0. The checkpoint holds model weights only (no optimizer or
-scheduler state): ``evaluate``, ``export-hf``, ``analyze`` and ``compare`` read it. The
-directory is assembled under a temporary name and renamed when complete.
+``export-hf`` (so the round trip is exact; its model section must agree with ``config.json``);
+otherwise the model section is derived from ``config.json`` (``seq_length`` =
+``max_position_embeddings``) and the iteration is 0. The checkpoint holds model weights only
+(no optimizer or scheduler state): ``evaluate``, ``export-hf``, ``analyze`` and ``compare`` read
+it. The directory is assembled under a temporary name and renamed when complete.
 """
 
 from __future__ import annotations
@@ -74,9 +75,19 @@ def _run_config(hf_dir: str, run_dir: str) -> tuple[dict, int]:
         with open(meta_path) as f:
             meta = json.load(f)
         raw, iteration = meta["config"], int(meta["iteration"])
+        differ = {
+            k: (raw["model"].get(k), v)
+            for k, v in section.items()
+            if k not in ("seq_length", "max_position_embeddings") and raw["model"].get(k) != v
+        }
+        if differ:
+            raise CheckpointError(
+                f"{META_FILE}: its model config differs from config.json in {differ} "
+                f"(run config, config.json). Fix: remove {META_FILE} to import from config.json "
+                "alone, or restore the exported config.json"
+            )
     else:
-        raw, iteration = {"model": {}}, 0
-    raw["model"].update(section)
+        raw, iteration = {"model": section}, 0
     raw.setdefault("data", {})["tokenizer_model"] = os.path.join(run_dir, "tokenizer.json")
     raw["data"].update(data_path=[], train_data_path=[], valid_data_path=[], test_data_path=[])
     raw.setdefault("logging", {})["run_dir"] = run_dir
