@@ -249,6 +249,8 @@ def test_lm_eval_offline_one_checkpoint_and_compare(runs, tmp_path):
     assert not [n for n in os.listdir(both) if n.startswith(".hf_export")]
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_missing_dataset_names_it(runs, tmp_path):
     tasks = tmp_path / "tasks"
     tasks.mkdir()
@@ -261,6 +263,12 @@ def test_missing_dataset_names_it(runs, tmp_path):
     assert proc.returncode == 2
     assert "gone_mc" in proc.stderr and "missing.jsonl" in proc.stderr
     assert "--include-path" in proc.stderr
+    # a hub dataset with the hub offline (HF_HUB_OFFLINE=1 / HF_DATASETS_OFFLINE=1 in _cli)
+    proc = _cli("evaluate", runs["llama_untied"], "--tasks", "hellaswag", "--output-dir",
+                str(tmp_path / "out"))  # fmt: skip
+    assert proc.returncode == 2
+    assert "task='hellaswag': its dataset 'Rowan/hellaswag' could not be loaded" in proc.stderr
+    assert not os.path.exists(tmp_path / "out")
 
 
 def test_paired_bootstrap_against_hand_computation():
