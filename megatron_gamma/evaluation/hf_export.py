@@ -1,0 +1,130 @@
+"""``megatron-gamma export-hf CKPT OUT_DIR``: a checkpoint as a Hugging Face model directory.
+
+Writes ``config.json``, ``model.safetensors`` (sharded with an index above ``max_shard_size``),
+``generation_config.json``, the run's ``tokenizer.json`` with ``tokenizer_config.json`` /
+``special_tokens_map.json``, and ``megatron_gamma.json`` (the run's config and the iteration, so
+that ``import-hf`` restores the run exactly). An ungated dense model becomes a stock
+``LlamaForCausalLM`` (no custom code); gated attention or MoE become
+:class:`~megatron_gamma.evaluation.hf_model.GammaGPTForCausalLM`, whose source is copied in as
+``modeling_gamma_gpt.py`` for ``trust_remote_code=True``. Weights are written in fp32 (the
+checkpoint is loaded into an fp32 model; a bf16 run's weights upcast exactly).
+
+Everything is written into a temporary sibling directory that is renamed to ``OUT_DIR`` only
+when complete: a failed export leaves nothing under ``OUT_DIR``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from typing import Optional
+
+import torch
+
+from megatron_gamma.config import ConfigError
+from megatron_gamma.evaluation import checkpoint, mapping
+from megatron_gamma.evaluation.hf_model import GammaGPTConfig, GammaGPTForCausalLM
+
+META_FILE = "megatron_gamma.json"
+MODELING_FILE = "modeling_gamma_gpt.py"
+
+
+def _check_out_dir(out_dir: str) -> None:
+    if os.path.isfile(out_dir) or (os.path.isdir(out_dir) and os.listdir(out_dir)):
+        raise ConfigError(
+            f"out_dir={out_dir!r}: exists and is not empty. Fix: choose a new directory or "
+            "remove it"
+        )
+
+
+def _hf_model(hf_sd: dict, cfg, vocab: int, model_type: str, tok) -> torch.nn.Module:
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    dtype = next(iter(hf_sd.values())).dtype
+    kwargs = mapping.hf_config_kwargs(cfg, vocab, model_type)
+    kwargs.update(bos_token_id=tok.bos, eos_token_id=tok.eod, pad_token_id=tok.pad)
+    kwargs.update(dtype=str(dtype).removeprefix("torch."))
+    if model_type == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**kwargs))
+    else:
+        hf_cfg = GammaGPTConfig(**kwargs)
+        hf_cfg.auto_map = {
+            "AutoConfig": f"{MODELING_FILE[:-3]}.GammaGPTConfig",
+            "AutoModelForCausalLM": f"{MODELING_FILE[:-3]}.GammaGPTForCausalLM",
+        }
+        model = GammaGPTForCausalLM(hf_cfg)
+    model.to(dtype)
+    missing, unexpected = model.load_state_dict(hf_sd, strict=False)
+    tied = {"lm_head.weight"} if not cfg.model.untie_embeddings_and_output_weights else set()
+    if set(missing) - tied or unexpected:
+        raise RuntimeError(f"weight mapping mismatch: missing {missing}, unexpected {unexpected}")
+    model.generation_config = GenerationConfig(
+        bos_token_id=tok.bos, eos_token_id=tok.eod, pad_token_id=tok.pad, do_sample=False
+    )
+    return model.eval()
+
+
+def export_hf(
+    ckpt: str,
+    out_dir: str,
+    *,
+    config: Optional[str] = None,
+    hf_format: str = "auto",
+    max_shard_size: str = "5GB",
+) -> dict:
+    """Export one checkpoint as a Hugging Face model directory (module docstring).
+
+    Args:
+        ckpt: ``SAVE/iter_N``, a checkpoint root or a run directory (newest checkpoint).
+        out_dir: new or empty directory to create.
+        config: the run's config.yaml when the checkpoint is outside its run directory.
+        hf_format: 'auto', 'llama' (stock class only; error if it cannot express the model) or
+            'gamma_gpt' (always megatron-gamma's class).
+        max_shard_size: safetensors shard limit, e.g. '5GB' (``save_pretrained``).
+
+    Returns:
+        {'out_dir', 'model_type', 'iteration', 'checkpoint'}.
+
+    Raises:
+        CheckpointError, TokenizerNotFoundError, UnmappableArchitectureError: named in
+            :mod:`megatron_gamma.evaluation.errors`, raised before anything is written.
+        ConfigError: ``out_dir`` exists and is not empty.
+    """
+    from megatron_gamma.data.tokenizer import BilingualTokenizer, write_metadata
+
+    _check_out_dir(out_dir)
+    run = checkpoint.resolve(ckpt, config)
+    model_type = mapping.check_mappable(run.cfg, hf_format)
+    tok = BilingualTokenizer(run.tokenizer)
+    with checkpoint.single_process(run.cfg):
+        model, iteration = checkpoint.load_model(run)
+        mc_sd = {k: v.detach().cpu() for k, v in model.state_dict().items() if "_extra" not in k}
+    vocab = int(mc_sd["embedding.word_embeddings.weight"].shape[0])
+    hf = _hf_model(mapping.to_hf(mc_sd, run.cfg), run.cfg, vocab, model_type, tok)
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.", dir=parent)
+    try:
+        hf.save_pretrained(tmp, max_shard_size=max_shard_size)
+        shutil.copyfile(run.tokenizer, os.path.join(tmp, "tokenizer.json"))
+        write_metadata(os.path.join(tmp, "tokenizer.json"))
+        if model_type == "gamma_gpt":
+            from megatron_gamma.evaluation import hf_model
+
+            shutil.copyfile(hf_model.__file__, os.path.join(tmp, MODELING_FILE))
+        meta = {"iteration": iteration, "checkpoint": run.path, "config": run.original.to_dict()}
+        with open(os.path.join(tmp, META_FILE), "w", encoding="utf-8") as f:
+            json.dump(meta, f, indent=2)
+        if os.path.isdir(out_dir):
+            os.rmdir(out_dir)
+        os.replace(tmp, out_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "out_dir": out_dir,
+        "model_type": model_type,
+        "iteration": iteration,
+        "checkpoint": run.path,
+    }

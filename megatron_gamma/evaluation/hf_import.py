@@ -1,0 +1,163 @@
+"""``megatron-gamma import-hf HF_DIR RUN_DIR``: a Hugging Face model back into a megatron-gamma run.
+
+Reads ``config.json`` and the safetensors weights (one file or a sharded index) of a
+``LlamaForCausalLM`` or :class:`~megatron_gamma.evaluation.hf_model.GammaGPTForCausalLM`, maps
+them onto megatron-core's GPTModel (:func:`megatron_gamma.evaluation.mapping.from_hf`) and writes
+a run directory::
+
+    RUN_DIR/config.yaml                       the run config (tokenizer_model -> RUN_DIR)
+    RUN_DIR/tokenizer.json                    copied from HF_DIR
+    RUN_DIR/checkpoints/iter_N/               torch_dist checkpoint (model weights + iteration)
+    RUN_DIR/checkpoints/latest_checkpointed_iteration.txt
+
+The run config and iteration come from ``megatron_gamma.json`` when HF_DIR was written by
+``export-hf`` (so the round trip is exact; its model section must agree with ``config.json``);
+otherwise the model section is derived from ``config.json`` (``seq_length`` =
+``max_position_embeddings``) and the iteration is 0. The checkpoint holds model weights only
+(no optimizer or scheduler state): ``evaluate``, ``export-hf``, ``analyze`` and ``compare`` read
+it. The directory is assembled under a temporary name and renamed when complete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+import torch
+from megatron.core import dist_checkpointing
+
+from megatron_gamma.config import ConfigError, config_from_dict, save_config
+from megatron_gamma.diagnostics import offline
+from megatron_gamma.evaluation import checkpoint, mapping
+from megatron_gamma.evaluation.errors import CheckpointError, TokenizerNotFoundError
+from megatron_gamma.evaluation.hf_export import META_FILE
+from megatron_gamma.training.checkpointing import TRACKER, checkpoint_dir
+
+
+def read_safetensors(hf_dir: str) -> dict[str, torch.Tensor]:
+    """All tensors of ``model.safetensors`` or of the shards listed in its index.
+
+    Raises:
+        CheckpointError: no weights file, or an unreadable one.
+    """
+    from safetensors.torch import load_file
+
+    index = os.path.join(hf_dir, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+    else:
+        files = ["model.safetensors"]
+    out: dict[str, torch.Tensor] = {}
+    for name in files:
+        path = os.path.join(hf_dir, name)
+        try:
+            out.update(load_file(path))
+        except Exception as e:  # missing file, truncated header, bad offsets
+            raise CheckpointError(
+                f"hf_dir={hf_dir!r}: cannot read {name} ({type(e).__name__}: {e}). Fix: pass a "
+                "complete Hugging Face model directory with safetensors weights"
+            ) from e
+    return out
+
+
+def _run_config(hf_dir: str, run_dir: str) -> tuple[dict, int]:
+    path = os.path.join(hf_dir, "config.json")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"hf_dir={hf_dir!r}: no config.json. Fix: pass a model directory")
+    with open(path) as f:
+        hf = json.load(f)
+    section = mapping.model_section_from_hf(hf)
+    meta_path = os.path.join(hf_dir, META_FILE)
+    if os.path.isfile(meta_path):
+        with open(meta_path) as f:
+            meta = json.load(f)
+        raw, iteration = meta["config"], int(meta["iteration"])
+        differ = {
+            k: (raw["model"].get(k), v)
+            for k, v in section.items()
+            if k not in ("seq_length", "max_position_embeddings") and raw["model"].get(k) != v
+        }
+        if differ:
+            raise CheckpointError(
+                f"{META_FILE}: its model config differs from config.json in {differ} "
+                f"(run config, config.json). Fix: remove {META_FILE} to import from config.json "
+                "alone, or restore the exported config.json"
+            )
+    else:
+        raw, iteration = {"model": section}, 0
+    raw.setdefault("data", {})["tokenizer_model"] = os.path.join(run_dir, "tokenizer.json")
+    raw["data"].update(data_path=[], train_data_path=[], valid_data_path=[], test_data_path=[])
+    raw.setdefault("logging", {})["run_dir"] = run_dir
+    raw.setdefault("checkpoint", {}).update(
+        save=os.path.join(run_dir, "checkpoints"), load=os.path.join(run_dir, "checkpoints")
+    )
+    return raw, iteration
+
+
+def import_hf(hf_dir: str, run_dir: str) -> dict:
+    """Convert a Hugging Face model directory into a megatron-gamma run directory.
+
+    Args:
+        hf_dir: directory with config.json, safetensors weights and tokenizer.json.
+        run_dir: new or empty directory to create.
+
+    Returns:
+        {'run_dir', 'checkpoint', 'iteration'}.
+
+    Raises:
+        CheckpointError: missing config.json or unreadable weights.
+        TokenizerNotFoundError: no tokenizer.json in ``hf_dir``.
+        UnmappableArchitectureError: a model type or option megatron-gamma does not build.
+        ConfigError: ``run_dir`` exists and is not empty.
+    """
+    run_dir = os.path.abspath(run_dir)
+    if os.path.isfile(run_dir) or (os.path.isdir(run_dir) and os.listdir(run_dir)):
+        raise ConfigError(f"run_dir={run_dir!r}: exists and is not empty. Fix: choose a new one")
+    tokenizer = os.path.join(hf_dir, "tokenizer.json")
+    if not os.path.isfile(tokenizer):
+        raise TokenizerNotFoundError(
+            f"tokenizer={tokenizer!r}: not found. Fix: put the model's tokenizer.json (Hugging "
+            "Face tokenizers format) into the model directory"
+        )
+    raw, iteration = _run_config(hf_dir, run_dir)
+    cfg = config_from_dict(raw)
+    hf_sd = read_safetensors(hf_dir)
+    if not cfg.model.untie_embeddings_and_output_weights:
+        hf_sd.pop("lm_head.weight", None)
+    mc_sd = mapping.from_hf(hf_sd, cfg)
+    vocab = int(mc_sd["embedding.word_embeddings.weight"].shape[0])
+    parent = os.path.dirname(run_dir)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(run_dir)}.", dir=parent)
+    try:
+        one = checkpoint.fp32_single_rank(cfg)
+        with checkpoint.single_process(one):
+            model = offline.build_model(one, vocab)
+            dtype = mc_sd["embedding.word_embeddings.weight"].dtype
+            model.to(dtype)
+            missing, unexpected = model.load_state_dict(mc_sd, strict=False)
+            missing = [k for k in missing if not k.endswith("_extra_state")]
+            if missing or unexpected:
+                raise CheckpointError(
+                    f"hf_dir={hf_dir!r}: weights do not match config.json (missing {missing}, "
+                    f"unexpected {unexpected}). Fix: pass an unmodified exported directory"
+                )
+            root = os.path.join(tmp, "checkpoints")
+            final = checkpoint_dir(root, iteration)
+            os.makedirs(final)
+            state = {"model": model.sharded_state_dict(), "iteration": iteration}
+            dist_checkpointing.save(state, final)
+        with open(os.path.join(root, TRACKER), "w") as f:
+            f.write(str(iteration))
+        shutil.copyfile(tokenizer, os.path.join(tmp, "tokenizer.json"))
+        save_config(cfg, os.path.join(tmp, "config.yaml"))
+        if os.path.isdir(run_dir):
+            os.rmdir(run_dir)
+        os.replace(tmp, run_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    ckpt = checkpoint_dir(os.path.join(run_dir, "checkpoints"), iteration)
+    return {"run_dir": run_dir, "checkpoint": ckpt, "iteration": iteration}

@@ -1,0 +1,399 @@
+"""evaluate / export-hf / import-hf / lm-eval benchmarks on tiny trained checkpoints.
+
+References: megatron-core's own GPTModel forward on the same tokens (logits, greedy decoding),
+the Hugging Face export's per-token cross-entropy computed here (held-out loss), the bytes of the
+original checkpoint (round trip), and closed forms for the paired bootstrap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from conftest import pretrain, run_cli
+
+from megatron_gamma.evaluation import checkpoint
+from megatron_gamma.evaluation.bootstrap import paired_bootstrap
+from megatron_gamma.evaluation.errors import (
+    CheckpointError,
+    TokenizerNotFoundError,
+    UnmappableArchitectureError,
+)
+from megatron_gamma.evaluation.evaluate import evaluate
+from megatron_gamma.evaluation.hf_export import MODELING_FILE, export_hf
+from megatron_gamma.evaluation.hf_import import import_hf
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TASKS = os.path.join(REPO, "tests", "lm_eval_tasks")
+ITERS = ["--train-iters", "3", "--eval-interval", "100", "--log-diagnostics-interval", "0"]
+VARIANTS = {
+    "llama_tied_gqa": ["--gated-attention", "none", "--num-query-groups", "2",
+                       "--no-untie-embeddings-and-output-weights"],
+    "llama_untied": ["--gated-attention", "none"],
+    "elementwise_gqa": ["--gated-attention", "elementwise", "--num-query-groups", "2"],
+    "headwise_tied": ["--gated-attention", "headwise", "--no-untie-embeddings-and-output-weights"],
+    "moe": ["--gated-attention", "elementwise", "--num-experts", "4", "--moe-router-topk", "2"],
+    "bf16": ["--gated-attention", "headwise", "--bf16"],
+}  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory, demo_prefix) -> dict[str, str]:
+    """One 3-iteration tiny run per variant (TP = PP = 1), by name -> run directory."""
+    root = tmp_path_factory.mktemp("eval_runs")
+    out = {}
+    for name, flags in VARIANTS.items():
+        run = root / name
+        pretrain(run, demo_prefix, *ITERS, *flags, "--save", str(run / "checkpoints"))
+        out[name] = str(run)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tp2pp2_run(tmp_path_factory, demo_prefix) -> str:
+    """A gated GQA run saved under TP = 2 x PP = 2 (4 processes)."""
+    run = tmp_path_factory.mktemp("eval_tp2pp2") / "run"
+    flags = VARIANTS["elementwise_gqa"] + ["--tensor-model-parallel-size", "2"]
+    flags += ["--pipeline-model-parallel-size", "2", "--save", str(run / "checkpoints")]
+    pretrain(run, demo_prefix, *ITERS, *flags, nproc=4)
+    return str(run)
+
+
+def _megatron_reference(run: str, tokens: torch.Tensor, new_tokens: int):
+    """megatron-core logits (B, T, V) on ``tokens`` and its greedy continuation of row 0."""
+    rc = checkpoint.resolve(run)
+    with checkpoint.single_process(rc.cfg), torch.no_grad():
+        model, _ = checkpoint.load_model(rc)
+        b, t = tokens.shape
+        logits = model(tokens, torch.arange(t).expand(b, t), None)
+        ids = tokens[:1]
+        for _ in range(new_tokens):
+            out = model(ids, torch.arange(ids.size(1)).unsqueeze(0), None)
+            ids = torch.cat([ids, out[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return logits, ids[0, t:]
+
+
+def _check_export(run: str, out_dir: str, stock: bool) -> None:
+    from transformers import AutoModelForCausalLM, LlamaForCausalLM
+
+    info = export_hf(run, out_dir)
+    assert info["model_type"] == ("llama" if stock else "gamma_gpt")
+    with open(os.path.join(out_dir, "config.json")) as f:
+        hf_config = json.load(f)
+    if stock:
+        assert "auto_map" not in hf_config
+        assert not os.path.exists(os.path.join(out_dir, MODELING_FILE))
+        hf = AutoModelForCausalLM.from_pretrained(out_dir)  # no custom code
+        assert type(hf) is LlamaForCausalLM
+    else:
+        assert os.path.isfile(os.path.join(out_dir, MODELING_FILE))
+        hf = AutoModelForCausalLM.from_pretrained(out_dir, trust_remote_code=True)
+    hf.eval()
+    tokens = torch.randint(0, 4000, (3, 48), generator=torch.Generator().manual_seed(0))
+    ref_logits, ref_greedy = _megatron_reference(run, tokens, 20)
+    with torch.no_grad():
+        logits = hf(tokens).logits
+        greedy = hf.generate(tokens[:1], max_new_tokens=20, do_sample=False)[0, 48:]
+    assert logits.dtype == torch.float32
+    torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-5)
+    assert greedy.tolist() == ref_greedy.tolist()
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_export_logits_and_greedy_match_megatron(runs, name, tmp_path):
+    _check_export(runs[name], str(tmp_path / "hf"), stock=name.startswith("llama"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_export_from_tp2_pp2_checkpoint(tp2pp2_run, tmp_path):
+    _check_export(tp2pp2_run, str(tmp_path / "hf"), stock=False)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_evaluate_on_two_ranks_equals_one_rank(tp2pp2_run, demo_prefix, tmp_path):
+    one = evaluate(tp2pp2_run, [demo_prefix], eval_tokens=6 * 64)
+    args = ["evaluate", tp2pp2_run, "--data-path", demo_prefix, "--eval-tokens", str(6 * 64)]
+    proc = run_cli([*args, "--output-dir", str(tmp_path)], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    two = json.loads((tmp_path / "eval_loss.json").read_text())
+    assert two["tokens"] == one["tokens"] == 6 * 64
+    assert two["loss"] == pytest.approx(one["loss"], abs=1e-9)
+
+
+def test_exported_gamma_model_loads_from_megatron_gamma_without_remote_code(runs, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from megatron_gamma.evaluation import GammaGPTForCausalLM
+
+    export_hf(runs["headwise_tied"], str(tmp_path / "hf"))
+    model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"))
+    assert type(model) is GammaGPTForCausalLM
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    tok = AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert tok.decode(tok("你好, world").input_ids) == "你好, world"
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", ["llama_tied_gqa", "moe"])
+def test_round_trip_is_bit_identical(runs, name, tmp_path, demo_prefix):
+    export_hf(runs[name], str(tmp_path / "hf"), max_shard_size="200KB")
+    with open(tmp_path / "hf" / "model.safetensors.index.json") as f:
+        assert len(set(json.load(f)["weight_map"].values())) > 1  # sharded
+    imported = import_hf(str(tmp_path / "hf"), str(tmp_path / "imported"))
+    states = []
+    for run in (runs[name], imported["run_dir"]):
+        rc = checkpoint.resolve(run)
+        with checkpoint.single_process(rc.cfg):
+            model, iteration = checkpoint.load_model(rc)
+            states.append({k: v.clone() for k, v in model.state_dict().items() if v is not None})
+        assert iteration == 3
+    assert states[0].keys() == states[1].keys()
+    for key in states[0]:
+        assert torch.equal(states[0][key], states[1][key]), key
+    # the loss the next training iteration would see: the same windows of training data
+    kwargs = dict(eval_tokens=4 * 64, seq_length=64)
+    original = evaluate(runs[name], [demo_prefix], **kwargs)["loss"]
+    assert evaluate(imported["run_dir"], [demo_prefix], **kwargs)["loss"] == original
+
+
+@pytest.mark.timeout(600)
+def test_evaluate_loss_equals_hf_per_token_mean(runs, demo_prefix, tmp_path):
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+    from transformers import AutoModelForCausalLM
+
+    run = runs["elementwise_gqa"]
+    seq, n = 32, 6
+    out = evaluate(run, [demo_prefix], eval_tokens=n * seq + 5, seq_length=seq, micro_batch_size=4)
+    assert out["tokens"] == n * seq and out["windows"] == n
+    ds = IndexedDataset(demo_prefix)
+    stream = np.concatenate([np.asarray(ds[i]) for i in range(len(ds))])[: n * seq + 1]
+    windows = torch.stack([torch.from_numpy(stream[i * seq : i * seq + seq + 1]) for i in range(n)])
+    export_hf(run, str(tmp_path / "hf"))
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), trust_remote_code=True)
+    with torch.no_grad():
+        logits = hf(windows[:, :-1].long()).logits.double()
+    nll = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), windows[:, 1:].reshape(-1).long(), reduction="none"
+    )
+    assert out["loss"] == pytest.approx(float(nll.mean()), abs=1e-5)
+    assert out["perplexity"] == pytest.approx(float(nll.mean().exp()), rel=1e-5)
+
+
+def test_bf16_run_evaluates_and_exports_in_fp32(runs, demo_prefix, tmp_path):
+    from safetensors.torch import load_file
+
+    export_hf(runs["bf16"], str(tmp_path / "hf"))
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["dtype"] == "float32"
+    weights = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    for name, w in weights.items():  # bf16 values, upcast exactly
+        assert w.dtype == torch.float32 and torch.equal(w.bfloat16().float(), w), name
+    meta = json.loads((tmp_path / "hf" / "megatron_gamma.json").read_text())
+    assert meta["config"]["training"]["bf16"] is True  # the run's own config is kept
+    out = evaluate(runs["bf16"], [demo_prefix], eval_tokens=2 * 64)
+    assert out["tokens"] == 128 and 0 < out["loss"] < 9.0
+
+
+def test_evaluate_data_path_replaces_the_run_data_path(runs, demo_prefix):
+    with open(os.path.join(runs["moe"], "config.yaml")) as f:
+        assert yaml.safe_load(f)["data"]["data_path"] == [demo_prefix]
+    blend = evaluate(runs["moe"], ["1", demo_prefix, "1", demo_prefix], eval_tokens=4 * 64)
+    single = evaluate(runs["moe"], [demo_prefix], eval_tokens=2 * 64)
+    assert [d["windows"] for d in blend["data"]] == [2, 2]
+    assert blend["data"][0]["loss"] == pytest.approx(single["loss"], abs=1e-6)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = dict(
+        os.environ,
+        TORCHDYNAMO_DISABLE="1",
+        OMP_NUM_THREADS="1",
+        HF_DATASETS_OFFLINE="1",
+        HF_HUB_OFFLINE="1",
+    )
+    for var in ("MASTER_ADDR", "MASTER_PORT"):  # set by in-process loads; a fresh port is needed
+        env.pop(var, None)
+    cmd = [sys.executable, "-m", "megatron_gamma.cli", *args]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=REPO)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_lm_eval_offline_one_checkpoint_and_compare(runs, tmp_path):
+    a, b = runs["elementwise_gqa"], runs["llama_untied"]
+    one = tmp_path / "one"
+    proc = _cli("evaluate", a, "--tasks", "tiny_mc,tiny_gen", "--include-path", TASKS,
+                "--output-dir", str(one))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads((one / "eval.json").read_text())
+    assert report["tasks"]["tiny_mc"]["n"] == 8 and report["tasks"]["tiny_gen"]["n"] == 6
+    assert report["tasks"]["tiny_mc"]["metric"] == "acc,none"
+    assert "| tiny_mc |" in (one / "eval.md").read_text()
+    both = tmp_path / "both"
+    proc = _cli("evaluate", a, "--compare", b, "--tasks", "tiny_mc,tiny_gen", "--include-path",
+                TASKS, "--output-dir", str(both), "--bootstrap-samples", "2000")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    pair = json.loads((both / "eval.json").read_text())["tasks"]["tiny_mc"]
+    assert pair["a"] == report["tasks"]["tiny_mc"]["a"]
+    assert pair["diff"] == pytest.approx(pair["a"] - pair["b"])
+    assert pair["low"] <= pair["diff"] <= pair["high"]
+    assert not [n for n in os.listdir(both) if n.startswith(".hf_export")]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_missing_dataset_names_it(runs, tmp_path):
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    spec = yaml.safe_load(open(os.path.join(TASKS, "tiny_mc.yaml")))
+    spec["task"] = "gone_mc"
+    spec["dataset_kwargs"]["data_files"]["test"] = str(tmp_path / "missing.jsonl")
+    (tasks / "gone_mc.yaml").write_text(yaml.safe_dump(spec))
+    proc = _cli("evaluate", runs["llama_untied"], "--tasks", "gone_mc", "--include-path",
+                str(tasks), "--output-dir", str(tmp_path / "out"))  # fmt: skip
+    assert proc.returncode == 2
+    assert "gone_mc" in proc.stderr and "missing.jsonl" in proc.stderr
+    assert "--include-path" in proc.stderr
+    # a hub dataset with the hub offline (HF_HUB_OFFLINE=1 / HF_DATASETS_OFFLINE=1 in _cli)
+    proc = _cli("evaluate", runs["llama_untied"], "--tasks", "hellaswag", "--output-dir",
+                str(tmp_path / "out"))  # fmt: skip
+    assert proc.returncode == 2
+    assert "task='hellaswag': its dataset 'Rowan/hellaswag' could not be loaded" in proc.stderr
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_paired_bootstrap_against_hand_computation():
+    # d = a - b = (0, 0, 0, 1): a resampled mean is K/4 with K ~ Binomial(4, 1/4), so
+    # P(K <= 0) = 0.316 > 0.025 and P(K <= 2) = 0.949 < 0.975 < P(K <= 3) = 0.996.
+    a, b = np.array([1.0, 0.0, 1.0, 1.0]), np.array([1.0, 0.0, 1.0, 0.0])
+    out = paired_bootstrap(a, b, num_samples=20000, seed=3)
+    assert (out["a"], out["b"], out["diff"]) == (0.75, 0.5, 0.25)
+    assert (out["low"], out["high"]) == (0.0, 0.75)
+    # large n: the percentile interval approaches mean -/+ 1.96 sd / sqrt(n)
+    rng = np.random.default_rng(0)
+    a, b = (rng.random(2000) < 0.6).astype(float), (rng.random(2000) < 0.5).astype(float)
+    out = paired_bootstrap(a, b, num_samples=4000, seed=1)
+    d = a - b
+    half = 1.959964 * d.std() / np.sqrt(d.size)
+    assert out["low"] == pytest.approx(d.mean() - half, abs=4e-3)
+    assert out["high"] == pytest.approx(d.mean() + half, abs=4e-3)
+    with pytest.raises(ValueError, match="same items"):
+        paired_bootstrap(np.zeros(3), np.zeros(4))
+
+
+def _assert_nothing_written(out_dir) -> None:
+    assert not os.path.exists(out_dir)
+    parent = os.path.dirname(out_dir)
+    assert not [n for n in os.listdir(parent) if n.startswith(f".{os.path.basename(out_dir)}.")]
+
+
+def test_named_errors_and_clean_out_dir(runs, tmp_path):
+    out = str(tmp_path / "hf")
+    with pytest.raises(UnmappableArchitectureError, match="gated_attention='elementwise'"):
+        export_hf(runs["elementwise_gqa"], out, hf_format="llama")
+    _assert_nothing_written(out)
+
+    partial = tmp_path / "partial"
+    shutil.copytree(
+        os.path.join(runs["llama_untied"], "checkpoints", "iter_0000003"),
+        partial / "iter_0000005.partial",
+    )
+    os.remove(partial / "iter_0000005.partial" / "metadata.json")
+    with pytest.raises(CheckpointError, match="iter_0000005.partial"):
+        export_hf(str(partial), out)
+    _assert_nothing_written(out)
+
+    corrupt = tmp_path / "corrupt" / "checkpoints" / "iter_0000003"
+    shutil.copytree(os.path.join(runs["llama_untied"], "checkpoints", "iter_0000003"), corrupt)
+    for name in os.listdir(corrupt):
+        if name.endswith(".distcp"):
+            with open(corrupt / name, "r+b") as f:
+                f.truncate(100)
+    cfg = os.path.join(runs["llama_untied"], "config.yaml")
+    with pytest.raises(CheckpointError, match="cannot be read"):
+        export_hf(str(corrupt), out, config=cfg)
+    _assert_nothing_written(out)
+
+    moved = tmp_path / "moved"
+    shutil.copytree(runs["llama_untied"], moved)
+    raw = yaml.safe_load((moved / "config.yaml").read_text())
+    raw["data"]["tokenizer_model"] = str(tmp_path / "gone" / "tokenizer.json")
+    (moved / "config.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(TokenizerNotFoundError, match="gone/tokenizer.json"):
+        export_hf(str(moved), out)
+    _assert_nothing_written(out)
+
+    hf_dir = tmp_path / "mistral"
+    hf_dir.mkdir()
+    (hf_dir / "config.json").write_text(json.dumps({"model_type": "mistral"}))
+    (hf_dir / "tokenizer.json").write_text("{}")
+    with pytest.raises(UnmappableArchitectureError, match="model_type='mistral'"):
+        import_hf(str(hf_dir), str(tmp_path / "imported"))
+    assert not os.path.exists(tmp_path / "imported")
+
+
+def test_left_padded_batch_generation_equals_single_prompts(runs, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    export_hf(runs["elementwise_gqa"], str(tmp_path / "hf"))
+    hf = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), trust_remote_code=True)
+    gen = torch.Generator().manual_seed(1)
+    a, b = (
+        torch.randint(0, 4000, (1, 12), generator=gen),
+        torch.randint(0, 4000, (1, 7), generator=gen),
+    )
+    batch = torch.full((2, 12), hf.generation_config.pad_token_id)
+    batch[0], batch[1, 5:] = a[0], b[0]
+    mask = (torch.arange(12) >= torch.tensor([[0], [5]])).long()
+    with torch.no_grad():
+        both = hf.generate(batch, attention_mask=mask, max_new_tokens=8, do_sample=False)[:, 12:]
+        alone = [hf.generate(x, max_new_tokens=8, do_sample=False)[0, x.size(1) :] for x in (a, b)]
+    assert both[0].tolist() == alone[0].tolist() and both[1].tolist() == alone[1].tolist()
+
+
+def test_cli_rejects_flags_without_effect(capsys):
+    from megatron_gamma.cli import main
+
+    assert main(["evaluate", "RUN", "--compare", "OTHER"]) == 2
+    assert "--compare='OTHER': acts only with --tasks" in capsys.readouterr().err
+    assert main(["evaluate", "RUN", "--tasks", "hellaswag", "--eval-tokens", "8"]) == 2
+    assert "--eval-tokens=8: acts only on the held-out loss" in capsys.readouterr().err
+    assert main(["evaluate", "RUN", "--tasks", "hellaswag", "--compare-config", "c.yaml"]) == 2
+    assert "acts only with --compare" in capsys.readouterr().err
+
+
+def test_import_of_a_plain_llama_directory(runs, tmp_path):
+    hf_dir = tmp_path / "hf"
+    export_hf(runs["llama_untied"], str(hf_dir))
+    config = json.loads((hf_dir / "config.json").read_text())
+    edited = dict(config, rms_norm_eps=1e-5)
+    (hf_dir / "config.json").write_text(json.dumps(edited))
+    with pytest.raises(CheckpointError, match="norm_epsilon"):
+        import_hf(str(hf_dir), str(tmp_path / "mismatch"))
+    assert not os.path.exists(tmp_path / "mismatch")
+    (hf_dir / "config.json").write_text(json.dumps(config))
+    os.remove(hf_dir / "megatron_gamma.json")  # as a Llama from elsewhere: config.json only
+    out = import_hf(str(hf_dir), str(tmp_path / "plain"))
+    assert out["iteration"] == 0
+    imported = yaml.safe_load((tmp_path / "plain" / "config.yaml").read_text())["model"]
+    original = yaml.safe_load(open(os.path.join(runs["llama_untied"], "config.yaml")))["model"]
+    for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                "num_query_groups", "kv_channels", "norm_epsilon", "rotary_base",
+                "untie_embeddings_and_output_weights", "gated_attention"):  # fmt: skip
+        assert imported[key] == original[key], key
+    states = []
+    for run in (runs["llama_untied"], out["run_dir"]):
+        rc = checkpoint.resolve(run)
+        with checkpoint.single_process(rc.cfg):
+            model, _ = checkpoint.load_model(rc)
+            states.append({k: v.clone() for k, v in model.state_dict().items() if v is not None})
+    assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
