@@ -19,6 +19,7 @@ import torch
 import yaml
 from conftest import pretrain, run_cli
 
+from megatron_gamma.diagnostics import offline
 from megatron_gamma.evaluation import checkpoint
 from megatron_gamma.evaluation.bootstrap import paired_bootstrap
 from megatron_gamma.evaluation.errors import (
@@ -69,7 +70,7 @@ def tp2pp2_run(tmp_path_factory, demo_prefix) -> str:
 def _megatron_reference(run: str, tokens: torch.Tensor, new_tokens: int):
     """megatron-core logits (B, T, V) on ``tokens`` and its greedy continuation of row 0."""
     rc = checkpoint.resolve(run)
-    with checkpoint.single_process(rc.cfg), torch.no_grad():
+    with offline.single_process(rc.cfg), torch.no_grad():
         model, _ = checkpoint.load_model(rc)
         b, t = tokens.shape
         logits = model(tokens, torch.arange(t).expand(b, t), None)
@@ -153,7 +154,7 @@ def test_round_trip_is_bit_identical(runs, name, tmp_path, demo_prefix):
     states = []
     for run in (runs[name], imported["run_dir"]):
         rc = checkpoint.resolve(run)
-        with checkpoint.single_process(rc.cfg):
+        with offline.single_process(rc.cfg):
             model, iteration = checkpoint.load_model(rc)
             states.append({k: v.clone() for k, v in model.state_dict().items() if v is not None})
         assert iteration == 3
@@ -393,7 +394,7 @@ def test_import_of_a_plain_llama_directory(runs, tmp_path):
     states = []
     for run in (runs["llama_untied"], out["run_dir"]):
         rc = checkpoint.resolve(run)
-        with checkpoint.single_process(rc.cfg):
+        with offline.single_process(rc.cfg):
             model, _ = checkpoint.load_model(rc)
             states.append({k: v.clone() for k, v in model.state_dict().items() if v is not None})
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])

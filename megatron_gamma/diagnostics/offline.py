@@ -45,17 +45,32 @@ def single_rank_config(cfg: Config) -> Config:
     )
 
 
+_LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS")
+
+
 @contextlib.contextmanager
 def single_process(cfg: Config) -> Iterator[None]:
     """Initialize a one-process torch.distributed group and megatron-core parallel state
-    (TP = PP = 1, via :func:`megatron_gamma.parallel.initialize`), and tear them down after."""
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS"):
+    (TP = PP = 1, via :func:`megatron_gamma.parallel.initialize`), and tear them down after.
+
+    The launcher variables are hidden meanwhile and the environment is restored after, so the
+    ``MASTER_ADDR``/``MASTER_PORT`` picked here are not inherited by processes started later
+    (whose rendezvous would find the port still in TIME_WAIT)."""
+    saved = {k: os.environ.get(k) for k in (*_LAUNCH_VARS, "MASTER_ADDR", "MASTER_PORT")}
+    for var in _LAUNCH_VARS:
         os.environ.pop(var, None)
-    parallel.initialize(single_rank_config(cfg))
     try:
-        yield
+        parallel.initialize(single_rank_config(cfg))
+        try:
+            yield
+        finally:
+            parallel.destroy()
     finally:
-        parallel.destroy()
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def is_checkpoint(path: str) -> bool:

@@ -7,9 +7,7 @@ layout-independent dist_checkpointing load) and turns its failures into the name
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Optional
 
@@ -54,23 +52,6 @@ def fp32_single_rank(cfg: Config) -> Config:
     return config_from_dict(raw)
 
 
-@contextlib.contextmanager
-def single_process(cfg: Config) -> Iterator[None]:
-    """:func:`megatron_gamma.diagnostics.offline.single_process`, leaving the environment as it
-    was: the ``MASTER_ADDR``/``MASTER_PORT`` it picks would otherwise be inherited by processes
-    started later (whose rendezvous then finds the port still in TIME_WAIT)."""
-    saved = {k: os.environ.get(k) for k in ("MASTER_ADDR", "MASTER_PORT")}
-    try:
-        with offline.single_process(cfg):
-            yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
     """Find the checkpoint, its config.yaml (beside it, or ``config``) and the tokenizer.
 
@@ -108,7 +89,8 @@ def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
 def load_model(run: RunCheckpoint) -> tuple[torch.nn.Module, int]:
     """The checkpoint's weights in a single-rank fp32 GPTModel (eval mode).
 
-    Must run inside :func:`single_process` (or initialized megatron-core state, TP = PP = 1).
+    Must run inside :func:`~megatron_gamma.diagnostics.offline.single_process` (or initialized
+    megatron-core state, TP = PP = 1).
 
     Returns:
         (model, iteration).

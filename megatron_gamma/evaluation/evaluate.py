@@ -25,6 +25,7 @@ import torch.distributed as dist
 
 from megatron_gamma import parallel
 from megatron_gamma.config import Config, ConfigError, config_from_dict
+from megatron_gamma.diagnostics import offline
 from megatron_gamma.diagnostics.compare import score_tokens, token_windows
 from megatron_gamma.evaluation import checkpoint
 
@@ -64,10 +65,11 @@ def _allocate(n: int, weights: list[float]) -> list[int]:
 @contextlib.contextmanager
 def _processes(cfg: Config) -> Iterator[tuple[int, int]]:
     """(rank, world size) inside initialized megatron-core state with TP = PP = 1: one process
-    by default (:func:`checkpoint.single_process`), else every launched rank data-parallel."""
+    by default (:func:`~megatron_gamma.diagnostics.offline.single_process`), else every
+    launched rank data-parallel."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
-        with checkpoint.single_process(cfg):
+        with offline.single_process(cfg):
             yield 0, 1
         return
     raw = cfg.to_dict()

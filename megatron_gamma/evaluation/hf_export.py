@@ -24,6 +24,7 @@ from typing import Optional
 import torch
 
 from megatron_gamma.config import ConfigError
+from megatron_gamma.diagnostics import offline
 from megatron_gamma.evaluation import checkpoint, mapping
 from megatron_gamma.evaluation.hf_model import GammaGPTConfig, GammaGPTForCausalLM
 
@@ -98,7 +99,7 @@ def export_hf(
     run = checkpoint.resolve(ckpt, config)
     model_type = mapping.check_mappable(run.cfg, hf_format)
     tok = BilingualTokenizer(run.tokenizer)
-    with checkpoint.single_process(run.cfg):
+    with offline.single_process(run.cfg):
         model, iteration = checkpoint.load_model(run)
         mc_sd = {k: v.detach().cpu() for k, v in model.state_dict().items() if "_extra" not in k}
     vocab = int(mc_sd["embedding.word_embeddings.weight"].shape[0])

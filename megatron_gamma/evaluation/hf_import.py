@@ -134,7 +134,7 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(run_dir)}.", dir=parent)
     try:
         one = checkpoint.fp32_single_rank(cfg)
-        with checkpoint.single_process(one):
+        with offline.single_process(one):
             model = offline.build_model(one, vocab)
             dtype = mc_sd["embedding.word_embeddings.weight"].dtype
             model.to(dtype)
