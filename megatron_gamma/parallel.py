@@ -113,6 +113,20 @@ def peak_tflops() -> float | None:
     return next((v for k, v in _PEAK_BF16_TFLOPS.items() if k in name), None)
 
 
+def memory_stats() -> dict[str, float]:
+    """This process's memory in GiB: ``mem_allocated_gib`` and ``mem_reserved_gib`` (the CUDA
+    caching allocator's, ``torch.cuda.memory_allocated/reserved``) on GPU, ``mem_rss_gib``
+    (resident set size, from psutil) on CPU."""
+    if uses_gpu():
+        return {
+            "mem_allocated_gib": torch.cuda.memory_allocated() / 2**30,
+            "mem_reserved_gib": torch.cuda.memory_reserved() / 2**30,
+        }
+    import psutil
+
+    return {"mem_rss_gib": psutil.Process().memory_info().rss / 2**30}
+
+
 def destroy() -> None:
     """Tear down model parallelism and the process group."""
     parallel_state.destroy_model_parallel()

@@ -1,5 +1,8 @@
-"""The main job end to end through the CLI: learning, resume, and configuration errors."""
+"""The main job end to end through the CLI: learning, telemetry, resume, and configuration
+errors."""
 
+import json
+import math
 import os
 
 import pytest
@@ -13,16 +16,59 @@ from megatron_gamma.config import ConfigError, load_config
 def test_demo_pipeline_learns(tmp_path, demo_prefix):
     ckpt = str(tmp_path / "run" / "checkpoints")
     metrics = pretrain(
-        tmp_path / "run", demo_prefix, "--train-iters", "40", "--eval-interval", "20", "--save", ckpt
+        tmp_path / "run",
+        demo_prefix,
+        "--train-iters",
+        "40",
+        "--eval-interval",
+        "20",
+        "--save",
+        ckpt,
     )
     first_loss = metrics["train"][1]  # iteration 1's loss is measured at initialization
     assert first_loss == pytest.approx(8.3178, abs=0.05)  # ln(4096): gamma=1 outputs ~uniform
     assert metrics["valid"][40] <= first_loss - 1.0
     assert os.path.isdir(tmp_path / "run" / "checkpoints" / "iter_0000040")
     assert os.path.isfile(tmp_path / "run" / "config.yaml")
-    assert any(
-        f.startswith("events.out.tfevents") for f in os.listdir(tmp_path / "run" / "tensorboard")
-    )
+    check_telemetry(tmp_path / "run")
+
+
+def check_telemetry(run_dir) -> None:
+    """metrics.jsonl fields and TensorBoard tags of a finished run, read back independently."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = load_config(str(run_dir / "config.yaml"))
+    with open(run_dir / "metrics.jsonl") as f:
+        rows = [json.loads(line) for line in f]
+    train = [r for r in rows if r["split"] == "train"]
+    valid = [r for r in rows if r["split"] == "valid"]
+    for row in train:
+        samples = row["iteration"] * cfg.training.global_batch_size
+        assert row["consumed_samples"] == samples
+        assert row["consumed_tokens"] == samples * cfg.model.seq_length
+        assert row["weight_decay"] == cfg.optimizer.weight_decay  # constant wd schedule
+        assert 0.0 < row["mem_rss_gib"] < 64.0
+    for row in valid:
+        assert row["ppl"] == pytest.approx(math.exp(row["loss"]), rel=1e-12)
+    times = [r["time"] for r in rows]
+    assert times == sorted(times) and times[-1] - times[0] < 3600
+    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    for tag in (
+        "train/loss",
+        "train/lr",
+        "train/weight_decay",
+        "train/consumed_tokens",
+        "train/mem_rss_gib",
+        "throughput/tokens_per_s",
+        "throughput/tflops_per_device",
+        "valid/loss",
+        "valid/ppl",
+    ):
+        assert tag in tags, tag
+    last = acc.Scalars("train/consumed_tokens")[-1]
+    assert last.value == train[-1]["consumed_tokens"] and last.step == train[-1]["iteration"]
 
 
 @pytest.mark.timeout(400)

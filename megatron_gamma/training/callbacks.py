@@ -89,9 +89,11 @@ def _due(iteration: int, interval: Optional[int], end: int) -> bool:
 
 class MetricsCallback(Callback):
     """Console, TensorBoard and ``metrics.jsonl`` (:class:`~.metrics.MetricsLogger`): every
-    step's loss, lr, grad norm and throughput; a summary line (tokens/s, ms/iter, TFLOP/s per
-    device, MFU on known GPUs) every ``log_interval`` steps and at the last one; validation
-    losses and checkpoint messages. Sets ``trainer.log`` for the other callbacks."""
+    step's loss, lr and weight decay in effect, grad norm, throughput, consumed samples and
+    tokens, and memory (:func:`megatron_gamma.parallel.memory_stats`); a summary line
+    (tokens/s, ms/iter, TFLOP/s per device, MFU on known GPUs) every ``log_interval`` steps and
+    at the last one; validation losses and perplexities and checkpoint messages. Sets
+    ``trainer.log`` for the other callbacks."""
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
@@ -114,11 +116,16 @@ class MetricsCallback(Callback):
         self.interval_start, self.interval_iters = time.time(), 0
 
     def on_step_end(self, trainer: Trainer, step: StepOutput) -> None:
+        samples = step.iteration * self.cfg.training.global_batch_size
         values = {
             "loss": step.loss,
             "lr": step.lr,
+            "weight_decay": trainer.scheduler.get_wd(),
             "grad_norm": step.grad_norm,
             "tokens_per_s": self.tokens_per_iter / step.seconds,
+            "consumed_samples": samples,
+            "consumed_tokens": samples * self.cfg.model.seq_length,
+            **parallel.memory_stats(),
         }
         trainer.log.train_step(step.iteration, values)
         self.interval_iters += 1

@@ -1,11 +1,14 @@
 """Rank-0 training telemetry: a summary line per logging interval, a progress bar, TensorBoard
-scalars and ``metrics.jsonl`` (one JSON object per iteration or evaluation)."""
+scalars and ``metrics.jsonl`` (one JSON object per iteration or evaluation, each with its
+wall-clock ``time`` in seconds since the epoch)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
+import time
 
 from tqdm import tqdm
 
@@ -19,7 +22,8 @@ class MetricsLogger:
         active: True on the logging rank.
         total_iters: length of the progress bar.
         start_iter: first iteration of this run (after a resume).
-        progress_bar: show tqdm.
+        progress_bar: show tqdm (only when stderr is a terminal: a SLURM log gets the summary
+            lines alone).
     """
 
     def __init__(
@@ -47,16 +51,17 @@ class MetricsLogger:
             initial=start_iter,
             unit="it",
             desc="pretrain",
-            disable=not progress_bar,
+            disable=not (progress_bar and sys.stderr.isatty()),
             file=sys.stderr,
         )
 
     def _record(self, record: dict) -> None:
-        self._jsonl.write(json.dumps(record) + "\n")
+        self._jsonl.write(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
         self._jsonl.flush()
 
     def train_step(self, iteration: int, values: dict) -> None:
-        """Record one iteration: loss, lr, grad_norm, tokens_per_s (+ anything numeric)."""
+        """Record one iteration: loss, lr, weight_decay, grad_norm, tokens_per_s,
+        consumed_samples, consumed_tokens, memory (+ anything numeric)."""
         if not self.active:
             return
         self._record({"iteration": iteration, "split": "train", **values})
@@ -66,9 +71,13 @@ class MetricsLogger:
         self._bar.set_postfix(loss=f"{values['loss']:.4f}")
 
     def interval_summary(self, iteration: int, total: int, values: dict) -> None:
-        """The Megatron-style one-line summary of a logging interval."""
+        """The Megatron-style one-line summary of a logging interval; its throughput figures
+        (tokens/s, ms/iter, TFLOP/s per device, MFU) also go to TensorBoard as ``throughput/*``."""
         if not self.active:
             return
+        for key in ("tokens_per_s", "ms_per_iter", "tflops_per_device", "mfu"):
+            if key in values:
+                self._tb.add_scalar(f"throughput/{key}", values[key], iteration)
         line = (
             f"iteration {iteration:6d}/{total} | loss {values['loss']:.6f} | "
             f"lr {values['lr']:.3e} | grad norm {values['grad_norm']:.4f} | "
@@ -80,13 +89,16 @@ class MetricsLogger:
         self._bar.write(line, file=sys.stdout)
 
     def validation(self, iteration: int, loss: float) -> None:
-        """Record a validation loss (mean over the held-out batches)."""
+        """Record a validation loss (mean over the held-out batches) and its perplexity."""
         if not self.active:
             return
-        self._record({"iteration": iteration, "split": "valid", "loss": loss})
+        ppl = math.exp(min(loss, 700.0))
+        self._record({"iteration": iteration, "split": "valid", "loss": loss, "ppl": ppl})
         self._tb.add_scalar("valid/loss", loss, iteration)
+        self._tb.add_scalar("valid/ppl", ppl, iteration)
         self._bar.write(
-            f"validation at iteration {iteration:6d} | loss {loss:.6f}", file=sys.stdout
+            f"validation at iteration {iteration:6d} | loss {loss:.6f} | perplexity {ppl:.3f}",
+            file=sys.stdout,
         )
 
     def scalars(self, iteration: int, values: dict, split: str) -> None:
