@@ -28,6 +28,7 @@ import os
 import sys
 
 from megatron_gamma.config import ConfigError
+from megatron_gamma.warnings_summary import summarize_accelerator_warnings
 
 
 def _pretrain(args: argparse.Namespace) -> None:
@@ -451,6 +452,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for configuration errors)."""
     args = parse_args(argv)
+    summarize_accelerator_warnings()
     try:
         args.func(args)
     except (ConfigError, FileNotFoundError, ValueError) as e:

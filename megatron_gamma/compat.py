@@ -42,6 +42,19 @@ distopt    ``DistributedOptimizer._set_main_param_and_       without apex / Tran
                                                              step tensor is incremented once per
                                                              parameter (wrong bias correction)
 =========  ================================================  ===================================
+
+The command line also folds megatron-core's import-time warnings about missing accelerators
+into one line (:func:`megatron_gamma.warnings_summary.summarize_accelerator_warnings`, a
+torch-free module so that the CLI starts without importing torch):
+
+=========  ================================================  ===================================
+patch      what                                              why
+=========  ================================================  ===================================
+warnings   ``warnings.showwarning`` prints the first         megatron-core warns once per module
+           "Transformer Engine / Apex ... not installed"     (six or more lines per process, on
+           warning as one line on rank 0 and drops the       every rank) that it falls back to
+           rest; other warnings pass through                 its torch implementations
+=========  ================================================  ===================================
 """
 
 from __future__ import annotations

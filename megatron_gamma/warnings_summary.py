@@ -1,0 +1,42 @@
+"""megatron-core's import-time warnings about missing accelerators, folded into one line (the
+``warnings`` row of :mod:`megatron_gamma.compat`'s table). Imports no torch."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import sys
+import warnings
+
+_ACCELERATOR_WARNING = re.compile(r"(Transformer Engine|Apex) (and Apex )?(is|are) not installed")
+
+
+def summarize_accelerator_warnings() -> None:
+    """Show megatron-core's "Transformer Engine / Apex ... not installed" warnings as one line
+    on stderr, on rank 0 only (``RANK`` or ``SLURM_PROCID``), and pass every other warning to
+    the previous ``warnings.showwarning``. Idempotent per hook installed."""
+    previous = warnings.showwarning
+    shown = False
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        nonlocal shown
+        if not _ACCELERATOR_WARNING.search(str(message)):
+            previous(message, category, filename, lineno, file, line)
+            return
+        rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
+        if not shown and rank == "0":
+            missing = [
+                name
+                for name, module in (("Transformer Engine", "transformer_engine"), ("apex", "apex"))
+                if importlib.util.find_spec(module) is None
+            ]
+            print(
+                f"megatron-core: {' and '.join(missing) or 'an accelerator'} not installed: "
+                "using its torch fallbacks (norms, optimizers, multi-tensor ops)",
+                file=sys.stderr,
+                flush=True,
+            )
+        shown = True
+
+    warnings.showwarning = show
