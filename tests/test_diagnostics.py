@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 
@@ -426,3 +427,33 @@ def test_activation_probe_reads_output_gates_per_layer():
         assert got[f"gate_closed/layer_{i:02d}"] == pytest.approx(ref.closed)
     # hooks are gone after the context
     assert not model.decoder.layers[0].gate._forward_hooks
+
+
+def test_loss_curves_come_from_metrics_jsonl_and_a_run_without_checkpoints_says_so(
+    tmp_path, capsys
+):
+    """A run analysed at iteration 0 only (no checkpoints) gets loss.png from metrics.jsonl, and
+    a note instead of single-point diagnostics plots."""
+    from PIL import Image
+
+    from megatron_gamma.diagnostics.analyze import RunAnalysis
+    from megatron_gamma.diagnostics.plots import plot_analysis, read_losses
+
+    rows = [{"iteration": i, "split": "train", "loss": 8.0 - 0.1 * i} for i in range(1, 11)]
+    rows += [{"iteration": 5, "split": "valid", "loss": 7.7, "ppl": 2208.3}]
+    rows += [{"iteration": 5, "split": "train", "loss": 7.45}]  # resumed run: last value wins
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = {"gamma": 1.0, "norm_epsilon": 1e-12, "gated_attention": "elementwise"}
+    run = RunAnalysis(name="r", run_dir=str(tmp_path), summary=summary, iterations=[0])
+    losses = read_losses(str(tmp_path))
+    assert losses["train"][0].tolist() == list(range(1, 11))
+    expected = [8.0 - 0.1 * i for i in range(1, 11)]
+    expected[4] = 7.45
+    assert losses["train"][1].tolist() == pytest.approx(expected, abs=1e-12)
+    assert losses["valid"][0].tolist() == [5] and losses["valid"][1].tolist() == [7.7]
+    written = plot_analysis([run], str(tmp_path / "out"))
+    assert set(written) == {"loss"}
+    assert "no checkpoints saved" in capsys.readouterr().err
+    image = Image.open(written["loss"])
+    assert image.info["Title"] == "Training and validation loss (metrics.jsonl)"
+    assert image.size[0] > 200 and image.size[1] > 100

@@ -14,6 +14,9 @@ Writes into ``--output-dir`` (default ``RUN_DIR/analysis`` for one run):
   matrices of the heatmaps), ``analysis.csv``: the metrics in long form
   (run, iteration, metric, role, layer, head, value, expert; role as in the weight-role
   registry :mod:`megatron_gamma.model.roles`, experts per expert and as the layer's mean);
+- ``loss.png``: training and validation loss from each run's ``metrics.jsonl`` (drawn for a
+  run without checkpoints too, whose diagnostics have only iteration 0 and are then not
+  plotted: a note says so);
 - ``stable_rank.png``, ``condensation.png``, ``attention_sink.png``, ``norm_saturation.png``,
   ``cosine_heatmaps[_RUN].png`` and, for gated runs, ``gates.png`` (see
   :mod:`megatron_gamma.diagnostics.plots`).

@@ -132,7 +132,7 @@ def compare(
     """
     paths = [offline.resolve_checkpoint(ckpt_a), offline.resolve_checkpoint(ckpt_b)]
     cfgs = []
-    for ckpt, given in zip(paths, (config_a, config_b)):
+    for ckpt, given in zip(paths, (config_a, config_b), strict=True):
         cfg_path = given or offline.find_run_config(ckpt)
         cfgs.append(offline.load_run_config(cfg_path))
     if offline.tokenizer_digest(cfgs[0]) != offline.tokenizer_digest(cfgs[1]):
@@ -151,7 +151,7 @@ def compare(
     logps = []
     with offline.single_process(cfgs[0]):
         bar = tqdm(
-            zip(paths, cfgs),
+            zip(paths, cfgs, strict=True),
             total=2,
             desc="compare",
             unit="model",

@@ -42,7 +42,7 @@ class GateSums:
     closed: int = 0
     count: int = 0
 
-    def add(self, other: "GateSums") -> "GateSums":
+    def add(self, other: GateSums) -> GateSums:
         return GateSums(
             self.total + other.total,
             self.closed + other.closed,

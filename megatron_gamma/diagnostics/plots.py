@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Sequence
 from typing import Optional
 
@@ -549,13 +550,70 @@ def plot_gates(runs, path: str) -> Optional[str]:
     return _save(fig, path)
 
 
+def read_losses(run_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{'train' | 'valid': (iterations, losses)} from a run's ``metrics.jsonl`` (the last value
+    of an iteration when a resumed run logged it twice); empty without the file."""
+    path = os.path.join(run_dir, "metrics.jsonl")
+    series: dict[str, dict[int, float]] = {"train": {}, "valid": {}}
+    if not os.path.isfile(path):
+        return {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            if row.get("split") in series and "loss" in row:
+                series[row["split"]][int(row["iteration"])] = float(row["loss"])
+    return {
+        split: (np.array(sorted(v)), np.array([v[i] for i in sorted(v)]))
+        for split, v in series.items()
+        if v
+    }
+
+
+def plot_losses(runs, path: str) -> Optional[str]:
+    """Training loss (thin line) and validation loss (markers) of every run against iteration,
+    read from ``metrics.jsonl`` (so a run saved without checkpoints gets its curve too); None
+    when no run has a ``metrics.jsonl``."""
+    curves = [(i, run, read_losses(run.run_dir)) for i, run in enumerate(runs)]
+    curves = [c for c in curves if c[2]]
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, run, losses in curves:
+        color = run_color(i)
+        if "train" in losses:
+            ax.plot(
+                *losses["train"], color=color, lw=0.8, alpha=0.7, label=f"{run_label(run)} train"
+            )
+        if "valid" in losses:
+            ax.plot(*losses["valid"], "o-", color=color, ms=4, label=f"{run_label(run)} validation")
+    ax.set_xlabel(X_LABEL)
+    ax.set_ylabel("LM loss (nats/token)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.suptitle("Training and validation loss (metrics.jsonl)")
+    return _save(fig, path)
+
+
 def plot_analysis(runs, out_dir: str) -> dict[str, str]:
     """Every analysis figure for ``runs`` into ``out_dir``; returns {name: path} of those drawn
-    (figures without data, e.g. gates of ungated runs, are skipped)."""
+    (figures without data, e.g. gates of ungated runs, are skipped). The loss curves come from
+    ``metrics.jsonl``; the diagnostics' trajectories need two analysed iterations at least, so
+    with only initialization (a run without checkpoints) they are skipped with a note on stderr
+    instead of single points."""
     from megatron_gamma.diagnostics.norm import HIST_EDGES
 
     os.makedirs(out_dir, exist_ok=True)
+    losses = plot_losses(runs, os.path.join(out_dir, "loss.png"))
+    if max(len(run.iterations) for run in runs) < 2:
+        print(
+            "analyze: only iteration 0 could be analysed (no checkpoints saved): the diagnostics "
+            "have no trajectory to plot; loss.png and the numbers in analysis.json/csv are "
+            "written. Fix: train with --save to get checkpoints",
+            file=sys.stderr,
+        )
+        return {"loss": losses} if losses else {}
     out = {
+        "loss": losses,
         "stable_rank": plot_role_grid(
             runs,
             "stable_rank",

@@ -19,7 +19,8 @@ Two ways to get ``||W||_2`` (the largest singular value ``sigma_1``):
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 import torch
 
@@ -112,7 +113,7 @@ def top_singular_values_sq(
 
     def ritz(vs: list[torch.Tensor]) -> list[float]:
         grams = []
-        for b, v in zip(mats, vs):
+        for b, v in zip(mats, vs, strict=True):
             bv = b.double() @ v
             grams.append(bv.T @ bv)
         flat = reduce(torch.cat([g.reshape(-1) for g in grams]))
@@ -127,7 +128,7 @@ def top_singular_values_sq(
     previous = ritz(vs)
     for it in range(1, max_iters + 1):
         ys = []
-        for b, v in zip(mats, vs):
+        for b, v in zip(mats, vs, strict=True):
             b64 = b.double()
             ys.append(b64.T @ (b64 @ v))
         flat = reduce(torch.cat([y.reshape(-1) for y in ys]))
@@ -139,7 +140,9 @@ def top_singular_values_sq(
         vs = new_vs
         if it % check_every == 0 or it == max_iters:
             current = ritz(vs)
-            converged = all(abs(c - p) <= tol * max(c, 1e-300) for c, p in zip(current, previous))
+            converged = all(
+                abs(c - p) <= tol * max(c, 1e-300) for c, p in zip(current, previous, strict=True)
+            )
             previous = current
             if converged:
                 break

@@ -14,8 +14,10 @@ gap Delta_sym and token difficulty (average loss) without defining them; **our d
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 
@@ -146,7 +148,7 @@ def gap_by_difficulty(
         inner = torch.quantile(d, qs).tolist() if num_bins > 1 else []
     else:
         inner = [float(e) for e in edges]
-        if any(b <= a for a, b in zip(inner, inner[1:])):
+        if any(b <= a for a, b in itertools.pairwise(inner)):
             raise ValueError(f"edges={list(edges)}: must be strictly increasing")
         inner = [e for e in inner if lo < e < hi]
     bounds = sorted({lo, hi, *inner})
