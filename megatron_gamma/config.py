@@ -610,6 +610,11 @@ class TrainingConfig:
     exit_duration_in_mins: Optional[float] = None
     """Wall-clock budget in minutes (fractions allowed): when it runs out, save a checkpoint at
     the end of the iteration and exit cleanly; rerunning with --load resumes there."""
+    exit_signal_handler: bool = True
+    """On SIGTERM (``scancel``, a node drain, torchrun's shutdown) save a checkpoint at the end
+    of the current iteration and exit cleanly, as on SIGUSR1 (Megatron-LM's
+    ``--exit-signal-handler``, on by default here); ``--no-exit-signal-handler`` leaves SIGTERM
+    to Python's default (the process dies at once)."""
 
     def __post_init__(self) -> None:
         _check_choices(self)
@@ -642,6 +647,55 @@ class CheckpointConfig:
     """Checkpoint directory to resume from (its latest complete checkpoint)."""
     save_interval: Optional[int] = None
     """Save every this many iterations; with ``save`` a final checkpoint is always written."""
+    finetune: bool = False
+    """Load only the model weights from ``load`` (Megatron-LM's ``--finetune``): iteration 0,
+    a fresh optimizer and LR schedule, no RNG state; the data order starts from sample 0."""
+    pretrained_checkpoint: Optional[str] = None
+    """Checkpoint directory to start from weights-only (as ``--finetune``) when ``load`` holds
+    no checkpoint yet (Megatron-LM's ``--pretrained-checkpoint``); once the run has saved, a
+    requeue resumes from ``load`` instead. Also reads ``megatron-gamma import-hf`` output."""
+    load_optim: bool = True
+    """Restore the optimizer state from ``load``; ``--no-load-optim`` (Megatron-LM) keeps the
+    checkpoint's iteration, schedule and data position but starts a fresh optimizer."""
+    load_rng: bool = True
+    """Restore the per-rank RNG states from ``load``; ``--no-load-rng`` (Megatron-LM) keeps the
+    freshly seeded ones."""
+    save_optim: bool = True
+    """Write the optimizer state into checkpoints; ``--no-save-optim`` (Megatron-LM) writes
+    weights, schedule, progress and RNG only (a resume from them needs ``--no-load-optim``)."""
+    save_retain_last: Optional[int] = None
+    """Keep only the newest K checkpoints under ``save`` (plus those kept by
+    ``save_retain_interval``); older ones are deleted after a newer one is complete. None: keep
+    all."""
+    save_retain_interval: Optional[int] = None
+    """With ``save_retain_last``: also keep every checkpoint whose iteration is a multiple of
+    this (e.g. one per 10000 iterations for later analysis)."""
+    async_save: bool = False
+    """Megatron-LM's ``--async-save`` (megatron-core's asynchronous torch_dist writer): refused,
+    see the README's Checkpoints section."""
+
+    def __post_init__(self) -> None:
+        for key in ("save_retain_last", "save_retain_interval", "save_interval"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                _fail(key, value, "must be >= 1", f"set {key} to 1 or more, or leave it unset")
+        if self.finetune and not self.load:
+            _fail(
+                "finetune",
+                True,
+                "needs load, the checkpoint to take the weights from",
+                "add --load DIR, or use --pretrained-checkpoint DIR alone",
+            )
+        if self.async_save:
+            _fail(
+                "async_save",
+                True,
+                "megatron-core 0.16's asynchronous checkpoint writer needs CUDA (its workers "
+                "all-reduce CUDA tensors and call torch.cuda.synchronize), and megatron-gamma "
+                "does not yet run its finalize step (rename to iter_N, tracker, retention) after "
+                "an asynchronous save",
+                "drop --async-save: checkpoints are saved synchronously",
+            )
 
 
 @dataclass(frozen=True)

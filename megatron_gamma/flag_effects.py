@@ -78,6 +78,20 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
         "--recompute-granularity full",
     ),
     "save_interval": (lambda c: bool(c.checkpoint.save), "--save"),
+    "save_optim": (lambda c: bool(c.checkpoint.save), "--save"),
+    "save_retain_last": (lambda c: bool(c.checkpoint.save), "--save"),
+    "save_retain_interval": (
+        lambda c: bool(c.checkpoint.save and c.checkpoint.save_retain_last),
+        "--save with --save-retain-last",
+    ),
+    "load_optim": (
+        lambda c: bool(c.checkpoint.load) and not c.checkpoint.finetune,
+        "--load (without --finetune)",
+    ),
+    "load_rng": (
+        lambda c: bool(c.checkpoint.load) and not c.checkpoint.finetune,
+        "--load (without --finetune)",
+    ),
     "slurm_nodes": (lambda c: False, "megatron-gamma estimate / submit"),
     "slurm_gpus_per_node": (lambda c: False, "megatron-gamma estimate / submit"),
     "gpu_memory_gb": (lambda c: False, "megatron-gamma estimate"),
@@ -95,7 +109,8 @@ ALWAYS_EFFECTIVE = frozenset(
     test_data_path tokenizer_model data_cache_path optimizer lr lr_decay_style lr_warmup_iters
     weight_decay clip_grad micro_batch_size global_batch_size train_iters seed bf16
     exit_interval exit_duration_in_mins recompute_granularity save load run_dir log_interval
-    tensorboard_dir progress_bar log_diagnostics_interval layer_spec""".split()
+    tensorboard_dir progress_bar log_diagnostics_interval layer_spec exit_signal_handler finetune
+    pretrained_checkpoint async_save""".split()
 )
 
 _CLUSTER_KEYS = frozenset(("slurm_nodes", "slurm_gpus_per_node", "gpu_memory_gb", "env"))

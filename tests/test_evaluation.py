@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import pretrain, run_cli
+from conftest import pretrain, read_metrics, run_cli
 
+from megatron_gamma.config import ConfigError, load_config
 from megatron_gamma.diagnostics import offline
 from megatron_gamma.evaluation import checkpoint
 from megatron_gamma.evaluation.bootstrap import paired_bootstrap
@@ -30,6 +31,7 @@ from megatron_gamma.evaluation.errors import (
 from megatron_gamma.evaluation.evaluate import evaluate
 from megatron_gamma.evaluation.hf_export import MODELING_FILE, export_hf
 from megatron_gamma.evaluation.hf_import import import_hf
+from megatron_gamma.training.loop import preflight
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TASKS = os.path.join(REPO, "tests", "lm_eval_tasks")
@@ -165,6 +167,30 @@ def test_round_trip_is_bit_identical(runs, name, tmp_path, demo_prefix):
     kwargs = dict(eval_tokens=4 * 64, seq_length=64)
     original = evaluate(runs[name], [demo_prefix], **kwargs)["loss"]
     assert evaluate(imported["run_dir"], [demo_prefix], **kwargs)["loss"] == original
+
+
+@pytest.mark.timeout(600)
+def test_training_from_the_imported_checkpoint_matches_the_original(runs, tmp_path, demo_prefix):
+    name = "llama_untied"
+    export_hf(runs[name], str(tmp_path / "hf"))
+    imported = import_hf(str(tmp_path / "hf"), str(tmp_path / "imported"))
+    imported_root = os.path.join(imported["run_dir"], "checkpoints")
+    with pytest.raises(ConfigError, match="model weights only.*Fix: start from it with"):
+        preflight(load_config(os.path.join(imported["run_dir"], "config.yaml")))
+    # the same weights-only start (fresh optimizer and schedule, iteration 0) from both
+    starts = {
+        "original": ["--finetune", "--load", os.path.join(runs[name], "checkpoints")],
+        "imported": ["--pretrained-checkpoint", imported_root],
+    }
+    losses = {}
+    for label, flags in starts.items():
+        run = tmp_path / label
+        losses[label] = pretrain(run, demo_prefix, *ITERS, *VARIANTS[name], *flags)["train"]
+    assert sorted(losses["original"]) == [1, 2, 3]
+    assert losses["imported"] == losses["original"]
+    # the weights were loaded: the first loss is not the one of the original run's random init
+    # (same data, seed and flags)
+    assert losses["original"][1] != read_metrics(runs[name])["train"][1]
 
 
 @pytest.mark.timeout(600)

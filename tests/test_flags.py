@@ -14,6 +14,23 @@ from megatron_gamma.flag_effects import ALWAYS_EFFECTIVE, RULES, given_keys, no_
 # key: (settings where the given value does nothing, the setting the warning must name,
 #       settings that make it count)
 CASES = {
+    "save_optim": ({"save_optim": False}, "--save", {"save_optim": False, "save": "ck"}),
+    "save_retain_last": (
+        {"save_retain_last": 2},
+        "--save",
+        {"save_retain_last": 2, "save": "ck"},
+    ),
+    "save_retain_interval": (
+        {"save": "ck", "save_retain_interval": 10},
+        "--save-retain-last",
+        {"save_retain_last": 2, "save_retain_interval": 10, "save": "ck"},
+    ),
+    "load_optim": (
+        {"load_optim": False, "load": "ck", "finetune": True},
+        "--finetune",
+        {"load_optim": False, "load": "ck"},
+    ),
+    "load_rng": ({"load_rng": False}, "--load", {"load_rng": False, "load": "ck"}),
     "ffn_hidden_size": (
         {"num_experts": 4, "moe_ffn_hidden_size": 64, "ffn_hidden_size": 256},
         "--num-experts",

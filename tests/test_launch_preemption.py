@@ -1,5 +1,6 @@
-"""Clean stops with a checkpoint, without SLURM: SIGUSR1 to one rank of a 2-rank gloo run, and the
-``--exit-duration-in-mins`` budget. (Requeue and resume under a real SLURM: tests/slurm/.)"""
+"""Clean stops with a checkpoint, without SLURM: SIGUSR1 to one rank of a 2-rank gloo run, SIGTERM
+(``scancel``'s signal) to a single-process run, and the ``--exit-duration-in-mins`` budget.
+(Requeue and resume under a real SLURM: tests/slurm/.)"""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 
 import psutil
 import pytest
-from conftest import TINY_MODEL
+from conftest import TINY_MODEL, read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -72,6 +73,52 @@ def test_sigusr1_to_one_rank_stops_all_ranks_with_a_checkpoint(tmp_path, demo_pr
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(k)
     assert (ckpt / f"iter_{k:07d}" / "metadata.json").is_file()
     assert sorted(os.listdir(ckpt)) == [f"iter_{k:07d}", "latest_checkpointed_iteration.txt"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sigterm_saves_at_the_next_iteration_and_resumes_to_the_uninterrupted_losses(
+    tmp_path, demo_prefix
+):
+    quiet = ["--train-iters", "400", "--log-diagnostics-interval", "0"]
+    run_dir = tmp_path / "run"
+    cmd = _pretrain_cmd(run_dir, demo_prefix, *quiet, "--exit-signal-handler")
+    proc = subprocess.Popen(cmd, env=_env(), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        metrics = run_dir / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+            assert proc.poll() is None and time.monotonic() < deadline, "training ended early"
+            time.sleep(0.1)
+        done = len(_train_iterations(run_dir))
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    iterations = _train_iterations(run_dir)
+    k = iterations[-1]
+    assert done <= k < 400 and iterations == list(range(1, k + 1))
+    assert f"stopping at iteration {k} (SIGTERM)" in out
+    ckpt = run_dir / "checkpoints"
+    assert sorted(os.listdir(ckpt)) == [f"iter_{k:07d}", "latest_checkpointed_iteration.txt"]
+
+    # resume for 3 iterations (--exit-interval) and compare with an uninterrupted run
+    stop = ["--exit-interval", str(k + 3)]
+    for name, flags in (("resumed", ["--load", str(ckpt)]), ("uninterrupted", [])):
+        cmd = _pretrain_cmd(tmp_path / name, demo_prefix, *quiet, *stop, *flags)
+        done = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True,
+                              timeout=200)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+    resumed = read_metrics(tmp_path / "resumed")["train"]
+    full = read_metrics(tmp_path / "uninterrupted")["train"]
+    assert sorted(resumed) == [k + 1, k + 2, k + 3] and sorted(full) == list(range(1, k + 4))
+    for it in resumed:
+        assert resumed[it] == full[it], it
+    tracker = tmp_path / "resumed" / "checkpoints" / "latest_checkpointed_iteration.txt"
+    assert tracker.read_text().strip() == str(k + 3)  # --exit-interval saves where it stops
 
 
 @pytest.mark.timeout(120)

@@ -183,8 +183,8 @@ class CheckpointCallback(Callback):
 
 
 class PreemptionCallback(Callback):
-    """SIGUSR1 / ``--exit-duration-in-mins`` (:class:`~.preemption.PreemptionGuard`): agree
-    across ranks, save unless this iteration was just saved, and stop the run."""
+    """SIGUSR1 / SIGTERM / ``--exit-duration-in-mins`` (:class:`~.preemption.PreemptionGuard`):
+    agree across ranks, save unless this iteration was just saved, and stop the run."""
 
     def __init__(self, guard: PreemptionGuard):
         self.guard = guard

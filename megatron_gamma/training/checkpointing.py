@@ -12,6 +12,19 @@ the previous checkpoint and tracker untouched. Model and optimizer state are Sha
 by global names, so a checkpoint saved under one TP/PP layout loads under another (the
 distributed optimizer uses the ``fully_reshardable`` format). Per-rank RNG states are restored
 when the layout is unchanged.
+
+Retention (``--save-retain-last K``, ``--save-retain-interval N``) runs on rank 0 after the
+tracker names the new checkpoint: each checkpoint outside the kept set (the newest K, every
+multiple of N, and always the newest) is first renamed to ``iter_N.deleting`` (no longer a
+checkpoint to resume from) and then removed. A crash between a save and its deletions leaves a
+superset of the kept set, which the next save thins; leftover ``*.deleting`` and stale
+``*.partial`` directories of older iterations are removed then too.
+
+What a load restores (Megatron-LM's flags): everything by default; the weights only with
+``--finetune`` / ``--pretrained-checkpoint`` (iteration 0, fresh optimizer, schedule and RNG);
+all but the optimizer with ``--no-load-optim``; all but the RNG with ``--no-load-rng``.
+Checkpoints written with ``--no-save-optim`` and by ``import-hf`` (weights only) record what
+they lack, and a load that needs it is a :class:`ConfigError` naming the flag to add.
 """
 
 from __future__ import annotations
@@ -33,6 +46,7 @@ from megatron_gamma.config import ConfigError
 
 TRACKER = "latest_checkpointed_iteration.txt"
 _ITER_DIR = re.compile(r"^iter_(\d{7})$")
+_PARTIAL_DIR = re.compile(r"^iter_(\d{7})\.partial$")
 _SAVE_METADATA = {"distrib_optim_sharding_type": "fully_reshardable"}
 
 
@@ -134,11 +148,22 @@ def _prime_torch_adam_state(optimizer) -> None:
                     state["step"] = torch.tensor(0.0)
 
 
-def _state_dict(chunks, optimizer, scheduler, state: TrainState, rng, loading: bool) -> dict:
-    sd: dict = {}
-    for i, chunk in enumerate(chunks):
-        sd["model" if len(chunks) == 1 else f"model{i}"] = chunk.module.sharded_state_dict()
-    sd["optimizer"] = optimizer.sharded_state_dict(sd, is_loading=loading, metadata=_SAVE_METADATA)
+def _model_state_dict(chunks) -> dict:
+    return {
+        "model" if len(chunks) == 1 else f"model{i}": chunk.module.sharded_state_dict()
+        for i, chunk in enumerate(chunks)
+    }
+
+
+def _state_dict(
+    chunks, optimizer, scheduler, state: TrainState, rng, loading: bool, with_optim: bool = True
+) -> dict:
+    sd = _model_state_dict(chunks)
+    if with_optim:
+        sd["optimizer"] = optimizer.sharded_state_dict(
+            sd, is_loading=loading, metadata=_SAVE_METADATA
+        )
+    sd["has_optimizer"] = with_optim
     sd["scheduler"] = scheduler.state_dict()
     sd["iteration"] = state.iteration
     sd["consumed_samples"] = state.consumed_samples
@@ -149,8 +174,58 @@ def _state_dict(chunks, optimizer, scheduler, state: TrainState, rng, loading: b
     return sd
 
 
-def save_checkpoint(root: str, chunks, optimizer, scheduler, state: TrainState) -> str:
-    """Save model chunks, optimizer, scheduler, progress and RNG as ``root/iter_N`` atomically.
+def retained(iterations: list[int], retain_last: int | None, retain_interval: int | None) -> set:
+    """The checkpoint iterations that retention keeps out of ``iterations``: all of them without
+    ``retain_last``; else the newest ``retain_last``, every multiple of ``retain_interval``, and
+    always the newest."""
+    if retain_last is None or not iterations:
+        return set(iterations)
+    newest = sorted(iterations)[-retain_last:]
+    every = {i for i in iterations if retain_interval and i % retain_interval == 0}
+    return set(newest) | every | {max(iterations)}
+
+
+def apply_retention(root: str, retain_last: int | None, retain_interval: int | None) -> list[int]:
+    """Delete the complete checkpoints under ``root`` that :func:`retained` does not keep (rank
+    0 only; call after the newest save is complete and the tracker names it). Each is renamed to
+    ``iter_N.deleting`` before it is removed, so a crash mid-deletion never leaves a partial
+    ``iter_N``; leftover ``*.deleting`` directories and ``*.partial`` ones older than the newest
+    checkpoint are removed too.
+
+    Returns:
+        The deleted iterations, ascending.
+    """
+    names = os.listdir(root)
+    iterations = sorted(int(m.group(1)) for d in names if (m := _ITER_DIR.match(d)))
+    keep = retained(iterations, retain_last, retain_interval)
+    newest = max(iterations, default=0)
+    deleted = [i for i in iterations if i not in keep]
+    doomed = []
+    for it in deleted:
+        path = checkpoint_dir(root, it)
+        os.replace(path, path + ".deleting")
+        doomed.append(path + ".deleting")
+    for d in names:
+        partial = _PARTIAL_DIR.match(d)
+        if d.endswith(".deleting") or (partial and int(partial.group(1)) < newest):
+            doomed.append(os.path.join(root, d))
+    for path in doomed:
+        shutil.rmtree(path, ignore_errors=True)
+    return deleted
+
+
+def save_checkpoint(
+    root: str,
+    chunks,
+    optimizer,
+    scheduler,
+    state: TrainState,
+    save_optim: bool = True,
+    retain_last: int | None = None,
+    retain_interval: int | None = None,
+) -> str:
+    """Save model chunks, optimizer, scheduler, progress and RNG as ``root/iter_N`` atomically,
+    then apply retention (:func:`apply_retention`).
 
     Args:
         root: checkpoint directory (created if missing).
@@ -159,6 +234,9 @@ def save_checkpoint(root: str, chunks, optimizer, scheduler, state: TrainState) 
         optimizer: megatron-core optimizer from ``get_megatron_optimizer``.
         scheduler: megatron-core ``OptimizerParamScheduler``.
         state: iteration and consumed samples.
+        save_optim: include the optimizer state (``--no-save-optim``: False).
+        retain_last: ``--save-retain-last`` (None: keep every checkpoint).
+        retain_interval: ``--save-retain-interval``.
 
     Returns:
         The final checkpoint directory.
@@ -170,7 +248,9 @@ def save_checkpoint(root: str, chunks, optimizer, scheduler, state: TrainState) 
         shutil.rmtree(partial, ignore_errors=True)
         os.makedirs(partial)
     dist.barrier()
-    sd = _state_dict(chunks, optimizer, scheduler, state, _rng_state(), loading=False)
+    sd = _state_dict(
+        chunks, optimizer, scheduler, state, _rng_state(), loading=False, with_optim=save_optim
+    )
     dist_checkpointing.save(sd, partial, content_metadata=_SAVE_METADATA)
     dist.barrier()
     if dist.get_rank() == 0:
@@ -181,6 +261,7 @@ def save_checkpoint(root: str, chunks, optimizer, scheduler, state: TrainState) 
         with open(tmp, "w") as f:
             f.write(str(state.iteration))
         os.replace(tmp, os.path.join(root, TRACKER))
+        apply_retention(root, retain_last, retain_interval)
     dist.barrier()
     return final
 
@@ -192,14 +273,76 @@ def saved_schedule(root: str) -> dict | None:
     iteration = latest_iteration(root)
     if iteration is None:
         return None
-    return dist_checkpointing.load_common_state_dict(checkpoint_dir(root, iteration))["scheduler"]
+    common = dist_checkpointing.load_common_state_dict(checkpoint_dir(root, iteration))
+    return common.get("scheduler")
 
 
-def load_checkpoint(root: str, chunks, optimizer, scheduler) -> TrainState | None:
+def check_loadable(root: str, weights_only: bool, load_optim: bool, flag: str = "load") -> None:
+    """Refuse, before anything is built, a load that needs state the newest checkpoint under
+    ``root`` does not hold (read from its common state only).
+
+    Args:
+        root: checkpoint directory.
+        weights_only: the load takes the model weights only (``--finetune`` or
+            ``--pretrained-checkpoint``).
+        load_optim: the load restores the optimizer (not ``--no-load-optim``).
+        flag: the config key that named ``root``, for the message.
+
+    Raises:
+        ConfigError: ``root`` holds no complete checkpoint; or a full resume from a weights-only
+            checkpoint (``import-hf``); or an optimizer load from a ``--no-save-optim`` one.
+    """
+    iteration = latest_iteration(root)
+    if iteration is None:
+        raise ConfigError(
+            f"{flag}={root!r}: holds no complete checkpoint (no iter_N directory). Fix: point it "
+            "at a directory a run saved into (its --save) or that import-hf wrote (RUN/checkpoints)"
+        )
+    if weights_only:
+        return
+    common = dist_checkpointing.load_common_state_dict(checkpoint_dir(root, iteration))
+    if "scheduler" not in common:
+        raise ConfigError(
+            f"{flag}={root!r}: iteration {iteration} holds model weights only (written by "
+            "import-hf), nothing to resume a run from. Fix: start from it with "
+            "--pretrained-checkpoint DIR, or --finetune --load DIR"
+        )
+    if load_optim and not common.get("has_optimizer", True):
+        raise ConfigError(
+            f"{flag}={root!r}: iteration {iteration} was saved with --no-save-optim and holds no "
+            "optimizer state. Fix: add --no-load-optim (fresh optimizer at the checkpoint's "
+            "iteration), or --finetune (weights only, iteration 0)"
+        )
+
+
+def load_weights(root: str, chunks, optimizer) -> int:
+    """Load only the model weights of the newest checkpoint under ``root`` (any layout, also
+    ``import-hf`` output) into ``chunks``, and refresh the optimizer's main parameters from them
+    (megatron-core ``reload_model_params``). The optimizer state, schedule and RNG stay fresh.
+
+    Returns:
+        The iteration the weights were saved at.
+    """
+    iteration = latest_iteration(root)
+    loaded = dist_checkpointing.load(_model_state_dict(chunks), checkpoint_dir(root, iteration))
+    for i, chunk in enumerate(chunks):
+        chunk.module.load_state_dict(loaded["model" if len(chunks) == 1 else f"model{i}"])
+    optimizer.reload_model_params()
+    return iteration
+
+
+def load_checkpoint(
+    root: str, chunks, optimizer, scheduler, load_optim: bool = True, load_rng: bool = True
+) -> TrainState | None:
     """Resume from the newest complete checkpoint under ``root``.
 
     Model and optimizer are resharded to the current layout by dist_checkpointing; RNG states
     are restored only when the TP/PP/DP layout equals the saved one.
+
+    Args:
+        load_optim: restore the optimizer state; False (``--no-load-optim``) keeps the fresh
+            optimizer and refreshes its main parameters from the loaded weights.
+        load_rng: restore the RNG states (``--no-load-rng``: False).
 
     Returns:
         The restored progress, or None when ``root`` holds no complete checkpoint.
@@ -210,27 +353,33 @@ def load_checkpoint(root: str, chunks, optimizer, scheduler) -> TrainState | Non
     path = checkpoint_dir(root, iteration)
     common = dist_checkpointing.load_common_state_dict(path)
     saved_distributed = common.get("distributed_optimizer", False)
-    if saved_distributed != _is_distributed(optimizer):
+    if load_optim and saved_distributed != _is_distributed(optimizer):
         raise ConfigError(
             f"use_distributed_optimizer={not saved_distributed}: {path} was saved with "
             f"use_distributed_optimizer={saved_distributed}, and megatron-core cannot convert "
             "optimizer state between the two. Fix: resume with the same setting"
         )
-    same_layout = common.get("layout") == _layout()
-    template = _rng_state() if same_layout else None
-    _prime_torch_adam_state(optimizer)
-    patch_distributed_optimizer_load()
-    sd = _state_dict(chunks, optimizer, scheduler, TrainState(), template, loading=True)
+    restore_rng = load_rng and common.get("layout") == _layout()
+    template = _rng_state() if restore_rng else None
+    if load_optim:
+        _prime_torch_adam_state(optimizer)
+        patch_distributed_optimizer_load()
+    sd = _state_dict(
+        chunks, optimizer, scheduler, TrainState(), template, loading=True, with_optim=load_optim
+    )
     loaded = dist_checkpointing.load(sd, path)
     for i, chunk in enumerate(chunks):
         chunk.module.load_state_dict(loaded["model" if len(chunks) == 1 else f"model{i}"])
-    optimizer.load_state_dict(loaded["optimizer"])
+    if load_optim:
+        optimizer.load_state_dict(loaded["optimizer"])
+    else:
+        optimizer.reload_model_params()
     if scheduler.override_opt_param_scheduler:
         # megatron-core's param groups carry their own max_lr / min_lr (the checkpoint's after
         # the load), which the scheduler prefers to its own: give them the config's.
         for group in optimizer.param_groups:
             group["max_lr"], group["min_lr"] = scheduler.max_lr, scheduler.min_lr
     scheduler.load_state_dict(loaded["scheduler"])
-    if same_layout:
+    if restore_rng:
         _set_rng_state(loaded["rng_state"])
     return TrainState(loaded["iteration"], loaded["consumed_samples"])

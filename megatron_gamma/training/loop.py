@@ -45,7 +45,10 @@ from megatron_gamma.model.builder import build_model, padded_vocab_size, transfo
 from megatron_gamma.training.callbacks import Callback, StepOutput, default_callbacks
 from megatron_gamma.training.checkpointing import (
     TrainState,
+    check_loadable,
+    latest_iteration,
     load_checkpoint,
+    load_weights,
     save_checkpoint,
     saved_schedule,
 )
@@ -102,8 +105,15 @@ def preflight(cfg: Config) -> str:
 
     Raises:
         ConfigError: missing dataset prefix or tokenizer file; MoE with tensor parallelism but
-            without sequence parallelism (megatron-core's MoE layer refuses it in training).
+            without sequence parallelism (megatron-core's MoE layer refuses it in training); a
+            checkpoint to load that lacks what the load needs (:func:`~.checkpointing.
+            check_loadable`).
     """
+    ck = cfg.checkpoint
+    if ck.load and (ck.finetune or latest_iteration(ck.load) is not None):
+        check_loadable(ck.load, ck.finetune, ck.load_optim)
+    elif ck.pretrained_checkpoint:
+        check_loadable(ck.pretrained_checkpoint, True, False, "pretrained_checkpoint")
     par = cfg.parallel
     if cfg.model.num_experts and par.tensor_model_parallel_size > 1 and not par.sequence_parallel:
         raise ConfigError(
@@ -135,7 +145,9 @@ class Trainer:
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
-        self.preemption = PreemptionGuard(cfg.training.exit_duration_in_mins)
+        self.preemption = PreemptionGuard(
+            cfg.training.exit_duration_in_mins, cfg.training.exit_signal_handler
+        )
         tok_path = preflight(cfg)
         self.log: MetricsLogger | None = None
         self.result = TrainResult()
@@ -143,7 +155,8 @@ class Trainer:
         self._stop = False
         self.dp_size = parallel.initialize(cfg)
         load = cfg.checkpoint.load
-        cfg = reconcile_schedule(cfg, saved_schedule(load) if load else None, load)
+        resume = load and not cfg.checkpoint.finetune
+        cfg = reconcile_schedule(cfg, saved_schedule(load) if resume else None, load)
         self.cfg = cfg
         self.callbacks: list[Callback] = default_callbacks(cfg, self.preemption)
         self.device = torch.device("cuda") if parallel.uses_gpu() else torch.device("cpu")
@@ -173,13 +186,33 @@ class Trainer:
                 print(f"WARNING: init audit flags {len(flagged)} parameters: {flagged}", flush=True)
         self.optimizer = get_megatron_optimizer(self._optimizer_config(), self.chunks)
         self.scheduler = build_scheduler(self.optimizer, cfg)
-        self.state = TrainState()
-        if cfg.checkpoint.load:
-            restored = load_checkpoint(
-                cfg.checkpoint.load, self.chunks, self.optimizer, self.scheduler
+        self.state = self._load()
+
+    def _load(self) -> TrainState:
+        """Progress after loading what ``--load`` / ``--finetune`` / ``--pretrained-checkpoint``
+        / ``--no-load-optim`` / ``--no-load-rng`` ask for (preflight has checked that the
+        checkpoint holds it)."""
+        ck = self.cfg.checkpoint
+        weights_from = None
+        if ck.load and latest_iteration(ck.load) is not None:
+            if not ck.finetune:
+                restored = load_checkpoint(
+                    ck.load, self.chunks, self.optimizer, self.scheduler, ck.load_optim, ck.load_rng
+                )
+                return restored or TrainState()
+            weights_from = ck.load
+        elif ck.pretrained_checkpoint:
+            weights_from = ck.pretrained_checkpoint
+        if weights_from is None:
+            return TrainState()
+        iteration = load_weights(weights_from, self.chunks, self.optimizer)
+        if self.rank == 0:
+            print(
+                f"loaded the weights of {weights_from} (iteration {iteration}); starting at "
+                "iteration 0 with a fresh optimizer and schedule",
+                flush=True,
             )
-            if restored is not None:
-                self.state = restored
+        return TrainState()
 
     def _build_model(self):
         chunks, plan = build_model(self.cfg, self.tcfg, self.vocab_size)
@@ -303,9 +336,17 @@ class Trainer:
         return sum(losses) / len(losses)
 
     def save(self) -> str:
-        """Checkpoint under ``checkpoint.save``."""
+        """Checkpoint under ``checkpoint.save`` (with ``--no-save-optim`` and retention)."""
+        ck = self.cfg.checkpoint
         return save_checkpoint(
-            self.cfg.checkpoint.save, self.chunks, self.optimizer, self.scheduler, self.state
+            ck.save,
+            self.chunks,
+            self.optimizer,
+            self.scheduler,
+            self.state,
+            save_optim=ck.save_optim,
+            retain_last=ck.save_retain_last,
+            retain_interval=ck.save_retain_interval,
         )
 
     def fire(self, hook: str, *args) -> None:

@@ -1,8 +1,14 @@
-"""Stop training cleanly, with a checkpoint, on SIGUSR1 or when a wall-clock budget runs out.
+"""Stop training cleanly, with a checkpoint, on SIGUSR1 or SIGTERM or when a wall-clock budget
+runs out.
 
 SLURM sends SIGUSR1 before a job's time limit (``--signal=B:USR1@SECONDS``, forwarded by the
-batch script) or by hand (``scancel --signal=USR1``); ``--exit-duration-in-mins`` (Megatron-LM's
-flag) gives the same stop without SLURM. Signals arrive at arbitrary points, so the handler only
+batch script) or by hand (``scancel --signal=USR1``); a plain ``scancel``, a node drain and
+torchrun's shutdown send SIGTERM, which stops the same way unless ``--no-exit-signal-handler``
+(Megatron-LM's ``--exit-signal-handler``, on by default here); ``--exit-duration-in-mins``
+(Megatron-LM's flag) gives the same stop without SLURM. SLURM kills the job ``KillWait`` seconds
+(default 30) after SIGTERM, so the iteration in flight plus one save must fit in that time.
+
+Signals arrive at arbitrary points, so the handler only
 records them; at the end of each iteration :meth:`PreemptionGuard.stop` agrees across all ranks
 (an all-reduce MAX, so every rank stops at the same iteration even if only some got the signal),
 saves a checkpoint unless one was just written, and tells the loop to stop. The process then
@@ -24,33 +30,41 @@ import torch.distributed as dist
 from megatron_gamma.training.checkpointing import checkpoint_dir
 
 STOP_SIGNAL = signal.SIGUSR1
+_SIGNAL_CODES = (None, "SIGUSR1", "SIGTERM")  # all-reduced as an index: MAX picks SIGTERM
 
 
 class PreemptionGuard:
-    """Watches for SIGUSR1 and the ``exit_duration_in_mins`` budget.
+    """Watches for SIGUSR1 (and SIGTERM) and the ``exit_duration_in_mins`` budget.
 
     Args:
         exit_duration_in_mins: wall-clock budget in minutes, counted from construction; None for
             no budget.
+        exit_signal_handler: also stop cleanly on SIGTERM (``--exit-signal-handler``).
     """
 
-    def __init__(self, exit_duration_in_mins: Optional[float]):
+    def __init__(self, exit_duration_in_mins: Optional[float], exit_signal_handler: bool = True):
         self.budget_s = None if exit_duration_in_mins is None else 60.0 * exit_duration_in_mins
         self.start = time.monotonic()
-        self.signalled = False
+        self.signalled: Optional[str] = None
         if threading.current_thread() is threading.main_thread():
             signal.signal(STOP_SIGNAL, self._on_signal)
+            if exit_signal_handler:
+                signal.signal(signal.SIGTERM, self._on_signal)
 
     def _on_signal(self, signum, frame) -> None:
-        self.signalled = True
+        name = signal.Signals(signum).name
+        if _SIGNAL_CODES.index(name) > _SIGNAL_CODES.index(self.signalled):
+            self.signalled = name
 
     def _reason(self, device: torch.device) -> Optional[str]:
-        """'signal', 'time' or None, identical on every rank."""
+        """'SIGTERM', 'SIGUSR1' (a signal any rank got; SIGTERM wins), 'time' or None,
+        identical on every rank."""
         over_time = self.budget_s is not None and time.monotonic() - self.start >= self.budget_s
-        flags = torch.tensor([float(self.signalled), float(over_time)], device=device)
+        code = _SIGNAL_CODES.index(self.signalled)
+        flags = torch.tensor([float(code), float(over_time)], device=device)
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         if flags[0] > 0:
-            return "signal"
+            return _SIGNAL_CODES[int(flags[0])]
         return "time" if flags[1] > 0 else None
 
     def stop(
@@ -80,7 +94,7 @@ class PreemptionGuard:
         else:
             path = trainer.save() if trainer.cfg.checkpoint.save else None
         if dist.get_rank() == 0:
-            why = "SIGUSR1" if reason == "signal" else f"{self.budget_s / 60:g} min budget"
+            why = f"{self.budget_s / 60:g} min budget" if reason == "time" else reason
             where = path or "none (no --save)"
             print(f"stopping at iteration {iteration} ({why}); checkpoint {where}", flush=True)
         return True, path
