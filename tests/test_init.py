@@ -30,6 +30,7 @@ D_IN = {
 
 DENSE = dict(num_layers=2, hidden_size=256, ffn_hidden_size=1024, num_attention_heads=4)
 MOE = dict(DENSE, num_experts=4, moe_ffn_hidden_size=512)
+DENSE4 = dict(DENSE, num_layers=4)
 
 
 def _sigma_cases():
@@ -65,11 +66,20 @@ def _sigma_cases():
 
 
 def _layout_cases():
-    """Global weights and audit rows under TP=2, PP=2, EP=2 and the MoE layouts (TP=2 with EP=1
-    with and without SP, TP2 x EP2 with expert TP 2 and 1) vs. the single-rank layout."""
+    """Global weights and audit rows under TP=2 and 4, PP=2, PP=2 with virtual stages, EP=2 and
+    the MoE layouts (TP=2 with EP=1 with and without SP, TP2 x EP2 with expert TP 2 and 1) vs.
+    the single-rank layout."""
     tp2 = {"tensor_model_parallel_size": 2}
+    vpp = {"pipeline_model_parallel_size": 2, "num_layers_per_virtual_pipeline_stage": 1}
     layouts = {
         "dense-tp2": (DENSE, tp2, 2),
+        # The vocabulary padding multiple times TP stays 256, so the embedding's shape matches.
+        "dense-tp4": (
+            dict(DENSE, make_vocab_size_divisible_by=64),
+            {"tensor_model_parallel_size": 4},
+            4,
+        ),
+        "dense4-pp2-vpp": (DENSE4, vpp, 2),
         "dense-pp2": (DENSE, {"pipeline_model_parallel_size": 2}, 2),
         "moe-ep2": (MOE, {"expert_model_parallel_size": 2}, 2),
         # EP = 1 under TP = 2: experts are whole on both ranks (issue 15.1; megatron-core's
@@ -88,7 +98,7 @@ def _layout_cases():
         ),
     }
     reference, ref_audit = {}, {}
-    for name, model in (("dense", DENSE), ("moe", MOE)):
+    for name, model in (("dense", DENSE), ("moe", MOE), ("dense4", DENSE4)):
         cfg = make_config(model, {})
         models, vocab = build(cfg)
         reference[name] = gather_global(models)
@@ -218,12 +228,16 @@ def test_audit_checks_the_role_table_against_each_matrix_shape(sigma_rows):
 
 
 @pytest.mark.timeout(400)
-def test_same_weights_bit_for_bit_under_tp_pp_ep():
+def test_same_weights_bit_for_bit_under_tp_pp_vpp_ep_etp():
     """Global weights (reassembled from megatron-core's own sharding metadata) and the init
-    audit equal the single-rank run's under every layout, MoE with TP and EP = 1 included."""
+    audit equal the single-rank run's under every layout (TP 2 and 4, PP 2, virtual pipeline
+    stages, EP 2, expert TP 1 and 2), MoE with TP and EP = 1 included: each rank drew only its
+    shard from the counter-based generator."""
     results = run_distributed(_layout_cases, 4)[0]
     assert set(results) == {
         "dense-tp2",
+        "dense-tp4",
+        "dense4-pp2-vpp",
         "dense-pp2",
         "moe-ep2",
         "moe-tp2",
