@@ -10,7 +10,7 @@ from workers.common import build, gather_global, make_config
 
 import megatron_gamma.model.init as init_module
 from megatron_gamma.config import ConfigError, load_config
-from megatron_gamma.training.init_audit import audit_init
+from megatron_gamma.training.init_audit import audit_init, in_scope, shard_sums
 
 # Independent of the code under test: the paper's d_in per role for the worker's models
 # (hidden 256, 4 heads of 64, ffn 1024, experts of width 512).
@@ -281,3 +281,38 @@ def test_override_errors_name_the_role():
         load_config(None, {"init_gamma_overrides": "fc2"})
     with pytest.raises(ConfigError, match="gamma must be > 0"):
         load_config(None, {"init_gamma_overrides": "fc2=0"})
+
+
+def _scope_cases():
+    """Full and summary audits of one 4-layer model (one process)."""
+    cfg = make_config(DENSE4, {})
+    models, vocab = build(cfg)
+    return audit_init(models, cfg, vocab), audit_init(models, cfg, vocab, scope="summary")
+
+
+@pytest.mark.timeout(300)
+def test_summary_audit_measures_the_outer_and_first_and_last_layers():
+    full, summary = run_distributed(_scope_cases, 1)[0]
+    full = {r["name"]: r for r in full}
+    names = {r["name"] for r in summary}
+    want = {n for n in full if not n.startswith(("decoder.layers.1.", "decoder.layers.2."))}
+    assert names == want
+    assert {r["role"] for r in summary} == {r["role"] for r in full.values()}
+    for row in summary:
+        assert row == full[row["name"]]
+    with pytest.raises(ValueError, match="init_audit='some'"):
+        in_scope("decoder.layers.0.mlp.linear_fc1.weight", "some", 4)
+
+
+def test_streamed_sums_equal_fp64_sums():
+    x = torch.randn(1000, 37, generator=torch.Generator().manual_seed(0)) * 3 + 1
+    total, squares = shard_sums(x, chunk=4096)
+    ref = x.double()
+    assert total == pytest.approx(float(ref.sum()), rel=1e-12)
+    assert squares == pytest.approx(float((ref * ref).sum()), rel=1e-12)
+
+
+def test_init_audit_choice_is_validated():
+    assert load_config(None, {"init_audit": "summary"}).init.init_audit == "summary"
+    with pytest.raises(ConfigError, match="init_audit"):
+        load_config(None, {"init_audit": "partial"})
