@@ -7,12 +7,15 @@ Flood, "Fast splittable pseudorandom number generators", OOPSLA 2014) as the key
 and the Box-Muller transform (Box and Muller, 1958) for the normal. Used by
 :func:`megatron_gamma.model.init.apply_gamma_init` (issue 18, item 2).
 
-Algorithm, for a tensor of global shape (rows, cols) and global flat index i = row * cols + col:
+Algorithm, for a tensor of global shape (rows, cols) and global flat index i = row * cols + col,
+with counter j = i // 2 (a pair of elements shares one hash, as Box-Muller gives two normals):
 
 1. key = SplitMix64(SplitMix64(seed) XOR h), with h the first 8 bytes of SHA-256 of the name;
-2. x = SplitMix64(key + (i + 1) * 0x9E3779B97F4A7C15) (mod 2^64, on int64 tensors);
-3. u1 = (x >> 32 + 1) / 2^32 in (0, 1], u2 = (x mod 2^32) / 2^32 in [0, 1);
-4. z = sqrt(-2 ln u1) cos(2 pi u2) * sigma in float64, rounded once to float32.
+2. x = SplitMix64's finalizer of key + (j + 1) * 0x9E3779B97F4A7C15 (mod 2^64, on int64
+   tensors);
+3. u1 = ((x >> 32) + 1) / 2^32 in (0, 1], u2 = (x mod 2^32) / 2^32 in [0, 1);
+4. z = sqrt(-2 ln u1) * (cos if i is even else sin)(2 pi u2) * sigma in float64, rounded once
+   to float32.
 
 |z| / sigma is at most sqrt(64 ln 2) = 6.66 (u1 = 2^-32): the normal is truncated at 6.66
 standard deviations, a tail of probability 2.7e-11.
@@ -24,7 +27,7 @@ Contract:
   the same float32 bits on one device type (CPU, or CUDA) and one torch build. TP/PP/VPP/EP/ETP
   layouts therefore hold bit-identical weights.
 * **CPU vs CUDA: within 1 ulp of float32.** Steps 1-3 are integer arithmetic, exact on every
-  device. Step 4 is float64 ``log``, ``sqrt``, ``cos`` and products, each within a few float64
+  device. Step 4 is float64 ``log``, ``sqrt``, ``cos``, ``sin`` and products, each within a few float64
   ulps (~1e-15 relative) of the exact value on both devices; rounding to float32 (ulp 6e-8
   relative) then gives the same bits except when the exact value lies within ~1e-15 of a float32
   rounding boundary, where the two devices may differ by one float32 ulp. Not bitwise.
@@ -95,8 +98,19 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+def _polar(pair: torch.Tensor, key: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Box-Muller radius sqrt(-2 ln u1) and angle 2 pi u2 (float64) of counter ``pair``."""
+    x = (pair + 1) * _signed(_GOLDEN)
+    x += key
+    _mix(x)
+    u1 = _shr(x, 32).add_(1).to(torch.float64).mul_(2.0**-32)
+    angle = (x & 0xFFFFFFFF).to(torch.float64).mul_(2.0 * math.pi * 2.0**-32)
+    return u1.log_().mul_(-2.0).sqrt_(), angle
+
+
 def normal_at(index: torch.Tensor, key: int, sigma: float) -> torch.Tensor:
-    """N(0, sigma^2) float32 values at global flat indices ``index`` of the stream ``key``.
+    """N(0, sigma^2) float32 values at global flat indices ``index`` of the stream ``key``:
+    element i is the cosine (i even) or sine (i odd) Box-Muller normal of counter i // 2.
 
     Args:
         index: int64 tensor of any shape, values >= 0 (global flat element indices); the result
@@ -109,13 +123,22 @@ def normal_at(index: torch.Tensor, key: int, sigma: float) -> torch.Tensor:
     """
     if index.dtype != torch.int64:
         raise TypeError(f"index.dtype={index.dtype}: must be torch.int64. Fix: index.long()")
-    x = (index + 1) * _signed(_GOLDEN)
-    x += key
-    _mix(x)
-    u1 = _shr(x, 32).add_(1).to(torch.float64).mul_(2.0**-32)
-    u2 = (x & 0xFFFFFFFF).to(torch.float64).mul_(2.0 * math.pi * 2.0**-32)
-    del x
-    return u1.log_().mul_(-2.0).sqrt_().mul_(u2.cos_()).mul_(sigma).to(torch.float32)
+    radius, angle = _polar(index >> 1, key)
+    trig = torch.where((index & 1).bool(), angle.sin(), angle.cos_())
+    return radius.mul_(trig).mul_(sigma).to(torch.float32)
+
+
+def _normal_run(start: int, rows: int, width: int, stride: int, key: int, sigma: float, device):
+    """float32 values of ``rows`` runs of ``width`` consecutive global indices, run k starting
+    at ``start + k * stride``: as :func:`normal_at`, computing each counter once (both normals
+    of a pair) when every run starts at an even index and has an even width."""
+    base = torch.arange(rows, device=device).mul_(stride).add_(start).unsqueeze(1)
+    if start % 2 or stride % 2 or width % 2:
+        return normal_at(base + torch.arange(width, device=device), key, sigma)
+    pairs = (base >> 1) + torch.arange(width // 2, device=device)
+    radius, angle = _polar(pairs, key)
+    out = torch.stack((angle.cos(), angle.sin_()), dim=-1).mul_(radius.unsqueeze(-1))
+    return out.mul_(sigma).to(torch.float32).view(rows, width)
 
 
 def _ranges(size: int, parts: int, rank: int, halves: bool) -> list[tuple[int, int]]:
@@ -195,14 +218,13 @@ def fill_shard_normal_(
     device = out.device
     if chunk is None:
         chunk = CHUNK * torch.get_num_threads() if device.type == "cpu" else CUDA_CHUNK
-    cols_index = torch.arange(col_ranges[0][0], col_ranges[0][1], device=device)
+    col0 = col_ranges[0][0]
     step_rows = max(1, chunk // max(local_cols, 1))
     pos = 0
     for start, stop in row_ranges:
         for r0 in range(start, stop, step_rows):
             r1 = min(stop, r0 + step_rows)
-            row_index = torch.arange(r0, r1, device=device).mul_(cols).unsqueeze(1)
-            values = normal_at(row_index + cols_index, key, sigma).view(-1)
-            flat[pos : pos + values.numel()].copy_(values)
+            values = _normal_run(r0 * cols + col0, r1 - r0, local_cols, cols, key, sigma, device)
+            flat[pos : pos + values.numel()].copy_(values.view(-1))
             pos += values.numel()
     return out
