@@ -27,10 +27,11 @@ Contract:
   the same float32 bits on one device type (CPU, or CUDA) and one torch build. TP/PP/VPP/EP/ETP
   layouts therefore hold bit-identical weights.
 * **CPU vs CUDA: within 1 ulp of float32.** Steps 1-3 are integer arithmetic, exact on every
-  device. Step 4 is float64 ``log``, ``sqrt``, ``cos``, ``sin`` and products, each within a few float64
-  ulps (~1e-15 relative) of the exact value on both devices; rounding to float32 (ulp 6e-8
-  relative) then gives the same bits except when the exact value lies within ~1e-15 of a float32
-  rounding boundary, where the two devices may differ by one float32 ulp. Not bitwise.
+  device. Step 4 is float64 ``log``, ``sqrt``, ``cos``, ``sin`` and products, each within a
+  few float64 ulps (~1e-15 relative) of the exact value on both devices; rounding to float32
+  (ulp 6e-8 relative) then gives the same bits except when the exact value lies within ~1e-15
+  of a float32 rounding boundary, where the two devices may differ by one float32 ulp. Not
+  bitwise. (Not verified on a GPU here: no GPU was available.)
 * **Work and memory.** O(shard) operations and a working set of a few float64 / int64 arrays of
   at most ``chunk`` elements (:data:`CHUNK` per CPU thread, :data:`CUDA_CHUNK` on a GPU) beyond
   the output shard itself; no tensor of the global size is allocated.
