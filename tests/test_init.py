@@ -1,10 +1,13 @@
 """The gamma-initialization rule (paper: sigma = d_in^-gamma) on real megatron-core models."""
 
+import json
 import math
+import os
 
 import numpy as np
 import pytest
 import torch
+from conftest import pretrain
 from distributed import run_distributed
 from workers.common import build, gather_global, make_config
 
@@ -316,3 +319,18 @@ def test_init_audit_choice_is_validated():
     assert load_config(None, {"init_audit": "summary"}).init.init_audit == "summary"
     with pytest.raises(ConfigError, match="init_audit"):
         load_config(None, {"init_audit": "partial"})
+
+
+@pytest.mark.timeout(300)
+def test_init_audit_flag_through_the_cli(tmp_path, demo_prefix):
+    """--init-audit summary writes the outer and first/last layers' rows; off writes none."""
+    flags = ["--train-iters", "1", "--eval-interval", "100", "--num-layers", "4"]
+    pretrain(tmp_path / "summary", demo_prefix, *flags, "--init-audit", "summary")
+    with open(tmp_path / "summary" / "init_audit.json") as f:
+        names = [r["name"] for r in json.load(f)]
+    layers = {int(n.split(".")[2]) for n in names if n.startswith("decoder.layers.")}
+    assert layers == {0, 3}
+    assert "embedding.word_embeddings.weight" in names
+    pretrain(tmp_path / "off", demo_prefix, *flags, "--init-audit", "off")
+    assert not os.path.exists(tmp_path / "off" / "init_audit.json")
+    assert os.path.isfile(tmp_path / "off" / "config.yaml")

@@ -64,7 +64,13 @@ def _setup(recipe: str, method: str):
     from megatron_gamma.config import load_config
     from megatron_gamma.model.builder import padded_vocab_size, transformer_config
 
-    cfg = load_config(recipe, {"init_method": method})
+    one_rank = {
+        "tensor_model_parallel_size": 1,
+        "pipeline_model_parallel_size": 1,
+        "expert_model_parallel_size": 1,
+        "sequence_parallel": False,
+    }
+    cfg = load_config(recipe, {"init_method": method, **one_rank})
     if parallel_state.model_parallel_is_initialized():
         parallel_state.destroy_model_parallel()
     parallel.initialize(cfg)
