@@ -118,6 +118,14 @@ class EmbeddingFanIn(Choice):
     VOCAB = "vocab", "sigma = vocab^-gamma (the literal one-hot fan-in)"
 
 
+class InitAudit(Choice):
+    """Scope of the start-up init audit (megatron_gamma.training.init_audit)."""
+
+    FULL = "full", "measure every parameter, print one line per parameter"
+    SUMMARY = "summary", "measure all but the middle decoder layers; print flagged rows only"
+    OFF = "off", "no audit (no init_audit.json)"
+
+
 class Optimizer(Choice):
     """megatron-core optimizer."""
 
@@ -338,6 +346,9 @@ class InitConfig:
     embedding_fan_in: EmbeddingFanIn = EmbeddingFanIn.HIDDEN
     """Fan-in policy for the input embedding ('hidden' is the convention under which the
     paper's residual-flow balance d^(1-gamma) holds)."""
+    init_audit: InitAudit = InitAudit.FULL
+    """Start-up audit of expected vs. measured sigma per parameter, written to
+    run_dir/init_audit.json ('summary' or 'off' on large models: see InitAudit)."""
 
     def __post_init__(self) -> None:
         _check_choices(self)

@@ -110,7 +110,7 @@ ALWAYS_EFFECTIVE = frozenset(
     weight_decay clip_grad micro_batch_size global_batch_size train_iters seed bf16
     exit_interval exit_duration_in_mins recompute_granularity save load run_dir log_interval
     tensorboard_dir progress_bar log_diagnostics_interval layer_spec exit_signal_handler finetune
-    pretrained_checkpoint async_save""".split()
+    pretrained_checkpoint async_save init_audit""".split()
 )
 
 _CLUSTER_KEYS = frozenset(("slurm_nodes", "slurm_gpus_per_node", "gpu_memory_gb", "env"))

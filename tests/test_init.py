@@ -1,16 +1,19 @@
 """The gamma-initialization rule (paper: sigma = d_in^-gamma) on real megatron-core models."""
 
+import json
 import math
+import os
 
 import numpy as np
 import pytest
 import torch
+from conftest import pretrain
 from distributed import run_distributed
 from workers.common import build, gather_global, make_config
 
 import megatron_gamma.model.init as init_module
 from megatron_gamma.config import ConfigError, load_config
-from megatron_gamma.training.init_audit import audit_init
+from megatron_gamma.training.init_audit import audit_init, in_scope, shard_sums
 
 # Independent of the code under test: the paper's d_in per role for the worker's models
 # (hidden 256, 4 heads of 64, ffn 1024, experts of width 512).
@@ -30,6 +33,7 @@ D_IN = {
 
 DENSE = dict(num_layers=2, hidden_size=256, ffn_hidden_size=1024, num_attention_heads=4)
 MOE = dict(DENSE, num_experts=4, moe_ffn_hidden_size=512)
+DENSE4 = dict(DENSE, num_layers=4)
 
 
 def _sigma_cases():
@@ -65,11 +69,20 @@ def _sigma_cases():
 
 
 def _layout_cases():
-    """Global weights and audit rows under TP=2, PP=2, EP=2 and the MoE layouts (TP=2 with EP=1
-    with and without SP, TP2 x EP2 with expert TP 2 and 1) vs. the single-rank layout."""
+    """Global weights and audit rows under TP=2 and 4, PP=2, PP=2 with virtual stages, EP=2 and
+    the MoE layouts (TP=2 with EP=1 with and without SP, TP2 x EP2 with expert TP 2 and 1) vs.
+    the single-rank layout."""
     tp2 = {"tensor_model_parallel_size": 2}
+    vpp = {"pipeline_model_parallel_size": 2, "num_layers_per_virtual_pipeline_stage": 1}
     layouts = {
         "dense-tp2": (DENSE, tp2, 2),
+        # The vocabulary padding multiple times TP stays 256, so the embedding's shape matches.
+        "dense-tp4": (
+            dict(DENSE, make_vocab_size_divisible_by=64),
+            {"tensor_model_parallel_size": 4},
+            4,
+        ),
+        "dense4-pp2-vpp": (DENSE4, vpp, 2),
         "dense-pp2": (DENSE, {"pipeline_model_parallel_size": 2}, 2),
         "moe-ep2": (MOE, {"expert_model_parallel_size": 2}, 2),
         # EP = 1 under TP = 2: experts are whole on both ranks (issue 15.1; megatron-core's
@@ -88,7 +101,7 @@ def _layout_cases():
         ),
     }
     reference, ref_audit = {}, {}
-    for name, model in (("dense", DENSE), ("moe", MOE)):
+    for name, model in (("dense", DENSE), ("moe", MOE), ("dense4", DENSE4)):
         cfg = make_config(model, {})
         models, vocab = build(cfg)
         reference[name] = gather_global(models)
@@ -218,12 +231,16 @@ def test_audit_checks_the_role_table_against_each_matrix_shape(sigma_rows):
 
 
 @pytest.mark.timeout(400)
-def test_same_weights_bit_for_bit_under_tp_pp_ep():
+def test_same_weights_bit_for_bit_under_tp_pp_vpp_ep_etp():
     """Global weights (reassembled from megatron-core's own sharding metadata) and the init
-    audit equal the single-rank run's under every layout, MoE with TP and EP = 1 included."""
+    audit equal the single-rank run's under every layout (TP 2 and 4, PP 2, virtual pipeline
+    stages, EP 2, expert TP 1 and 2), MoE with TP and EP = 1 included: each rank drew only its
+    shard from the counter-based generator."""
     results = run_distributed(_layout_cases, 4)[0]
     assert set(results) == {
         "dense-tp2",
+        "dense-tp4",
+        "dense4-pp2-vpp",
         "dense-pp2",
         "moe-ep2",
         "moe-tp2",
@@ -267,3 +284,53 @@ def test_override_errors_name_the_role():
         load_config(None, {"init_gamma_overrides": "fc2"})
     with pytest.raises(ConfigError, match="gamma must be > 0"):
         load_config(None, {"init_gamma_overrides": "fc2=0"})
+
+
+def _scope_cases():
+    """Full and summary audits of one 4-layer model (one process)."""
+    cfg = make_config(DENSE4, {})
+    models, vocab = build(cfg)
+    return audit_init(models, cfg, vocab), audit_init(models, cfg, vocab, scope="summary")
+
+
+@pytest.mark.timeout(300)
+def test_summary_audit_measures_the_outer_and_first_and_last_layers():
+    full, summary = run_distributed(_scope_cases, 1)[0]
+    full = {r["name"]: r for r in full}
+    names = {r["name"] for r in summary}
+    want = {n for n in full if not n.startswith(("decoder.layers.1.", "decoder.layers.2."))}
+    assert names == want
+    assert {r["role"] for r in summary} == {r["role"] for r in full.values()}
+    for row in summary:
+        assert row == full[row["name"]]
+    with pytest.raises(ValueError, match="init_audit='some'"):
+        in_scope("decoder.layers.0.mlp.linear_fc1.weight", "some", 4)
+
+
+def test_streamed_sums_equal_fp64_sums():
+    x = torch.randn(1000, 37, generator=torch.Generator().manual_seed(0)) * 3 + 1
+    total, squares = shard_sums(x, chunk=4096)
+    ref = x.double()
+    assert total == pytest.approx(float(ref.sum()), rel=1e-12)
+    assert squares == pytest.approx(float((ref * ref).sum()), rel=1e-12)
+
+
+def test_init_audit_choice_is_validated():
+    assert load_config(None, {"init_audit": "summary"}).init.init_audit == "summary"
+    with pytest.raises(ConfigError, match="init_audit"):
+        load_config(None, {"init_audit": "partial"})
+
+
+@pytest.mark.timeout(300)
+def test_init_audit_flag_through_the_cli(tmp_path, demo_prefix):
+    """--init-audit summary writes the outer and first/last layers' rows; off writes none."""
+    flags = ["--train-iters", "1", "--eval-interval", "100", "--num-layers", "4"]
+    pretrain(tmp_path / "summary", demo_prefix, *flags, "--init-audit", "summary")
+    with open(tmp_path / "summary" / "init_audit.json") as f:
+        names = [r["name"] for r in json.load(f)]
+    layers = {int(n.split(".")[2]) for n in names if n.startswith("decoder.layers.")}
+    assert layers == {0, 3}
+    assert "embedding.word_embeddings.weight" in names
+    pretrain(tmp_path / "off", demo_prefix, *flags, "--init-audit", "off")
+    assert not os.path.exists(tmp_path / "off" / "init_audit.json")
+    assert os.path.isfile(tmp_path / "off" / "config.yaml")

@@ -40,15 +40,19 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
     With ``init_method='gamma'`` megatron-core's init methods are no-ops (:func:`skip_init`)
     and :func:`apply_gamma_init` fills every parameter afterwards; megatron-core still runs its
     initialization path, which tags each weight with its tensor-parallel attributes
-    (``tensor_model_parallel``, ``partition_dim``) that grad-norm and checkpoint code read. With
-    ``'normal'`` megatron-core initializes as usual from ``init_method_std`` (and scales the
-    output layers of each block by 1/sqrt(2 num_layers)). Fusions that need CUDA kernels are
-    enabled only on GPU; on CPU the pipeline p2p ops are unbatched (batched send/recv with
-    virtual pipelining swaps messages on gloo: silently wrong gradients). Experts are
-    split by expert parallelism and ``--expert-tensor-parallel-size``. megatron-core's
-    ``finalize_model_grads`` (DP/PP gradient reduction after the backward pass) is set here; the
-    trainer adds only the DDP-bound ``no_sync_func`` / ``grad_sync_func``, which need the wrapped
-    model (megatron-core's schedules read them from the model's config, as in Megatron-LM).
+    (``tensor_model_parallel``, ``partition_dim``) that grad-norm and checkpoint code read, and
+    allocates only the local shard, on the device (``use_cpu_initialization=False``: no global
+    tensor anywhere). With ``'normal'`` megatron-core initializes as usual from
+    ``init_method_std`` (and scales the output layers of each block by 1/sqrt(2 num_layers)):
+    on GPU from its model-parallel RNG, on CPU through ``use_cpu_initialization`` (each rank
+    draws the global tensor and keeps its shard, as in Megatron-LM without a GPU). Fusions that
+    need CUDA kernels are enabled only on GPU; on CPU the pipeline p2p ops are unbatched
+    (batched send/recv with virtual pipelining swaps messages on gloo: silently wrong
+    gradients). Experts are split by expert parallelism and ``--expert-tensor-parallel-size``.
+    megatron-core's ``finalize_model_grads`` (DP/PP gradient reduction after the backward pass)
+    is set here; the trainer adds only the DDP-bound ``no_sync_func`` / ``grad_sync_func``, which
+    need the wrapped model (megatron-core's schedules read them from the model's config, as in
+    Megatron-LM).
     """
     m, p, t = cfg.model, cfg.parallel, cfg.training
     dtype = torch.bfloat16 if t.bf16 else torch.float32
@@ -96,7 +100,7 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
         rotary_interleaved=False,
         init_method_std=cfg.init.init_method_std,
         **init,
-        use_cpu_initialization=True,
+        use_cpu_initialization=not on_gpu and cfg.init.init_method == "normal",
         tensor_model_parallel_size=p.tensor_model_parallel_size,
         pipeline_model_parallel_size=p.pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=virtual_stages(cfg),

@@ -17,16 +17,18 @@ d_in would be the vocabulary size; we default to ``hidden`` (sigma = hidden^-gam
 paper's residual-flow balance, update/embedding ~ d^(1-gamma), is stated against an embedding of
 that scale. ``--embedding-fan-in vocab`` selects the literal reading.
 
-Layout independence: each parameter is drawn whole, in its global (unsharded) shape, from a CPU
-generator seeded by (seed, global parameter name: global layer and expert indices), and the local
-shard is cut from it the way megatron-core shards that parameter (contiguous chunks along the
-partition dimension; SwiGLU fc1 per half). Any tensor/pipeline/expert layout therefore gets the
-same weights, bit for bit, as a single rank.
+Layout independence: each rank draws only its own shard, in place, on the device where the
+parameter lives, from the counter-based generator :mod:`megatron_gamma.model.counter_rng`: the
+value of global element i of a parameter is a function of (seed, global parameter name: global
+layer and expert indices, i). The shard's global indices follow megatron-core's sharding
+(contiguous chunks along the role's partition dimension; SwiGLU fc1 per half), so any
+tensor/pipeline/expert layout gets the same weights, bit for bit, as a single rank on the same
+device type (CPU vs CUDA: within 1 float32 ulp; see that module's contract), with O(shard) work
+and no tensor of the global size on any rank.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 
@@ -34,6 +36,7 @@ import torch
 from megatron.core import parallel_state
 
 from megatron_gamma.config import Config
+from megatron_gamma.model.counter_rng import fill_shard_normal_, stream_key
 from megatron_gamma.model.roles import ROLES, Group, WeightRole, fan_in, role_of
 
 
@@ -87,11 +90,6 @@ def global_name(name: str, module: torch.nn.Module) -> str:
     return name
 
 
-def _seed_for(seed: int, name: str) -> int:
-    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
 def tp_size_rank(role: WeightRole) -> tuple[int, int]:
     """(size, rank) of the tensor-parallel group that shards weights of ``role``: the expert
     tensor-parallel group for expert roles, the tensor-parallel group otherwise (from the role,
@@ -113,19 +111,6 @@ def global_shape(param: torch.Tensor, role: WeightRole) -> tuple[int, ...]:
     if role.partition_dim is not None:
         shape[role.partition_dim] *= tp_size_rank(role)[0]
     return tuple(shape)
-
-
-def _local_shard(full: torch.Tensor, role: WeightRole, glu: bool) -> torch.Tensor:
-    """Cut this rank's shard out of the global tensor as megatron-core shards it."""
-    if role.partition_dim is None:
-        return full
-    size, rank = tp_size_rank(role)
-    dim = role.partition_dim
-    if glu and role.glu:
-        # SwiGLU fc1 is [gate; up] globally and [gate_shard; up_shard] on each rank.
-        halves = full.chunk(2, dim=dim)
-        return torch.cat([h.chunk(size, dim=dim)[rank] for h in halves], dim=dim)
-    return full.chunk(size, dim=dim)[rank]
 
 
 @torch.no_grad()
@@ -153,8 +138,15 @@ def apply_gamma_init(model: torch.nn.Module, cfg: Config, vocab_size: int) -> di
             param.fill_(init.constant)
             continue
         role = ROLES[init.role]
-        gen = torch.Generator().manual_seed(_seed_for(cfg.training.seed, gname))
-        full = torch.randn(global_shape(param, role), generator=gen, dtype=torch.float32)
-        full.mul_(init.sigma)
-        param.copy_(_local_shard(full, role, cfg.model.swiglu))
+        size, rank = tp_size_rank(role) if role.partition_dim is not None else (1, 0)
+        fill_shard_normal_(
+            param.data,
+            global_shape(param, role),
+            stream_key(cfg.training.seed, gname),
+            init.sigma,
+            partition_dim=role.partition_dim,
+            parts=size,
+            rank=rank,
+            halves=cfg.model.swiglu and role.glu,
+        )
     return plan

@@ -12,6 +12,11 @@ a sigma estimated from n samples, so that small matrices (a 4 x 64 headwise gate
 flagged for sampling noise — when a constant-initialized parameter is not that constant, or when
 a matrix's fan-in in the role table differs from the one read off its own global shape (so a
 wrong table entry, which the init and the expectation would share, is still caught).
+
+The statistics stream: each shard is summed in float64 chunks of :data:`CHUNK` elements on its
+own device (no float64 copy of a whole tensor; one host sync per parameter). ``--init-audit
+summary`` measures only the parameters outside the decoder layers and those of the first and
+last decoder layer, which hold every role at a cost that does not grow with depth.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 
 import torch
 import torch.distributed as dist
@@ -52,6 +58,39 @@ def _shape_fan_in(role: str, shape: list[int], embedding_policy: str) -> int:
     return shape[1]
 
 
+CHUNK = 1 << 20
+"""Elements per float64 partial sum (an 8 MiB float64 working set)."""
+
+_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
+
+
+def shard_sums(x: torch.Tensor, chunk: int = CHUNK) -> tuple[float, float]:
+    """(sum, sum of squares) of every element of ``x``, accumulated in float64 over chunks of
+    ``chunk`` elements on ``x``'s device: O(chunk) extra memory, one host sync."""
+    flat = x.detach().reshape(-1)
+    acc = torch.zeros(2, dtype=torch.float64, device=flat.device)
+    for start in range(0, flat.numel(), chunk):
+        part = flat[start : start + chunk].double()
+        acc[0] += part.sum()
+        acc[1] += torch.dot(part, part)
+    total, squares = acc.tolist()
+    return total, squares
+
+
+def in_scope(gname: str, scope: str, num_layers: int) -> bool:
+    """True when the audit of ``scope`` ('full' or 'summary') measures global parameter
+    ``gname``: everything for 'full'; for 'summary' the parameters outside the decoder layers
+    and those of global layers 0 and num_layers - 1.
+
+    Raises:
+        ValueError: an unknown scope.
+    """
+    if scope not in ("full", "summary"):
+        raise ValueError(f"init_audit={scope!r}: not an audit scope. Fix: 'full' or 'summary'")
+    match = _LAYER.match(gname)
+    return scope == "full" or not match or int(match.group(1)) in (0, num_layers - 1)
+
+
 def _owns_shard(role: WeightRole) -> bool:
     """True on exactly one rank per distinct shard of a parameter of ``role`` (its group's
     data-parallel rank 0; among TP ranks all of a sharded role, rank 0 of a replicated one)."""
@@ -67,8 +106,11 @@ def _owns_shard(role: WeightRole) -> bool:
 
 
 @torch.no_grad()
-def audit_init(models: list, cfg: Config, vocab_size: int, tolerance: float = 0.05) -> list[dict]:
-    """Measure every parameter across all ranks and compare with its expected init.
+def audit_init(
+    models: list, cfg: Config, vocab_size: int, tolerance: float = 0.05, scope: str = "full"
+) -> list[dict]:
+    """Measure every parameter (``scope='full'``; see :func:`in_scope` for 'summary') across all
+    ranks and compare with its expected init.
 
     Collective: every rank must call it. Returns the rows on every rank, sorted by name; each
     row has name, shape (global), role, fan_in (from the role table), gamma, expected_sigma,
@@ -81,6 +123,10 @@ def audit_init(models: list, cfg: Config, vocab_size: int, tolerance: float = 0.
         cfg: run config.
         vocab_size: padded vocabulary size.
         tolerance: relative sigma deviation that flags a row.
+        scope: 'full' or 'summary' (``--init-audit``).
+
+    Raises:
+        ValueError: an unknown scope.
     """
     local: dict[str, list] = {}
     for model in models:
@@ -89,11 +135,13 @@ def audit_init(models: list, cfg: Config, vocab_size: int, tolerance: float = 0.
             if not _owns_shard(role):
                 continue
             gname = global_name(name, model)
-            x = param.detach().double()
+            if not in_scope(gname, scope, cfg.model.num_layers):
+                continue
+            total, squares = shard_sums(param)
             stats = local.setdefault(gname, [0.0, 0.0, 0, list(global_shape(param, role))])
-            stats[0] += float(x.sum())
-            stats[1] += float((x * x).sum())
-            stats[2] += x.numel()
+            stats[0] += total
+            stats[1] += squares
+            stats[2] += param.numel()
     gathered = [None] * dist.get_world_size() if dist.is_initialized() else [local]
     if dist.is_initialized():
         dist.all_gather_object(gathered, local)

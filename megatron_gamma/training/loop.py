@@ -177,13 +177,7 @@ class Trainer:
         )
         self.tcfg = transformer_config(cfg, on_gpu=parallel.uses_gpu())
         self.chunks, self.init_plan = self._build_model()
-        self.init_audit = audit_init([c.module for c in self.chunks], cfg, self.vocab_size)
-        if self.rank == 0:
-            print(format_audit(self.init_audit), flush=True)
-            write_audit(self.init_audit, run_dir)
-            flagged = [r["name"] for r in self.init_audit if r["flagged"]]
-            if flagged:
-                print(f"WARNING: init audit flags {len(flagged)} parameters: {flagged}", flush=True)
+        self.init_audit = self._audit_init(run_dir)
         self.optimizer = get_megatron_optimizer(self._optimizer_config(), self.chunks)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.state = self._load()
@@ -213,6 +207,27 @@ class Trainer:
                 flush=True,
             )
         return TrainState()
+
+    def _audit_init(self, run_dir: str) -> list[dict]:
+        """The start-up init audit of ``--init-audit`` (none for 'off'); rank 0 prints it (the
+        table for 'full', the flagged rows for 'summary') and writes init_audit.json."""
+        scope = self.cfg.init.init_audit
+        if scope == "off":
+            return []
+        rows = audit_init([c.module for c in self.chunks], self.cfg, self.vocab_size, scope=scope)
+        if self.rank == 0:
+            flagged = [r for r in rows if r["flagged"]]
+            if scope == "full":
+                print(format_audit(rows), flush=True)
+            elif flagged:
+                print(format_audit(flagged), flush=True)
+            else:
+                print(f"init audit ({scope}): {len(rows)} parameters as expected", flush=True)
+            write_audit(rows, run_dir)
+            if flagged:
+                names = [r["name"] for r in flagged]
+                print(f"WARNING: init audit flags {len(names)} parameters: {names}", flush=True)
+        return rows
 
     def _build_model(self):
         chunks, plan = build_model(self.cfg, self.tcfg, self.vocab_size)
