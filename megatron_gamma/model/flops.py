@@ -21,9 +21,8 @@ from megatron_gamma.config import Config
 def forward_flops_per_token(cfg: Config, vocab_size: int) -> float:
     """Forward-pass FLOPs per token (see module docstring for the formula)."""
     m = cfg.model
-    h, n, g, d, s = m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels, (
-        m.seq_length
-    )
+    h, n, g, d = m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels
+    s = m.seq_length
     attn = 2 * h * (n * d + 2 * g * d) + 2 * n * d * h + 2 * n * d * s
     if m.gated_attention == "elementwise":
         attn += 2 * h * n * d
