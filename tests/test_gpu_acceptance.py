@@ -45,8 +45,12 @@ def test_dry_run_refuses_a_bad_flag_and_a_bad_ops_backend(tmp_path):
     with pytest.raises(RuntimeError, match=r"\['--no-such-flag'\] not accepted"):
         gpu_acceptance.check_command(bench)
     train = steps["train-defaults"]
-    train.cmd = [*train.cmd, "--gated-attention", "sideways"]
-    with pytest.raises(ValueError, match="gated_attention='sideways'"):
+    cmd = train.cmd
+    train.cmd = [*cmd, "--gated-attention", "sideways"]  # not a choice: argparse refuses it
+    with pytest.raises(RuntimeError, match="train-defaults: pretrain refuses"):
+        gpu_acceptance.check_command(train)
+    train.cmd = [*cmd, "--init-gamma", "-1"]  # parses; the config's check refuses it
+    with pytest.raises(ValueError, match="init_gamma=-1.0"):
         gpu_acceptance.check_command(train)
     ops = steps["train-ops-reference"]
     ops.env = {"MEGATRON_GAMMA_OPS": "fastest"}
