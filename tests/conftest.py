@@ -70,6 +70,22 @@ def read_metrics(run_dir) -> dict[str, dict[int, float]]:
     return out
 
 
+def read_diagnostics(run_dir) -> dict[int, dict]:
+    """{iteration: the live diagnostics record} from a run's metrics.jsonl."""
+    out = {}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            rec = json.loads(line)
+            if rec["split"] == "diagnostics":
+                out[rec["iteration"]] = rec
+    return out
+
+
+def close(a: float, b: float, rel: float = 1e-4, abs_: float = 1e-6) -> bool:
+    """|a - b| within ``rel`` of the larger magnitude, or within ``abs_``."""
+    return abs(a - b) <= max(abs_, rel * max(abs(a), abs(b)))
+
+
 def run_cli(args: list[str], nproc: int = 1, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run ``megatron-gamma ARGS`` in a fresh process (torchrun when nproc > 1)."""
     env = dict(os.environ, TORCHDYNAMO_DISABLE="1", OMP_NUM_THREADS="1")

@@ -9,11 +9,10 @@ constructor) must equal the live values computed on the sharded model.
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
-from conftest import TINY_MODEL, run_cli
+from conftest import TINY_MODEL, close, read_diagnostics, run_cli
 
 LAYOUTS = {
     "moe-ep2": ["--num-experts", "4", "--moe-ffn-hidden-size", "64",
@@ -21,20 +20,6 @@ LAYOUTS = {
     "pp2-vpp2": ["--num-layers", "4", "--pipeline-model-parallel-size", "2",
                  "--num-layers-per-virtual-pipeline-stage", "1"],
 }  # fmt: skip
-
-
-def _close(a: float, b: float, rel: float = 1e-4, abs_: float = 1e-6) -> bool:
-    return abs(a - b) <= max(abs_, rel * max(abs(a), abs(b)))
-
-
-def _live(run_dir) -> dict[int, dict]:
-    out = {}
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for line in f:
-            rec = json.loads(line)
-            if rec["split"] == "diagnostics":
-                out[rec["iteration"]] = rec
-    return out
 
 
 @pytest.fixture(scope="module", params=list(LAYOUTS))
@@ -60,13 +45,13 @@ def test_analyze_equals_live_diagnostics(layout_run):
     doc = json.load(open(run / "analysis" / "analysis.json"))
     (res,) = doc["runs"]
     assert res["iterations"] == [2, 4]
-    live = _live(run)
+    live = read_diagnostics(run)
     checked = 0
     for key, series in res["metrics"].items():
         if key.startswith(("stable_rank/", "top_share/", "sink_share/", "norm_")):
             for it, value in zip(res["iterations"], series, strict=True):
                 assert key in live[it], key
-                assert _close(value, live[it][key]), (key, it, value, live[it][key])
+                assert close(value, live[it][key]), (key, it, value, live[it][key])
                 checked += 1
     assert checked > 100
     if name == "moe-ep2":

@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import close, read_diagnostics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(REPO, "megatron_gamma", "data", "demo")
@@ -49,20 +50,6 @@ def _cli(*args: str, timeout: int = 120) -> str:
     return _run([sys.executable, "-m", "megatron_gamma.cli", *args], timeout)
 
 
-def _diagnostics(run_dir: str) -> dict[int, dict]:
-    out = {}
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for line in f:
-            rec = json.loads(line)
-            if rec["split"] == "diagnostics":
-                out[rec["iteration"]] = rec
-    return out
-
-
-def _close(a: float, b: float, rel: float = 1e-4, abs_: float = 1e-6) -> bool:
-    return abs(a - b) <= max(abs_, rel * max(abs(a), abs(b)))
-
-
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     root = tmp_path_factory.mktemp("diag")
@@ -85,7 +72,7 @@ def demo(tmp_path_factory):
 
 @pytest.mark.timeout(300)
 def test_live_callback_logs_every_diagnostic(demo):
-    diag = _diagnostics(demo["run"])
+    diag = read_diagnostics(demo["run"])
     assert sorted(diag) == [1, 2, 3, 4, 5, 6]
     rec = diag[6]
     roles = ["qkv.q", "qkv.k", "qkv.v", "gate", "attn_out", "fc1.gate", "fc2"]
@@ -161,13 +148,13 @@ def test_analyze_writes_plots_and_numbers_matching_references(demo):
 
     # offline (checkpoint -> single-rank model) equals live (in-memory weights, same batch);
     # iteration 0 (rebuilt from the config) equals live iteration 1, where the LR is still 0
-    live = _diagnostics(run)
+    live = read_diagnostics(run)
     checked = 0
     for key, series in metrics.items():
         if key.startswith(("stable_rank/", "top_share/", "sink_share/", "norm_")):
             for it, value in zip(res["iterations"], series, strict=True):
                 expected = live[max(it, 1)][key]
-                assert _close(value, expected), (key, it, value, expected)
+                assert close(value, expected), (key, it, value, expected)
                 checked += 1
     assert checked > 200
 
@@ -264,14 +251,14 @@ def test_tensor_parallel_diagnostics_equal_single_rank(demo):
     )  # fmt: skip
     tp2 = json.load(open(os.path.join(out, "diagnostics.json")))
     assert tp2.pop("iteration") == 6
-    tp1 = _diagnostics(demo["run"])[6]
+    tp1 = read_diagnostics(demo["run"])[6]
     keys = set(tp1) - {"iteration", "split", "diagnostics_seconds"}
     assert set(tp2) == keys
     for key in sorted(keys):
-        assert _close(tp2[key], tp1[key]), (key, tp2[key], tp1[key])
+        assert close(tp2[key], tp1[key]), (key, tp2[key], tp1[key])
     _cli("analyze", out, "--no-progress", "--no-init", timeout=240)
     (res,) = json.load(open(os.path.join(out, "analysis", "analysis.json")))["runs"]
     assert res["iterations"] == [6]
     for key, (value,) in res["metrics"].items():
         if key.startswith(("stable_rank/", "sink_share/", "norm_")):
-            assert _close(value, tp1[key]), (key, value, tp1[key])
+            assert close(value, tp1[key]), (key, value, tp1[key])
