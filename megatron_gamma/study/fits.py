@@ -8,8 +8,10 @@ baseline about 1.44x its size) and the γ sweep (best at γ = 1, worse above).
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 from scipy import optimize, stats
@@ -83,15 +85,17 @@ def fit_power_law(sizes: Sequence[float], losses: Sequence[float]) -> PowerLawFi
     span = float(y.max() - y.min()) or 1.0
     p0 = (max(float(y.min()) - span, 0.0), span, 0.5)
     try:
-        popt, pcov = optimize.curve_fit(
-            model,
-            x,
-            y,
-            p0=p0,
-            bounds=([0.0, 0.0, 0.0], [np.inf, np.inf, 3.0]),
-            method="trf",
-            maxfev=20000,
-        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optimize.OptimizeWarning)  # 3 points: no covariance
+            popt, pcov = optimize.curve_fit(
+                model,
+                x,
+                y,
+                p0=p0,
+                bounds=([0.0, 0.0, 0.0], [np.inf, np.inf, 3.0]),
+                method="trf",
+                maxfev=20000,
+            )
     except RuntimeError as e:
         raise ValueError(f"power-law fit did not converge on sizes {n.tolist()}: {e}") from e
     e_fit, a_x, alpha = (float(v) for v in popt)

@@ -57,8 +57,12 @@ class Verdict:
     rule: str
 
     def as_dict(self) -> dict:
-        return {"claim": self.claim, "verdict": self.verdict, "numbers": self.numbers,
-                "rule": self.rule}
+        return {
+            "claim": self.claim,
+            "verdict": self.verdict,
+            "numbers": self.numbers,
+            "rule": self.rule,
+        }
 
 
 def uniform_sink_share(seq_length: int) -> float:
@@ -91,8 +95,14 @@ class StudyData:
         for entry in self.manifest["runs"]:
             rec = rundir.read_run(os.path.join(study_dir, entry["key"]))
             done = rec.checkpoint == entry["train_iters"] and entry["train_iters"] in rec.valid
-            self.runs.append({**entry, "record": rec, "finished": done,
-                              "loss": rec.valid.get(entry["train_iters"]) if done else None})
+            self.runs.append(
+                {
+                    **entry,
+                    "record": rec,
+                    "finished": done,
+                    "loss": rec.valid.get(entry["train_iters"]) if done else None,
+                }
+            )
         self.finished = [r for r in self.runs if r["finished"]]
         self.arms = list(dict.fromkeys(r["arm"] for r in self.runs))
         sizes = {r["size"]: r["non_embedding"] for r in self.runs}
@@ -101,8 +111,9 @@ class StudyData:
 
     def losses(self, arm: str, size: str) -> dict[int, float]:
         """{seed: final validation loss} of the finished runs of ``arm`` at ``size``."""
-        return {r["seed"]: r["loss"] for r in self.finished
-                if r["arm"] == arm and r["size"] == size}
+        return {
+            r["seed"]: r["loss"] for r in self.finished if r["arm"] == arm and r["size"] == size
+        }
 
     def arm_sizes(self, arm: str) -> list[str]:
         return [s for s in self.sizes if self.losses(arm, s)]
@@ -132,8 +143,11 @@ class StudyData:
 
     def series(self, arm: str, size: str, prefix: str) -> dict[int, float]:
         """A diagnostic's per-iteration value (:meth:`RunRecord.series`) averaged over seeds."""
-        per_seed = [r["record"].series(prefix) for r in self.finished
-                    if r["arm"] == arm and r["size"] == size]
+        per_seed = [
+            r["record"].series(prefix)
+            for r in self.finished
+            if r["arm"] == arm and r["size"] == size
+        ]
         per_seed = [s for s in per_seed if s]
         if not per_seed:
             return {}
@@ -152,8 +166,14 @@ def _loss_table(data: StudyData) -> tuple[list[dict], dict]:
             if not losses:
                 continue
             mean, std = mean_std(list(losses.values()))
-            row = {"arm": arm, "size": size, "non_embedding": data.size_n[size],
-                   "seeds": len(losses), "mean": mean, "std": std}
+            row = {
+                "arm": arm,
+                "size": size,
+                "non_embedding": data.size_n[size],
+                "seeds": len(losses),
+                "mean": mean,
+                "std": std,
+            }
             base = data.losses(data.baseline, size)
             common = sorted(set(losses) & set(base))
             if arm != data.baseline and common:
@@ -169,8 +189,13 @@ def _fits(data: StudyData) -> dict[str, dict]:
     for arm in data.arms:
         sizes = data.arm_sizes(arm)
         means = [mean_std(list(data.losses(arm, s).values()))[0] for s in sizes]
-        entry = {"sizes": sizes, "n": [data.size_n[s] for s in sizes], "mean": means,
-                 "fit": None, "error": None}
+        entry = {
+            "sizes": sizes,
+            "n": [data.size_n[s] for s in sizes],
+            "mean": means,
+            "fit": None,
+            "error": None,
+        }
         if len(sizes) >= 3:
             try:
                 entry["fit"] = fit_power_law(entry["n"], means)
@@ -184,7 +209,7 @@ def _fits(data: StudyData) -> dict[str, dict]:
         entry["multiplier"] = {}
         if base_fit is None or arm == data.baseline:
             continue
-        for size, n, loss in zip(entry["sizes"], entry["n"], entry["mean"]):
+        for size, n, loss in zip(entry["sizes"], entry["n"], entry["mean"], strict=True):
             entry["multiplier"][size] = effective_size_multiplier(base_fit, loss, n)
     return out
 
@@ -204,8 +229,12 @@ def _gamma_grid(data: StudyData) -> dict[str, dict]:
                 mean, std = mean_std(list(losses.values()))
                 points.append((data.settings(arm)["init_gamma"], mean, std))
         points.sort()
-        entry = {"gamma": [p[0] for p in points], "mean": [p[1] for p in points],
-                 "std": [p[2] for p in points], "minimum": None}
+        entry = {
+            "gamma": [p[0] for p in points],
+            "mean": [p[1] for p in points],
+            "std": [p[2] for p in points],
+            "minimum": None,
+        }
         if len(points) >= 3:
             entry["minimum"] = parabola_minimum(entry["gamma"], entry["mean"])
         out[size] = entry
@@ -221,8 +250,12 @@ def _mechanisms(data: StudyData) -> dict[str, dict]:
             sink = data.series(arm, size, "sink_share")
             rank = data.series(arm, size, "stable_rank")
             cond = data.series(arm, size, "condensation")
-            entry = {"saturation": sat, "sink_share": sink, "stable_rank": rank,
-                     "condensation": cond}
+            entry = {
+                "saturation": sat,
+                "sink_share": sink,
+                "stable_rank": rank,
+                "condensation": cond,
+            }
             if sat:
                 entry["saturation_max"] = max(sat.values())
                 entry["saturation_final"] = sat[max(sat)]
@@ -232,9 +265,15 @@ def _mechanisms(data: StudyData) -> dict[str, dict]:
                 its = sorted(rank)
                 low_it = min(its[:-1], key=rank.get)
                 first, low, last = rank[its[0]], rank[low_it], rank[its[-1]]
-                entry.update(rank_first=first, rank_min=low, rank_min_iteration=low_it,
-                             rank_final=last, rank_dip=1 - low / first, rank_rise=last / low - 1,
-                             rank_first_iteration=its[0])
+                entry.update(
+                    rank_first=first,
+                    rank_min=low,
+                    rank_min_iteration=low_it,
+                    rank_final=last,
+                    rank_dip=1 - low / first,
+                    rank_rise=last / low - 1,
+                    rank_first_iteration=its[0],
+                )
             out[f"{arm}|{size}"] = entry
     return out
 
@@ -252,10 +291,22 @@ def _compare(data: StudyData, out_dir: str, table: list[dict]) -> Optional[dict]
         seed = sorted(set(data.losses(best["arm"], size)) & set(base))[0]
         ckpt_a = rundir.final_checkpoint(os.path.join(data.dir, best["arm"], size, f"seed-{seed}"))
         ckpt_b = rundir.final_checkpoint(
-            os.path.join(data.dir, data.baseline, size, f"seed-{seed}"))
+            os.path.join(data.dir, data.baseline, size, f"seed-{seed}")
+        )
         target = os.path.join(out_dir, "compare")
-        cmd = [sys.executable, "-m", "megatron_gamma.cli", "compare", ckpt_a, ckpt_b,
-               "--data-path", data.manifest["heldout"], "--output-dir", target, "--no-progress"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "megatron_gamma.cli",
+            "compare",
+            ckpt_a,
+            ckpt_b,
+            "--data-path",
+            data.manifest["heldout"],
+            "--output-dir",
+            target,
+            "--no-progress",
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             return {"error": proc.stderr.strip()[-600:], "arm": best["arm"], "size": size}
@@ -285,12 +336,15 @@ def _verdicts(data, diffs, fits, grid, mech, cmp) -> list[Verdict]:  # noqa: C90
     rule = "loss difference γ=1 − baseline < 0 at every size, 95% interval below 0 where it exists"
     g1 = roles["gamma1"]
     if g1 is None or not adv(g1):
-        v.append(Verdict(claim, NOT_MEASURABLE, "no γ = 1 arm with the baseline's ε and gate", rule))
+        v.append(
+            Verdict(claim, NOT_MEASURABLE, "no γ = 1 arm with the baseline's ε and gate", rule)
+        )
     else:
         ds = [diffs[(g1, s)] for s in data.sizes if (g1, s) in diffs]
         ok = all(d.mean < 0 and not (np.isfinite(d.high) and d.high >= 0) for d in ds)
-        nums = "; ".join(f"{s}: {_diff_text(diffs[(g1, s)])}" for s in data.sizes
-                         if (g1, s) in diffs)
+        nums = "; ".join(
+            f"{s}: {_diff_text(diffs[(g1, s)])}" for s in data.sizes if (g1, s) in diffs
+        )
         v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, f"Δloss {nums}", rule))
     # 2. gap shrinks with size under the blockers
     claim = "the gain of γ = 1 shrinks with size under ε = 1e-5 and no gate"
@@ -311,48 +365,83 @@ def _verdicts(data, diffs, fits, grid, mech, cmp) -> list[Verdict]:  # noqa: C90
         v.append(Verdict(claim, NOT_MEASURABLE, "needs γ = 1 and γ = 1+ε+gate arms", rule))
     else:
         s = common[-1]
-        nums = "; ".join(f"{z}: γ=1 {adv(g1)[z]:+.4f}, γ=1+ε+gate {adv(g3)[z]:+.4f}"
-                         for z in common)
+        nums = "; ".join(
+            f"{z}: γ=1 {adv(g1)[z]:+.4f}, γ=1+ε+gate {adv(g3)[z]:+.4f}" for z in common
+        )
         mult = fits.get(g3, {}).get("multiplier", {})
         if mult:
             nums += "; effective-size multiplier of γ=1+ε+gate: " + ", ".join(
-                f"{z} {m:.2f}x" for z, m in mult.items())
+                f"{z} {m:.2f}x" for z, m in mult.items()
+            )
         ok = adv(g3)[s] > adv(g1)[s]
         v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, nums, rule))
     # 4. saturation
     claim = "ε = 1e-5 saturates RMSNorm under small initialization"
-    rule = (f"max saturated-token share of γ=1 (ε=1e-5) > {SATURATION_MIN:g} and above both "
-            "γ=1+ε (ε=1e-12) and the γ=0.5 baseline, at the largest size")
+    rule = (
+        f"max saturated-token share of γ=1 (ε=1e-5) > {SATURATION_MIN:g} and above both "
+        "γ=1+ε (ε=1e-12) and the γ=0.5 baseline, at the largest size"
+    )
     g2 = roles["gamma1+eps"]
-    size = next((s for s in reversed(data.sizes)
-                 if g1 and g2 and all(f"{a}|{s}" in mech and "saturation_max" in mech[f"{a}|{s}"]
-                                      for a in (g1, g2, base))), None)
+    size = next(
+        (
+            s
+            for s in reversed(data.sizes)
+            if g1
+            and g2
+            and all(
+                f"{a}|{s}" in mech and "saturation_max" in mech[f"{a}|{s}"] for a in (g1, g2, base)
+            )
+        ),
+        None,
+    )
     if size is None:
-        v.append(Verdict(claim, NOT_MEASURABLE,
-                         "needs saturation diagnostics of baseline, γ=1 and γ=1+ε at one size",
-                         rule))
+        v.append(
+            Verdict(
+                claim,
+                NOT_MEASURABLE,
+                "needs saturation diagnostics of baseline, γ=1 and γ=1+ε at one size",
+                rule,
+            )
+        )
     else:
         m = {a: mech[f"{a}|{size}"]["saturation_max"] for a in (g1, g2, base)}
-        nums = (f"{size}: max saturated share γ=1 {m[g1]:.4f}, γ=1+ε {m[g2]:.4f}, "
-                f"baseline {m[base]:.4f}")
+        nums = (
+            f"{size}: max saturated share γ=1 {m[g1]:.4f}, γ=1+ε {m[g2]:.4f}, "
+            f"baseline {m[base]:.4f}"
+        )
         ok = m[g1] > SATURATION_MIN and m[g1] > m[g2] and m[g1] > m[base]
         v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, nums, rule))
     # 5. sink
     claim = "small initialization strengthens the attention sink; gating removes it"
-    rule = ("final sink share: γ=1+ε (no gate) > baseline, and γ=1+ε+gate < γ=1+ε, at the "
-            "largest size")
-    size = next((s for s in reversed(data.sizes)
-                 if g2 and g3 and all(f"{a}|{s}" in mech and "sink_final" in mech[f"{a}|{s}"]
-                                      for a in (g2, g3, base))), None)
+    rule = (
+        "final sink share: γ=1+ε (no gate) > baseline, and γ=1+ε+gate < γ=1+ε, at the largest size"
+    )
+    size = next(
+        (
+            s
+            for s in reversed(data.sizes)
+            if g2
+            and g3
+            and all(f"{a}|{s}" in mech and "sink_final" in mech[f"{a}|{s}"] for a in (g2, g3, base))
+        ),
+        None,
+    )
     if size is None:
-        v.append(Verdict(claim, NOT_MEASURABLE,
-                         "needs sink diagnostics of baseline, γ=1+ε and γ=1+ε+gate at one size",
-                         rule))
+        v.append(
+            Verdict(
+                claim,
+                NOT_MEASURABLE,
+                "needs sink diagnostics of baseline, γ=1+ε and γ=1+ε+gate at one size",
+                rule,
+            )
+        )
     else:
         m = {a: mech[f"{a}|{size}"]["sink_final"] for a in (g2, g3, base)}
         uni = uniform_sink_share(data.seq_length())
-        nums = (f"{size}: sink share baseline {m[base]:.4f}, γ=1+ε {m[g2]:.4f}, γ=1+ε+gate "
-                f"{m[g3]:.4f} (uniform attention {uni:.4f})")
+        nums = (
+            f"{size}: sink share baseline {m[base]:.4f}, γ=1+ε {m[g2]:.4f}, γ=1+ε+gate "
+            f"{m[g3]:.4f} (uniform attention {uni:.4f})"
+        )
         ok = m[g2] > m[base] and m[g3] < m[g2]
         v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, nums, rule))
     # 6. γ optimum
@@ -366,32 +455,47 @@ def _verdicts(data, diffs, fits, grid, mech, cmp) -> list[Verdict]:  # noqa: C90
         for s, g in usable.items():
             m = g["minimum"]
             ok &= m.best_measured == 1.0
-            parts.append(f"{s}: best measured γ = {m.best_measured:g}, parabola minimum "
-                         f"{_f(m.gamma, 3)} ± {_f(m.gamma_err, 3)}; losses " + ", ".join(
-                             f"γ={g_:g} {l_:.4f}" for g_, l_ in zip(g["gamma"], g["mean"])))
+            parts.append(
+                f"{s}: best measured γ = {m.best_measured:g}, parabola minimum "
+                f"{_f(m.gamma, 3)} ± {_f(m.gamma_err, 3)}; losses "
+                + ", ".join(
+                    f"γ={g_:g} {l_:.4f}" for g_, l_ in zip(g["gamma"], g["mean"], strict=True)
+                )
+            )
         v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, "; ".join(parts), rule))
     # 7. condensation then expansion
     claim = "condensation then expansion: stable rank dips early at γ = 1, not at γ = 0.5"
-    rule = (f"γ=1+ε+gate: mean stable rank falls by > {DIP_MIN:.0%} from its first logged "
-            f"value and recovers by > {DIP_MIN:.0%} by the end; baseline's dip is smaller")
+    rule = (
+        f"γ=1+ε+gate: mean stable rank falls by > {DIP_MIN:.0%} from its first logged "
+        f"value and recovers by > {DIP_MIN:.0%} by the end; baseline's dip is smaller"
+    )
     g_any = g3 or g2 or g1
-    size = next((s for s in reversed(data.sizes)
-                 if g_any and all("rank_dip" in mech.get(f"{a}|{s}", {}) for a in (g_any, base))),
-                None)
+    size = next(
+        (
+            s
+            for s in reversed(data.sizes)
+            if g_any and all("rank_dip" in mech.get(f"{a}|{s}", {}) for a in (g_any, base))
+        ),
+        None,
+    )
     if size is None:
         v.append(Verdict(claim, NOT_MEASURABLE, "needs >= 3 stable-rank points per arm", rule))
     else:
         a, b = mech[f"{g_any}|{size}"], mech[f"{base}|{size}"]
-        nums = (f"{size} ({g_any}): {a['rank_first']:.2f} at it {a['rank_first_iteration']} → "
-                f"min {a['rank_min']:.2f} at it {a['rank_min_iteration']} → {a['rank_final']:.2f} "
-                f"(dip {a['rank_dip']:.1%}, rise {a['rank_rise']:.1%}); baseline dip "
-                f"{b['rank_dip']:.1%}, rise {b['rank_rise']:.1%}")
+        nums = (
+            f"{size} ({g_any}): {a['rank_first']:.2f} at it {a['rank_first_iteration']} → "
+            f"min {a['rank_min']:.2f} at it {a['rank_min_iteration']} → {a['rank_final']:.2f} "
+            f"(dip {a['rank_dip']:.1%}, rise {a['rank_rise']:.1%}); baseline dip "
+            f"{b['rank_dip']:.1%}, rise {b['rank_rise']:.1%}"
+        )
         ok = a["rank_dip"] > DIP_MIN and a["rank_rise"] > DIP_MIN and b["rank_dip"] < a["rank_dip"]
         v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, nums, rule))
     # 8. Δsym by difficulty
     claim = "the gains concentrate on mid/high-difficulty tokens"
-    rule = (f"Δsym (best arm vs baseline, held-out) averaged over the hardest "
-            f"{1 - EASY_SHARE:.0%} of difficulty bins is > 0 and above the easiest {EASY_SHARE:.0%}")
+    rule = (
+        f"Δsym (best arm vs baseline, held-out) averaged over the hardest "
+        f"{1 - EASY_SHARE:.0%} of difficulty bins is > 0 and above the easiest {EASY_SHARE:.0%}"
+    )
     if not cmp or "bins" not in cmp:
         why = cmp["error"] if cmp else "no pair of finished best-arm and baseline runs"
         v.append(Verdict(claim, NOT_MEASURABLE, f"compare: {why}", rule))
@@ -402,14 +506,16 @@ def _verdicts(data, diffs, fits, grid, mech, cmp) -> list[Verdict]:  # noqa: C90
         if not hard:
             v.append(Verdict(claim, NOT_MEASURABLE, f"only {len(bins)} difficulty bin(s)", rule))
         else:
+
             def wmean(bs):
                 return sum(b["mean_delta"] * b["count"] for b in bs) / sum(b["count"] for b in bs)
 
             e, h = wmean(easy), wmean(hard)
-            nums = (f"{cmp['arm']} vs {base} at {cmp['size']}, {cmp['tokens']} tokens: Δsym "
-                    f"easy {e:+.4f}, mid/high {h:+.4f}; overall {cmp['mean_delta_sym']:+.4f}")
-            v.append(Verdict(claim, REPRODUCED if h > 0 and h > e else NOT_REPRODUCED, nums,
-                             rule))
+            nums = (
+                f"{cmp['arm']} vs {base} at {cmp['size']}, {cmp['tokens']} tokens: Δsym "
+                f"easy {e:+.4f}, mid/high {h:+.4f}; overall {cmp['mean_delta_sym']:+.4f}"
+            )
+            v.append(Verdict(claim, REPRODUCED if h > 0 and h > e else NOT_REPRODUCED, nums, rule))
     return v
 
 
@@ -430,9 +536,11 @@ def _machine() -> str:
         mcore = version("megatron-core")
     except Exception:  # noqa: BLE001 - version lookup only
         mcore = "unknown"
-    return (f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} logical CPUs, "
-            f"{gpu}; Python {platform.python_version()}, torch {torch.__version__}, "
-            f"megatron-core {mcore}")
+    return (
+        f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} logical CPUs, "
+        f"{gpu}; Python {platform.python_version()}, torch {torch.__version__}, "
+        f"megatron-core {mcore}"
+    )
 
 
 def _wall_seconds(data: StudyData) -> tuple[float, int]:
@@ -495,7 +603,8 @@ def report(
     data = StudyData(study_dir)
     if not data.finished:
         raise ConfigError(
-            f"study_dir={study_dir!r}: no finished run. Fix: run (or finish) the sweep first")
+            f"study_dir={study_dir!r}: no finished run. Fix: run (or finish) the sweep first"
+        )
     output = output or os.path.join(study_dir, "report.md")
     out_dir = os.path.splitext(output)[0]
     os.makedirs(out_dir, exist_ok=True)
@@ -508,35 +617,83 @@ def report(
     verdicts = _verdicts(data, diffs, fits, grid, mech, cmp)
     files = {}
     files["scaling_plot"] = plots.plot_scaling(
-        {a: {"sizes": f["n"], "mean": f["mean"],
-             "std": [mean_std(list(data.losses(a, s).values()))[1] for s in f["sizes"]],
-             "fit": f["fit"]} for a, f in fits.items() if f["sizes"]},
-        os.path.join(out_dir, "loss_vs_size.png"))
+        {
+            a: {
+                "sizes": f["n"],
+                "mean": f["mean"],
+                "std": [mean_std(list(data.losses(a, s).values()))[1] for s in f["sizes"]],
+                "fit": f["fit"],
+            }
+            for a, f in fits.items()
+            if f["sizes"]
+        },
+        os.path.join(out_dir, "loss_vs_size.png"),
+    )
     files["gamma_plot"] = plots.plot_gamma(grid, os.path.join(out_dir, "loss_vs_gamma.png"))
-    largest = {a: next((s for s in reversed(data.sizes) if f"{a}|{s}" in mech), None)
-               for a in data.arms if "@gamma=" not in a}
+    largest = {
+        a: next((s for s in reversed(data.sizes) if f"{a}|{s}" in mech), None)
+        for a in data.arms
+        if "@gamma=" not in a
+    }
     trajectories = {
-        "saturation_plot": ("saturation", "saturated-token share (σ²(h) ≤ 10ε)",
-                            "RMSNorm saturation, mean over norms", None, True),
-        "sink_plot": ("sink_share", "attention-sink share", "attention sink, mean over layers",
-                      uniform_sink_share(data.seq_length()), False),
-        "stable_rank_plot": ("stable_rank", "stable rank", "stable rank, mean over matrices",
-                             None, False),
+        "saturation_plot": (
+            "saturation",
+            "saturated-token share (σ²(h) ≤ 10ε)",
+            "RMSNorm saturation, mean over norms",
+            None,
+            True,
+        ),
+        "sink_plot": (
+            "sink_share",
+            "attention-sink share",
+            "attention sink, mean over layers",
+            uniform_sink_share(data.seq_length()),
+            False,
+        ),
+        "stable_rank_plot": (
+            "stable_rank",
+            "stable rank",
+            "stable rank, mean over matrices",
+            None,
+            False,
+        ),
     }
     for name, (key, ylabel, title, ref, log_y) in trajectories.items():
         series = {f"{a} ({s})": mech[f"{a}|{s}"][key] for a, s in largest.items() if s}
         files[name] = plots.plot_trajectories(
-            series, os.path.join(out_dir, f"{key}.png"), ylabel, title + " (largest size)",
-            reference=ref, reference_label="uniform attention 1/(i+1)" if ref else "",
-            log_y=log_y)
+            series,
+            os.path.join(out_dir, f"{key}.png"),
+            ylabel,
+            title + " (largest size)",
+            reference=ref,
+            reference_label="uniform attention 1/(i+1)" if ref else "",
+            log_y=log_y,
+        )
     files = {k: p for k, p in files.items() if p}
     if cmp and "files" in cmp:
         files["delta_sym_plot"] = cmp["files"]["plot"]
     files["losses_csv"] = _write_csv(os.path.join(out_dir, "losses.csv"), table)
     files["runs_csv"] = _write_csv(
         os.path.join(out_dir, "runs.csv"),
-        [{k: r[k] for k in ("key", "arm", "size", "seed", "params", "non_embedding", "tokens",
-                            "train_iters", "finished", "loss")} for r in data.runs])
+        [
+            {
+                k: r[k]
+                for k in (
+                    "key",
+                    "arm",
+                    "size",
+                    "seed",
+                    "params",
+                    "non_embedding",
+                    "tokens",
+                    "train_iters",
+                    "finished",
+                    "loss",
+                )
+            }
+            for r in data.runs
+        ],
+    )
     summary = {
         "study": data.manifest["name"],
         "runs": len(data.runs),
@@ -544,12 +701,19 @@ def report(
         "losses": table,
         "fits": {a: {k: v for k, v in f.items()} for a, f in fits.items()},
         "gamma_grid": grid,
-        "mechanisms": {k: {kk: vv for kk, vv in m.items()
-                           if kk not in ("saturation", "sink_share", "stable_rank",
-                                         "condensation")} | {
-                           "series": {kk: m[kk] for kk in ("saturation", "sink_share",
-                                                           "stable_rank", "condensation")}}
-                       for k, m in mech.items()},
+        "mechanisms": {
+            k: {
+                kk: vv
+                for kk, vv in m.items()
+                if kk not in ("saturation", "sink_share", "stable_rank", "condensation")
+            }
+            | {
+                "series": {
+                    kk: m[kk] for kk in ("saturation", "sink_share", "stable_rank", "condensation")
+                }
+            }
+            for k, m in mech.items()
+        },
         "compare": {k: v for k, v in (cmp or {}).items() if k != "files"},
         "verdicts": [x.as_dict() for x in verdicts],
     }
@@ -585,81 +749,133 @@ def _markdown(data, table, fits, grid, mech, cmp, verdicts, files, rel, command,
     out += ["", "## Verdicts", "", "| claim | verdict | measured | rule |", "|---|---|---|---|"]
     for v in verdicts:
         out.append(f"| {v.claim} | **{v.verdict}** | {v.numbers} | {v.rule} |")
-    out += ["", "## Runs", "", "| size | non-embedding params | total params | tokens | iterations |",
-            "|---|---|---|---|---|"]
+    out += [
+        "",
+        "## Runs",
+        "",
+        "| size | non-embedding params | total params | tokens | iterations |",
+        "|---|---|---|---|---|",
+    ]
     for size in data.sizes:
         r = next(r for r in data.runs if r["size"] == size)
-        out.append(f"| {size} ({r['hidden_size']}×{r['num_layers']}) | {r['non_embedding']:,} | "
-                   f"{r['params']:,} | {r['tokens']:,} | {r['train_iters']} |")
-    out += ["", "Arms: " + "; ".join(
-        f"`{a}` (γ={s['init_gamma']:g}, ε={s['norm_epsilon']:.0e}, gate {s['gated_attention']})"
-        for a in data.arms for s in [data.settings(a)]), ""]
-    out += ["## Final validation loss (held-out split)", "",
-            "Mean ± sample sd over seeds; Δ = arm − baseline, paired by seed, with a 95% "
-            "Student-t interval.", "", "| arm | size | seeds | loss | Δ vs baseline [95% CI] |",
-            "|---|---|---|---|---|"]
+        out.append(
+            f"| {size} ({r['hidden_size']}×{r['num_layers']}) | {r['non_embedding']:,} | "
+            f"{r['params']:,} | {r['tokens']:,} | {r['train_iters']} |"
+        )
+    out += [
+        "",
+        "Arms: "
+        + "; ".join(
+            f"`{a}` (γ={s['init_gamma']:g}, ε={s['norm_epsilon']:.0e}, gate {s['gated_attention']})"
+            for a in data.arms
+            for s in [data.settings(a)]
+        ),
+        "",
+    ]
+    out += [
+        "## Final validation loss (held-out split)",
+        "",
+        "Mean ± sample sd over seeds; Δ = arm − baseline, paired by seed, with a 95% "
+        "Student-t interval.",
+        "",
+        "| arm | size | seeds | loss | Δ vs baseline [95% CI] |",
+        "|---|---|---|---|---|",
+    ]
     for r in table:
         sd = f" ± {r['std']:.4f}" if r["std"] is not None else ""
         d = ""
         if "diff" in r:
-            d = (f"{r['diff']:+.4f} [{r['diff_low']:+.4f}, {r['diff_high']:+.4f}]"
-                 if np.isfinite(r["diff_low"]) else f"{r['diff']:+.4f} (1 seed)")
+            d = (
+                f"{r['diff']:+.4f} [{r['diff_low']:+.4f}, {r['diff_high']:+.4f}]"
+                if np.isfinite(r["diff_low"])
+                else f"{r['diff']:+.4f} (1 seed)"
+            )
         out.append(f"| {r['arm']} | {r['size']} | {r['seeds']} | {r['mean']:.4f}{sd} | {d} |")
     out += ["", f"![loss vs size]({rel}/loss_vs_size.png)" if "scaling_plot" in files else "", ""]
-    out += ["## Scaling fits L(N) = E + A·N^(−α)", "",
-            "N = non-embedding parameters (embedding and output layer excluded); fitted to the "
-            "seed-mean losses; ± is one standard error (n/a with exactly 3 sizes: no residual "
-            "degrees of freedom). Multiplier: the N at which the baseline's fit reaches the "
-            "arm's measured loss, divided by the arm's N (paper: about 1.44 for γ = 1 with both "
-            "fixes).", "", "| arm | E | A | α | rms residual | multiplier by size |",
-            "|---|---|---|---|---|---|"]
+    out += [
+        "## Scaling fits L(N) = E + A·N^(−α)",
+        "",
+        "N = non-embedding parameters (embedding and output layer excluded); fitted to the "
+        "seed-mean losses; ± is one standard error (n/a with exactly 3 sizes: no residual "
+        "degrees of freedom). Multiplier: the N at which the baseline's fit reaches the "
+        "arm's measured loss, divided by the arm's N (paper: about 1.44 for γ = 1 with both "
+        "fixes).",
+        "",
+        "| arm | E | A | α | rms residual | multiplier by size |",
+        "|---|---|---|---|---|---|",
+    ]
     for arm, f in fits.items():
         fit: Optional[PowerLawFit] = f["fit"]
         mult = ", ".join(f"{s} {x:.2f}x" for s, x in f["multiplier"].items()) or "—"
         if fit is None:
             out.append(f"| {arm} | not fitted: {f['error']} | | | | {mult} |")
         else:
-            out.append(f"| {arm} | {fit.e:.3f} ± {_f(fit.e_err, 3)} | {fit.a:.3g} ± "
-                       f"{_f(fit.a_err, 3)} | {fit.alpha:.3f} ± {_f(fit.alpha_err, 3)} | "
-                       f"{fit.rms_residual:.4f} | {mult} |")
+            out.append(
+                f"| {arm} | {fit.e:.3f} ± {_f(fit.e_err, 3)} | {fit.a:.3g} ± "
+                f"{_f(fit.a_err, 3)} | {fit.alpha:.3f} ± {_f(fit.alpha_err, 3)} | "
+                f"{fit.rms_residual:.4f} | {mult} |"
+            )
     out += ["", "## Loss against γ", ""]
     if grid:
         for size, g in grid.items():
             mn = g["minimum"]
-            pts = ", ".join(f"γ={x:g}: {y:.4f}" for x, y in zip(g["gamma"], g["mean"]))
+            pts = ", ".join(f"γ={x:g}: {y:.4f}" for x, y in zip(g["gamma"], g["mean"], strict=True))
             if mn is not None:
-                pts += (f"; parabola minimum γ = {_f(mn.gamma, 3)} ± {_f(mn.gamma_err, 3)}, best "
-                        f"measured γ = {mn.best_measured:g}")
+                pts += (
+                    f"; parabola minimum γ = {_f(mn.gamma, 3)} ± {_f(mn.gamma_err, 3)}, best "
+                    f"measured γ = {mn.best_measured:g}"
+                )
             out.append(f"- {size}: {pts}")
         if "gamma_plot" in files:
             out += ["", f"![loss vs gamma]({rel}/loss_vs_gamma.png)"]
     else:
         out.append("No γ grid in this study.")
-    out += ["", "## Mechanisms", "",
-            f"From `--log-diagnostics-interval` (first point at the first interval, not at "
-            f"initialization). Uniform-attention sink share for sequence length "
-            f"{data.seq_length()}: {uniform_sink_share(data.seq_length()):.4f}.", "",
-            "| arm | size | max saturated share | final saturated share | final sink share | "
-            "stable rank first → min → final |", "|---|---|---|---|---|---|"]
+    out += [
+        "",
+        "## Mechanisms",
+        "",
+        f"From `--log-diagnostics-interval` (first point at the first interval, not at "
+        f"initialization). Uniform-attention sink share for sequence length "
+        f"{data.seq_length()}: {uniform_sink_share(data.seq_length()):.4f}.",
+        "",
+        "| arm | size | max saturated share | final saturated share | final sink share | "
+        "stable rank first → min → final |",
+        "|---|---|---|---|---|---|",
+    ]
     for key, e in mech.items():
         arm, size = key.split("|")
-        rank = (f"{e['rank_first']:.2f} → {e['rank_min']:.2f} (it {e['rank_min_iteration']}) "
-                f"→ {e['rank_final']:.2f}" if "rank_first" in e else "n/a")
-        out.append(f"| {arm} | {size} | {_f(e.get('saturation_max'))} | "
-                   f"{_f(e.get('saturation_final'))} | {_f(e.get('sink_final'))} | {rank} |")
-    for name, title in (("saturation_plot", "saturation"), ("sink_plot", "sink"),
-                        ("stable_rank_plot", "stable rank")):
+        rank = (
+            f"{e['rank_first']:.2f} → {e['rank_min']:.2f} (it {e['rank_min_iteration']}) "
+            f"→ {e['rank_final']:.2f}"
+            if "rank_first" in e
+            else "n/a"
+        )
+        out.append(
+            f"| {arm} | {size} | {_f(e.get('saturation_max'))} | "
+            f"{_f(e.get('saturation_final'))} | {_f(e.get('sink_final'))} | {rank} |"
+        )
+    for name, title in (
+        ("saturation_plot", "saturation"),
+        ("sink_plot", "sink"),
+        ("stable_rank_plot", "stable rank"),
+    ):
         if name in files:
             out += ["", f"![{title}]({rel}/{os.path.basename(files[name])})"]
     out += ["", "## Δsym by token difficulty (held-out)", ""]
     if cmp and "bins" in cmp:
-        out += [f"A = `{cmp['arm']}`, B = `{data.baseline}`, size {cmp['size']}, seed "
-                f"{cmp['seed']}, {cmp['tokens']} tokens; mean loss A {cmp['a']['mean_loss']:.4f},"
-                f" B {cmp['b']['mean_loss']:.4f}; Δsym = (p_A − p_B)/(p_A + p_B).", "",
-                "| difficulty (nats) | tokens | mean Δsym ± sem | A better |", "|---|---|---|---|"]
+        out += [
+            f"A = `{cmp['arm']}`, B = `{data.baseline}`, size {cmp['size']}, seed "
+            f"{cmp['seed']}, {cmp['tokens']} tokens; mean loss A {cmp['a']['mean_loss']:.4f},"
+            f" B {cmp['b']['mean_loss']:.4f}; Δsym = (p_A − p_B)/(p_A + p_B).",
+            "",
+            "| difficulty (nats) | tokens | mean Δsym ± sem | A better |",
+            "|---|---|---|---|",
+        ]
         for b in cmp["bins"]:
-            out.append(f"| {b['lo']:.2f}–{b['hi']:.2f} | {b['count']} | "
-                       f"{b['mean_delta']:+.4f} ± {b['sem_delta']:.4f} | {b['a_better']:.1%} |")
+            out.append(
+                f"| {b['lo']:.2f}–{b['hi']:.2f} | {b['count']} | "
+                f"{b['mean_delta']:+.4f} ± {b['sem_delta']:.4f} | {b['a_better']:.1%} |"
+            )
         out += ["", f"![delta sym]({rel}/compare/delta_sym_by_difficulty.png)"]
     else:
         out.append(f"Not measured: {cmp['error'] if cmp else 'no finished pair of runs'}.")

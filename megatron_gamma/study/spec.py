@@ -71,7 +71,8 @@ def _fail(key: str, value: Any, why: str, fix: str) -> None:
 class DataSpec:
     """The study's corpus: ``inputs`` (jsonl / jsonl.gz with a ``text`` key) split by document
     index into train and held-out (every ``heldout_every``-th document), tokenized with
-    ``tokenizer_model``."""
+    ``tokenizer_model``. Existence is checked when the data are prepared (a dry run of a cluster
+    study works without the cluster's files)."""
 
     inputs: list[str]
     tokenizer_model: str
@@ -165,12 +166,9 @@ def _parse_data(raw: Any, base: str) -> DataSpec:
     if not isinstance(inputs, list) or not inputs:
         _fail("data.inputs", inputs, "must be a non-empty list of files", "list jsonl files")
     inputs = [_resolve(base, p) for p in inputs]
-    for p in inputs:
-        if not os.path.isfile(p):
-            _fail("data.inputs", p, "file not found", "give paths relative to the study file")
     tok = raw.get("tokenizer_model")
-    if not isinstance(tok, str) or not os.path.isfile(_resolve(base, tok)):
-        _fail("data.tokenizer_model", tok, "file not found", "give tokenizer.json's path")
+    if not isinstance(tok, str):
+        _fail("data.tokenizer_model", tok, "must be a path", "give tokenizer.json's path")
     every = raw.get("heldout_every", 20)
     if not isinstance(every, int) or every < 2:
         _fail("data.heldout_every", every, "must be an integer >= 2", "use e.g. 20")
@@ -231,8 +229,12 @@ def _add_gamma_grid(study: Study, raw: Any) -> None:
     grid_seeds = _seed_list("gamma_grid.seeds", raw.get("seeds", study.arms[base].seeds))
     for s in grid_sizes:
         if s not in study.arms[base].sizes:
-            _fail("gamma_grid.sizes", grid_sizes, f"{s!r} is not a size of arm {base!r}",
-                  f"use sizes of {base}: {study.arms[base].sizes}")
+            _fail(
+                "gamma_grid.sizes",
+                grid_sizes,
+                f"{s!r} is not a size of arm {base!r}",
+                f"use sizes of {base}: {study.arms[base].sizes}",
+            )
     own = float(study.arms[base].fields.get("init_gamma", _base_gamma(study)))
     for v in values:
         if float(v) == own:
@@ -292,8 +294,12 @@ def load_study(path: str) -> Study:
     if study.baseline not in study.arms:
         _fail("baseline", study.baseline, "not an arm", f"use one of {list(study.arms)}")
     if study.diagnostics_points < 1 or study.checkpoints < 1:
-        _fail("diagnostics_points/checkpoints", (study.diagnostics_points, study.checkpoints),
-              "must be >= 1", "use e.g. 10 and 4")
+        _fail(
+            "diagnostics_points/checkpoints",
+            (study.diagnostics_points, study.checkpoints),
+            "must be >= 1",
+            "use e.g. 10 and 4",
+        )
     if raw.get("gamma_grid") is not None:
         _add_gamma_grid(study, raw["gamma_grid"])
     return study

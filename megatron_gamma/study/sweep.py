@@ -77,7 +77,15 @@ def sizing(run: Run) -> Sizing:
     from megatron_gamma.model.flops import train_flops_per_token
 
     cfg = run.config
-    vocab = BilingualTokenizer(cfg.data.tokenizer_model).vocab_size
+    if os.path.isfile(cfg.data.tokenizer_model):
+        vocab = BilingualTokenizer(cfg.data.tokenizer_model).vocab_size
+    elif cfg.model.vocab_size:
+        vocab = 0
+    else:
+        raise StudyError(
+            f"tokenizer_model={cfg.data.tokenizer_model!r}: not found and no vocab_size. Fix: "
+            "give the tokenizer's path, or set vocab_size for a plan without it"
+        )
     vocab = padded_vocab_size(max(vocab, cfg.model.vocab_size or 0), cfg)
     counts = count_parameters(cfg, vocab)
     return Sizing(
@@ -207,6 +215,13 @@ def prepare_data(study: Study, output_dir: str, out: TextIO) -> dict[str, str]:
     Raises:
         StudyError: unreadable input or a failed ``preprocess``.
     """
+    for key, path in [("data.inputs", p) for p in study.data.inputs] + [
+        ("data.tokenizer_model", study.data.tokenizer_model)
+    ]:
+        if not os.path.isfile(path):
+            raise StudyError(
+                f"{key}={path!r}: file not found. Fix: give paths relative to the study file"
+            )
     prefixes = data_prefixes(output_dir)
     data_dir = os.path.dirname(prefixes["train"])
     os.makedirs(data_dir, exist_ok=True)
@@ -350,4 +365,3 @@ def sweep(study_path: str, output_dir: str, out: TextIO = sys.stdout) -> list[Ru
             flush=True,
         )
     return runs
-
