@@ -39,8 +39,13 @@ def test_power_law_fit_three_points_has_no_error_bars_and_rejects_bad_input():
     assert math.isnan(fit.alpha_err) and fit.rms_residual < 1e-6
     with pytest.raises(ValueError, match="need >= 3"):
         fit_power_law([1e5, 1e6], [3.0, 2.9])
-    with pytest.raises(ValueError, match="positive and distinct"):
+    with pytest.raises(ValueError, match="at least 3 distinct"):
         fit_power_law([1e5, 1e5, 1e6], [3.0, 2.9, 2.8])
+    # one point per seed: repeated sizes give residual degrees of freedom
+    seeds = np.repeat(n, 2)
+    fit = fit_power_law(seeds, 2.0 + 30.0 * seeds**-0.3 + np.tile([1e-3, -1e-3], 3))
+    assert fit.points == 6 and np.isfinite(fit.alpha_err)
+    assert fit.alpha == pytest.approx(0.3, rel=1e-4)
 
 
 def test_effective_size_multiplier_equals_closed_form():

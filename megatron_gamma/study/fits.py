@@ -61,21 +61,22 @@ def fit_power_law(sizes: Sequence[float], losses: Sequence[float]) -> PowerLawFi
     to raw N (``A_raw = A_x * N_max^alpha``), and its error likewise.
 
     Args:
-        sizes: (k,) model sizes in parameters, k >= 3, all > 0 and distinct.
+        sizes: (k,) model sizes in parameters, all > 0, at least 3 distinct; a size may repeat
+            (one point per seed).
         losses: (k,) losses in nats.
 
     Returns:
         The fit with standard errors (NaN when k == 3: no residual degrees of freedom).
 
     Raises:
-        ValueError: fewer than 3 sizes, repeated or non-positive sizes, or a fit that fails.
+        ValueError: fewer than 3 distinct sizes, non-positive sizes, or a fit that fails.
     """
     n = np.asarray(sizes, dtype=np.float64)
     y = np.asarray(losses, dtype=np.float64)
     if n.shape != y.shape or n.ndim != 1 or n.size < 3:
         raise ValueError(f"need >= 3 (size, loss) pairs, got sizes {n.shape}, losses {y.shape}")
-    if np.any(n <= 0) or np.unique(n).size != n.size:
-        raise ValueError(f"sizes={n.tolist()}: must be positive and distinct")
+    if np.any(n <= 0) or np.unique(n).size < 3:
+        raise ValueError(f"sizes={n.tolist()}: must be positive, at least 3 distinct")
     scale = float(n.max())
     x = n / scale
 

@@ -104,6 +104,7 @@ def plot_trajectories(
         ax.axhline(reference, color="k", ls="--", lw=1, label=reference_label)
     if log_y:
         ax.set_yscale("symlog", linthresh=1e-4)
+        ax.set_ylim(bottom=0)
     ax.set_xlabel("iteration")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
