@@ -90,6 +90,13 @@ def test_dry_run_prints_plan_and_writes_nothing(tmp_path):
     assert "8,192" in lines[1] and "655,680" in lines[1]
     assert "estimated time left" in proc.stdout
     assert not out.exists()
+    proc = _cli("sweep", SMOKE, "--output-dir", str(out), "--slurm", "--dry-run", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    script = proc.stdout
+    assert "#SBATCH --array=0-3" in script and script.count("/seed-1\n") == 4
+    assert '--config "$2/study-config.yaml"' in script
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    assert not out.exists()
     proc = _cli("sweep", SMOKE, "--output-dir", str(out), "--partition", "gpu", timeout=300)
     assert proc.returncode == 2 and "only used with --slurm" in proc.stderr
 
