@@ -426,15 +426,16 @@ def _verdicts(data, diffs, fits, grid, mech, cmp) -> list[Verdict]:  # noqa: C90
     # 5. sink
     claim = "small initialization strengthens the attention sink; gating removes it"
     rule = (
-        "final sink share: γ=1+ε (no gate) > baseline, and γ=1+ε+gate < γ=1+ε, at the largest size"
+        "final sink share at the largest size: γ=1 > baseline (only γ differs; γ=1+ε when there "
+        "is no γ=1 arm), and γ=1+ε+gate < γ=1+ε (only the gate differs)"
     )
+    small = g1 or g2
+    arms5 = (small, g2, g3, base)
     size = next(
         (
             s
             for s in reversed(data.sizes)
-            if g2
-            and g3
-            and all(f"{a}|{s}" in mech and "sink_final" in mech[f"{a}|{s}"] for a in (g2, g3, base))
+            if small and g2 and g3 and all("sink_final" in mech.get(f"{a}|{s}", {}) for a in arms5)
         ),
         None,
     )
@@ -443,18 +444,18 @@ def _verdicts(data, diffs, fits, grid, mech, cmp) -> list[Verdict]:  # noqa: C90
             Verdict(
                 claim,
                 NOT_MEASURABLE,
-                "needs sink diagnostics of baseline, γ=1+ε and γ=1+ε+gate at one size",
+                "needs sink diagnostics of baseline, γ=1, γ=1+ε and γ=1+ε+gate at one size",
                 rule,
             )
         )
     else:
-        m = {a: mech[f"{a}|{size}"]["sink_final"] for a in (g2, g3, base)}
+        m = {a: mech[f"{a}|{size}"]["sink_final"] for a in arms5}
         uni = uniform_sink_share(data.seq_length())
         nums = (
-            f"{size}: sink share baseline {m[base]:.4f}, γ=1+ε {m[g2]:.4f}, γ=1+ε+gate "
-            f"{m[g3]:.4f} (uniform attention {uni:.4f})"
+            f"{size}: sink share baseline {m[base]:.4f}, {small} {m[small]:.4f}, {g2} "
+            f"{m[g2]:.4f}, {g3} {m[g3]:.4f} (uniform attention {uni:.4f})"
         )
-        ok = m[g2] > m[base] and m[g3] < m[g2]
+        ok = m[small] > m[base] and m[g3] < m[g2]
         v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, nums, rule))
     # 6. γ optimum
     claim = "loss is best at γ = 1 (worse above)"
