@@ -206,13 +206,31 @@ def _fits(data: StudyData) -> dict[str, dict]:
             entry["error"] = f"{len(sizes)} size(s); a fit of E, A, α needs >= 3"
         out[arm] = entry
     base_fit = out.get(data.baseline, {}).get("fit")
+    base_n = out.get(data.baseline, {}).get("n") or [0.0]
     for arm, entry in out.items():
-        entry["multiplier"] = {}
+        entry["multiplier"], entry["multiplier_extrapolated"] = {}, []
         if base_fit is None or arm == data.baseline:
             continue
         for size, n, loss in zip(entry["sizes"], entry["n"], entry["mean"], strict=True):
-            entry["multiplier"][size] = effective_size_multiplier(base_fit, loss, n)
+            m = effective_size_multiplier(base_fit, loss, n)
+            entry["multiplier"][size] = m
+            if not min(base_n) <= m * n <= max(base_n):
+                entry["multiplier_extrapolated"].append(size)
     return out
+
+
+def _multiplier_text(entry: dict) -> str:
+    """``SIZE 1.44x`` per size; flagged when the baseline's N_eff lies outside its measured
+    sizes (the fit is extrapolated) or is never reached (loss below the baseline fit's E)."""
+    parts = []
+    for size, m in entry["multiplier"].items():
+        if not np.isfinite(m):
+            parts.append(f"{size} ∞ (loss below the baseline fit's E)")
+        elif size in entry["multiplier_extrapolated"]:
+            parts.append(f"{size} {m:.2f}x (extrapolated)")
+        else:
+            parts.append(f"{size} {m:.2f}x")
+    return ", ".join(parts)
 
 
 def _gamma_grid(data: StudyData) -> dict[str, dict]:
@@ -380,11 +398,8 @@ def _verdicts(data, diffs, fits, grid, mech, cmp) -> list[Verdict]:  # noqa: C90
         nums = "; ".join(
             f"{z}: γ=1 {adv(g1)[z]:+.4f}, γ=1+ε+gate {adv(g3)[z]:+.4f}" for z in common
         )
-        mult = fits.get(g3, {}).get("multiplier", {})
-        if mult:
-            nums += "; effective-size multiplier of γ=1+ε+gate: " + ", ".join(
-                f"{z} {m:.2f}x" for z, m in mult.items()
-            )
+        if fits.get(g3, {}).get("multiplier"):
+            nums += "; effective-size multiplier of γ=1+ε+gate: " + _multiplier_text(fits[g3])
         ok = adv(g3)[s] > adv(g1)[s]
         v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, nums, rule))
     # 4. saturation
@@ -427,7 +442,8 @@ def _verdicts(data, diffs, fits, grid, mech, cmp) -> list[Verdict]:  # noqa: C90
     claim = "small initialization strengthens the attention sink; gating removes it"
     rule = (
         "final sink share at the largest size: γ=1 > baseline (only γ differs; γ=1+ε when there "
-        "is no γ=1 arm), and γ=1+ε+gate < γ=1+ε (only the gate differs)"
+        "is no γ=1 arm), and γ=1+ε+gate < γ=1+ε (only the gate differs); not measurable when "
+        "no arm's share exceeds uniform attention's (no sink has formed)"
     )
     small = g1 or g2
     arms5 = (small, g2, g3, base)
@@ -455,8 +471,12 @@ def _verdicts(data, diffs, fits, grid, mech, cmp) -> list[Verdict]:  # noqa: C90
             f"{size}: sink share baseline {m[base]:.4f}, {small} {m[small]:.4f}, {g2} "
             f"{m[g2]:.4f}, {g3} {m[g3]:.4f} (uniform attention {uni:.4f})"
         )
-        ok = m[small] > m[base] and m[g3] < m[g2]
-        v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, nums, rule))
+        if max(m.values()) <= uni:
+            nums += "; no sink has formed: every share is at or below uniform attention's"
+            v.append(Verdict(claim, NOT_MEASURABLE, nums, rule))
+        else:
+            ok = m[small] > m[base] and m[g3] < m[g2]
+            v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, nums, rule))
     # 6. γ optimum
     claim = "loss is best at γ = 1 (worse above)"
     rule = "the lowest measured loss of the γ grid is at γ = 1 at every grid size"
@@ -819,13 +839,13 @@ def _markdown(data, table, fits, grid, mech, cmp, verdicts, files, rel, command,
     ]
     for arm, f in fits.items():
         fit: Optional[PowerLawFit] = f["fit"]
-        mult = ", ".join(f"{s} {x:.2f}x" for s, x in f["multiplier"].items()) or "—"
+        mult = _multiplier_text(f) or "—"
         if fit is None:
             out.append(f"| {arm} | not fitted: {f['error']} | | | | {mult} |")
         else:
             out.append(
                 f"| {arm} | {fit.e:.3f} ± {_f(fit.e_err, 3)} | {fit.a:.3g} ± "
-                f"{_f(fit.a_err, 3)} | {fit.alpha:.3f} ± {_f(fit.alpha_err, 3)} | "
+                f"{fit.a_err:.3g} | {fit.alpha:.3f} ± {_f(fit.alpha_err, 3)} | "
                 f"{fit.rms_residual:.4f} | {mult} |"
             )
     out += ["", "## Loss against γ", ""]
