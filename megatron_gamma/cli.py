@@ -168,15 +168,10 @@ def _sweep(args: argparse.Namespace) -> None:
         )
         _print_submission(result, args.dry_run)
         return
-    from megatron_gamma.study.spec import load_study, plan
-    from megatron_gamma.study.sweep import check_unchanged, describe_plan, sweep
+    from megatron_gamma.study.sweep import dry_run, sweep
 
     if args.dry_run:
-        study = load_study(args.study)
-        runs = plan(study, args.output_dir)
-        for run in runs:
-            check_unchanged(run)
-        print(describe_plan(study, runs))
+        print(dry_run(args.study, args.output_dir))
         return
     runs = sweep(args.study, args.output_dir)
     print(f"sweep: {len(runs)} runs finished in {args.output_dir}")

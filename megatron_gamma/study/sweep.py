@@ -309,6 +309,19 @@ def describe_plan(study: Study, runs: list[Run]) -> str:
     return "\n".join(lines)
 
 
+def dry_run(study_path: str, output_dir: str) -> str:
+    """The plan of ``sweep --dry-run`` (:func:`describe_plan`); writes nothing.
+
+    Raises:
+        StudyError: an invalid study. StudyChangedError: a changed run.
+    """
+    study = load_study(study_path)
+    runs = plan(study, output_dir)
+    for run in runs:
+        check_unchanged(run)
+    return describe_plan(study, runs)
+
+
 def run_one(run: Run, out: TextIO) -> float:
     """Train one run through ``pretrain`` (resuming from its checkpoints); return wall seconds.
 
