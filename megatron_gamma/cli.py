@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 
 from megatron_gamma.config import ConfigError
@@ -180,7 +181,7 @@ def _sweep(args: argparse.Namespace) -> None:
 def _report(args: argparse.Namespace) -> None:
     from megatron_gamma.study.report import report
 
-    command = "megatron-gamma " + " ".join(sys.argv[1:])
+    command = "megatron-gamma " + shlex.join(sys.argv[1:])
     written = report(args.study_dir, output=args.output, command=command, note=args.note)
     for name, path in written.items():
         print(f"wrote {name}: {path}")

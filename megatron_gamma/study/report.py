@@ -204,6 +204,9 @@ def _fits(data: StudyData) -> dict[str, dict]:
                 entry["error"] = str(e)
         else:
             entry["error"] = f"{len(sizes)} size(s); a fit of E, A, α needs >= 3"
+        entry["loss_rises"] = [
+            f"{sizes[i - 1]} → {sizes[i]}" for i in range(1, len(sizes)) if means[i] >= means[i - 1]
+        ]
         out[arm] = entry
     base_fit = out.get(data.baseline, {}).get("fit")
     base_n = out.get(data.baseline, {}).get("n") or [0.0]
@@ -385,6 +388,8 @@ def _verdicts(data, diffs, fits, grid, mech, cmp) -> list[Verdict]:  # noqa: C90
         a = adv(g1)
         slope = float(np.polyfit(np.log([data.size_n[s] for s in a]), list(a.values()), 1)[0])
         nums = "; ".join(f"{s}: {x:+.4f}" for s, x in a.items()) + f"; slope {slope:+.4f}/ln N"
+        if fits.get(g1, {}).get("loss_rises"):
+            nums += f"; caution: {g1}'s own loss rises with N ({', '.join(fits[g1]['loss_rises'])})"
         v.append(Verdict(claim, REPRODUCED if slope < 0 else NOT_REPRODUCED, nums, rule))
     # 3. removing both blockers widens it
     claim = "removing both blockers (ε = 1e-12 + gate) widens the gain"
@@ -834,19 +839,24 @@ def _markdown(data, table, fits, grid, mech, cmp, verdicts, files, rel, command,
         "at which the baseline's fit reaches the arm's seed-mean loss, divided by the arm's N "
         "(paper: about 1.44 for γ = 1 with both fixes).",
         "",
-        "| arm | E | A | α | rms residual | multiplier by size |",
-        "|---|---|---|---|---|---|",
+        "A power law assumes the loss falls with N; where an arm's seed-mean loss rises from one "
+        "size to the next, the last column says so and its fit and multipliers describe no "
+        "scaling trend.",
+        "",
+        "| arm | E | A | α | rms residual | multiplier by size | loss rises with N |",
+        "|---|---|---|---|---|---|---|",
     ]
     for arm, f in fits.items():
         fit: Optional[PowerLawFit] = f["fit"]
         mult = _multiplier_text(f) or "—"
         if fit is None:
-            out.append(f"| {arm} | not fitted: {f['error']} | | | | {mult} |")
+            out.append(f"| {arm} | not fitted: {f['error']} | | | | {mult} | |")
         else:
+            rises = ", ".join(f["loss_rises"]) or "no"
             out.append(
                 f"| {arm} | {fit.e:.3f} ± {_f(fit.e_err, 3)} | {fit.a:.3g} ± "
                 f"{fit.a_err:.3g} | {fit.alpha:.3f} ± {_f(fit.alpha_err, 3)} | "
-                f"{fit.rms_residual:.4f} | {mult} |"
+                f"{fit.rms_residual:.4f} | {mult} | {rises} |"
             )
     out += ["", "## Loss against γ", ""]
     if grid:
