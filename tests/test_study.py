@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from megatron_gamma.study import rundir
-from megatron_gamma.study.report import NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED
 from megatron_gamma.study.spec import StudyChangedError, StudyError, load_study, plan
 from megatron_gamma.study.sweep import sweep
+from megatron_gamma.study.verdicts import NOT_MEASURABLE, NOT_REPRODUCED, REPRODUCED
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMOKE = os.path.join(ROOT, "examples", "studies", "smoke.yaml")
