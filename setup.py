@@ -203,6 +203,7 @@ setup(
         "zstandard",
         "pyarrow",
         "matplotlib",
+        "scipy>=1.10",
     ],
     extras_require={
         "eval": EVAL_REQUIRES,

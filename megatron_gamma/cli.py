@@ -13,6 +13,8 @@
     megatron-gamma evaluate RUN --tasks hellaswag,gsm8k [--compare OTHER_RUN] --output-dir D
     megatron-gamma export-hf RUN/checkpoints/iter_0000200 hf/model
     megatron-gamma import-hf hf/model runs/imported
+    megatron-gamma sweep examples/studies/smoke.yaml --output-dir runs/smoke [--dry-run] [--slurm]
+    megatron-gamma report runs/smoke
 
 The data commands are defined in :mod:`megatron_gamma.data.commands`.
 
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import shlex
 import sys
 
 from megatron_gamma.config import ConfigError
@@ -260,6 +263,47 @@ def _submit_preprocess(args: argparse.Namespace) -> None:
     _print_submission(submit_preprocess(job, dry_run=args.dry_run), args.dry_run)
 
 
+def _sweep(args: argparse.Namespace) -> None:
+    slurm_only = {**_cluster_options(args), "gpus_per_node": args.gpus_per_node != 1}
+    slurm_only["warning_seconds"] = args.warning_seconds != 300
+    given = [k for k, v in slurm_only.items() if v]
+    if given and not args.slurm:
+        raise ConfigError(
+            f"{given[0]}={getattr(args, given[0])!r}: only used with --slurm. Fix: add --slurm "
+            "or drop the flag"
+        )
+    if args.slurm:
+        from megatron_gamma.launch.slurm import ClusterOptions
+        from megatron_gamma.study.slurm import submit_study
+
+        result = submit_study(
+            args.study,
+            args.output_dir,
+            ClusterOptions(**_cluster_options(args)),
+            gpus_per_node=args.gpus_per_node,
+            warning_seconds=args.warning_seconds,
+            dry_run=args.dry_run,
+        )
+        _print_submission(result, args.dry_run)
+        return
+    from megatron_gamma.study.sweep import dry_run, sweep
+
+    if args.dry_run:
+        print(dry_run(args.study, args.output_dir))
+        return
+    runs = sweep(args.study, args.output_dir)
+    print(f"sweep: {len(runs)} runs finished in {args.output_dir}")
+
+
+def _report(args: argparse.Namespace) -> None:
+    from megatron_gamma.study.report import report
+
+    command = "megatron-gamma " + shlex.join(sys.argv[1:])
+    written = report(args.study_dir, output=args.output, command=command, note=args.note)
+    for name, path in written.items():
+        print(f"wrote {name}: {path}")
+
+
 def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--account", help="SLURM account to charge (default: the user's)")
     p.add_argument("--qos", help="SLURM quality of service (default: the account's)")
@@ -446,6 +490,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("hf_dir", metavar="HF_DIR")
     p.add_argument("run_dir", metavar="RUN_DIR", help="new or empty run directory")
     p.set_defaults(func=_import_hf)
+    p = sub.add_parser("sweep", help="run a study: every (arm, size, seed) as a pretrain run")
+    p.add_argument("study", metavar="STUDY.yaml", help="study file (examples/studies/)")
+    p.add_argument("--output-dir", required=True, help="study directory: DIR/ARM/SIZE/seed-S")
+    p.add_argument("--slurm", action="store_true", help="submit one SLURM array (a task per run)")
+    p.add_argument("--gpus-per-node", type=int, default=1, help="with --slurm: GPUs per run")
+    p.add_argument(
+        "--warning-seconds", type=int, default=300, help="with --slurm: SIGUSR1 lead time"
+    )
+    _add_cluster_flags(p)
+    p.set_defaults(func=_sweep)
+
+    p = sub.add_parser("report", help="fits, mechanisms and verdicts of a finished study")
+    p.add_argument("study_dir", metavar="DIR", help="the sweep's --output-dir")
+    p.add_argument("--output", help="report path (default DIR/report.md; plots in DIR/report/)")
+    p.add_argument("--note", help="a line for the report's header, e.g. how the machine was shared")
+    p.set_defaults(func=_report)
     return parser
 
 

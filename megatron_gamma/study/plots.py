@@ -1,0 +1,112 @@
+"""PNG figures of ``megatron-gamma report`` (matplotlib, Agg backend). Each function takes plain
+dicts prepared by :mod:`megatron_gamma.study.report` and returns the written path, or None when
+there is nothing to draw. Files are written to a temp name, then renamed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f"]
+
+
+def _save(fig, path: str) -> str:
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def plot_scaling(arms: dict[str, dict], path: str) -> Optional[str]:
+    """Final validation loss against non-embedding parameters, one colour per arm, with the
+    arm's power-law fit where there is one.
+
+    Args:
+        arms: {arm: {"sizes": [N], "mean": [loss], "std": [loss or None],
+            "fit": PowerLawFit or None}}.
+    """
+    if not arms:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5), layout="constrained")
+    for i, (name, a) in enumerate(arms.items()):
+        c = COLORS[i % len(COLORS)]
+        err = [s or 0.0 for s in a["std"]]
+        ax.errorbar(a["sizes"], a["mean"], yerr=err, fmt="o", color=c, label=name, capsize=3)
+        if a.get("fit") is not None:
+            n = np.geomspace(min(a["sizes"]), max(a["sizes"]), 50)
+            ax.plot(n, a["fit"].loss(n), "-", color=c, alpha=0.6)
+    ax.set_xscale("log")
+    ax.set_xlabel("non-embedding parameters N")
+    ax.set_ylabel("final validation loss (nats)")
+    ax.set_title("loss against model size (mean ± sd over seeds; lines: E + A·N^−α)")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_gamma(per_size: dict[str, dict], path: str) -> Optional[str]:
+    """Loss against γ per size, with the fitted parabola's minimum marked.
+
+    Args:
+        per_size: {size: {"gamma": [γ], "mean": [loss], "std": [...],
+            "minimum": ParabolaMinimum or None}}.
+    """
+    if not per_size:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 4.2), layout="constrained")
+    for i, (size, d) in enumerate(per_size.items()):
+        c = COLORS[i % len(COLORS)]
+        err = [s or 0.0 for s in d["std"]]
+        ax.errorbar(d["gamma"], d["mean"], yerr=err, fmt="o-", color=c, label=size, capsize=3)
+        m = d.get("minimum")
+        if m is not None and np.isfinite(m.gamma):
+            g = np.linspace(min(d["gamma"]), max(d["gamma"]), 50)
+            c2, c1, c0 = m.coefficients
+            ax.plot(g, c2 * g**2 + c1 * g + c0, ":", color=c)
+            ax.axvline(m.gamma, color=c, alpha=0.4)
+    ax.set_xlabel("γ (σ = fan_in^−γ)")
+    ax.set_ylabel("final validation loss (nats)")
+    ax.set_title("loss against γ (dotted: parabola fit, vertical: its minimum)")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def plot_trajectories(
+    series: dict[str, dict[int, float]],
+    path: str,
+    ylabel: str,
+    title: str,
+    reference: Optional[float] = None,
+    reference_label: str = "",
+    log_y: bool = False,
+) -> Optional[str]:
+    """One line per arm of a diagnostic against iteration (e.g. stable rank, sink share).
+
+    Args:
+        series: {arm: {iteration: value}}.
+        reference: a horizontal reference value (e.g. the uniform-attention sink share).
+    """
+    series = {k: v for k, v in series.items() if v}
+    if not series:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+    for i, (name, s) in enumerate(series.items()):
+        its = sorted(s)
+        ax.plot(its, [s[t] for t in its], "o-", ms=3, color=COLORS[i % len(COLORS)], label=name)
+    if reference is not None:
+        ax.axhline(reference, color="k", ls="--", lw=1, label=reference_label)
+    if log_y:
+        ax.set_yscale("symlog", linthresh=1e-4)
+        ax.set_ylim(bottom=0)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    return _save(fig, path)

@@ -1,0 +1,110 @@
+"""Reading a finished or running run directory: the one place the study knows the file layout
+and the metric names that ``pretrain`` writes.
+
+Layout (written by :mod:`megatron_gamma.training`): ``RUN/metrics.jsonl`` (one JSON object per
+record, ``"split"``: ``train`` | ``valid`` | ``diagnostics``; after a resume, iterations past the
+last checkpoint appear twice and the later record wins), ``RUN/checkpoints/`` with megatron-core's
+``latest_checkpointed_iteration.txt``, ``RUN/config.yaml``. Diagnostic keys
+(:func:`megatron_gamma.diagnostics.probes`): ``stable_rank/ROLE/layer_LL``,
+``sink_share/layer_LL``, ``norm_saturated/NORM/layer_LL``, ``condensation/ROLE/layer_LL``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from megatron_gamma.training.checkpointing import checkpoint_dir, latest_iteration
+
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+
+
+@dataclass
+class RunRecord:
+    """What a run directory holds, keyed by iteration.
+
+    Attributes:
+        valid: {iteration: validation loss (nats)}.
+        train: {iteration: training loss (nats)}.
+        diagnostics: {iteration: {key: value}} from ``--log-diagnostics-interval``.
+        checkpoint: newest complete checkpoint iteration, or None.
+    """
+
+    valid: dict[int, float] = field(default_factory=dict)
+    train: dict[int, float] = field(default_factory=dict)
+    diagnostics: dict[int, dict[str, float]] = field(default_factory=dict)
+    checkpoint: Optional[int] = None
+
+    def final_valid_loss(self) -> Optional[float]:
+        """Validation loss at the last evaluated iteration, or None."""
+        return self.valid[max(self.valid)] if self.valid else None
+
+    def series(self, prefix: str) -> dict[int, float]:
+        """Per diagnostics iteration, the mean over every key ``prefix/...`` whose value is finite
+        (e.g. ``stable_rank`` averages all matrices; ``sink_share`` all layers' means)."""
+        out = {}
+        for it, values in sorted(self.diagnostics.items()):
+            picked = [
+                v
+                for k, v in values.items()
+                if k.startswith(prefix + "/") and np.isfinite(v) and _is_aggregate(prefix, k)
+            ]
+            if picked:
+                out[it] = float(np.mean(picked))
+        return out
+
+
+def _is_aggregate(prefix: str, key: str) -> bool:
+    """Per-layer keys only for ``sink_share`` (its ``/head_HH`` keys repeat the layer mean)."""
+    return prefix != "sink_share" or "/head_" not in key
+
+
+def read_run(run_dir: str) -> RunRecord:
+    """Read ``RUN/metrics.jsonl`` and the checkpoint tracker (a missing file gives empty fields).
+
+    Raises:
+        ValueError: a metrics line that is not JSON (names file and line).
+    """
+    rec = RunRecord()
+    path = os.path.join(run_dir, METRICS)
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    r = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{n}: not JSON ({e})") from e
+                it, split = int(r["iteration"]), r.get("split")
+                if split == "valid":
+                    rec.valid[it] = float(r["loss"])
+                elif split == "train":
+                    rec.train[it] = float(r["loss"])
+                elif split == "diagnostics":
+                    rec.diagnostics[it] = {
+                        k: float(v)
+                        for k, v in r.items()
+                        if k not in ("iteration", "split") and isinstance(v, (int, float))
+                    }
+    ckpts = os.path.join(run_dir, CHECKPOINTS)
+    rec.checkpoint = latest_iteration(ckpts) if os.path.isdir(ckpts) else None
+    return rec
+
+
+def is_finished(run_dir: str, train_iters: int) -> bool:
+    """True when the run saved its checkpoint at ``train_iters`` and validated there."""
+    rec = read_run(run_dir)
+    return rec.checkpoint == train_iters and train_iters in rec.valid
+
+
+def final_checkpoint(run_dir: str) -> Optional[str]:
+    """Path of the newest complete checkpoint (``RUN/checkpoints/iter_N``), or None."""
+    ckpts = os.path.join(run_dir, CHECKPOINTS)
+    it = latest_iteration(ckpts) if os.path.isdir(ckpts) else None
+    return None if it is None else checkpoint_dir(ckpts, it)

@@ -1,0 +1,104 @@
+"""``megatron-gamma sweep --slurm``: a study as one SLURM job array, one task per unfinished run.
+
+Rendered from ``megatron_gamma/launch/templates/study_array.sbatch.j2`` with the launch layer's
+:func:`megatron_gamma.launch.slurm.render` and submitted with ``sbatch --parsable``. Before
+submitting, the study's data are prepared on the submitting host and every run's
+``study-config.yaml`` is written (so the tasks only train).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TextIO
+
+from megatron_gamma.launch.slurm import (
+    ClusterOptions,
+    Submission,
+    _require_sbatch,
+    _sbatch,
+    _write_executable,
+    render,
+)
+from megatron_gamma.study import rundir
+from megatron_gamma.study.spec import StudyError, load_study, plan
+from megatron_gamma.study.sweep import (
+    check_unchanged,
+    prepare_data,
+    write_manifest,
+    write_run_files,
+)
+
+
+def submit_study(
+    study_path: str,
+    output_dir: str,
+    options: ClusterOptions,
+    gpus_per_node: int = 1,
+    warning_seconds: int = 300,
+    dry_run: bool = False,
+    out: TextIO = sys.stdout,
+) -> Submission:
+    """Render (and unless ``dry_run`` submit) the study's job array.
+
+    Args:
+        study_path: the study YAML file.
+        output_dir: the study directory (runs go to ``DIR/ARM/SIZE/seed-S``).
+        options: partition, time limit, container.
+        gpus_per_node: GPUs (= training processes, torchrun) per run.
+        warning_seconds: SIGUSR1 this long before the time limit (checkpoint, requeue).
+        dry_run: print-only: writes nothing, prepares no data.
+        out: progress messages.
+
+    Returns:
+        The script, its path ``DIR/slurm/study.sbatch`` and the array job id.
+
+    Raises:
+        StudyError: an invalid study, no run left to do, or bad job settings.
+        StudyChangedError: an existing run directory with other settings.
+    """
+    if gpus_per_node < 1 or warning_seconds < 1:
+        raise StudyError(
+            f"gpus_per_node={gpus_per_node}, warning_seconds={warning_seconds}: must be >= 1. "
+            "Fix: pass --gpus-per-node 1 or more"
+        )
+    study = load_study(study_path)
+    runs = plan(study, output_dir)
+    for run in runs:
+        check_unchanged(run)
+    todo = [r for r in runs if not rundir.is_finished(r.config.logging.run_dir, r.train_iters)]
+    if not todo:
+        raise StudyError(
+            f"output_dir={output_dir!r}: every run of the study has finished. Fix: run "
+            "`megatron-gamma report` on it"
+        )
+    slurm_dir = os.path.join(os.path.abspath(output_dir), "slurm")
+    script = render(
+        "study_array.sbatch.j2",
+        job_name=f"mg-study-{study.name}",
+        run_dirs=[r.config.logging.run_dir for r in todo],
+        gpus_per_node=gpus_per_node,
+        partition=options.partition,
+        time=options.time,
+        warning_seconds=warning_seconds,
+        container_image=options.container_image,
+        container_mounts=options.container_mounts,
+        log_dir=slurm_dir,
+        workdir=os.getcwd(),
+        header=(f"study {study.name} ({study.path}): {len(todo)} of {len(runs)} runs left",),
+    )
+    path = os.path.join(slurm_dir, "study.sbatch")
+    result = Submission(path, script)
+    if dry_run:
+        return result
+    _require_sbatch()
+    write_manifest(study, runs, output_dir, study_path)
+    prepare_data(study, output_dir, out)
+    for run in todo:
+        write_run_files(run)
+    os.makedirs(slurm_dir, exist_ok=True)
+    _write_executable(path, script)
+    job_id = _sbatch(path)
+    result.job_ids.append(job_id)
+    result.logs.append(os.path.join(slurm_dir, f"mg-study-{study.name}-{job_id}_*.out"))
+    return result

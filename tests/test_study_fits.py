@@ -1,0 +1,92 @@
+"""The statistics of ``megatron-gamma report`` against closed forms and hand computations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from megatron_gamma.study.fits import (
+    PowerLawFit,
+    effective_size_multiplier,
+    fit_power_law,
+    paired_difference,
+    parabola_minimum,
+)
+
+
+@pytest.mark.parametrize(
+    "e, a, alpha",
+    [(2.0, 60.0, 0.34), (1.7, 400.0, 0.5), (3.1, 12.0, 0.2)],
+)
+def test_power_law_fit_recovers_parameters_with_noise(e, a, alpha):
+    rng = np.random.default_rng(0)
+    n = np.geomspace(1e5, 1e9, 9)
+    loss = e + a * n**-alpha
+    noisy = loss * (1 + 2e-4 * rng.standard_normal(n.size))
+    fit = fit_power_law(n, noisy)
+    assert fit.e == pytest.approx(e, rel=0.02)
+    assert fit.a == pytest.approx(a, rel=0.02)
+    assert fit.alpha == pytest.approx(alpha, rel=0.02)
+    assert fit.points == 9 and np.isfinite(fit.alpha_err) and fit.alpha_err < 0.02 * alpha
+    assert fit.loss(1e7) == pytest.approx(e + a * 1e7**-alpha, rel=1e-3)
+
+
+def test_power_law_fit_three_points_has_no_error_bars_and_rejects_bad_input():
+    n = np.array([1e5, 1e6, 1e7])
+    fit = fit_power_law(n, 2.0 + 30.0 * n**-0.3)
+    assert math.isnan(fit.alpha_err) and fit.rms_residual < 1e-6
+    with pytest.raises(ValueError, match="need >= 3"):
+        fit_power_law([1e5, 1e6], [3.0, 2.9])
+    with pytest.raises(ValueError, match="at least 3 distinct"):
+        fit_power_law([1e5, 1e5, 1e6], [3.0, 2.9, 2.8])
+    # one point per seed: repeated sizes give residual degrees of freedom
+    seeds = np.repeat(n, 2)
+    fit = fit_power_law(seeds, 2.0 + 30.0 * seeds**-0.3 + np.tile([1e-3, -1e-3], 3))
+    assert fit.points == 6 and np.isfinite(fit.alpha_err)
+    assert fit.alpha == pytest.approx(0.3, rel=1e-4)
+
+
+def test_effective_size_multiplier_equals_closed_form():
+    e, alpha, a_base, a_arm = 2.0, 0.3, 40.0, 30.0
+    base = PowerLawFit(e, a_base, alpha, 0.0, 0.0, 0.0, 5, 0.0)
+    for n in (1e6, 3e7, 1e9):
+        arm_loss = e + a_arm * n**-alpha
+        expected = (a_base / a_arm) ** (1 / alpha)  # same E, alpha: independent of N
+        assert effective_size_multiplier(base, arm_loss, n) == pytest.approx(expected, rel=1e-12)
+    # through the fit of exact baseline points
+    sizes = np.geomspace(1e6, 1e9, 6)
+    fitted = fit_power_law(sizes, e + a_base * sizes**-alpha)
+    got = effective_size_multiplier(fitted, e + a_arm * 1e7**-alpha, 1e7)
+    assert got == pytest.approx((a_base / a_arm) ** (1 / alpha), rel=1e-4)
+    assert effective_size_multiplier(base, e - 0.1, 1e6) == math.inf
+
+
+def test_parabola_minimum_is_exact_on_a_parabola():
+    g = np.array([0.5, 0.75, 1.0, 1.25, 1.5])
+    m = parabola_minimum(g, 3.0 + 2.0 * (g - 1.1) ** 2)
+    assert m.gamma == pytest.approx(1.1, abs=1e-12)
+    assert m.gamma_err == pytest.approx(0.0, abs=1e-9)
+    assert m.best_measured == 1.0
+    assert m.coefficients[0] == pytest.approx(2.0, rel=1e-12)
+    downward = parabola_minimum(g, -((g - 1.0) ** 2))
+    assert math.isnan(downward.gamma)
+
+
+def test_paired_difference_matches_hand_computation():
+    arm, base = [3.1, 3.3, 3.2], [3.0, 3.25, 3.3]
+    # d = [0.10, 0.05, -0.10]; mean 0.05/3; sum of squared deviations 0.0216667 → sd 0.1040833
+    mean = 0.05 / 3
+    sd = math.sqrt((0.1 - mean) ** 2 + (0.05 - mean) ** 2 + (-0.1 - mean) ** 2) / math.sqrt(2)
+    t_975_df2 = 4.302652729749464  # Student t table, 97.5th percentile, 2 degrees of freedom
+    half = t_975_df2 * sd / math.sqrt(3)
+    d = paired_difference(arm, base)
+    assert d.mean == pytest.approx(mean, abs=1e-12)
+    assert d.low == pytest.approx(mean - half, abs=1e-9)
+    assert d.high == pytest.approx(mean + half, abs=1e-9)
+    assert half == pytest.approx(0.258557, abs=1e-6)
+    one = paired_difference([3.0], [3.2])
+    assert one.mean == pytest.approx(-0.2) and math.isnan(one.low)
+    with pytest.raises(ValueError, match="equal"):
+        paired_difference([1.0, 2.0], [1.0])
