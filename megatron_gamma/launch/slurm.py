@@ -351,7 +351,7 @@ def check_layout(cfg: Config, job: PretrainJob) -> int:
         ) from e
 
 
-def _sbatch(*args: str) -> str:
+def sbatch(*args: str) -> str:
     """Run ``sbatch --parsable ARGS``; return the job id."""
     try:
         out = subprocess.run(
@@ -365,12 +365,18 @@ def _sbatch(*args: str) -> str:
     return out.strip().split(";")[0]
 
 
-def _require_sbatch() -> None:
+def require_sbatch() -> None:
+    """Check that ``sbatch`` is on PATH.
+
+    Raises:
+        SubmitError: it is not.
+    """
     if shutil.which("sbatch") is None:
         _fail("sbatch", None, "not found on PATH", "run on a SLURM login node, or use --dry-run")
 
 
-def _write_executable(path: str, text: str) -> None:
+def write_executable(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` with mode 755, through a temporary name and a rename."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
@@ -484,13 +490,13 @@ def submit_pretrain(
     path = os.path.join(slurm_dir, "pretrain.sbatch")
     result = Submission(path, script)
     if not dry_run:
-        _require_sbatch()
+        require_sbatch()
     os.makedirs(slurm_dir, exist_ok=True)
     save_config(cfg, frozen)
     if dry_run:
         return result
-    _write_executable(path, script)
-    job_id = _sbatch(path)
+    write_executable(path, script)
+    job_id = sbatch(path)
     result.job_ids.append(job_id)
     result.logs.append(log.replace("%x", job_name).replace("%j", job_id))
     return result
@@ -537,14 +543,14 @@ def submit_preprocess(job: PreprocessJob, dry_run: bool = False) -> Submission:
     result = Submission(path, script)
     if dry_run:
         return result
-    _require_sbatch()
+    require_sbatch()
     os.makedirs(slurm_dir, exist_ok=True)
-    _write_executable(path, script)
-    array_id = _sbatch(
+    write_executable(path, script)
+    array_id = sbatch(
         f"--array=0-{job.num_shards - 1}", f"--output={slurm_dir}/%x-%A_%a.out", path, "shard"
     )
     try:
-        merge_id = _sbatch(
+        merge_id = sbatch(
             f"--dependency=afterok:{array_id}",
             "--kill-on-invalid-dep=yes",
             f"--output={slurm_dir}/%x-merge-%j.out",

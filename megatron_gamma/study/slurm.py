@@ -15,10 +15,10 @@ from typing import TextIO
 from megatron_gamma.launch.slurm import (
     ClusterOptions,
     Submission,
-    _require_sbatch,
-    _sbatch,
-    _write_executable,
     render,
+    require_sbatch,
+    sbatch,
+    write_executable,
 )
 from megatron_gamma.study import rundir
 from megatron_gamma.study.spec import StudyError, load_study, plan
@@ -91,14 +91,14 @@ def submit_study(
     result = Submission(path, script)
     if dry_run:
         return result
-    _require_sbatch()
+    require_sbatch()
     write_manifest(study, runs, output_dir, study_path)
     prepare_data(study, output_dir, out)
     for run in todo:
         write_run_files(run)
     os.makedirs(slurm_dir, exist_ok=True)
-    _write_executable(path, script)
-    job_id = _sbatch(path)
+    write_executable(path, script)
+    job_id = sbatch(path)
     result.job_ids.append(job_id)
     result.logs.append(os.path.join(slurm_dir, f"mg-study-{study.name}-{job_id}_*.out"))
     return result
