@@ -31,6 +31,7 @@ import shlex
 import sys
 
 from megatron_gamma.config import ConfigError
+from megatron_gamma.megatron_flags import REFUSED, refused_flags
 from megatron_gamma.warnings_summary import summarize_accelerator_warnings
 
 
@@ -332,6 +333,11 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def error(self, message: str):
+        """Exit 2 with ``PROG: error: MESSAGE`` and a pointer to ``--help`` (the full usage of
+        ``pretrain`` is a hundred lines that would bury the message)."""
+        self.exit(2, f"{self.prog}: error: {message}\n({self.prog} --help lists every flag)\n")
+
 
 def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
     """'unrecognized arguments: --lr-warmup 5 (did you mean --lr-warmup-iters?)'."""
@@ -347,11 +353,19 @@ def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse the command line; an unknown flag exits 2 naming the closest known flag."""
+    """Parse the command line; an unknown flag exits 2 naming the closest known flag, and a
+    Megatron-LM flag megatron-gamma refuses (:data:`~megatron_gamma.megatron_flags.REFUSED`)
+    exits 2 with one line per such flag: why, and the fix."""
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         command = parser._subparsers._group_actions[0].choices[args.command]
+        refused = refused_flags(unknown)
+        if refused:
+            others = [a for a in unknown if a.startswith("-") and a.split("=")[0] not in REFUSED]
+            if others:
+                refused.append(_did_you_mean(command, others))
+            command.error("Megatron-LM flags megatron-gamma refuses:\n  " + "\n  ".join(refused))
         command.error(_did_you_mean(command, unknown))
     return args
 
