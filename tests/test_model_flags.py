@@ -211,3 +211,21 @@ def test_alias_contradictions_and_local_spec_refusals():
         load_config(
             None, {"apply_layernorm_1p": True, "layer_spec": "local", "gated_attention": "none"}
         )
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        ({"qk_layernorm": True}, "qk_layernorm=True"),
+        ({"apply_layernorm_1p": True}, "apply_layernorm_1p=True"),
+        ({"rotary_percent": 0.5}, "rotary_percent=0.5"),
+        ({"transformer_impl": "transformer_engine"}, "transformer_impl='transformer_engine'"),
+    ],
+)
+def test_hf_export_refuses_what_its_mapping_does_not_express(flags, named):
+    from megatron_gamma.evaluation.errors import UnmappableArchitectureError
+    from megatron_gamma.evaluation.mapping import check_mappable
+
+    assert check_mappable(load_config(None, {}), "auto") == "gamma_gpt"
+    with pytest.raises(UnmappableArchitectureError, match=named):
+        check_mappable(load_config(None, flags), "auto")
