@@ -82,11 +82,16 @@ class GatedAttention(Choice):
 class LayerSpec(Choice):
     """Which megatron-core layer spec builds the transformer layers."""
 
-    GAMMA = "gamma", "megatron-core's local spec with our RMSNorm kernel, SDPA and gates"
+    GAMMA = (
+        "gamma",
+        "megatron-core's local spec with our RMSNorm kernel, SDPA and gates (with "
+        "--transformer-impl transformer_engine: its TE spec with our gates)",
+    )
     LOCAL = (
         "local",
         "megatron-core's get_gpt_layer_local_spec as shipped (torch RMSNorm, "
-        "DotProductAttention, no gate): the baseline for speed comparisons",
+        "DotProductAttention, no gate; with --transformer-impl transformer_engine its TE spec as "
+        "shipped): the baseline for speed comparisons",
     )
 
 
