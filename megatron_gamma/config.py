@@ -82,11 +82,16 @@ class GatedAttention(Choice):
 class LayerSpec(Choice):
     """Which megatron-core layer spec builds the transformer layers."""
 
-    GAMMA = "gamma", "megatron-core's local spec with our RMSNorm kernel, SDPA and gates"
+    GAMMA = (
+        "gamma",
+        "megatron-core's local spec with our RMSNorm kernel, SDPA and gates (with "
+        "--transformer-impl transformer_engine: its TE spec with our gates)",
+    )
     LOCAL = (
         "local",
         "megatron-core's get_gpt_layer_local_spec as shipped (torch RMSNorm, "
-        "DotProductAttention, no gate): the baseline for speed comparisons",
+        "DotProductAttention, no gate; with --transformer-impl transformer_engine its TE spec as "
+        "shipped): the baseline for speed comparisons",
     )
 
 
@@ -95,6 +100,43 @@ class PositionEmbedding(Choice):
 
     ROPE = "rope", "rotary position embedding"
     LEARNED_ABSOLUTE = "learned_absolute", "a learned embedding per position"
+
+
+class TransformerImpl(Choice):
+    """Backend of the transformer layers (Megatron-LM ``--transformer-impl``)."""
+
+    LOCAL = "local", "megatron-core's local modules (no Transformer Engine; our default)"
+    TRANSFORMER_ENGINE = (
+        "transformer_engine",
+        "megatron-core's Transformer Engine layer spec (fused LayerNorm-Linear, TE attention); "
+        "needs the transformer_engine package",
+    )
+
+
+class AttentionBackend(Choice):
+    """Core-attention kernel choice (megatron-core ``AttnBackend``, ``--attention-backend``)."""
+
+    AUTO = "auto", "let the backend choose (TE: its own heuristics; local: torch SDPA)"
+    FLASH = "flash", "TE's flash-attention kernel (needs --transformer-impl transformer_engine)"
+    FUSED = "fused", "TE's cuDNN fused attention (needs --transformer-impl transformer_engine)"
+    UNFUSED = "unfused", "TE's unfused attention; on the local backend torch SDPA"
+    LOCAL = "local", "megatron-core's local attention; on the local backend torch SDPA"
+
+
+class Fp8Format(Choice):
+    """FP8 number format of Transformer Engine GEMMs (Megatron-LM ``--fp8-format``)."""
+
+    E4M3 = "e4m3", "E4M3 in forward and backward"
+    HYBRID = "hybrid", "E4M3 in forward, E5M2 for gradients"
+
+
+class Fp8Recipe(Choice):
+    """FP8 scaling recipe (Megatron-LM ``--fp8-recipe``)."""
+
+    TENSORWISE = "tensorwise", "per-tensor current scaling"
+    DELAYED = "delayed", "per-tensor delayed scaling from an amax history (Megatron's default)"
+    MXFP8 = "mxfp8", "MX block scaling (Blackwell GPUs)"
+    BLOCKWISE = "blockwise", "sub-channel block scaling"
 
 
 class TokenDispatcher(Choice):
@@ -175,6 +217,96 @@ def _check_choices(section: Any) -> None:
             _fail(f.name, value, "unknown", f"use one of {kind.help()}")
 
 
+def _resolve_megatron_aliases(m: Any) -> None:
+    """Resolve Megatron-LM's alias flags of a ModelConfig into the fields they set (validation
+    step, before the num_query_groups default).
+
+    Raises:
+        ConfigError: an alias that contradicts the field it sets.
+    """
+    if m.group_query_attention and m.num_query_groups is None:
+        _resolve(m, "num_query_groups", 1)
+    if m.group_query_attention is False and m.num_query_groups not in (
+        None,
+        m.num_attention_heads,
+    ):
+        _fail(
+            "group_query_attention",
+            False,
+            f"contradicts num_query_groups={m.num_query_groups} (below num_attention_heads="
+            f"{m.num_attention_heads}: grouped-query attention)",
+            "drop --no-group-query-attention, or --num-query-groups",
+        )
+    if m.use_rotary_position_embeddings and m.position_embedding_type != "rope":
+        _fail(
+            "use_rotary_position_embeddings",
+            True,
+            f"contradicts position_embedding_type={m.position_embedding_type!r}",
+            "drop one of the two flags",
+        )
+    if m.disable_bias_linear and m.add_bias_linear:
+        _fail(
+            "disable_bias_linear",
+            True,
+            "contradicts add_bias_linear=True",
+            "drop one of --disable-bias-linear and --add-bias-linear",
+        )
+
+
+def _check_megatron_model_flags(m: Any) -> None:
+    """Value and combination checks of the Megatron-LM model flags of a ModelConfig (after
+    kv_channels is resolved). Whether Transformer Engine and an FP8 GPU are present is checked
+    where the model is built (:func:`megatron_gamma.model.te_backend.check_backend`), so that a
+    config for a GPU cluster still validates on a login node.
+
+    Raises:
+        ConfigError: rotary_percent outside (0, 1] or rotating an odd number of channels; a
+            flag the chosen backend or layer spec cannot honor.
+    """
+    if not 0.0 < m.rotary_percent <= 1.0:
+        _fail("rotary_percent", m.rotary_percent, "must lie in (0, 1]", "use e.g. 0.5 or 1.0")
+    rotated = int(m.kv_channels * m.rotary_percent)
+    if m.position_embedding_type == "rope" and (rotated < 2 or rotated % 2):
+        _fail(
+            "rotary_percent",
+            m.rotary_percent,
+            f"rotates int(kv_channels={m.kv_channels} x rotary_percent) = {rotated} channels; "
+            "RoPE rotates channel pairs",
+            "choose rotary_percent so that kv_channels x rotary_percent is an even integer >= 2",
+        )
+    if m.apply_layernorm_1p and m.layer_spec == "local" and m.transformer_impl == "local":
+        _fail(
+            "apply_layernorm_1p",
+            True,
+            "megatron-core's stock local spec normalizes with torch's RMSNorm, which has no "
+            "zero-centered weight",
+            "use --layer-spec gamma (our RMSNorm honors it) or --transformer-impl "
+            "transformer_engine",
+        )
+    te = m.transformer_impl == "transformer_engine"
+    if m.attention_backend in ("flash", "fused") and not te:
+        _fail(
+            "attention_backend",
+            m.attention_backend,
+            "a Transformer Engine attention kernel; the local backend runs torch SDPA",
+            "add --transformer-impl transformer_engine, or use --attention-backend auto",
+        )
+    if m.attention_backend == "local" and te:
+        _fail(
+            "attention_backend",
+            "local",
+            "megatron-core's local attention is the local backend's, not Transformer Engine's",
+            "use --transformer-impl local, or --attention-backend auto",
+        )
+    if m.fp8_format is not None and not te:
+        _fail(
+            "fp8_format",
+            m.fp8_format,
+            "FP8 GEMMs are Transformer Engine's",
+            "add --transformer-impl transformer_engine, or drop --fp8-format",
+        )
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """GPT architecture (megatron-core ``TransformerConfig`` fields under Megatron-LM names)."""
@@ -236,6 +368,43 @@ class ModelConfig:
     """Load-balancing auxiliary loss coefficient."""
     moe_token_dispatcher_type: TokenDispatcher = TokenDispatcher.ALLGATHER
     """Token dispatch across expert-parallel ranks."""
+    group_query_attention: Optional[bool] = None
+    """Megatron-LM's switch for grouped-query attention. Given: num_query_groups defaults to 1
+    (Megatron-LM's default) instead of num_attention_heads. Not given: num_query_groups is
+    honored whenever it is set (Megatron-LM would ignore it without this flag). Given as
+    --no-group-query-attention with num_query_groups below num_attention_heads: an error."""
+    use_rotary_position_embeddings: bool = False
+    """Megatron-LM's older alias of --position-embedding-type rope (our default); sets it, and
+    contradicting position_embedding_type='learned_absolute' is an error."""
+    rotary_percent: float = 1.0
+    """Fraction of each head's channels that RoPE rotates (megatron-core ``rotary_percent``):
+    the first int(kv_channels * rotary_percent) channels, in (0, 1]; the rest pass through."""
+    disable_bias_linear: bool = False
+    """Megatron-LM's switch for linear layers without bias (= add_bias_linear False). Already
+    megatron-gamma's default (Megatron-LM's default is bias on); accepted for launch scripts, and
+    an error together with --add-bias-linear."""
+    qk_layernorm: bool = False
+    """RMSNorm (our kernel, eps = norm_epsilon) on each head's query and key after the QKV
+    projection (megatron-core ``qk_layernorm``); weights per head channel, role 'norm'."""
+    apply_layernorm_1p: bool = False
+    """Zero-centered norm weights: y = x_hat * (1 + w) with w initialized to 0 (megatron-core
+    ``layernorm_zero_centered_gamma``), on every RMSNorm of the model."""
+    transformer_impl: TransformerImpl = TransformerImpl.LOCAL
+    """Layer backend. layer_spec then picks our variant ('gamma': gates, our RMSNorm and SDPA on
+    local; gates on TE's spec) or megatron-core's spec as shipped ('local'). Megatron-LM's default
+    is transformer_engine; ours is local (TE is optional). transformer_engine is refused by name
+    where Transformer Engine cannot be imported."""
+    attention_backend: AttentionBackend = AttentionBackend.AUTO
+    """Core-attention kernel (megatron-core ``attention_backend``); used by TE's attention. On the
+    local backend only auto, local and unfused are accepted (all run torch SDPA)."""
+    use_mcore_models: bool = False
+    """Accepted for Megatron-LM launch scripts and does nothing: megatron-gamma always builds
+    megatron-core models (a one-line notice says so)."""
+    fp8_format: Optional[Fp8Format] = None
+    """FP8 GEMMs through Transformer Engine (megatron-core ``fp8``): needs --transformer-impl
+    transformer_engine and a GPU with FP8 (compute capability >= 8.9); refused by name otherwise."""
+    fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED
+    """FP8 scaling recipe (megatron-core ``fp8_recipe``); counts with --fp8-format."""
 
     def __post_init__(self) -> None:
         _check_choices(self)
@@ -253,6 +422,7 @@ class ModelConfig:
                     "choose hidden_size as a multiple of num_attention_heads, or set kv_channels",
                 )
             _resolve(self, "kv_channels", self.hidden_size // self.num_attention_heads)
+        _resolve_megatron_aliases(self)
         if self.num_query_groups is None:
             _resolve(self, "num_query_groups", self.num_attention_heads)
         if self.num_attention_heads % self.num_query_groups:
@@ -291,6 +461,7 @@ class ModelConfig:
         for key in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 _fail(key, getattr(self, key), "must lie in [0, 1)", f"set {key} to e.g. 0.0")
+        _check_megatron_model_flags(self)
 
 
 def parse_env(items: Any) -> dict[str, str]:

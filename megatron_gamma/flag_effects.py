@@ -96,6 +96,31 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
     "slurm_gpus_per_node": (lambda c: False, "megatron-gamma estimate / submit"),
     "gpu_memory_gb": (lambda c: False, "megatron-gamma estimate"),
     "env": (lambda c: False, "megatron-gamma submit"),
+    "group_query_attention": (
+        lambda c: c.model.num_query_groups < c.model.num_attention_heads,
+        "--num-query-groups below --num-attention-heads (or leaving it unset)",
+    ),
+    "use_rotary_position_embeddings": (
+        lambda c: False,
+        "nothing: rope is already the default --position-embedding-type",
+    ),
+    "rotary_percent": (
+        lambda c: c.model.position_embedding_type == "rope",
+        "--position-embedding-type rope",
+    ),
+    "disable_bias_linear": (
+        lambda c: False,
+        "nothing: megatron-gamma's linear layers have no bias unless --add-bias-linear",
+    ),
+    "attention_backend": (
+        lambda c: c.model.transformer_impl == "transformer_engine",
+        "--transformer-impl transformer_engine (the local backend always runs torch SDPA)",
+    ),
+    "use_mcore_models": (
+        lambda c: False,
+        "nothing: megatron-gamma always builds megatron-core models",
+    ),
+    "fp8_recipe": (lambda c: c.model.fp8_format is not None, "--fp8-format"),
 }
 
 # Fields whose value always changes a pretraining run (given a valid config).
@@ -110,7 +135,8 @@ ALWAYS_EFFECTIVE = frozenset(
     weight_decay clip_grad micro_batch_size global_batch_size train_iters seed bf16
     exit_interval exit_duration_in_mins recompute_granularity save load run_dir log_interval
     tensorboard_dir progress_bar log_diagnostics_interval layer_spec exit_signal_handler finetune
-    pretrained_checkpoint async_save init_audit""".split()
+    pretrained_checkpoint async_save init_audit
+    qk_layernorm apply_layernorm_1p transformer_impl fp8_format""".split()
 )
 
 _CLUSTER_KEYS = frozenset(("slurm_nodes", "slurm_gpus_per_node", "gpu_memory_gb", "env"))

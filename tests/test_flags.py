@@ -150,6 +150,33 @@ CASES = {
     "slurm_gpus_per_node": ({"slurm_gpus_per_node": 4}, "estimate", None),
     "gpu_memory_gb": ({"gpu_memory_gb": 40.0}, "estimate", None),
     "env": ({"env": ["NCCL_DEBUG=INFO"]}, "submit", None),
+    "group_query_attention": (
+        {"group_query_attention": True, "num_query_groups": 4},
+        "--num-query-groups",
+        {"group_query_attention": True},
+    ),
+    "use_rotary_position_embeddings": ({"use_rotary_position_embeddings": True}, "rope", None),
+    "rotary_percent": (
+        {"rotary_percent": 0.5, "position_embedding_type": "learned_absolute"},
+        "rope",
+        {"rotary_percent": 0.5},
+    ),
+    "disable_bias_linear": ({"disable_bias_linear": True}, "--add-bias-linear", None),
+    "attention_backend": (
+        {"attention_backend": "unfused"},
+        "--transformer-impl transformer_engine",
+        {"attention_backend": "unfused", "transformer_impl": "transformer_engine"},
+    ),
+    "use_mcore_models": ({"use_mcore_models": True}, "megatron-core models", None),
+    "fp8_recipe": (
+        {"fp8_recipe": "tensorwise"},
+        "--fp8-format",
+        {
+            "fp8_recipe": "tensorwise",
+            "fp8_format": "hybrid",
+            "transformer_impl": "transformer_engine",
+        },
+    ),
 }
 
 

@@ -71,7 +71,7 @@ def _single_cases():
     cfg = make_config(dict(BASE, gated_attention="elementwise"), {})
     ours = build(cfg)[0][0]
     plain_cfg = make_config(dict(BASE, gated_attention="none"), {})
-    fused = _megatron_model(plain_cfg, layer_spec(plain_cfg), attention_output_gate=True)
+    fused = _megatron_model(plain_cfg, layer_spec(plain_cfg)[0], attention_output_gate=True)
     state = ours.state_dict()
     head, groups = 16, 4
     for i in range(BASE["num_layers"]):

@@ -21,6 +21,7 @@ VARIANTS = {
     "gqa": dict(DENSE, num_query_groups=2, position_embedding_type="learned_absolute"),
     "tied": dict(DENSE, untie_embeddings_and_output_weights=False),
     "moe": dict(DENSE, num_experts=4, moe_ffn_hidden_size=32),
+    "qk-norm-1p": dict(DENSE, qk_layernorm=True, apply_layernorm_1p=True),
 }
 
 

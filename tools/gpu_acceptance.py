@@ -15,7 +15,9 @@ Steps, in order (each a subprocess with the time left as its limit):
    :data:`TRAIN_ITERS` steps, micro-batch = global batch = :data:`MICRO_BATCH`, for: defaults;
    ``--gated-attention none``; ``MEGATRON_GAMMA_OPS=reference``; megatron-core's stock local
    spec (``--layer-spec local --gated-attention none``); and ``--transformer-impl
-   transformer_engine`` when Transformer Engine is importable and the flag exists. Reported:
+   transformer_engine``, with and without the gate (``--gated-attention none``), when Transformer
+   Engine is importable and the flag exists: the gate's share of the TE step decides whether its
+   rows are worth fusing into the QKV projection (issue 18: only above 1%). Reported:
    tokens/s, TFLOP/s per device and MFU, medians over the log intervals after the first
    (warm-up).
 
@@ -58,6 +60,10 @@ TRAIN_VARIANTS = {
     "ops-reference": ([], {"MEGATRON_GAMMA_OPS": "reference"}),
     "megatron-core-local-spec": (["--layer-spec", "local", "--gated-attention", "none"], {}),
     "transformer-engine": (["--transformer-impl", "transformer_engine"], {}),
+    "transformer-engine-gated-attention-none": (
+        ["--transformer-impl", "transformer_engine", "--gated-attention", "none"],
+        {},
+    ),
 }
 
 
@@ -260,7 +266,7 @@ def _train_figures(output: str) -> dict:
 def _skip_reason(step: Step) -> str:
     if step.name == "install" and not _needs_install():
         return "megatron_gamma has CUDA kernels and pytest is installed"
-    if step.name == "train-transformer-engine":
+    if step.name.startswith("train-transformer-engine"):
         if importlib.util.find_spec("transformer_engine") is None:
             return "transformer_engine is not importable"
         if "--transformer-impl" not in _help(step.cmd[:4]):
@@ -309,6 +315,9 @@ def _comparisons(steps: dict[str, Step]) -> list[str]:
         ("defaults", "megatron-core-local-spec", "mfu_percent",
          "MFU vs megatron-core stock spec (target within 10%)"),
         ("defaults", "ops-reference", "tokens_per_s", "compiled kernels vs pure-torch ops"),
+        ("transformer-engine", "transformer-engine-gated-attention-none", "tokens_per_s",
+         "gate cost on TE (fuse the gate rows into QKV only if > 1% slower)"),
+        ("transformer-engine", "defaults", "tokens_per_s", "TE backend vs local backend"),
     ]  # fmt: skip
     for a, b, key, what in pairs:
         x, y = fig(a, key), fig(b, key)

@@ -49,6 +49,14 @@ def unsupported_features(cfg: Config) -> list[str]:
         out.append("swiglu=False (only SwiGLU MLPs)")
     if m.add_bias_linear:
         out.append("add_bias_linear=True (no linear biases)")
+    if m.rotary_percent != 1.0:
+        out.append(f"rotary_percent={m.rotary_percent} (only full RoPE)")
+    if m.qk_layernorm:
+        out.append("qk_layernorm=True (no q/k norms)")
+    if m.apply_layernorm_1p:
+        out.append("apply_layernorm_1p=True (norm weights store the gain itself)")
+    if m.transformer_impl != "local":
+        out.append(f"transformer_impl={m.transformer_impl!r} (local parameter names only)")
     return out
 
 
@@ -82,7 +90,8 @@ def check_mappable(cfg: Config, hf_format: str) -> str:
     if bad:
         raise UnmappableArchitectureError(
             f"model={'; '.join(bad)}: no Hugging Face mapping for this architecture. Fix: export "
-            "a run trained with RoPE, SwiGLU and no linear biases (megatron-gamma's defaults)"
+            "a run trained with megatron-gamma's defaults for these (full RoPE, SwiGLU, no "
+            "linear biases, no q/k norms, plain norm weights, --transformer-impl local)"
         )
     blockers = stock_blockers(cfg)
     if hf_format == "llama" and blockers:

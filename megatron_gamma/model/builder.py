@@ -10,6 +10,7 @@ from megatron.core import parallel_state
 from megatron.core.distributed import finalize_model_grads
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.models.gpt.gpt_model import GPTModel
+from megatron.core.transformer.enums import AttnBackend
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_block import (
     TransformerBlockSubmodules,
@@ -22,6 +23,7 @@ from megatron_gamma.model.attention import SDPACoreAttention
 from megatron_gamma.model.gated_attention import GatedSelfAttention
 from megatron_gamma.model.init import ParamInit, apply_gamma_init
 from megatron_gamma.model.norm import RMSNorm
+from megatron_gamma.model.te_backend import te_layer_spec
 
 
 def padded_vocab_size(vocab_size: int, cfg: Config) -> int:
@@ -98,6 +100,11 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
         hidden_dropout=m.hidden_dropout,
         attention_dropout=m.attention_dropout,
         rotary_interleaved=False,
+        qk_layernorm=m.qk_layernorm,
+        layernorm_zero_centered_gamma=m.apply_layernorm_1p,
+        attention_backend=AttnBackend[m.attention_backend],
+        fp8=m.fp8_format,
+        fp8_recipe=m.fp8_recipe,
         init_method_std=cfg.init.init_method_std,
         **init,
         use_cpu_initialization=not on_gpu and cfg.init.init_method == "normal",
@@ -122,27 +129,41 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
     )
 
 
-def layer_spec(cfg: Config) -> ModuleSpec:
-    """megatron-core's local GPT layer spec with our RMSNorm, SDPA core attention and gates.
+def layer_spec(cfg: Config) -> tuple[ModuleSpec, type]:
+    """The transformer layer spec and the final norm's module class.
 
-    ``gated_attention='none'`` keeps megatron-core's ``SelfAttention``; otherwise
+    ``transformer_impl='transformer_engine'``: megatron-core's TE spec
+    (:func:`~megatron_gamma.model.te_backend.te_layer_spec`). ``'local'``: megatron-core's local
+    GPT layer spec with our RMSNorm (also on q and k with ``qk_layernorm``), SDPA core attention
+    and gates; ``gated_attention='none'`` keeps megatron-core's ``SelfAttention``, otherwise
     :class:`GatedSelfAttention` with the chosen granularity replaces it through the spec.
-    ``layer_spec='local'`` returns megatron-core's spec unchanged (same parameter names).
+    ``layer_spec='local'`` returns megatron-core's spec unchanged (same parameter names). The
+    final norm is the layers' norm class.
+
+    Raises:
+        ConfigError: the TE backend where Transformer Engine is not importable.
     """
     m = cfg.model
-    spec = get_gpt_layer_local_spec(num_experts=m.num_experts, normalization="RMSNorm")
+    if m.transformer_impl == "transformer_engine":
+        return te_layer_spec(cfg)
+    spec = get_gpt_layer_local_spec(
+        num_experts=m.num_experts, normalization="RMSNorm", qk_layernorm=m.qk_layernorm
+    )
     if m.layer_spec == "local":
-        return spec
+        return spec, spec.submodules.input_layernorm
     spec.submodules.input_layernorm = RMSNorm
     spec.submodules.pre_mlp_layernorm = RMSNorm
     attention = spec.submodules.self_attention
     attention.submodules.core_attention = ModuleSpec(module=SDPACoreAttention)
+    if m.qk_layernorm:
+        attention.submodules.q_layernorm = RMSNorm
+        attention.submodules.k_layernorm = RMSNorm
     if m.gated_attention != "none":
         attention.module = GatedSelfAttention
         attention.params = dict(
             attention.params, granularity=m.gated_attention, gate_bias=m.gate_bias
         )
-    return spec
+    return spec, RMSNorm
 
 
 def build_model_chunk(
@@ -164,9 +185,8 @@ def build_model_chunk(
     """
     pre = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
     post = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
-    spec = layer_spec(cfg)
+    spec, norm = layer_spec(cfg)
     n_layers = get_num_layers_to_build(tcfg, vp_stage=vp_stage)
-    norm = spec.submodules.input_layernorm  # the final norm is the layers' norm
     block = TransformerBlockSubmodules(layer_specs=[spec] * n_layers, layer_norm=norm)
     model = GPTModel(
         config=tcfg,
@@ -178,6 +198,7 @@ def build_model_chunk(
         share_embeddings_and_output_weights=not cfg.model.untie_embeddings_and_output_weights,
         position_embedding_type=cfg.model.position_embedding_type,
         rotary_base=cfg.model.rotary_base,
+        rotary_percent=cfg.model.rotary_percent,
         vp_stage=vp_stage,
     )
     plan = apply_gamma_init(model, cfg, vocab_size) if cfg.init.init_method == "gamma" else {}

@@ -69,6 +69,9 @@ class GatedSelfAttention(SelfAttention):
             megatron-core ``SelfAttention``.
         granularity: 'elementwise' or 'headwise'.
         gate_bias: add a bias to the gate projection.
+        gate_linear: the gate projection's class: megatron-core's ``ColumnParallelLinear`` on
+            the local spec, ``TELayerNormColumnParallelLinear`` on the Transformer Engine spec,
+            whose ``linear_qkv`` normalizes its input itself (:mod:`~.te_backend`).
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class GatedSelfAttention(SelfAttention):
         pg_collection=None,
         granularity: str = "elementwise",
         gate_bias: bool = False,
+        gate_linear: type = ColumnParallelLinear,
     ):
         if granularity not in ("elementwise", "headwise"):
             raise ValueError(f"granularity={granularity!r}: use 'elementwise' or 'headwise'")
@@ -94,7 +98,7 @@ class GatedSelfAttention(SelfAttention):
         )
         self.granularity = granularity
         per_head = config.kv_channels if granularity == "elementwise" else 1
-        self.linear_gate = ColumnParallelLinear(
+        self.linear_gate = gate_linear(
             config.hidden_size,
             config.num_attention_heads * per_head,
             config=config,

@@ -9,7 +9,8 @@ fan_in is the **unsharded** input dimension of each matrix, derived from the mod
 matrix's role (the registry :mod:`megatron_gamma.model.roles`), never from the (possibly
 tensor-parallel-sharded) tensor shape; the role also says which dimension megatron-core shards
 and over which group (tensor-parallel, or expert tensor-parallel for experts). Biases start at
-zero, norm weights at one. Per-role gamma overrides (``--init-gamma-overrides fc2=0.75``)
+zero, norm weights at one (zero with ``--apply-layernorm-1p``, whose norms compute
+x_hat * (1 + w)). Per-role gamma overrides (``--init-gamma-overrides fc2=0.75``)
 replace ``--init-gamma`` for that role.
 
 Embedding policy: an embedding lookup is a matrix product with a one-hot vector, so a literal
@@ -62,6 +63,8 @@ def param_init(name: str, cfg: Config, vocab_size: int) -> ParamInit:
         ValueError: a parameter without a role (see ``roles.role_of``).
     """
     role = role_of(name)
+    if role.name == "norm" and cfg.model.apply_layernorm_1p:
+        return ParamInit(role.name, 0, 0.0, 0.0, constant=0.0)  # stores w - 1 (gain one)
     if not role.is_matrix:
         return ParamInit(role.name, 0, 0.0, 0.0, constant=role.constant)
     gamma = cfg.init.init_gamma_overrides.get(role.name, cfg.init.init_gamma)

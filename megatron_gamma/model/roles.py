@@ -41,8 +41,16 @@ expert_fc1     mlp.experts.local_experts.E.linear_fc1.weight  hidden_size       
 expert_fc2     mlp.experts.local_experts.E.linear_fc2.weight  moe_ffn_hidden_size cols  expert
 output         output_layer.weight                            hidden_size         rows  dense
 bias           any *.bias                                     (zeros)             -     dense
-norm           *layernorm.weight                              (ones)              -     dense
+norm           *layernorm.weight, *.layer_norm_weight (TE)    (ones)              -     dense
 =============  =============================================  ==================  ====  ======
+
+Norm weights: ``input_layernorm``, ``pre_mlp_layernorm``, ``final_layernorm`` and, with
+``--qk-layernorm``, ``self_attention.q_layernorm`` / ``k_layernorm`` (per head channel); on the
+Transformer Engine backend the input norms are fused into the next projection
+(``linear_qkv.layer_norm_weight``, ``linear_fc1.layer_norm_weight``, and the gate's own
+``linear_gate.layer_norm_weight``, :mod:`~megatron_gamma.model.te_backend`). TE's other
+parameters carry the local names (``weight``, ``bias``). With ``--apply-layernorm-1p`` the
+stored norm weight is w - 1 and starts at zero.
 
 "TP" is the dimension of the global (out, in) matrix that megatron-core splits over the
 tensor-parallel ranks of the role's group: the tensor-parallel group for dense weights, the
@@ -241,7 +249,7 @@ REGISTRY: tuple[WeightRole, ...] = (
         partition_dim=0,
     ),
     WeightRole("bias", r"\.bias$", "bias", constant=0.0),
-    WeightRole("norm", r"layernorm\.weight$", "RMSNorm weight", constant=1.0),
+    WeightRole("norm", r"(layernorm\.weight|\.layer_norm_weight)$", "RMSNorm weight", constant=1.0),
 )
 
 ROLES: dict[str, WeightRole] = {r.name: r for r in REGISTRY}

@@ -42,6 +42,7 @@ from megatron_gamma.data import demo_dir
 from megatron_gamma.data.datasets import build_datasets, check_splits, micro_batches
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 from megatron_gamma.model.builder import build_model, padded_vocab_size, transformer_config
+from megatron_gamma.model.te_backend import check_backend
 from megatron_gamma.training.callbacks import Callback, StepOutput, default_callbacks
 from megatron_gamma.training.checkpointing import (
     TrainState,
@@ -107,8 +108,10 @@ def preflight(cfg: Config) -> str:
         ConfigError: missing dataset prefix or tokenizer file; MoE with tensor parallelism but
             without sequence parallelism (megatron-core's MoE layer refuses it in training); a
             checkpoint to load that lacks what the load needs (:func:`~.checkpointing.
-            check_loadable`).
+            check_loadable`); a backend this machine cannot run (:func:`~megatron_gamma.model.
+            te_backend.check_backend`: Transformer Engine, FP8).
     """
+    check_backend(cfg)
     ck = cfg.checkpoint
     if ck.load and (ck.finetune or latest_iteration(ck.load) is not None):
         check_loadable(ck.load, ck.finetune, ck.load_optim)
