@@ -320,14 +320,16 @@ class Trainer:
     def train_step(self, batch_iter: Iterator[dict]) -> tuple[float, float, float]:
         """One optimizer step over the current global batch (megatron-core's
         ``get_current_global_batch_size()``, which grows during a ramp-up); the schedule steps
-        by that many samples. Returns (loss, grad norm, learning rate used)."""
+        by that many samples, unless fp16 loss scaling skipped the update on an overflow (as in
+        Megatron-LM). Returns (loss, grad norm, learning rate used)."""
         for chunk in self.chunks:
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
         loss = self._run_schedule(batch_iter, get_num_microbatches(), forward_only=False)
-        _, grad_norm, _ = self.optimizer.step()
+        updated, grad_norm, _ = self.optimizer.step()
         lr = self.optimizer.param_groups[0]["lr"]
-        self.scheduler.step(increment=get_current_global_batch_size())
+        if updated:
+            self.scheduler.step(increment=get_current_global_batch_size())
         return loss, float(grad_norm or 0.0), lr
 
     @torch.no_grad()
