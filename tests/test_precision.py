@@ -2,9 +2,11 @@
 the loss-scaling flags reach megatron-core's OptimizerConfig, gradients are reduced in fp32 as
 Megatron-LM does, and the fp16 warning for the paper's epsilon states a measured fact."""
 
+import math
+
 import pytest
 import torch
-from conftest import pretrain, run_cli
+from conftest import run_cli
 from megatron.core.distributed import DistributedDataParallelConfig
 from megatron.core.optimizer import OptimizerConfig as McoreOptimizerConfig
 
@@ -109,14 +111,66 @@ def test_fp16_epsilon_warning_states_what_is_measured():
             assert dx == pytest.approx(dx64, rel=1e-3) and dx < 32, (dx, dx64)
 
 
+def _fp16_runs(runs: list[dict]) -> list[dict]:
+    """Train each config in turn in this process; return its losses and loss-scaler state."""
+    from megatron_gamma.training.loop import Trainer
+
+    out = []
+    for overrides in runs:
+        trainer = Trainer(load_config(None, overrides))
+        try:
+            losses = trainer.train().train_losses
+            optimizer = getattr(trainer.optimizer, "chained_optimizers", [trainer.optimizer])[0]
+            scaler = optimizer.grad_scaler
+            out.append(
+                {
+                    "losses": losses,
+                    "scale": float(scaler.scale),
+                    "growth_tracker": scaler._growth_tracker,
+                    "hysteresis_tracker": scaler._hysteresis_tracker,
+                    "scheduler_steps": trainer.scheduler.num_steps,
+                }
+            )
+        finally:
+            trainer.close()
+    return out
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 needs CUDA (megatron-core)")
 @pytest.mark.timeout(600)
-def test_fp16_trains_and_its_loss_scale_survives_a_resume(tmp_path, demo_prefix):
-    common = ["--fp16", "--train-iters", "8", "--eval-interval", "100", "--log-interval", "1"]
-    common += ["--initial-loss-scale", "65536", "--loss-scale-window", "3"]
-    whole = pretrain(tmp_path / "whole", demo_prefix, *common)
+def test_fp16_trains_and_its_loss_scaler_survives_a_resume(tmp_path, demo_prefix):
+    from distributed import run_distributed
+
+    common = dict(
+        data_path=[demo_prefix],
+        split="95,5,0",
+        num_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        seq_length=64,
+        micro_batch_size=4,
+        global_batch_size=8,
+        train_iters=8,
+        eval_interval=100,
+        init_audit="off",
+        log_diagnostics_interval=0,
+        progress_bar=False,
+        fp16=True,
+        initial_loss_scale=2.0**20,
+        loss_scale_window=3,
+    )
     ck = str(tmp_path / "ck")
-    pretrain(tmp_path / "part", demo_prefix, *common, "--save", ck, "--exit-interval", "4")
-    resumed = pretrain(tmp_path / "part", demo_prefix, *common, "--load", ck)
-    for it in range(5, 9):  # a differing loss scale would skip or scale other steps
-        assert resumed["train"][it] == whole["train"][it], it
+    runs = [
+        {**common, "run_dir": str(tmp_path / "whole")},
+        {**common, "run_dir": str(tmp_path / "part"), "save": ck, "exit_interval": 4},
+        {**common, "run_dir": str(tmp_path / "part"), "load": ck},
+    ]
+    (results,) = run_distributed(_fp16_runs, 1, runs)
+    whole, first, resumed = results
+    assert all(math.isfinite(v) for v in whole["losses"].values())
+    assert sorted(resumed["losses"]) == list(range(5, 9))
+    for it in range(5, 9):
+        assert resumed["losses"][it] == whole["losses"][it], it
+    for key in ("scale", "growth_tracker", "hysteresis_tracker", "scheduler_steps"):
+        assert resumed[key] == whole[key], key
+    assert first["scale"] != 2.0**20 or first["growth_tracker"] > 0  # the scaler moved
