@@ -181,6 +181,33 @@ class LrDecayStyle(Choice):
     COSINE = "cosine", "half cosine from lr to min_lr"
     LINEAR = "linear", "straight line from lr to min_lr"
     CONSTANT = "constant", "stay at lr"
+    INVERSE_SQUARE_ROOT = (
+        "inverse-square-root",
+        "lr * sqrt(warmup steps / steps) after warmup, floored at min_lr",
+    )
+    WSD = (
+        "WSD",
+        "warmup-stable-decay: lr until the last lr_wsd_decay_iters (or _samples) of the decay, "
+        "then lr_wsd_decay_style down to min_lr",
+    )
+
+
+class WsdDecayStyle(Choice):
+    """The annealing phase of the WSD schedule (megatron-core ``lr_wsd_decay_style``)."""
+
+    EXPONENTIAL = "exponential", "coefficient 2 * 0.5^ratio - 1"
+    LINEAR = "linear", "coefficient 1 - ratio"
+    COSINE = "cosine", "coefficient (cos(pi * ratio) + 1) / 2"
+    MINUS_SQRT = "minus_sqrt", "coefficient 1 - sqrt(ratio)"
+
+
+class WeightDecayIncrStyle(Choice):
+    """Weight decay from start_weight_decay to end_weight_decay over training (megatron-core
+    ``wd_incr_style``)."""
+
+    CONSTANT = "constant", "weight_decay throughout"
+    LINEAR = "linear", "straight line from start_weight_decay to end_weight_decay"
+    COSINE = "cosine", "half cosine from start_weight_decay up to end_weight_decay"
 
 
 class RecomputeGranularity(Choice):
@@ -752,6 +779,41 @@ class OptimizerConfig:
     use_checkpoint_opt_param_scheduler: bool = False
     """On resume, keep the checkpoint's schedule where this config's differs (config.yaml then
     records the checkpoint's values)."""
+    lr_warmup_fraction: Optional[float] = None
+    """Warmup as a fraction of the decay span (lr_decay_iters, or lr_decay_samples with
+    train_samples), Megatron-LM's ``--lr-warmup-fraction``; excludes lr_warmup_iters and
+    lr_warmup_samples."""
+    lr_warmup_samples: int = 0
+    """Linear warmup in samples, for sample-based training (train_samples)."""
+    lr_decay_samples: Optional[int] = None
+    """Samples of decay for sample-based training (default train_samples)."""
+    lr_warmup_init: float = 0.0
+    """Learning rate at the start of the warmup (megatron-core ``init_lr``)."""
+    lr_wsd_decay_style: WsdDecayStyle = WsdDecayStyle.EXPONENTIAL
+    """Shape of the annealing phase of lr_decay_style='WSD'."""
+    lr_wsd_decay_iters: Optional[int] = None
+    """Iterations of WSD annealing at the end of the decay span (iteration-based training)."""
+    lr_wsd_decay_samples: Optional[int] = None
+    """Samples of WSD annealing at the end of the decay span (sample-based training)."""
+    start_weight_decay: Optional[float] = None
+    """Weight decay at the start of training, with a linear or cosine weight_decay_incr_style
+    (then weight_decay is not used)."""
+    end_weight_decay: Optional[float] = None
+    """Weight decay at the end of training (train_iters or train_samples), with a linear or
+    cosine weight_decay_incr_style; megatron-core requires end >= start."""
+    weight_decay_incr_style: WeightDecayIncrStyle = WeightDecayIncrStyle.CONSTANT
+    """Weight decay schedule over training."""
+    loss_scale: Optional[float] = None
+    """Static loss scale for fp16 (megatron-core ConstantGradScaler); None: dynamic loss
+    scaling (DynamicGradScaler) under fp16."""
+    initial_loss_scale: float = 2.0**32
+    """Initial dynamic loss scale (fp16)."""
+    min_loss_scale: float = 1.0
+    """Floor of the dynamic loss scale (fp16)."""
+    loss_scale_window: int = 1000
+    """Iterations without overflow after which the dynamic loss scale doubles (fp16)."""
+    hysteresis: int = 2
+    """Overflowing iterations tolerated before the dynamic loss scale is halved (fp16)."""
 
     def __post_init__(self) -> None:
         _check_choices(self)
@@ -759,8 +821,106 @@ class OptimizerConfig:
             _fail("lr", self.lr, "must be > 0", "use e.g. 3e-4")
         if not 0 <= self.min_lr <= self.lr:
             _fail("min_lr", self.min_lr, f"must lie in [0, lr={self.lr}]", "lower min_lr")
-        if self.lr_warmup_iters < 0:
-            _fail("lr_warmup_iters", self.lr_warmup_iters, "must be >= 0", "use 0 or more")
+        for key in ("lr_warmup_iters", "lr_warmup_samples"):
+            if getattr(self, key) < 0:
+                _fail(key, getattr(self, key), "must be >= 0", "use 0 or more")
+        for key in (
+            "lr_decay_iters",
+            "lr_decay_samples",
+            "lr_wsd_decay_iters",
+            "lr_wsd_decay_samples",
+        ):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                _fail(key, value, "must be >= 1", f"set {key} to 1 or more, or leave it unset")
+        self._check_warmup()
+        if not 0 <= self.lr_warmup_init <= self.lr:
+            _fail(
+                "lr_warmup_init",
+                self.lr_warmup_init,
+                f"must lie in [0, lr={self.lr}] (megatron-core asserts init_lr <= max_lr)",
+                "lower lr_warmup_init",
+            )
+        if self.lr_decay_style == "WSD" and (
+            self.lr_wsd_decay_iters is None and self.lr_wsd_decay_samples is None
+        ):
+            _fail(
+                "lr_decay_style",
+                "WSD",
+                "needs the length of the annealing phase",
+                "add --lr-wsd-decay-iters N (or --lr-wsd-decay-samples N with --train-samples)",
+            )
+        self._check_weight_decay()
+        for key in ("initial_loss_scale", "min_loss_scale", "loss_scale_window", "hysteresis"):
+            if not getattr(self, key) > 0:
+                _fail(key, getattr(self, key), "must be > 0", "use megatron-core's default")
+        if self.loss_scale is not None and not self.loss_scale > 0:
+            _fail("loss_scale", self.loss_scale, "must be > 0", "use a power of 2, or unset it")
+        if self.min_loss_scale > self.initial_loss_scale:
+            _fail(
+                "min_loss_scale",
+                self.min_loss_scale,
+                f"exceeds initial_loss_scale={self.initial_loss_scale}",
+                "lower min_loss_scale",
+            )
+
+    def _check_warmup(self) -> None:
+        """Megatron-LM's exclusions: one warmup length, given one way."""
+        fraction = self.lr_warmup_fraction
+        if fraction is None:
+            if self.lr_warmup_iters and self.lr_warmup_samples:
+                _fail(
+                    "lr_warmup_samples",
+                    self.lr_warmup_samples,
+                    f"excludes lr_warmup_iters={self.lr_warmup_iters} (sample-based and "
+                    "iteration-based warmup)",
+                    "give --lr-warmup-iters with --train-iters, or --lr-warmup-samples with "
+                    "--train-samples",
+                )
+            return
+        if not 0.0 <= fraction < 1.0:
+            _fail("lr_warmup_fraction", fraction, "must lie in [0, 1)", "use e.g. 0.01")
+        for key in ("lr_warmup_iters", "lr_warmup_samples"):
+            if getattr(self, key):
+                _fail(
+                    "lr_warmup_fraction",
+                    fraction,
+                    f"can only specify one of lr_warmup_fraction and {key} "
+                    f"(Megatron-LM), got {key}={getattr(self, key)}",
+                    f"drop --{key.replace('_', '-')} or --lr-warmup-fraction",
+                )
+
+    def _check_weight_decay(self) -> None:
+        """Megatron-LM: constant weight decay takes weight_decay; linear and cosine take
+        start_weight_decay and end_weight_decay."""
+        given = [
+            k for k in ("start_weight_decay", "end_weight_decay") if getattr(self, k) is not None
+        ]
+        if self.weight_decay_incr_style == "constant":
+            if given:
+                _fail(
+                    given[0],
+                    getattr(self, given[0]),
+                    "needs weight_decay_incr_style linear or cosine (constant weight decay is "
+                    "weight_decay)",
+                    "add --weight-decay-incr-style linear, or use --weight-decay",
+                )
+            return
+        if len(given) < 2:
+            _fail(
+                "weight_decay_incr_style",
+                self.weight_decay_incr_style,
+                "needs both start_weight_decay and end_weight_decay",
+                "add --start-weight-decay and --end-weight-decay",
+            )
+        if not 0.0 <= self.start_weight_decay <= self.end_weight_decay:
+            _fail(
+                "end_weight_decay",
+                self.end_weight_decay,
+                f"must be >= start_weight_decay={self.start_weight_decay} >= 0 (megatron-core "
+                "only increases weight decay)",
+                "give 0 <= --start-weight-decay <= --end-weight-decay",
+            )
 
 
 @dataclass(frozen=True)
@@ -771,8 +931,8 @@ class TrainingConfig:
     """Sequences per micro-batch per data-parallel rank."""
     global_batch_size: int = 8
     """Sequences per optimizer step over all data-parallel ranks."""
-    train_iters: int = 40
-    """Optimizer steps."""
+    train_iters: Optional[int] = None
+    """Optimizer steps (default 40; derived from train_samples when that is given)."""
     seed: int = 1234
     """Seed for initialization, data order and dropout."""
     bf16: bool = False
@@ -797,12 +957,32 @@ class TrainingConfig:
     of the current iteration and exit cleanly, as on SIGUSR1 (Megatron-LM's
     ``--exit-signal-handler``, on by default here); ``--no-exit-signal-handler`` leaves SIGTERM
     to Python's default (the process dies at once)."""
+    train_samples: Optional[int] = None
+    """Train on this many samples (Megatron-LM's sample-based training): train_iters is derived
+    (train_samples // global_batch_size, or Megatron-LM's count through the batch-size ramp-up)
+    and the schedule takes lr_warmup_samples, lr_decay_samples and lr_wsd_decay_samples
+    instead of their _iters forms."""
+    rampup_batch_size: Optional[list] = None
+    """START INCR SAMPLES: ramp the global batch size from START up to global_batch_size in
+    steps of INCR, spread evenly over SAMPLES samples (megatron-core's
+    RampupBatchsizeNumMicroBatchesCalculator); needs train_samples, as in Megatron-LM."""
+    fp16: bool = False
+    """fp16 mixed precision with loss scaling (megatron-core's
+    Float16OptimizerWithFloat16Params; dynamic scaling unless loss_scale). Needs CUDA:
+    megatron-core's grad scalers allocate CUDA tensors."""
+    accumulate_allreduce_grads_in_fp32: bool = False
+    """Accumulate and all-reduce gradients in fp32 under fp16 (megatron-core DDP
+    ``grad_reduce_in_fp32``). bf16 always does (Megatron-LM forces it on for bf16); fp32
+    gradients are fp32 anyway."""
 
     def __post_init__(self) -> None:
         _check_choices(self)
+        self._resolve_train_iters()
         for key in ("micro_batch_size", "global_batch_size", "train_iters", "eval_interval"):
             if getattr(self, key) < 1:
                 _fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
+        if self.fp16 and self.bf16:
+            _fail("fp16", True, "excludes bf16=True", "choose one of --fp16 and --bf16")
         if self.exit_duration_in_mins is not None and not self.exit_duration_in_mins > 0:
             _fail(
                 "exit_duration_in_mins",
@@ -817,6 +997,115 @@ class TrainingConfig:
                 f"not divisible by micro_batch_size={self.micro_batch_size}",
                 "make global_batch_size a multiple of micro_batch_size x data-parallel size",
             )
+
+    def _resolve_train_iters(self) -> None:
+        """train_iters from train_samples (Megatron-LM's ``update_train_iters``), or 40."""
+        if self.rampup_batch_size is not None:
+            self._check_rampup()
+        if self.train_samples is None:
+            if self.train_iters is None:
+                _resolve(self, "train_iters", 40)
+            return
+        if self.train_samples < 1:
+            _fail("train_samples", self.train_samples, "must be >= 1", "set it to 1 or more")
+        derived = rampup_train_iters(
+            self.train_samples, self.global_batch_size, self.rampup_batch_size
+        )
+        if self.train_iters is not None and self.train_iters != derived:
+            _fail(
+                "train_iters",
+                self.train_iters,
+                f"excludes train_samples={self.train_samples} (which gives {derived} "
+                "iterations): Megatron-LM trains either iteration-based or sample-based",
+                "give only one of --train-iters and --train-samples",
+            )
+        _resolve(self, "train_iters", derived)
+
+    def _check_rampup(self) -> None:
+        items = self.rampup_batch_size
+        try:
+            start, incr, samples = (int(v) for v in items)
+        except (TypeError, ValueError):
+            _fail(
+                "rampup_batch_size",
+                items,
+                "expected three integers START INCR SAMPLES",
+                "e.g. --rampup-batch-size 16 16 5859375",
+            )
+        _resolve(self, "rampup_batch_size", [start, incr, samples])
+        if self.train_samples is None:
+            _fail(
+                "rampup_batch_size",
+                items,
+                "needs sample-based training (Megatron-LM: no batch-size ramp-up for "
+                "iteration-based training)",
+                "replace --train-iters with --train-samples",
+            )
+        if start < 1 or incr < 1 or samples < 1:
+            _fail(
+                "rampup_batch_size",
+                items,
+                "needs START >= 1, INCR >= 1, SAMPLES >= 1 (megatron-core divides by SAMPLES)",
+                "e.g. --rampup-batch-size 16 16 5859375",
+            )
+        if start > self.global_batch_size or (self.global_batch_size - start) % incr:
+            _fail(
+                "rampup_batch_size",
+                items,
+                f"START must reach global_batch_size={self.global_batch_size} in whole steps "
+                "of INCR",
+                "choose START <= global_batch_size with global_batch_size - START a multiple of "
+                "INCR",
+            )
+        if start == self.global_batch_size:
+            _fail(
+                "rampup_batch_size",
+                items,
+                "START equals global_batch_size: nothing to ramp",
+                "drop --rampup-batch-size or lower START",
+            )
+        if self.train_samples is not None and samples > self.train_samples:
+            _fail(
+                "rampup_batch_size",
+                items,
+                f"ramps over more samples than train_samples={self.train_samples}",
+                "lower SAMPLES or raise --train-samples",
+            )
+        for size in range(start, self.global_batch_size + 1, incr):
+            if size % self.micro_batch_size:
+                _fail(
+                    "rampup_batch_size",
+                    items,
+                    f"the ramp's global batch size {size} is not divisible by "
+                    f"micro_batch_size={self.micro_batch_size}",
+                    "make START and INCR multiples of micro_batch_size x data-parallel size",
+                )
+
+
+def rampup_train_iters(
+    train_samples: int, global_batch_size: int, rampup_batch_size: Optional[list]
+) -> int:
+    """Iterations of sample-based training, Megatron-LM's ``update_train_iters``: without
+    ramp-up ``train_samples // global_batch_size``; with it, the iterations of the ramp (while
+    the consumed samples are <= its SAMPLES, each at megatron-core's
+    RampupBatchsizeNumMicroBatchesCalculator size) plus whole global batches of the rest (a
+    partial last batch is dropped)."""
+    if rampup_batch_size is None:
+        return train_samples // global_batch_size
+    from megatron.core.num_microbatches_calculator import (
+        RampupBatchsizeNumMicroBatchesCalculator,
+    )
+
+    start, incr, samples = rampup_batch_size
+    calc = RampupBatchsizeNumMicroBatchesCalculator(
+        global_batch_size, 1, 1, False, -1, start, incr, samples
+    )
+    iterations = consumed = 0
+    while consumed <= samples:
+        calc.update(consumed, consistency_check=False)
+        consumed += calc.get_current_global_batch_size()
+        iterations += 1
+    return iterations + (train_samples - consumed) // global_batch_size
 
 
 @dataclass(frozen=True)
@@ -1212,7 +1501,8 @@ def validate_layout(cfg: Config, world_size: int) -> int:
     Raises:
         ConfigError: world size not divisible by TP x PP (or by EP x PP for MoE), layers not
             divisible among (virtual) pipeline stages, heads or experts not divisible by TP / EP,
-            or global batch not divisible by micro batch x data-parallel size.
+            or global batch (or a ramp-up START / INCR) not divisible by micro batch x
+            data-parallel size.
     """
     m, par = cfg.model, cfg.parallel
     tp, pp, ep = (
@@ -1292,5 +1582,14 @@ def validate_layout(cfg: Config, world_size: int) -> int:
             gbs,
             f"not divisible by micro_batch_size x data-parallel size = {mbs} x {dp}",
             f"use a multiple of {mbs * dp}",
+        )
+    rampup = cfg.training.rampup_batch_size
+    if rampup is not None and (rampup[0] % (mbs * dp) or rampup[1] % (mbs * dp)):
+        _fail(
+            "rampup_batch_size",
+            rampup,
+            f"START and INCR must be multiples of micro_batch_size x data-parallel size = "
+            f"{mbs} x {dp} (megatron-core's ramp-up consistency check)",
+            f"use multiples of {mbs * dp}",
         )
     return dp

@@ -28,6 +28,15 @@ def _moe(cfg: Config) -> bool:
     return cfg.model.num_experts is not None
 
 
+def _has_warmup(cfg: Config) -> bool:
+    o = cfg.optimizer
+    return bool(o.lr_warmup_iters or o.lr_warmup_samples or o.lr_warmup_fraction)
+
+
+def _dynamic_loss_scale(cfg: Config) -> bool:
+    return cfg.training.fp16 and cfg.optimizer.loss_scale is None
+
+
 # field -> (is the value in effect under cfg?, the setting that makes it count)
 RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
     "ffn_hidden_size": (
@@ -121,6 +130,31 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
         "nothing: megatron-gamma always builds megatron-core models",
     ),
     "fp8_recipe": (lambda c: c.model.fp8_format is not None, "--fp8-format"),
+    "weight_decay": (
+        lambda c: c.optimizer.weight_decay_incr_style == "constant",
+        "--weight-decay-incr-style constant (linear and cosine take --start-weight-decay and "
+        "--end-weight-decay)",
+    ),
+    "lr_decay_samples": (
+        lambda c: c.optimizer.lr_decay_style != "constant",
+        "a decaying --lr-decay-style",
+    ),
+    "lr_warmup_init": (_has_warmup, "a warmup (--lr-warmup-iters, -samples or -fraction)"),
+    "lr_wsd_decay_style": (lambda c: c.optimizer.lr_decay_style == "WSD", "--lr-decay-style WSD"),
+    "lr_wsd_decay_iters": (lambda c: c.optimizer.lr_decay_style == "WSD", "--lr-decay-style WSD"),
+    "lr_wsd_decay_samples": (
+        lambda c: c.optimizer.lr_decay_style == "WSD",
+        "--lr-decay-style WSD",
+    ),
+    "loss_scale": (lambda c: c.training.fp16, "--fp16"),
+    "initial_loss_scale": (_dynamic_loss_scale, "--fp16 without --loss-scale"),
+    "min_loss_scale": (_dynamic_loss_scale, "--fp16 without --loss-scale"),
+    "loss_scale_window": (_dynamic_loss_scale, "--fp16 without --loss-scale"),
+    "hysteresis": (_dynamic_loss_scale, "--fp16 without --loss-scale"),
+    "accumulate_allreduce_grads_in_fp32": (
+        lambda c: c.training.fp16,
+        "--fp16 (bf16 always accumulates and all-reduces in fp32, fp32 runs have fp32 gradients)",
+    ),
 }
 
 # Fields whose value always changes a pretraining run (given a valid config).
@@ -132,11 +166,13 @@ ALWAYS_EFFECTIVE = frozenset(
     pipeline_model_parallel_size num_layers_per_virtual_pipeline_stage expert_model_parallel_size
     use_distributed_optimizer overlap_grad_reduce data_path train_data_path valid_data_path
     test_data_path tokenizer_model data_cache_path optimizer lr lr_decay_style lr_warmup_iters
-    weight_decay clip_grad micro_batch_size global_batch_size train_iters seed bf16
+    clip_grad micro_batch_size global_batch_size train_iters seed bf16
     exit_interval exit_duration_in_mins recompute_granularity save load run_dir log_interval
     tensorboard_dir progress_bar log_diagnostics_interval layer_spec exit_signal_handler finetune
     pretrained_checkpoint async_save init_audit
-    qk_layernorm apply_layernorm_1p transformer_impl fp8_format""".split()
+    qk_layernorm apply_layernorm_1p transformer_impl fp8_format
+    lr_warmup_fraction lr_warmup_samples weight_decay_incr_style start_weight_decay
+    end_weight_decay train_samples rampup_batch_size fp16""".split()
 )
 
 _CLUSTER_KEYS = frozenset(("slurm_nodes", "slurm_gpus_per_node", "gpu_memory_gb", "env"))

@@ -120,7 +120,7 @@ def test_weights_only_and_partial_loads_start_where_promised(source, tmp_path):
     resume = got["resume"]
     _assert_same_weights(resume["weights"], want)
     assert (resume["iteration"], resume["consumed_samples"]) == (SOURCE_ITERS, samples)
-    assert resume["scheduler_steps"] == SOURCE_ITERS
+    assert resume["scheduler_steps"] == samples  # the schedule counts samples
     assert resume["optimizer"][0] > 0 and resume["optimizer"][1] > 0
     assert not torch.equal(resume["rng"], got["fresh"]["rng"])
     fresh_optimizer = got["fresh"]["optimizer"]
@@ -140,7 +140,7 @@ def test_weights_only_and_partial_loads_start_where_promised(source, tmp_path):
     start = got["no_load_optim"]
     _assert_same_weights(start["weights"], want)
     assert (start["iteration"], start["consumed_samples"]) == (SOURCE_ITERS, samples)
-    assert start["scheduler_steps"] == SOURCE_ITERS
+    assert start["scheduler_steps"] == samples  # the schedule counts samples
     assert start["optimizer"] == fresh_optimizer
     assert torch.equal(start["rng"], resume["rng"])
 

@@ -177,6 +177,59 @@ CASES = {
             "transformer_impl": "transformer_engine",
         },
     ),
+    "weight_decay": (
+        {
+            "weight_decay": 0.05,
+            "weight_decay_incr_style": "linear",
+            "start_weight_decay": 0.0,
+            "end_weight_decay": 0.1,
+        },
+        "--weight-decay-incr-style constant",
+        {"weight_decay": 0.05},
+    ),
+    "lr_decay_samples": (
+        {"lr_decay_style": "constant", "lr_decay_samples": 100, "train_samples": 200},
+        "--lr-decay-style",
+        {"lr_decay_samples": 100, "train_samples": 200},
+    ),
+    "lr_warmup_init": (
+        {"lr_warmup_init": 1e-4},
+        "a warmup",
+        {"lr_warmup_init": 1e-4, "lr_warmup_fraction": 0.1},
+    ),
+    "lr_wsd_decay_style": (
+        {"lr_wsd_decay_style": "linear"},
+        "--lr-decay-style WSD",
+        {"lr_wsd_decay_style": "linear", "lr_decay_style": "WSD", "lr_wsd_decay_iters": 5},
+    ),
+    "lr_wsd_decay_iters": (
+        {"lr_wsd_decay_iters": 5},
+        "--lr-decay-style WSD",
+        {"lr_decay_style": "WSD", "lr_wsd_decay_iters": 5},
+    ),
+    "lr_wsd_decay_samples": (
+        {"lr_wsd_decay_samples": 50},
+        "--lr-decay-style WSD",
+        {"lr_decay_style": "WSD", "lr_wsd_decay_samples": 50, "train_samples": 400},
+    ),
+    "loss_scale": ({"loss_scale": 1024.0}, "--fp16", {"loss_scale": 1024.0, "fp16": True}),
+    "initial_loss_scale": (
+        {"initial_loss_scale": 2.0**16, "fp16": True, "loss_scale": 8.0},
+        "without --loss-scale",
+        {"initial_loss_scale": 2.0**16, "fp16": True},
+    ),
+    "min_loss_scale": ({"min_loss_scale": 2.0}, "--fp16", {"min_loss_scale": 2.0, "fp16": True}),
+    "loss_scale_window": (
+        {"loss_scale_window": 100},
+        "--fp16",
+        {"loss_scale_window": 100, "fp16": True},
+    ),
+    "hysteresis": ({"hysteresis": 4}, "--fp16", {"hysteresis": 4, "fp16": True}),
+    "accumulate_allreduce_grads_in_fp32": (
+        {"accumulate_allreduce_grads_in_fp32": True, "bf16": True},
+        "--fp16",
+        {"accumulate_allreduce_grads_in_fp32": True, "fp16": True},
+    ),
 }
 
 
@@ -227,7 +280,7 @@ def test_cli_prints_the_warning_line(tmp_path):
 @pytest.mark.parametrize(
     "argv, hint",
     [
-        (["pretrain", "--lr-warmup", "5"], "did you mean --lr-warmup-iters?"),
+        (["pretrain", "--lr-warmup-iter", "5"], "did you mean --lr-warmup-iters?"),
         (["pretrain", "--save-int", "7"], "did you mean --save-interval?"),
         (["pretrain", "--hiden-size", "64"], "did you mean --hidden-size?"),
         (

@@ -3,7 +3,9 @@
 Megatron-LM semantics: ``--override-opt-param-scheduler`` trains on with the config's schedule
 from the checkpoint's iteration, ``--use-checkpoint-opt-param-scheduler`` keeps the checkpoint's.
 Expected learning rates are megatron-core's documented schedule in closed form (linear warmup
-from 0, cosine decay to min_lr), evaluated at the step count before each iteration.
+from 0, cosine decay to min_lr), evaluated at the step count before each iteration (the schedule
+counts samples, Megatron-LM's unit; with a constant global batch size the ratios are those of
+iterations).
 """
 
 import json
@@ -48,7 +50,8 @@ def test_changed_schedule_on_resume_errors_overrides_or_keeps(tmp_path, demo_pre
     for difference in (
         "lr: checkpoint 0.003, config 0.01",
         "min_lr: checkpoint 0.0003, config 0.001",
-        "lr_decay_iters (default train_iters): checkpoint 8, config 12",
+        "decay samples (lr_decay_iters or train_iters, x global_batch_size; or "
+        "lr_decay_samples or train_samples): checkpoint 64, config 96",
         "--override-opt-param-scheduler",
         "--use-checkpoint-opt-param-scheduler",
     ):

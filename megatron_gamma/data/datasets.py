@@ -44,10 +44,10 @@ def build_datasets(
     """Train / valid / test GPTDatasets over the configured blend and split.
 
     Wraps megatron-core ``BlendedMegatronDatasetBuilder(GPTDataset, sizes, ...)``. Sizes in
-    samples: train ``train_iters x global_batch_size``; valid and test ``eval_iters x
-    global_batch_size`` (validation re-reads the same held-out samples at every evaluation, so
-    the numbers are comparable across a run). Rank 0 builds the index caches first, then the
-    others read them.
+    samples: train ``train_samples``, else ``train_iters x global_batch_size``; valid and test
+    ``eval_iters x global_batch_size`` (validation re-reads the same held-out samples at every
+    evaluation, so the numbers are comparable across a run). Rank 0 builds the index caches
+    first, then the others read them.
 
     With per-split paths (``train_data_path``, ``valid_data_path``, ``test_data_path``) each
     split is its own blend (megatron-core ``blend_per_split``, no ``split``); a split without a
@@ -77,7 +77,7 @@ def build_datasets(
         create_attention_mask=False,
     )
     eval_samples = t.eval_iters * t.global_batch_size
-    sizes = [t.train_iters * t.global_batch_size, eval_samples, eval_samples]
+    sizes = [t.train_samples or t.train_iters * t.global_batch_size, eval_samples, eval_samples]
     rank = dist.get_rank() if dist.is_initialized() else 0
     datasets = None
     if rank == 0:

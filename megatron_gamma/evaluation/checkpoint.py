@@ -38,9 +38,11 @@ class RunCheckpoint:
 
 def fp32_single_rank(cfg: Config) -> Config:
     """``cfg`` rebuilt (through :func:`config_from_dict`, so every check runs again) with fp32
-    weights, TP = PP = EP = 1, no virtual stages and no distributed optimizer."""
+    weights, TP = PP = EP = 1, no virtual stages and no distributed optimizer; iteration-based
+    without a batch-size ramp-up (``train_iters`` keeps its value), so evaluation may change the
+    batch sizes."""
     raw = cfg.to_dict()
-    raw["training"]["bf16"] = False
+    raw["training"].update(bf16=False, fp16=False, train_samples=None, rampup_batch_size=None)
     raw["parallel"].update(
         tensor_model_parallel_size=1,
         pipeline_model_parallel_size=1,

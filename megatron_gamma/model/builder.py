@@ -57,7 +57,7 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
     Megatron-LM).
     """
     m, p, t = cfg.model, cfg.parallel, cfg.training
-    dtype = torch.bfloat16 if t.bf16 else torch.float32
+    dtype = torch.bfloat16 if t.bf16 else torch.float16 if t.fp16 else torch.float32
     moe = {}
     if m.num_experts is not None:
         moe = dict(
@@ -115,6 +115,7 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
         pipeline_dtype=dtype,
         params_dtype=dtype,
         bf16=t.bf16,
+        fp16=t.fp16,
         batch_p2p_comm=on_gpu,
         batch_p2p_sync=on_gpu,
         bias_activation_fusion=False,

@@ -35,6 +35,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+from megatron.core.num_microbatches_calculator import get_current_global_batch_size
+
 from megatron_gamma import parallel
 from megatron_gamma.model.flops import train_flops_per_token
 from megatron_gamma.training.metrics import MetricsLogger
@@ -89,8 +91,9 @@ def _due(iteration: int, interval: Optional[int], end: int) -> bool:
 
 class MetricsCallback(Callback):
     """Console, TensorBoard and ``metrics.jsonl`` (:class:`~.metrics.MetricsLogger`): every
-    step's loss, lr and weight decay in effect, grad norm, throughput, consumed samples and
-    tokens, and memory (:func:`megatron_gamma.parallel.memory_stats`); a summary line
+    step's loss, lr and weight decay in effect, grad norm, global batch size (it grows during a
+    ``--rampup-batch-size`` ramp-up), throughput, consumed samples and tokens, and memory
+    (:func:`megatron_gamma.parallel.memory_stats`); a summary line
     (tokens/s, ms/iter, TFLOP/s per device, MFU on known GPUs) every ``log_interval`` steps and
     at the last one; validation losses and perplexities and checkpoint messages. Sets
     ``trainer.log`` for the other callbacks."""
@@ -110,37 +113,40 @@ class MetricsCallback(Callback):
         )
         if trainer.state.iteration:
             trainer.log.message(f"resumed at iteration {trainer.state.iteration}")
-        self.tokens_per_iter = cfg.training.global_batch_size * cfg.model.seq_length
-        self.flops_per_iter = train_flops_per_token(cfg, trainer.vocab_size) * self.tokens_per_iter
+        self.flops_per_token = train_flops_per_token(cfg, trainer.vocab_size)
         self.peak = parallel.peak_tflops()
-        self.interval_start, self.interval_iters = time.time(), 0
+        self.interval_start, self.interval_iters, self.interval_tokens = time.time(), 0, 0
 
     def on_step_end(self, trainer: Trainer, step: StepOutput) -> None:
-        samples = step.iteration * self.cfg.training.global_batch_size
+        samples = trainer.state.consumed_samples
+        batch = get_current_global_batch_size()  # the size this step trained on
+        tokens = batch * self.cfg.model.seq_length
         values = {
             "loss": step.loss,
             "lr": step.lr,
             "weight_decay": trainer.scheduler.get_wd(),
             "grad_norm": step.grad_norm,
-            "tokens_per_s": self.tokens_per_iter / step.seconds,
+            "global_batch_size": batch,
+            "tokens_per_s": tokens / step.seconds,
             "consumed_samples": samples,
             "consumed_tokens": samples * self.cfg.model.seq_length,
             **parallel.memory_stats(),
         }
         trainer.log.train_step(step.iteration, values)
         self.interval_iters += 1
+        self.interval_tokens += tokens
         if not _due(step.iteration, self.cfg.logging.log_interval, trainer.end_iteration):
             return
         span = time.time() - self.interval_start
         world = trainer.world_size
-        values["tokens_per_s"] = self.tokens_per_iter * self.interval_iters / span
+        values["tokens_per_s"] = self.interval_tokens / span
         values["ms_per_iter"] = 1000 * span / self.interval_iters
-        values["tflops_per_device"] = self.flops_per_iter * self.interval_iters / span / world
+        values["tflops_per_device"] = self.flops_per_token * self.interval_tokens / span / world
         values["tflops_per_device"] /= 1e12
         if self.peak is not None:
             values["mfu"] = values["tflops_per_device"] / self.peak
         trainer.log.interval_summary(step.iteration, self.cfg.training.train_iters, values)
-        self.interval_start, self.interval_iters = time.time(), 0
+        self.interval_start, self.interval_iters, self.interval_tokens = time.time(), 0, 0
 
     def on_eval(self, trainer: Trainer, iteration: int, loss: float) -> None:
         trainer.log.validation(iteration, loss)

@@ -29,8 +29,10 @@ from megatron.core.distributed import (
 )
 from megatron.core.num_microbatches_calculator import (
     destroy_num_microbatches_calculator,
+    get_current_global_batch_size,
     get_num_microbatches,
     init_num_microbatches_calculator,
+    update_num_microbatches,
 )
 from megatron.core.optimizer import OptimizerConfig as McoreOptimizerConfig
 from megatron.core.optimizer import get_megatron_optimizer
@@ -55,8 +57,14 @@ from megatron_gamma.training.checkpointing import (
 )
 from megatron_gamma.training.init_audit import audit_init, format_audit, write_audit
 from megatron_gamma.training.metrics import MetricsLogger
+from megatron_gamma.training.precision import (
+    check_precision,
+    fp16_epsilon_warning,
+    grad_reduce_in_fp32,
+    loss_scaling,
+)
 from megatron_gamma.training.preemption import PreemptionGuard
-from megatron_gamma.training.schedule import build_scheduler, reconcile_schedule
+from megatron_gamma.training.schedule import build_scheduler, check_schedule, reconcile_schedule
 
 
 @dataclass
@@ -105,7 +113,9 @@ def preflight(cfg: Config) -> str:
         The tokenizer.json path (``data.tokenizer_model`` or the packaged demo tokenizer).
 
     Raises:
-        ConfigError: missing dataset prefix or tokenizer file; MoE with tensor parallelism but
+        ConfigError: missing dataset prefix or tokenizer file; iteration-based schedule
+            lengths with sample-based training or the reverse (:func:`~.schedule.
+            check_schedule`); MoE with tensor parallelism but
             without sequence parallelism (megatron-core's MoE layer refuses it in training); a
             checkpoint to load that lacks what the load needs (:func:`~.checkpointing.
             check_loadable`); a backend this machine cannot run (:func:`~megatron_gamma.model.
@@ -127,6 +137,7 @@ def preflight(cfg: Config) -> str:
     prefixes, _ = cfg.data.blend()
     if cfg.data.blend_per_split() is None:
         check_splits(prefixes, cfg.data.split)
+    check_schedule(cfg)
     path = cfg.data.tokenizer_model or os.path.join(demo_dir(), "tokenizer.json")
     if not os.path.isfile(path):
         raise ConfigError(
@@ -152,6 +163,7 @@ class Trainer:
             cfg.training.exit_duration_in_mins, cfg.training.exit_signal_handler
         )
         tok_path = preflight(cfg)
+        check_precision(cfg, parallel.uses_gpu())
         self.log: MetricsLogger | None = None
         self.result = TrainResult()
         self.end_iteration = cfg.training.train_iters
@@ -169,6 +181,8 @@ class Trainer:
         if self.rank == 0:
             os.makedirs(run_dir, exist_ok=True)
             save_config(cfg, os.path.join(run_dir, "config.yaml"))
+            if warning := fp16_epsilon_warning(cfg):
+                print(f"WARNING: {warning}", flush=True)
         self.tokenizer = BilingualTokenizer(tok_path)
         self.vocab_size = padded_vocab_size(
             max(self.tokenizer.vocab_size, cfg.model.vocab_size or 0), cfg
@@ -176,7 +190,7 @@ class Trainer:
         self.datasets = build_datasets(cfg, self.tokenizer)
         t = cfg.training
         init_num_microbatches_calculator(
-            self.rank, None, t.global_batch_size, t.micro_batch_size, self.dp_size
+            self.rank, t.rampup_batch_size, t.global_batch_size, t.micro_batch_size, self.dp_size
         )
         self.tcfg = transformer_config(cfg, on_gpu=parallel.uses_gpu())
         self.chunks, self.init_plan = self._build_model()
@@ -236,7 +250,7 @@ class Trainer:
         chunks, plan = build_model(self.cfg, self.tcfg, self.vocab_size)
         p = self.cfg.parallel
         ddp_config = DistributedDataParallelConfig(
-            grad_reduce_in_fp32=True,
+            grad_reduce_in_fp32=grad_reduce_in_fp32(self.cfg),
             use_distributed_optimizer=p.use_distributed_optimizer,
             overlap_grad_reduce=p.overlap_grad_reduce,
         )
@@ -270,6 +284,7 @@ class Trainer:
             adam_eps=o.adam_eps,
             clip_grad=o.clip_grad,
             bf16=self.cfg.training.bf16,
+            **loss_scaling(self.cfg),
             params_dtype=self.tcfg.params_dtype,
             use_distributed_optimizer=self.cfg.parallel.use_distributed_optimizer,
         )
@@ -306,14 +321,18 @@ class Trainer:
         return _reduce_loss(results)
 
     def train_step(self, batch_iter: Iterator[dict]) -> tuple[float, float, float]:
-        """One optimizer step. Returns (loss, grad norm, learning rate used)."""
+        """One optimizer step over the current global batch (megatron-core's
+        ``get_current_global_batch_size()``, which grows during a ramp-up); the schedule steps
+        by that many samples, unless fp16 loss scaling skipped the update on an overflow (as in
+        Megatron-LM). Returns (loss, grad norm, learning rate used)."""
         for chunk in self.chunks:
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
         loss = self._run_schedule(batch_iter, get_num_microbatches(), forward_only=False)
-        _, grad_norm, _ = self.optimizer.step()
+        updated, grad_norm, _ = self.optimizer.step()
         lr = self.optimizer.param_groups[0]["lr"]
-        self.scheduler.step(increment=1)
+        if updated:
+            self.scheduler.step(increment=get_current_global_batch_size())
         return loss, float(grad_norm or 0.0), lr
 
     @torch.no_grad()
@@ -345,12 +364,15 @@ class Trainer:
                 chunk.train()
 
     def evaluate(self) -> float | None:
-        """Mean loss over ``eval_iters`` global batches of the validation split."""
+        """Mean loss over ``eval_iters`` full global batches of the validation split (also
+        during a batch-size ramp-up, as Megatron-LM)."""
         valid = self.datasets[1]
         if valid is None or len(valid) == 0:
             return None
         batches = self._iterator(valid, 0)
-        losses = [self.forward_only(batches) for _ in range(self.cfg.training.eval_iters)]
+        t = self.cfg.training
+        n = t.global_batch_size // (t.micro_batch_size * self.dp_size)
+        losses = [self.forward_only(batches, n) for _ in range(t.eval_iters)]
         return sum(losses) / len(losses)
 
     def save(self) -> str:
@@ -387,9 +409,10 @@ class Trainer:
         batches = self._iterator(self.datasets[0], self.state.consumed_samples)
         while self.state.iteration < self.end_iteration and not self._stop:
             start = time.time()
+            update_num_microbatches(self.state.consumed_samples, consistency_check=True)
             loss, grad_norm, lr = self.train_step(batches)
             self.state.iteration += 1
-            self.state.consumed_samples += t.global_batch_size
+            self.state.consumed_samples += get_current_global_batch_size()
             it = self.state.iteration
             self.result.train_losses[it] = loss
             self.fire("on_step_end", StepOutput(it, loss, grad_norm, lr, time.time() - start))

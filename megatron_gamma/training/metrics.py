@@ -60,7 +60,8 @@ class MetricsLogger:
         self._jsonl.flush()
 
     def train_step(self, iteration: int, values: dict) -> None:
-        """Record one iteration: loss, lr, weight_decay, grad_norm, tokens_per_s,
+        """Record one iteration: loss, lr, weight_decay, grad_norm, global_batch_size,
+        tokens_per_s,
         consumed_samples, consumed_tokens, memory (+ anything numeric)."""
         if not self.active:
             return

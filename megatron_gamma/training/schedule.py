@@ -1,11 +1,14 @@
 """The learning-rate and weight-decay schedule, and what happens to it on resume.
 
-The schedule is megatron-core's ``OptimizerParamScheduler``; its arguments come from the config
-(:func:`scheduler_args`). A checkpoint stores the schedule it was trained with. On resume a
-schedule that differs from the checkpoint's is an error listing each difference, as in
-Megatron-LM, unless ``--override-opt-param-scheduler`` (train on with the config's schedule from
-the checkpoint's iteration) or ``--use-checkpoint-opt-param-scheduler`` (keep the checkpoint's
-schedule; the config is rewritten to it so that ``config.yaml`` records what is in effect).
+The schedule is megatron-core's ``OptimizerParamScheduler`` with Megatron-LM's arguments
+(``megatron/training/training.py`` ``get_optimizer_param_scheduler``), counted in samples: each
+iteration steps it by the global batch size in effect (which grows during a batch-size ramp-up),
+iteration-based lengths are ``iters x global_batch_size`` and sample-based ones are used as
+given. A checkpoint stores the schedule it was trained with. On resume a schedule that differs
+from the checkpoint's is an error listing each difference, as in Megatron-LM, unless
+``--override-opt-param-scheduler`` (train on with the config's schedule from the checkpoint's
+step) or ``--use-checkpoint-opt-param-scheduler`` (keep the checkpoint's schedule; the config is
+rewritten to it so that ``config.yaml`` records what is in effect).
 """
 
 from __future__ import annotations
@@ -16,48 +19,138 @@ from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
 from megatron_gamma.config import Config, ConfigError
 
-# OptimizerParamScheduler state key -> the config key a user sets for it.
+# Scheduler state key -> the config key a user sets for it.
 _CONFIG_KEY = {
     "max_lr": "lr",
     "min_lr": "min_lr",
-    "lr_warmup_steps": "lr_warmup_iters",
-    "lr_decay_steps": "lr_decay_iters (default train_iters)",
+    "init_lr": "lr_warmup_init",
+    "lr_warmup_steps": "warmup samples (lr_warmup_iters x global_batch_size, lr_warmup_samples "
+    "or lr_warmup_fraction x decay samples)",
+    "lr_decay_steps": "decay samples (lr_decay_iters or train_iters, x global_batch_size; or "
+    "lr_decay_samples or train_samples)",
     "lr_decay_style": "lr_decay_style",
-    "start_wd": "weight_decay",
-    "end_wd": "weight_decay",
-    "wd_incr_style": "weight decay style",
-    "wd_incr_steps": "train_iters (weight decay schedule)",
+    "wsd_decay_steps": "WSD annealing samples (lr_wsd_decay_iters x global_batch_size or "
+    "lr_wsd_decay_samples)",
+    "lr_wsd_decay_style": "lr_wsd_decay_style",
+    "start_wd": "weight_decay / start_weight_decay",
+    "end_wd": "weight_decay / end_weight_decay",
+    "wd_incr_style": "weight_decay_incr_style",
+    "wd_incr_steps": "weight decay samples (train_iters x global_batch_size or train_samples)",
 }
+# Keys megatron-core's state_dict() lacks; GammaParamScheduler stores them too.
+_EXTRA_KEYS = ("init_lr", "wsd_decay_steps", "lr_wsd_decay_style")
+# Checkpoints written before the schedule counted samples counted iterations.
+_UNIT_KEY = "steps_unit"
+_STEP_KEYS = ("lr_warmup_steps", "lr_decay_steps", "wd_incr_steps", "num_steps")
+
+
+def check_schedule(cfg: Config) -> None:
+    """Megatron-LM's exclusions between iteration-based and sample-based training.
+
+    Raises:
+        ConfigError: with train_samples, any of lr_decay_iters, lr_warmup_iters,
+            lr_wsd_decay_iters; without it, any of lr_decay_samples, lr_warmup_samples,
+            lr_wsd_decay_samples (each named, with the matching flag to use).
+    """
+    o, samples = cfg.optimizer, cfg.training.train_samples is not None
+    pairs = (
+        ("lr_decay_iters", "lr_decay_samples"),
+        ("lr_warmup_iters", "lr_warmup_samples"),
+        ("lr_wsd_decay_iters", "lr_wsd_decay_samples"),
+    )
+    for iters_key, samples_key in pairs:
+        wrong, right = (iters_key, samples_key) if samples else (samples_key, iters_key)
+        if getattr(o, wrong):
+            kind = "sample-based (train_samples)" if samples else "iteration-based (train_iters)"
+            raise ConfigError(
+                f"{wrong}={getattr(o, wrong)!r}: training is {kind}, as in Megatron-LM each "
+                f"schedule length must be given the same way. Fix: use "
+                f"--{right.replace('_', '-')} instead"
+            )
 
 
 def scheduler_args(cfg: Config) -> dict:
     """Keyword arguments of megatron-core's ``OptimizerParamScheduler`` (besides the optimizer
-    and the resume policy) for ``cfg``: linear warmup from 0 over ``lr_warmup_iters``, then
-    ``lr_decay_style`` decay to ``min_lr`` over ``lr_decay_iters`` (default ``train_iters``);
-    constant weight decay. Every key is also a key of the scheduler's ``state_dict()``."""
+    and the resume policy) for ``cfg``, in samples, as Megatron-LM's
+    ``get_optimizer_param_scheduler``: warmup from ``lr_warmup_init`` over the warmup, then
+    ``lr_decay_style`` to ``min_lr`` by the end of the decay span; weight decay from start to
+    end over training (constant ``weight_decay`` by default)."""
     o, t = cfg.optimizer, cfg.training
-    decay = o.lr_decay_iters or t.train_iters
+    if t.train_samples is None:
+        gbs = t.global_batch_size
+        decay = (o.lr_decay_iters or t.train_iters) * gbs
+        warmup = o.lr_warmup_iters * gbs
+        wsd = o.lr_wsd_decay_iters * gbs if o.lr_wsd_decay_iters is not None else None
+        wd_steps = t.train_iters * gbs
+    else:
+        decay = o.lr_decay_samples or t.train_samples
+        warmup = o.lr_warmup_samples
+        wsd = o.lr_wsd_decay_samples
+        wd_steps = t.train_samples
+    if o.lr_warmup_fraction is not None:
+        warmup = o.lr_warmup_fraction * decay
+    constant_wd = o.weight_decay_incr_style == "constant"
     return dict(
+        init_lr=o.lr_warmup_init,
         max_lr=o.lr,
         min_lr=o.min_lr,
-        lr_warmup_steps=o.lr_warmup_iters,
-        lr_decay_steps=max(decay, o.lr_warmup_iters + 1),
+        lr_warmup_steps=warmup,
+        lr_decay_steps=max(decay, warmup + 1),  # megatron-core asserts warmup < decay
         lr_decay_style=o.lr_decay_style,
-        start_wd=o.weight_decay,
-        end_wd=o.weight_decay,
-        wd_incr_steps=t.train_iters,
-        wd_incr_style="constant",
+        wsd_decay_steps=wsd,
+        lr_wsd_decay_style=o.lr_wsd_decay_style,
+        start_wd=o.weight_decay if constant_wd else o.start_weight_decay,
+        end_wd=o.weight_decay if constant_wd else o.end_weight_decay,
+        wd_incr_steps=wd_steps,
+        wd_incr_style=o.weight_decay_incr_style,
     )
 
 
-def build_scheduler(optimizer, cfg: Config) -> OptimizerParamScheduler:
-    """megatron-core's scheduler for ``cfg``; on load it takes the config's values when
+def in_samples(saved: dict, global_batch_size: int) -> dict:
+    """A checkpoint's scheduler state with its step counts in samples: states saved before the
+    schedule counted samples (no ``steps_unit`` key) counted iterations, which are multiplied
+    by ``global_batch_size`` (those runs had no ramp-up; a global batch size changed since is not
+    detected)."""
+    if _UNIT_KEY in saved:
+        return saved
+    out = dict(saved)
+    for key in _STEP_KEYS:
+        if key in out:
+            out[key] = out[key] * global_batch_size
+    return out
+
+
+class GammaParamScheduler(OptimizerParamScheduler):
+    """megatron-core's ``OptimizerParamScheduler`` whose state also holds ``init_lr``,
+    ``wsd_decay_steps`` and ``lr_wsd_decay_style`` (megatron-core saves none of them) and the
+    unit of its step counts, restored with megatron-core's override / use-checkpoint rule."""
+
+    def __init__(self, optimizer, global_batch_size: int, **kwargs):
+        self.global_batch_size = global_batch_size
+        super().__init__(optimizer, **kwargs)
+
+    def state_dict(self) -> dict:
+        state = super().state_dict()
+        state.update({key: getattr(self, key) for key in _EXTRA_KEYS})
+        state[_UNIT_KEY] = "samples"
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        state = in_samples(state_dict, self.global_batch_size)
+        for key in _EXTRA_KEYS:
+            if key in state:
+                setattr(self, key, self._check_and_set(getattr(self, key), state[key], key))
+        super().load_state_dict(state)
+
+
+def build_scheduler(optimizer, cfg: Config) -> GammaParamScheduler:
+    """The scheduler for ``cfg``; on load it takes the config's values when
     ``override_opt_param_scheduler`` is set, else the checkpoint's (which
     :func:`reconcile_schedule` has already made equal to the config's)."""
     o = cfg.optimizer
-    return OptimizerParamScheduler(
+    return GammaParamScheduler(
         optimizer,
-        init_lr=0.0 if o.lr_warmup_iters else o.lr,
+        cfg.training.global_batch_size,
         **scheduler_args(cfg),
         override_opt_param_scheduler=o.override_opt_param_scheduler,
         use_checkpoint_opt_param_scheduler=not o.override_opt_param_scheduler,
@@ -66,16 +159,67 @@ def build_scheduler(optimizer, cfg: Config) -> OptimizerParamScheduler:
 
 def schedule_differences(cfg: Config, saved: dict) -> list[str]:
     """'key: checkpoint X, config Y' for each schedule value of ``cfg`` that differs from the
-    checkpoint's scheduler state ``saved``. The weight-decay step count matters only for a
-    non-constant weight-decay style."""
+    checkpoint's scheduler state ``saved`` (lengths in samples). The weight-decay step count
+    matters only for a non-constant weight-decay style, the WSD values only for WSD, and the
+    warmup start only with a warmup."""
     mine = scheduler_args(cfg)
+    saved = in_samples(saved, cfg.training.global_batch_size)
+    skip = set()
+    if mine["wd_incr_style"] == "constant" and saved.get("wd_incr_style") == "constant":
+        skip.add("wd_incr_steps")
+    if mine["lr_decay_style"] != "WSD" and saved.get("lr_decay_style") != "WSD":
+        skip |= {"wsd_decay_steps", "lr_wsd_decay_style"}
+    if not mine["lr_warmup_steps"] and not saved.get("lr_warmup_steps"):
+        skip.add("init_lr")
     out = []
     for key, value in mine.items():
-        if key == "wd_incr_steps" and mine["wd_incr_style"] == "constant":
-            continue
-        if key in saved and saved[key] != value:
+        if key not in skip and key in saved and saved[key] != value:
             out.append(f"{_CONFIG_KEY[key]}: checkpoint {saved[key]!r}, config {value!r}")
-    return list(dict.fromkeys(out))  # start_wd and end_wd are both weight_decay
+    return out
+
+
+def _optimizer_from(cfg: Config, saved: dict):
+    """``cfg.optimizer`` rewritten to the checkpoint's schedule ``saved`` (in samples), in the
+    units the config trains in."""
+    o, t = cfg.optimizer, cfg.training
+    gbs = t.global_batch_size
+    warmup, decay, wsd = (
+        saved["lr_warmup_steps"],
+        saved["lr_decay_steps"],
+        saved.get("wsd_decay_steps"),
+    )
+    values = dict(
+        lr=saved["max_lr"],
+        min_lr=saved["min_lr"],
+        lr_decay_style=saved["lr_decay_style"],
+        lr_warmup_init=saved.get("init_lr", o.lr_warmup_init),
+        lr_wsd_decay_style=saved.get("lr_wsd_decay_style") or o.lr_wsd_decay_style,
+        weight_decay_incr_style=saved["wd_incr_style"],
+        lr_warmup_fraction=None,
+    )
+    if saved["wd_incr_style"] == "constant":
+        values.update(
+            weight_decay=saved["start_wd"], start_weight_decay=None, end_weight_decay=None
+        )
+    else:
+        values.update(start_weight_decay=saved["start_wd"], end_weight_decay=saved["end_wd"])
+    if t.train_samples is not None:
+        values.update(lr_warmup_samples=int(warmup), lr_decay_samples=int(decay))
+        values.update(lr_wsd_decay_samples=wsd)
+    elif warmup % gbs or decay % gbs or (wsd or 0) % gbs:
+        values.update(
+            lr_warmup_iters=0,
+            lr_warmup_fraction=warmup / decay,
+            lr_decay_iters=max(1, round(decay / gbs)),
+            lr_wsd_decay_iters=None if wsd is None else max(1, round(wsd / gbs)),
+        )
+    else:
+        values.update(
+            lr_warmup_iters=int(warmup // gbs),
+            lr_decay_iters=int(decay // gbs),
+            lr_wsd_decay_iters=None if wsd is None else int(wsd // gbs),
+        )
+    return dataclasses.replace(o, **values)
 
 
 def reconcile_schedule(cfg: Config, saved: dict | None, path: str) -> Config:
@@ -83,9 +227,9 @@ def reconcile_schedule(cfg: Config, saved: dict | None, path: str) -> Config:
     ``saved`` (None: no checkpoint, ``cfg`` unchanged).
 
     Returns:
-        ``cfg`` itself, or with ``--use-checkpoint-opt-param-scheduler`` a copy whose lr,
-        min_lr, lr_warmup_iters, lr_decay_iters, lr_decay_style and weight_decay are the
-        checkpoint's.
+        ``cfg`` itself, or with ``--use-checkpoint-opt-param-scheduler`` a copy whose schedule
+        (lr, min_lr, warmup start and length, decay length and style, WSD annealing, weight
+        decay and its style) is the checkpoint's.
 
     Raises:
         ConfigError: the schedules differ and neither resume flag is given (the message lists
@@ -110,13 +254,5 @@ def reconcile_schedule(cfg: Config, saved: dict | None, path: str) -> Config:
             "--override-opt-param-scheduler to train on with the config's schedule, or "
             "--use-checkpoint-opt-param-scheduler to keep the checkpoint's"
         )
-    optimizer = dataclasses.replace(
-        o,
-        lr=saved["max_lr"],
-        min_lr=saved["min_lr"],
-        lr_warmup_iters=saved["lr_warmup_steps"],
-        lr_decay_iters=saved["lr_decay_steps"],
-        lr_decay_style=saved["lr_decay_style"],
-        weight_decay=saved["start_wd"],
-    )
-    return dataclasses.replace(cfg, optimizer=optimizer)
+    saved = in_samples(saved, cfg.training.global_batch_size)
+    return dataclasses.replace(cfg, optimizer=_optimizer_from(cfg, saved))
