@@ -121,8 +121,8 @@ class EmbeddingFanIn(Choice):
 class InitAudit(Choice):
     """Scope of the start-up init audit (megatron_gamma.training.init_audit)."""
 
-    FULL = "full", "measure every parameter, print one line per parameter"
-    SUMMARY = "summary", "measure all but the middle decoder layers; print flagged rows only"
+    FULL = "full", "measure every parameter; print one line per role, write every parameter"
+    SUMMARY = "summary", "measure all but the middle decoder layers (every role still shows)"
     OFF = "off", "no audit (no init_audit.json)"
 
 

@@ -52,7 +52,13 @@ from megatron_gamma.training.checkpointing import (
     save_checkpoint,
     saved_schedule,
 )
-from megatron_gamma.training.init_audit import audit_init, format_audit, write_audit
+from megatron_gamma.training.init_audit import (
+    audit_init,
+    format_audit,
+    format_summary,
+    summarize_audit,
+    write_audit,
+)
 from megatron_gamma.training.metrics import MetricsLogger
 from megatron_gamma.training.preemption import PreemptionGuard
 from megatron_gamma.training.schedule import build_scheduler, reconcile_schedule
@@ -209,22 +215,23 @@ class Trainer:
         return TrainState()
 
     def _audit_init(self, run_dir: str) -> list[dict]:
-        """The start-up init audit of ``--init-audit`` (none for 'off'); rank 0 prints it (the
-        table for 'full', the flagged rows for 'summary') and writes init_audit.json."""
+        """The start-up init audit of ``--init-audit`` (none for 'off'); rank 0 prints the
+        per-role summary (:func:`~.init_audit.summarize_audit`) and the flagged parameters'
+        rows, and writes the full per-parameter table to init_audit.json."""
         scope = self.cfg.init.init_audit
         if scope == "off":
             return []
         rows = audit_init([c.module for c in self.chunks], self.cfg, self.vocab_size, scope=scope)
         if self.rank == 0:
+            path = write_audit(rows, run_dir)
+            print(
+                f"init audit ({scope}): {len(rows)} parameters, full table in {path}\n"
+                + format_summary(summarize_audit(rows)),
+                flush=True,
+            )
             flagged = [r for r in rows if r["flagged"]]
-            if scope == "full":
-                print(format_audit(rows), flush=True)
-            elif flagged:
-                print(format_audit(flagged), flush=True)
-            else:
-                print(f"init audit ({scope}): {len(rows)} parameters as expected", flush=True)
-            write_audit(rows, run_dir)
             if flagged:
+                print(format_audit(flagged), flush=True)
                 names = [r["name"] for r in flagged]
                 print(f"WARNING: init audit flags {len(names)} parameters: {names}", flush=True)
         return rows
