@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from megatron_gamma.config import Config, _field_index, _read_yaml
+from megatron_gamma.config import Config, _field_index, _read_yaml, moe_layer_pattern
 
 
 def _has_validation(cfg: Config) -> bool:
@@ -31,8 +31,13 @@ def _moe(cfg: Config) -> bool:
 # field -> (is the value in effect under cfg?, the setting that makes it count)
 RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
     "ffn_hidden_size": (
-        lambda c: not _moe(c) or c.model.moe_ffn_hidden_size == c.model.ffn_hidden_size,
-        "a dense model (no --num-experts), or leaving --moe-ffn-hidden-size unset",
+        lambda c: (
+            not _moe(c)
+            or c.model.moe_ffn_hidden_size == c.model.ffn_hidden_size
+            or 0 in moe_layer_pattern(c.model.moe_layer_freq, c.model.num_layers)
+        ),
+        "a dense model (no --num-experts), dense layers (--moe-layer-freq), or leaving "
+        "--moe-ffn-hidden-size unset",
     ),
     "max_position_embeddings": (
         lambda c: c.model.position_embedding_type == "learned_absolute",
@@ -96,6 +101,10 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
     "slurm_gpus_per_node": (lambda c: False, "megatron-gamma estimate / submit"),
     "gpu_memory_gb": (lambda c: False, "megatron-gamma estimate"),
     "env": (lambda c: False, "megatron-gamma submit"),
+    "moe_router_load_balancing_type": (_moe, "--num-experts"),
+    "moe_router_score_function": (_moe, "--num-experts"),
+    "moe_layer_freq": (_moe, "--num-experts"),
+    "moe_pad_expert_input_to_capacity": (_moe, "--num-experts"),
 }
 
 # Fields whose value always changes a pretraining run (given a valid config).
@@ -110,7 +119,9 @@ ALWAYS_EFFECTIVE = frozenset(
     weight_decay clip_grad micro_batch_size global_batch_size train_iters seed bf16
     exit_interval exit_duration_in_mins recompute_granularity save load run_dir log_interval
     tensorboard_dir progress_bar log_diagnostics_interval layer_spec exit_signal_handler finetune
-    pretrained_checkpoint async_save init_audit""".split()
+    pretrained_checkpoint async_save init_audit
+    moe_z_loss_coeff moe_shared_expert_intermediate_size moe_expert_capacity_factor
+    moe_grouped_gemm moe_router_dtype recompute_activations recompute_modules""".split()
 )
 
 _CLUSTER_KEYS = frozenset(("slurm_nodes", "slurm_gpus_per_node", "gpu_memory_gb", "env"))

@@ -150,6 +150,30 @@ CASES = {
     "slurm_gpus_per_node": ({"slurm_gpus_per_node": 4}, "estimate", None),
     "gpu_memory_gb": ({"gpu_memory_gb": 40.0}, "estimate", None),
     "env": ({"env": ["NCCL_DEBUG=INFO"]}, "submit", None),
+    "moe_router_load_balancing_type": (
+        {"moe_router_load_balancing_type": "sinkhorn"},
+        "--num-experts",
+        {"moe_router_load_balancing_type": "sinkhorn", "num_experts": 4},
+    ),
+    "moe_router_score_function": (
+        {"moe_router_score_function": "sigmoid"},
+        "--num-experts",
+        {"moe_router_score_function": "sigmoid", "num_experts": 4},
+    ),
+    "moe_layer_freq": (
+        {"moe_layer_freq": 1},
+        "--num-experts",
+        {"moe_layer_freq": 2, "num_experts": 4},
+    ),
+    "moe_pad_expert_input_to_capacity": (
+        {"moe_pad_expert_input_to_capacity": False},
+        "--num-experts",
+        {
+            "moe_pad_expert_input_to_capacity": True,
+            "moe_expert_capacity_factor": 1.0,
+            "num_experts": 4,
+        },
+    ),
 }
 
 
