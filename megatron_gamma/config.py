@@ -932,10 +932,49 @@ class LoggingConfig:
     """Every this many iterations, log the paper's diagnostics (stable rank, condensation,
     attention-sink share, RMSNorm saturation, gate statistics) to TensorBoard and metrics.jsonl;
     0 disables them (see megatron_gamma.diagnostics)."""
+    tensorboard_log_interval: int = 1
+    """Write the per-iteration training scalars to TensorBoard (and W&B) every this many
+    iterations; metrics.jsonl keeps every iteration."""
+    log_throughput: bool = True
+    """Log tokens/s, ms/iter, TFLOP/s per device and MFU (console, TensorBoard, metrics.jsonl);
+    on by default here, ``--no-log-throughput`` drops them (Megatron-LM: off by default)."""
+    log_memory_to_tensorboard: bool = True
+    """Log memory (allocated and reserved on GPU, RSS on CPU) to TensorBoard and metrics.jsonl;
+    on by default here, ``--no-log-memory-to-tensorboard`` drops it."""
+    log_params_norm: bool = False
+    """Log the global L2 norm of the parameters (all model-parallel shards counted once) every
+    iteration; costs one all-reduce per iteration."""
+    log_num_zeros_in_grad: bool = False
+    """Log the number of zero entries in the gradients (megatron-core OptimizerConfig
+    ``log_num_zeros_in_grad``: ``optimizer.step()`` counts them over all ranks)."""
+    log_validation_ppl_to_tensorboard: bool = True
+    """Write the validation perplexity to TensorBoard as ``valid/ppl`` (the console and
+    metrics.jsonl always have it); on by default here."""
+    wandb_project: Optional[str] = None
+    """Weights & Biases project: log the TensorBoard scalars to W&B too (``pip install
+    megatron-gamma[wandb]``; ``WANDB_MODE=offline`` writes the run locally); None: no W&B."""
+    wandb_exp_name: Optional[str] = None
+    """W&B run name (default: the run_dir's last component)."""
+    wandb_save_dir: Optional[str] = None
+    """Where W&B writes its run files (default: <run_dir>/wandb)."""
+    profile: bool = False
+    """Profile iterations profile_step_start to profile_step_end (needs
+    --use-pytorch-profiler on CPU; without it Megatron-LM brackets the window with
+    cudaProfilerStart/Stop for an external nsys)."""
+    profile_step_start: int = 10
+    """First profiled iteration (counted from 0, as Megatron-LM)."""
+    profile_step_end: int = 12
+    """Iteration at which profiling stops (exclusive)."""
+    profile_ranks: list = field(default_factory=lambda: [0])
+    """Global ranks that profile."""
+    use_pytorch_profiler: bool = False
+    """Profile with torch.profiler and write a trace per profiling rank into tensorboard_dir
+    (TensorBoard's profile plugin and Perfetto open it)."""
 
     def __post_init__(self) -> None:
         if self.log_interval < 1:
             _fail("log_interval", self.log_interval, "must be >= 1", "use e.g. 10")
+        _check_logging(self)
         if self.log_diagnostics_interval < 0:
             _fail(
                 "log_diagnostics_interval",
@@ -943,6 +982,27 @@ class LoggingConfig:
                 "must be >= 0",
                 "use e.g. 100, or 0 to disable the diagnostics",
             )
+
+
+def _check_logging(lg: LoggingConfig) -> None:
+    """The TensorBoard interval and profiling fields (validation step; what needs the machine,
+    W&B installed or CUDA for --profile alone, is checked in
+    :func:`megatron_gamma.training.telemetry.check_telemetry`)."""
+    if lg.tensorboard_log_interval < 1:
+        _fail("tensorboard_log_interval", lg.tensorboard_log_interval, "must be >= 1", "use 1")
+    ranks = lg.profile_ranks
+    ranks = ranks.replace(",", " ").split() if isinstance(ranks, str) else ranks
+    try:
+        _resolve(lg, "profile_ranks", [int(r) for r in ranks])
+    except (TypeError, ValueError):
+        _fail("profile_ranks", ranks, "expected global rank numbers", "e.g. --profile-ranks 0 1")
+    if not 0 <= lg.profile_step_start < lg.profile_step_end:
+        _fail(
+            "profile_step_end",
+            lg.profile_step_end,
+            f"the window [profile_step_start={lg.profile_step_start}, profile_step_end) is empty",
+            "choose 0 <= --profile-step-start < --profile-step-end",
+        )
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,16 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
     "moe_router_score_function": (_moe, "--num-experts"),
     "moe_layer_freq": (_moe, "--num-experts"),
     "moe_pad_expert_input_to_capacity": (_moe, "--num-experts"),
+    "log_validation_ppl_to_tensorboard": (
+        _has_validation,
+        "a validation split (--split with valid > 0)",
+    ),
+    "wandb_exp_name": (lambda c: c.logging.wandb_project is not None, "--wandb-project"),
+    "wandb_save_dir": (lambda c: c.logging.wandb_project is not None, "--wandb-project"),
+    "profile_step_start": (lambda c: c.logging.profile, "--profile"),
+    "profile_step_end": (lambda c: c.logging.profile, "--profile"),
+    "profile_ranks": (lambda c: c.logging.profile, "--profile"),
+    "use_pytorch_profiler": (lambda c: c.logging.profile, "--profile"),
 }
 
 # Fields whose value always changes a pretraining run (given a valid config).
@@ -121,7 +131,9 @@ ALWAYS_EFFECTIVE = frozenset(
     tensorboard_dir progress_bar log_diagnostics_interval layer_spec exit_signal_handler finetune
     pretrained_checkpoint async_save init_audit
     moe_z_loss_coeff moe_shared_expert_intermediate_size moe_expert_capacity_factor
-    moe_grouped_gemm moe_router_dtype recompute_activations recompute_modules""".split()
+    moe_grouped_gemm moe_router_dtype recompute_activations recompute_modules
+    tensorboard_log_interval log_throughput log_memory_to_tensorboard log_params_norm
+    log_num_zeros_in_grad wandb_project profile""".split()
 )
 
 _CLUSTER_KEYS = frozenset(("slurm_nodes", "slurm_gpus_per_node", "gpu_memory_gb", "env"))

@@ -174,6 +174,37 @@ CASES = {
             "num_experts": 4,
         },
     ),
+    "log_validation_ppl_to_tensorboard": (
+        {"log_validation_ppl_to_tensorboard": False, "split": "100,0,0"},
+        "validation split",
+        {"log_validation_ppl_to_tensorboard": False},
+    ),
+    "wandb_exp_name": (
+        {"wandb_exp_name": "a"},
+        "--wandb-project",
+        {"wandb_exp_name": "a", "wandb_project": "p"},
+    ),
+    "wandb_save_dir": (
+        {"wandb_save_dir": "w"},
+        "--wandb-project",
+        {"wandb_save_dir": "w", "wandb_project": "p"},
+    ),
+    "profile_step_start": (
+        {"profile_step_start": 5},
+        "--profile",
+        {"profile_step_start": 5, "profile": True},
+    ),
+    "profile_step_end": (
+        {"profile_step_end": 20},
+        "--profile",
+        {"profile_step_end": 20, "profile": True},
+    ),
+    "profile_ranks": ({"profile_ranks": [1]}, "--profile", {"profile_ranks": [1], "profile": True}),
+    "use_pytorch_profiler": (
+        {"use_pytorch_profiler": True},
+        "--profile",
+        {"use_pytorch_profiler": True, "profile": True},
+    ),
 }
 
 

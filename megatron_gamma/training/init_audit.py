@@ -91,7 +91,7 @@ def in_scope(gname: str, scope: str, num_layers: int) -> bool:
     return scope == "full" or not match or int(match.group(1)) in (0, num_layers - 1)
 
 
-def _owns_shard(role: WeightRole) -> bool:
+def owns_shard(role: WeightRole) -> bool:
     """True on exactly one rank per distinct shard of a parameter of ``role`` (its group's
     data-parallel rank 0; among TP ranks all of a sharded role, rank 0 of a replicated one)."""
     expert = role.group is Group.EXPERT
@@ -132,7 +132,7 @@ def audit_init(
     for model in models:
         for name, param in model.named_parameters():
             role = role_of(name)
-            if not _owns_shard(role):
+            if not owns_shard(role):
                 continue
             gname = global_name(name, model)
             if not in_scope(gname, scope, cfg.model.num_layers):

@@ -62,6 +62,7 @@ from megatron_gamma.training.init_audit import (
 from megatron_gamma.training.metrics import MetricsLogger
 from megatron_gamma.training.preemption import PreemptionGuard
 from megatron_gamma.training.schedule import build_scheduler, reconcile_schedule
+from megatron_gamma.training.telemetry import check_telemetry
 
 
 @dataclass
@@ -113,7 +114,8 @@ def preflight(cfg: Config) -> str:
         ConfigError: missing dataset prefix or tokenizer file; MoE with tensor parallelism but
             without sequence parallelism (megatron-core's MoE layer refuses it in training); a
             checkpoint to load that lacks what the load needs (:func:`~.checkpointing.
-            check_loadable`).
+            check_loadable`); logging flags this machine cannot serve
+            (:func:`~.telemetry.check_telemetry`).
     """
     ck = cfg.checkpoint
     if ck.load and (ck.finetune or latest_iteration(ck.load) is not None):
@@ -127,6 +129,7 @@ def preflight(cfg: Config) -> str:
             f"tensor_model_parallel_size={par.tensor_model_parallel_size} without sequence "
             "parallelism. Fix: add --sequence-parallel"
         )
+    check_telemetry(cfg)
     prefixes, _ = cfg.data.blend()
     if cfg.data.blend_per_split() is None:
         check_splits(prefixes, cfg.data.split)
@@ -276,6 +279,7 @@ class Trainer:
             bf16=self.cfg.training.bf16,
             params_dtype=self.tcfg.params_dtype,
             use_distributed_optimizer=self.cfg.parallel.use_distributed_optimizer,
+            log_num_zeros_in_grad=self.cfg.logging.log_num_zeros_in_grad,
         )
 
     def _iterator(self, dataset, start_sample: int):
@@ -310,12 +314,14 @@ class Trainer:
         return _reduce_loss(results)
 
     def train_step(self, batch_iter: Iterator[dict]) -> tuple[float, float, float]:
-        """One optimizer step. Returns (loss, grad norm, learning rate used)."""
+        """One optimizer step. Returns (loss, grad norm, learning rate used); with
+        ``--log-num-zeros-in-grad`` the step's count of zero gradient entries (megatron-core's
+        ``optimizer.step()``, over all ranks) is left in ``self.num_zeros_in_grad``."""
         for chunk in self.chunks:
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
         loss = self._run_schedule(batch_iter, get_num_microbatches(), forward_only=False)
-        _, grad_norm, _ = self.optimizer.step()
+        _, grad_norm, self.num_zeros_in_grad = self.optimizer.step()
         lr = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step(increment=1)
         return loss, float(grad_norm or 0.0), lr
