@@ -137,3 +137,19 @@ def test_a_short_moe_run_with_every_flag_trains(tmp_path, demo_prefix):
     losses = pretrain(tmp_path, demo_prefix, *flags)["train"]
     assert sorted(losses) == [1, 2, 3]
     assert all(torch.isfinite(torch.tensor(v)) for v in losses.values())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_mixed_layers_under_pp2_train_like_one_rank(tmp_path, demo_prefix):
+    """PP2 puts the dense layer 0 and the MoE layer 1 on different stages (each stage picks its
+    layers' specs from its global offset): losses and grad norms equal the single rank's."""
+    flags = ["--train-iters", "4", "--eval-interval", "100", "--num-experts", "4"]
+    flags += ["--moe-layer-freq", "[0,1]", "--moe-shared-expert-intermediate-size", "64"]
+    ref = pretrain(tmp_path / "one", demo_prefix, *flags)
+    got = pretrain(
+        tmp_path / "pp2", demo_prefix, *flags, "--pipeline-model-parallel-size", "2", nproc=2
+    )
+    for it in range(1, 5):
+        for key in ("train", "grad_norm"):
+            assert got[key][it] == pytest.approx(ref[key][it], rel=1e-5), (key, it)
