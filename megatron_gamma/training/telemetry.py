@@ -86,7 +86,8 @@ class ProfilerCallback(Callback):
     def __init__(self, cfg: Config):
         self.cfg = cfg
         self._prof = None
-        self._cuda = False
+        self._cuda = False  # inside or ahead of a cudaProfilerApi window
+        self._window = (0, 0)
 
     def on_train_start(self, trainer: Trainer) -> None:
         lg = self.cfg.logging
