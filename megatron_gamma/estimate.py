@@ -5,7 +5,8 @@ Parameter counts follow the layers megatron-core builds for our layer spec (chec
 
 - per layer: two RMSNorm weights (h each); QKV h·(n·d + 2·g·d); gate h·n·d (elementwise) or
   h·n (headwise); output projection n·d·h; dense MLP h·f·(2 with SwiGLU) + f·h, or MoE router
-  E·h plus E experts of h·f_e·2 + f_e·h; biases where enabled;
+  E·h plus E experts of h·f_e·2 + f_e·h (plus shared experts h·f_s·2 + f_s·h); biases where
+  enabled; ``--moe-layer-freq`` picks which layers are MoE, the others are dense;
 - embedding V·h (+ learned positions P·h), final norm h, output layer V·h when untied.
 
 Per-GPU memory (bytes), on the pipeline stage that holds the most, with TP/PP/EP sharding as
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megatron_gamma.config import Config
+from megatron_gamma.config import Config, moe_layer_pattern
 from megatron_gamma.model.flops import train_flops_per_token
 
 
@@ -56,8 +57,9 @@ class ParamCounts:
         ]
 
 
-def _layer_parts(cfg: Config) -> dict[str, tuple[int, str]]:
-    """{part: (parameters, sharding)}; sharding 'tp', 'rep' (replicated over TP) or 'ep'."""
+def _layer_parts(cfg: Config, moe: bool) -> dict[str, tuple[int, str]]:
+    """{part: (parameters, sharding)} of one dense (``moe`` False) or MoE layer; sharding 'tp',
+    'rep' (replicated over TP) or 'ep'."""
     m = cfg.model
     h, n, g, d = m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels
     bias = m.add_bias_linear
@@ -71,7 +73,7 @@ def _layer_parts(cfg: Config) -> dict[str, tuple[int, str]]:
     if m.gated_attention != "none":
         width = n * d if m.gated_attention == "elementwise" else n
         parts["gate"] = (h * width + (width if m.gate_bias else 0), "tp")
-    if m.num_experts is None:
+    if not moe:
         f = m.ffn_hidden_size
         parts["fc1"] = (h * f * glu + (f * glu if bias else 0), "tp")
         parts["fc2"] = (f * h, "tp")
@@ -81,31 +83,48 @@ def _layer_parts(cfg: Config) -> dict[str, tuple[int, str]]:
         expert = h * fe * glu + fe * h + ((fe * glu + h) if bias else 0)
         parts["router"] = (m.num_experts * h, "rep")
         parts["experts"] = (m.num_experts * expert, "ep")
+        fs = m.moe_shared_expert_intermediate_size
+        if fs is not None:
+            parts["shared_fc1"] = (h * fs * glu + (fs * glu if bias else 0), "tp")
+            parts["shared_fc2"] = (fs * h, "tp")
+            parts["shared_fc2_bias"] = (h if bias else 0, "rep")
     return parts
 
 
+def _moe_layers(cfg: Config) -> list[int]:
+    """1 (MoE) or 0 (dense) per layer (``--moe-layer-freq``; all 0 for a dense model)."""
+    m = cfg.model
+    if m.num_experts is None:
+        return [0] * m.num_layers
+    return moe_layer_pattern(m.moe_layer_freq, m.num_layers)
+
+
 def count_parameters(cfg: Config, vocab_size: int) -> ParamCounts:
-    """Parameter counts (see module docstring) for a padded vocabulary of ``vocab_size``."""
+    """Parameter counts (see module docstring) for a padded vocabulary of ``vocab_size``;
+    ``per_layer`` is an MoE layer's where the model has one (``--moe-layer-freq`` may mix in
+    dense layers)."""
     m = cfg.model
     h = m.hidden_size
-    parts = _layer_parts(cfg)
-    per_layer = sum(p for p, _ in parts.values())
+    pattern = _moe_layers(cfg)
+    sizes = {k: sum(p for p, _ in _layer_parts(cfg, bool(k)).values()) for k in set(pattern)}
     embedding = vocab_size * h * (2 if m.untie_embeddings_and_output_weights else 1)
     if m.position_embedding_type == "learned_absolute":
         embedding += m.max_position_embeddings * h
-    total = m.num_layers * per_layer + embedding + h
+    total = sum(sizes[k] for k in pattern) + embedding + h
     active = total
     if m.num_experts is not None:
-        experts = parts["experts"][0]
-        active -= m.num_layers * experts * (m.num_experts - m.moe_router_topk) // m.num_experts
-    return ParamCounts(total, embedding, per_layer, active)
+        experts = _layer_parts(cfg, True)["experts"][0]
+        inactive = experts * (m.num_experts - m.moe_router_topk) // m.num_experts
+        active -= sum(pattern) * inactive
+    return ParamCounts(total, embedding, sizes[max(pattern)], active)
 
 
 def params_per_gpu(cfg: Config, vocab_size: int) -> dict[str, int]:
     """Parameters on one GPU of the first and of the last pipeline stage.
 
     Returns:
-        {'first': ..., 'last': ..., 'expert': expert parameters among them (per stage)}.
+        {'first': ..., 'last': ..., 'expert': expert parameters among those of the heavier of
+        the two}.
     """
     m, p = cfg.model, cfg.parallel
     tp, pp, ep = (
@@ -115,18 +134,23 @@ def params_per_gpu(cfg: Config, vocab_size: int) -> dict[str, int]:
     )
     etp = p.expert_tensor_parallel_size
     divisor = {"tp": tp, "rep": 1, "ep": ep * etp}
-    parts = _layer_parts(cfg)
-    layer = sum(n // divisor[how] for n, how in parts.values())
-    expert = parts["experts"][0] // (ep * etp) if "experts" in parts else 0
+    pattern = _moe_layers(cfg)
+    layer, expert = {}, {}
+    for kind in set(pattern):
+        parts = _layer_parts(cfg, bool(kind))
+        layer[kind] = sum(n // divisor[how] for n, how in parts.values())
+        expert[kind] = parts["experts"][0] // (ep * etp) if "experts" in parts else 0
     stage_layers = m.num_layers // pp
+    first_layers, last_layers = pattern[:stage_layers], pattern[-stage_layers:]
     h = m.hidden_size
     emb = vocab_size * h // tp
     if m.position_embedding_type == "learned_absolute":
         emb += m.max_position_embeddings * h
     out = vocab_size * h // tp if m.untie_embeddings_and_output_weights or pp > 1 else 0
-    first = stage_layers * layer + emb + (out + h if pp == 1 else 0)
-    last = stage_layers * layer + out + h + (emb if pp == 1 else 0)
-    return {"first": first, "last": last, "expert": stage_layers * expert}
+    first = sum(layer[k] for k in first_layers) + emb + (out + h if pp == 1 else 0)
+    last = sum(layer[k] for k in last_layers) + out + h + (emb if pp == 1 else 0)
+    heavier = first_layers if first >= last else last_layers
+    return {"first": first, "last": last, "expert": sum(expert[k] for k in heavier)}
 
 
 def _activation_bytes(cfg: Config, vocab_size: int, num_microbatches: int) -> dict[str, float]:
@@ -139,8 +163,10 @@ def _activation_bytes(cfg: Config, vocab_size: int, num_microbatches: int) -> di
     gated_out = n * d if m.gated_attention != "none" else 0
     if m.num_experts is None:
         f_act = m.ffn_hidden_size * (3 if m.swiglu else 2)
-    else:
-        f_act = m.moe_router_topk * m.moe_ffn_hidden_size * (3 if m.swiglu else 2) + h
+    else:  # the widest layer: an MoE layer's top-k experts and shared experts
+        width = m.moe_router_topk * m.moe_ffn_hidden_size
+        width += m.moe_shared_expert_intermediate_size or 0
+        f_act = width * (3 if m.swiglu else 2) + h
     per_layer = s * b * (4 * h + n * d + 2 * g * d + gate + gated_out + f_act) * width
     per_layer_tp = per_layer / tp  # activations of sharded matmuls shrink with TP ...
     if not p.sequence_parallel:  # ... and the norm/residual ones only with SP

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from megatron_gamma.config import Config, _field_index, _read_yaml
+from megatron_gamma.config import Config, _field_index, _read_yaml, moe_layer_pattern
 
 
 def _has_validation(cfg: Config) -> bool:
@@ -40,8 +40,13 @@ def _dynamic_loss_scale(cfg: Config) -> bool:
 # field -> (is the value in effect under cfg?, the setting that makes it count)
 RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
     "ffn_hidden_size": (
-        lambda c: not _moe(c) or c.model.moe_ffn_hidden_size == c.model.ffn_hidden_size,
-        "a dense model (no --num-experts), or leaving --moe-ffn-hidden-size unset",
+        lambda c: (
+            not _moe(c)
+            or c.model.moe_ffn_hidden_size == c.model.ffn_hidden_size
+            or 0 in moe_layer_pattern(c.model.moe_layer_freq, c.model.num_layers)
+        ),
+        "a dense model (no --num-experts), dense layers (--moe-layer-freq), or leaving "
+        "--moe-ffn-hidden-size unset",
     ),
     "max_position_embeddings": (
         lambda c: c.model.position_embedding_type == "learned_absolute",
@@ -155,6 +160,20 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
         lambda c: c.training.fp16,
         "--fp16 (bf16 always accumulates and all-reduces in fp32, fp32 runs have fp32 gradients)",
     ),
+    "moe_router_load_balancing_type": (_moe, "--num-experts"),
+    "moe_router_score_function": (_moe, "--num-experts"),
+    "moe_layer_freq": (_moe, "--num-experts"),
+    "moe_pad_expert_input_to_capacity": (_moe, "--num-experts"),
+    "log_validation_ppl_to_tensorboard": (
+        _has_validation,
+        "a validation split (--split with valid > 0)",
+    ),
+    "wandb_exp_name": (lambda c: c.logging.wandb_project is not None, "--wandb-project"),
+    "wandb_save_dir": (lambda c: c.logging.wandb_project is not None, "--wandb-project"),
+    "profile_step_start": (lambda c: c.logging.profile, "--profile"),
+    "profile_step_end": (lambda c: c.logging.profile, "--profile"),
+    "profile_ranks": (lambda c: c.logging.profile, "--profile"),
+    "use_pytorch_profiler": (lambda c: c.logging.profile, "--profile"),
 }
 
 # Fields whose value always changes a pretraining run (given a valid config).
@@ -172,7 +191,11 @@ ALWAYS_EFFECTIVE = frozenset(
     pretrained_checkpoint async_save init_audit
     qk_layernorm apply_layernorm_1p transformer_impl fp8_format
     lr_warmup_fraction lr_warmup_samples weight_decay_incr_style start_weight_decay
-    end_weight_decay train_samples rampup_batch_size fp16""".split()
+    end_weight_decay train_samples rampup_batch_size fp16
+    moe_z_loss_coeff moe_shared_expert_intermediate_size moe_expert_capacity_factor
+    moe_grouped_gemm moe_router_dtype recompute_activations recompute_modules
+    tensorboard_log_interval log_throughput log_memory_to_tensorboard log_params_norm
+    log_num_zeros_in_grad wandb_project profile""".split()
 )
 
 _CLUSTER_KEYS = frozenset(("slurm_nodes", "slurm_gpus_per_node", "gpu_memory_gb", "env"))

@@ -230,6 +230,61 @@ CASES = {
         "--fp16",
         {"accumulate_allreduce_grads_in_fp32": True, "fp16": True},
     ),
+    "moe_router_load_balancing_type": (
+        {"moe_router_load_balancing_type": "sinkhorn"},
+        "--num-experts",
+        {"moe_router_load_balancing_type": "sinkhorn", "num_experts": 4},
+    ),
+    "moe_router_score_function": (
+        {"moe_router_score_function": "sigmoid"},
+        "--num-experts",
+        {"moe_router_score_function": "sigmoid", "num_experts": 4},
+    ),
+    "moe_layer_freq": (
+        {"moe_layer_freq": 1},
+        "--num-experts",
+        {"moe_layer_freq": 2, "num_experts": 4},
+    ),
+    "moe_pad_expert_input_to_capacity": (
+        {"moe_pad_expert_input_to_capacity": False},
+        "--num-experts",
+        {
+            "moe_pad_expert_input_to_capacity": True,
+            "moe_expert_capacity_factor": 1.0,
+            "num_experts": 4,
+        },
+    ),
+    "log_validation_ppl_to_tensorboard": (
+        {"log_validation_ppl_to_tensorboard": False, "split": "100,0,0"},
+        "validation split",
+        {"log_validation_ppl_to_tensorboard": False},
+    ),
+    "wandb_exp_name": (
+        {"wandb_exp_name": "a"},
+        "--wandb-project",
+        {"wandb_exp_name": "a", "wandb_project": "p"},
+    ),
+    "wandb_save_dir": (
+        {"wandb_save_dir": "w"},
+        "--wandb-project",
+        {"wandb_save_dir": "w", "wandb_project": "p"},
+    ),
+    "profile_step_start": (
+        {"profile_step_start": 5},
+        "--profile",
+        {"profile_step_start": 5, "profile": True},
+    ),
+    "profile_step_end": (
+        {"profile_step_end": 20},
+        "--profile",
+        {"profile_step_end": 20, "profile": True},
+    ),
+    "profile_ranks": ({"profile_ranks": [1]}, "--profile", {"profile_ranks": [1], "profile": True}),
+    "use_pytorch_profiler": (
+        {"use_pytorch_profiler": True},
+        "--profile",
+        {"use_pytorch_profiler": True, "profile": True},
+    ),
 }
 
 

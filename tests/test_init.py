@@ -13,7 +13,13 @@ from workers.common import build, gather_global, make_config
 
 import megatron_gamma.model.init as init_module
 from megatron_gamma.config import ConfigError, load_config
-from megatron_gamma.training.init_audit import audit_init, in_scope, shard_sums
+from megatron_gamma.training.init_audit import (
+    audit_init,
+    format_summary,
+    in_scope,
+    shard_sums,
+    summarize_audit,
+)
 
 # Independent of the code under test: the paper's d_in per role for the worker's models
 # (hidden 256, 4 heads of 64, ffn 1024, experts of width 512).
@@ -305,6 +311,69 @@ def test_summary_audit_measures_the_outer_and_first_and_last_layers():
         assert row == full[row["name"]]
     with pytest.raises(ValueError, match="init_audit='some'"):
         in_scope("decoder.layers.0.mlp.linear_fc1.weight", "some", 4)
+
+
+def _summary_case():
+    """The per-role summary of a MoE model with one router mis-initialized router, and an fp64
+    recomputation from the model's own parameters (one process)."""
+    cfg = make_config(MOE, {})
+    models, vocab = build(cfg)
+    with torch.no_grad():
+        models[0].decoder.layers[1].mlp.router.weight.mul_(1.5)
+    rows = audit_init(models, cfg, vocab)
+    ref: dict[str, list] = {}
+    for name, p in models[0].named_parameters():
+        x = p.detach().double()
+        role = _reference_role(name)
+        if role == "norm":
+            dev, sigma = max(float(x.std(unbiased=False)), float((x.mean() - 1).abs())), None
+        else:
+            sigma = float(x.std(unbiased=False))
+            dev = abs(sigma / D_IN[role] ** -1.0 - 1)
+        ref.setdefault(role, []).append((dev, sigma, name))
+    return summarize_audit(rows), format_summary(summarize_audit(rows)), ref
+
+
+def _reference_role(name: str) -> str:
+    """The role of a parameter of the worker's models, from its megatron-core name."""
+    if "layernorm" in name:
+        return "norm"
+    if "local_experts" in name:
+        return "expert_fc1" if "linear_fc1" in name else "expert_fc2"
+    for role, part in (
+        ("embedding", "word_embeddings"),
+        ("qkv", "linear_qkv"),
+        ("gate", "linear_gate"),
+        ("attn_out", "linear_proj"),
+        ("router", "router"),
+        ("output", "output_layer"),
+        ("fc1", "linear_fc1"),
+        ("fc2", "linear_fc2"),
+    ):
+        if part in name:
+            return role
+    raise AssertionError(name)
+
+
+@pytest.mark.timeout(300)
+def test_audit_summary_equals_an_fp64_recomputation_per_role():
+    summary, text, ref = run_distributed(_summary_case, 1)[0]
+    by_role = {r["role"]: r for r in summary}
+    assert set(by_role) == set(ref)
+    for role, members in ref.items():
+        row = by_role[role]
+        dev, sigma, name = max(members)
+        assert row["count"] == len(members), role
+        assert row["worst_deviation"] == pytest.approx(dev, rel=1e-9, abs=1e-12), role
+        if sigma is not None:  # norms are all exactly one: every one of them is the worst
+            assert row["worst_name"] == name, role
+            assert row["fan_in"] == D_IN[role]
+            assert row["expected_sigma"] == pytest.approx(D_IN[role] ** -1.0, rel=1e-12)
+            assert row["worst_sigma"] == pytest.approx(sigma, rel=1e-9), role
+    assert by_role["router"]["flagged"] == 1
+    assert by_role["router"]["worst_deviation"] == pytest.approx(0.5, abs=0.1)
+    assert sum(r["flagged"] for r in summary) == 1
+    assert len(text.splitlines()) == 2 + len(summary)
 
 
 def test_streamed_sums_equal_fp64_sums():

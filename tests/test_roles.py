@@ -22,6 +22,14 @@ VARIANTS = {
     "tied": dict(DENSE, untie_embeddings_and_output_weights=False),
     "moe": dict(DENSE, num_experts=4, moe_ffn_hidden_size=32),
     "qk-norm-1p": dict(DENSE, qk_layernorm=True, apply_layernorm_1p=True),
+    # --moe-layer-freq: a dense layer 0 and an MoE layer 1 with shared experts.
+    "moe-shared-mixed": dict(
+        DENSE,
+        num_experts=4,
+        moe_ffn_hidden_size=32,
+        moe_shared_expert_intermediate_size=48,
+        moe_layer_freq="[0,1]",
+    ),
 }
 
 
@@ -108,7 +116,8 @@ def test_every_parameter_has_exactly_one_role(reports, variant):
     assert ("pos_embedding" in roles) == (variant == "gqa")
     assert ("output" in roles) == (variant != "tied")
     moe = {"router", "expert_fc1", "expert_fc2"}
-    assert (moe <= roles) == (variant == "moe") and (("fc1" in roles) == (variant != "moe"))
+    assert (moe <= roles) == variant.startswith("moe") and (("fc1" in roles) == (variant != "moe"))
+    assert ({"shared_fc1", "shared_fc2"} <= roles) == (variant == "moe-shared-mixed")
 
 
 @pytest.mark.timeout(300)
@@ -126,9 +135,10 @@ def test_init_audit_and_diagnostics_report_the_same_names(reports, variant):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_registry_partition_dim_is_megatron_cores():
+@pytest.mark.parametrize("variant", ["moe", "moe-shared-mixed"])
+def test_registry_partition_dim_is_megatron_cores(variant):
     """Under TP=2 the registry's split dimension is the one megatron-core tags each weight with."""
-    (report, _) = run_distributed(_report, 2, "moe", 2)
+    (report, _) = run_distributed(_report, 2, variant, 2)
     checked = 0
     for name, p in report["params"].items():
         if p["mcore_tp"]:

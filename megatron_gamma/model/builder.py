@@ -17,8 +17,9 @@ from megatron.core.transformer.transformer_block import (
     get_num_layers_to_build,
 )
 from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
-from megatron_gamma.config import Config, virtual_stages
+from megatron_gamma.config import Config, moe_layer_pattern, virtual_stages
 from megatron_gamma.model.attention import SDPACoreAttention
 from megatron_gamma.model.gated_attention import GatedSelfAttention
 from megatron_gamma.model.init import ParamInit, apply_gamma_init
@@ -66,7 +67,14 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
             moe_ffn_hidden_size=m.moe_ffn_hidden_size,
             moe_aux_loss_coeff=m.moe_aux_loss_coeff,
             moe_token_dispatcher_type=m.moe_token_dispatcher_type,
-            moe_router_load_balancing_type="aux_loss",
+            moe_router_load_balancing_type=m.moe_router_load_balancing_type,
+            moe_z_loss_coeff=m.moe_z_loss_coeff,
+            moe_router_score_function=m.moe_router_score_function,
+            moe_shared_expert_intermediate_size=m.moe_shared_expert_intermediate_size,
+            moe_layer_freq=moe_layer_pattern(m.moe_layer_freq, m.num_layers),
+            moe_expert_capacity_factor=m.moe_expert_capacity_factor,
+            moe_pad_expert_input_to_capacity=m.moe_pad_expert_input_to_capacity,
+            moe_router_dtype=m.moe_router_dtype,
             moe_grouped_gemm=False,
             expert_model_parallel_size=p.expert_model_parallel_size,
             expert_tensor_parallel_size=p.expert_tensor_parallel_size,
@@ -81,6 +89,8 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
     recompute = {}
     if t.recompute_granularity is not None:
         recompute = dict(recompute_granularity=t.recompute_granularity)
+        if t.recompute_modules is not None:
+            recompute.update(recompute_modules=list(t.recompute_modules))
         if t.recompute_granularity == "full":
             recompute.update(
                 recompute_method=t.recompute_method, recompute_num_layers=t.recompute_num_layers
@@ -130,7 +140,7 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
     )
 
 
-def layer_spec(cfg: Config) -> tuple[ModuleSpec, type]:
+def layer_spec(cfg: Config, moe: Optional[bool] = None) -> tuple[ModuleSpec, type]:
     """The transformer layer spec and the final norm's module class.
 
     ``transformer_impl='transformer_engine'``: megatron-core's TE spec
@@ -139,16 +149,20 @@ def layer_spec(cfg: Config) -> tuple[ModuleSpec, type]:
     and gates; ``gated_attention='none'`` keeps megatron-core's ``SelfAttention``, otherwise
     :class:`GatedSelfAttention` with the chosen granularity replaces it through the spec.
     ``layer_spec='local'`` returns megatron-core's spec unchanged (same parameter names). The
-    final norm is the layers' norm class.
+    final norm is the layers' norm class. ``moe`` picks an MoE (True) or dense (False) MLP;
+    default: MoE when ``--num-experts`` is set (``--moe-layer-freq`` mixes the two, see
+    :func:`build_model_chunk`).
 
     Raises:
         ConfigError: the TE backend where Transformer Engine is not importable.
     """
     m = cfg.model
+    moe = m.num_experts is not None if moe is None else moe
+    num_experts = m.num_experts if moe else None
     if m.transformer_impl == "transformer_engine":
-        return te_layer_spec(cfg)
+        return te_layer_spec(cfg, num_experts)
     spec = get_gpt_layer_local_spec(
-        num_experts=m.num_experts, normalization="RMSNorm", qk_layernorm=m.qk_layernorm
+        num_experts=num_experts, normalization="RMSNorm", qk_layernorm=m.qk_layernorm
     )
     if m.layer_spec == "local":
         return spec, spec.submodules.input_layernorm
@@ -186,9 +200,17 @@ def build_model_chunk(
     """
     pre = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp_stage)
     post = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp_stage)
-    spec, norm = layer_spec(cfg)
     n_layers = get_num_layers_to_build(tcfg, vp_stage=vp_stage)
-    block = TransformerBlockSubmodules(layer_specs=[spec] * n_layers, layer_norm=norm)
+    if cfg.model.num_experts is None:
+        spec, norm = layer_spec(cfg)
+        specs = [spec] * n_layers
+    else:  # megatron-core's moe_layer_freq: 1 = MoE, 0 = dense, per global layer
+        offset = get_transformer_layer_offset(tcfg, vp_stage=vp_stage)
+        pattern = moe_layer_pattern(cfg.model.moe_layer_freq, cfg.model.num_layers)
+        kinds = {True: layer_spec(cfg, moe=True), False: layer_spec(cfg, moe=False)}
+        specs = [kinds[bool(pattern[offset + i])][0] for i in range(n_layers)]
+        norm = kinds[True][1]
+    block = TransformerBlockSubmodules(layer_specs=specs, layer_norm=norm)
     model = GPTModel(
         config=tcfg,
         transformer_layer_spec=block,

@@ -5,7 +5,8 @@ Counts 2 FLOPs per multiply-accumulate of every matrix product, per token, forwa
 - attention: QKV 2·h·(n·d + 2·g·d), gate 2·h·n·d (elementwise) or 2·h·n (headwise),
   output projection 2·n·d·h, and the score/value products 2·n·d·s (QKᵀ and AV, 2·2·n·d·s,
   halved by the causal mask);
-- MLP: 2·h·f·(2 with SwiGLU, else 1) + 2·f·h; MoE: router 2·h·E plus top-k experts of width f_e;
+- MLP: 2·h·f·(2 with SwiGLU, else 1) + 2·f·h; MoE: router 2·h·E plus top-k experts of width f_e
+  and the shared experts of total width f_s; dense layers of ``--moe-layer-freq`` as MLP;
 - output layer 2·h·V.
 
 h hidden size, n heads, g query groups, d head dim, s sequence length, f ffn width, E experts,
@@ -15,7 +16,7 @@ activation recompute. Norms, softmax and elementwise ops are not counted (as in 
 
 from __future__ import annotations
 
-from megatron_gamma.config import Config
+from megatron_gamma.config import Config, moe_layer_pattern
 
 
 def forward_flops_per_token(cfg: Config, vocab_size: int) -> float:
@@ -29,12 +30,16 @@ def forward_flops_per_token(cfg: Config, vocab_size: int) -> float:
     elif m.gated_attention == "headwise":
         attn += 2 * h * n
     glu = 2 if m.swiglu else 1
+    dense = 2 * h * m.ffn_hidden_size * glu + 2 * m.ffn_hidden_size * h
     if m.num_experts is None:
-        mlp = 2 * h * m.ffn_hidden_size * glu + 2 * m.ffn_hidden_size * h
+        mlp = m.num_layers * dense
     else:
-        fe = m.moe_ffn_hidden_size
-        mlp = 2 * h * m.num_experts + m.moe_router_topk * (2 * h * fe * glu + 2 * fe * h)
-    return float(m.num_layers * (attn + mlp) + 2 * h * vocab_size)
+        fe, fs = m.moe_ffn_hidden_size, m.moe_shared_expert_intermediate_size or 0
+        moe = 2 * h * m.num_experts + m.moe_router_topk * (2 * h * fe * glu + 2 * fe * h)
+        moe += 2 * h * fs * glu + 2 * fs * h
+        n_moe = sum(moe_layer_pattern(m.moe_layer_freq, m.num_layers))
+        mlp = n_moe * moe + (m.num_layers - n_moe) * dense
+    return float(m.num_layers * attn + mlp + 2 * h * vocab_size)
 
 
 def train_flops_per_token(cfg: Config, vocab_size: int) -> float:

@@ -39,6 +39,9 @@ fc2            mlp.linear_fc2.weight                          ffn_hidden_size   
 router         mlp.router.weight                              hidden_size         -     dense
 expert_fc1     mlp.experts.local_experts.E.linear_fc1.weight  hidden_size         rows  expert
 expert_fc2     mlp.experts.local_experts.E.linear_fc2.weight  moe_ffn_hidden_size cols  expert
+shared_fc1     mlp.shared_experts.linear_fc1.weight           hidden_size         rows  dense
+shared_fc2     mlp.shared_experts.linear_fc2.weight           moe_shared_expert_  cols  dense
+                                                              intermediate_size
 output         output_layer.weight                            hidden_size         rows  dense
 bias           any *.bias                                     (zeros)             -     dense
 norm           *layernorm.weight, *.layer_norm_weight (TE)    (ones)              -     dense
@@ -57,7 +60,7 @@ tensor-parallel ranks of the role's group: the tensor-parallel group for dense w
 expert tensor-parallel group for experts (sizes of 1 leave the matrix whole). A role's *parts*
 are the sub-matrices the diagnostics report separately, named ``role.part``: ``qkv.q``,
 ``qkv.k``, ``qkv.v`` (megatron-core's fused QKV rows, per query group ``[q heads, k, v]``) and,
-with SwiGLU, ``fc1.gate`` / ``fc1.up`` (and ``expert_fc1.gate`` / ``expert_fc1.up``), the two
+with SwiGLU, ``fc1.gate`` / ``fc1.up`` (and the same for ``expert_fc1`` and ``shared_fc1``), the two
 halves of fc1 (``[gate; up]`` on every rank's shard).
 
 Pure Python (no torch or megatron-core import) so that the config can validate role names; the
@@ -222,6 +225,24 @@ REGISTRY: tuple[WeightRole, ...] = (
         r"mlp\.router\.weight$",
         "MoE router",
         lambda m, p, v: m.hidden_size,
+    ),
+    WeightRole(
+        "shared_fc1",
+        r"mlp\.shared_experts\.linear_fc1\.weight$",
+        "shared expert fc1",
+        lambda m, p, v: m.hidden_size,
+        partition_dim=0,
+        glu=True,
+        parts=("gate", "up"),
+        split=_glu_parts,
+    ),
+    WeightRole(
+        "shared_fc2",
+        r"mlp\.shared_experts\.linear_fc2\.weight$",
+        "shared expert fc2",
+        lambda m, p, v: m.moe_shared_expert_intermediate_size,
+        partition_dim=1,
+        depth_scaled=True,
     ),
     WeightRole(
         "fc1",

@@ -26,6 +26,7 @@ megatron-core cannot import it (and FP8 where there is no FP8 GPU), before any h
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import Optional
 
 import torch
 
@@ -105,8 +106,12 @@ def te_modules() -> SimpleNamespace:
     return SimpleNamespace(norm=TENorm, layernorm_linear=TELayerNormColumnParallelLinear)
 
 
-def te_layer_spec(cfg: Config):
+def te_layer_spec(cfg: Config, num_experts: Optional[int] = None):
     """megatron-core's TE GPT layer spec, with gated attention under ``--layer-spec gamma``.
+
+    Args:
+        cfg: run config.
+        num_experts: experts of this layer's MoE MLP, or None for a dense MLP.
 
     Returns:
         (layer ModuleSpec, final norm module class ``TENorm``).
@@ -123,7 +128,7 @@ def te_layer_spec(cfg: Config):
     te = te_modules()
     m = cfg.model
     spec = get_gpt_layer_with_transformer_engine_spec(
-        num_experts=m.num_experts, moe_grouped_gemm=False, qk_layernorm=m.qk_layernorm
+        num_experts=num_experts, moe_grouped_gemm=False, qk_layernorm=m.qk_layernorm
     )
     if m.layer_spec == "gamma" and m.gated_attention != "none":
         attention = spec.submodules.self_attention

@@ -40,6 +40,7 @@ from megatron.core.num_microbatches_calculator import get_current_global_batch_s
 from megatron_gamma import parallel
 from megatron_gamma.model.flops import train_flops_per_token
 from megatron_gamma.training.metrics import MetricsLogger
+from megatron_gamma.training.params_norm import params_l2_norm
 from megatron_gamma.training.preemption import PreemptionGuard
 
 if TYPE_CHECKING:
@@ -90,26 +91,38 @@ def _due(iteration: int, interval: Optional[int], end: int) -> bool:
 
 
 class MetricsCallback(Callback):
-    """Console, TensorBoard and ``metrics.jsonl`` (:class:`~.metrics.MetricsLogger`): every
-    step's loss, lr and weight decay in effect, grad norm, global batch size (it grows during a
-    ``--rampup-batch-size`` ramp-up), throughput, consumed samples and tokens, and memory
-    (:func:`megatron_gamma.parallel.memory_stats`); a summary line
-    (tokens/s, ms/iter, TFLOP/s per device, MFU on known GPUs) every ``log_interval`` steps and
-    at the last one; validation losses and perplexities and checkpoint messages. Sets
-    ``trainer.log`` for the other callbacks."""
+    """Console, TensorBoard (every ``--tensorboard-log-interval`` steps), W&B (with
+    ``--wandb-project``) and ``metrics.jsonl`` (:class:`~.metrics.MetricsLogger`): every step's
+    loss, lr and weight decay in effect, grad norm, global batch size (it grows during a
+    ``--rampup-batch-size`` ramp-up), consumed samples and tokens, throughput
+    (``--log-throughput``, on by default), memory (:func:`megatron_gamma.parallel.memory_stats`,
+    ``--log-memory-to-tensorboard``, on by default), params norm (``--log-params-norm``) and
+    zeros in the gradients (``--log-num-zeros-in-grad``); a summary line (with
+    ``--log-throughput``: tokens/s, ms/iter, TFLOP/s per device, MFU on known GPUs) every
+    ``log_interval`` steps and at the last one; validation losses and perplexities and
+    checkpoint messages. Sets ``trainer.log`` for the other callbacks."""
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
 
     def on_train_start(self, trainer: Trainer) -> None:
         cfg = self.cfg
+        lg = cfg.logging
+        mirror = None
+        if lg.wandb_project is not None and trainer.rank == 0:
+            from megatron_gamma.training.telemetry import WandbWriter
+
+            mirror = WandbWriter(cfg)
         trainer.log = MetricsLogger(
-            cfg.logging.run_dir,
-            cfg.logging.tensorboard_dir or os.path.join(cfg.logging.run_dir, "tensorboard"),
+            lg.run_dir,
+            lg.tensorboard_dir or os.path.join(lg.run_dir, "tensorboard"),
             active=trainer.rank == 0,
             total_iters=trainer.end_iteration,
             start_iter=trainer.state.iteration,
-            progress_bar=cfg.logging.progress_bar,
+            progress_bar=lg.progress_bar,
+            tensorboard_log_interval=lg.tensorboard_log_interval,
+            validation_ppl_to_tensorboard=lg.log_validation_ppl_to_tensorboard,
+            mirror=mirror,
         )
         if trainer.state.iteration:
             trainer.log.message(f"resumed at iteration {trainer.state.iteration}")
@@ -118,6 +131,7 @@ class MetricsCallback(Callback):
         self.interval_start, self.interval_iters, self.interval_tokens = time.time(), 0, 0
 
     def on_step_end(self, trainer: Trainer, step: StepOutput) -> None:
+        lg = self.cfg.logging
         samples = trainer.state.consumed_samples
         batch = get_current_global_batch_size()  # the size this step trained on
         tokens = batch * self.cfg.model.seq_length
@@ -127,24 +141,30 @@ class MetricsCallback(Callback):
             "weight_decay": trainer.scheduler.get_wd(),
             "grad_norm": step.grad_norm,
             "global_batch_size": batch,
-            "tokens_per_s": tokens / step.seconds,
             "consumed_samples": samples,
             "consumed_tokens": samples * self.cfg.model.seq_length,
-            **parallel.memory_stats(),
         }
+        if lg.log_throughput:
+            values["tokens_per_s"] = tokens / step.seconds
+        if lg.log_memory_to_tensorboard:
+            values.update(parallel.memory_stats())
+        if lg.log_params_norm:
+            values["params_norm"] = params_l2_norm([c.module for c in trainer.chunks])
+        if lg.log_num_zeros_in_grad:
+            values["num_zeros_in_grad"] = int(trainer.num_zeros_in_grad)
         trainer.log.train_step(step.iteration, values)
         self.interval_iters += 1
         self.interval_tokens += tokens
         if not _due(step.iteration, self.cfg.logging.log_interval, trainer.end_iteration):
             return
-        span = time.time() - self.interval_start
-        world = trainer.world_size
-        values["tokens_per_s"] = self.interval_tokens / span
-        values["ms_per_iter"] = 1000 * span / self.interval_iters
-        values["tflops_per_device"] = self.flops_per_token * self.interval_tokens / span / world
-        values["tflops_per_device"] /= 1e12
-        if self.peak is not None:
-            values["mfu"] = values["tflops_per_device"] / self.peak
+        if lg.log_throughput:
+            span = time.time() - self.interval_start
+            tflops = self.flops_per_token * self.interval_tokens / span / trainer.world_size
+            values["tokens_per_s"] = self.interval_tokens / span
+            values["ms_per_iter"] = 1000 * span / self.interval_iters
+            values["tflops_per_device"] = tflops / 1e12
+            if self.peak is not None:
+                values["mfu"] = values["tflops_per_device"] / self.peak
         trainer.log.interval_summary(step.iteration, self.cfg.training.train_iters, values)
         self.interval_start, self.interval_iters, self.interval_tokens = time.time(), 0, 0
 
@@ -208,7 +228,8 @@ class PreemptionCallback(Callback):
 
 def default_callbacks(cfg: Config, guard: PreemptionGuard) -> list[Callback]:
     """The run's callbacks in their contract order: metrics, evaluation, checkpointing,
-    diagnostics (``--log-diagnostics-interval`` > 0), preemption."""
+    diagnostics (``--log-diagnostics-interval`` > 0), the profiler (``--profile``),
+    preemption."""
     from megatron_gamma.diagnostics.callback import DiagnosticsCallback
 
     callbacks: list[Callback] = [
@@ -218,5 +239,9 @@ def default_callbacks(cfg: Config, guard: PreemptionGuard) -> list[Callback]:
     ]
     if cfg.logging.log_diagnostics_interval:
         callbacks.append(DiagnosticsCallback(cfg.logging.log_diagnostics_interval))
+    if cfg.logging.profile:
+        from megatron_gamma.training.telemetry import ProfilerCallback
+
+        callbacks.append(ProfilerCallback(cfg))
     callbacks.append(PreemptionCallback(guard))
     return callbacks

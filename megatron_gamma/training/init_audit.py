@@ -91,7 +91,7 @@ def in_scope(gname: str, scope: str, num_layers: int) -> bool:
     return scope == "full" or not match or int(match.group(1)) in (0, num_layers - 1)
 
 
-def _owns_shard(role: WeightRole) -> bool:
+def owns_shard(role: WeightRole) -> bool:
     """True on exactly one rank per distinct shard of a parameter of ``role`` (its group's
     data-parallel rank 0; among TP ranks all of a sharded role, rank 0 of a replicated one)."""
     expert = role.group is Group.EXPERT
@@ -132,7 +132,7 @@ def audit_init(
     for model in models:
         for name, param in model.named_parameters():
             role = role_of(name)
-            if not _owns_shard(role):
+            if not owns_shard(role):
                 continue
             gname = global_name(name, model)
             if not in_scope(gname, scope, cfg.model.num_layers):
@@ -170,6 +170,66 @@ def audit_init(
             )
         rows.append(row)
     return rows
+
+
+def _relative_deviation(row: dict) -> float:
+    """|measured / expected - 1| of sigma; for a constant-initialized row (expected sigma 0) the
+    largest absolute deviation, of sigma or of the mean from the constant."""
+    if row["expected_sigma"] == 0.0:
+        return max(row["measured_sigma"], abs(row["measured_mean"] - row["expected_mean"]))
+    return abs(row["measured_sigma"] / row["expected_sigma"] - 1.0)
+
+
+def summarize_audit(rows: list[dict]) -> list[dict]:
+    """One row per role (per distinct fan_in and expected sigma within a role, which
+    ``--init-gamma-overrides`` or a mixed layout could split), in the order the roles first
+    appear in ``rows``.
+
+    Each summary row has role, count (parameters), fan_in (None for constants),
+    expected_sigma, worst_sigma (the measured sigma of the parameter that deviates most from
+    the expectation: :func:`_relative_deviation`), worst_deviation (that deviation), worst_name
+    and flagged (how many of the role's parameters are flagged).
+
+    Args:
+        rows: :func:`audit_init`'s per-parameter rows.
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        key = (row["role"], row["fan_in"], row["expected_sigma"], row["expected_mean"])
+        groups.setdefault(key, []).append(row)
+    out = []
+    for (role, fan, sigma, _), members in groups.items():
+        worst = max(members, key=_relative_deviation)
+        out.append(
+            {
+                "role": role,
+                "count": len(members),
+                "fan_in": fan,
+                "expected_sigma": sigma,
+                "worst_sigma": worst["measured_sigma"],
+                "worst_deviation": _relative_deviation(worst),
+                "worst_name": worst["name"],
+                "flagged": sum(bool(r["flagged"]) for r in members),
+            }
+        )
+    return out
+
+
+def format_summary(summary: list[dict]) -> str:
+    """:func:`summarize_audit` as a fixed-width table (one line per role)."""
+    head = (
+        f"{'role':<13} {'count':>5} {'fan_in':>7} {'sigma exp':>10} {'sigma worst':>11} "
+        f"{'deviation':>9}  flagged"
+    )
+    lines = [head, "-" * len(head)]
+    for r in summary:
+        fan = str(r["fan_in"]) if r["fan_in"] else ""
+        flags = f"{r['flagged']} FLAG" if r["flagged"] else ""
+        lines.append(
+            f"{r['role']:<13} {r['count']:>5} {fan:>7} {r['expected_sigma']:>10.3e} "
+            f"{r['worst_sigma']:>11.3e} {r['worst_deviation']:>9.2e}  {flags}"
+        )
+    return "\n".join(lines)
 
 
 def format_audit(rows: list[dict]) -> str:

@@ -55,7 +55,13 @@ from megatron_gamma.training.checkpointing import (
     save_checkpoint,
     saved_schedule,
 )
-from megatron_gamma.training.init_audit import audit_init, format_audit, write_audit
+from megatron_gamma.training.init_audit import (
+    audit_init,
+    format_audit,
+    format_summary,
+    summarize_audit,
+    write_audit,
+)
 from megatron_gamma.training.metrics import MetricsLogger
 from megatron_gamma.training.precision import (
     check_precision,
@@ -65,6 +71,7 @@ from megatron_gamma.training.precision import (
 )
 from megatron_gamma.training.preemption import PreemptionGuard
 from megatron_gamma.training.schedule import build_scheduler, check_schedule, reconcile_schedule
+from megatron_gamma.training.telemetry import check_telemetry
 
 
 @dataclass
@@ -119,7 +126,8 @@ def preflight(cfg: Config) -> str:
             without sequence parallelism (megatron-core's MoE layer refuses it in training); a
             checkpoint to load that lacks what the load needs (:func:`~.checkpointing.
             check_loadable`); a backend this machine cannot run (:func:`~megatron_gamma.model.
-            te_backend.check_backend`: Transformer Engine, FP8).
+            te_backend.check_backend`: Transformer Engine, FP8); logging flags this machine
+            cannot serve (:func:`~.telemetry.check_telemetry`).
     """
     check_backend(cfg)
     ck = cfg.checkpoint
@@ -134,6 +142,7 @@ def preflight(cfg: Config) -> str:
             f"tensor_model_parallel_size={par.tensor_model_parallel_size} without sequence "
             "parallelism. Fix: add --sequence-parallel"
         )
+    check_telemetry(cfg)
     prefixes, _ = cfg.data.blend()
     if cfg.data.blend_per_split() is None:
         check_splits(prefixes, cfg.data.split)
@@ -226,22 +235,23 @@ class Trainer:
         return TrainState()
 
     def _audit_init(self, run_dir: str) -> list[dict]:
-        """The start-up init audit of ``--init-audit`` (none for 'off'); rank 0 prints it (the
-        table for 'full', the flagged rows for 'summary') and writes init_audit.json."""
+        """The start-up init audit of ``--init-audit`` (none for 'off'); rank 0 prints the
+        per-role summary (:func:`~.init_audit.summarize_audit`) and the flagged parameters'
+        rows, and writes the full per-parameter table to init_audit.json."""
         scope = self.cfg.init.init_audit
         if scope == "off":
             return []
         rows = audit_init([c.module for c in self.chunks], self.cfg, self.vocab_size, scope=scope)
         if self.rank == 0:
+            path = write_audit(rows, run_dir)
+            print(
+                f"init audit ({scope}): {len(rows)} parameters, full table in {path}\n"
+                + format_summary(summarize_audit(rows)),
+                flush=True,
+            )
             flagged = [r for r in rows if r["flagged"]]
-            if scope == "full":
-                print(format_audit(rows), flush=True)
-            elif flagged:
-                print(format_audit(flagged), flush=True)
-            else:
-                print(f"init audit ({scope}): {len(rows)} parameters as expected", flush=True)
-            write_audit(rows, run_dir)
             if flagged:
+                print(format_audit(flagged), flush=True)
                 names = [r["name"] for r in flagged]
                 print(f"WARNING: init audit flags {len(names)} parameters: {names}", flush=True)
         return rows
@@ -287,6 +297,7 @@ class Trainer:
             **loss_scaling(self.cfg),
             params_dtype=self.tcfg.params_dtype,
             use_distributed_optimizer=self.cfg.parallel.use_distributed_optimizer,
+            log_num_zeros_in_grad=self.cfg.logging.log_num_zeros_in_grad,
         )
 
     def _iterator(self, dataset, start_sample: int):
@@ -324,12 +335,14 @@ class Trainer:
         """One optimizer step over the current global batch (megatron-core's
         ``get_current_global_batch_size()``, which grows during a ramp-up); the schedule steps
         by that many samples, unless fp16 loss scaling skipped the update on an overflow (as in
-        Megatron-LM). Returns (loss, grad norm, learning rate used)."""
+        Megatron-LM). Returns (loss, grad norm, learning rate used); with
+        ``--log-num-zeros-in-grad`` the step's count of zero gradient entries (megatron-core's
+        ``optimizer.step()``, over all ranks) is left in ``self.num_zeros_in_grad``."""
         for chunk in self.chunks:
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
         loss = self._run_schedule(batch_iter, get_num_microbatches(), forward_only=False)
-        updated, grad_norm, _ = self.optimizer.step()
+        updated, grad_norm, self.num_zeros_in_grad = self.optimizer.step()
         lr = self.optimizer.param_groups[0]["lr"]
         if updated:
             self.scheduler.step(increment=get_current_global_batch_size())

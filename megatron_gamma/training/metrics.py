@@ -24,6 +24,12 @@ class MetricsLogger:
         start_iter: first iteration of this run (after a resume).
         progress_bar: show tqdm (only when stderr is a terminal: a SLURM log gets the summary
             lines alone).
+        tensorboard_log_interval: write per-iteration training scalars to TensorBoard every
+            this many iterations (``--tensorboard-log-interval``; metrics.jsonl gets all).
+        validation_ppl_to_tensorboard: write ``valid/ppl`` (``--log-validation-ppl-to-
+            tensorboard``).
+        mirror: a second scalar sink with TensorBoard's ``add_scalar(tag, value, step)`` and
+            ``close()`` (:class:`~.telemetry.WandbWriter`), or None.
     """
 
     def __init__(
@@ -34,8 +40,14 @@ class MetricsLogger:
         total_iters: int,
         start_iter: int,
         progress_bar: bool,
+        tensorboard_log_interval: int = 1,
+        validation_ppl_to_tensorboard: bool = True,
+        mirror=None,
     ):
         self.active = active
+        self.tb_interval = tensorboard_log_interval
+        self.valid_ppl_to_tb = validation_ppl_to_tensorboard
+        self._mirror = mirror
         self._jsonl = None
         self._tb = None
         self._bar = None
@@ -55,6 +67,11 @@ class MetricsLogger:
             file=sys.stderr,
         )
 
+    def _scalar(self, tag: str, value: float, step: int) -> None:
+        self._tb.add_scalar(tag, value, step)
+        if self._mirror is not None:
+            self._mirror.add_scalar(tag, value, step)
+
     def _record(self, record: dict) -> None:
         self._jsonl.write(json.dumps({**record, "time": round(time.time(), 3)}) + "\n")
         self._jsonl.flush()
@@ -66,25 +83,34 @@ class MetricsLogger:
         if not self.active:
             return
         self._record({"iteration": iteration, "split": "train", **values})
-        for key, value in values.items():
-            self._tb.add_scalar(f"train/{key}", value, iteration)
+        if iteration % self.tb_interval == 0:
+            for key, value in values.items():
+                self._scalar(f"train/{key}", value, iteration)
         self._bar.update(1)
         self._bar.set_postfix(loss=f"{values['loss']:.4f}")
 
     def interval_summary(self, iteration: int, total: int, values: dict) -> None:
         """The Megatron-style one-line summary of a logging interval; its throughput figures
-        (tokens/s, ms/iter, TFLOP/s per device, MFU) also go to TensorBoard as ``throughput/*``."""
+        (tokens/s, ms/iter, TFLOP/s per device, MFU), where ``values`` has them, also go to
+        TensorBoard as ``throughput/*``; params norm and zeros in the gradients where given."""
         if not self.active:
             return
         for key in ("tokens_per_s", "ms_per_iter", "tflops_per_device", "mfu"):
             if key in values:
-                self._tb.add_scalar(f"throughput/{key}", values[key], iteration)
+                self._scalar(f"throughput/{key}", values[key], iteration)
         line = (
             f"iteration {iteration:6d}/{total} | loss {values['loss']:.6f} | "
-            f"lr {values['lr']:.3e} | grad norm {values['grad_norm']:.4f} | "
-            f"tokens/s {values['tokens_per_s']:.0f} | ms/iter {values['ms_per_iter']:.1f} | "
-            f"TFLOP/s/device {values['tflops_per_device']:.3f}"
+            f"lr {values['lr']:.3e} | grad norm {values['grad_norm']:.4f}"
         )
+        if "params_norm" in values:
+            line += f" | params norm {values['params_norm']:.4f}"
+        if "num_zeros_in_grad" in values:
+            line += f" | zeros in grad {values['num_zeros_in_grad']:.0f}"
+        if "ms_per_iter" in values:
+            line += (
+                f" | tokens/s {values['tokens_per_s']:.0f} | ms/iter {values['ms_per_iter']:.1f}"
+                f" | TFLOP/s/device {values['tflops_per_device']:.3f}"
+            )
         if "mfu" in values:
             line += f" | MFU {100 * values['mfu']:.1f}%"
         self._bar.write(line, file=sys.stdout)
@@ -95,8 +121,9 @@ class MetricsLogger:
             return
         ppl = math.exp(min(loss, 700.0))
         self._record({"iteration": iteration, "split": "valid", "loss": loss, "ppl": ppl})
-        self._tb.add_scalar("valid/loss", loss, iteration)
-        self._tb.add_scalar("valid/ppl", ppl, iteration)
+        self._scalar("valid/loss", loss, iteration)
+        if self.valid_ppl_to_tb:
+            self._scalar("valid/ppl", ppl, iteration)
         self._bar.write(
             f"validation at iteration {iteration:6d} | loss {loss:.6f} | perplexity {ppl:.3f}",
             file=sys.stdout,
@@ -109,7 +136,7 @@ class MetricsLogger:
             return
         self._record({"iteration": iteration, "split": split, **values})
         for key, value in values.items():
-            self._tb.add_scalar(f"{split}/{key}", value, iteration)
+            self._scalar(f"{split}/{key}", value, iteration)
 
     def message(self, text: str) -> None:
         """A free-form line on the console."""
@@ -121,4 +148,6 @@ class MetricsLogger:
             return
         self._bar.close()
         self._tb.close()
+        if self._mirror is not None:
+            self._mirror.close()
         self._jsonl.close()
