@@ -198,6 +198,10 @@ ALWAYS_EFFECTIVE = frozenset(
     log_num_zeros_in_grad wandb_project profile""".split()
 )
 
+_NEVER = "nothing: "
+"""Prefix of a RULES reason for a Megatron-LM flag accepted for launch scripts that never
+changes a run (it sets a default); the warning then gives the reason alone."""
+
 _CLUSTER_KEYS = frozenset(("slurm_nodes", "slurm_gpus_per_node", "gpu_memory_gb", "env"))
 
 
@@ -213,7 +217,8 @@ def given_keys(paths: str | list[str] | None, overrides: dict) -> dict[str, str]
 
 def no_effect_warnings(cfg: Config, given: dict[str, str]) -> list[str]:
     """One line per given value that has no effect under ``cfg``'s other settings:
-    ``KEY=VALUE: no effect under these settings; it counts with SETTING``.
+    ``KEY=VALUE: no effect under these settings; it counts with SETTING``, or for a flag that
+    never changes a run, ``KEY=VALUE: no effect: REASON``.
 
     Args:
         cfg: the validated run config.
@@ -228,5 +233,8 @@ def no_effect_warnings(cfg: Config, given: dict[str, str]) -> list[str]:
         if effective(cfg):
             continue
         value = getattr(getattr(cfg, index[key][0]), key)
-        lines.append(f"{key}={value!r}: no effect under these settings; it counts with {needs}")
+        if needs.startswith(_NEVER):
+            lines.append(f"{key}={value!r}: no effect: {needs[len(_NEVER) :]}")
+        else:
+            lines.append(f"{key}={value!r}: no effect under these settings; it counts with {needs}")
     return lines
