@@ -19,6 +19,8 @@ from megatron_gamma.config import Config, _field_index, _read_yaml
 
 def _has_validation(cfg: Config) -> bool:
     d = cfg.data
+    if d.mock_data:
+        return True  # megatron-core's mock split is "1,1,1"
     if d.train_data_path:
         return bool(d.valid_data_path)
     return float(d.split.replace("/", ",").split(",")[1]) > 0
@@ -56,7 +58,10 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
         lambda c: c.parallel.tensor_model_parallel_size > 1,
         "--tensor-model-parallel-size > 1",
     ),
-    "split": (lambda c: not c.data.train_data_path, "--data-path (not per-split paths)"),
+    "split": (
+        lambda c: not c.data.train_data_path and not c.data.mock_data,
+        "--data-path (not per-split paths, not --mock-data)",
+    ),
     "min_lr": (lambda c: c.optimizer.lr_decay_style != "constant", "a decaying --lr-decay-style"),
     "lr_decay_iters": (
         lambda c: c.optimizer.lr_decay_style != "constant",
@@ -96,6 +101,10 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
     "slurm_gpus_per_node": (lambda c: False, "megatron-gamma estimate / submit"),
     "gpu_memory_gb": (lambda c: False, "megatron-gamma estimate"),
     "env": (lambda c: False, "megatron-gamma submit"),
+    "reset_position_ids": (
+        lambda c: c.model.position_embedding_type == "learned_absolute",
+        "--position-embedding-type learned_absolute (megatron-core's RoPE ignores position ids)",
+    ),
 }
 
 # Fields whose value always changes a pretraining run (given a valid config).
@@ -110,7 +119,10 @@ ALWAYS_EFFECTIVE = frozenset(
     weight_decay clip_grad micro_batch_size global_batch_size train_iters seed bf16
     exit_interval exit_duration_in_mins recompute_granularity save load run_dir log_interval
     tensorboard_dir progress_bar log_diagnostics_interval layer_spec exit_signal_handler finetune
-    pretrained_checkpoint async_save init_audit""".split()
+    pretrained_checkpoint async_save init_audit
+    virtual_pipeline_model_parallel_size overlap_param_gather distributed_timeout_minutes
+    context_parallel_size num_workers reset_attention_mask eod_mask_loss mock_data tokenizer_type
+    vocab_file merge_file""".split()
 )
 
 _CLUSTER_KEYS = frozenset(("slurm_nodes", "slurm_gpus_per_node", "gpu_memory_gb", "env"))

@@ -150,6 +150,11 @@ CASES = {
     "slurm_gpus_per_node": ({"slurm_gpus_per_node": 4}, "estimate", None),
     "gpu_memory_gb": ({"gpu_memory_gb": 40.0}, "estimate", None),
     "env": ({"env": ["NCCL_DEBUG=INFO"]}, "submit", None),
+    "reset_position_ids": (
+        {"reset_position_ids": True},
+        "learned_absolute",
+        {"reset_position_ids": True, "position_embedding_type": "learned_absolute"},
+    ),
 }
 
 
