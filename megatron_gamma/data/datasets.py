@@ -138,7 +138,9 @@ def micro_batches(
 
     Read through a torch ``DataLoader`` with ``num_workers`` worker processes (Megatron-LM's
     ``--num-workers``; 0 reads in this process), which returns the batches in sampler order: the
-    batches do not depend on the worker count.
+    batches do not depend on the worker count. The loader seeds its workers from a generator of
+    its own, so starting it leaves the global torch RNG (dropout's) untouched and a resumed run
+    draws the dropout masks of the uninterrupted one.
     """
     sampler = _RankBatches(
         len(dataset),
@@ -153,6 +155,6 @@ def micro_batches(
         num_workers=num_workers,
         collate_fn=partial(_collate, keep_mask),
         pin_memory=torch.cuda.is_available(),
-        persistent_workers=False,
+        generator=torch.Generator().manual_seed(0),  # not the global RNG that dropout draws from
     )
     yield from loader
