@@ -436,6 +436,9 @@ class ParallelConfig:
     megatron-core implements CP in Transformer Engine's attention only
     (``TEDotProductAttention``), and megatron-gamma's layer specs use local attention
     (``DotProductAttention`` / ``SDPACoreAttention``, which assert CP = 1)."""
+    num_virtual_stages_per_pipeline_rank: Optional[int] = None
+    """Current Megatron-LM's name for virtual_pipeline_model_parallel_size: sets it (an error
+    when both are given and differ)."""
 
     def __post_init__(self) -> None:
         for key in (
@@ -464,6 +467,17 @@ class ParallelConfig:
                 "virtual stages need pipeline_model_parallel_size > 1",
                 "unset it or raise --pipeline-model-parallel-size",
             )
+        alias = self.num_virtual_stages_per_pipeline_rank
+        if alias is not None:
+            if self.virtual_pipeline_model_parallel_size not in (None, alias):
+                _fail(
+                    "num_virtual_stages_per_pipeline_rank",
+                    alias,
+                    "contradicts virtual_pipeline_model_parallel_size="
+                    f"{self.virtual_pipeline_model_parallel_size} (two names of one setting)",
+                    "give only one of them",
+                )
+            _resolve(self, "virtual_pipeline_model_parallel_size", alias)
         chunks = self.virtual_pipeline_model_parallel_size
         if chunks is not None and chunks < 1:
             _fail("virtual_pipeline_model_parallel_size", chunks, "must be >= 1", "or unset it")
@@ -538,7 +552,9 @@ class DataConfig:
     --num-workers; its default is 2, ours 0: read in the training process). The sample order
     and so the resume position do not depend on it."""
     reset_position_ids: bool = False
-    """Restart position ids at 0 after every EOD token (megatron-core ``GPTDatasetConfig``)."""
+    """Restart position ids at 0 after every EOD token (megatron-core ``GPTDatasetConfig``).
+    Only the learned absolute position embedding reads position ids: megatron-core's RoPE
+    rotates by the index in the sequence (a warning says so under rope)."""
     reset_attention_mask: bool = False
     """Tokens attend only within their own document: the causal mask is cut after every EOD
     (megatron-core ``GPTDatasetConfig``; the (s, s) mask travels with each sample and reaches
@@ -1182,7 +1198,8 @@ def validate_layout(cfg: Config, world_size: int) -> int:
         ConfigError: world size not divisible by TP x PP (or by EP x PP for MoE), layers not
             divisible among (virtual) pipeline stages, virtual_pipeline_model_parallel_size and
             num_layers_per_virtual_pipeline_stage both given and disagreeing, heads or experts
-            not divisible by TP / EP, or global batch not divisible by micro batch x data-parallel size.
+            not divisible by TP / EP, or global batch not divisible by micro batch x
+            data-parallel size.
     """
     m, par = cfg.model, cfg.parallel
     tp, pp, ep = (

@@ -122,7 +122,7 @@ ALWAYS_EFFECTIVE = frozenset(
     pretrained_checkpoint async_save init_audit
     virtual_pipeline_model_parallel_size overlap_param_gather distributed_timeout_minutes
     context_parallel_size num_workers reset_attention_mask eod_mask_loss mock_data tokenizer_type
-    vocab_file merge_file""".split()
+    vocab_file merge_file num_virtual_stages_per_pipeline_rank""".split()
 )
 
 _CLUSTER_KEYS = frozenset(("slurm_nodes", "slurm_gpus_per_node", "gpu_memory_gb", "env"))

@@ -124,6 +124,7 @@ def test_virtual_pipeline_size_and_layers_per_chunk_give_one_layout():
     from megatron_gamma.config import validate_layout, virtual_stages
 
     base = {"num_layers": 8, "pipeline_model_parallel_size": 2}
+    both_sizes = {"virtual_pipeline_model_parallel_size": 2}
     by_size = load_config(None, {**base, "virtual_pipeline_model_parallel_size": 2})
     by_layers = load_config(None, {**base, "num_layers_per_virtual_pipeline_stage": 2})
     both = load_config(
@@ -134,7 +135,11 @@ def test_virtual_pipeline_size_and_layers_per_chunk_give_one_layout():
             "num_layers_per_virtual_pipeline_stage": 2,
         },
     )
+    alias = load_config(None, {**base, "num_virtual_stages_per_pipeline_rank": 2})
+    assert alias.parallel.virtual_pipeline_model_parallel_size == 2
     assert virtual_stages(by_size) == virtual_stages(by_layers) == virtual_stages(both) == 2
+    with pytest.raises(ConfigError, match="contradicts virtual_pipeline_model_parallel_size=2"):
+        load_config(None, {**base, "num_virtual_stages_per_pipeline_rank": 4, **both_sizes})
     assert validate_layout(both, 2) == 1
     with pytest.raises(ConfigError, match="virtual stages need pipeline_model_parallel_size > 1"):
         load_config(None, {"virtual_pipeline_model_parallel_size": 2})

@@ -62,9 +62,9 @@ def _train_tokenizer(args: argparse.Namespace) -> None:
 
 
 def _preprocess(args: argparse.Namespace) -> None:
+    from megatron_gamma.config import ConfigError
     from megatron_gamma.data.encode import EncodeOptions
     from megatron_gamma.data.filters import Filters
-    from megatron_gamma.config import ConfigError
     from megatron_gamma.data.preprocess import format_summary, preprocess
 
     _log_to_stderr()

@@ -32,13 +32,15 @@ _ITER_PREFIX = "iter_"
 def single_rank_config(cfg: Config) -> Config:
     """``cfg`` rebuilt (through the validated constructor) for one process: TP = expert TP =
     PP = EP = 1, no virtual pipeline stages, no sequence parallelism, no distributed optimizer or
-    overlapped gradient reduction or parameter gather. Any run's checkpoint loads into the model it builds."""
+    overlapped gradient reduction or parameter gather. Any run's checkpoint loads into the model
+    it builds."""
     return cfg.replace(
         tensor_model_parallel_size=1,
         expert_tensor_parallel_size=1,
         pipeline_model_parallel_size=1,
         num_layers_per_virtual_pipeline_stage=None,
         virtual_pipeline_model_parallel_size=None,
+        num_virtual_stages_per_pipeline_rank=None,
         expert_model_parallel_size=1,
         sequence_parallel=False,
         use_distributed_optimizer=False,

@@ -47,6 +47,7 @@ def fp32_single_rank(cfg: Config) -> Config:
         expert_model_parallel_size=1,
         num_layers_per_virtual_pipeline_stage=None,
         virtual_pipeline_model_parallel_size=None,
+        num_virtual_stages_per_pipeline_rank=None,
         use_distributed_optimizer=False,
         overlap_param_gather=False,
         sequence_parallel=False,
