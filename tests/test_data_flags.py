@@ -188,22 +188,19 @@ def test_preprocess_gpt2_bpe_writes_its_ids_and_fingerprint(tmp_path, gpt2_files
 
     vocab, merges = gpt2_files
     out = tmp_path / "gpt2data"
-    result = preprocess(
-        DEMO_INPUTS[1:],
-        None,
-        str(out),
-        progress=False,
-        tokenizer_type="GPT2BPETokenizer",
-        vocab_file=vocab,
-        merge_file=merges,
-    )
+    proc = run_cli(
+        ["preprocess", "--input", DEMO_INPUTS[1], "--output-prefix", str(out), "--no-progress",
+         "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", vocab, "--merge-file", merges],
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    prefix = f"{out}_text_document"
     hf = GPT2TokenizerFast.from_pretrained(os.path.dirname(vocab))
     with open(DEMO_INPUTS[1], encoding="utf-8") as f:
         first = json.loads(f.readline())["text"]
-    dataset = IndexedDataset(result.prefix)  # held: item 0 is a view of its memory map
+    dataset = IndexedDataset(prefix)  # held: item 0 is a view of its memory map
     ids = dataset[0].tolist()
     assert ids == hf.encode(first, add_special_tokens=False) + [hf.eos_token_id]
-    doc = json.loads(open(result.prefix + SUFFIX).read())
+    doc = json.loads(open(prefix + SUFFIX).read())
     assert doc["tokenizer_type"] == "GPT2BPETokenizer"
     assert doc["source"] == [os.path.abspath(vocab), os.path.abspath(merges)]
 
@@ -211,7 +208,9 @@ def test_preprocess_gpt2_bpe_writes_its_ids_and_fingerprint(tmp_path, gpt2_files
 def test_pretrain_refuses_data_made_with_another_tokenizer(tmp_path, demo_prefix, gpt2_files):
     vocab, merges = gpt2_files
     assert os.path.isfile(demo_prefix + SUFFIX)
-    assert preflight(_cfg(tmp_path, demo_prefix)).sha256  # the demo tokenizer: accepted
+    demo = preflight(_cfg(tmp_path, demo_prefix))  # the default, the demo tokenizer: accepted
+    folder = preflight(_cfg(tmp_path, demo_prefix, tokenizer_model=os.path.dirname(demo.path)))
+    assert folder.path == demo.path == os.path.abspath(DEMO_TOKENIZER)
     other = {"tokenizer_type": "GPT2BPETokenizer", "vocab_file": vocab, "merge_file": merges}
     with pytest.raises(ConfigError) as e:
         preflight(_cfg(tmp_path, demo_prefix, **other))
