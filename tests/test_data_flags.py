@@ -229,6 +229,13 @@ def test_pretrain_refuses_data_made_with_another_tokenizer(tmp_path, demo_prefix
         DEMO_INPUTS[1:], None, str(tmp_path / "g"), progress=False, tokenizer_type=other[
             "tokenizer_type"], vocab_file=vocab, merge_file=merges,
     ).prefix  # fmt: skip
+    # Omitting the tokenizer flags for data not made with the demo tokenizer: the named error.
+    with pytest.raises(ConfigError) as e:
+        preflight(_cfg(tmp_path, gpt2))
+    assert f"tokenized with GPT2BPETokenizer {vocab}, {merges}" in str(e.value)
+    assert f"--tokenizer-type GPT2BPETokenizer --vocab-file {vocab} --merge-file {merges}" in str(
+        e.value
+    )
     with pytest.raises(ConfigError, match="cannot merge .* Fix: preprocess them with the same"):
         merge_datasets([demo_prefix, gpt2], str(tmp_path / "both"), progress=False)
 
