@@ -64,12 +64,9 @@ def build_datasets(
     """
     t, d = cfg.training, cfg.data
     per_split = None if d.mock_data else d.blend_per_split()
-    if d.mock_data:
-        blend, split = None, None  # megatron-core: mock data, split "1,1,1"
-    elif per_split is None:
+    blend, split = None, None  # mock data (megatron-core splits it "1,1,1"), or per-split blends
+    if not d.mock_data and per_split is None:
         blend, split = d.blend(), d.split
-    else:
-        blend, split = None, None
     cache = cfg.data.data_cache_path or os.path.join(cfg.logging.run_dir, "data_cache")
     ds_cfg = GPTDatasetConfig(
         random_seed=t.seed,
