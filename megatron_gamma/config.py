@@ -236,6 +236,17 @@ class WeightDecayIncrStyle(Choice):
     COSINE = "cosine", "half cosine from start_weight_decay up to end_weight_decay"
 
 
+class TokenizerType(Choice):
+    """Tokenizer kind (Megatron-LM ``--tokenizer-type``; megatron_gamma.data.tokenizer_types)."""
+
+    HUGGING_FACE = (
+        "HuggingFaceTokenizer",
+        "a HF tokenizers tokenizer.json, or a directory holding one, from --tokenizer-model "
+        "(default: the packaged demo tokenizer)",
+    )
+    GPT2_BPE = "GPT2BPETokenizer", "GPT-2 byte-level BPE from --vocab-file and --merge-file"
+
+
 class RecomputeGranularity(Choice):
     """Activation recomputation (megatron-core ``recompute_granularity``)."""
 
@@ -749,6 +760,28 @@ class ParallelConfig:
     """Shard optimizer state over data-parallel ranks (megatron-core DistributedOptimizer)."""
     overlap_grad_reduce: bool = False
     """Overlap the data-parallel gradient reduction with the backward pass."""
+    virtual_pipeline_model_parallel_size: Optional[int] = None
+    """Virtual pipeline chunks per pipeline rank (interleaved 1F1B; megatron-core
+    ``parallel_state.initialize_model_parallel(virtual_pipeline_model_parallel_size=...)``, the
+    value Megatron-LM derives from --num-layers-per-virtual-pipeline-stage). The other way to
+    ask for the same layout: give either; when both are given they must agree (num_layers /
+    pipeline_model_parallel_size = this x num_layers_per_virtual_pipeline_stage).
+    :func:`virtual_stages` resolves the pair."""
+    overlap_param_gather: bool = False
+    """Overlap the distributed optimizer's parameter all-gather with the next forward pass
+    (megatron-core ``DistributedDataParallelConfig.overlap_param_gather``); needs
+    use_distributed_optimizer and overlap_grad_reduce (Megatron-LM's requirements)."""
+    distributed_timeout_minutes: int = 10
+    """Timeout of torch.distributed collectives in minutes (``init_process_group(timeout=...)``
+    and megatron-core's model-parallel groups); Megatron-LM's default 10."""
+    context_parallel_size: int = 1
+    """Context-parallel group size (megatron-core CP, sequence split over ranks). Only 1:
+    megatron-core implements CP in Transformer Engine's attention only
+    (``TEDotProductAttention``), and megatron-gamma's layer specs use local attention
+    (``DotProductAttention`` / ``SDPACoreAttention``, which assert CP = 1)."""
+    num_virtual_stages_per_pipeline_rank: Optional[int] = None
+    """Current Megatron-LM's name for virtual_pipeline_model_parallel_size: sets it (an error
+    when both are given and differ)."""
 
     def __post_init__(self) -> None:
         for key in (
@@ -777,6 +810,61 @@ class ParallelConfig:
                 "virtual stages need pipeline_model_parallel_size > 1",
                 "unset it or raise --pipeline-model-parallel-size",
             )
+        alias = self.num_virtual_stages_per_pipeline_rank
+        if alias is not None:
+            if self.virtual_pipeline_model_parallel_size not in (None, alias):
+                _fail(
+                    "num_virtual_stages_per_pipeline_rank",
+                    alias,
+                    "contradicts virtual_pipeline_model_parallel_size="
+                    f"{self.virtual_pipeline_model_parallel_size} (two names of one setting)",
+                    "give only one of them",
+                )
+            _resolve(self, "virtual_pipeline_model_parallel_size", alias)
+        chunks = self.virtual_pipeline_model_parallel_size
+        if chunks is not None and chunks < 1:
+            _fail("virtual_pipeline_model_parallel_size", chunks, "must be >= 1", "or unset it")
+        if chunks is not None and chunks > 1 and self.pipeline_model_parallel_size == 1:
+            _fail(
+                "virtual_pipeline_model_parallel_size",
+                chunks,
+                "virtual stages need pipeline_model_parallel_size > 1",
+                "unset it or raise --pipeline-model-parallel-size",
+            )
+        if self.overlap_param_gather and not self.use_distributed_optimizer:
+            _fail(
+                "overlap_param_gather",
+                True,
+                "the parameter all-gather exists only with the distributed optimizer",
+                "add --use-distributed-optimizer, or drop --overlap-param-gather",
+            )
+        if self.overlap_param_gather and not self.overlap_grad_reduce:
+            _fail(
+                "overlap_param_gather",
+                True,
+                "Megatron-LM overlaps the parameter all-gather only together with the gradient "
+                "reduce-scatter",
+                "add --overlap-grad-reduce, or drop --overlap-param-gather",
+            )
+        if self.distributed_timeout_minutes < 1:
+            _fail(
+                "distributed_timeout_minutes",
+                self.distributed_timeout_minutes,
+                "must be >= 1",
+                "use e.g. 10 (Megatron-LM's default)",
+            )
+        if self.context_parallel_size < 1:
+            _fail("context_parallel_size", self.context_parallel_size, "must be >= 1", "use 1")
+        if self.context_parallel_size > 1:
+            _fail(
+                "context_parallel_size",
+                self.context_parallel_size,
+                "megatron-core implements context parallelism only in Transformer Engine's "
+                "attention (TEDotProductAttention); megatron-gamma's layer specs use local "
+                "attention (DotProductAttention / SDPACoreAttention), which has none",
+                "use --context-parallel-size 1 and split the work with tensor, pipeline or data "
+                "parallelism",
+            )
 
 
 _SPLIT_KEYS = ("train_data_path", "valid_data_path", "test_data_path")
@@ -798,11 +886,37 @@ class DataConfig:
     split: str = "949,50,1"
     """train,valid,test proportions of the documents (with data_path only)."""
     tokenizer_model: Optional[str] = None
-    """Path to a HF tokenizer.json (default: the packaged demo tokenizer)."""
+    """Path to a HF tokenizer.json, or a directory holding one (default: the packaged demo
+    tokenizer)."""
     data_cache_path: Optional[str] = None
     """Where GPTDataset caches its index files (default: <run_dir>/data_cache)."""
+    num_workers: int = 0
+    """torch DataLoader worker processes reading the micro-batches (Megatron-LM's
+    --num-workers; its default is 2, ours 0: read in the training process). The sample order
+    and so the resume position do not depend on it."""
+    reset_position_ids: bool = False
+    """Restart position ids at 0 after every EOD token (megatron-core ``GPTDatasetConfig``).
+    Only the learned absolute position embedding reads position ids: megatron-core's RoPE
+    rotates by the index in the sequence (a warning says so under rope)."""
+    reset_attention_mask: bool = False
+    """Tokens attend only within their own document: the causal mask is cut after every EOD
+    (megatron-core ``GPTDatasetConfig``; the (s, s) mask travels with each sample and reaches
+    the core attention)."""
+    eod_mask_loss: bool = False
+    """Exclude the EOD positions from the loss (megatron-core ``GPTDatasetConfig``)."""
+    mock_data: bool = False
+    """Train on megatron-core's ``MockGPTDataset`` (synthetic token sequences) instead of a
+    dataset, for smoke runs: no --data-path needed (and none allowed)."""
+    tokenizer_type: TokenizerType = TokenizerType.HUGGING_FACE
+    """Tokenizer kind (Megatron-LM's --tokenizer-type); see
+    :mod:`megatron_gamma.data.tokenizer_types`."""
+    vocab_file: Optional[str] = None
+    """GPT-2 BPE vocab.json (with tokenizer_type GPT2BPETokenizer)."""
+    merge_file: Optional[str] = None
+    """GPT-2 BPE merges.txt (with tokenizer_type GPT2BPETokenizer)."""
 
     def __post_init__(self) -> None:
+        _check_choices(self)
         for key in ("data_path", *_SPLIT_KEYS):
             value = getattr(self, key)
             value = value.split() if isinstance(value, str) else value
@@ -831,6 +945,42 @@ class DataConfig:
             vals = []
         if len(vals) != 3 or min(vals) < 0 or sum(vals) <= 0:
             _fail("split", self.split, "needs three non-negative numbers", "use e.g. '949,50,1'")
+        if self.num_workers < 0:
+            _fail("num_workers", self.num_workers, "must be >= 0", "use 0 (no worker) or more")
+        if self.mock_data and (self.data_path or given):
+            key = "data_path" if self.data_path else given[0]
+            _fail(
+                "mock_data",
+                True,
+                f"synthetic data and {key}={getattr(self, key)} exclude each other",
+                f"drop --mock-data to train on the dataset, or drop --{key.replace('_', '-')}",
+            )
+        if self.tokenizer_type == "GPT2BPETokenizer":
+            missing = [k for k in ("vocab_file", "merge_file") if not getattr(self, k)]
+            if missing:
+                _fail(
+                    missing[0],
+                    None,
+                    "tokenizer_type='GPT2BPETokenizer' reads vocab.json and merges.txt",
+                    "pass --vocab-file vocab.json --merge-file merges.txt",
+                )
+            if self.tokenizer_model:
+                _fail(
+                    "tokenizer_model",
+                    self.tokenizer_model,
+                    "tokenizer_type='GPT2BPETokenizer' reads --vocab-file/--merge-file instead",
+                    "drop --tokenizer-model, or use --tokenizer-type HuggingFaceTokenizer",
+                )
+        else:
+            for key in ("vocab_file", "merge_file"):
+                if getattr(self, key):
+                    _fail(
+                        key,
+                        getattr(self, key),
+                        f"only read with tokenizer_type='GPT2BPETokenizer' (this run: "
+                        f"{self.tokenizer_type!r} reads --tokenizer-model)",
+                        "add --tokenizer-type GPT2BPETokenizer, or drop it",
+                    )
 
     def blend(self) -> tuple[list[str], Optional[list[float]]]:
         """Return (prefixes, weights) parsed from ``data_path``; weights None for one prefix.
@@ -1757,11 +1907,17 @@ def save_config(cfg: Config, path: str) -> None:
 
 
 def virtual_stages(cfg: Config) -> Optional[int]:
-    """Virtual pipeline chunks per pipeline rank, or None without virtual pipelining."""
-    per_chunk = cfg.parallel.num_layers_per_virtual_pipeline_stage
+    """Virtual pipeline chunks per pipeline rank (megatron-core's
+    ``virtual_pipeline_model_parallel_size``), or None without virtual pipelining.
+
+    Given directly by ``virtual_pipeline_model_parallel_size``, or derived as Megatron-LM does
+    from ``num_layers_per_virtual_pipeline_stage``: num_layers / PP / layers per chunk
+    (:func:`validate_layout` checks that the two agree when both are given)."""
+    par = cfg.parallel
+    per_chunk = par.num_layers_per_virtual_pipeline_stage
     if per_chunk is None:
-        return None
-    return cfg.model.num_layers // cfg.parallel.pipeline_model_parallel_size // per_chunk
+        return par.virtual_pipeline_model_parallel_size
+    return cfg.model.num_layers // par.pipeline_model_parallel_size // per_chunk
 
 
 def validate_layout(cfg: Config, world_size: int) -> int:
@@ -1769,9 +1925,10 @@ def validate_layout(cfg: Config, world_size: int) -> int:
 
     Raises:
         ConfigError: world size not divisible by TP x PP (or by EP x PP for MoE), layers not
-            divisible among (virtual) pipeline stages, heads or experts not divisible by TP / EP,
-            or global batch (or a ramp-up START / INCR) not divisible by micro batch x
-            data-parallel size.
+            divisible among (virtual) pipeline stages, virtual_pipeline_model_parallel_size and
+            num_layers_per_virtual_pipeline_stage both given and disagreeing, heads or experts
+            not divisible by TP / EP, or global batch (or a ramp-up START / INCR) not divisible
+            by micro batch x data-parallel size.
     """
     m, par = cfg.model, cfg.parallel
     tp, pp, ep = (
@@ -1800,6 +1957,22 @@ def validate_layout(cfg: Config, world_size: int) -> int:
             vpp,
             f"does not divide the {m.num_layers // pp} layers of each pipeline stage",
             "choose a divisor of num_layers / pipeline_model_parallel_size",
+        )
+    chunks = par.virtual_pipeline_model_parallel_size
+    if chunks is not None and (m.num_layers // pp) % chunks:
+        _fail(
+            "virtual_pipeline_model_parallel_size",
+            chunks,
+            f"does not divide the {m.num_layers // pp} layers of each pipeline stage",
+            "choose a divisor of num_layers / pipeline_model_parallel_size",
+        )
+    if chunks is not None and vpp is not None and chunks * vpp != m.num_layers // pp:
+        _fail(
+            "virtual_pipeline_model_parallel_size",
+            chunks,
+            f"disagrees with num_layers_per_virtual_pipeline_stage={vpp}: {chunks} chunks x "
+            f"{vpp} layers != the {m.num_layers // pp} layers of each pipeline stage",
+            "give only one of the two flags",
         )
     if m.num_attention_heads % tp or m.num_query_groups % tp:
         _fail(

@@ -19,6 +19,8 @@ from megatron_gamma.config import Config, _field_index, _read_yaml, moe_layer_pa
 
 def _has_validation(cfg: Config) -> bool:
     d = cfg.data
+    if d.mock_data:
+        return True  # megatron-core's mock split is "1,1,1"
     if d.train_data_path:
         return bool(d.valid_data_path)
     return float(d.split.replace("/", ",").split(",")[1]) > 0
@@ -70,7 +72,10 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
         lambda c: c.parallel.tensor_model_parallel_size > 1,
         "--tensor-model-parallel-size > 1",
     ),
-    "split": (lambda c: not c.data.train_data_path, "--data-path (not per-split paths)"),
+    "split": (
+        lambda c: not c.data.train_data_path and not c.data.mock_data,
+        "--data-path (not per-split paths, not --mock-data)",
+    ),
     "min_lr": (lambda c: c.optimizer.lr_decay_style != "constant", "a decaying --lr-decay-style"),
     "lr_decay_iters": (
         lambda c: c.optimizer.lr_decay_style != "constant",
@@ -174,6 +179,10 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
     "profile_step_end": (lambda c: c.logging.profile, "--profile"),
     "profile_ranks": (lambda c: c.logging.profile, "--profile"),
     "use_pytorch_profiler": (lambda c: c.logging.profile, "--profile"),
+    "reset_position_ids": (
+        lambda c: c.model.position_embedding_type == "learned_absolute",
+        "--position-embedding-type learned_absolute (megatron-core's RoPE ignores position ids)",
+    ),
 }
 
 # Fields whose value always changes a pretraining run (given a valid config).
@@ -195,7 +204,10 @@ ALWAYS_EFFECTIVE = frozenset(
     moe_z_loss_coeff moe_shared_expert_intermediate_size moe_expert_capacity_factor
     moe_grouped_gemm moe_router_dtype recompute_activations recompute_modules
     tensorboard_log_interval log_throughput log_memory_to_tensorboard log_params_norm
-    log_num_zeros_in_grad wandb_project profile""".split()
+    log_num_zeros_in_grad wandb_project profile
+    virtual_pipeline_model_parallel_size overlap_param_gather distributed_timeout_minutes
+    context_parallel_size num_workers reset_attention_mask eod_mask_loss mock_data tokenizer_type
+    vocab_file merge_file num_virtual_stages_per_pipeline_rank""".split()
 )
 
 _NEVER = "nothing: "

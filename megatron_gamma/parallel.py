@@ -9,6 +9,7 @@ gloo, with :func:`megatron_gamma.compat.apply_cpu_compat` applied first.
 
 from __future__ import annotations
 
+import datetime
 import os
 import socket
 from dataclasses import dataclass
@@ -53,7 +54,8 @@ def uses_gpu() -> bool:
 
 
 def initialize(cfg: Config) -> int:
-    """Initialize torch.distributed, megatron-core model parallelism and the RNGs.
+    """Initialize torch.distributed (collectives time out after
+    ``distributed_timeout_minutes``), megatron-core model parallelism and the RNGs.
 
     Args:
         cfg: run config (parallel layout, batch sizes, seed).
@@ -86,14 +88,20 @@ def initialize(cfg: Config) -> int:
             apply_cpu_compat()
             backend = "gloo"
         dist.init_process_group(
-            backend, rank=env.rank, world_size=env.world_size, init_method="env://"
+            backend,
+            rank=env.rank,
+            world_size=env.world_size,
+            init_method="env://",
+            timeout=datetime.timedelta(minutes=cfg.parallel.distributed_timeout_minutes),
         )
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=cfg.parallel.tensor_model_parallel_size,
         pipeline_model_parallel_size=cfg.parallel.pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=virtual_stages(cfg),
+        context_parallel_size=cfg.parallel.context_parallel_size,
         expert_model_parallel_size=cfg.parallel.expert_model_parallel_size,
         expert_tensor_parallel_size=cfg.parallel.expert_tensor_parallel_size,
+        distributed_timeout_minutes=cfg.parallel.distributed_timeout_minutes,
     )
     seed = cfg.training.seed
     torch.manual_seed(seed)

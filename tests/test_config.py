@@ -118,3 +118,65 @@ def test_diagnostics_do_not_import_the_training_loop():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split()[-1] == "False"
+
+
+def test_virtual_pipeline_size_and_layers_per_chunk_give_one_layout():
+    from megatron_gamma.config import validate_layout, virtual_stages
+
+    base = {"num_layers": 8, "pipeline_model_parallel_size": 2}
+    both_sizes = {"virtual_pipeline_model_parallel_size": 2}
+    by_size = load_config(None, {**base, "virtual_pipeline_model_parallel_size": 2})
+    by_layers = load_config(None, {**base, "num_layers_per_virtual_pipeline_stage": 2})
+    both = load_config(
+        None,
+        {
+            **base,
+            "virtual_pipeline_model_parallel_size": 2,
+            "num_layers_per_virtual_pipeline_stage": 2,
+        },
+    )
+    alias = load_config(None, {**base, "num_virtual_stages_per_pipeline_rank": 2})
+    assert alias.parallel.virtual_pipeline_model_parallel_size == 2
+    assert virtual_stages(by_size) == virtual_stages(by_layers) == virtual_stages(both) == 2
+    with pytest.raises(ConfigError, match="contradicts virtual_pipeline_model_parallel_size=2"):
+        load_config(None, {**base, "num_virtual_stages_per_pipeline_rank": 4, **both_sizes})
+    assert validate_layout(both, 2) == 1
+    with pytest.raises(ConfigError, match="virtual stages need pipeline_model_parallel_size > 1"):
+        load_config(None, {"virtual_pipeline_model_parallel_size": 2})
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"overlap_param_gather": True}, "Fix: add --use-distributed-optimizer"),
+        (
+            {"overlap_param_gather": True, "use_distributed_optimizer": True},
+            "Fix: add --overlap-grad-reduce",
+        ),
+        ({"context_parallel_size": 2}, "only in Transformer Engine's attention"),
+        ({"distributed_timeout_minutes": 0}, "must be >= 1"),
+        ({"num_workers": -1}, "must be >= 0"),
+    ],
+)
+def test_parallel_and_data_flags_refuse_what_cannot_work(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config(None, overrides)
+
+
+def _timeout_of_the_process_group():
+    import torch
+    import torch.distributed as dist
+
+    from megatron_gamma import parallel
+
+    parallel.initialize(load_config(None, {"distributed_timeout_minutes": 3}))
+    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    timeout = backend.options._timeout.total_seconds()
+    parallel.destroy()
+    return timeout
+
+
+def test_distributed_timeout_minutes_reaches_init_process_group():
+    from distributed import run_distributed
+
+    assert run_distributed(_timeout_of_the_process_group, 1)[0] == 180.0

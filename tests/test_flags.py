@@ -285,6 +285,11 @@ CASES = {
         "--profile",
         {"use_pytorch_profiler": True, "profile": True},
     ),
+    "reset_position_ids": (
+        {"reset_position_ids": True},
+        "learned_absolute",
+        {"reset_position_ids": True, "position_embedding_type": "learned_absolute"},
+    ),
 }
 
 

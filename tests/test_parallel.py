@@ -45,6 +45,16 @@ LAYOUTS = {
     ),
     "dp2": (2, "dense4", []),
     "dp2-distopt": (2, "dense4", ["--use-distributed-optimizer", "--overlap-grad-reduce"]),
+    "dp2-distopt-overlap-param-gather": (
+        2,
+        "dense4",
+        ["--use-distributed-optimizer", "--overlap-grad-reduce", "--overlap-param-gather"],
+    ),
+    "pp2-vpp-size2": (
+        2,
+        "dense4",
+        ["--pipeline-model-parallel-size", "2", "--virtual-pipeline-model-parallel-size", "2"],
+    ),
     "tp2-pp2": (
         4,
         "dense4",
@@ -255,6 +265,21 @@ def test_checkpoint_resharding_tp2pp2_to_tp1_and_dp2(tmp_path, demo_prefix, refe
         ),
         ({"expert_model_parallel_size": 2}, 2, "needs an MoE model"),
         (
+            {"pipeline_model_parallel_size": 2, "virtual_pipeline_model_parallel_size": 3},
+            2,
+            "does not divide the 2 layers of each pipeline stage",
+        ),
+        (
+            {
+                "num_layers": 8,
+                "pipeline_model_parallel_size": 2,
+                "virtual_pipeline_model_parallel_size": 2,
+                "num_layers_per_virtual_pipeline_stage": 1,
+            },
+            2,
+            "disagrees with num_layers_per_virtual_pipeline_stage=1: 2 chunks x 1 layers != the 4",
+        ),
+        (
             {"num_experts": 4, "tensor_model_parallel_size": 2, "expert_tensor_parallel_size": 1},
             2,
             "expert copies drift apart",
@@ -265,3 +290,45 @@ def test_invalid_layouts_fail_with_named_errors(overrides, world, message):
     with pytest.raises(ConfigError, match=message) as err:
         validate_layout(load_config(None, overrides), world)
     assert "Fix:" in str(err.value)
+
+
+def _param_gather_state(prefix: str, run_dir: str) -> dict:
+    """On 2 ranks with --overlap-param-gather: megatron-core's forward pre-hooks are on, and
+    after an optimizer step the ranks' weights differ (each holds its own updated shard) until
+    ``Trainer.sync_params`` all-gathers them."""
+    import torch
+    import torch.distributed as dist
+
+    from megatron_gamma.training.loop import Trainer
+
+    flags = ["use_distributed_optimizer", "overlap_grad_reduce", "overlap_param_gather"]
+    overrides = {"data_path": [prefix], "run_dir": run_dir, "num_layers": 2, "hidden_size": 64}
+    overrides.update({k: True for k in flags}, init_audit="off", log_diagnostics_interval=0)
+    overrides.update(split="95,5,0", seq_length=32, micro_batch_size=2, global_batch_size=4)
+    trainer = Trainer(load_config(None, overrides))
+    try:
+        out = {"forward_hook": trainer.chunks[0].use_forward_hook}
+        trainer.train_step(trainer._iterator(trainer.datasets[0], 0))
+
+        def spread() -> float:
+            flat = torch.cat([p.detach().flatten() for p in trainer.chunks[0].parameters()])
+            both = [torch.empty_like(flat) for _ in range(2)]
+            dist.all_gather(both, flat)
+            return float((both[0] - both[1]).abs().max())
+
+        out["after_step"] = spread()
+        trainer.sync_params()
+        out["after_sync"] = spread()
+        return out
+    finally:
+        trainer.close()
+
+
+@pytest.mark.slow
+def test_overlap_param_gather_defers_the_all_gather_until_synced(tmp_path, demo_prefix):
+    from distributed import run_distributed
+
+    out = run_distributed(_param_gather_state, 2, demo_prefix, str(tmp_path))[0]
+    assert out["forward_hook"]
+    assert out["after_step"] > 0  # the other rank's shard is not gathered yet
+    assert out["after_sync"] == 0.0

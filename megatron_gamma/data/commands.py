@@ -3,6 +3,7 @@
     megatron-gamma train-tokenizer --input DIR_OR_GLOB ... --output tok/tokenizer.json
     megatron-gamma preprocess --input DIR_OR_GLOB ... --tokenizer-model tok/tokenizer.json \\
         --output-prefix data/corpus [--workers N] [--shard-index I --num-shards N]
+        [--tokenizer-type GPT2BPETokenizer --vocab-file vocab.json --merge-file merges.txt]
     megatron-gamma merge --output-prefix data/corpus [--num-shards N]     # shards of a run
     megatron-gamma merge --input PREFIX|DIR ... --output-prefix data/all  # any datasets
     megatron-gamma train-punkt --input en.jsonl --output punkt.json
@@ -61,11 +62,17 @@ def _train_tokenizer(args: argparse.Namespace) -> None:
 
 
 def _preprocess(args: argparse.Namespace) -> None:
+    from megatron_gamma.config import ConfigError
     from megatron_gamma.data.encode import EncodeOptions
     from megatron_gamma.data.filters import Filters
     from megatron_gamma.data.preprocess import format_summary, preprocess
 
     _log_to_stderr()
+    if args.tokenizer_type == "HuggingFaceTokenizer" and args.tokenizer_model is None:
+        raise ConfigError(
+            "preprocess: --tokenizer-model is required with --tokenizer-type "
+            "HuggingFaceTokenizer. Fix: pass the tokenizer.json (or its directory)"
+        )
     options = EncodeOptions(
         json_keys=tuple(args.json_keys),
         lang_key=args.lang_key,
@@ -90,6 +97,9 @@ def _preprocess(args: argparse.Namespace) -> None:
         shard_index=args.shard_index,
         num_shards=args.num_shards,
         tokenizer_backend=args.tokenizer_backend,
+        tokenizer_type=args.tokenizer_type,
+        vocab_file=args.vocab_file,
+        merge_file=args.merge_file,
     )
     print(format_summary(result))
 
@@ -193,7 +203,18 @@ def add_data_commands(sub) -> None:
 
     p = sub.add_parser("preprocess", help="jsonl/gz/zst/parquet -> Megatron .bin/.idx")
     _input_flags(p)
-    p.add_argument("--tokenizer-model", required=True, help="tokenizer.json")
+    p.add_argument(
+        "--tokenizer-type", choices=["HuggingFaceTokenizer", "GPT2BPETokenizer"],
+        default="HuggingFaceTokenizer",
+        help="HuggingFaceTokenizer: --tokenizer-model; GPT2BPETokenizer: --vocab-file and "
+        "--merge-file (Megatron-LM's flags)",
+    )  # fmt: skip
+    p.add_argument(
+        "--tokenizer-model", default=None,
+        help="tokenizer.json, or a directory holding one (HuggingFaceTokenizer)",
+    )  # fmt: skip
+    p.add_argument("--vocab-file", default=None, help="GPT-2 vocab.json (GPT2BPETokenizer)")
+    p.add_argument("--merge-file", default=None, help="GPT-2 merges.txt (GPT2BPETokenizer)")
     p.add_argument("--output-prefix", required=True)
     p.add_argument("--workers", type=int, default=1, help="tokenizer processes (one core each)")
     p.add_argument(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from functools import partial
 
 import torch
 import torch.distributed as dist
@@ -12,9 +13,9 @@ from megatron.core.datasets.blended_megatron_dataset_config import (
     convert_split_vector_to_split_matrix,
     parse_and_normalize_split,
 )
-from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
 from megatron.core.datasets.indexed_dataset import IndexedDataset
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from megatron_gamma.config import Config, ConfigError
 from megatron_gamma.data.tokenizer import BilingualTokenizer
@@ -51,17 +52,21 @@ def build_datasets(
 
     With per-split paths (``train_data_path``, ``valid_data_path``, ``test_data_path``) each
     split is its own blend (megatron-core ``blend_per_split``, no ``split``); a split without a
-    path is None.
+    path is None. With ``mock_data``: megatron-core's ``MockGPTDataset`` for all three splits.
+
+    ``reset_position_ids``, ``reset_attention_mask`` and ``eod_mask_loss`` are megatron-core's
+    ``GPTDatasetConfig`` fields; with ``reset_attention_mask`` each sample carries its
+    ``attention_mask`` (1, s, s) bool, True where attention is masked out (megatron-core's
+    convention), cut after every EOD.
 
     Raises:
         ConfigError: empty or missing ``data_path`` (named by ``DataConfig.blend``).
     """
-    t = cfg.training
-    per_split = cfg.data.blend_per_split()
-    if per_split is None:
-        blend, split = cfg.data.blend(), cfg.data.split
-    else:
-        blend, split = None, None
+    t, d = cfg.training, cfg.data
+    per_split = None if d.mock_data else d.blend_per_split()
+    blend, split = None, None  # mock data (megatron-core splits it "1,1,1"), or per-split blends
+    if not d.mock_data and per_split is None:
+        blend, split = d.blend(), d.split
     cache = cfg.data.data_cache_path or os.path.join(cfg.logging.run_dir, "data_cache")
     ds_cfg = GPTDatasetConfig(
         random_seed=t.seed,
@@ -71,22 +76,45 @@ def build_datasets(
         split=split,
         path_to_cache=cache,
         tokenizer=tokenizer,
-        reset_position_ids=False,
-        reset_attention_mask=False,
-        eod_mask_loss=False,
-        create_attention_mask=False,
+        reset_position_ids=d.reset_position_ids,
+        reset_attention_mask=d.reset_attention_mask,
+        eod_mask_loss=d.eod_mask_loss,
+        create_attention_mask=d.reset_attention_mask,
     )
+    cls = MockGPTDataset if d.mock_data else GPTDataset
     eval_samples = t.eval_iters * t.global_batch_size
     sizes = [t.train_samples or t.train_iters * t.global_batch_size, eval_samples, eval_samples]
     rank = dist.get_rank() if dist.is_initialized() else 0
     datasets = None
     if rank == 0:
-        datasets = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, ds_cfg).build()
+        datasets = BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, ds_cfg).build()
     if dist.is_initialized():
         dist.barrier()
     if rank != 0:
-        datasets = BlendedMegatronDatasetBuilder(GPTDataset, sizes, lambda: True, ds_cfg).build()
+        datasets = BlendedMegatronDatasetBuilder(cls, sizes, lambda: True, ds_cfg).build()
     return tuple(datasets)
+
+
+class _RankBatches(Sampler):
+    """Index lists of one data-parallel rank's micro-batches from ``first`` on (see
+    :func:`micro_batches`)."""
+
+    def __init__(self, size: int, first: int, micro_batch_size: int, step: int):
+        self.size, self.first, self.mbs, self.step = size, first, micro_batch_size, step
+
+    def __len__(self) -> int:
+        return max(0, (self.size - self.first - self.mbs) // self.step + 1)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        first = self.first
+        while first + self.mbs <= self.size:
+            yield list(range(first, first + self.mbs))
+            first += self.step
+
+
+def _collate(keep_mask: bool, samples: list[dict]) -> dict[str, torch.Tensor]:
+    batch = default_collate(samples)
+    return {k: v for k, v in batch.items() if k != "attention_mask" or keep_mask}
 
 
 def micro_batches(
@@ -95,17 +123,35 @@ def micro_batches(
     micro_batch_size: int,
     dp_rank: int,
     dp_size: int,
+    num_workers: int = 0,
 ) -> Iterator[dict[str, torch.Tensor]]:
     """Yield this data-parallel rank's micro-batches from ``start_sample`` on.
 
     Samples are consumed in order, ``micro_batch_size x dp_size`` at a time, rank r taking the
     r-th slice (Megatron-LM's pretraining sampler), so resuming at ``consumed_samples`` continues
     exactly where the interrupted run was. Each batch: tokens, labels, loss_mask, position_ids,
-    each (micro_batch_size, seq_length).
+    each (micro_batch_size, seq_length), plus attention_mask (micro_batch_size, 1, seq_length,
+    seq_length) bool when the dataset makes one (``--reset-attention-mask``).
+
+    Read through a torch ``DataLoader`` with ``num_workers`` worker processes (Megatron-LM's
+    ``--num-workers``; 0 reads in this process), which returns the batches in sampler order: the
+    batches do not depend on the worker count. The loader seeds its workers from a generator of
+    its own, so starting it leaves the global torch RNG (dropout's) untouched and a resumed run
+    draws the dropout masks of the uninterrupted one.
     """
-    step = micro_batch_size * dp_size
-    first = start_sample + dp_rank * micro_batch_size
-    while first + micro_batch_size <= len(dataset):
-        samples = [dataset[i] for i in range(first, first + micro_batch_size)]
-        yield {k: v for k, v in default_collate(samples).items() if k != "attention_mask"}
-        first += step
+    sampler = _RankBatches(
+        len(dataset),
+        start_sample + dp_rank * micro_batch_size,
+        micro_batch_size,
+        micro_batch_size * dp_size,
+    )
+    keep_mask = bool(getattr(dataset, "config", None) and dataset.config.reset_attention_mask)
+    loader = DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        num_workers=num_workers,
+        collate_fn=partial(_collate, keep_mask),
+        pin_memory=torch.cuda.is_available(),
+        generator=torch.Generator().manual_seed(0),  # not the global RNG that dropout draws from
+    )
+    yield from loader

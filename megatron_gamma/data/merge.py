@@ -12,7 +12,9 @@ Two forms:
   sorted order).
 
 Both commit through :mod:`megatron_gamma.data.resume`: temporary files, renames, a done-marker,
-so an interrupted merge is simply rerun.
+so an interrupted merge is simply rerun. Each merged output carries its inputs' common tokenizer
+fingerprint (:mod:`megatron_gamma.data.tokenizer_fingerprint`); inputs made with different
+tokenizers are refused.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ from megatron_gamma.data.stats import (
     stats_document,
     write_json,
 )
+from megatron_gamma.data.tokenizer_fingerprint import SUFFIX as FINGERPRINT
+from megatron_gamma.data.tokenizer_fingerprint import merged_fingerprint, write_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,25 @@ def _concat(prefixes: list[str], out_prefix: str, progress: bool, desc: str) -> 
     for prefix in tqdm(prefixes, desc=desc, unit="dataset", disable=not progress):
         builder.add_index(prefix)
     builder.finalize(out_prefix + ".idx")
+
+
+def _merge_fingerprint(prefixes: list[str], out_prefix: str, suffix: str) -> list[str]:
+    """Write the common tokenizer fingerprint of ``prefixes`` for ``out_prefix``; return the
+    suffixes written ([] when an input has none: a warning says so).
+
+    Raises:
+        ConfigError: the inputs were made with different tokenizers.
+    """
+    doc = merged_fingerprint(prefixes)
+    if doc is None:
+        log.warning(
+            "%s: some inputs have no tokenizer fingerprint (%s); the merged dataset gets none",
+            out_prefix,
+            FINGERPRINT,
+        )
+        return []
+    write_fingerprint(out_prefix + FINGERPRINT, doc)
+    return [suffix + FINGERPRINT]
 
 
 def _run(unit: UnitOutput, work) -> dict:
@@ -109,6 +132,7 @@ def merge_shards(output_prefix: str, num_shards: int | None = None, progress: bo
             ]
             _concat(parts, unit.temp(f"_{name}"), progress, f"merge {name}")
             suffixes += [f"_{name}.bin", f"_{name}.idx"]
+            suffixes += _merge_fingerprint(parts, unit.temp(f"_{name}"), f"_{name}")
         total: dict = {}
         for d in docs:
             add_counts(total, counts_from_document(d))
@@ -167,7 +191,8 @@ def merge_datasets(inputs: list[str], output_prefix: str, progress: bool = True)
 
     def work():
         _concat(prefixes, unit.temp(""), progress, "merge")
-        return [".bin", ".idx"], {"datasets": len(prefixes)}
+        fingerprint = _merge_fingerprint(prefixes, unit.temp(""), "")
+        return [".bin", ".idx", *fingerprint], {"datasets": len(prefixes)}
 
     _run(unit, work)
     return output_prefix

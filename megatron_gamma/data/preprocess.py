@@ -38,7 +38,7 @@ from itertools import zip_longest
 from megatron.core.datasets.indexed_dataset import DType
 from tqdm import tqdm
 
-from megatron_gamma.config import ConfigError
+from megatron_gamma.config import ConfigError, DataConfig
 from megatron_gamma.data.encode import ChunkEncoder, EncodedChunk, EncodeOptions
 from megatron_gamma.data.indexed import ChunkWriter
 from megatron_gamma.data.merge import merge_shards
@@ -56,6 +56,9 @@ from megatron_gamma.data.sharding import check_shards, shard_files, shard_prefix
 from megatron_gamma.data.stats import add_counts, read_json, stats_document, write_json
 from megatron_gamma.data.token_backend import BACKENDS, resolve_backend
 from megatron_gamma.data.tokenizer import BilingualTokenizer
+from megatron_gamma.data.tokenizer_fingerprint import SUFFIX as FINGERPRINT
+from megatron_gamma.data.tokenizer_fingerprint import fingerprint, write_fingerprint
+from megatron_gamma.data.tokenizer_types import load_tokenizer
 
 log = logging.getLogger(__name__)
 _ENCODER: ChunkEncoder | None = None
@@ -281,7 +284,9 @@ def _run_unit(
             writer.finalize()
         doc = stats_document(base, counts)
         write_json(unit.temp(".stats.json"), doc)
-        suffixes = [f"_{n}{ext}" for n in sorted(writers) for ext in (".bin", ".idx")]
+        for name in writers:
+            write_fingerprint(unit.temp(f"_{name}{FINGERPRINT}"), fingerprint(tok))
+        suffixes = [f"_{n}{ext}" for n in sorted(writers) for ext in (".bin", ".idx", FINGERPRINT)]
         totals = {"documents": docs, "tokens": tokens}
         unit.commit(suffixes + [".stats.json"], totals)
         return doc, False
@@ -303,7 +308,7 @@ def _run_unit(
 
 def preprocess(
     inputs: list[str],
-    tokenizer_path: str,
+    tokenizer_path: str | None,
     output_prefix: str,
     workers: int = 1,
     json_key: str = "text",
@@ -313,12 +318,16 @@ def preprocess(
     shard_index: int | None = None,
     num_shards: int = 1,
     tokenizer_backend: str = "auto",
+    tokenizer_type: str = "HuggingFaceTokenizer",
+    vocab_file: str | None = None,
+    merge_file: str | None = None,
 ) -> PreprocessStats:
     """Tokenize the input into Megatron indexed datasets (module docstring).
 
     Args:
         inputs: files, directories or globs (:func:`~megatron_gamma.data.readers.expand_inputs`).
-        tokenizer_path: tokenizer.json with an EOD token.
+        tokenizer_path: tokenizer.json with an EOD token, or a directory holding one (with
+            ``tokenizer_type`` 'HuggingFaceTokenizer'; None for GPT-2 BPE).
         output_prefix: where the outputs go (see the layout above).
         workers: tokenizer processes (one core each).
         json_key: the text field, when ``options`` is None.
@@ -332,6 +341,12 @@ def preprocess(
         tokenizer_backend: 'auto' (gigatoken when it gives HF tokenizers' ids on a sample of
             the input, else hf, saying why), 'gigatoken' (required) or 'hf'
             (:mod:`megatron_gamma.data.token_backend`).
+        tokenizer_type, vocab_file, merge_file: Megatron-LM's tokenizer flags
+            (:mod:`megatron_gamma.data.tokenizer_types`); GPT-2 BPE's tokenizer.json is written
+            into the output prefix's directory.
+
+    Each output gets its tokenizer's fingerprint beside it
+    (:mod:`megatron_gamma.data.tokenizer_fingerprint`), which ``pretrain`` checks.
 
     Returns:
         Counts and output prefixes (of the shard when ``shard_index`` is given).
@@ -340,9 +355,9 @@ def preprocess(
         InputError: a missing input, or (with ``on_error='stop'``) a bad record or unreadable
             file, named by file and line (a ``ValueError``).
         ConfigError: bad shard flags, an output prefix holding a run with other settings, an
-            unknown ``tokenizer_backend``, or 'gigatoken' when it cannot give HF's ids.
+            unknown ``tokenizer_backend``, 'gigatoken' when it cannot give HF's ids, a missing
+            tokenizer file, or tokenizer flags that do not fit the tokenizer type.
         ValueError: no document to write, ``workers < 1`` or ``chunk_size < 1``.
-        FileNotFoundError: the tokenizer is missing.
     """
     if workers < 1:
         raise ValueError(f"workers={workers}: must be >= 1. Fix: --workers 1")
@@ -356,8 +371,15 @@ def preprocess(
     start = time.time()
     files = expand_inputs(inputs)
     check_shards(len(files), shard_index, num_shards)
-    tok = BilingualTokenizer(tokenizer_path)
-    os.makedirs(os.path.dirname(os.path.abspath(output_prefix)), exist_ok=True)
+    out_dir = os.path.dirname(os.path.abspath(output_prefix))
+    tokenizer = DataConfig(
+        tokenizer_type=tokenizer_type,
+        tokenizer_model=tokenizer_path,
+        vocab_file=vocab_file,
+        merge_file=merge_file,
+    )
+    tok = load_tokenizer(tokenizer, out_dir)
+    os.makedirs(out_dir, exist_ok=True)
     backend, reason = _choose_backend(files, tok, options, tokenizer_backend, chunk_size)
     run = {"tok": tok, "options": options, "workers": workers, "chunk_size": chunk_size}
     run["backend"] = backend

@@ -102,20 +102,35 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output: str) -> Tokenizer:
 class BilingualTokenizer:
     """A tokenizer.json with the surface megatron-core's GPTDataset uses.
 
+    Args:
+        path: the tokenizer.json.
+        tokenizer_type: the Megatron-LM ``--tokenizer-type`` it was made from.
+        source: the files that define it (default ``[path]``; GPT-2 BPE: vocab.json and
+            merges.txt, :mod:`megatron_gamma.data.tokenizer_types`).
+
     Attributes:
         vocab_size: number of token ids (unpadded).
-        eod, pad, bos: special token ids.
-        sha256: hex SHA-256 of the tokenizer.json bytes.
+        eod, pad, bos: special token ids (pad and bos None when the vocabulary lacks them).
+        sha256: hex SHA-256 of the bytes of the ``source`` files, in order (for the default
+            source: of the tokenizer.json).
         unique_identifiers: what megatron-core hashes into its dataset cache keys.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: no EOD token in the vocabulary.
     """
 
-    def __init__(self, path: str):
+    def __init__(
+        self, path: str, tokenizer_type: str = "HuggingFaceTokenizer", source: list | None = None
+    ):
         if not os.path.isfile(path):
             raise FileNotFoundError(
                 f"tokenizer_model={path!r} does not exist. Fix: pass a tokenizer.json made by "
                 "`megatron-gamma train-tokenizer`"
             )
         self.path = os.path.abspath(path)
+        self.tokenizer_type = tokenizer_type
+        self.source = [os.path.abspath(p) for p in source or [path]]
         self._tok = Tokenizer.from_file(self.path)
         ids = {t: self._tok.token_to_id(t) for t in SPECIAL_TOKENS}
         if ids[EOD] is None:
@@ -124,8 +139,11 @@ class BilingualTokenizer:
             )
         self.eod, self.pad, self.bos = ids[EOD], ids[PAD], ids[BOS]
         self.vocab_size = self._tok.get_vocab_size()
-        with open(self.path, "rb") as f:
-            self.sha256 = hashlib.sha256(f.read()).hexdigest()
+        digest = hashlib.sha256()
+        for file in self.source:
+            with open(file, "rb") as f:
+                digest.update(f.read())
+        self.sha256 = digest.hexdigest()
         self.unique_identifiers = {"class": type(self).__name__, "sha256": self.sha256[:16]}
 
     def tokenize(self, text: str) -> list[int]:

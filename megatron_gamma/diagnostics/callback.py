@@ -71,6 +71,7 @@ class DiagnosticsCallback(Callback):
     def collect(self, trainer: Trainer) -> dict[str, float] | None:
         """All diagnostics of the trainer's model now; the merged dict on global rank 0, None
         elsewhere. Collective over all ranks."""
+        trainer.sync_params()
         models = [chunk.module for chunk in trainer.chunks]
         tp_group = parallel_state.get_tensor_model_parallel_group()
         values = weight_diagnostics(

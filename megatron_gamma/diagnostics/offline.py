@@ -32,16 +32,20 @@ _ITER_PREFIX = "iter_"
 def single_rank_config(cfg: Config) -> Config:
     """``cfg`` rebuilt (through the validated constructor) for one process: TP = expert TP =
     PP = EP = 1, no virtual pipeline stages, no sequence parallelism, no distributed optimizer or
-    overlapped gradient reduction. Any run's checkpoint loads into the model it builds."""
+    overlapped gradient reduction or parameter gather. Any run's checkpoint loads into the model
+    it builds."""
     return cfg.replace(
         tensor_model_parallel_size=1,
         expert_tensor_parallel_size=1,
         pipeline_model_parallel_size=1,
         num_layers_per_virtual_pipeline_stage=None,
+        virtual_pipeline_model_parallel_size=None,
+        num_virtual_stages_per_pipeline_rank=None,
         expert_model_parallel_size=1,
         sequence_parallel=False,
         use_distributed_optimizer=False,
         overlap_grad_reduce=False,
+        overlap_param_gather=False,
     )
 
 
@@ -153,7 +157,13 @@ def load_run_config(config_path: str, run_dir: Optional[str] = None) -> Config:
 
 
 def tokenizer_path(cfg: Config) -> str:
-    """The run's tokenizer.json (the packaged demo tokenizer by default)."""
+    """The run's tokenizer.json (the packaged demo tokenizer by default; for
+    ``--tokenizer-type GPT2BPETokenizer`` the one made from its vocab and merges files in the
+    run directory, :mod:`megatron_gamma.data.tokenizer_types`)."""
+    if cfg.data.tokenizer_type == "GPT2BPETokenizer":
+        from megatron_gamma.data.tokenizer_types import load_tokenizer
+
+        return load_tokenizer(cfg.data, cfg.logging.run_dir).path
     return cfg.data.tokenizer_model or os.path.join(demo_dir(), "tokenizer.json")
 
 

@@ -48,7 +48,10 @@ def fp32_single_rank(cfg: Config) -> Config:
         pipeline_model_parallel_size=1,
         expert_model_parallel_size=1,
         num_layers_per_virtual_pipeline_stage=None,
+        virtual_pipeline_model_parallel_size=None,
+        num_virtual_stages_per_pipeline_rank=None,
         use_distributed_optimizer=False,
+        overlap_param_gather=False,
         sequence_parallel=False,
     )
     return config_from_dict(raw)

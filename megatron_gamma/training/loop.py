@@ -40,9 +40,10 @@ from megatron.core.pipeline_parallel import get_forward_backward_func
 
 from megatron_gamma import parallel
 from megatron_gamma.config import Config, ConfigError, save_config
-from megatron_gamma.data import demo_dir
 from megatron_gamma.data.datasets import build_datasets, check_splits, micro_batches
 from megatron_gamma.data.tokenizer import BilingualTokenizer
+from megatron_gamma.data.tokenizer_fingerprint import check_datasets
+from megatron_gamma.data.tokenizer_types import load_tokenizer
 from megatron_gamma.model.builder import build_model, padded_vocab_size, transformer_config
 from megatron_gamma.model.te_backend import check_backend
 from megatron_gamma.training.callbacks import Callback, StepOutput, default_callbacks
@@ -92,9 +93,12 @@ def _loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
 
 
 def _forward_step(device: torch.device, data_iterator, model):
-    """megatron-core forward_step_func: (output per-token losses, loss function)."""
+    """megatron-core forward_step_func: (output per-token losses, loss function). The batch's
+    attention_mask (``--reset-attention-mask``) reaches the core attention; without it the
+    attention is causal."""
     batch = {k: v.to(device) for k, v in next(data_iterator).items()}
-    output = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+    mask = batch.get("attention_mask")
+    output = model(batch["tokens"], batch["position_ids"], mask, labels=batch["labels"])
     return output, partial(_loss_func, batch["loss_mask"])
 
 
@@ -113,21 +117,24 @@ def _reduce_loss(results: list[dict]) -> float:
     return float(value[0] / value[1])
 
 
-def preflight(cfg: Config) -> str:
+def preflight(cfg: Config) -> BilingualTokenizer:
     """Checks that need files, run before any process group or model exists.
 
     Returns:
-        The tokenizer.json path (``data.tokenizer_model`` or the packaged demo tokenizer).
+        The run's tokenizer (:func:`~megatron_gamma.data.tokenizer_types.load_tokenizer`:
+        ``--tokenizer-type`` with its files, default the packaged demo tokenizer).
 
     Raises:
-        ConfigError: missing dataset prefix or tokenizer file; iteration-based schedule
-            lengths with sample-based training or the reverse (:func:`~.schedule.
-            check_schedule`); MoE with tensor parallelism but
-            without sequence parallelism (megatron-core's MoE layer refuses it in training); a
-            checkpoint to load that lacks what the load needs (:func:`~.checkpointing.
-            check_loadable`); a backend this machine cannot run (:func:`~megatron_gamma.model.
-            te_backend.check_backend`: Transformer Engine, FP8); logging flags this machine
-            cannot serve (:func:`~.telemetry.check_telemetry`).
+        ConfigError: missing dataset prefix (unless ``--mock-data``) or tokenizer file; a
+            dataset tokenized with another tokenizer (its fingerprint, :mod:`megatron_gamma.
+            data.tokenizer_fingerprint`; a dataset without one gets a warning); iteration-based
+            schedule lengths with sample-based training or the reverse (:func:`~.schedule.
+            check_schedule`); MoE with tensor parallelism but without sequence parallelism
+            (megatron-core's MoE layer refuses it in training); a checkpoint to load that lacks
+            what the load needs (:func:`~.checkpointing.check_loadable`); a backend this machine
+            cannot run (:func:`~megatron_gamma.model.te_backend.check_backend`: Transformer
+            Engine, FP8); logging flags this machine cannot serve (:func:`~.telemetry.
+            check_telemetry`).
     """
     check_backend(cfg)
     ck = cfg.checkpoint
@@ -143,17 +150,20 @@ def preflight(cfg: Config) -> str:
             "parallelism. Fix: add --sequence-parallel"
         )
     check_telemetry(cfg)
-    prefixes, _ = cfg.data.blend()
-    if cfg.data.blend_per_split() is None:
-        check_splits(prefixes, cfg.data.split)
     check_schedule(cfg)
-    path = cfg.data.tokenizer_model or os.path.join(demo_dir(), "tokenizer.json")
-    if not os.path.isfile(path):
-        raise ConfigError(
-            f"tokenizer_model={path!r}: file not found. Fix: pass the tokenizer.json used by "
-            "`megatron-gamma preprocess`"
-        )
-    return path
+    tokenizer = load_tokenizer(cfg.data, cfg.logging.run_dir)
+    if cfg.data.mock_data:
+        return tokenizer
+    per_split = cfg.data.blend_per_split()
+    if per_split is None:
+        prefixes, _ = cfg.data.blend()
+        check_splits(prefixes, cfg.data.split)
+    else:
+        prefixes = [p for blend in per_split if blend is not None for p in blend[0]]
+    warnings = check_datasets(list(dict.fromkeys(prefixes)), tokenizer)
+    if warnings and parallel.read_dist_env().rank == 0:
+        print("\n".join(warnings), flush=True)
+    return tokenizer
 
 
 class Trainer:
@@ -171,7 +181,7 @@ class Trainer:
         self.preemption = PreemptionGuard(
             cfg.training.exit_duration_in_mins, cfg.training.exit_signal_handler
         )
-        tok_path = preflight(cfg)
+        self.tokenizer = preflight(cfg)
         check_precision(cfg, parallel.uses_gpu())
         self.log: MetricsLogger | None = None
         self.result = TrainResult()
@@ -192,7 +202,6 @@ class Trainer:
             save_config(cfg, os.path.join(run_dir, "config.yaml"))
             if warning := fp16_epsilon_warning(cfg):
                 print(f"WARNING: {warning}", flush=True)
-        self.tokenizer = BilingualTokenizer(tok_path)
         self.vocab_size = padded_vocab_size(
             max(self.tokenizer.vocab_size, cfg.model.vocab_size or 0), cfg
         )
@@ -263,6 +272,7 @@ class Trainer:
             grad_reduce_in_fp32=grad_reduce_in_fp32(self.cfg),
             use_distributed_optimizer=p.use_distributed_optimizer,
             overlap_grad_reduce=p.overlap_grad_reduce,
+            overlap_param_gather=p.overlap_param_gather,
         )
         wrapped = []
         for i, chunk in enumerate(chunks):
@@ -281,6 +291,16 @@ class Trainer:
             sync = [c.start_grad_sync for c in wrapped]
             self.tcfg.grad_sync_func = sync if len(wrapped) > 1 else sync[0]
         return wrapped, plan
+
+    def sync_params(self) -> None:
+        """Finish the distributed optimizer's parameter all-gather now, where
+        ``--overlap-param-gather`` defers it to the next forward pass: before anything reads the
+        weights outside a forward pass (a checkpoint, the weight diagnostics, the caller after
+        training). megatron-core ``DistributedDataParallel.start_param_sync(force_sync=True)``,
+        as Megatron-LM's ``disable_forward_pre_hook``; no-op without the flag. Collective."""
+        if self.cfg.parallel.overlap_param_gather:
+            for chunk in self.chunks:
+                chunk.start_param_sync(force_sync=True)
 
     def _optimizer_config(self) -> McoreOptimizerConfig:
         o = self.cfg.optimizer
@@ -309,6 +329,7 @@ class Trainer:
             t.micro_batch_size,
             parallel_state.get_data_parallel_rank(),
             self.dp_size,
+            self.cfg.data.num_workers,
         )
 
     def _schedule_input(self, batch_iter: Iterator[dict], num_microbatches: int):
@@ -391,6 +412,7 @@ class Trainer:
     def save(self) -> str:
         """Checkpoint under ``checkpoint.save`` (with ``--no-save-optim`` and retention)."""
         ck = self.cfg.checkpoint
+        self.sync_params()
         return save_checkpoint(
             ck.save,
             self.chunks,
@@ -430,6 +452,7 @@ class Trainer:
             self.result.train_losses[it] = loss
             self.fire("on_step_end", StepOutput(it, loss, grad_norm, lr, time.time() - start))
         self.result.iteration = self.state.iteration
+        self.sync_params()
         self.fire("on_train_end")
         return self.result
 

@@ -1,0 +1,116 @@
+"""Which tokenizer made a dataset: a fingerprint next to the data, checked before training.
+
+``megatron-gamma preprocess`` (and ``merge``) write
+``{dataset prefix}.tokenizer_fingerprint.json`` beside each ``.bin/.idx``::
+
+    {"format": "megatron-gamma-tokenizer-fingerprint/1", "tokenizer_type": "HuggingFaceTokenizer",
+     "source": ["/abs/tok/tokenizer.json"], "sha256": "<hex>", "vocab_size": 4096, "eod": 0}
+
+``sha256`` is :attr:`~megatron_gamma.data.tokenizer.BilingualTokenizer.sha256` (of the
+tokenizer.json, or of GPT-2's vocab.json + merges.txt), the identity compared; the rest names
+the tokenizer in messages. ``pretrain`` checks every dataset of the blend against its tokenizer
+in preflight (:func:`check_datasets`): token ids of another tokenizer would train silently on
+garbage. Datasets written before fingerprints existed get a warning.
+"""
+
+from __future__ import annotations
+
+import os
+
+from megatron_gamma.config import ConfigError
+from megatron_gamma.data.stats import read_json, write_json
+from megatron_gamma.data.tokenizer import BilingualTokenizer
+
+FORMAT = "megatron-gamma-tokenizer-fingerprint/1"
+SUFFIX = ".tokenizer_fingerprint.json"
+
+
+def fingerprint(tok: BilingualTokenizer) -> dict:
+    """The fingerprint document of ``tok`` (module docstring)."""
+    return {
+        "format": FORMAT,
+        "tokenizer_type": tok.tokenizer_type,
+        "source": tok.source,
+        "sha256": tok.sha256,
+        "vocab_size": tok.vocab_size,
+        "eod": tok.eod,
+    }
+
+
+def write_fingerprint(path: str, doc: dict) -> None:
+    """Write a fingerprint document to ``path`` (temporary name, then rename)."""
+    write_json(path, doc)
+
+
+def read_fingerprint(prefix: str) -> dict | None:
+    """The fingerprint of dataset ``prefix``, or None when it has none (an older dataset)."""
+    path = prefix + SUFFIX
+    if not os.path.isfile(path):
+        return None
+    doc = read_json(path)
+    if doc.get("format") != FORMAT:
+        raise ConfigError(
+            f"{path}: not a megatron-gamma tokenizer fingerprint. Fix: remove it, or rerun "
+            "`megatron-gamma preprocess`"
+        )
+    return doc
+
+
+def describe(doc: dict) -> str:
+    """``TYPE FILES (sha256 0123456789ab)`` for messages."""
+    return f"{doc['tokenizer_type']} {', '.join(doc['source'])} (sha256 {doc['sha256'][:12]})"
+
+
+def merged_fingerprint(prefixes: list[str]) -> dict | None:
+    """The common fingerprint of datasets to concatenate, or None if any has none.
+
+    Raises:
+        ConfigError: two of them were made with different tokenizers (both named).
+    """
+    docs = [(p, read_fingerprint(p)) for p in prefixes]
+    if any(doc is None for _, doc in docs):
+        return None
+    first_prefix, first = docs[0]
+    for prefix, doc in docs[1:]:
+        if doc["sha256"] != first["sha256"]:
+            raise ConfigError(
+                f"cannot merge {prefix} (tokenized with {describe(doc)}) into datasets tokenized "
+                f"with {describe(first)} ({first_prefix}). Fix: preprocess them with the same "
+                "tokenizer"
+            )
+    return first
+
+
+def check_datasets(prefixes: list[str], tok: BilingualTokenizer) -> list[str]:
+    """Check that every dataset ``prefixes`` was tokenized with ``tok``.
+
+    Returns:
+        One warning line per dataset without a fingerprint (made before fingerprints existed).
+
+    Raises:
+        ConfigError: a dataset made with another tokenizer, naming both tokenizers and the flag
+            that selects the right one.
+    """
+    mine = fingerprint(tok)
+    warnings = []
+    for prefix in prefixes:
+        doc = read_fingerprint(prefix)
+        if doc is None:
+            warnings.append(
+                f"WARNING: {prefix} has no tokenizer fingerprint ({prefix}{SUFFIX}, written by "
+                f"`megatron-gamma preprocess` since fingerprints exist); cannot check that it was "
+                f"tokenized with {describe(mine)}"
+            )
+        elif doc["sha256"] != mine["sha256"]:
+            fix = (
+                f"--vocab-file {doc['source'][0]} --merge-file {doc['source'][-1]}"
+                if doc["tokenizer_type"] == "GPT2BPETokenizer"
+                else f"--tokenizer-model {doc['source'][0]}"
+            )
+            raise ConfigError(
+                f"data_path={prefix!r}: tokenized with {describe(doc)}, but this run's tokenizer "
+                f"is {describe(mine)}. Fix: pass the tokenizer the data was made with "
+                f"(--tokenizer-type {doc['tokenizer_type']} {fix}), or preprocess the data "
+                "again with this one"
+            )
+    return warnings

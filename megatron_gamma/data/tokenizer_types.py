@@ -1,0 +1,101 @@
+"""Megatron-LM's ``--tokenizer-type`` choices, each turned into the tokenizer.json that every
+megatron-gamma path reads (preprocessing workers, the gigatoken backend, training, evaluation).
+
+* ``HuggingFaceTokenizer``: ``--tokenizer-model`` is a HF ``tokenizers`` tokenizer.json, or a
+  directory holding one (Megatron-LM passes a hub name or a local path; we read local files only,
+  no network); default: the packaged demo tokenizer.
+* ``GPT2BPETokenizer``: ``--vocab-file`` (vocab.json) and ``--merge-file`` (merges.txt), GPT-2's
+  files, make a byte-level BPE: HF ``tokenizers.models.BPE.from_file`` with the ``ByteLevel``
+  pre-tokenizer (no prefix space) and decoder, the tokenization of transformers'
+  ``GPT2TokenizerFast`` from the same files. EOD is ``<|endoftext|>``. It is written once, as
+  ``gpt2-bpe-<SHA-256 of the two files, 16 hex digits>.tokenizer.json`` in a work directory (the
+  run directory; for ``preprocess`` the output prefix's directory), atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+from megatron_gamma.config import ConfigError, DataConfig
+from megatron_gamma.data import demo_dir
+from megatron_gamma.data.tokenizer import EOD, BilingualTokenizer
+
+TOKENIZER_TYPES = ("HuggingFaceTokenizer", "GPT2BPETokenizer")
+
+
+def gpt2_bpe_tokenizer(vocab_file: str, merge_file: str) -> Tokenizer:
+    """GPT-2's byte-level BPE from its vocab.json and merges.txt (module docstring).
+
+    Raises:
+        ConfigError: a missing file, or a vocabulary without ``<|endoftext|>``.
+    """
+    for key, path in (("vocab_file", vocab_file), ("merge_file", merge_file)):
+        if not os.path.isfile(path):
+            raise ConfigError(
+                f"{key}={path!r}: file not found. Fix: pass GPT-2's vocab.json to --vocab-file "
+                "and merges.txt to --merge-file"
+            )
+    tok = Tokenizer(models.BPE.from_file(vocab_file, merge_file))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    if tok.token_to_id(EOD) is None:
+        raise ConfigError(
+            f"vocab_file={vocab_file!r}: no {EOD} token (GPT-2's EOD). Fix: use a GPT-2 "
+            "vocab.json, or --tokenizer-type HuggingFaceTokenizer with a tokenizer.json"
+        )
+    tok.add_special_tokens([AddedToken(EOD, special=True)])
+    return tok
+
+
+def _sha256(paths: list[str]) -> str:
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
+def hf_tokenizer_json(tokenizer_model: str | None) -> str:
+    """The tokenizer.json of ``--tokenizer-model`` (a file, or a directory holding
+    tokenizer.json), or the packaged demo tokenizer's for None.
+
+    Raises:
+        ConfigError: no such file (a hub name is not fetched: no network).
+    """
+    if tokenizer_model is None:
+        return os.path.join(demo_dir(), "tokenizer.json")
+    path = tokenizer_model
+    if os.path.isdir(path):
+        path = os.path.join(path, "tokenizer.json")
+    if not os.path.isfile(path):
+        raise ConfigError(
+            f"tokenizer_model={tokenizer_model!r}: {path} not found (megatron-gamma reads "
+            "local files only, no hub download). Fix: pass the tokenizer.json (or its directory) "
+            "used by `megatron-gamma preprocess`"
+        )
+    return path
+
+
+def load_tokenizer(data: DataConfig, workdir: str) -> BilingualTokenizer:
+    """The run's tokenizer from ``data.tokenizer_type`` and its files.
+
+    Args:
+        data: the data section (tokenizer_type, tokenizer_model, vocab_file, merge_file).
+        workdir: where a GPT-2 BPE's tokenizer.json is written (created if missing).
+
+    Raises:
+        ConfigError: a missing file, or a GPT-2 vocabulary without ``<|endoftext|>``.
+    """
+    if data.tokenizer_type == "GPT2BPETokenizer":
+        source = [data.vocab_file, data.merge_file]
+        tok = gpt2_bpe_tokenizer(*source)
+        os.makedirs(workdir, exist_ok=True)
+        path = os.path.join(workdir, f"gpt2-bpe-{_sha256(source)[:16]}.tokenizer.json")
+        tmp = f"{path}.tmp{os.getpid()}"
+        tok.save(tmp)
+        os.replace(tmp, path)
+        return BilingualTokenizer(path, data.tokenizer_type, source)
+    return BilingualTokenizer(hf_tokenizer_json(data.tokenizer_model), data.tokenizer_type)

@@ -1,0 +1,260 @@
+"""Megatron-LM's data and tokenizer flags: --num-workers, --reset-position-ids,
+--reset-attention-mask, --eod-mask-loss, --mock-data, --tokenizer-type GPT2BPETokenizer with
+--vocab-file/--merge-file, and the tokenizer fingerprint that preprocessing writes beside the data
+and pretraining checks."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from conftest import DEMO_INPUTS, DEMO_TOKENIZER, TINY_MODEL, read_metrics, run_cli
+from distributed import run_distributed
+from megatron.core.datasets.indexed_dataset import IndexedDataset
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+from workers.common import build, make_config
+
+from megatron_gamma.config import ConfigError, load_config
+from megatron_gamma.data.datasets import build_datasets, micro_batches
+from megatron_gamma.data.merge import merge_datasets
+from megatron_gamma.data.preprocess import preprocess
+from megatron_gamma.data.tokenizer import EOD, BilingualTokenizer
+from megatron_gamma.data.tokenizer_fingerprint import SUFFIX
+from megatron_gamma.data.tokenizer_types import gpt2_bpe_tokenizer
+from megatron_gamma.training.loop import preflight
+
+TEXTS = [
+    "Hello world, the quick brown fox jumps over the lazy dog.",
+    "深度学习中的小初始化很重要。",
+    "  two  spaces\nand a newline",
+    "emoji 🙂 and a<|endoftext|>inside",
+]
+
+
+@pytest.fixture(scope="module")
+def gpt2_files(tmp_path_factory):
+    """A tiny GPT-2-format vocab.json + merges.txt (byte-level BPE with <|endoftext|>)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=500,
+        special_tokens=[EOD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(TEXTS * 10 + [open(p).read()[:20000] for p in DEMO_INPUTS], trainer)
+    folder = tmp_path_factory.mktemp("gpt2")
+    vocab, merges = tok.model.save(str(folder))
+    return vocab, merges
+
+
+def _cfg(tmp_path, data_prefix, **overrides):
+    return load_config(
+        None,
+        {
+            "data_path": [data_prefix],
+            "run_dir": str(tmp_path / "run"),
+            "seq_length": 64,
+            "micro_batch_size": 2,
+            "global_batch_size": 4,
+            "train_iters": 6,
+            "eval_iters": 1,
+            "split": "95,5,0",
+            **overrides,
+        },
+    )
+
+
+def test_num_workers_batches_equal_in_process_reads_and_dataset_order(tmp_path, demo_prefix):
+    cfg = _cfg(tmp_path, demo_prefix)
+    train = build_datasets(cfg, BilingualTokenizer(DEMO_TOKENIZER))[0]
+    # data-parallel rank 1 of 2, resuming at sample 4: samples 6,7 then 10,11, ...
+    zero = list(micro_batches(train, 4, 2, 1, 2, num_workers=0))
+    two = list(micro_batches(train, 4, 2, 1, 2, num_workers=2))
+    assert len(zero) == len(two) == (len(train) - 6 - 2) // 4 + 1
+    for i, (a, b) in enumerate(zip(zero, two, strict=True)):
+        assert a.keys() == b.keys() == {"tokens", "labels", "loss_mask", "position_ids"}
+        for key in a:
+            assert torch.equal(a[key], b[key]), (i, key)
+        first = 6 + 4 * i
+        for j in range(2):
+            assert torch.equal(a["tokens"][j], train[first + j]["tokens"])
+
+
+def _closed_form(tokens: list[int], eod: int):
+    """(loss_mask, position_ids, masked) of one sample by definition: EOD positions carry no
+    loss; positions restart at 0 after each EOD; token i attends to j <= i of its document."""
+    n = len(tokens)
+    loss = [0.0 if t == eod else 1.0 for t in tokens]
+    pos, p = [], 0
+    for t in tokens:
+        pos.append(p)
+        p = 0 if t == eod else p + 1
+    doc = np.cumsum([0] + [t == eod for t in tokens[:-1]])  # document index of each position
+    masked = [[j > i or doc[j] != doc[i] for j in range(n)] for i in range(n)]
+    return loss, pos, masked
+
+
+def test_eod_flags_give_the_closed_form_masks_and_positions(tmp_path, demo_prefix):
+    flags = {"reset_position_ids": True, "reset_attention_mask": True, "eod_mask_loss": True}
+    cfg = _cfg(tmp_path, demo_prefix, **flags)
+    tok = BilingualTokenizer(DEMO_TOKENIZER)
+    train = build_datasets(cfg, tok)[0]
+    batches = micro_batches(train, 0, 2, 0, 1, num_workers=0)
+    eods = 0
+    for _ in range(4):
+        batch = next(batches)
+        assert batch["attention_mask"].shape == (2, 1, 64, 64)
+        for j in range(2):
+            tokens = batch["tokens"][j].tolist()
+            loss, pos, masked = _closed_form(tokens, tok.eod)
+            eods += tokens[:-1].count(tok.eod)
+            assert batch["loss_mask"][j].tolist() == loss
+            assert batch["position_ids"][j].tolist() == pos
+            assert batch["attention_mask"][j, 0].tolist() == masked
+    assert eods > 0  # the samples cross document boundaries
+    plain = build_datasets(_cfg(tmp_path, demo_prefix), tok)[0]
+    batch = next(micro_batches(plain, 0, 2, 0, 1))
+    assert "attention_mask" not in batch and bool(batch["loss_mask"].all())
+    assert batch["position_ids"].tolist() == [list(range(64))] * 2
+
+
+def _document_isolation(spec: str, gate: str) -> dict:
+    """Logits of the second document (after an EOD at position 5) for two different first
+    documents, with the per-document mask and with the plain causal mask."""
+    model = dict(
+        num_layers=2, hidden_size=64, num_attention_heads=4, ffn_hidden_size=128, seq_length=16
+    )
+    models, _ = build(make_config(dict(model, layer_spec=spec, gated_attention=gate), {}))
+    net = models[0].eval()
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randint(1, 256, (1, 16), generator=gen)
+    a[0, 5] = 0  # EOD
+    b = a.clone()
+    b[0, :5] = torch.randint(1, 256, (5,), generator=gen)
+    doc = (torch.arange(16) > 5).long()
+    i, j = torch.arange(16)[:, None], torch.arange(16)[None, :]
+    mask = ((j > i) | (doc[None, :] != doc[:, None]))[None, None]
+    pos = torch.arange(16)[None]
+    with torch.no_grad():
+        out = {}
+        for name, m in (("reset", mask), ("causal", None)):
+            la, lb = (net(t, pos, m)[0, 6:] for t in (a, b))
+            out[name] = float((la - lb).abs().max())
+    return out
+
+
+@pytest.mark.parametrize(
+    "spec, gate", [("gamma", "elementwise"), ("gamma", "none"), ("local", "none")]
+)
+def test_reset_attention_mask_isolates_documents_in_the_model(spec, gate):
+    out = run_distributed(_document_isolation, 1, spec, gate)[0]
+    assert out["reset"] == 0.0  # nothing of the first document reaches the second
+    assert out["causal"] > 1e-4  # without the mask it does
+
+
+def test_gpt2_bpe_tokenizer_equals_transformers(gpt2_files):
+    from transformers import GPT2TokenizerFast
+
+    vocab, merges = gpt2_files
+    hf = GPT2TokenizerFast.from_pretrained(os.path.dirname(vocab))
+    ours = gpt2_bpe_tokenizer(vocab, merges)
+    for text in TEXTS:
+        assert ours.encode(text, add_special_tokens=False).ids == hf.encode(
+            text, add_special_tokens=False
+        )
+        assert ours.decode(ours.encode(text).ids, skip_special_tokens=False) == text
+    assert ours.token_to_id(EOD) == hf.eos_token_id
+
+
+def test_tokenizer_flag_errors_name_the_fix(tmp_path, gpt2_files):
+    vocab, merges = gpt2_files
+    with pytest.raises(ConfigError, match="merge_file=None:.*--merge-file merges.txt"):
+        load_config(None, {"tokenizer_type": "GPT2BPETokenizer", "vocab_file": vocab})
+    with pytest.raises(ConfigError, match="vocab_file=.*add --tokenizer-type GPT2BPETokenizer"):
+        load_config(None, {"vocab_file": vocab})
+    with pytest.raises(ConfigError, match="mock_data=True: .*data_path"):
+        load_config(None, {"mock_data": True, "data_path": ["x"]})
+    (tmp_path / "novocab.json").write_text('{"a": 0}')
+    (tmp_path / "m.txt").write_text("#version: 0.2\n")
+    with pytest.raises(ConfigError, match="no <\\|endoftext\\|> token"):
+        gpt2_bpe_tokenizer(str(tmp_path / "novocab.json"), str(tmp_path / "m.txt"))
+
+
+def test_preprocess_gpt2_bpe_writes_its_ids_and_fingerprint(tmp_path, gpt2_files):
+    from transformers import GPT2TokenizerFast
+
+    vocab, merges = gpt2_files
+    out = tmp_path / "gpt2data"
+    proc = run_cli(
+        ["preprocess", "--input", DEMO_INPUTS[1], "--output-prefix", str(out), "--no-progress",
+         "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", vocab, "--merge-file", merges],
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    prefix = f"{out}_text_document"
+    hf = GPT2TokenizerFast.from_pretrained(os.path.dirname(vocab))
+    with open(DEMO_INPUTS[1], encoding="utf-8") as f:
+        first = json.loads(f.readline())["text"]
+    dataset = IndexedDataset(prefix)  # held: item 0 is a view of its memory map
+    ids = dataset[0].tolist()
+    assert ids == hf.encode(first, add_special_tokens=False) + [hf.eos_token_id]
+    doc = json.loads(open(prefix + SUFFIX).read())
+    assert doc["tokenizer_type"] == "GPT2BPETokenizer"
+    assert doc["source"] == [os.path.abspath(vocab), os.path.abspath(merges)]
+
+
+def test_pretrain_refuses_data_made_with_another_tokenizer(tmp_path, demo_prefix, gpt2_files):
+    vocab, merges = gpt2_files
+    assert os.path.isfile(demo_prefix + SUFFIX)
+    demo = preflight(_cfg(tmp_path, demo_prefix))  # the default, the demo tokenizer: accepted
+    folder = preflight(_cfg(tmp_path, demo_prefix, tokenizer_model=os.path.dirname(demo.path)))
+    assert folder.path == demo.path == os.path.abspath(DEMO_TOKENIZER)
+    other = {"tokenizer_type": "GPT2BPETokenizer", "vocab_file": vocab, "merge_file": merges}
+    with pytest.raises(ConfigError) as e:
+        preflight(_cfg(tmp_path, demo_prefix, **other))
+    msg = str(e.value)
+    assert f"data_path={demo_prefix!r}: tokenized with HuggingFaceTokenizer" in msg
+    assert DEMO_TOKENIZER in msg and vocab in msg
+    assert "Fix: pass the tokenizer the data was made with (--tokenizer-type " in msg
+    assert f"--tokenizer-model {os.path.abspath(DEMO_TOKENIZER)}" in msg
+    # A dataset from before fingerprints: a warning, not an error.
+    old = str(tmp_path / "old")
+    for ext in (".bin", ".idx"):
+        shutil.copyfile(demo_prefix + ext, old + ext)
+    preflight(_cfg(tmp_path, old, **other))
+    # Merging datasets of two tokenizers is refused.
+    gpt2 = preprocess(
+        DEMO_INPUTS[1:], None, str(tmp_path / "g"), progress=False, tokenizer_type=other[
+            "tokenizer_type"], vocab_file=vocab, merge_file=merges,
+    ).prefix  # fmt: skip
+    # Omitting the tokenizer flags for data not made with the demo tokenizer: the named error.
+    with pytest.raises(ConfigError) as e:
+        preflight(_cfg(tmp_path, gpt2))
+    assert f"tokenized with GPT2BPETokenizer {vocab}, {merges}" in str(e.value)
+    assert f"--tokenizer-type GPT2BPETokenizer --vocab-file {vocab} --merge-file {merges}" in str(
+        e.value
+    )
+    with pytest.raises(ConfigError, match="cannot merge .* Fix: preprocess them with the same"):
+        merge_datasets([demo_prefix, gpt2], str(tmp_path / "both"), progress=False)
+
+
+def test_old_dataset_warning_is_printed(tmp_path, demo_prefix, capsys):
+    old = str(tmp_path / "old")
+    for ext in (".bin", ".idx"):
+        shutil.copyfile(demo_prefix + ext, old + ext)
+    preflight(_cfg(tmp_path, old))
+    assert f"WARNING: {old} has no tokenizer fingerprint" in capsys.readouterr().out
+
+
+def test_mock_data_smoke_run_with_the_eod_flags_and_workers(tmp_path):
+    run_dir = tmp_path / "mock"
+    proc = run_cli(
+        ["pretrain", "--mock-data", "--run-dir", str(run_dir), *TINY_MODEL, "--train-iters", "3",
+         "--eval-interval", "3", "--reset-attention-mask", "--eod-mask-loss", "--num-workers",
+         "2", "--log-diagnostics-interval", "0", "--init-audit", "off"],
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    metrics = read_metrics(run_dir)
+    assert sorted(metrics["train"]) == [1, 2, 3] and 3 in metrics["valid"]
