@@ -914,6 +914,15 @@ class DataConfig:
     """GPT-2 BPE vocab.json (with tokenizer_type GPT2BPETokenizer)."""
     merge_file: Optional[str] = None
     """GPT-2 BPE merges.txt (with tokenizer_type GPT2BPETokenizer)."""
+    mmap_bin_files: bool = True
+    """Memory-map the .bin token files (megatron-core ``GPTDatasetConfig.mmap_bin_files``);
+    ``--no-mmap-bin-files`` reads each sample with a file read instead (Megatron-LM's flag, for
+    filesystems where mmap is slow)."""
+    create_attention_mask_in_dataloader: bool = False
+    """Megatron-LM's switch (default on there) for a causal mask built by the data loader. Here
+    the causal mask is implicit in the attention kernel and a mask is built only for
+    reset_attention_mask, so either value trains the same model: accepted for launch scripts,
+    with a no-effect notice."""
 
     def __post_init__(self) -> None:
         _check_choices(self)
@@ -1278,11 +1287,25 @@ class TrainingConfig:
     layers), moe (MoE layers), shared_experts; default megatron-core's ['core_attn']. moe_act
     and mla_up_proj are refused (they need --moe-grouped-gemm or multi-latent attention), and
     layernorm without Transformer Engine (megatron-core 0.16 needs it there)."""
+    grad_reduce_in_bf16: bool = False
+    """With bf16: accumulate and all-reduce gradients in bf16 (Megatron-LM's
+    ``--grad-reduce-in-bf16``; megatron-core DDP ``grad_reduce_in_fp32=False``) instead of fp32."""
+    manual_gc: bool = False
+    """Disable Python's automatic garbage collector during training and collect at fixed points
+    instead (Megatron-LM's ``--manual-gc``: every manual_gc_interval iterations and, with
+    manual_gc_eval, after each evaluation), so that collections do not stall ranks at random."""
+    manual_gc_interval: int = 0
+    """With manual_gc: collect every this many iterations; 0 only at the start (and after
+    evaluations with manual_gc_eval)."""
+    manual_gc_eval: bool = True
+    """With manual_gc: collect after each evaluation."""
 
     def __post_init__(self) -> None:
         _check_choices(self)
         _check_recompute(self)
         self._resolve_train_iters()
+        if self.manual_gc_interval < 0:
+            _fail("manual_gc_interval", self.manual_gc_interval, "must be >= 0", "use 0 or more")
         for key in ("micro_batch_size", "global_batch_size", "train_iters", "eval_interval"):
             if getattr(self, key) < 1:
                 _fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
@@ -1501,8 +1524,19 @@ class CheckpointConfig:
     async_save: bool = False
     """Megatron-LM's ``--async-save`` (megatron-core's asynchronous torch_dist writer): refused,
     see the README's Checkpoints section."""
+    ckpt_format: str = "torch_dist"
+    """Checkpoint format (Megatron-LM's ``--ckpt-format``): megatron-core dist_checkpointing's
+    torch_dist, the only one written and read; any other value is refused."""
 
     def __post_init__(self) -> None:
+        if self.ckpt_format != "torch_dist":
+            _fail(
+                "ckpt_format",
+                self.ckpt_format,
+                "megatron-gamma writes and reads megatron-core dist_checkpointing's torch_dist "
+                "format only (iter_N directories, resharding on load)",
+                "use --ckpt-format torch_dist, or drop the flag",
+            )
         for key in ("save_retain_last", "save_retain_interval", "save_interval"):
             value = getattr(self, key)
             if value is not None and value < 1:

@@ -179,6 +179,15 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
     "profile_step_end": (lambda c: c.logging.profile, "--profile"),
     "profile_ranks": (lambda c: c.logging.profile, "--profile"),
     "use_pytorch_profiler": (lambda c: c.logging.profile, "--profile"),
+    "create_attention_mask_in_dataloader": (
+        lambda c: False,
+        "nothing: the causal mask is implicit in the attention kernel (a mask is built only for "
+        "--reset-attention-mask)",
+    ),
+    "ckpt_format": (lambda c: False, "nothing: checkpoints are always torch_dist"),
+    "grad_reduce_in_bf16": (lambda c: c.training.bf16, "--bf16"),
+    "manual_gc_interval": (lambda c: c.training.manual_gc, "--manual-gc"),
+    "manual_gc_eval": (lambda c: c.training.manual_gc, "--manual-gc"),
     "reset_position_ids": (
         lambda c: c.model.position_embedding_type == "learned_absolute",
         "--position-embedding-type learned_absolute (megatron-core's RoPE ignores position ids)",
@@ -207,7 +216,8 @@ ALWAYS_EFFECTIVE = frozenset(
     log_num_zeros_in_grad wandb_project profile
     virtual_pipeline_model_parallel_size overlap_param_gather distributed_timeout_minutes
     context_parallel_size num_workers reset_attention_mask eod_mask_loss mock_data tokenizer_type
-    vocab_file merge_file num_virtual_stages_per_pipeline_rank""".split()
+    vocab_file merge_file num_virtual_stages_per_pipeline_rank
+    mmap_bin_files manual_gc""".split()
 )
 
 _NEVER = "nothing: "

@@ -65,10 +65,6 @@ REFUSED: dict[str, tuple[str, str]] = {
         "TikTokenizer is not supported (tokenizers are HF tokenizer.json or GPT-2 BPE files)",
         "drop the flag",
     ),
-    "--no-mmap-bin-files": (
-        "the .bin files are always memory-mapped (megatron-core's default)",
-        "drop the flag",
-    ),
     "--log-timers-to-tensorboard": (
         "megatron-gamma has no per-phase timers; throughput/ms_per_iter is logged",
         "drop the flag",

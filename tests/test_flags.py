@@ -285,6 +285,27 @@ CASES = {
         "--profile",
         {"use_pytorch_profiler": True, "profile": True},
     ),
+    "create_attention_mask_in_dataloader": (
+        {"create_attention_mask_in_dataloader": True},
+        "causal mask is implicit",
+        None,
+    ),
+    "ckpt_format": ({"ckpt_format": "torch_dist"}, "always torch_dist", None),
+    "grad_reduce_in_bf16": (
+        {"grad_reduce_in_bf16": True},
+        "--bf16",
+        {"grad_reduce_in_bf16": True, "bf16": True},
+    ),
+    "manual_gc_interval": (
+        {"manual_gc_interval": 5},
+        "--manual-gc",
+        {"manual_gc_interval": 5, "manual_gc": True},
+    ),
+    "manual_gc_eval": (
+        {"manual_gc_eval": False},
+        "--manual-gc",
+        {"manual_gc_eval": False, "manual_gc": True},
+    ),
     "reset_position_ids": (
         {"reset_position_ids": True},
         "learned_absolute",

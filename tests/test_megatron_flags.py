@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from megatron_gamma import cli
+from megatron_gamma.config import ConfigError, load_config
 from megatron_gamma.megatron_flags import REFUSED
 
 DOC = Path(__file__).parents[1] / "docs" / "megatron-flags.md"
@@ -82,3 +83,71 @@ def test_the_table_names_a_status_for_every_flag_in_megatron_lm_examples():
             if line.startswith("--"):
                 used.add(line.split()[0])
     assert not used - listed, sorted(used - listed)
+
+
+def test_no_mmap_bin_files_reads_the_same_samples_through_file_reads(demo_prefix, tmp_path):
+    from megatron.core.datasets.indexed_dataset import _FileBinReader, _MMapBinReader
+
+    from megatron_gamma.data.datasets import build_datasets
+    from megatron_gamma.data.tokenizer_types import load_tokenizer
+
+    built = {}
+    for mmap in (True, False):
+        cfg = load_config(
+            None,
+            {
+                "data_path": [demo_prefix],
+                "mmap_bin_files": mmap,
+                "run_dir": str(tmp_path / f"run{mmap}"),
+                "seq_length": 64,
+                "train_iters": 2,
+                "split": "95,5,0",
+            },
+        )
+        train, _, _ = build_datasets(cfg, load_tokenizer(cfg.data, cfg.logging.run_dir))
+        reader = train.dataset.bin_reader
+        assert isinstance(reader, _MMapBinReader if mmap else _FileBinReader)
+        built[mmap] = [train[i]["tokens"] for i in range(len(train))]
+    assert len(built[True]) == len(built[False]) >= 16
+    assert all((a == b).all() for a, b in zip(built[True], built[False], strict=True))
+
+
+def test_manual_gc_disables_collection_and_collects_on_its_schedule(monkeypatch):
+    import gc
+
+    from megatron_gamma.training.callbacks import StepOutput, default_callbacks
+    from megatron_gamma.training.manual_gc import ManualGCCallback
+    from megatron_gamma.training.preemption import PreemptionGuard
+
+    cfg = load_config(None, {"manual_gc": True, "manual_gc_interval": 3})
+    (callback,) = [
+        c
+        for c in default_callbacks(cfg, PreemptionGuard(None, False))
+        if isinstance(c, ManualGCCallback)
+    ]
+    collected = []
+    monkeypatch.setattr(gc, "collect", lambda *a: collected.append("x") or 0)
+    try:
+        callback.on_train_start(None)
+        assert not gc.isenabled() and len(collected) == 1
+        for it in range(1, 8):
+            callback.on_step_end(None, StepOutput(it, 1.0, 1.0, 1e-3, 0.1))
+        assert len(collected) == 1 + 2  # iterations 3 and 6
+        callback.on_eval(None, 7, 1.0)
+        assert len(collected) == 4
+    finally:
+        callback.on_train_end(None)
+    assert gc.isenabled()
+
+
+def test_grad_reduce_in_bf16_reduces_bf16_gradients_in_bf16():
+    from megatron_gamma.training.precision import grad_reduce_in_fp32
+
+    assert grad_reduce_in_fp32(load_config(None, {"bf16": True}))
+    assert not grad_reduce_in_fp32(load_config(None, {"bf16": True, "grad_reduce_in_bf16": True}))
+
+
+def test_ckpt_format_other_than_torch_dist_is_refused_by_name():
+    with pytest.raises(ConfigError, match=r"ckpt_format='torch'.*torch_dist"):
+        load_config(None, {"ckpt_format": "torch"})
+    assert load_config(None, {"ckpt_format": "torch_dist"}).checkpoint.ckpt_format == "torch_dist"

@@ -80,6 +80,7 @@ def build_datasets(
         reset_attention_mask=d.reset_attention_mask,
         eod_mask_loss=d.eod_mask_loss,
         create_attention_mask=d.reset_attention_mask,
+        mmap_bin_files=d.mmap_bin_files,
     )
     cls = MockGPTDataset if d.mock_data else GPTDataset
     eval_samples = t.eval_iters * t.global_batch_size

@@ -228,8 +228,8 @@ class PreemptionCallback(Callback):
 
 def default_callbacks(cfg: Config, guard: PreemptionGuard) -> list[Callback]:
     """The run's callbacks in their contract order: metrics, evaluation, checkpointing,
-    diagnostics (``--log-diagnostics-interval`` > 0), the profiler (``--profile``),
-    preemption."""
+    diagnostics (``--log-diagnostics-interval`` > 0), the profiler (``--profile``), manual
+    garbage collection (``--manual-gc``), preemption."""
     from megatron_gamma.diagnostics.callback import DiagnosticsCallback
 
     callbacks: list[Callback] = [
@@ -243,5 +243,10 @@ def default_callbacks(cfg: Config, guard: PreemptionGuard) -> list[Callback]:
         from megatron_gamma.training.telemetry import ProfilerCallback
 
         callbacks.append(ProfilerCallback(cfg))
+    if cfg.training.manual_gc:
+        from megatron_gamma.training.manual_gc import ManualGCCallback
+
+        t = cfg.training
+        callbacks.append(ManualGCCallback(t.manual_gc_interval, t.manual_gc_eval))
     callbacks.append(PreemptionCallback(guard))
     return callbacks

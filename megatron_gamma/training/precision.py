@@ -35,10 +35,13 @@ def check_precision(cfg: Config, on_gpu: bool) -> None:
 
 
 def grad_reduce_in_fp32(cfg: Config) -> bool:
-    """megatron-core DDP ``grad_reduce_in_fp32``: always for bf16 (Megatron-LM forces
-    ``--accumulate-allreduce-grads-in-fp32`` on for bf16), as the flag says for fp16; for fp32
-    weights the gradients are fp32 either way (True keeps the earlier setting)."""
+    """megatron-core DDP ``grad_reduce_in_fp32``: for bf16 unless ``--grad-reduce-in-bf16``
+    (Megatron-LM forces ``--accumulate-allreduce-grads-in-fp32`` on for bf16 otherwise), as the
+    flag says for fp16; for fp32 weights the gradients are fp32 either way (True keeps the
+    earlier setting)."""
     t = cfg.training
+    if t.bf16:
+        return not t.grad_reduce_in_bf16
     return t.accumulate_allreduce_grads_in_fp32 if t.fp16 else True
 
 
