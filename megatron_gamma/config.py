@@ -608,6 +608,15 @@ def _check_moe(m: ModelConfig) -> None:
         "moe_expert_capacity_factor",
         "moe_router_dtype",
     )
+    if m.moe_grouped_gemm:
+        _fail(
+            "moe_grouped_gemm",
+            True,
+            "megatron-core's grouped-GEMM experts (GroupedMLP / TEGroupedMLP) need CUDA with the "
+            "grouped_gemm package or Transformer Engine, and store all experts in one transposed "
+            "weight that the gamma-init's role registry has no rows for",
+            "drop --moe-grouped-gemm: experts run as megatron-core's SequentialMLP",
+        )
     if m.num_experts is None:
         given = [k for k in moe_keys if getattr(m, k) is not None]
         given += ["moe_layer_freq"] if m.moe_layer_freq != "1" else []
@@ -635,15 +644,6 @@ def _check_moe(m: ModelConfig) -> None:
             True,
             "padding to capacity needs a capacity",
             "add --moe-expert-capacity-factor (e.g. 1.0)",
-        )
-    if m.moe_grouped_gemm:
-        _fail(
-            "moe_grouped_gemm",
-            True,
-            "megatron-core's grouped-GEMM experts (GroupedMLP / TEGroupedMLP) need CUDA with the "
-            "grouped_gemm package or Transformer Engine, and store all experts in one transposed "
-            "weight that the gamma-init's role registry has no rows for",
-            "drop --moe-grouped-gemm: experts run as megatron-core's SequentialMLP",
         )
 
 

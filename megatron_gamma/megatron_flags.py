@@ -21,7 +21,7 @@ REFUSED: dict[str, tuple[str, str]] = {
     ),
     "--spec": (
         "layer specs are chosen by --transformer-impl and --layer-spec",
-        "drop it and use --layer-spec gamma|local",
+        "drop it and use --layer-spec gamma or local",
     ),
     "--yaml-cfg": ("megatron-gamma's YAML configs have their own layout", "use --config FILE.yaml"),
     "--use-flash-attn": (
@@ -171,7 +171,7 @@ REFUSED: dict[str, tuple[str, str]] = {
     "--use-rope-scaling": ("Llama-3.1 RoPE scaling is not supported", "drop the flag"),
     "--rope-scaling-factor": ("Llama-3.1 RoPE scaling is not supported", "drop the flag"),
     "--no-position-embedding": (
-        "the position encoding is --position-embedding-type rope|learned_absolute",
+        "the position encoding is --position-embedding-type rope or learned_absolute",
         "drop the flag",
     ),
     "--fp32-residual-connection": (
