@@ -32,7 +32,7 @@ import sys
 
 from megatron_gamma.config import ConfigError
 from megatron_gamma.megatron_flags import REFUSED, refused_flags
-from megatron_gamma.warnings_summary import summarize_accelerator_warnings
+from megatron_gamma.warnings_summary import silence_library_noise, summarize_accelerator_warnings
 
 
 def _pretrain(args: argparse.Namespace) -> None:
@@ -527,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code (2 for configuration errors)."""
     args = parse_args(argv)
     summarize_accelerator_warnings()
+    silence_library_noise()
     try:
         args.func(args)
     except (ConfigError, FileNotFoundError, ValueError) as e:

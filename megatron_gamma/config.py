@@ -907,9 +907,11 @@ class DataConfig:
     mock_data: bool = False
     """Train on megatron-core's ``MockGPTDataset`` (synthetic token sequences) instead of a
     dataset, for smoke runs: no --data-path needed (and none allowed)."""
-    tokenizer_type: TokenizerType = TokenizerType.HUGGING_FACE
+    tokenizer_type: Optional[TokenizerType] = None
     """Tokenizer kind (Megatron-LM's --tokenizer-type); see
-    :mod:`megatron_gamma.data.tokenizer_types`."""
+    :mod:`megatron_gamma.data.tokenizer_types`. Default: GPT2BPETokenizer when --vocab-file or
+    --merge-file is given (as Megatron-LM's GPT-3 example scripts assume), else
+    HuggingFaceTokenizer."""
     vocab_file: Optional[str] = None
     """GPT-2 BPE vocab.json (with tokenizer_type GPT2BPETokenizer)."""
     merge_file: Optional[str] = None
@@ -964,6 +966,9 @@ class DataConfig:
                 f"synthetic data and {key}={getattr(self, key)} exclude each other",
                 f"drop --mock-data to train on the dataset, or drop --{key.replace('_', '-')}",
             )
+        if self.tokenizer_type is None:
+            gpt2 = self.vocab_file or self.merge_file
+            _resolve(self, "tokenizer_type", "GPT2BPETokenizer" if gpt2 else "HuggingFaceTokenizer")
         if self.tokenizer_type == "GPT2BPETokenizer":
             missing = [k for k in ("vocab_file", "merge_file") if not getattr(self, k)]
             if missing:

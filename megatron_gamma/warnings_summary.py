@@ -1,5 +1,7 @@
-"""megatron-core's import-time warnings about missing accelerators, folded into one line (the
-``warnings`` row of :mod:`megatron_gamma.compat`'s table). Imports no torch."""
+"""Library warnings on the console: megatron-core's import-time warnings about missing
+accelerators folded into one line (the ``warnings`` row of :mod:`megatron_gamma.compat`'s
+table), and warnings about the libraries' own code that say nothing about the run silenced.
+Imports no torch."""
 
 from __future__ import annotations
 
@@ -10,6 +12,21 @@ import sys
 import warnings
 
 _ACCELERATOR_WARNING = re.compile(r"(Transformer Engine|Apex) (and Apex )?(is|are) not installed")
+
+
+# Warnings about a library's own definitions or defaults, not about the user's settings:
+# pydantic on a model field of a dependency, and megatron-core 0.16's TransformerConfig on its
+# own default cuda_graph_scope (raised whether or not CUDA graphs are used).
+_LIBRARY_NOISE = (
+    r"The '\w+' attribute with value .* was provided to the `Field\(\)` function",
+    r"full scope is deprecated\. Use empty cuda_graph_scope",
+)
+
+
+def silence_library_noise() -> None:
+    """Ignore the warnings of :data:`_LIBRARY_NOISE` (``warnings.filterwarnings``)."""
+    for pattern in _LIBRARY_NOISE:
+        warnings.filterwarnings("ignore", message=pattern)
 
 
 def summarize_accelerator_warnings() -> None:

@@ -158,3 +158,12 @@ def test_ckpt_format_other_than_torch_dist_is_refused_by_name():
     with pytest.raises(ConfigError, match=r"ckpt_format='torch'.*torch_dist"):
         load_config(None, {"ckpt_format": "torch"})
     assert load_config(None, {"ckpt_format": "torch_dist"}).checkpoint.ckpt_format == "torch_dist"
+
+
+def test_vocab_and_merge_files_alone_mean_the_gpt2_tokenizer(tmp_path):
+    """Megatron-LM's GPT-3 examples pass --vocab-file/--merge-file without --tokenizer-type."""
+    files = {"vocab_file": str(tmp_path / "v.json"), "merge_file": str(tmp_path / "m.txt")}
+    assert load_config(None, files).data.tokenizer_type == "GPT2BPETokenizer"
+    assert load_config(None, {}).data.tokenizer_type == "HuggingFaceTokenizer"
+    with pytest.raises(ConfigError, match="vocab_file=.*--tokenizer-type GPT2BPETokenizer"):
+        load_config(None, {**files, "tokenizer_type": "HuggingFaceTokenizer"})

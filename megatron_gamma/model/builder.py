@@ -52,6 +52,8 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
     need CUDA kernels are enabled only on GPU; on CPU the pipeline p2p ops are unbatched
     (batched send/recv with virtual pipelining swaps messages on gloo: silently wrong
     gradients). Experts are split by expert parallelism and ``--expert-tensor-parallel-size``.
+    ``--sequence-parallel`` at TP = 1 is dropped, as Megatron-LM does (a no-effect warning says
+    so; megatron-core's TransformerConfig would refuse it).
     megatron-core's ``finalize_model_grads`` (DP/PP gradient reduction after the backward pass)
     is set here; the trainer adds only the DDP-bound ``no_sync_func`` / ``grad_sync_func``, which
     need the wrapped model (megatron-core's schedules read them from the model's config, as in
@@ -121,7 +123,7 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
         tensor_model_parallel_size=p.tensor_model_parallel_size,
         pipeline_model_parallel_size=p.pipeline_model_parallel_size,
         virtual_pipeline_model_parallel_size=virtual_stages(cfg),
-        sequence_parallel=p.sequence_parallel,
+        sequence_parallel=p.sequence_parallel and p.tensor_model_parallel_size > 1,
         pipeline_dtype=dtype,
         params_dtype=dtype,
         bf16=t.bf16,
