@@ -174,6 +174,8 @@ def test_tokenizer_flag_errors_name_the_fix(tmp_path, gpt2_files):
     with pytest.raises(ConfigError, match="merge_file=None:.*--merge-file merges.txt"):
         load_config(None, {"tokenizer_type": "GPT2BPETokenizer", "vocab_file": vocab})
     with pytest.raises(ConfigError, match="vocab_file=.*add --tokenizer-type GPT2BPETokenizer"):
+        load_config(None, {"tokenizer_type": "HuggingFaceTokenizer", "vocab_file": vocab})
+    with pytest.raises(ConfigError, match="merge_file=None:"):  # vocab alone: GPT-2, as Megatron
         load_config(None, {"vocab_file": vocab})
     with pytest.raises(ConfigError, match="mock_data=True: .*data_path"):
         load_config(None, {"mock_data": True, "data_path": ["x"]})
