@@ -10,7 +10,6 @@ per script below, with the reason), and the rest must train, evaluate and save.
 
 import json
 import os
-import re
 import shlex
 import string
 import subprocess
@@ -30,17 +29,16 @@ def _lines(name: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()[:1] not in ("", "#")]
 
 
-def _refused_flags(stderr: str, lines: list[str]) -> list[str]:
-    """Flags an error message names as refused: ``--flag: refused: ...`` lines, or a config
-    error ``error: key=value: ...`` whose key is one of the fixture's flags."""
-    named = re.findall(r"^\s+(--[a-z0-9-]+): refused: ", stderr, flags=re.M)
-    if named:
-        return named
-    match = re.search(r"error: ([a-z0-9_]+)=", stderr)
+def _refusals(stderr: str, lines: list[str]) -> dict[str, str]:
+    """{fixture flag: the stderr line that refuses it}: ``--flag: refused: ...``, or a config
+    error ``error: key=value: ...`` whose key is the flag's field."""
     flags = {line.split()[0] for line in lines}
-    if match and "--" + match.group(1).replace("_", "-") in flags:
-        return ["--" + match.group(1).replace("_", "-")]
-    return []
+    return {
+        flag: line
+        for line in stderr.splitlines()
+        for flag in flags
+        if f"{flag}: refused: " in line or f"error: {flag[2:].replace('-', '_')}=" in line
+    }
 
 
 def _write_gpt2_files(directory: Path) -> tuple[str, str]:
@@ -115,18 +113,12 @@ def _train_or_refuse(name: str, variables: dict, cwd: Path) -> tuple[list[str], 
         proc = _run(lines, variables, cwd)
         if proc.returncode == 0:
             return dropped, lines
-        flags = _refused_flags(proc.stderr, lines)
-        assert proc.returncode == 2 and flags, proc.stdout[-2000:] + proc.stderr[-4000:]
-        for flag in flags:  # each named with its reason and the fix
-            named = [line for line in proc.stderr.splitlines() if _names(line, flag)]
-            assert named and "Fix:" in named[0], proc.stderr[-4000:]
+        refusals = _refusals(proc.stderr, lines)
+        assert proc.returncode == 2 and refusals, proc.stdout[-2000:] + proc.stderr[-4000:]
+        assert all("Fix:" in line for line in refusals.values()), proc.stderr[-4000:]
+        flags = sorted(refusals)
         dropped += flags
         lines = [line for line in lines if line.split()[0] not in flags]
-
-
-def _names(line: str, flag: str) -> bool:
-    """The stderr line refuses ``flag``: by name, or as its config key in a config error."""
-    return f"{flag}: refused: " in line or f"error: {flag[2:].replace('-', '_')}=" in line
 
 
 def _metrics(cwd: Path) -> list[dict]:

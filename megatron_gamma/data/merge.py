@@ -37,7 +37,7 @@ from megatron_gamma.data.stats import (
     write_json,
 )
 from megatron_gamma.data.tokenizer_fingerprint import SUFFIX as FINGERPRINT
-from megatron_gamma.data.tokenizer_fingerprint import merged_fingerprint, write_fingerprint
+from megatron_gamma.data.tokenizer_fingerprint import merged_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def _merge_fingerprint(prefixes: list[str], out_prefix: str, suffix: str) -> lis
             FINGERPRINT,
         )
         return []
-    write_fingerprint(out_prefix + FINGERPRINT, doc)
+    write_json(out_prefix + FINGERPRINT, doc)
     return [suffix + FINGERPRINT]
 
 

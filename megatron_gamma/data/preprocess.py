@@ -57,7 +57,7 @@ from megatron_gamma.data.stats import add_counts, read_json, stats_document, wri
 from megatron_gamma.data.token_backend import BACKENDS, resolve_backend
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 from megatron_gamma.data.tokenizer_fingerprint import SUFFIX as FINGERPRINT
-from megatron_gamma.data.tokenizer_fingerprint import fingerprint, write_fingerprint
+from megatron_gamma.data.tokenizer_fingerprint import fingerprint
 from megatron_gamma.data.tokenizer_types import load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -285,7 +285,7 @@ def _run_unit(
         doc = stats_document(base, counts)
         write_json(unit.temp(".stats.json"), doc)
         for name in writers:
-            write_fingerprint(unit.temp(f"_{name}{FINGERPRINT}"), fingerprint(tok))
+            write_json(unit.temp(f"_{name}{FINGERPRINT}"), fingerprint(tok))
         suffixes = [f"_{n}{ext}" for n in sorted(writers) for ext in (".bin", ".idx", FINGERPRINT)]
         totals = {"documents": docs, "tokens": tokens}
         unit.commit(suffixes + [".stats.json"], totals)

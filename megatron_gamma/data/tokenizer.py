@@ -99,6 +99,15 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output: str) -> Tokenizer:
     return tok
 
 
+def files_sha256(paths: list[str]) -> str:
+    """Hex SHA-256 of the bytes of ``paths``, concatenated in order (a tokenizer's identity)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        with open(path, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
 class BilingualTokenizer:
     """A tokenizer.json with the surface megatron-core's GPTDataset uses.
 
@@ -139,11 +148,7 @@ class BilingualTokenizer:
             )
         self.eod, self.pad, self.bos = ids[EOD], ids[PAD], ids[BOS]
         self.vocab_size = self._tok.get_vocab_size()
-        digest = hashlib.sha256()
-        for file in self.source:
-            with open(file, "rb") as f:
-                digest.update(f.read())
-        self.sha256 = digest.hexdigest()
+        self.sha256 = files_sha256(self.source)
         self.unique_identifiers = {"class": type(self).__name__, "sha256": self.sha256[:16]}
 
     def tokenize(self, text: str) -> list[int]:

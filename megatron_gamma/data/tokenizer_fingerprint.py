@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from megatron_gamma.config import ConfigError
-from megatron_gamma.data.stats import read_json, write_json
+from megatron_gamma.data.stats import read_json
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 
 FORMAT = "megatron-gamma-tokenizer-fingerprint/1"
@@ -35,11 +35,6 @@ def fingerprint(tok: BilingualTokenizer) -> dict:
         "vocab_size": tok.vocab_size,
         "eod": tok.eod,
     }
-
-
-def write_fingerprint(path: str, doc: dict) -> None:
-    """Write a fingerprint document to ``path`` (temporary name, then rename)."""
-    write_json(path, doc)
 
 
 def read_fingerprint(prefix: str) -> dict | None:

@@ -14,16 +14,13 @@ megatron-gamma path reads (preprocessing workers, the gigatoken backend, trainin
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
 from megatron_gamma.config import ConfigError, DataConfig
 from megatron_gamma.data import demo_dir
-from megatron_gamma.data.tokenizer import EOD, BilingualTokenizer
-
-TOKENIZER_TYPES = ("HuggingFaceTokenizer", "GPT2BPETokenizer")
+from megatron_gamma.data.tokenizer import EOD, BilingualTokenizer, files_sha256
 
 
 def gpt2_bpe_tokenizer(vocab_file: str, merge_file: str) -> Tokenizer:
@@ -48,14 +45,6 @@ def gpt2_bpe_tokenizer(vocab_file: str, merge_file: str) -> Tokenizer:
         )
     tok.add_special_tokens([AddedToken(EOD, special=True)])
     return tok
-
-
-def _sha256(paths: list[str]) -> str:
-    digest = hashlib.sha256()
-    for path in paths:
-        with open(path, "rb") as f:
-            digest.update(f.read())
-    return digest.hexdigest()
 
 
 def hf_tokenizer_json(tokenizer_model: str | None) -> str:
@@ -93,7 +82,7 @@ def load_tokenizer(data: DataConfig, workdir: str) -> BilingualTokenizer:
         source = [data.vocab_file, data.merge_file]
         tok = gpt2_bpe_tokenizer(*source)
         os.makedirs(workdir, exist_ok=True)
-        path = os.path.join(workdir, f"gpt2-bpe-{_sha256(source)[:16]}.tokenizer.json")
+        path = os.path.join(workdir, f"gpt2-bpe-{files_sha256(source)[:16]}.tokenizer.json")
         tmp = f"{path}.tmp{os.getpid()}"
         tok.save(tmp)
         os.replace(tmp, path)
