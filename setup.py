@@ -24,8 +24,12 @@ import sys
 from setuptools import find_packages, setup
 
 EXT_ENV = "MEGATRON_GAMMA_BUILD_EXT"
-CPU_SOURCES = ["csrc/registration.cpp", "csrc/cpu_kernels.cpp"]
+CPU_SOURCES = ["csrc/registration.cpp", "csrc/cpu_kernels.cpp", "csrc/init_cpu.cpp"]
 CUDA_SOURCES = ["csrc/cuda_kernels.cu"]
+# No fused multiply-add contraction: the counter-based init (csrc/init_cpu.cpp) must give the
+# same bits with every instruction set and as the torch implementation. No errno from sqrt/log,
+# so that loops calling them vectorize.
+CXX_FLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno"]
 # What differs between the CUDA and the CPU-only extension.
 _EXTENSION_FIELDS = (
     "sources",
@@ -109,7 +113,7 @@ def _extensions():
         return CppExtension(
             "megatron_gamma._C",
             CPU_SOURCES,
-            extra_compile_args={"cxx": ["-O3", *openmp, "-DMG_WITH_CUDA=0"]},
+            extra_compile_args={"cxx": [*CXX_FLAGS, *openmp, "-DMG_WITH_CUDA=0"]},
             extra_link_args=openmp,
         )
 
@@ -149,7 +153,7 @@ def _extensions():
             "megatron_gamma._C",
             CPU_SOURCES + CUDA_SOURCES,
             extra_compile_args={
-                "cxx": ["-O3", *openmp, "-DMG_WITH_CUDA=1"],
+                "cxx": [*CXX_FLAGS, *openmp, "-DMG_WITH_CUDA=1"],
                 "nvcc": ["-O3", "-DMG_WITH_CUDA=1"],
             },
             extra_link_args=openmp,

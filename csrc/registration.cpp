@@ -31,6 +31,12 @@ TORCH_LIBRARY(megatron_gamma, m) {
   // do, dg = sigmoid_gate_bwd(dy, o, g).
   m.def("sigmoid_gate_bwd(Tensor dy, Tensor o, Tensor g) -> (Tensor, Tensor)",
         {at::Tag::pt2_compliant_tag});
+  // counter_normal_(out, start, stride, key, sigma): fills out (rows, width), contiguous, with
+  // the gamma-init's counter-based N(0, sigma^2) values of global elements
+  // start + r * stride + c (megatron_gamma/model/counter_rng.py; CPU only).
+  m.def("counter_normal_(Tensor(a!) out, int start, int stride, int key, float sigma) -> ()");
+  // moments(x) -> float64 [sum, sum of squares] of every element of contiguous x (CPU only).
+  m.def("moments(Tensor x) -> Tensor");
 }
 
 static struct PyModuleDef mg_module = {

@@ -12,6 +12,7 @@ from distributed import run_distributed
 from workers.common import build, gather_global, make_config
 
 import megatron_gamma.model.init as init_module
+from megatron_gamma import ops
 from megatron_gamma.config import ConfigError, load_config
 from megatron_gamma.training.init_audit import (
     audit_init,
@@ -376,9 +377,17 @@ def test_audit_summary_equals_an_fp64_recomputation_per_role():
     assert len(text.splitlines()) == 2 + len(summary)
 
 
-def test_streamed_sums_equal_fp64_sums():
-    x = torch.randn(1000, 37, generator=torch.Generator().manual_seed(0)) * 3 + 1
-    total, squares = shard_sums(x, chunk=4096)
+@pytest.mark.parametrize("backend", ["reference", "extension"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_streamed_sums_equal_fp64_sums(backend, dtype):
+    """Both paths of shard_sums (torch float64 chunks; the C++ ``moments`` kernel, whose 2^16
+    blocks and 32 partial sums this size spans, with a ragged tail) against fp64 sums."""
+    if backend == "extension" and ops.backend("cpu") != "extension":
+        pytest.skip(f"extension not built: {ops.extension_status()}")
+    x = torch.randn(70001, 3, generator=torch.Generator().manual_seed(0)).mul_(3).add_(1)
+    x = x.to(dtype)
+    with ops.use_backend(backend):
+        total, squares = shard_sums(x, chunk=4096)
     ref = x.double()
     assert total == pytest.approx(float(ref.sum()), rel=1e-12)
     assert squares == pytest.approx(float((ref * ref).sum()), rel=1e-12)

@@ -5,22 +5,26 @@ same invocation and on the same thread count:
 
 - ``gamma TP=1``: :func:`~megatron_gamma.model.builder.build_model_chunk` with the gamma rule
   (megatron-core allocates the local shard, :func:`~megatron_gamma.model.init.apply_gamma_init`
-  draws it with the counter-based generator), then ``apply_gamma_init`` alone again (the init
-  time), then the init audit, ``full`` and ``summary``;
+  draws it with the counter-based generator: on CPU the C++ kernel of ``csrc/init_cpu.cpp``),
+  then ``apply_gamma_init`` alone again (the init time), then the init audit, ``full`` and
+  ``summary``;
 - ``gamma TP=8 (1 rank)``: one rank's work at TP = 8, simulated in one process: every
   parameter allocated at its TP = 8 shard shape (rank 0) and drawn with the counter-based
-  generator (parts = 8), then its streamed audit sums;
+  generator (parts = 8), then drawn again (the init time, pages already touched, as the
+  ``gamma TP=1`` init time), then its streamed audit sums;
 - ``mcore TP=1``: ``build_model_chunk`` with ``--init-method normal`` (megatron-core's CPU
   initialization, ``use_cpu_initialization=True``);
 - ``mcore TP=8 (1 rank)``: what megatron-core's CPU initialization does on each rank at TP = 8:
   draw the global tensor with ``torch.randn``, keep the shard.
 
 Columns: CPU seconds of the process (``time.process_time``, robust on a shared machine) and
-wall seconds; ``peak RSS`` of the process (``ru_maxrss``, including the Python/torch baseline
-shown in the ``idle`` row); ``x mcore`` = megatron-core's CPU init time (same TP) / the row's
-time. The 70B projection scales each TP = 8 rank's measured draw rate (parameters per CPU
-second) to 70e9 / 8 parameters per rank (the gamma rule) and 70e9 per rank (megatron-core CPU
-init draws every global tensor), on one thread.
+wall seconds; ``audit full / init`` (the issue's target: at most 10%); ``peak RSS`` of the
+process (``ru_maxrss``, including the Python/torch baseline shown in the ``idle`` row) next to
+its target, the idle baseline plus the parameters plus the largest single shard; ``x mcore`` =
+megatron-core's CPU init time (same TP) / the row's time. The 70B projection scales each
+TP = 8 rank's measured draw rate (parameters per CPU second) to 70e9 / 8 parameters per rank
+(the gamma rule) and 70e9 per rank (megatron-core CPU init draws every global tensor), on one
+thread.
 
 Example::
 
@@ -101,10 +105,18 @@ def _shard_shape(shape: tuple, role) -> tuple:
     return tuple(shape)
 
 
+def _draw_tp8(local, shape, seed, gname, role, init, cfg) -> None:
+    """Rank 0's shard at TP = 8, drawn by the counter-based generator."""
+    from megatron_gamma.model.counter_rng import fill_shard_normal_, stream_key
+
+    halves = cfg.model.swiglu and role.glu
+    key = stream_key(seed, gname)
+    fill_shard_normal_(local, shape, key, init.sigma, role.partition_dim, TP, 0, halves=halves)
+
+
 def worker(recipe: str, mode: str) -> dict:
     """One measurement in this process; returns its JSON row."""
     from megatron_gamma.model.builder import build_model_chunk
-    from megatron_gamma.model.counter_rng import fill_shard_normal_, stream_key
     from megatron_gamma.model.init import apply_gamma_init
     from megatron_gamma.training.init_audit import audit_init, shard_sums
 
@@ -115,6 +127,8 @@ def worker(recipe: str, mode: str) -> dict:
         model, _ = build_model_chunk(cfg, tcfg, vocab)
         row["build_init"] = _since(start)
         row["params"] = sum(p.numel() for p in model.parameters())
+        row["param_bytes"] = sum(p.numel() * p.element_size() for p in model.parameters())
+        row["largest_bytes"] = max(p.numel() * p.element_size() for p in model.parameters())
         if mode == "gamma":
             start = _clock()
             apply_gamma_init(model, cfg, vocab)
@@ -133,16 +147,7 @@ def worker(recipe: str, mode: str) -> dict:
             if init.constant is not None:
                 local.fill_(init.constant)
             elif mode == "gamma-tp8":
-                fill_shard_normal_(
-                    local,
-                    shape,
-                    stream_key(seed, gname),
-                    init.sigma,
-                    role.partition_dim,
-                    TP,
-                    0,
-                    halves=cfg.model.swiglu and role.glu,
-                )
+                _draw_tp8(local, shape, seed, gname, role, init, cfg)
             else:
                 full = torch.randn(shape, dtype=torch.float32).mul_(std)
                 if role.partition_dim is not None:
@@ -152,7 +157,14 @@ def worker(recipe: str, mode: str) -> dict:
             kept.append(local)
         row["build_init"] = _since(start)
         row["params"] = sum(t.numel() for t in kept)
+        row["param_bytes"] = sum(t.numel() * t.element_size() for t in kept)
+        row["largest_bytes"] = max(t.numel() * t.element_size() for t in kept)
         if mode == "gamma-tp8":
+            start = _clock()
+            for local, (gname, shape, _, role, init) in zip(kept, shards, strict=True):
+                if init.constant is None:
+                    _draw_tp8(local, shape, seed, gname, role, init, cfg)
+            row["init"] = _since(start)
             start = _clock()
             for local in kept:
                 shard_sums(local)
@@ -179,24 +191,38 @@ def report(rows: list[dict]) -> str:
     """The table and the 70B projection (markdown)."""
     lines = [
         "| recipe | run | params | build+init CPU s / wall s | init CPU / wall | "
-        "audit full | audit summary | x mcore (build+init, CPU) | peak RSS GiB |",
-        "|---|---|---:|---|---|---|---|---:|---:|",
+        "audit full | audit summary | audit full / init | x mcore (build+init, CPU) | "
+        "peak RSS GiB | idle + params + largest shard GiB |",
+        "|---|---|---:|---|---|---|---|---:|---:|---:|---:|",
     ]
     by = {(r["recipe"], r["mode"]): r for r in rows}
+    idle = by.get(("-", "idle"), {"peak_rss_gib": 0.0})["peak_rss_gib"]
     for r in rows:
         base = by.get((r["recipe"], "mcore-tp8" if r["mode"].endswith("tp8") else "mcore"))
-        ratio = ""
+        ratio = share = bound = ""
         if "build_init" in r and base and r["mode"].startswith("gamma"):
             ratio = f"{base['build_init']['cpu'] / r['build_init']['cpu']:.2f}"
+        if "init" in r:
+            share = f"{100 * r['audit_full']['cpu'] / r['init']['cpu']:.1f}%"
+        if "param_bytes" in r:
+            bound = f"{idle + (r['param_bytes'] + r['largest_bytes']) / 2**30:.2f}"
         lines.append(
             f"| {r['recipe']} | {r['mode']} | {r.get('params', 0) / 1e6:.1f}M | "
             f"{_fmt(r.get('build_init'))} | {_fmt(r.get('init'))} | {_fmt(r.get('audit_full'))} "
-            f"| {_fmt(r.get('audit_summary'))} | {ratio} | {r['peak_rss_gib']:.2f} |"
+            f"| {_fmt(r.get('audit_summary'))} | {share} | {ratio} | {r['peak_rss_gib']:.2f} "
+            f"| {bound} |"
         )
     for recipe in sorted({r["recipe"] for r in rows}):
         g, m = by.get((recipe, "gamma-tp8")), by.get((recipe, "mcore-tp8"))
         if not (g and m):
             continue
+        one = by.get((recipe, "gamma"))
+        if one and "init" in g:
+            lines.append(
+                f"\n{recipe}: gamma init alone, TP=1 / one TP={TP} rank = "
+                f"{one['init']['cpu'] / g['init']['cpu']:.2f} (target {TP}); build + init "
+                f"{one['build_init']['cpu'] / g['build_init']['cpu']:.2f}."
+            )
         g_rate = g["params"] / g["build_init"]["cpu"]
         m_rate = by[(recipe, "mcore")]["params"] / m["build_init"]["cpu"]
         lines.append(

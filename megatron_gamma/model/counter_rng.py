@@ -11,30 +11,38 @@ Algorithm, for a tensor of global shape (rows, cols) and global flat index i = r
 with counter j = i // 2 (a pair of elements shares one hash, as Box-Muller gives two normals):
 
 1. key = SplitMix64(SplitMix64(seed) XOR h), with h the first 8 bytes of SHA-256 of the name;
-2. x = SplitMix64's finalizer of key + (j + 1) * 0x9E3779B97F4A7C15 (mod 2^64, on int64
-   tensors);
-3. u1 = ((x >> 32) + 1) / 2^32 in (0, 1], u2 = (x mod 2^32) / 2^32 in [0, 1);
-4. z = sqrt(-2 ln u1) * (cos if i is even else sin)(2 pi u2) * sigma in float64, rounded once
-   to float32.
+2. x = SplitMix64's finalizer of key + (j + 1) * 0x9E3779B97F4A7C15 (mod 2^64);
+3. u1 = n / 2^32 with n = (x >> 32) + 1 in [1, 2^32]; the angle word w = x mod 2^32;
+4. ln u1 = (e - 32) ln 2 + 2 atanh(s): n = m 2^e exactly with m in [sqrt(1/2), sqrt(2)),
+   s = (m - 1) / (m + 1), atanh(s) / s summed to s^20 (|s| <= 0.172: truncation < 1e-18);
+5. the angle 2 pi w / 2^32 = q pi / 2 + a, with the quadrant q and the remainder
+   a = (w - q 2^30) (pi / 2) / 2^30 in [-pi/4, pi/4) split exactly in integers; cos a and
+   sin a by their Taylor series to a^16 and a^15 (truncation < 1e-16), then rotated by q;
+6. z = (sqrt(-2 ln u1) * (cos if i is even else sin)) * sigma in float64, rounded once to
+   float32.
 
 |z| / sigma is at most sqrt(64 ln 2) = 6.66 (u1 = 2^-32): the normal is truncated at 6.66
 standard deviations, a tail of probability 2.7e-11.
+
+Steps 4-6 use only IEEE-754 basic operations (+, -, *, /, sqrt, each correctly rounded on every
+CPU and GPU, no fused multiply-add) in one fixed order, written twice: in torch here (GPUs, and
+CPUs without the extension) and in C++ (``csrc/init_cpu.cpp``, the CPU path when the extension
+is built: ``torch.ops.megatron_gamma.counter_normal_``).
 
 Contract:
 
 * **Layout independence.** An element's value does not depend on which rank computes it, the
   shard's shape, the chunking or the other elements: the same (seed, name, global index) gives
-  the same float32 bits on one device type (CPU, or CUDA) and one torch build. TP/PP/VPP/EP/ETP
-  layouts therefore hold bit-identical weights.
-* **CPU vs CUDA: within 1 ulp of float32.** Steps 1-3 are integer arithmetic, exact on every
-  device. Step 4 is float64 ``log``, ``sqrt``, ``cos``, ``sin`` and products, each within a
-  few float64 ulps (~1e-15 relative) of the exact value on both devices; rounding to float32
-  (ulp 6e-8 relative) then gives the same bits except when the exact value lies within ~1e-15
-  of a float32 rounding boundary, where the two devices may differ by one float32 ulp. Not
-  bitwise. (Not verified on a GPU here: no GPU was available.)
-* **Work and memory.** O(shard) operations and a working set of a few float64 / int64 arrays of
-  at most ``chunk`` elements (:data:`CHUNK` per CPU thread, :data:`CUDA_CHUNK` on a GPU) beyond
-  the output shard itself; no tensor of the global size is allocated.
+  the same float32 bits. TP/PP/VPP/EP/ETP layouts therefore hold bit-identical weights.
+* **Device independence.** The C++ kernel and the torch implementation give the same bits on a
+  CPU (tested); on CUDA the torch implementation runs the same correctly rounded operations, so
+  CPU and GPU weights are the same bits by construction (not verified on a GPU here: none was
+  available). Against exact arithmetic (fp64 ``math.log``/``cos``/``sin`` in the tests) every
+  value is within one float32 ulp.
+* **Work and memory.** O(shard) operations. The C++ kernel's working set is 16 KiB per thread;
+  the torch implementation's a few float64 / int64 arrays of at most ``chunk`` elements
+  (:data:`CHUNK` per CPU thread, :data:`CUDA_CHUNK` on a GPU). No tensor of the global size is
+  allocated.
 """
 
 from __future__ import annotations
@@ -44,6 +52,8 @@ import math
 from collections.abc import Sequence
 
 import torch
+
+from megatron_gamma import ops
 
 CHUNK = 1 << 16
 """Elements drawn per step and CPU thread: a working set of ~40 bytes per element (~2.5 MiB per
@@ -56,6 +66,15 @@ _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _MUL1 = 0xBF58476D1CE4E5B9
 _MUL2 = 0x94D049BB133111EB
+_MANTISSA = (1 << 52) - 1
+_SQRT2_MANTISSA = 0x6A09E667F3BCD
+LN2 = 0.6931471805599453
+"""ln 2 rounded to float64."""
+ANGLE_UNIT = math.pi / 2**31
+"""(pi / 2) / 2^30: radians per unit of the angle remainder (step 5)."""
+_LOG_SERIES = [1 / k for k in range(21, 0, -2)]
+_SIN_SERIES = [(-1) ** (k // 2) / math.factorial(k) for k in range(15, 2, -2)]
+_COS_SERIES = [(-1) ** (k // 2) / math.factorial(k) for k in range(16, 1, -2)]
 
 
 def _signed(x: int) -> int:
@@ -99,14 +118,45 @@ def _mix(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _polar(pair: torch.Tensor, key: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Box-Muller radius sqrt(-2 ln u1) and angle 2 pi u2 (float64) of counter ``pair``."""
+def _horner(z: torch.Tensor, coefficients: Sequence[float]) -> torch.Tensor:
+    """c0 z^k + c1 z^(k-1) + ... + ck, by Horner's rule (one multiply and one add per step)."""
+    p = torch.full_like(z, coefficients[0])
+    for c in coefficients[1:]:
+        p.mul_(z).add_(c)
+    return p
+
+
+def _log_u1(n: torch.Tensor) -> torch.Tensor:
+    """ln(n / 2^32) in float64 for int64 ``n`` in [1, 2^32] (step 4 of the algorithm)."""
+    bits = n.to(torch.float64).view(torch.int64)
+    mantissa = bits & _MANTISSA
+    big = (mantissa >= _SQRT2_MANTISSA).to(torch.int64)
+    m = (mantissa | ((1023 - big) << 52)).view(torch.float64)
+    e = ((bits >> 52) + big - (1023 + 32)).to(torch.float64)
+    f = m - 1.0
+    s = f / (f + 2.0)
+    return e.mul_(LN2).add_((s + s).mul_(_horner(s * s, _LOG_SERIES)))
+
+
+def _polar(pair: torch.Tensor, key: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Box-Muller radius sqrt(-2 ln u1), cos and sin of the angle (float64) of counter
+    ``pair`` (steps 2-5 of the algorithm)."""
     x = (pair + 1) * _signed(_GOLDEN)
     x += key
     _mix(x)
-    u1 = _shr(x, 32).add_(1).to(torch.float64).mul_(2.0**-32)
-    angle = (x & 0xFFFFFFFF).to(torch.float64).mul_(2.0 * math.pi * 2.0**-32)
-    return u1.log_().mul_(-2.0).sqrt_(), angle
+    radius = _log_u1(_shr(x, 32).add_(1)).mul_(-2.0).sqrt_()
+    shifted = (x + (1 << 29)) & 0xFFFFFFFF
+    q = shifted >> 30
+    a = ((shifted & ((1 << 30) - 1)) - (1 << 29)).to(torch.float64).mul_(ANGLE_UNIT)
+    z = a * a
+    sin_a = a + (a * z).mul_(_horner(z, _SIN_SERIES))
+    cos_a = _horner(z, _COS_SERIES).mul_(z).add_(1.0)
+    odd = (q & 1).bool()
+    cos = torch.where(odd, sin_a, cos_a)
+    sin = torch.where(odd, cos_a, sin_a)
+    cos = torch.where(((q + 1) & 2).bool(), -cos, cos)
+    sin = torch.where((q & 2).bool(), -sin, sin)
+    return radius, cos, sin
 
 
 def normal_at(index: torch.Tensor, key: int, sigma: float) -> torch.Tensor:
@@ -124,9 +174,8 @@ def normal_at(index: torch.Tensor, key: int, sigma: float) -> torch.Tensor:
     """
     if index.dtype != torch.int64:
         raise TypeError(f"index.dtype={index.dtype}: must be torch.int64. Fix: index.long()")
-    radius, angle = _polar(index >> 1, key)
-    trig = torch.where((index & 1).bool(), angle.sin(), angle.cos_())
-    return radius.mul_(trig).mul_(sigma).to(torch.float32)
+    radius, cos, sin = _polar(index >> 1, key)
+    return radius.mul_(torch.where((index & 1).bool(), sin, cos)).mul_(sigma).to(torch.float32)
 
 
 def _normal_run(start: int, rows: int, width: int, stride: int, key: int, sigma: float, device):
@@ -137,8 +186,8 @@ def _normal_run(start: int, rows: int, width: int, stride: int, key: int, sigma:
     if start % 2 or stride % 2 or width % 2:
         return normal_at(base + torch.arange(width, device=device), key, sigma)
     pairs = (base >> 1) + torch.arange(width // 2, device=device)
-    radius, angle = _polar(pairs, key)
-    out = torch.stack((angle.cos(), angle.sin_()), dim=-1).mul_(radius.unsqueeze(-1))
+    radius, cos, sin = _polar(pairs, key)
+    out = torch.stack((cos, sin), dim=-1).mul_(radius.unsqueeze(-1))
     return out.mul_(sigma).to(torch.float32).view(rows, width)
 
 
@@ -181,8 +230,10 @@ def fill_shard_normal_(
         partition_dim: sharded dimension (0 or 1) or None.
         parts, rank: shard count and this shard's index along ``partition_dim``.
         halves: shard each half of dimension 0 separately (requires ``partition_dim`` 0).
-        chunk: elements drawn per step (working-set bound); default :data:`CHUNK` x the CPU
-            threads on CPU, :data:`CUDA_CHUNK` on a GPU.
+        chunk: elements drawn per step by the torch implementation (working-set bound); default
+            :data:`CHUNK` x the CPU threads on CPU, :data:`CUDA_CHUNK` on a GPU. The C++ kernel
+            (CPU, extension built; ``MEGATRON_GAMMA_OPS=reference`` turns it off) steps by 4K
+            elements over ``torch.get_num_threads()`` threads.
 
     Raises:
         ValueError: a shape that the sharding does not produce, or unsupported arguments.
@@ -217,6 +268,18 @@ def fill_shard_normal_(
         )
     flat = out.view(-1)
     device = out.device
+    if device.type == "cpu" and ops.backend(device) == "extension":
+        col0, pos = col_ranges[0][0], 0
+        for start, stop in row_ranges:
+            n = (stop - start) * local_cols
+            block = flat[pos : pos + n]
+            # whole rows are one run of consecutive global indices
+            runs = (1, n) if local_cols == cols else (stop - start, local_cols)
+            first = start * cols + col0
+            stride = n if local_cols == cols else cols
+            torch.ops.megatron_gamma.counter_normal_(block.view(runs), first, stride, key, sigma)
+            pos += n
+        return out
     if chunk is None:
         chunk = CHUNK * torch.get_num_threads() if device.type == "cpu" else CUDA_CHUNK
     col0 = col_ranges[0][0]
