@@ -48,10 +48,11 @@ import torch
 (lib,) = glob.glob(f"{sys.argv[1]}/megatron_gamma/_C*.so")
 torch.ops.load_library(lib)
 ops = ("rms_norm_fwd", "rms_norm_bwd", "sigmoid_gate_fwd", "sigmoid_gate_bwd")
+cpu_only = ("counter_normal_", "moments")  # the gamma-init's CPU kernels
+wanted = [(op, key) for op in ops for key in ("CPU", "CUDA")] + [(op, "CPU") for op in cpu_only]
 missing = [
     f"{op}[{key}]"
-    for op in ops
-    for key in ("CPU", "CUDA")
+    for op, key in wanted
     if not torch._C._dispatch_has_kernel_for_dispatch_key(f"megatron_gamma::{op}", key)
 ]
 if missing:
