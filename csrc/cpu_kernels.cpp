@@ -24,14 +24,7 @@
 
 #include "checks.h"
 #include "common.h"
-#include "dtype_convert.h"
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    __GNUC__ >= 12
-#define MG_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MG_CLONES
-#endif
+#include "cpu_vector.h"
 
 namespace megatron_gamma {
 namespace {

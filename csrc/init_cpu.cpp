@@ -27,14 +27,7 @@
 #include <cstring>
 #include <vector>
 
-#include "dtype_convert.h"
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    __GNUC__ >= 12
-#define MG_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define MG_CLONES
-#endif
+#include "cpu_vector.h"
 
 namespace megatron_gamma {
 namespace {
@@ -48,18 +41,6 @@ constexpr double kLn2 = 0.6931471805599453;               // ln 2 rounded to dou
 constexpr double kAngleUnit = 3.141592653589793 / 2147483648.0;  // (pi / 2) / 2^30
 constexpr double kTwo52 = 4503599627370496.0;
 constexpr int64_t kPairsPerStep = 2048;  // a 16 KiB float32 buffer per task
-
-inline double double_of(uint64_t u) {
-  double d;
-  std::memcpy(&d, &u, sizeof(d));
-  return d;
-}
-
-inline uint64_t bits_of(double d) {
-  uint64_t u;
-  std::memcpy(&u, &d, sizeof(u));
-  return u;
-}
 
 inline uint64_t mix(uint64_t x) {
   x ^= x >> 30;
