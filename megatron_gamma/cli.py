@@ -433,7 +433,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer-model", required=True, help="tokenizer.json")
     p.add_argument("--output-prefix", required=True, help="prefix of the merged dataset")
     p.add_argument("--num-shards", type=int, required=True, help="array tasks")
-    p.add_argument("--workers", type=int, default=1, help="tokenizer processes per task")
+    p.add_argument(
+        "--workers", type=int, default=1,
+        help="encoding processes per task: the main process plus WORKERS - 1 worker processes",
+    )  # fmt: skip
     p.add_argument(
         "--env",
         action="append",

@@ -244,6 +244,21 @@ def test_bad_input_stops_with_file_and_line_and_writes_nothing(
     assert listing(tmp_path / "out") == []
 
 
+@pytest.mark.parametrize("workers", [2, 3])
+def test_the_first_bad_record_is_reported_whichever_process_encodes_it(tmp_path, workers):
+    """With N workers the main process encodes every N-th chunk itself and the pool the others;
+    at one record per chunk, lines 2 (a worker's chunk) and 3 (the main process's chunk for
+    N = 2, a worker's for N = 3) are bad: the error names line 2, as with one process."""
+    bad = tmp_path / "a.jsonl"
+    bad.write_bytes(b'{"text": "ok"}\n{not json\n[1, 2]\n{"text": "fine"}\n')
+    with pytest.raises(InputError, match=r"a\.jsonl:2: malformed JSON"):
+        preprocess(
+            [str(bad)], TOKENIZER, str(tmp_path / "out" / "x"), workers=workers, chunk_size=1,
+            progress=False,
+        )  # fmt: skip
+    assert listing(tmp_path / "out") == []
+
+
 def test_truncated_gzip_and_broken_link_are_unreadable(tmp_path):
     data = gzip.compress(b"".join(b'{"text": "line %d"}\n' % i for i in range(5000)))
     (tmp_path / "cut.jsonl.gz").write_bytes(data[: len(data) // 2])

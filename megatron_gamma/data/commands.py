@@ -216,7 +216,10 @@ def add_data_commands(sub) -> None:
     p.add_argument("--vocab-file", default=None, help="GPT-2 vocab.json (GPT2BPETokenizer)")
     p.add_argument("--merge-file", default=None, help="GPT-2 merges.txt (GPT2BPETokenizer)")
     p.add_argument("--output-prefix", required=True)
-    p.add_argument("--workers", type=int, default=1, help="tokenizer processes (one core each)")
+    p.add_argument(
+        "--workers", type=int, default=1,
+        help="encoding processes, one core each: this process plus WORKERS - 1 worker processes",
+    )  # fmt: skip
     p.add_argument(
         "--tokenizer-backend", choices=["auto", "gigatoken", "hf"], default="auto",
         help="auto: gigatoken when its ids equal HF tokenizers' on probe texts and an input "

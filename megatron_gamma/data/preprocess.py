@@ -1,9 +1,11 @@
 """jsonl / jsonl.gz / jsonl.zst / parquet -> Megatron indexed binaries (.bin/.idx), streaming,
 in parallel, sharded, resumable.
 
-Pipeline: the main process reads the input files in order (:mod:`.readers`) and hands bounded
-chunks of raw records to ``workers`` processes, which decode, normalize, tag, filter, split and
-tokenize them (:mod:`.encode`); the main process writes the results in input order through
+Pipeline: the main process reads the input files in order (:mod:`.readers`) and cuts them into
+bounded chunks of raw records, which are decoded, normalized, tagged, filtered, split and
+tokenized (:mod:`.encode`): with ``workers`` = N > 1, every N-th chunk in the main process itself
+and the others in N - 1 worker processes, so that N processes share N cores and only (N - 1) / N
+of the chunks cross a pipe; the main process writes the results in input order through
 megatron-core's ``IndexedDatasetBuilder`` (:mod:`.indexed`). At most ``2 x workers`` chunks are in
 flight, so memory does not grow with the input. The tokenizer backend (``gigatoken`` or HF
 ``tokenizers``) is chosen once per call, before any shard, by
@@ -114,11 +116,34 @@ def _encode(chunk: Chunk) -> EncodedChunk:
     return _ENCODER(chunk)
 
 
-def _ordered_map(pool, fn: Callable, items: Iterable, window: int) -> Iterator:
-    """``pool.imap(fn, items)`` with at most ``window`` items read ahead (imap reads all)."""
+class _Done:
+    """``fn(item)`` computed in this process, with AsyncResult's ``get``: an error is raised
+    when the result is taken, in input order, as a worker's would be."""
+
+    def __init__(self, fn: Callable, item):
+        self.value, self.error = None, None
+        try:
+            self.value = fn(item)
+        except Exception as e:  # noqa: BLE001  (re-raised by get, in input order)
+            self.error = e
+
+    def get(self):
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def _ordered_map(
+    pool, fn: Callable, items: Iterable, window: int, local: Callable, every: int
+) -> Iterator:
+    """``fn`` over ``items`` in order: item k runs here with ``local`` when k % ``every`` == 0,
+    the others in ``pool``, at most ``window`` items read ahead (``pool.imap`` would read all)."""
     pending: deque = deque()
-    for item in items:
-        pending.append(pool.apply_async(fn, (item,)))
+    for k, item in enumerate(items):
+        if k % every == 0:
+            pending.append(_Done(local, item))
+        else:
+            pending.append(pool.apply_async(fn, (item,)))
         if len(pending) >= window:
             yield pending.popleft().get()
     while pending:
@@ -252,13 +277,13 @@ def _run_unit(
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker
     try:
         chunks = _read_chunks(files, options, chunk_size, counts, messages)
+        encoder = ChunkEncoder(tok.path, options, dtype, tok.eod, backend)
         if workers == 1:
-            encoder = ChunkEncoder(tok.path, options, dtype, tok.eod, backend)
             results: Iterator[EncodedChunk] = map(encoder, chunks)
         else:
             init = (tok.path, options, dtype, tok.eod, backend)
-            pool = mp.get_context("fork").Pool(workers, _init_worker, init)
-            results = _ordered_map(pool, _encode, chunks, 2 * workers)
+            pool = mp.get_context("fork").Pool(workers - 1, _init_worker, init)
+            results = _ordered_map(pool, _encode, chunks, 2 * workers, encoder, workers)
         start, raw, docs, tokens = time.time(), 0, 0, 0
         for r in results:
             for name, out in r.outputs.items():
@@ -329,7 +354,8 @@ def preprocess(
         tokenizer_path: tokenizer.json with an EOD token, or a directory holding one (with
             ``tokenizer_type`` 'HuggingFaceTokenizer'; None for GPT-2 BPE).
         output_prefix: where the outputs go (see the layout above).
-        workers: tokenizer processes (one core each).
+        workers: processes that encode (one core each): the main process and ``workers - 1``
+            worker processes.
         json_key: the text field, when ``options`` is None.
         chunk_size: records per work item.
         progress: show a bar (bytes, with docs/s, MB/s and tok/s).
