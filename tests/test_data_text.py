@@ -9,7 +9,12 @@ import pytest
 
 from megatron_gamma.data import demo_dir
 from megatron_gamma.data.filters import Filters, symbol_ratio
-from megatron_gamma.data.langid import script_units, tag_language
+from megatron_gamma.data.langid import (
+    script_units,
+    script_units_batch,
+    tag_language,
+    tag_languages,
+)
 from megatron_gamma.data.normalize import normalize
 from megatron_gamma.data.sentences import (
     EXTRA_ABBREVIATIONS,
@@ -94,6 +99,36 @@ def test_shipped_punkt_parameters_are_reproducible_from_the_demo_corpus():
 def test_language_tag_rule(text, han, words, tag):
     assert script_units(text) == (han, words)
     assert tag_language(text) == tag
+
+
+def _units_by_loop(text: str) -> tuple[int, int]:
+    """Independent reference: a character loop with the docstring's ranges."""
+    han = words = 0
+    in_word = False
+    for ch in text:
+        c = ord(ch)
+        han += any(a <= c <= b for a, b in HAN_RANGES)
+        latin = ch.isascii() and ch.isalpha() or (0xC0 <= c <= 0x24F and c not in (0xD7, 0xF7))
+        words += latin and not in_word
+        in_word = latin
+    return han, words
+
+
+HAN_RANGES = [(0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF), (0x20000, 0x3134F)]
+
+
+def test_batched_tags_equal_a_per_character_loop_at_document_boundaries():
+    """tag_languages over a chunk (texts joined in one pass) counts each text on its own: words
+    that touch the end of one text and the start of the next, empty texts, astral Han
+    (U+20000+), a lone Latin letter, and the demo corpus."""
+    texts = ["abc", "def", "", "𠀀𠀁 x", "é", "", "中文ab", "cd中文", "7", "Q"]
+    texts += [rec["text"] for rec in _demo_records()]
+    han, words = script_units_batch(texts)
+    assert list(zip(han.tolist(), words.tolist(), strict=True)) == [
+        _units_by_loop(t) for t in texts
+    ]
+    assert tag_languages(texts) == [tag_language(t) for t in texts]
+    assert tag_languages([]) == []
 
 
 def test_language_tag_agrees_with_every_demo_label():

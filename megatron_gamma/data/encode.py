@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from megatron_gamma.data.filters import Filters
-from megatron_gamma.data.langid import tag_language
+from megatron_gamma.data.langid import tag_languages
 from megatron_gamma.data.normalize import check_punct_width, normalize, remove_control_characters
 from megatron_gamma.data.readers import (
     MAX_MESSAGES,
@@ -184,10 +184,12 @@ class ChunkEncoder:
         return [text for _, _, text in self._texts(chunk, {}, [])]
 
     def _texts(self, chunk: Chunk, counts: dict, messages: list[str]):
-        """Yield (key, lang, text) of the records that pass the text filters."""
+        """Yield (key, lang, text) of the records that pass the text filters; the untagged
+        texts of the chunk are tagged in one batch (:func:`~.langid.tag_languages`)."""
         opt = self.options
         errors = counts.setdefault("errors", {})
         records = parse_chunk(chunk, opt.on_error, errors, messages)
+        kept = []  # (key, normalized text, control characters, truncated, label), in order
         for rec in records:
             try:
                 label = record_language(chunk.path, rec, opt.lang_key)
@@ -214,15 +216,17 @@ class ChunkEncoder:
                     messages.append(str(e))
                 continue
             for key, text, controls, cut in texts:
-                text = normalize(text, opt.nfkc, opt.punct_width)
-                lang = label or tag_language(text)
-                _bump(counts, "languages", lang, "control_characters", by=controls)
-                _bump(counts, "languages", lang, "truncated", by=int(cut))
-                reason = opt.filters.text_reason(text)
-                if reason is not None:
-                    _bump(counts, "languages", lang, "dropped", reason)
-                    continue
-                yield key, lang, text
+                kept.append((key, normalize(text, opt.nfkc, opt.punct_width), controls, cut, label))
+        tags = iter(tag_languages([text for _, text, _, _, label in kept if not label]))
+        for key, text, controls, cut, label in kept:
+            lang = label or next(tags)
+            _bump(counts, "languages", lang, "control_characters", by=controls)
+            _bump(counts, "languages", lang, "truncated", by=int(cut))
+            reason = opt.filters.text_reason(text)
+            if reason is not None:
+                _bump(counts, "languages", lang, "dropped", reason)
+                continue
+            yield key, lang, text
 
     def __call__(self, chunk: Chunk) -> EncodedChunk:
         opt = self.options

@@ -18,6 +18,8 @@ stays 'zh'. Scripts other than Han and Latin (kana, Hangul, Cyrillic) are not co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 LANGUAGES = ("zh", "en", "mixed")
@@ -40,27 +42,48 @@ def han_mask(cp: np.ndarray) -> np.ndarray:
     )
 
 
-def script_units(text: str) -> tuple[int, int]:
-    """(Han characters, Latin words) of ``text``."""
-    cp = codepoints(text)
+def script_units_batch(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """(Han characters, Latin words) of each of ``texts``: two (len(texts),) int64 arrays.
+
+    One vectorized pass over the texts, each followed by a newline (a newline ends a Latin word
+    and is no unit, so no word spans two texts): a chunk of documents costs a few numpy calls
+    instead of a few per document.
+    """
+    if not texts:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    cp = codepoints("\n".join(texts) + "\n")  # a last newline: empty texts start in range
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    first = np.zeros(len(texts), dtype=np.int64)
+    np.cumsum(lengths[:-1] + 1, out=first[1:])
     low = cp | 0x20
     latin = ((low >= 0x61) & (low <= 0x7A)) | (
         (cp >= 0xC0) & (cp <= 0x24F) & (cp != 0xD7) & (cp != 0xF7)
     )
     starts = latin.copy()
     starts[1:] &= ~latin[:-1]
-    return int(han_mask(cp).sum()), int(starts.sum())
+    han = np.add.reduceat(han_mask(cp), first, dtype=np.int64)
+    return han, np.add.reduceat(starts, first, dtype=np.int64)
+
+
+def script_units(text: str) -> tuple[int, int]:
+    """(Han characters, Latin words) of ``text``."""
+    han, words = script_units_batch([text])
+    return int(han[0]), int(words[0])
+
+
+def tag_languages(texts: Sequence[str]) -> list[str]:
+    """'zh', 'en' or 'mixed' for each of ``texts`` by the script-unit rule of the module
+    docstring (:func:`script_units_batch`)."""
+    han, words = script_units_batch(texts)
+    units = han + words
+    share = np.divide(han, units, out=np.zeros(len(texts)), where=units > 0)
+    tags = np.where(share >= ZH_MIN_SHARE, "zh", np.where(share < EN_MAX_SHARE, "en", "mixed"))
+    return tags.tolist()
 
 
 def tag_language(text: str) -> str:
     """'zh', 'en' or 'mixed' by the script-unit rule of the module docstring."""
-    han, words = script_units(text)
-    share = han / (han + words) if han + words else 0.0
-    if share >= ZH_MIN_SHARE:
-        return "zh"
-    if share < EN_MAX_SHARE:
-        return "en"
-    return "mixed"
+    return tag_languages([text])[0]
 
 
 def language_label(value: object) -> str | None:
