@@ -191,6 +191,27 @@ def _normal_run(start: int, rows: int, width: int, stride: int, key: int, sigma:
     return out.mul_(sigma).to(torch.float32).view(rows, width)
 
 
+def _fill_rows_kernel(block: torch.Tensor, first: int, stride: int, key: int, sigma: float):
+    """Fill ``block`` (rows, width), row r holding global indices first + r * stride + [0,
+    width), with the C++ kernel ``counter_normal_``; whole rows are one run."""
+    if block.shape[1] == stride:
+        block, stride = block.view(1, -1), block.numel()
+    torch.ops.megatron_gamma.counter_normal_(block, first, stride, key, sigma)
+
+
+def _fill_rows_torch(
+    block: torch.Tensor, first: int, stride: int, key: int, sigma: float, chunk: int
+):
+    """:func:`_fill_rows_kernel` with the torch implementation, about ``chunk`` elements per
+    step."""
+    rows, width = block.shape
+    step = max(1, chunk // max(width, 1))
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        values = _normal_run(first + r0 * stride, r1 - r0, width, stride, key, sigma, block.device)
+        block[r0:r1].copy_(values)
+
+
 def _ranges(size: int, parts: int, rank: int, halves: bool) -> list[tuple[int, int]]:
     """Global [start, stop) index ranges along a dimension of ``size`` held by ``rank`` of
     ``parts`` contiguous shards (each half sharded on its own when ``halves``)."""
@@ -267,28 +288,15 @@ def fill_shard_normal_(
             f"of {shape} holds {expected} (contiguous)"
         )
     flat = out.view(-1)
-    device = out.device
-    if device.type == "cpu" and ops.backend(device) == "extension":
-        col0, pos = col_ranges[0][0], 0
-        for start, stop in row_ranges:
-            n = (stop - start) * local_cols
-            block = flat[pos : pos + n]
-            # whole rows are one run of consecutive global indices
-            runs = (1, n) if local_cols == cols else (stop - start, local_cols)
-            first = start * cols + col0
-            stride = n if local_cols == cols else cols
-            torch.ops.megatron_gamma.counter_normal_(block.view(runs), first, stride, key, sigma)
-            pos += n
-        return out
+    kernel = ops.uses_cpu_kernels(out.device)
     if chunk is None:
-        chunk = CHUNK * torch.get_num_threads() if device.type == "cpu" else CUDA_CHUNK
-    col0 = col_ranges[0][0]
-    step_rows = max(1, chunk // max(local_cols, 1))
-    pos = 0
+        chunk = CHUNK * torch.get_num_threads() if out.device.type == "cpu" else CUDA_CHUNK
+    col0, pos = col_ranges[0][0], 0
     for start, stop in row_ranges:
-        for r0 in range(start, stop, step_rows):
-            r1 = min(stop, r0 + step_rows)
-            values = _normal_run(r0 * cols + col0, r1 - r0, local_cols, cols, key, sigma, device)
-            flat[pos : pos + values.numel()].copy_(values.view(-1))
-            pos += values.numel()
+        block = flat[pos : pos + (stop - start) * local_cols].view(stop - start, local_cols)
+        pos += block.numel()
+        if kernel:
+            _fill_rows_kernel(block, start * cols + col0, cols, key, sigma)
+        else:
+            _fill_rows_torch(block, start * cols + col0, cols, key, sigma, chunk)
     return out

@@ -31,6 +31,7 @@ __all__ = [
     "rms_norm",
     "sigmoid_gate",
     "backend",
+    "uses_cpu_kernels",
     "use_backend",
     "extension_status",
     "BACKENDS",
@@ -105,6 +106,13 @@ def backend(device: torch.device | str = "cpu") -> str:
     """'extension' or 'reference': what :func:`rms_norm` and :func:`sigmoid_gate` run on
     ``device`` under the current selection."""
     return "extension" if _fused_for(torch.device(device)) is not None else "reference"
+
+
+def uses_cpu_kernels(device: torch.device | str) -> bool:
+    """True when ``device`` is a CPU and the compiled kernels are selected there: the condition
+    for the extension's CPU-only ops (the gamma-init's ``counter_normal_`` and ``moments``)."""
+    device = torch.device(device)
+    return device.type == "cpu" and backend(device) == "extension"
 
 
 @contextlib.contextmanager

@@ -15,9 +15,9 @@ wrong table entry, which the init and the expectation would share, is still caug
 
 The statistics stream: each shard is summed in float64 chunks of :data:`CHUNK` elements on its
 own device, or in one pass of the C++ kernel ``moments`` on CPU (no float64 copy of a whole
-tensor; one host sync per parameter). ``--init-audit
-summary`` measures only the parameters outside the decoder layers and those of the first and
-last decoder layer, which hold every role at a cost that does not grow with depth.
+tensor; one host sync per parameter). ``--init-audit summary`` measures only the parameters
+outside the decoder layers and those of the first and last decoder layer, which hold every role
+at a cost that does not grow with depth.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def shard_sums(x: torch.Tensor, chunk: int = CHUNK) -> tuple[float, float]:
     extension built, one pass of ``torch.ops.megatron_gamma.moments`` (float64 partial sums per
     2^16 elements, no copy)."""
     flat = x.detach().reshape(-1)
-    if flat.device.type == "cpu" and ops.backend(flat.device) == "extension":
+    if ops.uses_cpu_kernels(flat.device):
         total, squares = torch.ops.megatron_gamma.moments(flat.contiguous()).tolist()
         return total, squares
     acc = torch.zeros(2, dtype=torch.float64, device=flat.device)
