@@ -246,9 +246,9 @@ def test_bad_input_stops_with_file_and_line_and_writes_nothing(
 
 @pytest.mark.parametrize("workers", [2, 3])
 def test_the_first_bad_record_is_reported_whichever_process_encodes_it(tmp_path, workers):
-    """With N workers the main process encodes every N-th chunk itself and the pool the others;
-    at one record per chunk, lines 2 (a worker's chunk) and 3 (the main process's chunk for
-    N = 2, a worker's for N = 3) are bad: the error names line 2, as with one process."""
+    """At one record per chunk, lines 2 and 3 are bad; line 2's chunk goes to a worker, line
+    3's to a worker or the main process as timing has it: the error names line 2, as with one
+    process (:mod:`megatron_gamma.data.workers` tests the order with every placement)."""
     bad = tmp_path / "a.jsonl"
     bad.write_bytes(b'{"text": "ok"}\n{not json\n[1, 2]\n{"text": "fine"}\n')
     with pytest.raises(InputError, match=r"a\.jsonl:2: malformed JSON"):

@@ -3,12 +3,12 @@ in parallel, sharded, resumable.
 
 Pipeline: the main process reads the input files in order (:mod:`.readers`) and cuts them into
 bounded chunks of raw records, which are decoded, normalized, tagged, filtered, split and
-tokenized (:mod:`.encode`): with ``workers`` = N > 1, every N-th chunk in the main process itself
-and the others in N - 1 worker processes, so that N processes share N cores and only (N - 1) / N
-of the chunks cross a pipe; the main process writes the results in input order through
-megatron-core's ``IndexedDatasetBuilder`` (:mod:`.indexed`). At most ``2 x workers`` chunks are in
-flight, so memory does not grow with the input. The tokenizer backend (``gigatoken`` or HF
-``tokenizers``) is chosen once per call, before any shard, by
+tokenized (:mod:`.encode`): with ``workers`` = N > 1, by the main process and N - 1 forked
+worker processes (:mod:`.workers`: a chunk goes to a worker with room, else the main process
+encodes it, so N processes share N cores); the main process writes the results in input order
+through megatron-core's ``IndexedDatasetBuilder`` (:mod:`.indexed`). At most ``4 x workers``
+chunks are in flight, so memory does not grow with the input. The tokenizer backend
+(``gigatoken`` or HF ``tokenizers``) is chosen once per call, before any shard, by
 :func:`~megatron_gamma.data.token_backend.resolve_backend` on the first chunk of up to
 :data:`SAMPLE_FILES` input files, so every shard and worker uses the same one. Each document is
 handled on its own, so the bytes written do not depend on the worker count, and the file list is
@@ -28,12 +28,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import multiprocessing as mp
 import os
-import sys
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
 
@@ -41,7 +38,7 @@ from megatron.core.datasets.indexed_dataset import DType
 from tqdm import tqdm
 
 from megatron_gamma.config import ConfigError, DataConfig
-from megatron_gamma.data.encode import ChunkEncoder, EncodedChunk, EncodeOptions
+from megatron_gamma.data.encode import ChunkEncoder, EncodeOptions
 from megatron_gamma.data.indexed import ChunkWriter
 from megatron_gamma.data.merge import merge_shards
 from megatron_gamma.data.readers import (
@@ -61,9 +58,9 @@ from megatron_gamma.data.tokenizer import BilingualTokenizer
 from megatron_gamma.data.tokenizer_fingerprint import SUFFIX as FINGERPRINT
 from megatron_gamma.data.tokenizer_fingerprint import fingerprint
 from megatron_gamma.data.tokenizer_types import load_tokenizer
+from megatron_gamma.data.workers import SharedMap
 
 log = logging.getLogger(__name__)
-_ENCODER: ChunkEncoder | None = None
 SAMPLE_FILES = 8
 
 
@@ -92,62 +89,6 @@ class PreprocessStats:
     skipped: int = 0
     stats_path: str = ""
     tokenizer_backend: str = ""
-
-
-def _set_parent_death_signal() -> None:
-    """Linux: end this worker if the main process dies (e.g. SIGKILL), so none is orphaned."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def _init_worker(
-    tokenizer_path: str, options: EncodeOptions, dtype: type, eod: int, backend: str
-) -> None:
-    global _ENCODER
-    _set_parent_death_signal()
-    _ENCODER = ChunkEncoder(tokenizer_path, options, dtype, eod, backend)
-
-
-def _encode(chunk: Chunk) -> EncodedChunk:
-    assert _ENCODER is not None
-    return _ENCODER(chunk)
-
-
-class _Done:
-    """``fn(item)`` computed in this process, with AsyncResult's ``get``: an error is raised
-    when the result is taken, in input order, as a worker's would be."""
-
-    def __init__(self, fn: Callable, item):
-        self.value, self.error = None, None
-        try:
-            self.value = fn(item)
-        except Exception as e:  # noqa: BLE001  (re-raised by get, in input order)
-            self.error = e
-
-    def get(self):
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
-def _ordered_map(
-    pool, fn: Callable, items: Iterable, window: int, local: Callable, every: int
-) -> Iterator:
-    """``fn`` over ``items`` in order: item k runs here with ``local`` when k % ``every`` == 0,
-    the others in ``pool``, at most ``window`` items read ahead (``pool.imap`` would read all)."""
-    pending: deque = deque()
-    for k, item in enumerate(items):
-        if k % every == 0:
-            pending.append(_Done(local, item))
-        else:
-            pending.append(pool.apply_async(fn, (item,)))
-        if len(pending) >= window:
-            yield pending.popleft().get()
-    while pending:
-        yield pending.popleft().get()
 
 
 def _read_chunks(
@@ -272,35 +213,29 @@ def _run_unit(
         total=sum(sizes), unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
         disable=not progress,
     )  # fmt: skip
-    pool = None
     env = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker
     try:
         chunks = _read_chunks(files, options, chunk_size, counts, messages)
         encoder = ChunkEncoder(tok.path, options, dtype, tok.eod, backend)
-        if workers == 1:
-            results: Iterator[EncodedChunk] = map(encoder, chunks)
-        else:
-            init = (tok.path, options, dtype, tok.eod, backend)
-            pool = mp.get_context("fork").Pool(workers - 1, _init_worker, init)
-            results = _ordered_map(pool, _encode, chunks, 2 * workers, encoder, workers)
         start, raw, docs, tokens = time.time(), 0, 0, 0
-        for r in results:
-            for name, out in r.outputs.items():
-                if name not in writers:
-                    writers[name] = ChunkWriter(unit.temp(f"_{name}"), dtype)
-                writers[name].add(out.tokens, out.sequence_lengths, out.document_sequences)
-                docs += len(out.document_sequences)
-                tokens += len(out.tokens)
-            add_counts(counts, r.counts)
-            messages += r.messages
-            raw += r.raw_bytes
-            bar.update(starts[r.path] + r.disk_pos - bar.n)
-            dt = max(time.time() - start, 1e-9)
-            bar.set_postfix_str(
-                f"{docs / dt:.0f} docs/s, {raw / dt / 1e6:.1f} MB/s, {tokens / dt:.0f} tok/s",
-                refresh=False,
-            )
+        with SharedMap(workers, encoder) as pool:
+            for r in pool.map(chunks, 4 * workers):
+                for name, out in r.outputs.items():
+                    if name not in writers:
+                        writers[name] = ChunkWriter(unit.temp(f"_{name}"), dtype)
+                    writers[name].add(out.tokens, out.sequence_lengths, out.document_sequences)
+                    docs += len(out.document_sequences)
+                    tokens += len(out.tokens)
+                add_counts(counts, r.counts)
+                messages += r.messages
+                raw += r.raw_bytes
+                bar.update(starts[r.path] + r.disk_pos - bar.n)
+                dt = max(time.time() - start, 1e-9)
+                bar.set_postfix_str(
+                    f"{docs / dt:.0f} docs/s, {raw / dt / 1e6:.1f} MB/s, {tokens / dt:.0f} tok/s",
+                    refresh=False,
+                )
         for msg in messages[: 4 * MAX_MESSAGES]:
             log.warning("skipped: %s", msg)
         if not writers:
@@ -322,9 +257,6 @@ def _run_unit(
         raise
     finally:
         bar.close()
-        if pool is not None:
-            pool.terminate()
-            pool.join()
         if env is None:
             os.environ.pop("TOKENIZERS_PARALLELISM", None)
         else:

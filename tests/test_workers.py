@@ -1,0 +1,110 @@
+"""SharedMap (megatron_gamma.data.workers): the results of a plain in-order ``map`` whatever the
+process count and whoever computes each item, errors at their item's turn, dead workers named,
+no deadlock on items and results larger than a pipe, bounded read-ahead, no worker left behind."""
+
+import os
+import time
+
+import psutil
+import pytest
+
+from megatron_gamma.data.workers import PIPE_BYTES, SharedMap
+
+MAIN = os.getpid()
+
+
+def square_and_pid(x: int) -> tuple[int, int]:
+    time.sleep(0.01)
+    return x * x, os.getpid()
+
+
+def children() -> list[psutil.Process]:
+    return [p for p in psutil.Process().children() if p.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_results_are_a_plain_map_in_input_order_and_every_process_works(workers):
+    with SharedMap(workers, square_and_pid) as pool:
+        out = list(pool.map(range(60), window=4 * workers))
+    assert [v for v, _ in out] == [x * x for x in range(60)]
+    pids = {pid for _, pid in out}
+    assert MAIN in pids  # the main process computes what the workers have no room for
+    assert len(pids) == workers  # and every worker computes some
+    assert children() == []
+
+
+def fail_from(k: int):
+    def fn(x: int) -> int:
+        if os.getpid() != MAIN:
+            time.sleep(0.03)  # so the main process reaches its later failures first
+        if x >= k:
+            raise ValueError(f"item {x} is bad")
+        return x
+
+    return fn
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+@pytest.mark.parametrize("k", [0, 1, 2, 5, 9])
+def test_the_first_failing_item_is_the_error_whichever_process_ran_it(workers, k):
+    got = []
+    with pytest.raises(ValueError, match=f"^item {k} is bad$"):
+        with SharedMap(workers, fail_from(k)) as pool:
+            for x in pool.map(range(20), window=8):
+                got.append(x)
+    assert got == list(range(k))
+    assert children() == []
+
+
+def die_in_worker(x: int) -> int:
+    if os.getpid() != MAIN:
+        os._exit(7)
+    return x
+
+
+def test_a_dead_worker_is_an_error_naming_its_exit_code():
+    with pytest.raises(RuntimeError, match=r"worker process \d+ exited with code 7"):
+        with SharedMap(2, die_in_worker) as pool:
+            list(pool.map(range(10), window=8))
+    assert children() == []
+
+
+def reverse(b: bytes) -> bytes:
+    return b[::-1]
+
+
+@pytest.mark.timeout(60)
+def test_items_and_results_larger_than_a_pipe_pass_without_deadlock():
+    items = [bytes([i]) * (3 * PIPE_BYTES) + os.urandom(1000) for i in range(8)]
+    with SharedMap(2, reverse) as pool:
+        assert list(pool.map(items, window=8)) == [b[::-1] for b in items]
+
+
+@pytest.mark.parametrize("window", [1, 3, 9])
+def test_read_ahead_never_exceeds_the_window(window):
+    pulled = []
+
+    def items():
+        for x in range(40):
+            pulled.append(x)
+            yield x
+
+    with SharedMap(3, square_and_pid) as pool:
+        bound = max(window, pool.depth * 2 + 1)
+        for n, _ in enumerate(pool.map(items(), window=window), start=1):
+            assert len(pulled) - n <= bound - 1
+    assert n == 40
+
+
+def test_an_error_in_the_consumer_kills_and_reaps_the_workers():
+    with pytest.raises(KeyError):
+        with SharedMap(3, square_and_pid) as pool:
+            for _ in pool.map(range(100), window=8):
+                assert len(children()) == 2
+                raise KeyError("consumer failed")
+    assert children() == []
+
+
+def test_zero_workers_is_refused_by_value():
+    with pytest.raises(ValueError, match="workers=0: need at least 1"):
+        SharedMap(0, reverse)
