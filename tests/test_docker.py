@@ -134,3 +134,17 @@ def test_build_script_tag_scheme():
     ).stdout  # fmt: skip
     assert f"-t {tag} -t registry.example/acme/mg:{version}-ngc{ngc} {REPO}" in dry
     assert f"enroot import -o mg.sqsh dockerd://{tag}" in dry
+
+
+def test_the_image_installs_the_extras_evaluation_and_wandb_need():
+    """The package is installed with its ``eval`` and ``wandb`` extras (``evaluate``, ``export-hf``
+    and ``--wandb-project`` would fail in the image otherwise), and both exist in its metadata."""
+    from importlib.metadata import metadata
+
+    runs = [r for w, r in _instructions() if w == "RUN" and "pip install" in r]
+    (package,) = [r for r in runs if "--no-build-isolation" in r]
+    (spec,) = [a for a in shlex.split(package) if a.startswith(".")]
+    extras = set(re.fullmatch(r"\.\[([a-z,]+)\]", spec).group(1).split(","))
+    assert extras == {"eval", "wandb"}
+    assert extras <= set(metadata("megatron-gamma").get_all("Provides-Extra"))
+    assert "import lm_eval, transformers, wandb" in package
