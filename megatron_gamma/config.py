@@ -247,6 +247,51 @@ class TokenizerType(Choice):
     GPT2_BPE = "GPT2BPETokenizer", "GPT-2 byte-level BPE from --vocab-file and --merge-file"
 
 
+_TO_TOKENIZER_JSON = (
+    "convert it once to a Hugging Face tokenizer.json (transformers loads it and save_pretrained "
+    "writes one), then pass --tokenizer-type HuggingFaceTokenizer --tokenizer-model DIR"
+)
+_GPT_TOKENIZER = (
+    "use a GPT tokenizer: a tokenizer.json (megatron-gamma train-tokenizer makes one) or GPT-2's "
+    "files with --tokenizer-type GPT2BPETokenizer"
+)
+
+# Megatron-LM --tokenizer-type values megatron-gamma does not build: value -> (why, fix).
+REFUSED_TOKENIZER_TYPES: dict[str, tuple[str, str]] = {
+    **{
+        name: (
+            "a SentencePiece .model; megatron-gamma tokenizes (preprocessing workers, gigatoken, "
+            "training, export) from a tokenizer.json",
+            _TO_TOKENIZER_JSON,
+        )
+        for name in ("SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer")
+    },
+    "TikTokenizer": (
+        "a tiktoken vocabulary; megatron-gamma tokenizes from a tokenizer.json",
+        _TO_TOKENIZER_JSON,
+    ),
+    **{
+        name: ("BERT's WordPiece vocabulary; megatron-gamma trains GPT models", _GPT_TOKENIZER)
+        for name in ("BertWordPieceLowerCase", "BertWordPieceCase")
+    },
+    **{
+        name: (
+            "multimodal and SFT tokenizers; megatron-gamma pretrains text GPT models",
+            _GPT_TOKENIZER,
+        )
+        for name in ("MultimodalTokenizer", "NullMultimodalTokenizer", "SFTTokenizer")
+    },
+    "NullTokenizer": (
+        "ids without a tokenizer; megatron-gamma needs one for EOD, the vocabulary size and "
+        "export, also with --mock-data",
+        "drop --tokenizer-type: the packaged demo tokenizer serves --mock-data",
+    ),
+}
+
+# Values of a Choice that are known (Megatron-LM's) but refused, with why and the fix.
+REFUSED_CHOICES: dict[type, dict[str, tuple[str, str]]] = {TokenizerType: REFUSED_TOKENIZER_TYPES}
+
+
 class RecomputeGranularity(Choice):
     """Activation recomputation (megatron-core ``recompute_granularity``)."""
 
@@ -267,7 +312,8 @@ def _check_choices(section: Any) -> None:
     scheduler's ``lr_decay_style``), YAML and megatron-core only ever see ``str``.
 
     Raises:
-        ConfigError: a value that is no member, naming the members and what each does.
+        ConfigError: a value that is no member, naming the members and what each does (and,
+            for a value of :data:`REFUSED_CHOICES`, why it is refused and the fix).
     """
     hints = typing.get_type_hints(type(section))
     for f in dataclasses.fields(section):
@@ -278,7 +324,8 @@ def _check_choices(section: Any) -> None:
         try:
             _resolve(section, f.name, kind(value).value)
         except ValueError:
-            _fail(f.name, value, "unknown", f"use one of {kind.help()}")
+            why, fix = REFUSED_CHOICES.get(kind, {}).get(value, ("unknown", ""))
+            _fail(f.name, value, why, f"{fix}{'; or ' if fix else ''}use one of {kind.help()}")
 
 
 def _resolve_megatron_aliases(m: Any) -> None:
@@ -1923,7 +1970,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(
                 flag,
                 dest=name,
-                choices=choices,
+                choices=choices + list(REFUSED_CHOICES.get(base, {})),  # refused by validation
                 default=None,
                 help=doc,
                 metavar="{" + ",".join(choices) + "}",

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from megatron_gamma import cli
-from megatron_gamma.config import ConfigError, load_config
+from megatron_gamma.config import REFUSED_TOKENIZER_TYPES, ConfigError, load_config
 from megatron_gamma.megatron_flags import REFUSED
 
 DOC = Path(__file__).parents[1] / "docs" / "megatron-flags.md"
@@ -167,3 +167,25 @@ def test_vocab_and_merge_files_alone_mean_the_gpt2_tokenizer(tmp_path):
     assert load_config(None, {}).data.tokenizer_type == "HuggingFaceTokenizer"
     with pytest.raises(ConfigError, match="vocab_file=.*--tokenizer-type GPT2BPETokenizer"):
         load_config(None, {**files, "tokenizer_type": "HuggingFaceTokenizer"})
+
+
+@pytest.mark.parametrize("kind", sorted(REFUSED_TOKENIZER_TYPES))
+def test_megatron_lm_tokenizer_types_we_do_not_build_are_refused_by_value_with_the_fix(kind):
+    """Megatron-LM's other --tokenizer-type values pass the parser and stop at validation with
+    why and the fix (not argparse's bare 'invalid choice'); the help lists only ours."""
+    why, fix = REFUSED_TOKENIZER_TYPES[kind]
+    args = cli.parse_args(["pretrain", "--tokenizer-type", kind])
+    with pytest.raises(ConfigError) as e:
+        load_config(None, {"tokenizer_type": args.tokenizer_type})
+    assert str(e.value).startswith(f"tokenizer_type={kind!r}: {why}. Fix: {fix}; or use one of")
+    assert "'HuggingFaceTokenizer'" in str(e.value) and "'GPT2BPETokenizer'" in str(e.value)
+    pretrain = cli.build_parser()._subparsers._group_actions[0].choices["pretrain"]
+    assert kind not in pretrain.format_help()
+
+
+def test_an_unknown_tokenizer_type_still_names_the_members(capsys):
+    with pytest.raises(SystemExit):
+        cli.parse_args(["pretrain", "--tokenizer-type", "MyTokenizer"])
+    assert "invalid choice: 'MyTokenizer'" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="^tokenizer_type='MyTokenizer': unknown. Fix: use one"):
+        load_config(None, {"tokenizer_type": "MyTokenizer"})
