@@ -157,6 +157,24 @@ def test_dry_run_prints_the_script_and_writes_only_its_config(
     assert frozen["checkpoint"]["save"] == str(tmp_path / "run" / "checkpoints")
 
 
+def test_finetune_from_another_directory_is_submitted_as_a_pretrained_checkpoint(
+    config, sbatch_calls, tmp_path, capsys
+):
+    """Megatron-LM's --finetune --load SRC would reload SRC at iteration 0 on every requeue; the
+    job takes SRC's weights once (--pretrained-checkpoint) and resumes from its own saves."""
+    src = tmp_path / "pretrained"
+    args = ["submit", "--config", config, "--nodes", "1", "--gpus-per-node", "2", "--dry-run"]
+    assert main([*args, "--finetune", "--load", str(src)]) == 0
+    err = capsys.readouterr().err
+    assert f"--finetune --load {src}: submitted as --pretrained-checkpoint {src}" in err
+    frozen = yaml.safe_load((tmp_path / "run" / "slurm" / "config.yaml").read_text())["checkpoint"]
+    assert frozen["finetune"] is False and frozen["pretrained_checkpoint"] == str(src)
+    assert frozen["load"] == frozen["save"] == str(tmp_path / "run" / "checkpoints")
+    both = ["--finetune", "--load", str(src), "--pretrained-checkpoint", str(tmp_path / "other")]
+    assert main([*args, *both]) == 2
+    assert "two checkpoints to take the weights from" in capsys.readouterr().err
+
+
 def test_dry_run_of_a_cluster_recipe_warns_for_paths_absent_here(tmp_path, capsys, monkeypatch):
     """The 1.5B recipe's data lives on the cluster: a dry run renders it, one warning per path,
     with nodes and GPUs per node from the recipe's cluster: section."""

@@ -422,6 +422,33 @@ def _mounted(path: str, mounts: Optional[str]) -> bool:
     return False
 
 
+def _finetune_as_pretrained_checkpoint(cfg: Config, checkpoints: str) -> Config:
+    """``--finetune --load SRC`` (SRC not the job's save directory) as ``--pretrained-checkpoint
+    SRC``: the same weights-only start, but a requeued job resumes from its own checkpoints
+    instead of restarting from SRC at iteration 0 (Megatron-LM's ``--finetune`` reloads SRC on
+    every start). Says so on stderr.
+
+    Raises:
+        SubmitError: ``--pretrained-checkpoint`` given as well (two weight sources).
+    """
+    ck = cfg.checkpoint
+    if not (ck.finetune and ck.load) or os.path.abspath(ck.load) == checkpoints:
+        return cfg
+    if ck.pretrained_checkpoint:
+        _fail(
+            "pretrained_checkpoint",
+            ck.pretrained_checkpoint,
+            f"given with --finetune --load {ck.load}: two checkpoints to take the weights from",
+            "keep one: --pretrained-checkpoint DIR alone (what a SLURM job should use)",
+        )
+    warn(
+        f"--finetune --load {ck.load}: submitted as --pretrained-checkpoint {ck.load} (weights "
+        f"only, iteration 0); a requeued job resumes from {checkpoints} instead of restarting "
+        "from the pretrained weights"
+    )
+    return cfg.replace(finetune=False, pretrained_checkpoint=os.path.abspath(ck.load), load=None)
+
+
 def submit_pretrain(
     config_path: Optional[str | list[str]],
     overrides: dict,
@@ -449,7 +476,9 @@ def submit_pretrain(
         ConfigError: a missing or invalid config, or (unless ``dry_run`` or with a container
             image) dataset files that do not exist on this host.
         SubmitError: no node count, the job does not fit the config's layout, ``checkpoint.load``
-            differs from ``checkpoint.save``, ``sbatch`` is missing or rejects the script.
+            differs from ``checkpoint.save`` (except with ``--finetune``: see
+            :func:`_finetune_as_pretrained_checkpoint`), ``sbatch`` is missing or rejects the
+            script.
     """
     cfg = load_config(config_path, overrides)
     job = job.with_cluster_defaults(cfg.cluster)
@@ -462,6 +491,7 @@ def submit_pretrain(
     workdir = _container_workdir(job)
     run_dir = os.path.abspath(cfg.logging.run_dir)
     checkpoints = os.path.abspath(cfg.checkpoint.save or os.path.join(run_dir, "checkpoints"))
+    cfg = _finetune_as_pretrained_checkpoint(cfg, checkpoints)
     if cfg.checkpoint.load and os.path.abspath(cfg.checkpoint.load) != checkpoints:
         _fail(
             "load",
