@@ -1470,8 +1470,25 @@ def rampup_train_iters(
     the consumed samples are <= its SAMPLES, each at megatron-core's
     RampupBatchsizeNumMicroBatchesCalculator size) plus whole global batches of the rest (a
     partial last batch is dropped)."""
+    return _sample_schedule(train_samples, global_batch_size, rampup_batch_size)[0]
+
+
+def trained_samples(t: TrainingConfig) -> int:
+    """Samples the run consumes over ``t.train_iters`` iterations: ``train_iters x
+    global_batch_size``, or with ``rampup_batch_size`` the ramp's smaller batches first (as
+    :func:`rampup_train_iters` counts them)."""
+    if t.rampup_batch_size is None:
+        return t.train_iters * t.global_batch_size
+    return _sample_schedule(t.train_samples, t.global_batch_size, t.rampup_batch_size)[1]
+
+
+def _sample_schedule(
+    train_samples: int, global_batch_size: int, rampup_batch_size: Optional[list]
+) -> tuple[int, int]:
+    """(iterations, samples consumed) of sample-based training (see rampup_train_iters)."""
     if rampup_batch_size is None:
-        return train_samples // global_batch_size
+        iterations = train_samples // global_batch_size
+        return iterations, iterations * global_batch_size
     from megatron.core.num_microbatches_calculator import (
         RampupBatchsizeNumMicroBatchesCalculator,
     )
@@ -1485,7 +1502,8 @@ def rampup_train_iters(
         calc.update(consumed, consistency_check=False)
         consumed += calc.get_current_global_batch_size()
         iterations += 1
-    return iterations + (train_samples - consumed) // global_batch_size
+    rest = (train_samples - consumed) // global_batch_size
+    return iterations + rest, consumed + rest * global_batch_size
 
 
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe", "shared_experts")

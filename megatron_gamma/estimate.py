@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megatron_gamma.config import Config, moe_layer_pattern
+from megatron_gamma.config import Config, moe_layer_pattern, trained_samples
 from megatron_gamma.model.flops import train_flops_per_token
 
 
@@ -247,9 +247,11 @@ def report(cfg: Config, vocab_size: int, world_size: int, gpu_memory_gb: float) 
     gib = 1024**3
     t, p = cfg.training, cfg.parallel
     tokens_per_step = t.global_batch_size * cfg.model.seq_length
+    total = trained_samples(t) * cfg.model.seq_length
+    ramp = "" if t.rampup_batch_size is None else " (batch-size ramp-up included)"
     rows = counts.as_rows() + [
         ("training FLOPs per token", f"{train_flops_per_token(cfg, vocab_size):.4g}"),
-        ("tokens per step / total", f"{tokens_per_step:,} / {tokens_per_step * t.train_iters:.4g}"),
+        ("tokens per step / total", f"{tokens_per_step:,} / {total:.4g}{ramp}"),
         (
             "layout",
             f"TP {p.tensor_model_parallel_size} x PP {p.pipeline_model_parallel_size} x EP "

@@ -254,6 +254,24 @@ def test_train_iters_from_train_samples_with_ramp_up(train_samples, ramp, final)
     assert cfg.replace(seed=7).training.train_iters == cfg.training.train_iters  # round trip
 
 
+def test_trained_samples_and_the_estimate_count_the_ramp_up_batches():
+    """gbs 8, ramp 4 -> 8 in steps of 2 over 20 samples, 100 samples: batches 4, 4, 4 (consumed
+    0, 4, 8 < 10), 6, 6 (12, 18 < 20), then 9 whole batches of 8 = 96 samples in 14 iterations
+    (by hand from Megatron-LM's rule)."""
+    from megatron_gamma.config import trained_samples
+    from megatron_gamma.estimate import report
+
+    fields = {"train_samples": 100, "rampup_batch_size": [4, 2, 20], "global_batch_size": 8}
+    fields["micro_batch_size"] = 2
+    cfg = load_config(None, fields)
+    assert (cfg.training.train_iters, trained_samples(cfg.training)) == (14, 96)
+    seq = cfg.model.seq_length
+    assert f"{8 * seq:,} / {96 * seq:.4g} (batch-size ramp-up included)" in report(cfg, 512, 1, 80)
+    plain = load_config(None, {**fields, "rampup_batch_size": None})
+    assert (plain.training.train_iters, trained_samples(plain.training)) == (12, 96)
+    assert f"{8 * seq:,} / {96 * seq:.4g}\n" in report(plain, 512, 1, 80)
+
+
 def test_resume_reconciliation_covers_the_new_keys():
     base = {"lr_decay_style": "WSD", "lr_wsd_decay_iters": 10, "lr_warmup_iters": 2}
     cfg = load_config(None, base)
