@@ -3,6 +3,7 @@ process count and whoever computes each item, errors at their item's turn, dead 
 no deadlock on items and results larger than a pipe, bounded read-ahead, no worker left behind."""
 
 import os
+import signal
 import time
 
 import psutil
@@ -112,3 +113,37 @@ def test_an_error_in_the_consumer_kills_and_reaps_the_workers():
 def test_zero_workers_is_refused_by_value():
     with pytest.raises(ValueError, match="workers=0: need at least 1"):
         SharedMap(0, reverse)
+
+
+class KeywordOnlyError(Exception):
+    def __init__(self, message: str, *, code: int):
+        super().__init__(message)
+        self.code = code
+
+
+def raise_keyword_only(x: int) -> int:
+    if os.getpid() != MAIN:
+        raise KeywordOnlyError(f"bad item {x}", code=3)
+    return x
+
+
+def test_an_error_that_cannot_be_rebuilt_arrives_as_its_type_and_message():
+    """Item 0 always goes to a worker; its error cannot be unpickled as itself."""
+    with pytest.raises(RuntimeError, match=r"^KeywordOnlyError: bad item 0 \(in worker process"):
+        with SharedMap(2, raise_keyword_only) as pool:
+            list(pool.map(range(5), window=8))
+
+
+def test_workers_leave_ctrl_c_to_the_main_process():
+    """SIGINT (a terminal's Ctrl-C reaches every process of the group) does not kill a worker
+    mid-run; the main process's KeyboardInterrupt stops them."""
+    before = children()
+    out = []
+    with SharedMap(2, square_and_pid) as pool:
+        for i, (value, _) in enumerate(pool.map(range(30), window=8)):
+            if i == 0:
+                for pid in children() - before:
+                    os.kill(pid, signal.SIGINT)
+            out.append(value)
+    assert out == [x * x for x in range(30)]
+    assert children() <= before

@@ -22,10 +22,11 @@ milliseconds and the main process also reads the input and writes the output:
 
 from __future__ import annotations
 
-import fcntl
 import multiprocessing as mp
 import os
+import pickle
 import queue
+import signal
 import sys
 import threading
 from collections import deque
@@ -59,7 +60,6 @@ def _set_parent_death_signal() -> None:
     """Linux: end this worker if the main process dies (e.g. SIGKILL), so none is orphaned."""
     if sys.platform.startswith("linux"):
         import ctypes
-        import signal
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
@@ -67,14 +67,28 @@ def _set_parent_death_signal() -> None:
 def _widen(conn) -> None:
     """Give ``conn``'s pipe PIPE_BYTES of buffer where the OS allows (Linux F_SETPIPE_SZ)."""
     try:
+        import fcntl
+
         fcntl.fcntl(conn.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
-    except (AttributeError, OSError):
+    except (ImportError, AttributeError, OSError):
         pass  # the default buffer: sends wait for the reader more often, results are the same
+
+
+def _portable(error: Exception) -> Exception:
+    """``error`` if it survives pickling, else a RuntimeError with its type and message (an
+    exception whose constructor takes other arguments than its ``args`` cannot be rebuilt)."""
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:  # noqa: BLE001  (whatever rebuilding it raises)
+        return RuntimeError(f"{type(error).__name__}: {error} (in worker process {os.getpid()})")
+    return error
 
 
 def _serve(tasks, results, close: list, fn: Callable) -> None:
     """Worker process: ``fn`` over the items the main process sends, in order, until it sends
-    None (or its end of the pipe closes)."""
+    None (or its end of the pipe closes). Ctrl-C is the main process's to handle: it stops the
+    workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _set_parent_death_signal()
     for conn in close:
         conn.close()
@@ -95,7 +109,7 @@ def _serve(tasks, results, close: list, fn: Callable) -> None:
         try:
             out = (True, fn(item))
         except Exception as e:  # noqa: BLE001  (raised in the main process, in order)
-            out = (False, e)
+            out = (False, _portable(e))
         try:
             results.send(out)
         except Exception as e:  # noqa: BLE001  (an unpicklable result or error)
