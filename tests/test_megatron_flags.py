@@ -183,6 +183,17 @@ def test_megatron_lm_tokenizer_types_we_do_not_build_are_refused_by_value_with_t
     assert kind not in pretrain.format_help()
 
 
+@pytest.mark.parametrize("kind", ["Llama2Tokenizer", "NullTokenizer"])
+def test_preprocess_refuses_the_same_tokenizer_types_before_writing(kind, tmp_path, capsys):
+    corpus = Path(cli.__file__).parent / "data" / "demo" / "en.jsonl"
+    out = tmp_path / "out" / "x"
+    args = ["preprocess", "--input", str(corpus), "--output-prefix", str(out)]
+    assert cli.main([*args, "--tokenizer-type", kind]) == 2
+    why, fix = REFUSED_TOKENIZER_TYPES[kind]
+    assert f"tokenizer_type={kind!r}: {why}. Fix: {fix}" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_unknown_tokenizer_type_still_names_the_members(capsys):
     with pytest.raises(SystemExit):
         cli.parse_args(["pretrain", "--tokenizer-type", "MyTokenizer"])

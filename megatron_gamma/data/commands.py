@@ -17,6 +17,8 @@ import argparse
 import logging
 import sys
 
+from megatron_gamma.config import REFUSED_TOKENIZER_TYPES, TokenizerType
+
 
 def _log_to_stderr() -> None:
     logger = logging.getLogger("megatron_gamma.data")
@@ -203,9 +205,10 @@ def add_data_commands(sub) -> None:
 
     p = sub.add_parser("preprocess", help="jsonl/gz/zst/parquet -> Megatron .bin/.idx")
     _input_flags(p)
+    built = [t.value for t in TokenizerType]
     p.add_argument(
-        "--tokenizer-type", choices=["HuggingFaceTokenizer", "GPT2BPETokenizer"],
-        default="HuggingFaceTokenizer",
+        "--tokenizer-type", choices=built + list(REFUSED_TOKENIZER_TYPES),  # refused by value
+        default="HuggingFaceTokenizer", metavar="{" + ",".join(built) + "}",
         help="HuggingFaceTokenizer: --tokenizer-model; GPT2BPETokenizer: --vocab-file and "
         "--merge-file (Megatron-LM's flags)",
     )  # fmt: skip
