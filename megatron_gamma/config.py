@@ -1763,6 +1763,9 @@ class Config:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
 
+    def __post_init__(self) -> None:
+        _check_schedule_units(self)
+
     def to_dict(self) -> dict:
         """Plain nested dict (what ``load_config`` reads back)."""
         return dataclasses.asdict(self)
@@ -1784,7 +1787,54 @@ class Config:
             if key not in index:
                 _unknown(key, list(index), "")
             changes.setdefault(index[key][0], {})[key] = value
-        return config_from_dict(merge(self.to_dict(), changes))
+        base = self.to_dict()
+        _drop_alternatives(base, changes)
+        return config_from_dict(merge(base, changes))
+
+
+# Megatron-LM's iteration-based and sample-based alternatives: (iterations, samples).
+UNIT_ALTERNATIVES = (
+    ("train_iters", "train_samples"),
+    ("lr_decay_iters", "lr_decay_samples"),
+    ("lr_warmup_iters", "lr_warmup_samples"),
+    ("lr_wsd_decay_iters", "lr_wsd_decay_samples"),
+)
+
+
+def _check_schedule_units(cfg: Config) -> None:
+    """Megatron-LM's exclusions between iteration-based and sample-based training (validation
+    of the whole config: the lengths live in two sections).
+
+    Raises:
+        ConfigError: with train_samples, any of lr_decay_iters, lr_warmup_iters,
+            lr_wsd_decay_iters; without it, any of lr_decay_samples, lr_warmup_samples,
+            lr_wsd_decay_samples (each named, with the matching flag to use).
+    """
+    o, samples = cfg.optimizer, cfg.training.train_samples is not None
+    for iters_key, samples_key in UNIT_ALTERNATIVES[1:]:
+        wrong, right = (iters_key, samples_key) if samples else (samples_key, iters_key)
+        if getattr(o, wrong):
+            kind = "sample-based (train_samples)" if samples else "iteration-based (train_iters)"
+            _fail(
+                wrong,
+                getattr(o, wrong),
+                f"training is {kind}, as in Megatron-LM each schedule length must be given the "
+                "same way",
+                f"use --{right.replace('_', '-')} instead",
+            )
+
+
+def _drop_alternatives(raw: dict, layer: dict) -> None:
+    """Before ``layer`` ({section: {key: value}}) is laid over ``raw``: a key of
+    :data:`UNIT_ALTERNATIVES` that the layer sets (and its alternative it does not) drops that
+    alternative from ``raw``, so that e.g. ``--train-samples`` on the command line replaces a
+    recipe's ``train_iters`` instead of clashing with it."""
+    given = {k for values in layer.values() for k in values or {}}
+    for pair in UNIT_ALTERNATIVES:
+        for key, other in (pair, pair[::-1]):
+            if key in given and other not in given:
+                for values in raw.values():
+                    values.pop(other, None)
 
 
 def merge(base: dict, changes: dict) -> dict:
@@ -1906,20 +1956,25 @@ def load_config(path: Optional[str | list[str]], overrides: Optional[dict] = Non
         path: a YAML file, a list of them (later files override earlier ones key by key, e.g. a
             recipe then an ablation file), or None for all defaults.
         overrides: values that replace the files', keyed by field name (unique across sections).
+            A later file or an override that gives one of Megatron-LM's iteration/sample
+            alternatives (:data:`UNIT_ALTERNATIVES`, e.g. ``train_samples``) replaces the other
+            (``train_iters``) from the layers under it.
 
     Raises:
         ConfigError: missing file, bad YAML, unknown key, or an invalid value.
     """
     raw: dict = {}
-    for one in [path] if isinstance(path, str) else path or []:
-        for section, values in _read_yaml(one).items():
-            raw.setdefault(section, {}).update(values or {})
     index = _field_index()
+    layers = [_read_yaml(one) for one in ([path] if isinstance(path, str) else path or [])]
+    flags: dict = {}
     for key, value in (overrides or {}).items():
         if key not in index:
             _unknown(key, list(index), "")
-        section = index[key][0]
-        raw.setdefault(section, {})[key] = value
+        flags.setdefault(index[key][0], {})[key] = value
+    for layer in [*layers, flags]:
+        _drop_alternatives(raw, layer)
+        for section, values in layer.items():
+            raw.setdefault(section, {}).update(values or {})
     return config_from_dict(raw)
 
 

@@ -251,6 +251,7 @@ def report(cfg: Config, vocab_size: int, world_size: int, gpu_memory_gb: float) 
     ramp = "" if t.rampup_batch_size is None else " (batch-size ramp-up included)"
     rows = counts.as_rows() + [
         ("training FLOPs per token", f"{train_flops_per_token(cfg, vocab_size):.4g}"),
+        ("iterations", f"{t.train_iters:,}"),
         ("tokens per step / total", f"{tokens_per_step:,} / {total:.4g}{ramp}"),
         (
             "layout",

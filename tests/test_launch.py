@@ -173,6 +173,9 @@ def test_finetune_from_another_directory_is_submitted_as_a_pretrained_checkpoint
     both = ["--finetune", "--load", str(src), "--pretrained-checkpoint", str(tmp_path / "other")]
     assert main([*args, *both]) == 2
     assert "two checkpoints to take the weights from" in capsys.readouterr().err
+    own = ["--finetune", "--load", str(tmp_path / "run" / "checkpoints")]
+    assert main([*args, *own]) == 2
+    assert "every requeue would take the weights of its newest" in capsys.readouterr().err
 
 
 def test_dry_run_of_a_cluster_recipe_warns_for_paths_absent_here(tmp_path, capsys, monkeypatch):

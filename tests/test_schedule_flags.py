@@ -10,6 +10,7 @@ after its step (``n`` + its batch).
 
 import json
 import math
+import re
 import types
 
 import pytest
@@ -18,7 +19,6 @@ from conftest import TINY_MODEL, run_cli
 from megatron_gamma.config import ConfigError, load_config
 from megatron_gamma.training.schedule import (
     build_scheduler,
-    check_schedule,
     reconcile_schedule,
     schedule_differences,
 )
@@ -68,7 +68,6 @@ def scheduled(overrides: dict, iterations: int):
     """{iteration: (lr used, weight decay after its step)} from megatron-core's scheduler as
     the loop drives it (constant global batch size)."""
     cfg = load_config(None, {"lr": LR, "min_lr": MIN_LR, **overrides})
-    check_schedule(cfg)
     optimizer = types.SimpleNamespace(param_groups=[{}])
     sched = build_scheduler(optimizer, cfg)
     out = {}
@@ -215,7 +214,31 @@ def test_conflicting_flags_are_named_errors(overrides, message):
 )
 def test_iteration_and_sample_based_lengths_do_not_mix(overrides, message):
     with pytest.raises(ConfigError, match=message):
-        check_schedule(load_config(None, overrides))
+        load_config(None, overrides)
+
+
+def test_a_later_layer_switches_between_iterations_and_samples(tmp_path):
+    """A recipe is iteration-based; --train-samples (and --lr-warmup-samples) on the command
+    line replace its train_iters (lr_warmup_iters) instead of clashing; a later YAML file does
+    the same; given together in one layer they still clash; replace() follows the same rule."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("training: {train_iters: 40}\noptimizer: {lr_warmup_iters: 4}\n")
+    cfg = load_config(str(recipe), {"train_samples": 800, "lr_warmup_samples": 64})
+    t, o = cfg.training, cfg.optimizer
+    assert (t.train_samples, t.train_iters, o.lr_warmup_samples, o.lr_warmup_iters) == (
+        800, 800 // t.global_batch_size, 64, 0,
+    )  # fmt: skip
+    with pytest.raises(ConfigError, match="lr_warmup_iters=4: training is sample-based"):
+        load_config(str(recipe), {"train_samples": 800})
+    later = tmp_path / "samples.yaml"
+    later.write_text("training: {train_samples: 1600}\noptimizer: {lr_warmup_samples: 32}\n")
+    layered = load_config([str(recipe), str(later)]).training
+    assert layered.train_iters == 1600 // t.global_batch_size
+    with pytest.raises(ConfigError, match="train_iters=40: excludes train_samples=800"):
+        load_config(None, {"train_iters": 40, "train_samples": 800})
+    back = cfg.replace(train_iters=10, lr_warmup_iters=2)
+    assert (back.training.train_samples, back.training.train_iters) == (None, 10)
+    assert (back.optimizer.lr_warmup_samples, back.optimizer.lr_warmup_iters) == (0, 2)
 
 
 def ramp_size(consumed: int, start: int, incr: int, samples: int, final: int) -> int:
@@ -266,7 +289,9 @@ def test_trained_samples_and_the_estimate_count_the_ramp_up_batches():
     cfg = load_config(None, fields)
     assert (cfg.training.train_iters, trained_samples(cfg.training)) == (14, 96)
     seq = cfg.model.seq_length
-    assert f"{8 * seq:,} / {96 * seq:.4g} (batch-size ramp-up included)" in report(cfg, 512, 1, 80)
+    text = report(cfg, 512, 1, 80)
+    assert f"{8 * seq:,} / {96 * seq:.4g} (batch-size ramp-up included)" in text
+    assert re.search(r"^iterations +14$", text, re.M)
     plain = load_config(None, {**fields, "rampup_batch_size": None})
     assert (plain.training.train_iters, trained_samples(plain.training)) == (12, 96)
     assert f"{8 * seq:,} / {96 * seq:.4g}\n" in report(plain, 512, 1, 80)

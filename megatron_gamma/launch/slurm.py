@@ -429,11 +429,22 @@ def _finetune_as_pretrained_checkpoint(cfg: Config, checkpoints: str) -> Config:
     every start). Says so on stderr.
 
     Raises:
-        SubmitError: ``--pretrained-checkpoint`` given as well (two weight sources).
+        SubmitError: ``--pretrained-checkpoint`` given as well (two weight sources), or SRC is
+            the save directory (every requeue would restart from its newest checkpoint).
     """
     ck = cfg.checkpoint
-    if not (ck.finetune and ck.load) or os.path.abspath(ck.load) == checkpoints:
+    if not (ck.finetune and ck.load):
         return cfg
+    if os.path.abspath(ck.load) == checkpoints:
+        _fail(
+            "finetune",
+            True,
+            f"with --load the job's own save directory {checkpoints}: every requeue would take "
+            "the weights of its newest checkpoint again at iteration 0, with a fresh optimizer "
+            "and schedule",
+            "point --pretrained-checkpoint at the checkpoint to start from (outside the save "
+            "directory) and drop --finetune",
+        )
     if ck.pretrained_checkpoint:
         _fail(
             "pretrained_checkpoint",

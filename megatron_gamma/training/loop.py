@@ -71,7 +71,7 @@ from megatron_gamma.training.precision import (
     loss_scaling,
 )
 from megatron_gamma.training.preemption import PreemptionGuard
-from megatron_gamma.training.schedule import build_scheduler, check_schedule, reconcile_schedule
+from megatron_gamma.training.schedule import build_scheduler, reconcile_schedule
 from megatron_gamma.training.telemetry import check_telemetry
 
 
@@ -127,9 +127,8 @@ def preflight(cfg: Config) -> BilingualTokenizer:
     Raises:
         ConfigError: missing dataset prefix (unless ``--mock-data``) or tokenizer file; a
             dataset tokenized with another tokenizer (its fingerprint, :mod:`megatron_gamma.
-            data.tokenizer_fingerprint`; a dataset without one gets a warning); iteration-based
-            schedule lengths with sample-based training or the reverse (:func:`~.schedule.
-            check_schedule`); MoE with tensor parallelism but without sequence parallelism
+            data.tokenizer_fingerprint`; a dataset without one gets a warning); MoE with
+            tensor parallelism but without sequence parallelism
             (megatron-core's MoE layer refuses it in training); a checkpoint to load that lacks
             what the load needs (:func:`~.checkpointing.check_loadable`); a backend this machine
             cannot run (:func:`~megatron_gamma.model.te_backend.check_backend`: Transformer
@@ -150,7 +149,6 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             "parallelism. Fix: add --sequence-parallel"
         )
     check_telemetry(cfg)
-    check_schedule(cfg)
     tokenizer = load_tokenizer(cfg.data, cfg.logging.run_dir)
     if cfg.data.mock_data:
         return tokenizer

@@ -44,31 +44,6 @@ _UNIT_KEY = "steps_unit"
 _STEP_KEYS = ("lr_warmup_steps", "lr_decay_steps", "wd_incr_steps", "num_steps")
 
 
-def check_schedule(cfg: Config) -> None:
-    """Megatron-LM's exclusions between iteration-based and sample-based training.
-
-    Raises:
-        ConfigError: with train_samples, any of lr_decay_iters, lr_warmup_iters,
-            lr_wsd_decay_iters; without it, any of lr_decay_samples, lr_warmup_samples,
-            lr_wsd_decay_samples (each named, with the matching flag to use).
-    """
-    o, samples = cfg.optimizer, cfg.training.train_samples is not None
-    pairs = (
-        ("lr_decay_iters", "lr_decay_samples"),
-        ("lr_warmup_iters", "lr_warmup_samples"),
-        ("lr_wsd_decay_iters", "lr_wsd_decay_samples"),
-    )
-    for iters_key, samples_key in pairs:
-        wrong, right = (iters_key, samples_key) if samples else (samples_key, iters_key)
-        if getattr(o, wrong):
-            kind = "sample-based (train_samples)" if samples else "iteration-based (train_iters)"
-            raise ConfigError(
-                f"{wrong}={getattr(o, wrong)!r}: training is {kind}, as in Megatron-LM each "
-                f"schedule length must be given the same way. Fix: use "
-                f"--{right.replace('_', '-')} instead"
-            )
-
-
 def scheduler_args(cfg: Config) -> dict:
     """Keyword arguments of megatron-core's ``OptimizerParamScheduler`` (besides the optimizer
     and the resume policy) for ``cfg``, in samples, as Megatron-LM's
