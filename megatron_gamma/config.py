@@ -248,8 +248,9 @@ class TokenizerType(Choice):
 
 
 _TO_TOKENIZER_JSON = (
-    "convert it once to a Hugging Face tokenizer.json (transformers loads it and save_pretrained "
-    "writes one), then pass --tokenizer-type HuggingFaceTokenizer --tokenizer-model DIR"
+    "convert it once to a Hugging Face tokenizer.json (pip install transformers sentencepiece; "
+    "AutoTokenizer.from_pretrained(MODEL_DIR).save_pretrained(OUT) writes OUT/tokenizer.json), "
+    "then pass --tokenizer-type HuggingFaceTokenizer --tokenizer-model OUT"
 )
 _GPT_TOKENIZER = (
     "use a GPT tokenizer: a tokenizer.json (megatron-gamma train-tokenizer makes one) or GPT-2's "
@@ -324,8 +325,11 @@ def _check_choices(section: Any) -> None:
         try:
             _resolve(section, f.name, kind(value).value)
         except ValueError:
-            why, fix = REFUSED_CHOICES.get(kind, {}).get(value, ("unknown", ""))
-            _fail(f.name, value, why, f"{fix}{'; or ' if fix else ''}use one of {kind.help()}")
+            refused = REFUSED_CHOICES.get(kind, {}).get(value)
+            if refused is None:
+                _fail(f.name, value, "unknown", f"use one of {kind.help()}")
+            why, fix = refused
+            _fail(f.name, value, why, f"{fix} (built: {', '.join(m.value for m in kind)})")
 
 
 def _resolve_megatron_aliases(m: Any) -> None:
@@ -2009,9 +2013,15 @@ def field_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def _plain(doc: str) -> str:
+    """A docstring as terminal text: Sphinx roles (``:mod:`~a.b``` -> ``a.b``) and double
+    backquotes dropped."""
+    return re.sub(r":[a-z]+:`~?([^`]*)`", r"\1", doc).replace("``", "")
+
+
 def _help(section: str, f: dataclasses.Field, base: Any) -> str:
     cls = _section_types()[section]
-    doc = field_docs(cls).get(f.name, "")
+    doc = _plain(field_docs(cls).get(f.name, ""))
     default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
     parts = [doc] if doc else []
     if isinstance(base, type) and issubclass(base, Choice):
@@ -2043,7 +2053,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(
                 flag,
                 dest=name,
-                choices=choices + list(REFUSED_CHOICES.get(base, {})),  # refused by validation
+                # with refused values, validation names the fix (argparse would list them all)
+                choices=None if base in REFUSED_CHOICES else choices,
                 default=None,
                 help=doc,
                 metavar="{" + ",".join(choices) + "}",

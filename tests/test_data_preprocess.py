@@ -30,7 +30,7 @@ from megatron_gamma.data.encode import EncodeOptions
 from megatron_gamma.data.filters import Filters
 from megatron_gamma.data.merge import merge_datasets, merge_shards
 from megatron_gamma.data.normalize import normalize
-from megatron_gamma.data.preprocess import preprocess
+from megatron_gamma.data.preprocess import format_summary, preprocess
 from megatron_gamma.data.readers import InputError
 from megatron_gamma.data.sentences import split_sentences
 from megatron_gamma.data.tokenizer import BilingualTokenizer
@@ -316,12 +316,17 @@ def test_rerun_skips_completed_redoes_damaged_and_refuses_other_settings(tmp_pat
     mtime = os.stat(first.prefix + ".bin").st_mtime_ns
     again = preprocess(parts, TOKENIZER, out, num_shards=2, progress=False)
     assert again.skipped == 2 and os.stat(first.prefix + ".bin").st_mtime_ns == mtime
+    assert format_summary(first).startswith("wrote ") and " tokens/s; " in format_summary(first)
+    summary = format_summary(again)
+    assert summary.startswith(f"already complete, nothing redone: {out}_text_document.bin/.idx")
+    assert "2 of 2 shard(s) were already complete" in summary and "tokens/s" not in summary
     good = open(shard1, "rb").read()
     with open(shard1, "r+b") as f:
         f.truncate(100)
     with caplog.at_level("WARNING"):
         redo = preprocess(parts, TOKENIZER, out, num_shards=2, progress=False)
     assert redo.skipped == 1 and open(shard1, "rb").read() == good
+    assert format_summary(redo).startswith("wrote ") and "tokens/s" not in format_summary(redo)
     assert "missing or changed" in caplog.text
     assert read(redo.prefix) == read(first.prefix)
     with pytest.raises(ConfigError, match=r"different settings \(differs in: options\)"):

@@ -17,7 +17,7 @@ import argparse
 import logging
 import sys
 
-from megatron_gamma.config import REFUSED_TOKENIZER_TYPES, TokenizerType
+from megatron_gamma.config import TokenizerType
 
 
 def _log_to_stderr() -> None:
@@ -168,7 +168,9 @@ def _input_flags(p: argparse.ArgumentParser) -> None:
         "--on-error", choices=["stop", "skip"], default="stop",
         help="bad records/files: stop with file:line (default), or count and skip",
     )  # fmt: skip
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (shown on a terminal only)"
+    )
 
 
 def add_data_commands(sub) -> None:
@@ -205,10 +207,9 @@ def add_data_commands(sub) -> None:
 
     p = sub.add_parser("preprocess", help="jsonl/gz/zst/parquet -> Megatron .bin/.idx")
     _input_flags(p)
-    built = [t.value for t in TokenizerType]
     p.add_argument(
-        "--tokenizer-type", choices=built + list(REFUSED_TOKENIZER_TYPES),  # refused by value
-        default="HuggingFaceTokenizer", metavar="{" + ",".join(built) + "}",
+        "--tokenizer-type", default="HuggingFaceTokenizer",  # validated with the fix: DataConfig
+        metavar="{" + ",".join(t.value for t in TokenizerType) + "}",
         help="HuggingFaceTokenizer: --tokenizer-model; GPT2BPETokenizer: --vocab-file and "
         "--merge-file (Megatron-LM's flags)",
     )  # fmt: skip

@@ -56,7 +56,8 @@ def _concat(prefixes: list[str], out_prefix: str, progress: bool, desc: str) -> 
             "with the same tokenizer"
         )
     builder = compact_builder(out_prefix + ".bin", dtypes[prefixes[0]])
-    for prefix in tqdm(prefixes, desc=desc, unit="dataset", disable=not progress):
+    bar = tqdm(prefixes, desc=desc, unit="dataset", disable=None if progress else True)
+    for prefix in bar:
         builder.add_index(prefix)
     builder.finalize(out_prefix + ".idx")
 

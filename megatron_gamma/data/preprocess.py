@@ -75,6 +75,7 @@ class PreprocessStats:
         prefixes: ``{output name: dataset prefix}``.
         stats: the ``.stats.json`` document (:mod:`megatron_gamma.data.stats`).
         skipped: shards found complete and not redone.
+        units: shards this call covered (1 without sharding).
         stats_path: the ``.stats.json`` written.
         tokenizer_backend: 'gigatoken' or 'hf', with the reason it was chosen.
     """
@@ -87,6 +88,7 @@ class PreprocessStats:
     prefixes: dict[str, str]
     stats: dict
     skipped: int = 0
+    units: int = 1
     stats_path: str = ""
     tokenizer_backend: str = ""
 
@@ -154,7 +156,9 @@ def _choose_backend(
     return backend, reason
 
 
-def _result(base: str, doc: dict, seconds: float, skipped: int, backend: str) -> PreprocessStats:
+def _result(
+    base: str, doc: dict, seconds: float, skipped: int, backend: str, units: int = 1
+) -> PreprocessStats:
     prefixes = {name: o["prefix"] for name, o in doc["outputs"].items()}
     return PreprocessStats(
         prefix=next(iter(prefixes.values())),
@@ -165,6 +169,7 @@ def _result(base: str, doc: dict, seconds: float, skipped: int, backend: str) ->
         prefixes=prefixes,
         stats=doc,
         skipped=skipped,
+        units=units,
         stats_path=f"{base}.stats.json",
         tokenizer_backend=backend,
     )
@@ -211,7 +216,7 @@ def _run_unit(
     desc = "preprocess" if shard[1] == 1 else f"shard {shard[0]}/{shard[1]}"
     bar = tqdm(
         total=sum(sizes), unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
-        disable=not progress,
+        disable=None if progress else True,
     )  # fmt: skip
     env = os.environ.get("TOKENIZERS_PARALLELISM")
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker
@@ -233,7 +238,8 @@ def _run_unit(
                 bar.update(starts[r.path] + r.disk_pos - bar.n)
                 dt = max(time.time() - start, 1e-9)
                 bar.set_postfix_str(
-                    f"{docs / dt:.0f} docs/s, {raw / dt / 1e6:.1f} MB/s, {tokens / dt:.0f} tok/s",
+                    f"{docs / dt:.0f} docs/s, {raw / dt / 1e6:.1f} MB/s uncompressed, "
+                    f"{tokens / dt:.0f} tok/s",
                     refresh=False,
                 )
         for msg in messages[: 4 * MAX_MESSAGES]:
@@ -353,16 +359,18 @@ def preprocess(
         part = shard_files(files, i, num_shards)
         skipped += _run_unit(part, base, shard=(i, num_shards), progress=progress, **run)[1]
     doc = merge_shards(output_prefix, num_shards, progress=progress)
-    return _result(output_prefix, doc, time.time() - start, skipped, reason)
+    return _result(output_prefix, doc, time.time() - start, skipped, reason, num_shards)
 
 
 def format_summary(result: PreprocessStats) -> str:
-    """A multi-line human summary of a run: outputs, per-language counts, drops, errors, speed."""
+    """A multi-line human summary of a run: outputs, per-language counts, drops, errors, speed
+    (tokens per second only when every shard was written by this call)."""
     doc = result.stats
     lines = []
+    done = "already complete, nothing redone:" if result.skipped == result.units else "wrote"
     for o in doc["outputs"].values():
         lines.append(
-            f"wrote {o['prefix']}.bin/.idx: {o['documents']} documents, {o['sequences']} "
+            f"{done} {o['prefix']}.bin/.idx: {o['documents']} documents, {o['sequences']} "
             f"sequences, {o['tokens']} tokens"
         )
     for lang, c in doc["languages"].items():
@@ -376,10 +384,9 @@ def format_summary(result: PreprocessStats) -> str:
         lines.append(f"  skipped bad input: {errors}")
     if result.tokenizer_backend:
         lines.append(f"  tokenizer backend {result.tokenizer_backend}")
+    speed = f"{result.tokens / max(result.seconds, 1e-9):.0f} tokens/s; "
     if result.skipped:
-        lines.append(f"  {result.skipped} shard(s) were already complete and skipped")
-    lines.append(
-        f"  {result.seconds:.1f}s, {result.tokens / max(result.seconds, 1e-9):.0f} tokens/s; "
-        f"stats and blend: {result.stats_path}"
-    )
+        lines.append(f"  {result.skipped} of {result.units} shard(s) were already complete")
+        speed = ""
+    lines.append(f"  {result.seconds:.1f}s, {speed}stats and blend: {result.stats_path}")
     return "\n".join(lines)

@@ -144,7 +144,10 @@ def sample_corpus(
     keep_below = heldout_fraction + sample_rate * (1 - heldout_fraction)
     columns = list(json_keys) + ([lang_key] if lang_key else [])
     messages: list[str] = []
-    bar = tqdm(total=sum(train_left.values()), unit="char", unit_scale=True, disable=not progress)
+    bar = tqdm(
+        total=sum(train_left.values()), unit="char", unit_scale=True,
+        disable=None if progress else True,
+    )  # fmt: skip
     try:
         for path in order:
             if not any(v > 0 for v in (*train_left.values(), *held_left.values())):

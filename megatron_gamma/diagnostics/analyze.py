@@ -229,7 +229,7 @@ def analyze_run(
         points,
         desc=f"analyze {name}",
         unit="ckpt",
-        disable=not progress,
+        disable=None if progress else True,
         file=sys.stderr,
     )
     for iteration, ckpt in bar:

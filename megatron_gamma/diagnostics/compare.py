@@ -155,7 +155,7 @@ def compare(
             total=2,
             desc="compare",
             unit="model",
-            disable=not progress,
+            disable=None if progress else True,
             file=sys.stderr,
         )
         for ckpt, cfg in bar:
