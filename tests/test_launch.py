@@ -167,12 +167,17 @@ def test_finetune_from_another_directory_is_submitted_as_a_pretrained_checkpoint
     assert main([*args, "--finetune", "--load", str(src)]) == 0
     err = capsys.readouterr().err
     assert f"--finetune --load {src}: submitted as --pretrained-checkpoint {src}" in err
+    assert f"{src} does not exist on this host; the job needs it on the cluster" in err
     frozen = yaml.safe_load((tmp_path / "run" / "slurm" / "config.yaml").read_text())["checkpoint"]
     assert frozen["finetune"] is False and frozen["pretrained_checkpoint"] == str(src)
     assert frozen["load"] == frozen["save"] == str(tmp_path / "run" / "checkpoints")
     both = ["--finetune", "--load", str(src), "--pretrained-checkpoint", str(tmp_path / "other")]
     assert main([*args, *both]) == 2
     assert "two checkpoints to take the weights from" in capsys.readouterr().err
+    real = ["submit", "--config", config, "--nodes", "1", "--gpus-per-node", "2"]
+    assert main([*real, "--pretrained-checkpoint", str(src)]) == 2
+    assert f"pretrained_checkpoint='{src}': does not exist" in capsys.readouterr().err
+    assert not sbatch_calls.exists()
     own = ["--finetune", "--load", str(tmp_path / "run" / "checkpoints")]
     assert main([*args, *own]) == 2
     assert "every requeue would take the weights of its newest" in capsys.readouterr().err

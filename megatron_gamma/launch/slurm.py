@@ -385,8 +385,8 @@ def write_executable(path: str, text: str) -> None:
 
 
 def _missing_host_paths(cfg: Config) -> list[str]:
-    """Dataset files (``.bin``/``.idx`` of every blend prefix) and the tokenizer that do not
-    exist on this host."""
+    """Dataset files (``.bin``/``.idx`` of every blend prefix), the tokenizer and the
+    pretrained checkpoint that do not exist on this host."""
     paths = []
     for key in ("data_path", "train_data_path", "valid_data_path", "test_data_path"):
         items = getattr(cfg.data, key)
@@ -394,6 +394,8 @@ def _missing_host_paths(cfg: Config) -> list[str]:
         paths += [p + ext for p in prefixes for ext in (".bin", ".idx")]
     if cfg.data.tokenizer_model:
         paths.append(cfg.data.tokenizer_model)
+    if cfg.checkpoint.pretrained_checkpoint:
+        paths.append(cfg.checkpoint.pretrained_checkpoint)
     return [p for p in paths if not os.path.exists(p)]
 
 
@@ -488,21 +490,31 @@ def submit_pretrain(
             image) dataset files that do not exist on this host.
         SubmitError: no node count, the job does not fit the config's layout, ``checkpoint.load``
             differs from ``checkpoint.save`` (except with ``--finetune``: see
-            :func:`_finetune_as_pretrained_checkpoint`), ``sbatch`` is missing or rejects the
-            script.
+            :func:`_finetune_as_pretrained_checkpoint`), (unless ``dry_run`` or with a container
+            image) a pretrained checkpoint that does not exist on this host, ``sbatch`` is
+            missing or rejects the script.
     """
     cfg = load_config(config_path, overrides)
     job = job.with_cluster_defaults(cfg.cluster)
     check_layout(cfg, job)
+    run_dir = os.path.abspath(cfg.logging.run_dir)
+    checkpoints = os.path.abspath(cfg.checkpoint.save or os.path.join(run_dir, "checkpoints"))
+    cfg = _finetune_as_pretrained_checkpoint(cfg, checkpoints)
     if dry_run:
         for path in _missing_host_paths(cfg):
             warn(f"{path} does not exist on this host; the job needs it on the cluster")
     elif not job.container_image:
         cfg.data.blend()
+        pretrained = cfg.checkpoint.pretrained_checkpoint
+        if pretrained and not os.path.exists(pretrained):
+            _fail(
+                "pretrained_checkpoint",
+                pretrained,
+                "does not exist",
+                "give the checkpoint directory the job starts from (or --dry-run to render "
+                "a script for another host)",
+            )
     workdir = _container_workdir(job)
-    run_dir = os.path.abspath(cfg.logging.run_dir)
-    checkpoints = os.path.abspath(cfg.checkpoint.save or os.path.join(run_dir, "checkpoints"))
-    cfg = _finetune_as_pretrained_checkpoint(cfg, checkpoints)
     if cfg.checkpoint.load and os.path.abspath(cfg.checkpoint.load) != checkpoints:
         _fail(
             "load",
