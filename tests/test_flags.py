@@ -208,7 +208,7 @@ CASES = {
         {"lr_decay_style": "WSD", "lr_wsd_decay_iters": 5},
     ),
     "lr_wsd_decay_samples": (
-        {"lr_wsd_decay_samples": 50},
+        {"lr_wsd_decay_samples": 50, "train_samples": 400},
         "--lr-decay-style WSD",
         {"lr_decay_style": "WSD", "lr_wsd_decay_samples": 50, "train_samples": 400},
     ),
