@@ -208,7 +208,7 @@ class SharedMap:
             if kill:
                 w.process.terminate()
         for w in self._workers:
-            w.process.join(timeout=None if not kill else 10)
+            w.process.join(timeout=10 if kill else None)
             if w.process.is_alive():
                 w.process.kill()
                 w.process.join()
