@@ -214,6 +214,8 @@ def test_nodes_come_from_the_flag_or_the_config(config, sbatch_calls, tmp_path, 
     assert main([*base, "--slurm-nodes", "2", "--nodes", "1", "--gpus-per-node", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "#SBATCH --nodes=1" in lines and "#SBATCH --gpus-per-node=2" in lines
+    frozen = yaml.safe_load((tmp_path / "run" / "slurm" / "config.yaml").read_text())["cluster"]
+    assert (frozen["slurm_nodes"], frozen["slurm_gpus_per_node"]) == (1, 2)  # the job's, not 2 x 4
 
 
 def test_account_qos_dependency_and_environment(config, sbatch_calls, tmp_path, capsys):

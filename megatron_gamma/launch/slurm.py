@@ -472,7 +472,8 @@ def submit_pretrain(
 
     The job passes ``--save`` and ``--load`` the same checkpoint directory (``checkpoint.save``,
     default ``<run_dir>/checkpoints``), so a requeued or resubmitted job resumes automatically.
-    Nodes and GPUs per node not given in ``job`` come from the config's ``cluster:`` section.
+    Nodes and GPUs per node not given in ``job`` come from the config's ``cluster:`` section;
+    the frozen config records the job's (``cluster.slurm_nodes``, ``slurm_gpus_per_node``).
 
     Args:
         config_path: YAML config file(s), layered in order (as for ``pretrain``).
@@ -522,7 +523,13 @@ def submit_pretrain(
             f"differs from the save directory {checkpoints}; a requeued job resumes from --load",
             "drop --load (the job loads from its save directory) or set save to the same path",
         )
-    cfg = cfg.replace(run_dir=run_dir, save=checkpoints, load=checkpoints)
+    cfg = cfg.replace(
+        run_dir=run_dir,
+        save=checkpoints,
+        load=checkpoints,
+        slurm_nodes=job.nodes,
+        slurm_gpus_per_node=job.gpus_per_node,
+    )
     slurm_dir = os.path.join(run_dir, SLURM_SUBDIR)
     frozen = os.path.join(slurm_dir, "config.yaml")
     log = os.path.join(slurm_dir, "%x-%j.out")
