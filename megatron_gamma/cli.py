@@ -98,16 +98,23 @@ def _compare(args: argparse.Namespace) -> None:
 
 def _estimate(args: argparse.Namespace) -> None:
     from megatron_gamma.config import load_config, overrides_from_args
+    from megatron_gamma.data.tokenizer_types import tokenizer_vocab_size
     from megatron_gamma.estimate import report
     from megatron_gamma.model.builder import padded_vocab_size
 
     cfg = load_config(args.config, overrides_from_args(args))
-    if cfg.model.vocab_size is None:
-        raise ConfigError("vocab_size=None: estimate reads no tokenizer. Fix: --vocab-size N")
     world = args.world_size or cfg.cluster.world_size()
     if world is None:
         raise ConfigError("world_size=None: no GPU count. Fix: --world-size N or --slurm-nodes N")
-    vocab = padded_vocab_size(cfg.model.vocab_size, cfg)
+    try:  # as pretrain: the larger of the tokenizer's size and --vocab-size
+        vocab = max(tokenizer_vocab_size(cfg.data), cfg.model.vocab_size or 0)
+    except ConfigError as e:
+        if cfg.model.vocab_size is None:
+            raise ConfigError(
+                f"{e}; without the tokenizer, estimate needs the vocabulary size: --vocab-size N"
+            ) from None
+        vocab = cfg.model.vocab_size  # the tokenizer lives on the cluster
+    vocab = padded_vocab_size(vocab, cfg)
     print(report(cfg, vocab, world, cfg.cluster.gpu_memory_gb))
 
 

@@ -49,12 +49,15 @@ class ParamCounts:
     active: int
 
     def as_rows(self) -> list[tuple[str, str]]:
-        return [
+        """Table rows; the active-parameter row only where it differs from the total (MoE)."""
+        rows = [
             ("parameters, total", f"{self.total:,}"),
             ("  embedding + output layer", f"{self.embedding:,}"),
             ("  per transformer layer", f"{self.per_layer:,}"),
-            ("  active per token (MoE top-k)", f"{self.active:,}"),
         ]
+        if self.active != self.total:
+            rows.append(("  active per token (MoE top-k)", f"{self.active:,}"))
+        return rows
 
 
 def _layer_parts(cfg: Config, moe: bool) -> dict[str, tuple[int, str]]:

@@ -68,6 +68,18 @@ def hf_tokenizer_json(tokenizer_model: str | None) -> str:
     return path
 
 
+def tokenizer_vocab_size(data: DataConfig) -> int:
+    """Token ids (unpadded) of the tokenizer :func:`load_tokenizer` would give, read from its
+    files without writing anything (for ``megatron-gamma estimate``).
+
+    Raises:
+        ConfigError: as :func:`load_tokenizer`.
+    """
+    if data.tokenizer_type == "GPT2BPETokenizer":
+        return gpt2_bpe_tokenizer(data.vocab_file, data.merge_file).get_vocab_size()
+    return Tokenizer.from_file(hf_tokenizer_json(data.tokenizer_model)).get_vocab_size()
+
+
 def load_tokenizer(data: DataConfig, workdir: str) -> BilingualTokenizer:
     """The run's tokenizer from ``data.tokenizer_type`` and its files.
 

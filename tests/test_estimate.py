@@ -1,0 +1,61 @@
+"""`megatron-gamma estimate`: the vocabulary comes from the run's tokenizer as in pretrain, and the
+table shows only rows that apply."""
+
+import os
+import re
+
+import yaml
+from conftest import DEMO_TOKENIZER
+from tokenizers import Tokenizer
+
+from megatron_gamma.cli import main
+from megatron_gamma.config import load_config
+from megatron_gamma.estimate import count_parameters
+
+DEMO = os.path.join(os.path.dirname(__file__), "..", "examples", "configs", "demo.yaml")
+MOE = os.path.join(os.path.dirname(__file__), "..", "examples", "configs", "moe-0.6b-a0.3b.yaml")
+
+
+def _total(text: str) -> int:
+    return int(re.search(r"^parameters, total +([\d,]+)$", text, re.M).group(1).replace(",", ""))
+
+
+def test_estimate_reads_the_vocabulary_from_the_tokenizer(capsys):
+    """demo.yaml sets no vocab_size: the packaged tokenizer's size (HF tokenizers' own count),
+    padded to a multiple of 128 as Megatron-LM does, sizes the embedding."""
+    assert main(["estimate", "--config", DEMO, "--world-size", "1"]) == 0
+    out = capsys.readouterr().out
+    vocab = Tokenizer.from_file(DEMO_TOKENIZER).get_vocab_size()
+    padded = -(-vocab // 128) * 128
+    cfg = load_config(DEMO)
+    counts = count_parameters(cfg, padded)
+    assert _total(out) == counts.total
+    assert re.search(rf"^  embedding \+ output layer +{counts.embedding:,}$", out, re.M)
+    assert "MoE" not in out  # a dense model has no active-parameter row
+    bigger = ["estimate", "--config", DEMO, "--world-size", "1", "--vocab-size", "9000"]
+    assert main(bigger) == 0  # the larger of the two, as pretrain
+    assert _total(capsys.readouterr().out) == count_parameters(cfg, 9088).total
+
+
+def test_estimate_without_the_tokenizer_needs_the_vocab_size(tmp_path, capsys):
+    with open(DEMO, encoding="utf-8") as f:
+        raw = yaml.safe_load(f)
+    missing = str(tmp_path / "absent" / "tokenizer.json")
+    raw["data"]["tokenizer_model"] = missing
+    config = tmp_path / "cluster.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    args = ["estimate", "--config", str(config), "--world-size", "1"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"tokenizer_model={missing!r}" in err and "--vocab-size N" in err
+    assert main([*args, "--vocab-size", "4000"]) == 0
+    assert _total(capsys.readouterr().out) == count_parameters(load_config(str(config)), 4096).total
+
+
+def test_moe_estimate_shows_the_active_parameters(capsys):
+    assert main(["estimate", "--config", MOE, "--world-size", "8"]) == 0
+    out = capsys.readouterr().out
+    cfg = load_config(MOE)
+    counts = count_parameters(cfg, 65536)
+    assert counts.active < counts.total
+    assert re.search(rf"^  active per token \(MoE top-k\) +{counts.active:,}$", out, re.M)
