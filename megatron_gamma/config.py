@@ -1701,6 +1701,10 @@ class LoggingConfig:
                 "use e.g. 100, or 0 to disable the diagnostics",
             )
 
+    def tensorboard_path(self) -> str:
+        """TensorBoard event directory: ``tensorboard_dir``, else ``<run_dir>/tensorboard``."""
+        return self.tensorboard_dir or os.path.join(self.run_dir, "tensorboard")
+
 
 def _check_logging(lg: LoggingConfig) -> None:
     """The TensorBoard interval and profiling fields (validation step; what needs the machine,

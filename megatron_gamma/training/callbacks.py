@@ -30,7 +30,6 @@ the loop at run time.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
@@ -115,7 +114,7 @@ class MetricsCallback(Callback):
             mirror = WandbWriter(cfg)
         trainer.log = MetricsLogger(
             lg.run_dir,
-            lg.tensorboard_dir or os.path.join(lg.run_dir, "tensorboard"),
+            lg.tensorboard_path(),
             active=trainer.rank == 0,
             total_iters=trainer.end_iteration,
             start_iter=trainer.state.iteration,

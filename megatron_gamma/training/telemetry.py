@@ -102,7 +102,7 @@ class ProfilerCallback(Callback):
                 torch.cuda.cudart().cudaProfilerStart()
             return
         wait = start - first
-        tb_dir = lg.tensorboard_dir or os.path.join(lg.run_dir, "tensorboard")
+        tb_dir = lg.tensorboard_path()
         activities = [torch.profiler.ProfilerActivity.CPU]
         if torch.cuda.is_available():
             activities.append(torch.profiler.ProfilerActivity.CUDA)
