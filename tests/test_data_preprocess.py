@@ -7,6 +7,7 @@ Megatron-LM's ``preprocess_data.py``), built in the test from the packaged demo 
 """
 
 import gzip
+import hashlib
 import json
 import os
 import signal
@@ -321,6 +322,9 @@ def test_rerun_skips_completed_redoes_damaged_and_refuses_other_settings(tmp_pat
     assert summary.startswith(f"already complete, nothing redone: {out}_text_document.bin/.idx")
     assert "2 of 2 shard(s) were already complete" in summary and "tokens/s" not in summary
     good = open(shard1, "rb").read()
+    with open(f"{out}-shard00001-of-00002.done.json", encoding="utf-8") as f:
+        entry = json.load(f)["files"]["_text_document.bin"]  # hashed while writing
+    assert entry == {"bytes": len(good), "sha256": hashlib.sha256(good).hexdigest()}
     with open(shard1, "r+b") as f:
         f.truncate(100)
     with caplog.at_level("WARNING"):

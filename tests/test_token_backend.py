@@ -17,6 +17,7 @@ from megatron_gamma.data import demo_dir
 from megatron_gamma.data.encode import EncodeOptions
 from megatron_gamma.data.preprocess import preprocess
 from megatron_gamma.data.token_backend import (
+    MAX_SAMPLE_CHARS,
     PROBE_TEXTS,
     GigatokenBackend,
     HFBackend,
@@ -114,6 +115,42 @@ def test_auto_falls_back_saying_why_and_gigatoken_refuses(tmp_path, monkeypatch)
     assert "gigatoken is not importable" in reason and "pip install gigatoken==" in reason
     with pytest.raises(ConfigError, match="tokenizer_backend='fast': unknown"):
         resolve_backend("fast", TOKENIZER, [])
+
+
+def test_the_check_hands_over_the_backends_it_loaded():
+    """The run encodes with the tokenizers the check loaded (no second load): the same ids as
+    HF tokenizers' own ``encode``."""
+    loaded: dict = {}
+    texts = ["你好 hello", *adversarial(5, seed=3)]
+    assert resolve_backend("auto", TOKENIZER, texts, loaded)[0] == "gigatoken"
+    assert isinstance(loaded["gigatoken"], GigatokenBackend)
+    assert isinstance(loaded["hf"], HFBackend)
+    for backend in loaded.values():
+        assert split(*backend.encode_batch(texts)) == hf_ids(texts)
+
+
+def test_the_check_samples_every_file_up_to_the_size_cap(tmp_path, monkeypatch):
+    """Short records: each of 3 files gives texts until its share of MAX_SAMPLE_CHARS (not a
+    fixed record count), interleaved file by file."""
+    import megatron_gamma.data.preprocess as prep
+
+    for i in range(3):
+        with open(tmp_path / f"{i}.jsonl", "w", encoding="utf-8") as f:
+            f.writelines(json.dumps({"text": f"file{i} record{j} " * 8}) + "\n" for j in range(900))
+    seen = {}
+
+    def capture(requested, path, sample, loaded=None):
+        seen["sample"] = list(sample)
+        return resolve_backend(requested, path, sample, loaded)
+
+    monkeypatch.setattr(prep, "resolve_backend", capture)
+    preprocess([str(tmp_path)], TOKENIZER, str(tmp_path / "out" / "x"), progress=False)
+    sample = seen["sample"]
+    assert [t.split()[0] for t in sample[:6]] == ["file0", "file1", "file2"] * 2
+    share = MAX_SAMPLE_CHARS // 3
+    for i in range(3):
+        mine = [t for t in sample if t.startswith(f"file{i} ")]
+        assert share <= sum(map(len, mine)) < share + 8 * max(map(len, mine)), i  # 8 per read
 
 
 def test_auto_falls_back_on_a_tokenizer_gigatoken_cannot_load(tmp_path):

@@ -31,7 +31,7 @@ from megatron_gamma.data.readers import (
     record_text,
 )
 from megatron_gamma.data.sentences import split_sentences
-from megatron_gamma.data.token_backend import make_backend
+from megatron_gamma.data.token_backend import GigatokenBackend, HFBackend, make_backend
 
 ON_ERROR = ("stop", "skip")
 
@@ -158,6 +158,61 @@ def _pack(
     return tokens, out_lengths.astype(np.int32)
 
 
+def filtered_texts(chunk: Chunk, opt: EncodeOptions, counts: dict, messages: list[str]):
+    """Yield (key, lang, text) of ``chunk``'s records that pass the text filters, normalized, in
+    order; the untagged texts are tagged in one batch (:func:`~.langid.tag_languages`).
+
+    Args:
+        chunk: raw records.
+        opt: text handling and filters.
+        counts: receives the error, control-character, truncation and drop counts.
+        messages: receives up to ``MAX_MESSAGES`` skipped-record messages.
+
+    Raises:
+        InputError: a bad record, with ``opt.on_error`` 'stop'.
+    """
+    errors = counts.setdefault("errors", {})
+    records = parse_chunk(chunk, opt.on_error, errors, messages)
+    kept = []  # (key, normalized text, control characters, truncated, label), in order
+    for rec in records:
+        try:
+            label = record_language(chunk.path, rec, opt.lang_key)
+            texts = []
+            for key in opt.json_keys:
+                text = record_text(chunk.path, rec, key)
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    raise InputError(
+                        "invalid_utf8",
+                        f"{chunk.path}:{rec.line}: {key!r} holds a lone surrogate "
+                        f"{text[e.start]!r} (not encodable as UTF-8). Fix: repair the "
+                        "\\ud800-style escapes, or --on-error skip",
+                    ) from None
+                text, controls = remove_control_characters(text)
+                text, cut = opt.filters.cap(text)
+                texts.append((key, text, controls, cut))
+        except InputError as e:
+            if opt.on_error != "skip":
+                raise
+            _bump(errors, e.kind)
+            if len(messages) < MAX_MESSAGES:
+                messages.append(str(e))
+            continue
+        for key, text, controls, cut in texts:
+            kept.append((key, normalize(text, opt.nfkc, opt.punct_width), controls, cut, label))
+    tags = iter(tag_languages([text for _, text, _, _, label in kept if not label]))
+    for key, text, controls, cut, label in kept:
+        lang = label or next(tags)
+        _bump(counts, "languages", lang, "control_characters", by=controls)
+        _bump(counts, "languages", lang, "truncated", by=int(cut))
+        reason = opt.filters.text_reason(text)
+        if reason is not None:
+            _bump(counts, "languages", lang, "dropped", reason)
+            continue
+        yield key, lang, text
+
+
 class ChunkEncoder:
     """Callable turning a :class:`~megatron_gamma.data.readers.Chunk` into an
     :class:`EncodedChunk`.
@@ -168,71 +223,30 @@ class ChunkEncoder:
         dtype: numpy dtype of the token ids (megatron-core ``DType.optimal_dtype``).
         eod: the EOD token id.
         backend: 'gigatoken' or 'hf', as
-            :func:`~megatron_gamma.data.token_backend.resolve_backend` chose it.
+            :func:`~megatron_gamma.data.token_backend.resolve_backend` chose it, or that
+            backend already loaded (by the start-up check) on ``tokenizer_path``.
     """
 
     def __init__(
-        self, tokenizer_path: str, options: EncodeOptions, dtype: type, eod: int, backend: str
+        self,
+        tokenizer_path: str,
+        options: EncodeOptions,
+        dtype: type,
+        eod: int,
+        backend: str | HFBackend | GigatokenBackend,
     ):
-        self.backend = make_backend(backend, tokenizer_path)
+        if isinstance(backend, str):
+            backend = make_backend(backend, tokenizer_path)
+        self.backend = backend
         self.options = options
         self.dtype = dtype
         self.eod = eod
-
-    def texts(self, chunk: Chunk) -> list[str]:
-        """The texts of ``chunk`` that would be tokenized (normalized, filtered), in order."""
-        return [text for _, _, text in self._texts(chunk, {}, [])]
-
-    def _texts(self, chunk: Chunk, counts: dict, messages: list[str]):
-        """Yield (key, lang, text) of the records that pass the text filters; the untagged
-        texts of the chunk are tagged in one batch (:func:`~.langid.tag_languages`)."""
-        opt = self.options
-        errors = counts.setdefault("errors", {})
-        records = parse_chunk(chunk, opt.on_error, errors, messages)
-        kept = []  # (key, normalized text, control characters, truncated, label), in order
-        for rec in records:
-            try:
-                label = record_language(chunk.path, rec, opt.lang_key)
-                texts = []
-                for key in opt.json_keys:
-                    text = record_text(chunk.path, rec, key)
-                    try:
-                        text.encode("utf-8")
-                    except UnicodeEncodeError as e:
-                        raise InputError(
-                            "invalid_utf8",
-                            f"{chunk.path}:{rec.line}: {key!r} holds a lone surrogate "
-                            f"{text[e.start]!r} (not encodable as UTF-8). Fix: repair the "
-                            "\\ud800-style escapes, or --on-error skip",
-                        ) from None
-                    text, controls = remove_control_characters(text)
-                    text, cut = opt.filters.cap(text)
-                    texts.append((key, text, controls, cut))
-            except InputError as e:
-                if opt.on_error != "skip":
-                    raise
-                _bump(errors, e.kind)
-                if len(messages) < MAX_MESSAGES:
-                    messages.append(str(e))
-                continue
-            for key, text, controls, cut in texts:
-                kept.append((key, normalize(text, opt.nfkc, opt.punct_width), controls, cut, label))
-        tags = iter(tag_languages([text for _, text, _, _, label in kept if not label]))
-        for key, text, controls, cut, label in kept:
-            lang = label or next(tags)
-            _bump(counts, "languages", lang, "control_characters", by=controls)
-            _bump(counts, "languages", lang, "truncated", by=int(cut))
-            reason = opt.filters.text_reason(text)
-            if reason is not None:
-                _bump(counts, "languages", lang, "dropped", reason)
-                continue
-            yield key, lang, text
 
     def __call__(self, chunk: Chunk) -> EncodedChunk:
         opt = self.options
         counts: dict = {"byte_order_marks": chunk.byte_order_marks}
         messages: list[str] = []
-        docs = list(self._texts(chunk, counts, messages))
+        docs = list(filtered_texts(chunk, opt, counts, messages))
         pieces = [split_sentences(t) if opt.split_sentences else [t] for _, _, t in docs]
         ids, offsets = self.backend.encode_batch([p for ps in pieces for p in ps])
         # Per piece (sentence or whole document): its length; per document: its pieces.

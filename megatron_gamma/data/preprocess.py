@@ -9,11 +9,11 @@ encodes it, so N processes share N cores); the main process writes the results i
 through megatron-core's ``IndexedDatasetBuilder`` (:mod:`.indexed`). At most ``4 x workers``
 chunks are in flight, so memory does not grow with the input. The tokenizer backend
 (``gigatoken`` or HF ``tokenizers``) is chosen once per call, before any shard, by
-:func:`~megatron_gamma.data.token_backend.resolve_backend` on the first chunk of up to
-:data:`SAMPLE_FILES` input files, so every shard and worker uses the same one. Each document is
-handled on its own, so the bytes written do not depend on the worker count, and the file list is
-split into contiguous shards (:mod:`.sharding`), so merging shard outputs in order gives the bytes
-of one run.
+:func:`~megatron_gamma.data.token_backend.resolve_backend` on the first texts of up to
+:data:`SAMPLE_FILES` input files, so every shard and worker uses the same one, loaded once (the
+check's). Each document is handled on its own, so the bytes written do not depend on the worker
+count, and the file list is split into contiguous shards (:mod:`.sharding`), so merging shard
+outputs in order gives the bytes of one run.
 
 Layout (Megatron-LM's names): each output is ``{output_prefix}_{key}_{level}`` (``level`` is
 ``document``, or ``sentence`` with sentence splitting), or ``{output_prefix}_{lang}_{key}_{level}``
@@ -38,7 +38,7 @@ from megatron.core.datasets.indexed_dataset import DType
 from tqdm import tqdm
 
 from megatron_gamma.config import ConfigError, DataConfig
-from megatron_gamma.data.encode import ChunkEncoder, EncodeOptions
+from megatron_gamma.data.encode import ChunkEncoder, EncodeOptions, filtered_texts
 from megatron_gamma.data.indexed import ChunkWriter
 from megatron_gamma.data.merge import merge_shards
 from megatron_gamma.data.readers import (
@@ -53,7 +53,13 @@ from megatron_gamma.data.readers import (
 from megatron_gamma.data.resume import UnitOutput
 from megatron_gamma.data.sharding import check_shards, shard_files, shard_prefix
 from megatron_gamma.data.stats import add_counts, read_json, stats_document, write_json
-from megatron_gamma.data.token_backend import BACKENDS, resolve_backend
+from megatron_gamma.data.token_backend import (
+    BACKENDS,
+    MAX_SAMPLE_CHARS,
+    GigatokenBackend,
+    HFBackend,
+    resolve_backend,
+)
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 from megatron_gamma.data.tokenizer_fingerprint import SUFFIX as FINGERPRINT
 from megatron_gamma.data.tokenizer_fingerprint import fingerprint
@@ -62,6 +68,7 @@ from megatron_gamma.data.workers import SharedMap
 
 log = logging.getLogger(__name__)
 SAMPLE_FILES = 8
+SAMPLE_CHUNK = 8  # records per read while taking a file's share of the check's sample
 
 
 @dataclass
@@ -99,18 +106,12 @@ def _read_chunks(
     chunk_size: int,
     counts: dict,
     messages: list[str],
-    first_only: bool = False,
 ) -> Iterator[Chunk]:
     columns = list(options.json_keys) + ([options.lang_key] if options.lang_key else [])
     for path in files:
         try:
             check_readable(path)
-            chunks = iter_chunks(path, chunk_size, columns=columns)
-            if first_only:
-                yield from [c for c in (next(chunks, None),) if c is not None]
-                chunks.close()
-            else:
-                yield from chunks
+            yield from iter_chunks(path, chunk_size, columns=columns)
         except InputError as e:
             if options.on_error != "skip":
                 raise
@@ -135,25 +136,31 @@ def _fingerprint(
 
 
 def _choose_backend(
-    files: list[str], tok: BilingualTokenizer, options: EncodeOptions, requested: str, size: int
-) -> tuple[str, str]:
-    """Resolve ``requested`` on the first chunk of up to SAMPLE_FILES files, their texts
-    interleaved (so the size cap keeps every file); log the choice.
+    files: list[str], tok: BilingualTokenizer, options: EncodeOptions, requested: str
+) -> tuple[str, str, HFBackend | GigatokenBackend | None]:
+    """Resolve ``requested`` on the first texts of up to SAMPLE_FILES files, an equal share of
+    MAX_SAMPLE_CHARS from each, interleaved (so the size cap keeps every file); log the choice.
 
     Returns:
-        (backend, reason) of :func:`~megatron_gamma.data.token_backend.resolve_backend`.
+        (backend, reason) of :func:`~megatron_gamma.data.token_backend.resolve_backend`, and
+        that backend as the check loaded it (None when nothing was loaded).
     """
     per_file: list[list[str]] = []
-    if requested != "hf":
-        encoder = ChunkEncoder(tok.path, options, int, tok.eod, "hf")
-        for chunk in _read_chunks(files[:SAMPLE_FILES], options, size, {}, [], first_only=True):
-            per_file.append(encoder.texts(chunk))
+    head = files[:SAMPLE_FILES]
+    for path in head if requested != "hf" else []:
+        texts: list[str] = []
+        for chunk in _read_chunks([path], options, SAMPLE_CHUNK, {}, []):
+            texts += [text for _, _, text in filtered_texts(chunk, options, {}, [])]
+            if sum(map(len, texts)) >= MAX_SAMPLE_CHARS // len(head):
+                break
+        per_file.append(texts)
     sample = [t for group in zip_longest(*per_file) for t in group if t is not None]
-    backend, reason = resolve_backend(requested, tok.path, sample)
+    loaded: dict = {}
+    backend, reason = resolve_backend(requested, tok.path, sample, loaded)
     (log.info if backend == "gigatoken" or requested == "hf" else log.warning)(
         "tokenizer backend %s", reason
     )
-    return backend, reason
+    return backend, reason, loaded.get(backend)
 
 
 def _result(
@@ -199,7 +206,7 @@ def _run_unit(
     workers: int,
     chunk_size: int,
     progress: bool,
-    backend: str,
+    backend: str | HFBackend | GigatokenBackend,
 ) -> tuple[dict, bool]:
     """Preprocess ``files`` into the outputs under ``base``; return (stats doc, was skipped)."""
     unit = UnitOutput(base, _fingerprint(files, options, tok, shard))
@@ -254,7 +261,8 @@ def _run_unit(
             write_json(unit.temp(f"_{name}{FINGERPRINT}"), fingerprint(tok))
         suffixes = [f"_{n}{ext}" for n in sorted(writers) for ext in (".bin", ".idx", FINGERPRINT)]
         totals = {"documents": docs, "tokens": tokens}
-        unit.commit(suffixes + [".stats.json"], totals)
+        hashed = {f"_{n}.bin": writer.bin_sha256 for n, writer in writers.items()}
+        unit.commit(suffixes + [".stats.json"], totals, hashed)
         return doc, False
     except BaseException:
         for writer in writers.values():
@@ -344,9 +352,9 @@ def preprocess(
     )
     tok = load_tokenizer(tokenizer, out_dir)
     os.makedirs(out_dir, exist_ok=True)
-    backend, reason = _choose_backend(files, tok, options, tokenizer_backend, chunk_size)
+    backend, reason, loaded = _choose_backend(files, tok, options, tokenizer_backend)
     run = {"tok": tok, "options": options, "workers": workers, "chunk_size": chunk_size}
-    run["backend"] = backend
+    run["backend"] = loaded or backend
     if num_shards == 1 or shard_index is not None:
         i = shard_index or 0
         base = shard_prefix(output_prefix, i, num_shards)

@@ -117,8 +117,14 @@ class UnitOutput:
         """Delete the partial directory (final names are untouched)."""
         shutil.rmtree(self.partial, ignore_errors=True)
 
-    def commit(self, suffixes: list[str], counts: dict) -> dict:
+    def commit(self, suffixes: list[str], counts: dict, sha256: dict | None = None) -> dict:
         """Move the finished files ``B{suffix}`` to their final names and write the marker.
+
+        Args:
+            suffixes: the files to move.
+            counts: totals recorded in the marker.
+            sha256: {suffix: hex SHA-256} already computed while writing; the other files
+                are hashed here.
 
         Returns:
             The marker written.
@@ -126,7 +132,8 @@ class UnitOutput:
         files = {}
         for suffix in suffixes:
             path = self.temp(suffix)
-            files[suffix] = {"bytes": os.path.getsize(path), "sha256": sha256_file(path)}
+            digest = (sha256 or {}).get(suffix) or sha256_file(path)
+            files[suffix] = {"bytes": os.path.getsize(path), "sha256": digest}
         marker = {
             "format": MARKER_FORMAT,
             "fingerprint": self.fingerprint,

@@ -138,7 +138,12 @@ def first_difference(
     return None
 
 
-def resolve_backend(requested: str, tokenizer_path: str, sample: Sequence[str]) -> tuple[str, str]:
+def resolve_backend(
+    requested: str,
+    tokenizer_path: str,
+    sample: Sequence[str],
+    loaded: dict[str, HFBackend | GigatokenBackend] | None = None,
+) -> tuple[str, str]:
     """Choose the backend for a run (module docstring).
 
     Args:
@@ -146,6 +151,8 @@ def resolve_backend(requested: str, tokenizer_path: str, sample: Sequence[str]) 
         tokenizer_path: the run's ``tokenizer.json``.
         sample: input texts to compare on, besides :data:`PROBE_TEXTS` (truncated to
             :data:`MAX_SAMPLE_CHARS` characters in all).
+        loaded: if given, receives the backends the check loaded, by name, so that the run
+            encodes with them instead of loading the tokenizer again.
 
     Returns:
         (backend, reason): 'gigatoken' or 'hf', and one line saying why.
@@ -167,9 +174,11 @@ def resolve_backend(requested: str, tokenizer_path: str, sample: Sequence[str]) 
         texts.append(text)
         total += len(text)
     checked = f"{len(PROBE_TEXTS)} probe texts and {len(texts) - len(PROBE_TEXTS)} input texts"
+    loaded = {} if loaded is None else loaded
     try:
-        giga = GigatokenBackend(tokenizer_path)
-        diff = first_difference(texts, HFBackend(tokenizer_path), giga)
+        loaded["hf"] = HFBackend(tokenizer_path)
+        loaded["gigatoken"] = GigatokenBackend(tokenizer_path)
+        diff = first_difference(texts, loaded["hf"], loaded["gigatoken"])
     except ImportError as e:
         why = f"gigatoken is not importable ({e}); install it: pip install gigatoken==0.10.0"
     except Exception as e:  # noqa: BLE001  (any failure to load or encode means: not usable)
