@@ -19,6 +19,10 @@ so that load changes hit them alike:
   ``IndexedDatasetBuilder.add_document`` per document in the main process;
 * ``gigatoken-raw``: the ceiling, ``gigatoken`` ``encode_batch`` alone on texts already in
   memory, one thread (CPU time of the encode calls only, second pass: warm pretoken cache).
+* ``side-by-side`` (per worker count N > 1): N independent 1-worker ``ours-gigatoken`` runs
+  whose clocks start together, counted as one run (all tokens, all CPU, the slowest's wall):
+  what this machine gives N processes that share no work, so the 1 -> N worker scaling can be
+  read against the machine's own ceiling (shared caches, memory bandwidth, hypervisor).
 
 "Per core" is tokens per CPU-second (user + system time of the process, its threads and its
 workers), which depends little on how busy the machine is; wall tokens/s and the 1 -> 2 worker
@@ -44,7 +48,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRILLION = 1e12
-WRITERS = ("ours-gigatoken", "ours-hf", "mlm-fast", "per-doc-hf")
+SIDE_BY_SIDE = "side-by-side"
+WRITERS = ("ours-gigatoken", "ours-hf", "mlm-fast", "per-doc-hf", SIDE_BY_SIDE)
+PATHS = ("mlm-fast", "gigatoken-raw", "per-doc-hf", "ours-gigatoken", "ours-hf", SIDE_BY_SIDE)
 
 
 def _usage() -> dict:
@@ -176,19 +182,62 @@ CHILDREN = {
 }
 
 
-def _run_child(mode: str, files: list[str], tokenizer: str, prefix: str, workers: int) -> dict:
+def _start_child(
+    mode: str, files: list[str], tokenizer: str, prefix: str, workers: int, hold: bool = False
+) -> tuple[subprocess.Popen, str, str]:
+    """Start one path's run; with ``hold`` it imports, prints 'ready' and waits for a line on
+    stdin before starting its clock (:func:`_run_side_by_side`)."""
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--tokenizer", tokenizer]
     cmd += ["--prefix", prefix, "--workers", str(workers), "--files", *files]
+    cmd += ["--hold"] if hold else []
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env["TOKENIZERS_PARALLELISM"] = "false"
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise SystemExit(f"{mode} run failed:\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE if hold else None, **pipes)
+    return proc, mode, prefix
+
+
+def _finish_child(child: tuple[subprocess.Popen, str, str]) -> dict:
+    proc, mode, prefix = child
+    stdout, stderr = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"{mode} run failed:\n{stderr[-3000:]}")
+    result = json.loads(stdout.strip().splitlines()[-1])
     result.setdefault("prefix", prefix)
     if "encode_cpu" in result:  # the raw ceiling counts the encode calls only
         result["cpu"] = result["encode_cpu"]
     return result
+
+
+def _run_child(mode: str, files: list[str], tokenizer: str, prefix: str, workers: int) -> dict:
+    return _finish_child(_start_child(mode, files, tokenizer, prefix, workers))
+
+
+def _run_side_by_side(files: list[str], tokenizer: str, prefix: str, copies: int) -> dict:
+    """``copies`` independent 1-worker ``ours-gigatoken`` runs whose clocks start together:
+    what this machine gives processes that share no work (only its caches, memory bandwidth
+    and hypervisor), the ceiling of any worker design. Returned as one run: all tokens, all
+    CPU, the wall time of the slowest."""
+    children = [
+        _start_child("ours-gigatoken", files, tokenizer, f"{prefix}-{i}", 1, hold=True)
+        for i in range(copies)
+    ]
+    for proc, mode, _ in children:
+        if proc.stdout.readline().strip() != "ready":
+            proc.kill()
+            raise SystemExit(f"{mode} side-by-side run failed:\n{proc.stderr.read()[-3000:]}")
+    for proc, _, _ in children:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    results = [_finish_child(c) for c in children]
+    return {
+        "tokens": sum(r["tokens"] for r in results),
+        "cpu": sum(r["cpu"] for r in results),
+        "wall": max(r["wall"] for r in results),
+        "rss_main_mib": max(r["rss_main_mib"] for r in results),
+        "rss_worker_mib": max(r["rss_worker_mib"] for r in results),
+        "prefix": results[0]["prefix"],
+    }
 
 
 def _same_bytes(a: str, b: str) -> bool:
@@ -196,18 +245,30 @@ def _same_bytes(a: str, b: str) -> bool:
 
 
 def bench_corpus(
-    name: str, files: list[str], tokenizer: str, workers: list[int], rounds: int, tmp: str
+    name: str,
+    files: list[str],
+    tokenizer: str,
+    workers: list[int],
+    rounds: int,
+    tmp: str,
+    paths: tuple[str, ...] = PATHS,
 ) -> dict:
-    """Run every path ``rounds`` times in a fixed order; print medians and ratios."""
+    """Run ``paths`` (and ``mlm-fast``, the reference) ``rounds`` times in a fixed order; print
+    medians and ratios."""
     size = sum(map(os.path.getsize, files))
     print(f"\n== {name}: {len(files)} files, {size / 1e6:.1f} MB on disk, {rounds} rounds")
-    runs = [("mlm-fast", 1), ("gigatoken-raw", 1), ("per-doc-hf", workers[0])]
-    runs += [(m, w) for w in workers for m in ("ours-gigatoken", "ours-hf")]
+    runs = [("mlm-fast", 1)] + [("gigatoken-raw", 1)] * ("gigatoken-raw" in paths)
+    runs += [("per-doc-hf", workers[0])] * ("per-doc-hf" in paths)
+    runs += [(m, w) for w in workers for m in ("ours-gigatoken", "ours-hf") if m in paths]
+    runs += [(SIDE_BY_SIDE, w) for w in workers[1:] if SIDE_BY_SIDE in paths]
     results: dict = {run: [] for run in runs}
     for r in range(rounds):
         for mode, w in runs:
             prefix = os.path.join(tmp, f"{name}-{mode}-w{w}-r{r}")
-            results[(mode, w)].append(_run_child(mode, files, tokenizer, prefix, w))
+            if mode == SIDE_BY_SIDE:
+                results[(mode, w)].append(_run_side_by_side(files, tokenizer, prefix, w))
+            else:
+                results[(mode, w)].append(_run_child(mode, files, tokenizer, prefix, w))
         print(f"  round {r + 1}/{rounds} done (load {os.getloadavg()[0]:.1f})")
     ref = results[("mlm-fast", 1)]
     print(f"  {'path':16s} {'workers':>7s} {'tok/CPU-s':>11s} {'x mlm-fast':>10s} "
@@ -236,15 +297,17 @@ def bench_corpus(
             f"  {mode:16s} {w:>7d} {per_cpu:>11,.0f} {cpu_ratio:>9.2f}x {wall_txt} "
             f"{rss_main:>5.0f} MiB {rss_worker:>4.0f} MiB"
         )
-    reference = results[("ours-hf", workers[0])][-1]["prefix"]
-    for mode, w in runs:
-        if mode in WRITERS and (mode, w) != ("ours-hf", workers[0]):
+    reference = results[("mlm-fast", 1)][-1]["prefix"]
+    for mode, w in runs[1:]:
+        if mode in WRITERS:
             same = _same_bytes(results[(mode, w)][-1]["prefix"], reference)
-            print(f"  {mode} workers={w}: bytes identical to ours-hf: {'yes' if same else 'NO'}")
-    for mode in ("ours-gigatoken", "ours-hf"):
-        one = results[(mode, workers[0])]
+            print(f"  {mode} workers={w}: bytes identical to mlm-fast: {'yes' if same else 'NO'}")
+    for mode in ("ours-gigatoken", "ours-hf", SIDE_BY_SIDE):
+        base = ("ours-gigatoken" if mode == SIDE_BY_SIDE else mode, workers[0])
         for w in workers[1:]:
-            many = results[(mode, w)]
+            if base not in results or (mode, w) not in results:
+                continue
+            one, many = results[base], results[(mode, w)]
             scale = statistics.median(
                 (b["tokens"] / b["wall"]) / (a["tokens"] / a["wall"])
                 for a, b in zip(one, many, strict=True)
@@ -253,11 +316,15 @@ def bench_corpus(
                 (b["cpu"] / b["tokens"]) / (a["cpu"] / a["tokens"])
                 for a, b in zip(one, many, strict=True)
             )
-            print(
-                f"  {mode}: {workers[0]} -> {w} workers: wall {scale:.2f}x, CPU per token "
-                f"{cpu:.2f}x"
+            what = (
+                f"{w} independent 1-worker ours-gigatoken runs at once (this machine's ceiling)"
+                if mode == SIDE_BY_SIDE
+                else f"{mode}: {workers[0]} -> {w} workers"
             )
+            print(f"  {what}: wall {scale:.2f}x, CPU per token {cpu:.2f}x")
     for mode in ("ours-gigatoken", "ours-hf", "mlm-fast", "per-doc-hf"):
+        if mode not in {m for m, _ in runs}:
+            continue
         best = max(s["per_cpu"] for (m, _), s in summary.items() if m == mode)
         print(f"  {mode}: 1e12 tokens = {TRILLION / best / 3600:,.0f} core-hours")
     return summary
@@ -289,10 +356,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--tokenizer", default=os.path.join(ROOT, "megatron_gamma/data/demo/tokenizer.json")
     )
-    p.add_argument("--memory-copies", type=int, default=3)
+    p.add_argument(
+        "--paths",
+        nargs="+",
+        choices=PATHS,
+        default=list(PATHS),
+        help="paths to run (mlm-fast, the reference of every ratio, always runs)",
+    )
+    p.add_argument(
+        "--memory-copies",
+        type=int,
+        default=3,
+        help="the peak-memory run's input repeats (0: no memory run)",
+    )
     p.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     p.add_argument("--prefix", help=argparse.SUPPRESS)
     p.add_argument("--files", nargs="*", help=argparse.SUPPRESS)
+    p.add_argument("--hold", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         import awkward  # noqa: F401  (imports are not timed)
@@ -300,6 +380,9 @@ def main(argv: list[str] | None = None) -> None:
 
         import megatron_gamma.data.preprocess  # noqa: F401
 
+        if args.hold:
+            print("ready", flush=True)
+            sys.stdin.readline()
         before, start = _usage(), time.time()
         result = CHILDREN[args.child](args.files, args.tokenizer, args.prefix, args.workers[0])
         after = _usage()
@@ -308,8 +391,8 @@ def main(argv: list[str] | None = None) -> None:
             result["wall"] = time.time() - start
         print(json.dumps(result | after))
         return
-    if args.rounds < 1 or args.memory_copies < 1:
-        p.error(f"--rounds {args.rounds} --memory-copies {args.memory_copies}: both must be >= 1")
+    if args.rounds < 1 or args.memory_copies < 0:
+        p.error(f"--rounds {args.rounds} --memory-copies {args.memory_copies}: need >= 1, >= 0")
     from megatron_gamma.data.readers import expand_inputs
 
     corpora = args.corpus
@@ -323,8 +406,9 @@ def main(argv: list[str] | None = None) -> None:
         for corpus in corpora:
             files = expand_inputs([corpus])
             name = os.path.basename(corpus.rstrip("/"))
-            bench_corpus(name, files, args.tokenizer, args.workers, args.rounds, tmp)
-            if sum(map(os.path.getsize, files)) > 5e6:
+            paths = tuple(args.paths)
+            bench_corpus(name, files, args.tokenizer, args.workers, args.rounds, tmp, paths)
+            if sum(map(os.path.getsize, files)) > 5e6 and args.memory_copies:
                 bench_memory(name, files, args.tokenizer, tmp, args.memory_copies)
 
 
