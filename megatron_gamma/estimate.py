@@ -161,25 +161,25 @@ def _activation_bytes(cfg: Config, vocab_size: int, num_microbatches: int) -> di
     tp, pp = p.tensor_model_parallel_size, p.pipeline_model_parallel_size
     s, b = m.seq_length, t.micro_batch_size
     h, n, g, d = m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels
-    width = 4 if not t.bf16 else 2
+    nbytes = 4 if not t.bf16 else 2  # per activation element
     gate = {"none": 0, "elementwise": n * d, "headwise": n}[m.gated_attention]
     gated_out = n * d if m.gated_attention != "none" else 0
     if m.num_experts is None:
         f_act = m.ffn_hidden_size * (3 if m.swiglu else 2)
     else:  # the widest layer: an MoE layer's top-k experts and shared experts
-        width = m.moe_router_topk * m.moe_ffn_hidden_size
-        width += m.moe_shared_expert_intermediate_size or 0
-        f_act = width * (3 if m.swiglu else 2) + h
-    per_layer = s * b * (4 * h + n * d + 2 * g * d + gate + gated_out + f_act) * width
+        experts = m.moe_router_topk * m.moe_ffn_hidden_size
+        experts += m.moe_shared_expert_intermediate_size or 0
+        f_act = experts * (3 if m.swiglu else 2) + h
+    per_layer = s * b * (4 * h + n * d + 2 * g * d + gate + gated_out + f_act) * nbytes
     per_layer_tp = per_layer / tp  # activations of sharded matmuls shrink with TP ...
     if not p.sequence_parallel:  # ... and the norm/residual ones only with SP
-        per_layer_tp += s * b * 2 * h * width * (tp - 1) / tp
+        per_layer_tp += s * b * 2 * h * nbytes * (tp - 1) / tp
     stage_layers = m.num_layers // pp
     in_flight = min(pp, num_microbatches) if pp > 1 else 1
-    layer_inputs = s * b * h * width / (tp if p.sequence_parallel else 1)
+    layer_inputs = s * b * h * nbytes / (tp if p.sequence_parallel else 1)
     full = stage_layers * per_layer_tp * in_flight
     recompute = (stage_layers * layer_inputs) * in_flight + per_layer_tp
-    logits = s * b * vocab_size / tp * (width + 4)
+    logits = s * b * vocab_size / tp * (nbytes + 4)
     # Backward transients at the output layer: the fp32 gradient of the logits and the output
     # layer's weight gradient before megatron-core's DDP hook folds it into main_grad.
     transient = s * b * vocab_size / tp * 4 + vocab_size * h / tp * 4

@@ -59,3 +59,28 @@ def test_moe_estimate_shows_the_active_parameters(capsys):
     counts = count_parameters(cfg, 65536)
     assert counts.active < counts.total
     assert re.search(rf"^  active per token \(MoE top-k\) +{counts.active:,}$", out, re.M)
+
+
+def test_moe_activations_are_the_dense_ones_plus_the_expert_input():
+    """Closed form (module docstring): with top-1 routing to experts of width F, an MoE layer
+    keeps what a dense layer of width F keeps plus its s·b·h expert input, in bf16 bytes (2 per
+    element) like every other activation."""
+    from megatron_gamma.estimate import estimate_memory
+
+    base = {"num_layers": 4, "hidden_size": 128, "num_attention_heads": 4, "seq_length": 64}
+    base |= {"micro_batch_size": 2, "global_batch_size": 2, "bf16": True}
+    dense = load_config(None, {**base, "ffn_hidden_size": 256})
+    moe = load_config(
+        None, {**base, "num_experts": 4, "moe_router_topk": 1, "moe_ffn_hidden_size": 256}
+    )
+    a, b = estimate_memory(dense, 512, 1), estimate_memory(moe, 512, 1)
+    assert b.activations - a.activations == 4 * 64 * 2 * 128 * 2
+    assert b.activations_recompute - a.activations_recompute == 64 * 2 * 128 * 2
+
+
+def test_the_moe_recipe_fits_its_gpus(capsys):
+    """The shipped MoE recipe at its cluster shape (its activations are a few GiB, not TiB)."""
+    assert main(["estimate", "--config", MOE]) == 0
+    out = capsys.readouterr().out
+    act = float(re.search(r"^activations per GPU +([\d.]+) GiB$", out, re.M).group(1))
+    assert 1 < act < 40 and "WARNING" not in out
