@@ -244,6 +244,14 @@ def _submit(args: argparse.Namespace) -> None:
     from megatron_gamma.launch.slurm import PretrainJob, submit_pretrain
 
     overrides = overrides_from_args(args)
+    for flag, config_flag in (("nodes", "slurm_nodes"), ("gpus_per_node", "slurm_gpus_per_node")):
+        given, other = getattr(args, flag), overrides.get(config_flag)
+        if given is not None and other is not None and given != other:
+            dash = "--" + flag.replace("_", "-")
+            raise ConfigError(
+                f"{dash} {given} and --{config_flag.replace('_', '-')} {other}: two counts for "
+                f"the same job. Fix: give one ({dash} sets the job's; the frozen config records it)"
+            )
     job = PretrainJob(
         nodes=args.nodes,
         gpus_per_node=args.gpus_per_node,

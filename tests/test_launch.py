@@ -211,11 +211,19 @@ def test_nodes_come_from_the_flag_or_the_config(config, sbatch_calls, tmp_path, 
     assert main([*base, "--slurm-nodes", "2", "--slurm-gpus-per-node", "4"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "#SBATCH --nodes=2" in lines and "#SBATCH --gpus-per-node=4" in lines
-    assert main([*base, "--slurm-nodes", "2", "--nodes", "1", "--gpus-per-node", "2"]) == 0
+    with open(config, encoding="utf-8") as f:
+        raw = yaml.safe_load(f)
+    raw["cluster"] = {"slurm_nodes": 2, "slurm_gpus_per_node": 4}
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(raw))
+    recipe = ["submit", "--config", str(tmp_path / "cluster.yaml"), "--dry-run"]
+    assert main([*recipe, "--nodes", "1", "--gpus-per-node", "2"]) == 0  # flags beat the recipe
     lines = capsys.readouterr().out.splitlines()
     assert "#SBATCH --nodes=1" in lines and "#SBATCH --gpus-per-node=2" in lines
     frozen = yaml.safe_load((tmp_path / "run" / "slurm" / "config.yaml").read_text())["cluster"]
     assert (frozen["slurm_nodes"], frozen["slurm_gpus_per_node"]) == (1, 2)  # the job's, not 2 x 4
+    assert main([*base, "--nodes", "1", "--slurm-nodes", "3"]) == 2
+    assert "--nodes 1 and --slurm-nodes 3: two counts for the same job" in capsys.readouterr().err
+    assert main([*base, "--gpus-per-node", "2", "--slurm-gpus-per-node", "2", "--nodes", "1"]) == 0
 
 
 def test_account_qos_dependency_and_environment(config, sbatch_calls, tmp_path, capsys):
