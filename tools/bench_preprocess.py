@@ -50,6 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRILLION = 1e12
 SIDE_BY_SIDE = "side-by-side"
 WRITERS = ("ours-gigatoken", "ours-hf", "mlm-fast", "per-doc-hf", SIDE_BY_SIDE)
+SMALL_CORPUS_TOKENS = 1_000_000
 PATHS = ("mlm-fast", "gigatoken-raw", "per-doc-hf", "ours-gigatoken", "ours-hf", SIDE_BY_SIDE)
 
 
@@ -271,6 +272,10 @@ def bench_corpus(
                 results[(mode, w)].append(_run_child(mode, files, tokenizer, prefix, w))
         print(f"  round {r + 1}/{rounds} done (load {os.getloadavg()[0]:.1f})")
     ref = results[("mlm-fast", 1)]
+    print("  mlm-fast: Megatron-LM preprocess_data_fast.py's method, the reference of every x.")
+    if SIDE_BY_SIDE in paths:
+        print("  side-by-side: N independent 1-worker ours-gigatoken runs at once (the machine's "
+              "ceiling)")  # fmt: skip
     print(f"  {'path':16s} {'workers':>7s} {'tok/CPU-s':>11s} {'x mlm-fast':>10s} "
           f"{'tok/s wall':>11s} {'x mlm-fast':>10s} {'RSS main':>9s} {'worker':>7s}")  # fmt: skip
     summary = {}
@@ -321,7 +326,12 @@ def bench_corpus(
                 if mode == SIDE_BY_SIDE
                 else f"{mode}: {workers[0]} -> {w} workers"
             )
-            print(f"  {what}: wall {scale:.2f}x, CPU per token {cpu:.2f}x")
+            print(f"  {what}: speed-up {scale:.2f}x (wall tokens/s), CPU per token {cpu:.2f}x")
+    tokens = results[("mlm-fast", 1)][-1]["tokens"]
+    if tokens < SMALL_CORPUS_TOKENS:
+        print(f"  no core-hour projection: {tokens:,} tokens are too few (fixed start-up costs "
+              "dominate; use a corpus of millions of tokens)")  # fmt: skip
+        return summary
     for mode in ("ours-gigatoken", "ours-hf", "mlm-fast", "per-doc-hf"):
         if mode not in {m for m, _ in runs}:
             continue
@@ -349,7 +359,7 @@ def bench_memory(name: str, files: list[str], tokenizer: str, tmp: str, copies: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--corpus", nargs="*", default=None, help="directories of zh/en jsonl(.gz)")
     p.add_argument("--workers", nargs="+", type=int, default=[1, 2])
     p.add_argument("--rounds", type=int, default=3, help="alternated rounds per path")
