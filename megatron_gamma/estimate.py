@@ -259,7 +259,7 @@ def report(cfg: Config, vocab_size: int, world_size: int, gpu_memory_gb: float) 
         (
             "layout",
             f"TP {p.tensor_model_parallel_size} x PP {p.pipeline_model_parallel_size} x EP "
-            f"{p.expert_model_parallel_size} on {world_size} GPUs",
+            f"{p.expert_model_parallel_size} on {world_size} GPU{'s' * (world_size != 1)}",
         ),
         ("weights per GPU", f"{mem.weights / gib:.2f} GiB"),
         ("gradients per GPU", f"{mem.gradients / gib:.2f} GiB"),

@@ -217,6 +217,8 @@ def test_filters_drop_and_count_like_an_independent_check(tmp_path, parts):
 BAD_CASES = [
     ("a.jsonl", b'{"text": "ok"}\n{not json\n', "malformed_json", r"a\.jsonl:2: malformed JSON"),
     ("a.jsonl", b'{"text": "ok"}\n\n[1, 2]\n', "malformed_json", r"a\.jsonl:3: malformed JSON"),
+    ("a.jsonl", b'{"text": "a\x01"}\n', "malformed_json",
+     r"a\.jsonl:1: malformed JSON \(Invalid control character at column 12\)"),
     ("a.jsonl", b'{"text": "ok"}\n{"body": "x"}\n', "missing_key", r"a\.jsonl:2: no key 'text'"),
     ("a.jsonl", b'{"text": null}\n', "missing_key", r"a\.jsonl:1: no key 'text'"),
     ("a.jsonl", b'{"text": 5}\n', "bad_value", r"a\.jsonl:1: 'text' is a int, not a string"),

@@ -158,7 +158,10 @@ def dataset_prefixes(inputs: list[str]) -> list[str]:
             names = sorted(f for f in os.listdir(item) if f.endswith(".idx"))
             found = [os.path.join(item, f[: -len(".idx")]) for f in names]
             if not found:
-                raise ConfigError(f"input directory {item!r} holds no .idx files. Fix: check it")
+                raise ConfigError(
+                    f"input directory {item!r} holds no .idx files. Fix: give a directory of "
+                    "preprocessed .bin/.idx pairs, or the prefixes themselves"
+                )
             prefixes += found
         else:
             prefixes.append(item[: -len(".bin")] if item.endswith((".bin", ".idx")) else item)

@@ -122,7 +122,9 @@ def expand_inputs(specs: list[str]) -> list[str]:
             found = sorted(p for p in glob.glob(spec, recursive=True) if not os.path.isdir(p))
             if not found:
                 raise InputError(
-                    "no_input", f"input {spec!r}: no such file and no glob match. Fix: check it"
+                    "no_input",
+                    f"input {spec!r}: no such file and no glob match. Fix: check the path "
+                    "(quote a glob so that megatron-gamma, not the shell, expands it)",
                 )
         for path in found:
             if input_format(path) is None:
@@ -375,8 +377,8 @@ def parse_chunk(
             except json.JSONDecodeError as e:
                 raise InputError(
                     "malformed_json",
-                    f"{chunk.path}:{line}: malformed JSON ({e.msg} at column {e.colno}). "
-                    "Fix: one JSON object per line",
+                    f"{chunk.path}:{line}: malformed JSON ({e.msg.removesuffix(' at')} at column "
+                    f"{e.colno}). Fix: one JSON object per line",
                 ) from None
             if not isinstance(fields, dict):
                 raise InputError(

@@ -62,8 +62,8 @@ def hf_tokenizer_json(tokenizer_model: str | None) -> str:
     if not os.path.isfile(path):
         raise ConfigError(
             f"tokenizer_model={tokenizer_model!r}: {path} not found (megatron-gamma reads "
-            "local files only, no hub download). Fix: pass the tokenizer.json (or its directory) "
-            "used by `megatron-gamma preprocess`"
+            "local files only, no hub download). Fix: pass an existing tokenizer.json or a "
+            "directory holding one (`megatron-gamma train-tokenizer` makes one)"
         )
     return path
 
