@@ -2115,7 +2115,8 @@ def validate_layout(cfg: Config, world_size: int) -> int:
             "tensor_model_parallel_size",
             tp,
             f"TP x PP = {tp} x {pp} does not divide the world size {world_size}",
-            "launch a multiple of TP x PP processes or change the layout",
+            "launch a multiple of TP x PP processes (--world-size, or --nodes x --gpus-per-node) "
+            "or lower --tensor-model-parallel-size / --pipeline-model-parallel-size",
         )
     if m.num_layers % pp:
         _fail(

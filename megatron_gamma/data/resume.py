@@ -56,6 +56,18 @@ def read_marker(base: str) -> dict | None:
     return marker
 
 
+def _differences(old: dict, new: dict, at: str = "") -> list[str]:
+    """Dotted names of the entries that differ between two fingerprints (into nested dicts)."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{at}{key}.")
+        elif a != b:
+            out.append(f"{at}{key}")
+    return out
+
+
 class UnitOutput:
     """The files of one unit of work under base prefix ``base``.
 
@@ -95,14 +107,11 @@ class UnitOutput:
                 f"{self.marker}: not a megatron-gamma done-marker. Fix: use another --output-prefix"
             )
         if marker.get("fingerprint") != self.fingerprint:
-            old = marker.get("fingerprint", {})
-            diff = sorted(
-                k for k in set(old) | set(self.fingerprint) if old.get(k) != self.fingerprint.get(k)
-            )
+            diff = _differences(marker.get("fingerprint", {}), self.fingerprint)
             raise ConfigError(
                 f"{self.marker}: {self.base!r} holds a completed run with different settings "
                 f"(differs in: {', '.join(diff)}). Fix: use another --output-prefix, or delete "
-                f"{os.path.basename(self.base)}* to redo it"
+                f"{self.marker} to redo it with these (its outputs are then replaced)"
             )
         return marker if verify_marker(self.base, marker) else None
 
