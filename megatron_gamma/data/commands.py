@@ -219,17 +219,24 @@ def add_data_commands(sub) -> None:
     )  # fmt: skip
     p.add_argument("--vocab-file", default=None, help="GPT-2 vocab.json (GPT2BPETokenizer)")
     p.add_argument("--merge-file", default=None, help="GPT-2 merges.txt (GPT2BPETokenizer)")
-    p.add_argument("--output-prefix", required=True)
+    p.add_argument(
+        "--output-prefix", required=True,
+        help="where the outputs go: PREFIX_text_document.bin/.idx (Megatron-LM's naming), "
+        "PREFIX.stats.json, PREFIX.done.json",
+    )  # fmt: skip
     p.add_argument(
         "--workers", type=int, default=1,
-        help="encoding processes, one core each: this process plus WORKERS - 1 worker processes",
+        help="encoding processes, one core each: this process plus WORKERS - 1 worker processes "
+        "(default: 1)",
     )  # fmt: skip
     p.add_argument(
         "--tokenizer-backend", choices=["auto", "gigatoken", "hf"], default="auto",
         help="auto: gigatoken when its ids equal HF tokenizers' on probe texts and an input "
         "sample, else hf (says why); gigatoken: required (error if it differs); hf: HF tokenizers",
     )  # fmt: skip
-    p.add_argument("--chunk-size", type=int, default=256, help="records per work item")
+    p.add_argument(
+        "--chunk-size", type=int, default=256, help="records per work item (default: 256)"
+    )
     p.add_argument(
         "--per-language", action="store_true", help="one output per language tag (zh, en, mixed)"
     )
