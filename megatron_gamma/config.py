@@ -1845,6 +1845,19 @@ def _drop_alternatives(raw: dict, layer: dict) -> None:
                     values.pop(other, None)
 
 
+def changed_fields(old: dict, new: dict, at: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted name, old value, new value) of every entry that differs between two nested
+    dicts, descending into the dicts both hold, in sorted key order."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += changed_fields(a, b, f"{at}{key}.")
+        elif a != b:
+            out.append((f"{at}{key}", a, b))
+    return out
+
+
 def merge(base: dict, changes: dict) -> dict:
     """``base`` with ``changes`` merged in, recursively for nested mappings (neither is
     modified): the dict step of rebuilding a config, ``config_from_dict(merge(cfg.to_dict(),

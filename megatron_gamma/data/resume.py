@@ -22,7 +22,7 @@ import logging
 import os
 import shutil
 
-from megatron_gamma.config import ConfigError
+from megatron_gamma.config import ConfigError, changed_fields
 from megatron_gamma.data.indexed import sha256_file
 from megatron_gamma.data.stats import read_json, write_json
 
@@ -54,18 +54,6 @@ def read_marker(base: str) -> dict | None:
     if marker.get("format") != MARKER_FORMAT or not verify_marker(base, marker):
         return None
     return marker
-
-
-def _differences(old: dict, new: dict, at: str = "") -> list[str]:
-    """Dotted names of the entries that differ between two fingerprints (into nested dicts)."""
-    out = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _differences(a, b, f"{at}{key}.")
-        elif a != b:
-            out.append(f"{at}{key}")
-    return out
 
 
 class UnitOutput:
@@ -107,7 +95,8 @@ class UnitOutput:
                 f"{self.marker}: not a megatron-gamma done-marker. Fix: use another --output-prefix"
             )
         if marker.get("fingerprint") != self.fingerprint:
-            diff = _differences(marker.get("fingerprint", {}), self.fingerprint)
+            old = marker.get("fingerprint", {})
+            diff = [name for name, _, _ in changed_fields(old, self.fingerprint)]
             raise ConfigError(
                 f"{self.marker}: {self.base!r} holds a completed run with different settings "
                 f"(differs in: {', '.join(diff)}). Fix: use another --output-prefix, or delete "

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional, TextIO
 
-from megatron_gamma.config import save_config
+from megatron_gamma.config import changed_fields, save_config
 from megatron_gamma.study import rundir
 from megatron_gamma.study.spec import (
     Run,
@@ -99,18 +99,6 @@ def _fingerprint(run: Run) -> dict:
     return {"arm": run.arm, "size": run.size, "seed": run.seed, "config": run.config.to_dict()}
 
 
-def _changed_fields(old: dict, new: dict, prefix: str = "") -> list[str]:
-    keys = sorted(set(old) | set(new))
-    out = []
-    for k in keys:
-        a, b = old.get(k), new.get(k)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _changed_fields(a, b, f"{prefix}{k}.")
-        elif a != b:
-            out.append(f"{prefix}{k}: {a!r} -> {b!r}")
-    return out
-
-
 def check_unchanged(run: Run) -> bool:
     """Compare a run directory's stored identity with the study's run.
 
@@ -126,7 +114,8 @@ def check_unchanged(run: Run) -> bool:
     with open(path, encoding="utf-8") as f:
         stored = json.load(f)
     new = json.loads(json.dumps(_fingerprint(run)))
-    diff = _changed_fields({k: stored.get(k) for k in new}, new)
+    changed = changed_fields({k: stored.get(k) for k in new}, new)
+    diff = [f"{name}: {a!r} -> {b!r}" for name, a, b in changed]
     if diff:
         raise StudyChangedError(
             f"run_dir={run.config.logging.run_dir!r}: the study changed this existing run "
