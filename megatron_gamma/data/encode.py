@@ -31,7 +31,7 @@ from megatron_gamma.data.readers import (
     record_text,
 )
 from megatron_gamma.data.sentences import split_sentences
-from megatron_gamma.data.token_backend import GigatokenBackend, HFBackend, make_backend
+from megatron_gamma.data.token_backend import GigatokenBackend, HFBackend
 
 ON_ERROR = ("stop", "skip")
 
@@ -218,25 +218,21 @@ class ChunkEncoder:
     :class:`EncodedChunk`.
 
     Args:
-        tokenizer_path: HF tokenizer.json with an EOD token.
+        backend: the tokenizer backend
+            (:func:`~megatron_gamma.data.token_backend.make_backend`), as the start-up check
+            chose and loaded it.
         options: how to encode.
         dtype: numpy dtype of the token ids (megatron-core ``DType.optimal_dtype``).
         eod: the EOD token id.
-        backend: 'gigatoken' or 'hf', as
-            :func:`~megatron_gamma.data.token_backend.resolve_backend` chose it, or that
-            backend already loaded (by the start-up check) on ``tokenizer_path``.
     """
 
     def __init__(
         self,
-        tokenizer_path: str,
+        backend: HFBackend | GigatokenBackend,
         options: EncodeOptions,
         dtype: type,
         eod: int,
-        backend: str | HFBackend | GigatokenBackend,
     ):
-        if isinstance(backend, str):
-            backend = make_backend(backend, tokenizer_path)
         self.backend = backend
         self.options = options
         self.dtype = dtype

@@ -58,6 +58,7 @@ from megatron_gamma.data.token_backend import (
     MAX_SAMPLE_CHARS,
     GigatokenBackend,
     HFBackend,
+    make_backend,
     resolve_backend,
 )
 from megatron_gamma.data.tokenizer import BilingualTokenizer
@@ -137,21 +138,24 @@ def _fingerprint(
 
 def _choose_backend(
     files: list[str], tok: BilingualTokenizer, options: EncodeOptions, requested: str
-) -> tuple[str, str, HFBackend | GigatokenBackend | None]:
+) -> tuple[HFBackend | GigatokenBackend, str]:
     """Resolve ``requested`` on the first texts of up to SAMPLE_FILES files, an equal share of
     MAX_SAMPLE_CHARS from each, interleaved (so the size cap keeps every file); log the choice.
 
     Returns:
-        (backend, reason) of :func:`~megatron_gamma.data.token_backend.resolve_backend`, and
-        that backend as the check loaded it (None when nothing was loaded).
+        The chosen backend, loaded (the check's own where it loaded one), and the reason of
+        :func:`~megatron_gamma.data.token_backend.resolve_backend`.
     """
     per_file: list[list[str]] = []
     head = files[:SAMPLE_FILES]
     for path in head if requested != "hf" else []:
         texts: list[str] = []
+        chars = 0
         for chunk in _read_chunks([path], options, SAMPLE_CHUNK, {}, []):
-            texts += [text for _, _, text in filtered_texts(chunk, options, {}, [])]
-            if sum(map(len, texts)) >= MAX_SAMPLE_CHARS // len(head):
+            new = [text for _, _, text in filtered_texts(chunk, options, {}, [])]
+            texts += new
+            chars += sum(map(len, new))
+            if chars >= MAX_SAMPLE_CHARS // len(head):
                 break
         per_file.append(texts)
     sample = [t for group in zip_longest(*per_file) for t in group if t is not None]
@@ -160,7 +164,7 @@ def _choose_backend(
     (log.info if backend == "gigatoken" or requested == "hf" else log.warning)(
         "tokenizer backend %s", reason
     )
-    return backend, reason, loaded.get(backend)
+    return loaded.get(backend) or make_backend(backend, tok.path), reason
 
 
 def _result(
@@ -206,7 +210,7 @@ def _run_unit(
     workers: int,
     chunk_size: int,
     progress: bool,
-    backend: str | HFBackend | GigatokenBackend,
+    backend: HFBackend | GigatokenBackend,
 ) -> tuple[dict, bool]:
     """Preprocess ``files`` into the outputs under ``base``; return (stats doc, was skipped)."""
     unit = UnitOutput(base, _fingerprint(files, options, tok, shard))
@@ -229,7 +233,7 @@ def _run_unit(
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker
     try:
         chunks = _read_chunks(files, options, chunk_size, counts, messages)
-        encoder = ChunkEncoder(tok.path, options, dtype, tok.eod, backend)
+        encoder = ChunkEncoder(backend, options, dtype, tok.eod)
         start, raw, docs, tokens = time.time(), 0, 0, 0
         with SharedMap(workers, encoder) as pool:
             for r in pool.map(chunks, 4 * workers):
@@ -352,9 +356,9 @@ def preprocess(
     )
     tok = load_tokenizer(tokenizer, out_dir)
     os.makedirs(out_dir, exist_ok=True)
-    backend, reason, loaded = _choose_backend(files, tok, options, tokenizer_backend)
+    backend, reason = _choose_backend(files, tok, options, tokenizer_backend)
     run = {"tok": tok, "options": options, "workers": workers, "chunk_size": chunk_size}
-    run["backend"] = loaded or backend
+    run["backend"] = backend
     if num_shards == 1 or shard_index is not None:
         i = shard_index or 0
         base = shard_prefix(output_prefix, i, num_shards)
