@@ -332,6 +332,15 @@ def test_saved_configs_hold_environment_names_not_values(config, stubs, tmp_path
     raw["cluster"] = {"env": {"HF_TOKEN": "secret123", "NCCL_IB_TIMEOUT": "22"}}
     (tmp_path / "secret.yaml").write_text(yaml.safe_dump(raw))
     base = ["submit", "--nodes", "1", "--gpus-per-node", "2"]
+    assert main([*base, "--config", str(tmp_path / "secret.yaml"), "--dry-run"]) == 0
+    printed = capsys.readouterr().out  # a dry run prints the script: names, not values
+    assert "secret123" not in printed and f"export HF_TOKEN='{REDACTED}'" in printed.splitlines()
+    tok = os.path.join(demo_dir(), "tokenizer.json")
+    pre = ["submit-preprocess", "--input", tok, "--tokenizer-model", tok, "--num-shards", "1"]
+    pre += ["--output-prefix", str(tmp_path / "o"), "--env", "K=s3cr3t"]
+    assert main([*pre, "--dry-run"]) == 0
+    printed = capsys.readouterr().out
+    assert "s3cr3t" not in printed and f"export K='{REDACTED}'" in printed.splitlines()
     assert main([*base, "--config", str(tmp_path / "secret.yaml")]) == 0
     slurm = tmp_path / "run" / "slurm"
     assert "export HF_TOKEN=secret123" in (slurm / "pretrain.sbatch").read_text().splitlines()

@@ -336,6 +336,7 @@ class Submission:
 
     script_path: str
     script: str
+    """The script; a dry run's with the environment values it was given redacted."""
     job_ids: list[str] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
 
@@ -647,8 +648,9 @@ def submit_pretrain(
         config_path: YAML config file(s), layered in order (as for ``pretrain``).
         overrides: ``{field: value}`` Megatron-named overrides (as for ``pretrain``).
         job: nodes, GPUs, launcher and cluster options.
-        dry_run: render the script and write the resolved config it references
-            (``<run_dir>/slurm/config.yaml``); submit nothing. Dataset and tokenizer paths that
+        dry_run: render the script (the values of ``cluster.env`` and ``job.env`` redacted)
+            and write the resolved config it references (``<run_dir>/slurm/config.yaml``);
+            submit nothing. Dataset and tokenizer paths that
             do not exist on this host (they may live on the cluster's file system) are warnings.
 
     Returns:
@@ -705,6 +707,9 @@ def submit_pretrain(
     frozen = os.path.join(slurm_dir, "config.yaml")
     log = os.path.join(slurm_dir, "%x-%j.out")
     job_name = f"mg-{os.path.basename(run_dir)}"
+    env = pretrain_env(job, cfg)
+    if dry_run:  # printed: the given values (secrets, maybe) stay out of terminals and CI logs
+        env = {k: REDACTED if k in cfg.cluster.env or k in job.env else v for k, v in env.items()}
     script = render_pretrain(
         job,
         config=frozen,
@@ -716,7 +721,7 @@ def submit_pretrain(
             "Written by `megatron-gamma submit`; the config is frozen in CONFIG. Resubmit with",
             "`sbatch THIS_FILE`: the job resumes from the newest checkpoint in CHECKPOINTS.",
         ),
-        env=pretrain_env(job, cfg),
+        env=env,
     )
     path = os.path.join(slurm_dir, "pretrain.sbatch")
     result = Submission(path, script)
@@ -740,7 +745,8 @@ def submit_preprocess(job: PreprocessJob, dry_run: bool = False) -> Submission:
     array, cancelled if a shard fails) writes ``output_prefix``.
 
     Returns:
-        The script, its path, and (unless ``dry_run``) the array and merge job ids and the logs.
+        The script (a dry run's with the ``env`` values redacted), its path, and (unless
+        ``dry_run``) the array and merge job ids and the logs.
 
     Raises:
         ConfigError: an input or tokenizer file that does not exist (checked when no container
@@ -763,7 +769,7 @@ def submit_preprocess(job: PreprocessJob, dry_run: bool = False) -> Submission:
     slurm_dir = os.path.join(os.path.dirname(job.output_prefix), SLURM_SUBDIR)
     job_name = f"mg-prep-{base}"
     script = render_preprocess(
-        job,
+        dataclasses.replace(job, env=dict.fromkeys(job.env, REDACTED)) if dry_run else job,
         shard_dir=f"{job.output_prefix}_shards",
         log_dir=slurm_dir,
         job_name=job_name,
