@@ -32,9 +32,10 @@ whole run: 480 s) and the time left:
    installed on this machine" where it is not. Reported: tokens/s, TFLOP/s per device and MFU,
    medians over the log intervals after the first (warm-up).
 
-The gate's share of the step, 1 - tokens/s(defaults) / tokens/s(``--gated-attention none``) (on
-TE when it ran, else on the local spec), decides whether the gate rows are fused into the QKV
-projection (issue 18: only above :data:`FUSE_GATE_ABOVE`); the decision is printed and written.
+The gate's share of the step, (tokens/s of ``--gated-attention none`` - tokens/s of the defaults)
+/ tokens/s of ``--gated-attention none`` (on TE when it ran, else on the local spec), decides
+whether the gate rows are fused into the QKV projection (issue 18: only above
+:data:`FUSE_GATE_ABOVE`); the decision is printed and written.
 
 Targets (printed next to the figures, not enforced): fused RMSNorm >= 85% of copy bandwidth and
 >= 1.2x TE/apex; our additions <= 3% slower than the same model without them (defaults vs
@@ -402,15 +403,16 @@ def dry_run_step(step: Step) -> None:
 
 def gate_decision(steps: dict[str, Step]) -> str:
     """Whether to fuse the gate rows into the QKV projection: the gate's share of the step,
-    1 - tokens/s(with gate) / tokens/s(--gated-attention none), on TE when both TE variants ran,
-    else on the local spec; fuse only above :data:`FUSE_GATE_ABOVE`. '' without figures."""
+    (tokens/s without the gate - tokens/s with it) / tokens/s without it, on TE when both TE
+    variants ran, else on the local spec; fuse only above :data:`FUSE_GATE_ABOVE`. '' without
+    figures."""
     for on, a, b in (("Transformer Engine", "transformer-engine",
                       "transformer-engine-gated-attention-none"),
                      ("the local spec", "defaults", "gated-attention-none")):  # fmt: skip
         x = steps.get(f"train-{a}", Step(a, [])).figures.get("tokens_per_s")
         y = steps.get(f"train-{b}", Step(b, [])).figures.get("tokens_per_s")
         if x and y:
-            share = 1 - x / y
+            share = (y - x) / y
             fuse = share > FUSE_GATE_ABOVE
             return (
                 f"gate's share of the step on {on}: {100 * share:.2f}% "
