@@ -117,6 +117,16 @@ def test_wheelhouse_without_wheels_for_this_python_is_refused(tmp_path):
         gpu_acceptance.plan(str(tmp_path / "out"), str(tmp_path))
 
 
+def test_a_real_run_without_the_wheels_or_a_wheelhouse_is_refused_before_any_step(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(gpu_acceptance, "_missing_modules", lambda step: ["nltk"])
+    with pytest.raises(SystemExit):
+        gpu_acceptance.main([str(tmp_path)])
+    assert "['nltk'] not importable and no --wheelhouse. Fix: bash" in capsys.readouterr().err
+    assert not (tmp_path / "gpu_acceptance.json").exists()
+
+
 def test_a_step_stops_at_its_budget_and_at_the_deadline(tmp_path):
     sleep = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(30)"]
     step = gpu_acceptance.Step("sleep", sleep, budget_s=1.0)

@@ -695,6 +695,10 @@ def main(argv: list[str] | None = None) -> int:
 
     meta["torch"] = torch.__version__
     if not args.dry_run:
+        if not wheelhouse and (missing := _missing_modules(steps[0])):
+            p.error(f"{missing} not importable and no --wheelhouse. Fix: bash "
+                    "tools/gpu_wheelhouse.sh DIR where the package registry is, carry DIR here, "
+                    "and pass --wheelhouse DIR")  # fmt: skip
         if not torch.cuda.is_available():
             p.error("no GPU is visible. Fix: run on a GPU machine, or --dry-run to check on CPU")
         meta["device"] = torch.cuda.get_device_name()
