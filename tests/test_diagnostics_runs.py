@@ -187,6 +187,12 @@ def test_compare_checkpoints(demo):
     tok = np.load(os.path.join(out_dir, "tokens.npz"))
     pa, pb = np.exp(tok["logp_a"].astype(np.float64)), np.exp(tok["logp_b"].astype(np.float64))
     np.testing.assert_allclose(tok["delta_sym"], (pa - pb) / (pa + pb), rtol=1e-6, atol=1e-12)
+    # the document of every target token (windows of 64 + 1 tokens, documents concatenated)
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    ds = IndexedDataset(demo["data"])
+    owner = np.repeat(np.arange(len(ds)), ds.sequence_lengths)
+    np.testing.assert_array_equal(tok["document"], owner[1 : 16 * 64 + 1].reshape(16, 64))
     # megatron-core's own loss on the same windows, from the same checkpoint
     ref = json.loads(_run([sys.executable, CHECK, "reference", a, demo["data"], "64", "16"]))
     assert summary["a"]["mean_loss"] == pytest.approx(ref["mean_loss"], rel=1e-6)
