@@ -184,7 +184,9 @@ def test_report_on_smoke_study(smoke_dir):
     assert len(verdicts) == 8
     for v in verdicts:
         assert v["verdict"] in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_MEASURABLE)
-        assert v["numbers"] and v["rule"] and any(ch.isdigit() for ch in v["numbers"]), v
+        assert v["numbers"] and v["rule"], v
+        if v["verdict"] != INCONCLUSIVE:
+            assert any(ch.isdigit() for ch in v["numbers"]), v
     # two arms, one seed: no γ = 1 arm without fixes and no interval, so claims 1-3 stay open
     assert [v["verdict"] for v in verdicts[:3]] == [INCONCLUSIVE] * 3
     assert "no γ = 1 arm with the baseline's ε and gate" in verdicts[0]["numbers"]
