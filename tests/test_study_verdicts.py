@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from megatron_gamma.study.analysis import StudyData, gamma_grid, scaling_fits
+from megatron_gamma.study.analysis import StudyData, gamma_grid, loss_table, scaling_fits
 from megatron_gamma.study.fits import Interval, trend_interval
 from megatron_gamma.study.rundir import RunRecord
 from megatron_gamma.study.verdicts import (
@@ -406,6 +406,12 @@ def test_lr_grid_best_lr_rows_and_old_manifest_defaults():
     assert [r.lr for r in rows[:6]] == ["shared LR", "best LR"] * 3
     best = rows[1]
     assert best.verdict == REPRODUCED and "-0.3000" in best.numbers and "δ = 0.05" in best.rule
+    rows_best, diffs = loss_table(data, "best")
+    assert [(r["arm"], r["lr"], r["seeds"]) for r in rows_best] == [
+        ("baseline", 1e-3, 3),
+        ("gamma1", 3e-4, 3),
+    ]
+    assert diffs[("gamma1", "s1")].mean == pytest.approx(4.73 - 5.03)
     old = make_study({("baseline", "s1", 1): 5.0, ("gamma1", "s1", 1): 4.9}, widths)
     assert old.margin == 0.01 and not old.has_lr_grid
     assert [r.lr for r in verdicts(old, {}, None)[:3]] == ["shared LR"] * 3
