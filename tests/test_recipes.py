@@ -68,7 +68,7 @@ def _meta_counts(recipes):
 def _memory_use(recipe, data_prefix, tokenizer):
     """Train the recipe two iterations at a reduced batch on the CPU; the process's peak RSS
     growth over its size just before the model was built, next to the estimator's total."""
-    from megatron_gamma.training.loop import Trainer
+    from megatron_gamma.training.loop import Trainer, run_callbacks
 
     overrides = {
         "bf16": False,
@@ -90,6 +90,7 @@ def _memory_use(recipe, data_prefix, tokenizer):
     cfg = load_config(recipe, overrides)
     before = psutil.Process().memory_info().rss
     trainer = Trainer(cfg)
+    trainer.callbacks = run_callbacks(trainer.cfg, trainer.preemption)
     trainer.train()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     est = estimate_memory(cfg, trainer.vocab_size, dist.get_world_size())
