@@ -505,9 +505,9 @@ def run_callbacks(cfg: Config, guard: PreemptionGuard) -> list[Callback]:
        validation of its iteration;
     3. checkpointing (``--save``, ``--save-interval``);
     4. diagnostics (``--log-diagnostics-interval`` > 0), after the checkpoint of the same
-       iteration, so a slow probe never delays a save;
+       iteration: the checkpoint is on disk before the probes run;
     5. the profiler (``--profile``) and manual garbage collection (``--manual-gc``), which
-       bracket steps and ignore the others;
+       depend on no other callback's work;
     6. preemption last: a stop request saves only when the checkpoint callback has not just
        saved that iteration.
 
