@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -75,6 +76,14 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return out
+
+
+def test_hook_table_lists_the_interfaces_hooks_in_call_order():
+    from megatron_gamma.training import callback
+
+    table = re.findall(r"^``(on_\w+)``", callback.__doc__, re.M)
+    hooks = [k for k in vars(callback.Callback) if k.startswith("on_")]
+    assert table == hooks == ["on_train_start", "on_step_end", "on_eval", "on_save", "on_train_end"]
 
 
 def test_callback_interface_imports_nothing_of_the_package():

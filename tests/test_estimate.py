@@ -176,3 +176,27 @@ def test_fp16_is_costed_as_fp16_weights_with_an_fp32_master():
     est = estimate_memory(fp16, 512, 1)
     assert (est.weights, est.gradients, est.optimizer) == (2 * n, 4 * n, 12 * n)
     assert est.activations == estimate_memory(bf16, 512, 1).activations
+
+
+@pytest.mark.parametrize("gate", ["none", "elementwise", "headwise"])
+def test_activation_bytes_follow_the_docstring_formula(gate):
+    """The module docstring's per-layer formula, s·b·(4h + n·d + 2·g·d + w_gate + w_gated +
+    f_act) elements, plus the logits, their fp32 softmax and the output layer's backward
+    transients, computed by hand for one GPU in fp32."""
+    from megatron_gamma.estimate import estimate_memory
+
+    s, b, h, n, g, f, layers, vocab = 32, 2, 64, 4, 2, 96, 3, 512
+    cfg = load_config(
+        None,
+        {
+            "num_layers": layers, "hidden_size": h, "num_attention_heads": n,
+            "num_query_groups": g, "ffn_hidden_size": f, "seq_length": s,
+            "micro_batch_size": b, "global_batch_size": b, "gated_attention": gate,
+        },
+    )  # fmt: skip
+    d = h // n
+    w_gate = {"none": 0, "elementwise": n * d, "headwise": n}[gate]
+    w_gated = 0 if gate == "none" else n * d
+    per_layer = s * b * (4 * h + n * d + 2 * g * d + w_gate + w_gated + 3 * f) * 4
+    logits = s * b * vocab * (4 + 4) + s * b * vocab * 4 + vocab * h * 4
+    assert estimate_memory(cfg, vocab, 1).activations == layers * per_layer + logits
