@@ -1,25 +1,28 @@
 """Model size, FLOPs and per-GPU memory of a configuration, before any GPU is touched.
 
-Parameter counts follow the layers megatron-core builds for our layer spec (checked against
-``numel`` of the real model built on the meta device in ``tests/test_recipes.py``):
-
-- per layer: two RMSNorm weights (h each); QKV h·(n·d + 2·g·d); gate h·n·d (elementwise) or
-  h·n (headwise); output projection n·d·h; dense MLP h·f·(2 with SwiGLU) + f·h, or MoE router
-  E·h plus E experts of h·f_e·2 + f_e·h (plus shared experts h·f_s·2 + f_s·h); biases where
-  enabled; ``--moe-layer-freq`` picks which layers are MoE, the others are dense;
-- embedding V·h (+ learned positions P·h), final norm h, output layer V·h when untied.
+Parameter counts sum the weight-role registry's list of the model's parameters
+(:func:`megatron_gamma.model.roles.model_parameters`: every parameter megatron-core builds for
+our local layer spec with its global shape, qk-layernorm weights, gate and router biases
+included; ``tests/test_estimate.py`` compares it name by name with a built model), sharded as
+each role's row says (:func:`~megatron_gamma.model.roles.shard_count`: TP rows or columns,
+experts over EP x expert-TP, norms and the router replicated); ``--moe-layer-freq`` picks which
+layers are MoE, the others are dense.
 
 Per-GPU memory (bytes), on the pipeline stage that holds the most, with TP/PP/EP sharding as
 megatron-core shards (norms and router replicated over TP):
 
-- weights: 2 B/param in bf16, 4 B in fp32;
+- weights: 2 B/param in bf16 or fp16, 4 B in fp32;
 - gradients: 4 B/param (megatron-core DDP accumulates fp32 ``main_grad``);
-- optimizer: Adam moments 8 B/param, plus a 4 B fp32 master copy in bf16 training; divided by
-  the data-parallel size with the distributed optimizer;
-- activations per micro-batch and layer: the tensors our layer keeps for backward,
-  s·b·(4h + n·d + 2·g·d + 3·n·d_gate + 3·f_act) elements (norm inputs and outputs, Q/K/V, the
-  attention output before and after the gate, gate logits, fc1 output and SwiGLU output; f_act
-  = top-k·f_e for MoE), divided by TP with sequence parallelism; only the layer inputs
+- optimizer: Adam moments 8 B/param, plus a 4 B fp32 master copy in bf16 or fp16 training;
+  divided by the data-parallel size with the distributed optimizer;
+- activations per micro-batch and layer (2 B per element in bf16 or fp16, else 4 B): the
+  tensors our layer keeps for backward, s·b·(4h + n·d + 2·g·d + w_gate + w_gated + f_act)
+  elements: norm inputs and outputs (4h), Q (n·d), K and V (2·g·d), the gate logits (w_gate = n·d
+  elementwise, n headwise, 0 without a gate) and the gated attention output (w_gated = n·d with
+  a gate), and the MLP's f_act = f·(3 with SwiGLU, else 2) (fc1 output and activation); for
+  MoE, f_act = (top-k·f_e + f_s)·(3 or 2) + h (the widest layer: routed and shared experts plus
+  the experts' s·b·h input); divided by TP, except that without sequence parallelism the 2h of
+  norm/residual activations stay whole on every TP rank; only the layer inputs
   (s·b·h) plus one layer's worth with full recompute; times the micro-batches in flight on the
   first stage (PP with 1F1B); plus the logits and the fp32 softmax of the vocab-parallel
   cross-entropy, s·b·V/TP·(bytes + 4), and the backward transients at the output layer (the fp32
@@ -33,10 +36,18 @@ adapted to this model's layer (fused attention kernels: no s² term).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from megatron_gamma.config import Config, moe_layer_pattern, trained_samples
 from megatron_gamma.model.flops import train_flops_per_token
+from megatron_gamma.model.roles import (
+    Group,
+    layer_parameters,
+    model_parameters,
+    role_of,
+    shard_count,
+)
 
 
 @dataclass
@@ -60,38 +71,23 @@ class ParamCounts:
         return rows
 
 
-def _layer_parts(cfg: Config, moe: bool) -> dict[str, tuple[int, str]]:
-    """{part: (parameters, sharding)} of one dense (``moe`` False) or MoE layer; sharding 'tp',
-    'rep' (replicated over TP) or 'ep'."""
-    m = cfg.model
-    h, n, g, d = m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels
-    bias = m.add_bias_linear
-    glu = 2 if m.swiglu else 1
-    parts = {
-        "norms": (2 * h, "rep"),
-        "qkv": (h * (n * d + 2 * g * d) + (n * d + 2 * g * d if bias else 0), "tp"),
-        "proj": (n * d * h, "tp"),
-        "proj_bias": (h if bias else 0, "rep"),
-    }
-    if m.gated_attention != "none":
-        width = n * d if m.gated_attention == "elementwise" else n
-        parts["gate"] = (h * width + (width if m.gate_bias else 0), "tp")
-    if not moe:
-        f = m.ffn_hidden_size
-        parts["fc1"] = (h * f * glu + (f * glu if bias else 0), "tp")
-        parts["fc2"] = (f * h, "tp")
-        parts["fc2_bias"] = (h if bias else 0, "rep")
-    else:
-        fe = m.moe_ffn_hidden_size
-        expert = h * fe * glu + fe * h + ((fe * glu + h) if bias else 0)
-        parts["router"] = (m.num_experts * h, "rep")
-        parts["experts"] = (m.num_experts * expert, "ep")
-        fs = m.moe_shared_expert_intermediate_size
-        if fs is not None:
-            parts["shared_fc1"] = (h * fs * glu + (fs * glu if bias else 0), "tp")
-            parts["shared_fc2"] = (fs * h, "tp")
-            parts["shared_fc2_bias"] = (h if bias else 0, "rep")
-    return parts
+def _layer_sizes(cfg: Config, moe: bool) -> tuple[int, int, int, int]:
+    """(parameters, parameters on one GPU, expert parameters, expert parameters on one GPU) of
+    one dense (``moe`` False) or MoE layer, summed over the registry's
+    :func:`~megatron_gamma.model.roles.layer_parameters` with each role's sharding."""
+    p = cfg.parallel
+    layout = (p.tensor_model_parallel_size, p.expert_model_parallel_size)
+    layout += (p.expert_tensor_parallel_size,)
+    total = local = expert = expert_local = 0
+    for name, shape in layer_parameters(cfg.model, moe):
+        role = role_of(name)
+        numel = math.prod(shape)
+        total += numel
+        local += numel // shard_count(role, *layout)
+        if role.group is Group.EXPERT:
+            expert += numel
+            expert_local += numel // shard_count(role, *layout)
+    return total, local, expert, expert_local
 
 
 def _moe_layers(cfg: Config) -> list[int]:
@@ -103,23 +99,23 @@ def _moe_layers(cfg: Config) -> list[int]:
 
 
 def count_parameters(cfg: Config, vocab_size: int) -> ParamCounts:
-    """Parameter counts (see module docstring) for a padded vocabulary of ``vocab_size``;
-    ``per_layer`` is an MoE layer's where the model has one (``--moe-layer-freq`` may mix in
-    dense layers)."""
+    """Parameter counts of every parameter the registry lists
+    (:func:`~megatron_gamma.model.roles.model_parameters`) for a padded vocabulary of
+    ``vocab_size``; ``per_layer`` is an MoE layer's where the model has one
+    (``--moe-layer-freq`` may mix in dense layers); ``active`` counts top-k of the routed
+    experts."""
     m = cfg.model
-    h = m.hidden_size
     pattern = _moe_layers(cfg)
-    sizes = {k: sum(p for p, _ in _layer_parts(cfg, bool(k)).values()) for k in set(pattern)}
-    embedding = vocab_size * h * (2 if m.untie_embeddings_and_output_weights else 1)
+    sizes = {k: _layer_sizes(cfg, bool(k)) for k in set(pattern)}
+    total = sum(math.prod(shape) for _, shape in model_parameters(m, vocab_size, pattern))
+    embedding = vocab_size * m.hidden_size * (2 if m.untie_embeddings_and_output_weights else 1)
     if m.position_embedding_type == "learned_absolute":
-        embedding += m.max_position_embeddings * h
-    total = sum(sizes[k] for k in pattern) + embedding + h
+        embedding += m.max_position_embeddings * m.hidden_size
     active = total
     if m.num_experts is not None:
-        experts = _layer_parts(cfg, True)["experts"][0]
-        inactive = experts * (m.num_experts - m.moe_router_topk) // m.num_experts
+        inactive = sizes[1][2] * (m.num_experts - m.moe_router_topk) // m.num_experts
         active -= sum(pattern) * inactive
-    return ParamCounts(total, embedding, sizes[max(pattern)], active)
+    return ParamCounts(total, embedding, sizes[max(pattern)][0], active)
 
 
 def params_per_gpu(cfg: Config, vocab_size: int) -> dict[str, int]:
@@ -130,19 +126,9 @@ def params_per_gpu(cfg: Config, vocab_size: int) -> dict[str, int]:
         the two}.
     """
     m, p = cfg.model, cfg.parallel
-    tp, pp, ep = (
-        p.tensor_model_parallel_size,
-        p.pipeline_model_parallel_size,
-        p.expert_model_parallel_size,
-    )
-    etp = p.expert_tensor_parallel_size
-    divisor = {"tp": tp, "rep": 1, "ep": ep * etp}
+    tp, pp = p.tensor_model_parallel_size, p.pipeline_model_parallel_size
     pattern = _moe_layers(cfg)
-    layer, expert = {}, {}
-    for kind in set(pattern):
-        parts = _layer_parts(cfg, bool(kind))
-        layer[kind] = sum(n // divisor[how] for n, how in parts.values())
-        expert[kind] = parts["experts"][0] // (ep * etp) if "experts" in parts else 0
+    sizes = {k: _layer_sizes(cfg, bool(k)) for k in set(pattern)}
     stage_layers = m.num_layers // pp
     first_layers, last_layers = pattern[:stage_layers], pattern[-stage_layers:]
     h = m.hidden_size
@@ -150,10 +136,10 @@ def params_per_gpu(cfg: Config, vocab_size: int) -> dict[str, int]:
     if m.position_embedding_type == "learned_absolute":
         emb += m.max_position_embeddings * h
     out = vocab_size * h // tp if m.untie_embeddings_and_output_weights or pp > 1 else 0
-    first = sum(layer[k] for k in first_layers) + emb + (out + h if pp == 1 else 0)
-    last = sum(layer[k] for k in last_layers) + out + h + (emb if pp == 1 else 0)
+    first = sum(sizes[k][1] for k in first_layers) + emb + (out + h if pp == 1 else 0)
+    last = sum(sizes[k][1] for k in last_layers) + out + h + (emb if pp == 1 else 0)
     heavier = first_layers if first >= last else last_layers
-    return {"first": first, "last": last, "expert": sum(expert[k] for k in heavier)}
+    return {"first": first, "last": last, "expert": sum(sizes[k][3] for k in heavier)}
 
 
 def _activation_bytes(cfg: Config, vocab_size: int, num_microbatches: int) -> dict[str, float]:
@@ -161,7 +147,7 @@ def _activation_bytes(cfg: Config, vocab_size: int, num_microbatches: int) -> di
     tp, pp = p.tensor_model_parallel_size, p.pipeline_model_parallel_size
     s, b = m.seq_length, t.micro_batch_size
     h, n, g, d = m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels
-    nbytes = 4 if not t.bf16 else 2  # per activation element
+    nbytes = 2 if t.bf16 or t.fp16 else 4  # per activation element
     gate = {"none": 0, "elementwise": n * d, "headwise": n}[m.gated_attention]
     gated_out = n * d if m.gated_attention != "none" else 0
     if m.num_experts is None:
@@ -227,7 +213,7 @@ def estimate_memory(cfg: Config, vocab_size: int, world_size: int) -> MemoryEsti
             * par.expert_tensor_parallel_size
         ),
     )
-    weight_b, opt_b = (2, 12) if t.bf16 else (4, 8)
+    weight_b, opt_b = (2, 12) if t.bf16 or t.fp16 else (4, 8)
     dense = n - expert
     optimizer = n * opt_b
     optimizer_dist = dense * opt_b / dp + expert * opt_b / expert_dp

@@ -16,6 +16,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from helpers import check_nproc
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -48,8 +50,10 @@ def run_distributed(fn: Callable[..., Any], nproc: int, *args, timeout: float = 
 
     Raises:
         AssertionError: a rank raised (its traceback is in the message), or exited without a
-            result within ``timeout`` seconds.
+            result within ``timeout`` seconds; ``nproc`` > 1 in a test not marked ``slow``
+            (:func:`helpers.check_nproc`).
     """
+    check_nproc(nproc)
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = _free_port()

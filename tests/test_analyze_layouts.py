@@ -12,7 +12,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import TINY_MODEL, close, read_diagnostics, run_cli
+from helpers import TINY_MODEL, close, read_diagnostics, run_cli
 
 LAYOUTS = {
     "moe-ep2": ["--num-experts", "4", "--moe-ffn-hidden-size", "64",

@@ -16,8 +16,8 @@ import shutil
 
 import pytest
 import torch
-from conftest import pretrain
 from distributed import run_distributed
+from helpers import pretrain
 
 from megatron_gamma.config import ConfigError, load_config
 from megatron_gamma.diagnostics import offline

@@ -5,7 +5,7 @@ over per-language outputs of ``preprocess``."""
 import numpy as np
 import pytest
 import torch.distributed as dist
-from conftest import DEMO_INPUTS, DEMO_TOKENIZER, TINY_MODEL, read_metrics, run_cli
+from helpers import DEMO_INPUTS, DEMO_TOKENIZER, TINY_MODEL, read_metrics, run_cli
 
 from megatron_gamma.cli import build_parser
 from megatron_gamma.config import ConfigError, DataConfig, load_config, overrides_from_args

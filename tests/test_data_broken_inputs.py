@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from conftest import DEMO_TOKENIZER
+from helpers import DEMO_TOKENIZER
 
 from megatron_gamma.data.encode import EncodeOptions
 from megatron_gamma.data.preprocess import preprocess

@@ -10,8 +10,8 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from conftest import DEMO_INPUTS, DEMO_TOKENIZER, TINY_MODEL, read_metrics, run_cli
 from distributed import run_distributed
+from helpers import DEMO_INPUTS, DEMO_TOKENIZER, TINY_MODEL, read_metrics, run_cli
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from workers.common import build, make_config

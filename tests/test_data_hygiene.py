@@ -6,7 +6,7 @@ have written by hand (no mark, no controls, the first N characters), and each co
 import codecs
 import json
 
-from conftest import DEMO_TOKENIZER
+from helpers import DEMO_TOKENIZER
 
 from megatron_gamma.data.encode import EncodeOptions
 from megatron_gamma.data.filters import Filters

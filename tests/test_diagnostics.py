@@ -394,19 +394,17 @@ def test_aggregate_experts_means_over_a_layers_experts():
 # ---------------------------------------------------------------- probes on module trees
 
 
-class OutputGate(torch.nn.Module):
-    """Stand-in with the contract of the gated-attention output gate (class name matters):
-    forward(core_attn_out, gate_logits) -> core_attn_out * sigmoid(gate_logits)."""
-
-    def forward(self, core_attn_out, gate_logits):
-        return core_attn_out * torch.sigmoid(gate_logits)
-
-
 class _Layer(torch.nn.Module):
+    """A transformer layer's outline: the gated attention's OutputGate where megatron-gamma's
+    GatedSelfAttention keeps it (2 heads of 4 channels, elementwise gate)."""
+
     def __init__(self, number):
+        from megatron_gamma.model.gated_attention import OutputGate
+
         super().__init__()
         self.layer_number = number
-        self.gate = OutputGate()
+        self.self_attention = torch.nn.Module()
+        self.self_attention.output_gate = OutputGate(2, 4)
 
 
 def test_activation_probe_reads_output_gates_per_layer():
@@ -418,15 +416,15 @@ def test_activation_probe_reads_output_gates_per_layer():
     logits = [torch.randn(6, 2, 8, generator=_gen(20 + i)) * 3 for i in range(2)]
     with ActivationProbe([model]) as probe:
         for layer, z in zip(model.decoder.layers, logits, strict=True):
-            layer.gate(torch.ones_like(z), z)
-            layer.gate(torch.ones_like(z), z + 100)  # later calls are ignored
+            layer.self_attention.output_gate(torch.ones_like(z), z)
+            layer.self_attention.output_gate(torch.ones_like(z), z + 100)  # later calls ignored
     got = probe.results()
     for i, z in enumerate(logits):
         ref = gate_statistics(logits=z)
         assert got[f"gate_mean/layer_{i:02d}"] == pytest.approx(ref.mean)
         assert got[f"gate_closed/layer_{i:02d}"] == pytest.approx(ref.closed)
     # hooks are gone after the context
-    assert not model.decoder.layers[0].gate._forward_hooks
+    assert not model.decoder.layers[0].self_attention.output_gate._forward_hooks
 
 
 def test_loss_curves_come_from_metrics_jsonl_and_a_run_without_checkpoints_says_so(

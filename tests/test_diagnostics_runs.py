@@ -16,9 +16,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import close, read_diagnostics
+from helpers import REPO, check_nproc, cli_command, cli_env, close, read_diagnostics, run_cli
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO = os.path.join(REPO, "megatron_gamma", "data", "demo")
 CHECK = os.path.join(REPO, "tests", "diagnostics_model_check.py")
 MODEL_ARGS = [
@@ -29,25 +28,16 @@ MODEL_ARGS = [
 ]  # fmt: skip
 
 
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
-    env["TORCHDYNAMO_DISABLE"] = "1"
-    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"):
-        env.pop(var, None)
-    return env
-
-
 def _run(args: list[str], timeout: int = 120) -> str:
     proc = subprocess.run(
-        args, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=timeout
+        args, env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=timeout
     )
     assert proc.returncode == 0, f"{' '.join(args)}\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     return proc.stdout
 
 
 def _cli(*args: str, timeout: int = 120) -> str:
-    return _run([sys.executable, "-m", "megatron_gamma.cli", *args], timeout)
+    return _run(cli_command(list(args)), timeout)
 
 
 @pytest.fixture(scope="module")
@@ -228,16 +218,10 @@ def test_probes_on_a_real_model(tmp_path):
 
 
 def test_cli_errors_are_clear(demo, tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "megatron_gamma.cli", "analyze", str(tmp_path / "missing")],
-        env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    proc = run_cli(["analyze", str(tmp_path / "missing")], timeout=120, cwd=REPO)
     assert proc.returncode == 2 and "not a directory" in proc.stderr
-    proc = subprocess.run(
-        [sys.executable, "-m", "megatron_gamma.cli", "compare", str(tmp_path), demo["run"],
-         "--data-path", demo["data"], "--output-dir", str(tmp_path / "o")],
-        env=_env(), cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    args = ["compare", str(tmp_path), demo["run"], "--data-path", demo["data"]]
+    proc = run_cli([*args, "--output-dir", str(tmp_path / "o")], timeout=120, cwd=REPO)
     assert proc.returncode == 2 and "no complete checkpoint found" in proc.stderr
 
 
@@ -248,6 +232,7 @@ def test_tensor_parallel_diagnostics_equal_single_rank(demo):
     dist_checkpointing): sharded stable ranks, assembled row samples, gathered heads, and the
     analysis of the TP=2-saved checkpoint equal the TP=1 run's live values."""
     out = str(demo["root"] / "run_tp2")
+    check_nproc(2)
     _run(
         [
             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",

@@ -1,11 +1,13 @@
 """`megatron-gamma estimate`: the vocabulary comes from the run's tokenizer as in pretrain, and the
 table shows only rows that apply."""
 
+import math
 import os
 import re
 
+import pytest
 import yaml
-from conftest import DEMO_TOKENIZER
+from helpers import DEMO_TOKENIZER
 from tokenizers import Tokenizer
 
 from megatron_gamma.cli import main
@@ -84,3 +86,117 @@ def test_the_moe_recipe_fits_its_gpus(capsys):
     out = capsys.readouterr().out
     act = float(re.search(r"^activations per GPU +([\d.]+) GiB$", out, re.M).group(1))
     assert 1 < act < 40 and "WARNING" not in out
+
+
+REGISTRY_VARIANTS = {
+    "dense": {},
+    "moe": {
+        "num_experts": 4,
+        "moe_router_topk": 2,
+        "moe_ffn_hidden_size": 32,
+        "moe_shared_expert_intermediate_size": 48,
+        "moe_layer_freq": "[1,0,1]",
+        "num_query_groups": 2,
+    },
+    "moe_bias": {"num_experts": 4, "moe_ffn_hidden_size": 32, "add_bias_linear": True},
+    "gated_elementwise": {"gated_attention": "elementwise", "gate_bias": True},
+    "gated_headwise": {"gated_attention": "headwise", "swiglu": False},
+    "qk_layernorm": {
+        "qk_layernorm": True,
+        "position_embedding_type": "learned_absolute",
+        "untie_embeddings_and_output_weights": True,
+    },
+}
+
+
+def _built_parameters(variants: dict) -> dict:
+    """Each variant built on the meta device by the real builder (one rank): its parameters'
+    names and shapes, and the padded vocabulary."""
+    import torch
+
+    from megatron_gamma import parallel
+    from megatron_gamma.model.builder import (
+        build_model_chunk,
+        padded_vocab_size,
+        transformer_config,
+    )
+
+    out = {}
+    for key, overrides in variants.items():
+        cfg = load_config(None, overrides)
+        parallel.initialize(cfg)
+        vocab = padded_vocab_size(cfg.model.vocab_size, cfg)
+        with torch.device("meta"):
+            model, _ = build_model_chunk(cfg, transformer_config(cfg, on_gpu=False), vocab)
+        out[key] = (vocab, {n: tuple(p.shape) for n, p in model.named_parameters()})
+        parallel.destroy()
+    return out
+
+
+@pytest.fixture(scope="module")
+def built():
+    from distributed import run_distributed
+
+    base = {"num_layers": 3, "hidden_size": 64, "num_attention_heads": 4, "ffn_hidden_size": 96}
+    base |= {"seq_length": 16, "vocab_size": 250}
+    variants = {k: {**base, **v} for k, v in REGISTRY_VARIANTS.items()}
+    return variants, run_distributed(_built_parameters, 1, variants)[0]
+
+
+@pytest.mark.parametrize("variant", list(REGISTRY_VARIANTS))
+def test_registry_lists_every_parameter_and_the_estimator_counts_them(built, variant):
+    """The registry's parameter list equals a built model's named_parameters, name by name and
+    shape by shape, and the estimator's total is that model's sum(p.numel())."""
+    from megatron_gamma.config import moe_layer_pattern
+    from megatron_gamma.model.roles import model_parameters
+
+    variants, models = built
+    cfg = load_config(None, variants[variant])
+    vocab, params = models[variant]
+    m = cfg.model
+    pattern = (
+        [0] * m.num_layers
+        if m.num_experts is None
+        else moe_layer_pattern(m.moe_layer_freq, m.num_layers)
+    )
+    assert dict(model_parameters(m, vocab, pattern)) == params
+    numel = sum(math.prod(shape) for shape in params.values())
+    assert count_parameters(cfg, vocab).total == numel
+
+
+def test_fp16_is_costed_as_fp16_weights_with_an_fp32_master():
+    """Per parameter: 2 B of fp16 weights, 4 B of fp32 gradients, 12 B of optimizer state (fp32
+    master + two Adam moments); activations in 2-byte elements, as bf16."""
+    from megatron_gamma.estimate import estimate_memory, params_per_gpu
+
+    base = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "seq_length": 32}
+    fp16 = load_config(None, {**base, "fp16": True})
+    bf16 = load_config(None, {**base, "bf16": True})
+    n = params_per_gpu(fp16, 512)["first"]
+    est = estimate_memory(fp16, 512, 1)
+    assert (est.weights, est.gradients, est.optimizer) == (2 * n, 4 * n, 12 * n)
+    assert est.activations == estimate_memory(bf16, 512, 1).activations
+
+
+@pytest.mark.parametrize("gate", ["none", "elementwise", "headwise"])
+def test_activation_bytes_follow_the_docstring_formula(gate):
+    """The module docstring's per-layer formula, s·b·(4h + n·d + 2·g·d + w_gate + w_gated +
+    f_act) elements, plus the logits, their fp32 softmax and the output layer's backward
+    transients, computed by hand for one GPU in fp32."""
+    from megatron_gamma.estimate import estimate_memory
+
+    s, b, h, n, g, f, layers, vocab = 32, 2, 64, 4, 2, 96, 3, 512
+    cfg = load_config(
+        None,
+        {
+            "num_layers": layers, "hidden_size": h, "num_attention_heads": n,
+            "num_query_groups": g, "ffn_hidden_size": f, "seq_length": s,
+            "micro_batch_size": b, "global_batch_size": b, "gated_attention": gate,
+        },
+    )  # fmt: skip
+    d = h // n
+    w_gate = {"none": 0, "elementwise": n * d, "headwise": n}[gate]
+    w_gated = 0 if gate == "none" else n * d
+    per_layer = s * b * (4 * h + n * d + 2 * g * d + w_gate + w_gated + 3 * f) * 4
+    logits = s * b * vocab * (4 + 4) + s * b * vocab * 4 + vocab * h * 4
+    assert estimate_memory(cfg, vocab, 1).activations == layers * per_layer + logits

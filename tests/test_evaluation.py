@@ -11,13 +11,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import pretrain, read_metrics, run_cli
+from helpers import pretrain, read_metrics, run_cli
 
 from megatron_gamma.config import ConfigError, load_config
 from megatron_gamma.diagnostics import offline
@@ -240,17 +239,7 @@ def test_evaluate_data_path_replaces_the_run_data_path(runs, demo_prefix):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(
-        os.environ,
-        TORCHDYNAMO_DISABLE="1",
-        OMP_NUM_THREADS="1",
-        HF_DATASETS_OFFLINE="1",
-        HF_HUB_OFFLINE="1",
-    )
-    for var in ("MASTER_ADDR", "MASTER_PORT"):  # set by in-process loads; a fresh port is needed
-        env.pop(var, None)
-    cmd = [sys.executable, "-m", "megatron_gamma.cli", *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, cwd=REPO)
+    return run_cli(list(args), timeout=900, cwd=REPO)
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ import dataclasses
 
 import pytest
 import yaml
-from conftest import run_cli
+from helpers import run_cli
 
 from megatron_gamma import cli
 from megatron_gamma.config import Config, ConfigError, load_config

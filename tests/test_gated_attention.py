@@ -226,6 +226,7 @@ def test_forward_and_backward_equal_hand_written_reference(single, granularity):
         assert (grad - param.grad).abs().max() / scale <= 1e-4, name
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_tensor_parallel_equals_single_rank():
     results = run_distributed(_tp_cases, 2)[0]

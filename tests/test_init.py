@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 import torch
-from conftest import pretrain
 from distributed import run_distributed
+from helpers import pretrain
 from workers.common import build, gather_global, make_config
 
 import megatron_gamma.model.init as init_module
@@ -237,6 +237,7 @@ def test_audit_checks_the_role_table_against_each_matrix_shape(sigma_rows):
             assert row["shape_fan_in"] == D_IN[row["role"]], row["name"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_same_weights_bit_for_bit_under_tp_pp_vpp_ep_etp():
     """Global weights (reassembled from megatron-core's own sharding metadata) and the init

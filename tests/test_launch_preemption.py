@@ -8,30 +8,23 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import psutil
 import pytest
-from conftest import TINY_MODEL, read_metrics
+from helpers import TINY_MODEL, cli_command, cli_env, read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _pretrain_cmd(run_dir, data_prefix: str, *flags: str, nproc: int = 1) -> list[str]:
-    launch = [sys.executable]
-    if nproc > 1:
-        # --standalone: a free port (torch 2.13 hangs with --master-port=0)
-        launch += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
-    return [
-        *launch, "-m", "megatron_gamma.cli", "pretrain", "--data-path", data_prefix,
-        "--run-dir", str(run_dir), *TINY_MODEL, "--eval-interval", "1000",
-        "--save", str(run_dir / "checkpoints"), *flags,
-    ]  # fmt: skip
-
-
-def _env() -> dict:
-    return dict(os.environ, TORCHDYNAMO_DISABLE="1", OMP_NUM_THREADS="1")
+    return cli_command(
+        [
+            "pretrain", "--data-path", data_prefix, "--run-dir", str(run_dir), *TINY_MODEL,
+            "--eval-interval", "1000", "--save", str(run_dir / "checkpoints"), *flags,
+        ],
+        nproc,
+    )  # fmt: skip
 
 
 def _train_iterations(run_dir) -> list[int]:
@@ -46,11 +39,12 @@ def _rank_of(proc: psutil.Process) -> int | None:
         return None
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_sigusr1_to_one_rank_stops_all_ranks_with_a_checkpoint(tmp_path, demo_prefix):
     run_dir = tmp_path / "run"
     cmd = _pretrain_cmd(run_dir, demo_prefix, "--train-iters", "400", nproc=2)
-    agent = subprocess.Popen(cmd, env=_env(), cwd=REPO, stdout=subprocess.PIPE,
+    agent = subprocess.Popen(cmd, env=cli_env(), cwd=REPO, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
         metrics = run_dir / "metrics.jsonl"
@@ -83,7 +77,7 @@ def test_sigterm_saves_at_the_next_iteration_and_resumes_to_the_uninterrupted_lo
     quiet = ["--train-iters", "400", "--log-diagnostics-interval", "0"]
     run_dir = tmp_path / "run"
     cmd = _pretrain_cmd(run_dir, demo_prefix, *quiet, "--exit-signal-handler")
-    proc = subprocess.Popen(cmd, env=_env(), cwd=REPO, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, env=cli_env(), cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
         metrics = run_dir / "metrics.jsonl"
@@ -109,7 +103,7 @@ def test_sigterm_saves_at_the_next_iteration_and_resumes_to_the_uninterrupted_lo
     stop = ["--exit-interval", str(k + 3)]
     for name, flags in (("resumed", ["--load", str(ckpt)]), ("uninterrupted", [])):
         cmd = _pretrain_cmd(tmp_path / name, demo_prefix, *quiet, *stop, *flags)
-        done = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True,
+        done = subprocess.run(cmd, env=cli_env(), cwd=REPO, capture_output=True, text=True,
                               timeout=200)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
     resumed = read_metrics(tmp_path / "resumed")["train"]
@@ -126,7 +120,7 @@ def test_exit_duration_budget_saves_and_exits_cleanly(tmp_path, demo_prefix):
     run_dir = tmp_path / "run"
     cmd = _pretrain_cmd(run_dir, demo_prefix, "--train-iters", "50", "--exit-duration-in-mins",
                         "1e-6")  # fmt: skip
-    proc = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=100)
+    proc = subprocess.run(cmd, env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=100)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "stopping at iteration 1 (1e-06 min budget)" in proc.stdout
     assert _train_iterations(run_dir) == [1]

@@ -122,14 +122,15 @@ def test_no_mmap_bin_files_reads_the_same_samples_through_file_reads(demo_prefix
 def test_manual_gc_disables_collection_and_collects_on_its_schedule(monkeypatch):
     import gc
 
-    from megatron_gamma.training.callbacks import StepOutput, default_callbacks
+    from megatron_gamma.training.callback import StepOutput
+    from megatron_gamma.training.loop import run_callbacks
     from megatron_gamma.training.manual_gc import ManualGCCallback
     from megatron_gamma.training.preemption import PreemptionGuard
 
     cfg = load_config(None, {"manual_gc": True, "manual_gc_interval": 3})
     (callback,) = [
         c
-        for c in default_callbacks(cfg, PreemptionGuard(None, False))
+        for c in run_callbacks(cfg, PreemptionGuard(None, False))
         if isinstance(c, ManualGCCallback)
     ]
     collected = []

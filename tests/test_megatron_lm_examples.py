@@ -87,7 +87,7 @@ NO_CUDA["llama3_8b_fp8.args"] = NO_CUDA["llama3_8b_bf16.args"] - {"--log-timers-
 def gpt2_files(tmp_path_factory) -> dict:
     """GPT-2 vocab and merges files holding the demo tokenizer, and the demo corpus
     preprocessed with them (``megatron-gamma preprocess --tokenizer-type GPT2BPETokenizer``)."""
-    from conftest import DEMO_INPUTS
+    from helpers import DEMO_INPUTS
 
     from megatron_gamma.data.preprocess import preprocess
 

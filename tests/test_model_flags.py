@@ -12,10 +12,11 @@ from __future__ import annotations
 import pytest
 import torch
 from distributed import run_distributed
+from helpers import TINY
 
 from megatron_gamma.config import ConfigError, load_config
 
-BASE = dict(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=16, vocab_size=256)
+BASE = TINY
 S, B, HN = 16, 2, 16
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import pretrain
 from distributed import run_distributed
+from helpers import pretrain
 
 from megatron_gamma.config import ConfigError, load_config, moe_layer_pattern
 
@@ -101,6 +101,7 @@ def _built(tp: int) -> dict:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_flags_reach_megatron_core_and_the_estimator_counts_the_model():
     one = run_distributed(_built, 1, 1)[0]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import backend, rel_err
 
 import megatron_gamma.ops as ops
 
@@ -25,19 +26,6 @@ DEVICES = [
 BACKENDS = ["reference", "extension"]
 # (seq, batch, heads, head_dim) with an odd head_dim and a long flat elementwise tail.
 SHAPES = [(5, 3, 4, 64), (2, 1, 3, 129), (7, 1, 1, 5000)]
-
-
-def backend(name: str, device: str):
-    """Context selecting an ops backend; skips when the extension is not built for device."""
-    if name == "extension":
-        with ops.use_backend("auto"):
-            if ops.backend(device) != "extension":
-                pytest.skip(f"extension not built for {device}: {ops.extension_status()}")
-    return ops.use_backend(name)
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((out.double() - ref).abs().max() / ref.abs().max())
 
 
 def fp64_reference(o, g, dy):

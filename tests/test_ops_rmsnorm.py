@@ -16,6 +16,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import backend, rel_err
 
 import megatron_gamma.ops as ops
 
@@ -33,19 +34,6 @@ DEVICES = [
     ),
 ]
 BACKENDS = ["reference", "extension"]
-
-
-def backend(name: str, device: str):
-    """Context selecting an ops backend; skips when the extension is not built for device."""
-    if name == "extension":
-        with ops.use_backend("auto"):
-            if ops.backend(device) != "extension":
-                pytest.skip(f"extension not built for {device}: {ops.extension_status()}")
-    return ops.use_backend(name)
-
-
-def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((out.double() - ref).abs().max() / ref.abs().max())
 
 
 def fp64_reference(x, weight, eps, dy, zero_centered_gamma=False):

@@ -8,7 +8,7 @@ stop with ``--exit-interval``.
 import shutil
 
 import pytest
-from conftest import TINY_MODEL, pretrain, run_cli
+from helpers import TINY_MODEL, pretrain, run_cli
 
 from megatron_gamma.config import ConfigError, load_config, validate_layout
 
@@ -129,6 +129,7 @@ def _assert_same(got, ref, iterations):
             assert got[key][it] == pytest.approx(ref[key][it], rel=1e-5), (key, it)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_layout_equals_single_rank(tmp_path, demo_prefix, references, layout):
@@ -200,6 +201,7 @@ def test_moe_tp2_sp_ep1_trains_and_resumes_like_one_rank(tmp_path, demo_prefix, 
         assert resumed["grad_norm"][it] == full["grad_norm"][it], it
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_checkpoint_resharding_tp2pp2_to_tp1_and_dp2(tmp_path, demo_prefix, references):
     ckpt = str(tmp_path / "ckpt")

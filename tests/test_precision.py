@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from conftest import run_cli
+from helpers import run_cli
 from megatron.core.distributed import DistributedDataParallelConfig
 from megatron.core.optimizer import OptimizerConfig as McoreOptimizerConfig
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 import yaml
-from conftest import pretrain, run_cli
+from helpers import pretrain, run_cli
 
 from megatron_gamma.config import ConfigError, load_config
 

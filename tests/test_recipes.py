@@ -10,8 +10,8 @@ import psutil
 import pytest
 import torch
 import torch.distributed as dist
-from conftest import DEMO_TOKENIZER
 from distributed import run_distributed
+from helpers import DEMO_TOKENIZER
 from megatron.core import parallel_state
 
 from megatron_gamma import parallel
@@ -68,7 +68,7 @@ def _meta_counts(recipes):
 def _memory_use(recipe, data_prefix, tokenizer):
     """Train the recipe two iterations at a reduced batch on the CPU; the process's peak RSS
     growth over its size just before the model was built, next to the estimator's total."""
-    from megatron_gamma.training.loop import Trainer
+    from megatron_gamma.training.loop import Trainer, run_callbacks
 
     overrides = {
         "bf16": False,
@@ -90,6 +90,7 @@ def _memory_use(recipe, data_prefix, tokenizer):
     cfg = load_config(recipe, overrides)
     before = psutil.Process().memory_info().rss
     trainer = Trainer(cfg)
+    trainer.callbacks = run_callbacks(trainer.cfg, trainer.preemption)
     trainer.train()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     est = estimate_memory(cfg, trainer.vocab_size, dist.get_world_size())
@@ -144,7 +145,7 @@ def test_recipe_loads_validates_and_is_sized_as_named(recipe, ablation):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("nproc", [1, 8])
+@pytest.mark.parametrize("nproc", [1, pytest.param(8, marks=pytest.mark.slow)])
 def test_estimator_counts_equal_meta_device_models(nproc):
     """Every recipe (dense, MoE; elementwise, headwise and no gate) built on the meta device
     through the real model builder at TP = nproc: this rank's numel equals the estimator's."""
@@ -156,6 +157,7 @@ def test_estimator_counts_equal_meta_device_models(nproc):
             assert r["local_numel"] == r["estimated_total"], key
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_memory_estimate_matches_a_real_cpu_run(demo_prefix):
     """The 0.1B recipe trained 2 iterations on the CPU (fp32, micro-batch 1, sequence 512,

@@ -13,7 +13,7 @@ import math
 
 import pytest
 import yaml
-from conftest import pretrain, run_cli
+from helpers import pretrain, run_cli
 
 BASE = ["--train-iters", "8", "--eval-interval", "100", "--log-interval", "1"]
 CHANGED = ["--lr", "1e-2", "--min-lr", "1e-3", "--train-iters", "12"]

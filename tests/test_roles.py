@@ -12,8 +12,9 @@ import re
 
 import pytest
 from distributed import run_distributed
+from helpers import TINY
 
-DENSE = dict(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=16, vocab_size=256)
+DENSE = TINY
 VARIANTS = {
     "dense": dict(DENSE, gated_attention="none", swiglu=False, add_bias_linear=True),
     "gated-elementwise": dict(DENSE, gated_attention="elementwise"),

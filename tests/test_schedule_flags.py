@@ -14,7 +14,7 @@ import re
 import types
 
 import pytest
-from conftest import TINY_MODEL, run_cli
+from helpers import TINY_MODEL, run_cli
 
 from megatron_gamma.config import ConfigError, load_config
 from megatron_gamma.training.schedule import (

@@ -23,6 +23,7 @@ import types
 
 import pytest
 import torch
+from helpers import TINY
 
 from megatron_gamma.config import ConfigError, load_config
 
@@ -43,7 +44,7 @@ TE_PARAMS = {
 """Parameters of each module class with RMSNorm and no bias (listed from Transformer Engine's
 modules; linears add ``bias`` with a bias)."""
 
-SMALL = dict(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=16, vocab_size=256)
+SMALL = TINY
 
 try:
     from megatron.core.models.gpt.gpt_layer_specs import HAVE_TE
@@ -142,7 +143,7 @@ VARIANTS = {
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_registry_covers_te_parameter_names(placeholder_te, variant):
     from megatron_gamma.model.init import param_init
-    from megatron_gamma.model.roles import REGISTRY
+    from megatron_gamma.model.roles import REGISTRY, norm_kind
 
     cfg = _te_config(**VARIANTS[variant])
     names = _te_parameter_names(cfg)
@@ -173,6 +174,10 @@ def test_registry_covers_te_parameter_names(placeholder_te, variant):
         assert roles[layer + "pre_mlp_layernorm.weight"].role == "norm"
     else:
         assert roles[layer + "mlp.linear_fc2.weight"].role == "fc2"
+    kinds = {norm_kind(n) for n in names if n.startswith(layer) and roles[n].role == "norm"}
+    qk = {"q_layernorm", "k_layernorm"} if cfg.model.qk_layernorm else set()
+    assert kinds == {"input_layernorm", "pre_mlp_layernorm"} | qk  # the probes find them all
+    assert norm_kind("decoder.final_layernorm.weight") == "final_layernorm"
     biases = [n for n in names if n.endswith(".bias")]
     assert bool(biases) == (variant == "headwise-bias")
     assert all(roles[n].role == "bias" for n in biases)

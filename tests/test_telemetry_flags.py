@@ -15,8 +15,8 @@ import math
 import os
 
 import pytest
-from conftest import pretrain
 from distributed import run_distributed
+from helpers import pretrain
 
 from megatron_gamma.config import ConfigError, load_config
 from megatron_gamma.training.telemetry import check_telemetry
@@ -53,6 +53,7 @@ def _norms() -> dict:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_params_norm_counts_every_shard_once():
     ranks = run_distributed(_norms, 2)

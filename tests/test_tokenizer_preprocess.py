@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import DEMO_INPUTS, DEMO_TOKENIZER
+from helpers import DEMO_INPUTS, DEMO_TOKENIZER
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 
 from megatron_gamma.data.preprocess import preprocess

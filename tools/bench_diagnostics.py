@@ -30,7 +30,7 @@ from megatron_gamma.config import (  # noqa: E402
     overrides_from_args,
 )
 from megatron_gamma.data import demo_dir  # noqa: E402
-from megatron_gamma.training.loop import Trainer  # noqa: E402
+from megatron_gamma.training.loop import Trainer, run_callbacks  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -56,6 +56,7 @@ def _train(cfg_path: str, overrides: dict, run_dir: str, interval: int) -> tuple
         },
     )
     trainer = Trainer(cfg)
+    trainer.callbacks = run_callbacks(trainer.cfg, trainer.preemption)
     try:
         start = time.perf_counter()
         trainer.train()

@@ -31,7 +31,7 @@ from megatron_gamma.diagnostics.probes import (
     parse_metric_key,
     weight_diagnostics,
 )
-from megatron_gamma.training.callbacks import Callback, StepOutput
+from megatron_gamma.training.callback import Callback, StepOutput
 
 if TYPE_CHECKING:
     from megatron_gamma.training.loop import Trainer
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 class DiagnosticsCallback(Callback):
     """Compute and log the paper's diagnostics every ``interval`` iterations.
 
-    A :class:`~megatron_gamma.training.callbacks.Callback`: the trainer calls
+    A :class:`~megatron_gamma.training.callback.Callback`: the trainer calls
     :meth:`on_step_end` once at the end of every iteration.
 
     Args:

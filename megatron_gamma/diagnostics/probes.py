@@ -23,7 +23,6 @@ with the global expert index).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
@@ -41,8 +40,9 @@ from megatron_gamma.diagnostics.condensation import (
 from megatron_gamma.diagnostics.gates import GateSums, gate_sums
 from megatron_gamma.diagnostics.norm import mean_square, saturation_from_mean_square
 from megatron_gamma.diagnostics.spectral import spectral_norm, top_singular_values_sq
+from megatron_gamma.model.gated_attention import OutputGate
 from megatron_gamma.model.init import global_name
-from megatron_gamma.model.roles import Group, role_of
+from megatron_gamma.model.roles import Group, layer_and_expert, norm_kind, role_of
 
 CONDENSATION_ROWS = 128
 """Rows sampled per matrix for the condensation score during training."""
@@ -108,9 +108,6 @@ class MatrixShard:
     group: Group = Group.DENSE
 
 
-_GLOBAL_INDEX = re.compile(r"^decoder\.layers\.(\d+)\.(?:.*\.local_experts\.(\d+)\.)?")
-
-
 def weight_matrices(model: torch.nn.Module, tp: int = 1, expert_tp: int = 1) -> list[MatrixShard]:
     """The weight matrices of one (unwrapped) megatron-core GPTModel chunk, by registry role.
 
@@ -135,9 +132,7 @@ def weight_matrices(model: torch.nn.Module, tp: int = 1, expert_tp: int = 1) -> 
             continue
         size = expert_tp if role.group is Group.EXPERT else tp
         pdim = role.partition_dim if size > 1 else None
-        match = _GLOBAL_INDEX.match(global_name(name, model))
-        layer = int(match.group(1)) if match else None
-        expert = int(match.group(2)) if match and match.group(2) is not None else None
+        layer, expert = layer_and_expert(global_name(name, model))
         parts = role.split(param, _ModelView(cfg), size) if role.split else {}
         for part, local in parts.items() or [(None, param)]:
             label = f"{role.name}.{part}" if part else role.name
@@ -275,19 +270,17 @@ def weight_diagnostics(
     return out
 
 
-def _layer_index(model: torch.nn.Module) -> dict[int, int]:
-    """id(module) -> global layer index, for every module inside a transformer layer."""
-    index = {}
-    for layer in model.decoder.layers:
-        for module in layer.modules():
-            index[id(module)] = layer.layer_number - 1
-    return index
-
-
-def _is_rms_norm(module: torch.nn.Module) -> bool:
-    from megatron_gamma.model.norm import RMSNorm
-
-    return isinstance(module, (RMSNorm, torch.nn.RMSNorm)) or "RMSNorm" in type(module).__name__
+def _norm_modules(model: torch.nn.Module) -> list[tuple[str, Optional[int], torch.nn.Module]]:
+    """(norm sub-role, global layer or None, module whose forward input is the norm's input) of
+    every norm weight of the registry (:func:`~megatron_gamma.model.roles.norm_kind`): the
+    RMSNorm module, or on Transformer Engine the projection its norm is fused into."""
+    out = []
+    for name, _ in model.named_parameters():
+        if role_of(name).name != "norm":
+            continue
+        layer, _ = layer_and_expert(global_name(name, model))
+        out.append((norm_kind(name), layer, model.get_submodule(name.rpartition(".")[0])))
+    return out
 
 
 def _norm_eps(module: torch.nn.Module, x: torch.Tensor) -> float:
@@ -307,9 +300,12 @@ class ActivationProbe:
         norm_eps_share/..., norm_log10_ms_p05|p50|p95/...   see diagnostics.norm
         gate_mean/layer_LL, gate_closed/layer_LL            from OutputGate modules, if any
 
-    ROLE of a norm is its attribute path inside the layer (``input_layernorm``,
-    ``pre_mlp_layernorm``, ...) or ``final_layernorm``. The per-token sigma^2 values and
-    histograms are kept in :attr:`norm_stats` (a NormSaturation per norm key).
+    ROLE of a norm is its sub-role in the registry (:data:`~megatron_gamma.model.roles.
+    NORM_KINDS`: ``input_layernorm``, ``pre_mlp_layernorm``, ``q_layernorm``, ``k_layernorm``,
+    ``final_layernorm``), found by parameter name on either backend (on Transformer Engine the
+    input norms are fused into the next projection, whose input is hooked). The per-token
+    sigma^2 values and histograms are kept in :attr:`norm_stats` (a NormSaturation per norm
+    key).
 
     Args:
         models: unwrapped GPTModel chunks of this rank.
@@ -327,7 +323,6 @@ class ActivationProbe:
 
     def __enter__(self) -> ActivationProbe:
         for model in self.models:
-            layers = _layer_index(model)
             for layer in model.decoder.layers:
                 core = getattr(getattr(layer, "self_attention", None), "core_attention", None)
                 if core is not None:
@@ -337,16 +332,16 @@ class ActivationProbe:
                             with_kwargs=True,
                         )
                     )
-            for name, module in model.named_modules():
-                if _is_rms_norm(module):
-                    layer = layers.get(id(module))
-                    role = name.split(".", 3)[-1] if layer is not None else name.split(".")[-1]
-                    key = (role, layer)
-                    self._handles.append(module.register_forward_pre_hook(self._norm_hook(key)))
-                elif type(module).__name__ == "OutputGate" and id(module) in layers:
+            for kind, layer, module in _norm_modules(model):
+                self._handles.append(
+                    module.register_forward_pre_hook(self._norm_hook((kind, layer)))
+                )
+            for layer in model.decoder.layers:
+                gate = getattr(getattr(layer, "self_attention", None), "output_gate", None)
+                if isinstance(gate, OutputGate):
                     self._handles.append(
-                        module.register_forward_hook(
-                            self._gate_hook(layers[id(module)]), with_kwargs=True
+                        gate.register_forward_hook(
+                            self._gate_hook(layer.layer_number - 1), with_kwargs=True
                         )
                     )
         return self

@@ -25,15 +25,18 @@ output_layer.weight (untied only)                  lm_head.weight
 ``SelfAttention.get_query_key_value_tensors``): for each of the g groups, the n/g query heads'
 rows, then that group's key rows, then its value rows, d rows per head. SwiGLU ``linear_fc1``
 holds [gate; up] (megatron-core applies silu to the first half). Both directions are exact
-reshapes: a round trip returns bit-identical tensors.
+reshapes: a round trip returns bit-identical tensors. The splits are the weight-role registry's
+(:func:`~megatron_gamma.model.roles.qkv_parts`, :func:`~megatron_gamma.model.roles.glu_parts`),
+the same the diagnostics report as ``qkv.q/k/v`` and ``fc1.gate/up``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from megatron_gamma.config import Config
+from megatron_gamma.config import Config, ModelConfig
 from megatron_gamma.evaluation.errors import UnmappableArchitectureError
+from megatron_gamma.model.roles import glu_parts, qkv_parts
 
 _ATTN = "decoder.layers.{i}.self_attention"
 _MLP = "decoder.layers.{i}.mlp"
@@ -197,19 +200,6 @@ def model_section_from_hf(hf: dict) -> dict:
     return section
 
 
-def _qkv_split(w: torch.Tensor, cfg: Config) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    m = cfg.model
-    g, d = m.num_query_groups, m.kv_channels
-    per = m.num_attention_heads // g
-    grouped = w.view(g, per + 2, d, w.size(-1))  # (g, n/g + 2, d, H)
-    q = grouped[:, :per].reshape(g * per * d, -1)
-    return (
-        q.contiguous(),
-        grouped[:, per].reshape(g * d, -1),
-        grouped[:, per + 1].reshape(g * d, -1),
-    )
-
-
 def _qkv_join(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Config) -> torch.Tensor:
     m = cfg.model
     g, d = m.num_query_groups, m.kv_channels
@@ -221,10 +211,10 @@ def _qkv_join(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Config) ->
     return grouped.reshape(-1, h)
 
 
-def _mlp_to_hf(sd: dict, src: str, dst: str, out: dict) -> None:
-    gate, up = sd[f"{src}.linear_fc1.weight"].chunk(2, dim=0)
-    out[f"{dst}.gate_proj.weight"] = gate.contiguous()
-    out[f"{dst}.up_proj.weight"] = up.contiguous()
+def _mlp_to_hf(sd: dict, src: str, dst: str, out: dict, m: ModelConfig) -> None:
+    halves = glu_parts(sd[f"{src}.linear_fc1.weight"], m)
+    out[f"{dst}.gate_proj.weight"] = halves["gate"].contiguous()
+    out[f"{dst}.up_proj.weight"] = halves["up"].contiguous()
     out[f"{dst}.down_proj.weight"] = sd[f"{src}.linear_fc2.weight"]
 
 
@@ -245,10 +235,9 @@ def to_hf(sd: dict[str, torch.Tensor], cfg: Config) -> dict[str, torch.Tensor]:
     for i in range(m.num_layers):
         a, mlp, hf = _ATTN.format(i=i), _MLP.format(i=i), f"model.layers.{i}"
         out[f"{hf}.input_layernorm.weight"] = sd[f"decoder.layers.{i}.input_layernorm.weight"]
-        q, k, v = _qkv_split(sd[f"{a}.linear_qkv.weight"], cfg)
-        out[f"{hf}.self_attn.q_proj.weight"] = q
-        out[f"{hf}.self_attn.k_proj.weight"] = k
-        out[f"{hf}.self_attn.v_proj.weight"] = v
+        qkv = qkv_parts(sd[f"{a}.linear_qkv.weight"], m)
+        for x in "qkv":
+            out[f"{hf}.self_attn.{x}_proj.weight"] = qkv[x]
         out[f"{hf}.self_attn.o_proj.weight"] = sd[f"{a}.linear_proj.weight"]
         if m.gated_attention != "none":
             out[f"{hf}.self_attn.gate_proj.weight"] = sd[f"{a}.linear_gate.weight"]
@@ -258,11 +247,11 @@ def to_hf(sd: dict[str, torch.Tensor], cfg: Config) -> dict[str, torch.Tensor]:
             f"decoder.layers.{i}.pre_mlp_layernorm.weight"
         ]
         if m.num_experts is None:
-            _mlp_to_hf(sd, mlp, f"{hf}.mlp", out)
+            _mlp_to_hf(sd, mlp, f"{hf}.mlp", out, m)
         else:
             out[f"{hf}.mlp.router.weight"] = sd[f"{mlp}.router.weight"]
             for e in range(m.num_experts):
-                _mlp_to_hf(sd, f"{mlp}.experts.local_experts.{e}", f"{hf}.mlp.experts.{e}", out)
+                _mlp_to_hf(sd, f"{mlp}.experts.local_experts.{e}", f"{hf}.mlp.experts.{e}", out, m)
     out["model.norm.weight"] = sd["decoder.final_layernorm.weight"]
     if m.untie_embeddings_and_output_weights:
         out["lm_head.weight"] = sd["output_layer.weight"]

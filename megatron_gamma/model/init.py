@@ -30,7 +30,6 @@ and no tensor of the global size on any rank.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import torch
@@ -38,7 +37,15 @@ from megatron.core import parallel_state
 
 from megatron_gamma.config import Config
 from megatron_gamma.model.counter_rng import fill_shard_normal_, stream_key
-from megatron_gamma.model.roles import ROLES, Group, WeightRole, fan_in, role_of
+from megatron_gamma.model.roles import (
+    ROLES,
+    Group,
+    WeightRole,
+    fan_in,
+    layer_and_expert,
+    role_of,
+    with_indices,
+)
 
 
 @dataclass(frozen=True)
@@ -50,10 +57,6 @@ class ParamInit:
     gamma: float
     sigma: float
     constant: float | None = None
-
-
-_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
-_EXPERT = re.compile(r"\.local_experts\.(\d+)\.")
 
 
 def param_init(name: str, cfg: Config, vocab_size: int) -> ParamInit:
@@ -80,17 +83,15 @@ def global_name(name: str, module: torch.nn.Module) -> str:
     """
     if name == "output_layer.weight" and getattr(module, "share_embeddings_and_output_weights", 0):
         return "embedding.word_embeddings.weight"
-    match = _LAYER.match(name)
-    if not match:
+    local_layer, local_expert = layer_and_expert(name)
+    if local_layer is None:
         return name
-    layer = module.decoder.layers[int(match.group(1))]
-    name = f"decoder.layers.{layer.layer_number - 1}." + name[match.end() :]
-    expert = _EXPERT.search(name)
-    if expert:
+    layer = module.decoder.layers[local_layer]
+    expert = None
+    if local_expert is not None:
         first = parallel_state.get_expert_model_parallel_rank() * layer.mlp.num_local_experts
-        index = first + int(expert.group(1))
-        name = name[: expert.start()] + f".local_experts.{index}." + name[expert.end() :]
-    return name
+        expert = first + local_expert
+    return with_indices(name, layer.layer_number - 1, expert)
 
 
 def tp_size_rank(role: WeightRole) -> tuple[int, int]:

@@ -7,45 +7,25 @@ The gamma-init (:mod:`~megatron_gamma.model.init`), the init audit
 layer_03``), ``analyze``'s plots and ``--init-gamma-overrides`` all read this table, so a role
 has the same name everywhere. Adding a weight kind is one :class:`WeightRole` row.
 
-role           parameter (megatron-core local-spec name)      fan_in
-=============  =============================================  =====================================
-embedding      embedding.word_embeddings.weight               hidden_size (policy 'hidden') or the
-                                                              padded vocabulary (policy 'vocab')
-pos_embedding  embedding.position_embeddings.weight           hidden_size (policy 'hidden') or
-                                                              max_position_embeddings ('vocab')
-qkv            self_attention.linear_qkv.weight               hidden_size
-gate           self_attention.linear_gate.weight              hidden_size (gated attention)
-attn_out       self_attention.linear_proj.weight              num_attention_heads * kv_channels
-fc1            mlp.linear_fc1.weight                          hidden_size (both SwiGLU halves)
-fc2            mlp.linear_fc2.weight                          ffn_hidden_size
-router         mlp.router.weight                              hidden_size
-expert_fc1     mlp.experts.local_experts.E.linear_fc1.weight  hidden_size
-expert_fc2     mlp.experts.local_experts.E.linear_fc2.weight  moe_ffn_hidden_size
-output         output_layer.weight                            hidden_size
-bias           any *.bias                                     (zeros)
-norm           *layernorm.weight                              (ones)
-=============  =============================================  =====================================
-=======
-=============  =============================================  ==================  ====  ======
-role           parameter (megatron-core local-spec name)      fan_in              TP    group
-=============  =============================================  ==================  ====  ======
-embedding      embedding.word_embeddings.weight               hidden or vocab     rows  dense
-pos_embedding  embedding.position_embeddings.weight           hidden or max pos   -     dense
-qkv            self_attention.linear_qkv.weight               hidden_size         rows  dense
-gate           self_attention.linear_gate.weight              hidden_size         rows  dense
-attn_out       self_attention.linear_proj.weight              heads * kv_channels cols  dense
-fc1            mlp.linear_fc1.weight                          hidden_size         rows  dense
-fc2            mlp.linear_fc2.weight                          ffn_hidden_size     cols  dense
-router         mlp.router.weight                              hidden_size         -     dense
-expert_fc1     mlp.experts.local_experts.E.linear_fc1.weight  hidden_size         rows  expert
-expert_fc2     mlp.experts.local_experts.E.linear_fc2.weight  moe_ffn_hidden_size cols  expert
-shared_fc1     mlp.shared_experts.linear_fc1.weight           hidden_size         rows  dense
-shared_fc2     mlp.shared_experts.linear_fc2.weight           moe_shared_expert_  cols  dense
-                                                              intermediate_size
-output         output_layer.weight                            hidden_size         rows  dense
-bias           any *.bias                                     (zeros)             -     dense
-norm           *layernorm.weight, *.layer_norm_weight (TE)    (ones)              -     dense
-=============  =============================================  ==================  ====  ======
+=============  =============================================  ===================  =====  ======
+role           parameter (megatron-core local-spec name)      fan_in               TP     group
+=============  =============================================  ===================  =====  ======
+embedding      embedding.word_embeddings.weight               hidden or vocab      rows   dense
+pos_embedding  embedding.position_embeddings.weight           hidden or max pos    -      dense
+qkv            self_attention.linear_qkv.weight               hidden_size          rows   dense
+gate           self_attention.linear_gate.weight              hidden_size          rows   dense
+attn_out       self_attention.linear_proj.weight              heads * kv_channels  cols   dense
+expert_fc1     mlp.experts.local_experts.E.linear_fc1.weight  hidden_size          rows   expert
+expert_fc2     mlp.experts.local_experts.E.linear_fc2.weight  moe_ffn_hidden_size  cols   expert
+router         mlp.router.weight                              hidden_size          -      dense
+shared_fc1     mlp.shared_experts.linear_fc1.weight           hidden_size          rows   dense
+shared_fc2     mlp.shared_experts.linear_fc2.weight           shared expert width  cols   dense
+fc1            mlp.linear_fc1.weight                          hidden_size          rows   dense
+fc2            mlp.linear_fc2.weight                          ffn_hidden_size      cols   dense
+output         output_layer.weight                            hidden_size          rows   dense
+bias           any *.bias                                     (zeros)              owner  owner
+norm           *layernorm.weight, *.layer_norm_weight (TE)    (ones)               -      dense
+=============  =============================================  ===================  =====  ======
 
 Norm weights: ``input_layernorm``, ``pre_mlp_layernorm``, ``final_layernorm`` and, with
 ``--qk-layernorm``, ``self_attention.q_layernorm`` / ``k_layernorm`` (per head channel); on the
@@ -53,11 +33,17 @@ Transformer Engine backend the input norms are fused into the next projection
 (``linear_qkv.layer_norm_weight``, ``linear_fc1.layer_norm_weight``, and the gate's own
 ``linear_gate.layer_norm_weight``, :mod:`~megatron_gamma.model.te_backend`). TE's other
 parameters carry the local names (``weight``, ``bias``). With ``--apply-layernorm-1p`` the
-stored norm weight is w - 1 and starts at zero.
+stored norm weight is w - 1 and starts at zero. :data:`NORM_KINDS` names each norm weight's
+sub-role, on either backend (:func:`norm_kind`), so that the activation probes find every norm,
+the fused ones included.
 
 "TP" is the dimension of the global (out, in) matrix that megatron-core splits over the
 tensor-parallel ranks of the role's group: the tensor-parallel group for dense weights, the
-expert tensor-parallel group for experts (sizes of 1 leave the matrix whole). A role's *parts*
+expert tensor-parallel group for experts (sizes of 1 leave the matrix whole); a bias ("owner")
+is split with its layer's rows and takes its layer's group. :func:`model_parameters` lists every
+parameter of a configuration with its global shape, so that the estimator
+(:mod:`megatron_gamma.estimate`) counts the registry's weights instead of its own table, and
+:func:`parse_name` is the one reader of a name's role, layer and expert. A role's *parts*
 are the sub-matrices the diagnostics report separately, named ``role.part``: ``qkv.q``,
 ``qkv.k``, ``qkv.v`` (megatron-core's fused QKV rows, per query group ``[q heads, k, v]``) and,
 with SwiGLU, ``fc1.gate`` / ``fc1.up`` (and the same for ``expert_fc1`` and ``shared_fc1``), the two
@@ -86,9 +72,19 @@ class Group(str, Enum):
     expert-parallel rank holds different experts."""
 
 
-def _qkv_parts(local: Any, m: Any, tp: int) -> dict[str, Any]:
+def qkv_parts(local: Any, m: Any, tp: int = 1) -> dict[str, Any]:
     """Split a (local) fused QKV matrix, rows ``[q (heads/groups heads), k, v]`` per query
-    group, into q, k and v.
+    group, into q, k and v (the diagnostics' parts and the Hugging Face q/k/v projections).
+
+    Args:
+        local: (rows, hidden) tensor, this rank's shard of ``linear_qkv.weight``.
+        m: ``Config.model`` or any object with ``kv_channels``, ``num_attention_heads`` and
+            ``num_query_groups``.
+        tp: tensor-parallel size the shard was cut at.
+
+    Returns:
+        {'q': (groups/tp * heads/groups * kv_channels, hidden), 'k': (groups/tp * kv_channels,
+        hidden), 'v': same as 'k'}, contiguous copies in query-group order.
 
     Raises:
         ValueError: the row count does not fit the config's layout.
@@ -106,8 +102,9 @@ def _qkv_parts(local: Any, m: Any, tp: int) -> dict[str, Any]:
     return {"q": q.reshape(-1, cols), "k": k.reshape(-1, cols), "v": v.reshape(-1, cols)}
 
 
-def _glu_parts(local: Any, m: Any, tp: int) -> dict[str, Any]:
-    """The SwiGLU halves ``[gate; up]`` of a (local) fc1 matrix; none without SwiGLU."""
+def glu_parts(local: Any, m: Any, tp: int = 1) -> dict[str, Any]:
+    """The SwiGLU halves ``[gate; up]`` of a (local) fc1 matrix (rows split in two, views);
+    none without SwiGLU (``m.swiglu`` False)."""
     if not m.swiglu:
         return {}
     gate, up = local.chunk(2, dim=0)
@@ -183,7 +180,7 @@ REGISTRY: tuple[WeightRole, ...] = (
         lambda m, p, v: m.hidden_size,
         partition_dim=0,
         parts=("q", "k", "v"),
-        split=_qkv_parts,
+        split=qkv_parts,
     ),
     WeightRole(
         "gate",
@@ -209,7 +206,7 @@ REGISTRY: tuple[WeightRole, ...] = (
         group=Group.EXPERT,
         glu=True,
         parts=("gate", "up"),
-        split=_glu_parts,
+        split=glu_parts,
     ),
     WeightRole(
         "expert_fc2",
@@ -234,7 +231,7 @@ REGISTRY: tuple[WeightRole, ...] = (
         partition_dim=0,
         glu=True,
         parts=("gate", "up"),
-        split=_glu_parts,
+        split=glu_parts,
     ),
     WeightRole(
         "shared_fc2",
@@ -252,7 +249,7 @@ REGISTRY: tuple[WeightRole, ...] = (
         partition_dim=0,
         glu=True,
         parts=("gate", "up"),
-        split=_glu_parts,
+        split=glu_parts,
     ),
     WeightRole(
         "fc2",
@@ -343,3 +340,164 @@ def sort_key(name: str) -> tuple[int, int]:
         return (len(order), 0)
     parts = ROLES[role].parts
     return (order.index(role), parts.index(part) + 1 if part in parts else 0)
+
+
+_INDEX = re.compile(r"^decoder\.layers\.(\d+)\.(?:.*?\.local_experts\.(\d+)\.)?")
+
+
+@dataclass(frozen=True)
+class ParamName:
+    """A parameter name read by :func:`parse_name`.
+
+    Attributes:
+        role: registry role name.
+        layer: the index after ``decoder.layers.`` (None outside the decoder layers).
+        expert: the index after ``local_experts.`` (None outside the experts).
+    """
+
+    role: str
+    layer: Optional[int]
+    expert: Optional[int]
+
+
+def parse_name(name: str) -> ParamName:
+    """Role, layer and expert index of a megatron-core parameter name (local or global indices
+    alike: the name's own numbers), e.g. ``decoder.layers.3.mlp.experts.local_experts.1.
+    linear_fc2.weight`` -> ``ParamName('expert_fc2', 3, 1)``.
+
+    Raises:
+        ValueError: a name that no role matches (see :func:`role_of`).
+    """
+    layer, expert = layer_and_expert(name)
+    return ParamName(role_of(name).name, layer, expert)
+
+
+def layer_and_expert(name: str) -> tuple[Optional[int], Optional[int]]:
+    """(layer, expert) indices in a parameter or module name, None where absent (the part of
+    :func:`parse_name` that needs no role)."""
+    match = _INDEX.match(name)
+    if match is None:
+        return None, None
+    expert = match.group(2)
+    return int(match.group(1)), None if expert is None else int(expert)
+
+
+def with_indices(name: str, layer: int, expert: Optional[int] = None) -> str:
+    """``name`` with its layer index (and, where given, its expert index) replaced; names
+    outside the decoder layers come back unchanged."""
+    match = _INDEX.match(name)
+    if match is None:
+        return name
+    out = f"decoder.layers.{layer}." + name[match.end(1) + 1 :]
+    if expert is None or match.group(2) is None:
+        return out
+    return re.sub(r"\.local_experts\.\d+\.", f".local_experts.{expert}.", out, count=1)
+
+
+def layer_parameters(m: Any, moe: bool) -> list[tuple[str, tuple[int, ...]]]:
+    """Every parameter of one transformer layer with the local spec, unsharded.
+
+    Args:
+        m: ``Config.model``.
+        moe: an MoE layer (router, experts, shared experts) rather than a dense MLP.
+
+    Returns:
+        [(name below ``decoder.layers.L.``, global shape)], in megatron-core's build order; a
+        linear layer's weight is (out, in), a norm weight (width,).
+    """
+    h, n, g, d = m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels
+    bias = m.add_bias_linear
+    glu = 2 if m.swiglu else 1
+    attn = "self_attention"
+    out: list[tuple[str, tuple[int, ...]]] = [("input_layernorm.weight", (h,))]
+
+    def linear(prefix: str, rows: int, cols: int, has_bias: bool = bias) -> None:
+        out.append((f"{prefix}.weight", (rows, cols)))
+        if has_bias:
+            out.append((f"{prefix}.bias", (rows,)))
+
+    linear(f"{attn}.linear_proj", h, n * d)
+    linear(f"{attn}.linear_qkv", n * d + 2 * g * d, h)
+    if m.qk_layernorm:
+        out += [(f"{attn}.q_layernorm.weight", (d,)), (f"{attn}.k_layernorm.weight", (d,))]
+    if m.gated_attention != "none":
+        width = n * d if m.gated_attention == "elementwise" else n
+        linear(f"{attn}.linear_gate", width, h, m.gate_bias)
+    out.append(("pre_mlp_layernorm.weight", (h,)))
+    if not moe:
+        linear("mlp.linear_fc1", glu * m.ffn_hidden_size, h)
+        linear("mlp.linear_fc2", h, m.ffn_hidden_size)
+        return out
+    linear("mlp.router", m.num_experts, h)
+    fe = m.moe_ffn_hidden_size
+    for e in range(m.num_experts):
+        linear(f"mlp.experts.local_experts.{e}.linear_fc1", glu * fe, h)
+        linear(f"mlp.experts.local_experts.{e}.linear_fc2", h, fe)
+    fs = m.moe_shared_expert_intermediate_size
+    if fs is not None:
+        linear("mlp.shared_experts.linear_fc1", glu * fs, h)
+        linear("mlp.shared_experts.linear_fc2", h, fs)
+    return out
+
+
+def model_parameters(
+    m: Any, vocab_size: int, moe_layers: list[int]
+) -> list[tuple[str, tuple[int, ...]]]:
+    """Every parameter of the unsharded model (one pipeline stage, local spec): embedding
+    (and learned positions), the layers, the final norm and, when untied, the output layer.
+
+    Args:
+        m: ``Config.model``.
+        vocab_size: padded vocabulary size.
+        moe_layers: 1 (MoE) or 0 (dense) per layer (``config.moe_layer_pattern``).
+
+    Returns:
+        [(megatron-core parameter name, global shape)]; :func:`role_of` names each one's role.
+    """
+    h = m.hidden_size
+    out = [("embedding.word_embeddings.weight", (vocab_size, h))]
+    if m.position_embedding_type == "learned_absolute":
+        out.append(("embedding.position_embeddings.weight", (m.max_position_embeddings, h)))
+    for i, moe in enumerate(moe_layers):
+        out += [(f"decoder.layers.{i}.{k}", shape) for k, shape in layer_parameters(m, bool(moe))]
+    out.append(("decoder.final_layernorm.weight", (h,)))
+    if m.untie_embeddings_and_output_weights:
+        out.append(("output_layer.weight", (vocab_size, h)))
+    return out
+
+
+def shard_count(role: WeightRole, tp: int, ep: int, etp: int) -> int:
+    """Into how many pieces the layout cuts a parameter of ``role`` (a role row from
+    :func:`role_of`, so a bias carries its layer's sharding): dense rows with a ``partition_dim``
+    over the TP ranks; experts over the EP ranks (each holds its own experts) and, with a
+    ``partition_dim``, the expert-TP ranks; everything else whole (replicated)."""
+    split = role.partition_dim is not None
+    if role.group is Group.EXPERT:
+        return ep * (etp if split else 1)
+    return tp if split else 1
+
+
+NORM_KINDS: tuple[tuple[str, str], ...] = (
+    ("input_layernorm", r"\.input_layernorm\.weight$|\.linear_(qkv|gate)\.layer_norm_weight$"),
+    ("pre_mlp_layernorm", r"\.pre_mlp_layernorm\.weight$|\.linear_fc1\.layer_norm_weight$"),
+    ("q_layernorm", r"\.q_layernorm\.weight$"),
+    ("k_layernorm", r"\.k_layernorm\.weight$"),
+    ("final_layernorm", r"(^|\.)final_layernorm\.weight$"),
+)
+"""Sub-roles of the 'norm' role: (name, pattern of its weight on the local or the Transformer
+Engine backend). On TE the input norms live inside the next projection (``linear_qkv``,
+``linear_gate`` and, in a dense MLP, ``linear_fc1``), whose forward input is the norm's input."""
+
+_NORM_KINDS = tuple((re.compile(p), k) for k, p in NORM_KINDS)
+
+
+def norm_kind(name: str) -> str:
+    """The norm sub-role of a norm weight's parameter name (one of :data:`NORM_KINDS`).
+
+    Raises:
+        ValueError: ``name`` is not a norm weight the table knows (add a row).
+    """
+    for pattern, kind in _NORM_KINDS:
+        if pattern.search(name):
+            return kind
+    raise ValueError(f"norm weight {name!r} has no norm kind; add a row to roles.NORM_KINDS")

@@ -5,9 +5,9 @@ expert-parallel), counting each shard once (data-parallel replicas and TP-replic
 are skipped), so the numbers describe the global tensor whatever the layout. Expected sigma is
 the gamma rule's fan_in^-gamma (:mod:`megatron_gamma.model.init`), or megatron-core's
 ``init_method_std`` (divided by sqrt(2 num_layers) for the registry's depth-scaled roles:
-attn_out / fc2 / expert_fc2) for
-``--init-method normal``. A row is flagged when measured sigma differs from the expectation by
-more than max(``tolerance``, 4 / sqrt(2 n)) relative — the second term is four standard errors of
+attn_out / fc2 / expert_fc2 / shared_fc2) for ``--init-method normal``. A row is flagged when
+measured sigma differs from the expectation by more than max(``tolerance``, 4 / sqrt(2 n))
+relative — the second term is four standard errors of
 a sigma estimated from n samples, so that small matrices (a 4 x 64 headwise gate) are not
 flagged for sampling noise — when a constant-initialized parameter is not that constant, or when
 a matrix's fan-in in the role table differs from the one read off its own global shape (so a
@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 
 import torch
 import torch.distributed as dist
@@ -34,7 +33,7 @@ from megatron.core import parallel_state
 from megatron_gamma import ops
 from megatron_gamma.config import Config
 from megatron_gamma.model.init import global_name, global_shape, param_init, tp_size_rank
-from megatron_gamma.model.roles import ROLES, Group, WeightRole, role_of
+from megatron_gamma.model.roles import ROLES, Group, WeightRole, layer_and_expert, role_of
 
 
 def _expected(cfg: Config, name: str, vocab_size: int) -> dict:
@@ -62,8 +61,6 @@ def _shape_fan_in(role: str, shape: list[int], embedding_policy: str) -> int:
 
 CHUNK = 1 << 20
 """Elements per float64 partial sum (an 8 MiB float64 working set)."""
-
-_LAYER = re.compile(r"^decoder\.layers\.(\d+)\.")
 
 
 def shard_sums(x: torch.Tensor, chunk: int = CHUNK) -> tuple[float, float]:
@@ -94,8 +91,8 @@ def in_scope(gname: str, scope: str, num_layers: int) -> bool:
     """
     if scope not in ("full", "summary"):
         raise ValueError(f"init_audit={scope!r}: not an audit scope. Fix: 'full' or 'summary'")
-    match = _LAYER.match(gname)
-    return scope == "full" or not match or int(match.group(1)) in (0, num_layers - 1)
+    layer, _ = layer_and_expert(gname)
+    return scope == "full" or layer is None or layer in (0, num_layers - 1)
 
 
 def owns_shard(role: WeightRole) -> bool:

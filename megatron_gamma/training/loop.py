@@ -4,7 +4,8 @@ One iteration::
 
     zero grads -> get_forward_backward_func()(micro-batches) -> optimizer.step() (clips, returns
     the grad norm) -> scheduler.step() -> on_step_end hooks (metrics, evaluation, checkpoint,
-    diagnostics, preemption: :mod:`megatron_gamma.training.callbacks`)
+    diagnostics, preemption: :mod:`megatron_gamma.training.callback`, composed by
+    :func:`pretrain`)
 
 Everything distributed (DDP gradient all-reduce, pipeline p2p, TP collectives) happens inside
 megatron-core; this file only wires it and keeps the progress counters.
@@ -44,9 +45,10 @@ from megatron_gamma.data.datasets import build_datasets, check_splits, micro_bat
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 from megatron_gamma.data.tokenizer_fingerprint import check_datasets
 from megatron_gamma.data.tokenizer_types import load_tokenizer
+from megatron_gamma.diagnostics.callback import DiagnosticsCallback
 from megatron_gamma.model.builder import build_model, padded_vocab_size, transformer_config
 from megatron_gamma.model.te_backend import check_backend
-from megatron_gamma.training.callbacks import Callback, StepOutput, default_callbacks
+from megatron_gamma.training.callback import Callback, StepOutput
 from megatron_gamma.training.checkpointing import (
     TrainState,
     check_loadable,
@@ -63,6 +65,7 @@ from megatron_gamma.training.init_audit import (
     summarize_audit,
     write_audit,
 )
+from megatron_gamma.training.manual_gc import ManualGCCallback
 from megatron_gamma.training.metrics import MetricsLogger
 from megatron_gamma.training.precision import (
     check_precision,
@@ -71,8 +74,14 @@ from megatron_gamma.training.precision import (
     loss_scaling,
 )
 from megatron_gamma.training.preemption import PreemptionGuard
+from megatron_gamma.training.run_callbacks import (
+    CheckpointCallback,
+    EvaluationCallback,
+    MetricsCallback,
+    PreemptionCallback,
+)
 from megatron_gamma.training.schedule import build_scheduler, reconcile_schedule
-from megatron_gamma.training.telemetry import check_telemetry
+from megatron_gamma.training.telemetry import ProfilerCallback, check_telemetry
 
 
 @dataclass
@@ -167,8 +176,10 @@ def preflight(cfg: Config) -> BilingualTokenizer:
 class Trainer:
     """Builds everything a run needs from a Config and trains it.
 
-    ``self.callbacks`` (:func:`~.callbacks.default_callbacks`: metrics, evaluation,
-    checkpointing, diagnostics, preemption) get the hooks of :class:`~.callbacks.Callback`.
+    ``self.callbacks`` get the hooks of :class:`~.callback.Callback`; empty here,
+    :func:`pretrain` sets the run's list (:func:`run_callbacks`). The trainer owns its logger,
+    ``self.log`` (:class:`~.metrics.MetricsLogger`, written on rank 0), open from just before
+    ``on_train_start`` to just after ``on_train_end``.
 
     Args:
         cfg: validated run config.
@@ -190,7 +201,7 @@ class Trainer:
         resume = load and not cfg.checkpoint.finetune
         cfg = reconcile_schedule(cfg, saved_schedule(load) if resume else None, load)
         self.cfg = cfg
-        self.callbacks: list[Callback] = default_callbacks(cfg, self.preemption)
+        self.callbacks: list[Callback] = []
         self.device = torch.device("cuda") if parallel.uses_gpu() else torch.device("cpu")
         self.rank = dist.get_rank()
         self.world_size = dist.get_world_size()
@@ -423,7 +434,7 @@ class Trainer:
         )
 
     def fire(self, hook: str, *args) -> None:
-        """Call ``hook`` (a :class:`~.callbacks.Callback` method name) on every callback, in
+        """Call ``hook`` (a :class:`~.callback.Callback` method name) on every callback, in
         order."""
         for callback in self.callbacks:
             getattr(callback, hook)(self, *args)
@@ -434,10 +445,11 @@ class Trainer:
 
     def train(self) -> TrainResult:
         """Run from the current state to ``train_iters`` (or ``exit_interval``): the loop, plus
-        the callbacks' hooks (contract: :mod:`megatron_gamma.training.callbacks`)."""
+        the callbacks' hooks (contract: :mod:`megatron_gamma.training.callback`)."""
         t = self.cfg.training
         self.end_iteration = min(t.train_iters, t.exit_interval or t.train_iters)
         self.result, self._stop = TrainResult(), False
+        self.log = self._open_log()
         self.fire("on_train_start")
         batches = self._iterator(self.datasets[0], self.state.consumed_samples)
         while self.state.iteration < self.end_iteration and not self._stop:
@@ -452,7 +464,32 @@ class Trainer:
         self.result.iteration = self.state.iteration
         self.sync_params()
         self.fire("on_train_end")
+        self.log.close()
         return self.result
+
+    def _open_log(self) -> MetricsLogger:
+        """The run's logger (rank 0 writes ``metrics.jsonl``, TensorBoard and, with
+        ``--wandb-project``, W&B); notes a resume."""
+        lg = self.cfg.logging
+        mirror = None
+        if lg.wandb_project is not None and self.rank == 0:
+            from megatron_gamma.training.telemetry import WandbWriter
+
+            mirror = WandbWriter(self.cfg)
+        log = MetricsLogger(
+            lg.run_dir,
+            lg.tensorboard_path(),
+            active=self.rank == 0,
+            total_iters=self.end_iteration,
+            start_iter=self.state.iteration,
+            progress_bar=lg.progress_bar,
+            tensorboard_log_interval=lg.tensorboard_log_interval,
+            validation_ppl_to_tensorboard=lg.log_validation_ppl_to_tensorboard,
+            mirror=mirror,
+        )
+        if self.state.iteration:
+            log.message(f"resumed at iteration {self.state.iteration}")
+        return log
 
     def close(self) -> None:
         """Release megatron-core globals and the process group."""
@@ -460,9 +497,44 @@ class Trainer:
         parallel.destroy()
 
 
+def run_callbacks(cfg: Config, guard: PreemptionGuard) -> list[Callback]:
+    """The run's callbacks, in the order :func:`pretrain` fires them.
+
+    1. metrics (every step's scalars and the interval summary);
+    2. evaluation (``--eval-interval``), before checkpointing, so that a checkpoint follows the
+       validation of its iteration;
+    3. checkpointing (``--save``, ``--save-interval``);
+    4. diagnostics (``--log-diagnostics-interval`` > 0), after the checkpoint of the same
+       iteration: the checkpoint is on disk before the probes run;
+    5. the profiler (``--profile``) and manual garbage collection (``--manual-gc``), which
+       depend on no other callback's work;
+    6. preemption last: a stop request saves only when the checkpoint callback has not just
+       saved that iteration.
+
+    Args:
+        cfg: the trainer's (reconciled) config, ``trainer.cfg``.
+        guard: the trainer's :class:`~.preemption.PreemptionGuard`, ``trainer.preemption``.
+    """
+    callbacks: list[Callback] = [
+        MetricsCallback(cfg),
+        EvaluationCallback(cfg.training.eval_interval),
+        CheckpointCallback(cfg.checkpoint.save, cfg.checkpoint.save_interval),
+    ]
+    if cfg.logging.log_diagnostics_interval:
+        callbacks.append(DiagnosticsCallback(cfg.logging.log_diagnostics_interval))
+    if cfg.logging.profile:
+        callbacks.append(ProfilerCallback(cfg))
+    if cfg.training.manual_gc:
+        t = cfg.training
+        callbacks.append(ManualGCCallback(t.manual_gc_interval, t.manual_gc_eval))
+    callbacks.append(PreemptionCallback(guard))
+    return callbacks
+
+
 def pretrain(cfg: Config) -> TrainResult:
-    """Build, train, checkpoint, tear down. See :class:`Trainer`."""
+    """Build, train with :func:`run_callbacks`, checkpoint, tear down. See :class:`Trainer`."""
     trainer = Trainer(cfg)
+    trainer.callbacks = run_callbacks(trainer.cfg, trainer.preemption)
     try:
         return trainer.train()
     finally:

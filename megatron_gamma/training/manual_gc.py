@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 from typing import TYPE_CHECKING
 
-from megatron_gamma.training.callbacks import Callback, StepOutput
+from megatron_gamma.training.callback import Callback, StepOutput
 
 if TYPE_CHECKING:
     from megatron_gamma.training.loop import Trainer

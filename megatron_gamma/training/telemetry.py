@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from megatron_gamma.config import Config, ConfigError, redacted_dict
-from megatron_gamma.training.callbacks import Callback, StepOutput
+from megatron_gamma.training.callback import Callback, StepOutput
 
 if TYPE_CHECKING:
     from megatron_gamma.training.loop import Trainer

@@ -26,10 +26,13 @@ from megatron_gamma.data import demo_dir
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN_ITERS = 40
 
-pytestmark = pytest.mark.skipif(
-    bool(missing_binaries()) or os.geteuid() != 0,
-    reason="needs root and SLURM: apt-get install slurmctld slurmd slurm-client munge",
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        bool(missing_binaries()) or os.geteuid() != 0,
+        reason="needs root and SLURM: apt-get install slurmctld slurmd slurm-client munge",
+    ),
+]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,144 @@
+"""What the tests share: tiny model sizes, the one CLI launcher, run-directory readers, the ops
+helpers, and the guard that keeps multi-process tests in the ``slow`` tier.
+
+Training runs go through the real CLI in a fresh process (``python -m megatron_gamma.cli`` or
+``torchrun``), as a user runs them: megatron-core's process-wide state and our CPU shims never
+leak into the test process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from megatron_gamma import ops
+from megatron_gamma.data import demo_dir
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO_TOKENIZER = os.path.join(demo_dir(), "tokenizer.json")
+DEMO_INPUTS = [os.path.join(demo_dir(), "zh.jsonl"), os.path.join(demo_dir(), "en.jsonl")]
+
+TINY = dict(num_layers=2, hidden_size=64, num_attention_heads=4, seq_length=16, vocab_size=256)
+"""A two-layer model for tests that build one in-process (config override keys)."""
+
+TINY_MODEL = [
+    "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+    "--ffn-hidden-size", "256", "--seq-length", "64", "--micro-batch-size", "4",
+    "--global-batch-size", "8", "--lr", "3e-3", "--min-lr", "3e-4", "--lr-warmup-iters", "2",
+    "--eval-iters", "2", "--split", "95,5,0", "--no-progress-bar",
+]  # fmt: skip
+"""The same-sized model for CLI runs on the demo corpus (flags)."""
+
+_multi_process_allowed = True
+
+
+def allow_multi_process(allowed: bool) -> None:
+    """Set by ``conftest.py`` before each test: True only for tests marked ``slow``."""
+    global _multi_process_allowed
+    _multi_process_allowed = allowed
+
+
+def check_nproc(nproc: int) -> None:
+    """Fail a test that launches several processes without the ``slow`` mark, so that
+    ``pytest -m "not slow"`` stays the fast tier.
+
+    Raises:
+        AssertionError: ``nproc`` > 1 in a test (or a fixture it uses) not marked slow.
+    """
+    assert nproc <= 1 or _multi_process_allowed, (
+        f"nproc={nproc}: multi-process tests belong to the slow tier. Fix: mark the test (and "
+        "every test using its fixture) @pytest.mark.slow"
+    )
+
+
+def cli_env() -> dict[str, str]:
+    """The environment of a CLI run: no inherited launcher variables (in-process loads set
+    MASTER_ADDR/PORT; a fresh run needs a fresh port), one thread per rank, Hugging Face
+    offline, this checkout first on the path."""
+    env = dict(os.environ, TORCHDYNAMO_DISABLE="1", OMP_NUM_THREADS="1")
+    env.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1")
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    return env
+
+
+def cli_command(args: list[str], nproc: int = 1) -> list[str]:
+    """``megatron-gamma ARGS`` as a command line (torchrun ``--standalone`` when nproc > 1:
+    a free port; torch 2.13 hangs with ``--master-port=0``)."""
+    check_nproc(nproc)
+    launch = [sys.executable]
+    if nproc > 1:
+        launch += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]
+    return [*launch, "-m", "megatron_gamma.cli", *args]
+
+
+def run_cli(
+    args: list[str], nproc: int = 1, timeout: int = 600, **kwargs
+) -> subprocess.CompletedProcess:
+    """Run ``megatron-gamma ARGS`` in a fresh process (torchrun when nproc > 1), output
+    captured as text; ``kwargs`` go to ``subprocess.run`` (``cwd``, ``input``)."""
+    return subprocess.run(
+        cli_command(args, nproc),
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kwargs,
+    )
+
+
+def pretrain(run_dir, data_prefix: str, *flags: str, nproc: int = 1) -> dict:
+    """Train a tiny model on ``data_prefix`` into ``run_dir``; return its metrics."""
+    args = ["pretrain", "--data-path", data_prefix, "--run-dir", str(run_dir), *TINY_MODEL]
+    proc = run_cli([*args, *flags], nproc=nproc)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return read_metrics(run_dir)
+
+
+def read_metrics(run_dir) -> dict[str, dict[int, float]]:
+    """{'train': {iteration: loss}, 'valid': {iteration: loss}, 'grad_norm': {iteration: norm}}
+    from a run's metrics.jsonl."""
+    out: dict[str, dict[int, float]] = {"train": {}, "valid": {}, "grad_norm": {}}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            rec = json.loads(line)
+            out[rec["split"]][rec["iteration"]] = rec["loss"]
+            if "grad_norm" in rec:
+                out["grad_norm"][rec["iteration"]] = rec["grad_norm"]
+    return out
+
+
+def read_diagnostics(run_dir) -> dict[int, dict]:
+    """{iteration: the live diagnostics record} from a run's metrics.jsonl."""
+    out = {}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            rec = json.loads(line)
+            if rec["split"] == "diagnostics":
+                out[rec["iteration"]] = rec
+    return out
+
+
+def close(a: float, b: float, rel: float = 1e-4, abs_: float = 1e-6) -> bool:
+    """|a - b| within ``rel`` of the larger magnitude, or within ``abs_``."""
+    return abs(a - b) <= max(abs_, rel * max(abs(a), abs(b)))
+
+
+def backend(name: str, device: str):
+    """Context selecting an ops backend; skips when the extension is not built for device."""
+    if name == "extension":
+        with ops.use_backend("auto"):
+            if ops.backend(device) != "extension":
+                pytest.skip(f"extension not built for {device}: {ops.extension_status()}")
+    return ops.use_backend(name)
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |out - ref| / max |ref|, in float64."""
+    return float((out.double() - ref).abs().max() / ref.abs().max())
