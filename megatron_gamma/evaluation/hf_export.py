@@ -25,8 +25,10 @@ import torch
 
 from megatron_gamma.config import ConfigError
 from megatron_gamma.diagnostics import offline
-from megatron_gamma.evaluation import checkpoint, mapping
+from megatron_gamma.evaluation import checkpoint, mapping, register_auto_classes
 from megatron_gamma.evaluation.hf_model import GammaGPTConfig, GammaGPTForCausalLM
+
+register_auto_classes()
 
 META_FILE = "megatron_gamma.json"
 MODELING_FILE = "modeling_gamma_gpt.py"
