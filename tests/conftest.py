@@ -7,7 +7,6 @@ leak into the test process.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import sys
 import pytest
 
 from megatron_gamma.data import demo_dir
+from megatron_gamma.rundir import layout
 
 DEMO_TOKENIZER = os.path.join(demo_dir(), "tokenizer.json")
 DEMO_INPUTS = [os.path.join(demo_dir(), "zh.jsonl"), os.path.join(demo_dir(), "en.jsonl")]
@@ -61,24 +61,20 @@ def read_metrics(run_dir) -> dict[str, dict[int, float]]:
     """{'train': {iteration: loss}, 'valid': {iteration: loss}, 'grad_norm': {iteration: norm}}
     from a run's metrics.jsonl."""
     out: dict[str, dict[int, float]] = {"train": {}, "valid": {}, "grad_norm": {}}
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for line in f:
-            rec = json.loads(line)
-            out[rec["split"]][rec["iteration"]] = rec["loss"]
-            if "grad_norm" in rec:
-                out["grad_norm"][rec["iteration"]] = rec["grad_norm"]
+    for rec in layout.read_metrics(str(run_dir)):
+        out[rec["split"]][rec["iteration"]] = rec["loss"]
+        if "grad_norm" in rec:
+            out["grad_norm"][rec["iteration"]] = rec["grad_norm"]
     return out
 
 
 def read_diagnostics(run_dir) -> dict[int, dict]:
     """{iteration: the live diagnostics record} from a run's metrics.jsonl."""
-    out = {}
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for line in f:
-            rec = json.loads(line)
-            if rec["split"] == "diagnostics":
-                out[rec["iteration"]] = rec
-    return out
+    return {
+        rec["iteration"]: rec
+        for rec in layout.read_metrics(str(run_dir))
+        if rec["split"] == "diagnostics"
+    }
 
 
 def close(a: float, b: float, rel: float = 1e-4, abs_: float = 1e-6) -> bool:
