@@ -461,7 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_flags(p)
     p.set_defaults(func=_submit_preprocess)
     p = sub.add_parser("analyze", help="diagnostics plots + numbers from a run's checkpoints")
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    p.add_argument(
+        "run_dirs", nargs="+", metavar="RUN_DIR", help="run directories or checkpoint (--save) dirs"
+    )
     p.add_argument("--output-dir", help="default RUN_DIR/analysis (required for several runs)")
     p.add_argument("--data-path", nargs="+", help="dataset blend for activations (default: run's)")
     p.add_argument("--heatmaps", nargs="+", metavar="ROLE/layer_LL", help="e.g. qkv.q/layer_00")

@@ -1,8 +1,10 @@
 """``megatron-gamma analyze RUN_DIR [RUN_DIR ...]``: the paper's diagnostics over saved checkpoints.
 
-For every run directory, every complete checkpoint (any saved parallel layout) is loaded into a
-single-rank model, plus iteration 0 rebuilt from the run's config (the gamma rule draws each
-weight from (seed, name), so this is the run's exact initialization for ``init_method: gamma``).
+For every run directory (or ``--save`` directory kept apart from it: checkpoints carry their
+config, :func:`megatron_gamma.rundir.loader.run_config`), every complete checkpoint (any saved
+parallel layout) is loaded into a single-rank model, plus iteration 0 rebuilt from the run's
+config (the gamma rule draws each weight from (seed, name), so this is the run's exact
+initialization for ``init_method: gamma``).
 At each point we compute the weight diagnostics of every matrix (stable rank, top-direction
 share, condensation score) and, on the first validation micro-batch of the run's own data (the
 batch the live callback uses), the attention-sink share per head, RMSNorm saturation per norm
