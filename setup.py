@@ -4,6 +4,10 @@ Install torch first (``pip install torch==2.13.0`` on CPU machines), then
 ``pip install --no-build-isolation -e .``: the C++/CUDA kernels in ``csrc/`` are compiled against
 the torch that is already installed, as apex and Transformer Engine do.
 
+Supported torch: 2.6 to 2.14 (CI tests 2.13.0 on CPU and compiles the CUDA kernels against
+2.14.1; ``tools/gpu_acceptance.sh`` runs on the lent GPU machine's 2.11). The lower bound is
+megatron-core 0.16's (``torch>=2.6.0``).
+
 The extension ``megatron_gamma._C`` is optional: without torch in the build environment, without
 a C++ compiler, or when compilation fails, the package installs anyway, says so in one log line
 (``megatron-gamma setup: ...``; pip shows it with ``-v``) and ``megatron_gamma.ops`` uses its
@@ -192,7 +196,7 @@ setup(
     packages=find_packages(include=["megatron_gamma", "megatron_gamma.*"]),
     package_data={"megatron_gamma": ["data/demo/*", "data/punkt/*", "launch/templates/*.j2"]},
     install_requires=[
-        "torch>=2.4",
+        "torch>=2.6",
         "megatron-core>=0.16,<0.20",  # 0.16: the attention output-gate hook
         "numpy",
         "tokenizers>=0.19",

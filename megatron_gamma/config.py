@@ -716,7 +716,7 @@ def parse_env(items: Any) -> dict[str, str]:
                 _fail("env", item, "expected KEY=VALUE", "e.g. --env NCCL_IB_TIMEOUT=22")
             pairs.append((name, value))
     for name, _ in pairs:
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", str(name)):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
             _fail("env", name, "not a shell variable name", "use letters, digits and _ only")
     return {str(k): str(v) for k, v in pairs}
 
@@ -2085,11 +2085,26 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
     return {k: v for k, v in vars(args).items() if k in _field_index() and v is not None}
 
 
+REDACTED = "<redacted>"
+"""Written in place of every ``cluster.env`` value (which may be a secret: ``HF_TOKEN``,
+``WANDB_API_KEY``) in a saved config, the W&B run config, an export and a log; names are kept."""
+
+
+def redacted_dict(cfg: Config) -> dict:
+    """:meth:`Config.to_dict` with every ``cluster.env`` value replaced by :data:`REDACTED`: what
+    ``config.yaml``, the W&B run config and ``export-hf`` record (``submit`` refuses such a
+    value until ``--env NAME=VALUE`` gives it again)."""
+    raw = cfg.to_dict()
+    raw["cluster"]["env"] = dict.fromkeys(raw["cluster"]["env"], REDACTED)
+    return raw
+
+
 def save_config(cfg: Config, path: str) -> None:
-    """Write the resolved config as YAML (temp file, then rename)."""
+    """Write the resolved config as YAML (temp file, then rename), ``cluster.env`` values
+    redacted (:func:`redacted_dict`)."""
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:
-        yaml.safe_dump(cfg.to_dict(), f, sort_keys=False, allow_unicode=True)
+        yaml.safe_dump(redacted_dict(cfg), f, sort_keys=False, allow_unicode=True)
     os.replace(tmp, path)
 
 

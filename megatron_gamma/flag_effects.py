@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from megatron_gamma.config import Config, _field_index, _read_yaml, moe_layer_pattern
+from megatron_gamma.config import REDACTED, Config, _field_index, _read_yaml, moe_layer_pattern
 
 
 def _has_validation(cfg: Config) -> bool:
@@ -255,6 +255,8 @@ def no_effect_warnings(cfg: Config, given: dict[str, str]) -> list[str]:
         if effective(cfg):
             continue
         value = getattr(getattr(cfg, index[key][0]), key)
+        if key == "env":  # the values may be secrets
+            value = dict.fromkeys(value, REDACTED)
         if needs.startswith(_NEVER):
             lines.append(f"{key}={value!r}: no effect: {needs[len(_NEVER) :]}")
         else:

@@ -3,7 +3,8 @@ GPU.
 
 Rank, world size and local rank come from torchrun (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``),
 else from SLURM (``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``; rendezvous on
-``MASTER_ADDR``/``MASTER_PORT``), else a single process. With a GPU: cuda + nccl; without: cpu +
+``MASTER_ADDR``/``MASTER_PORT``), else a single process. With a GPU: cuda, and process groups
+with NCCL for CUDA tensors and gloo for CPU tensors (:func:`process_group_backend`); without: cpu +
 gloo, with :func:`megatron_gamma.compat.apply_cpu_compat` applied first.
 """
 
@@ -53,6 +54,17 @@ def uses_gpu() -> bool:
     return torch.cuda.is_available()
 
 
+def process_group_backend() -> str:
+    """The ``backend`` of the default process group, inherited by megatron-core's groups.
+
+    With a GPU ``"cuda:nccl,cpu:gloo"``: a collective on a CUDA tensor runs on NCCL, one on a CPU
+    tensor (a loss summed in float64, an object gathered) on gloo, as TorchTitan does; NCCL alone
+    has no CPU backend and raises "No backend type associated with device type cpu". Without a
+    GPU ``"gloo"``.
+    """
+    return "cuda:nccl,cpu:gloo" if uses_gpu() else "gloo"
+
+
 def initialize(cfg: Config) -> int:
     """Initialize torch.distributed (collectives time out after
     ``distributed_timeout_minutes``), megatron-core model parallelism and the RNGs.
@@ -81,14 +93,12 @@ def initialize(cfg: Config) -> int:
             raise ConfigError("MASTER_PORT is not set. Fix: launch with torchrun or srun + sbatch")
         if uses_gpu():
             torch.cuda.set_device(env.local_rank)
-            backend = "nccl"
         else:
             from megatron_gamma.compat import apply_cpu_compat
 
             apply_cpu_compat()
-            backend = "gloo"
         dist.init_process_group(
-            backend,
+            process_group_backend(),
             rank=env.rank,
             world_size=env.world_size,
             init_method="env://",

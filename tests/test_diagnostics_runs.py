@@ -73,7 +73,7 @@ def demo(tmp_path_factory):
 @pytest.mark.timeout(300)
 def test_live_callback_logs_every_diagnostic(demo):
     diag = read_diagnostics(demo["run"])
-    assert sorted(diag) == [1, 2, 3, 4, 5, 6]
+    assert sorted(diag) == [0, 1, 2, 3, 4, 5, 6]  # iteration 0: the initialized model
     rec = diag[6]
     roles = ["qkv.q", "qkv.k", "qkv.v", "gate", "attn_out", "fc1.gate", "fc2"]
     for layer in (0, 1):
@@ -97,7 +97,7 @@ def test_live_callback_logs_every_diagnostic(demo):
     assert "diagnostics/stable_rank/qkv.q/layer_00" in tags
     assert "diagnostics/sink_share/layer_01" in tags
     steps = [e.step for e in acc.Scalars("diagnostics/norm_log10_ms_p50/final_layernorm")]
-    assert steps == [1, 2, 3, 4, 5, 6]
+    assert steps == [0, 1, 2, 3, 4, 5, 6]
 
 
 def _png_panels(path: str) -> list[str]:
@@ -147,13 +147,13 @@ def test_analyze_writes_plots_and_numbers_matching_references(demo):
     assert {r["iteration"] for r in rows} == {"0", "2", "4", "6"}
 
     # offline (checkpoint -> single-rank model) equals live (in-memory weights, same batch);
-    # iteration 0 (rebuilt from the config) equals live iteration 1, where the LR is still 0
+    # iteration 0: the model rebuilt from the config equals the live diagnostics at init
     live = read_diagnostics(run)
     checked = 0
     for key, series in metrics.items():
         if key.startswith(("stable_rank/", "top_share/", "sink_share/", "norm_")):
             for it, value in zip(res["iterations"], series, strict=True):
-                expected = live[max(it, 1)][key]
+                expected = live[it][key]
                 assert close(value, expected), (key, it, value, expected)
                 checked += 1
     assert checked > 200
@@ -187,6 +187,12 @@ def test_compare_checkpoints(demo):
     tok = np.load(os.path.join(out_dir, "tokens.npz"))
     pa, pb = np.exp(tok["logp_a"].astype(np.float64)), np.exp(tok["logp_b"].astype(np.float64))
     np.testing.assert_allclose(tok["delta_sym"], (pa - pb) / (pa + pb), rtol=1e-6, atol=1e-12)
+    # the document of every target token (windows of 64 + 1 tokens, documents concatenated)
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    ds = IndexedDataset(demo["data"])
+    owner = np.repeat(np.arange(len(ds)), ds.sequence_lengths)
+    np.testing.assert_array_equal(tok["document"], owner[1 : 16 * 64 + 1].reshape(16, 64))
     # megatron-core's own loss on the same windows, from the same checkpoint
     ref = json.loads(_run([sys.executable, CHECK, "reference", a, demo["data"], "64", "16"]))
     assert summary["a"]["mean_loss"] == pytest.approx(ref["mean_loss"], rel=1e-6)

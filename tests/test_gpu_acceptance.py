@@ -1,11 +1,14 @@
-"""tools/gpu_acceptance.sh on CPU: the dry run checks every step's command line; a bad flag or a
-bad ops backend fails it; the training command works end to end (shrunk to a tiny model) and its
-log is parsed into tokens/s and TFLOP/s."""
+"""tools/gpu_acceptance.sh on CPU: the dry run runs every step's code path (alone, and in the
+offline rehearsal venv from tools/gpu_wheelhouse.sh's wheelhouse); a bad flag or a bad ops
+backend fails it; the training command works end to end (shrunk to a tiny model) and its log is
+parsed into tokens/s and TFLOP/s; budgets, the TE skip and the gate-fusion decision."""
 
+import glob
 import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -18,22 +21,22 @@ SHRINK = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "
           "--ffn-hidden-size", "128", "--seq-length", "128", "--train-iters", "20",
           "--eval-interval", "20", "--micro-batch-size", "2",
           "--global-batch-size", "2"]  # fmt: skip
+STEPS = ["install-wheels", "build-extension", "kernel-tests", "bench-rmsnorm", "init-parity",
+         "init-time", "data"] + [f"train-{v}" for v in gpu_acceptance.TRAIN_VARIANTS]  # fmt: skip
 
 
 @pytest.mark.slow
 def test_dry_run_checks_every_step_and_writes_the_report(tmp_path):
     r = subprocess.run(
         ["bash", "tools/gpu_acceptance.sh", str(tmp_path), "--dry-run"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads((tmp_path / "gpu_acceptance.json").read_text())
     names = [s["name"] for s in doc["steps"]]
-    assert names == ["install", "kernel-tests", "bench-rmsnorm", "data"] + [
-        f"train-{v}" for v in gpu_acceptance.TRAIN_VARIANTS
-    ]
+    assert names == STEPS
     assert all(s["status"] == "dry-run ok" for s in doc["steps"]), doc["steps"]
-    kernel = doc["steps"][1]["detail"]
+    kernel = doc["steps"][2]["detail"]
     assert int(kernel.split()[0]) > 0 and "CUDA test cases collected" in kernel
     assert "| train-ops-reference | dry-run ok |" in (tmp_path / "gpu_acceptance.md").read_text()
 
@@ -77,3 +80,100 @@ def test_training_command_runs_shrunk_on_cpu_and_its_log_parses(tmp_path):
     assert figures["tflops_per_device"] == float(last.split("TFLOP/s/device ")[1].split()[0])
     assert "mfu_percent" not in figures  # no GPU, no peak
     assert not os.path.exists(tmp_path / "runs" / "megatron-core-local-spec" / "checkpoints")
+
+
+@pytest.mark.slow
+def test_rehearsal_installs_from_the_wheelhouse_in_an_offline_venv(tmp_path):
+    """The wheelhouse (downloaded here: CI has the registry) is complete: in a venv that sees only
+    the lent machine's packages and no index, every step's code path runs."""
+    wheelhouse, out = tmp_path / "wheelhouse", tmp_path / "out"
+    r = subprocess.run(["bash", "tools/gpu_wheelhouse.sh", str(wheelhouse)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    cp312 = sorted(os.path.basename(w).split("-")[0] for w in glob.glob(f"{wheelhouse}/cp312/*"))
+    assert cp312 == ["awkward", "awkward_cpp", "defusedxml", "gigatoken", "megatron_core", "nltk",
+                     "zstandard"]  # fmt: skip
+    assert "cp312: 7 wheels" in r.stdout and "requirements met" in r.stdout
+    r = subprocess.run(
+        ["bash", "tools/gpu_acceptance.sh", str(out), "--dry-run", "--wheelhouse", str(wheelhouse)],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-5000:]
+    assert "megatron.core, gigatoken, awkward, nltk, zstandard absent until" in r.stdout
+    doc = json.loads((out / "gpu_acceptance.json").read_text())
+    assert [s["name"] for s in doc["steps"]] == STEPS
+    assert all(s["status"] == "dry-run ok" for s in doc["steps"]), doc["steps"]
+    assert "--no-index --no-deps" in doc["steps"][0]["detail"]
+    assert glob.glob(f"{out}/site/megatron_core-0.16.1.dist-info")
+    venv_site = glob.glob(f"{out}/rehearsal-venv/lib/python3.*/site-packages")[0]
+    assert os.path.islink(f"{venv_site}/torch") and not os.path.exists(f"{venv_site}/megatron")
+    parity = doc["steps"][4]["figures"]
+    assert parity["bit_identical"] and len(parity["tensors"]) == 6
+    assert doc["steps"][7]["figures"]["tokens_per_s"] > 0  # train-defaults, tiny, parsed
+
+
+def test_wheelhouse_without_wheels_for_this_python_is_refused(tmp_path):
+    with pytest.raises(ValueError, match=r"--wheelhouse .*: no cp3\d+/\*\.whl in it. Fix: bash"):
+        gpu_acceptance.plan(str(tmp_path / "out"), str(tmp_path))
+
+
+def test_a_real_run_without_the_wheels_or_a_wheelhouse_is_refused_before_any_step(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(gpu_acceptance, "_missing_modules", lambda step: ["nltk"])
+    with pytest.raises(SystemExit):
+        gpu_acceptance.main([str(tmp_path)])
+    assert "['nltk'] not importable and no --wheelhouse. Fix: bash" in capsys.readouterr().err
+    assert not (tmp_path / "gpu_acceptance.json").exists()
+
+
+def test_a_step_stops_at_its_budget_and_at_the_deadline(tmp_path):
+    sleep = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(30)"]
+    step = gpu_acceptance.Step("sleep", sleep, budget_s=1.0)
+    start = time.time()
+    gpu_acceptance.run_step(step, deadline=start + 100)
+    assert step.status == "timed out (1 s)" and "started" in step.output
+    assert time.time() - start < 10
+    step = gpu_acceptance.Step("sleep", sleep, budget_s=50.0)
+    gpu_acceptance.run_step(step, deadline=time.time() + 6)
+    assert step.status.startswith("timed out (") and step.seconds < 10
+    step = gpu_acceptance.Step("sleep", sleep, budget_s=50.0)
+    gpu_acceptance.run_step(step, deadline=time.time() + 2)
+    assert (step.status, step.detail) == ("not run", "time budget spent")
+
+
+def test_transformer_engine_steps_report_not_installed(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_acceptance.importlib.util, "find_spec", lambda name: None)
+    step = {s.name: s for s in gpu_acceptance.plan(str(tmp_path))}["train-transformer-engine"]
+    gpu_acceptance.run_step(step, deadline=time.time() + 100)
+    assert (step.status, step.detail) == (
+        "skipped",
+        "Transformer Engine not installed on this machine",
+    )
+
+
+def _train(name: str, tokens_per_s: float) -> gpu_acceptance.Step:
+    step = gpu_acceptance.Step(f"train-{name}", [])
+    step.figures = {"tokens_per_s": tokens_per_s}
+    return step
+
+
+def test_gate_fusion_decision_from_the_share_of_the_step():
+    def decide(*steps):
+        return gpu_acceptance.gate_decision({s.name: s for s in steps})
+
+    assert decide() == ""
+    # 1 - 990 / 1000 = 1.00%: not above 1%
+    assert decide(_train("defaults", 990), _train("gated-attention-none", 1000)) == (
+        "gate's share of the step on the local spec: 1.00% (not above 1%): do not fuse the gate "
+        "rows into the QKV projection"
+    )
+    # 1 - 970 / 1000 = 3%; TE's figures, when both TE variants ran, decide instead
+    local = [_train("defaults", 970), _train("gated-attention-none", 1000)]
+    assert decide(*local).startswith("gate's share of the step on the local spec: 3.00% (above")
+    assert decide(*local).endswith(": FUSE the gate rows into the QKV projection")
+    te = [
+        _train("transformer-engine", 995),
+        _train("transformer-engine-gated-attention-none", 1000),
+    ]
+    assert decide(*local, *te).startswith("gate's share of the step on Transformer Engine: 0.50%")

@@ -248,7 +248,14 @@ def test_account_qos_dependency_and_environment(config, sbatch_calls, tmp_path, 
         "export PYTHONFAULTHANDLER=1",
         "export NCCL_DEBUG=WARN",
         "export CUDA_DEVICE_MAX_CONNECTIONS=1",  # the config has tensor_model_parallel_size 2
-        "export HF_HOME=/cache/hf",  # the config's cluster.env (its YAML keys sorted)
+        "export HF_HOME='<redacted>'",  # the config's cluster.env (its YAML keys sorted); the
+        "export NCCL_IB_TIMEOUT='<redacted>'",  # values given are not printed
+        "export NCCL_SOCKET_IFNAME='<redacted>'",
+    ]
+    assert main([*args, *flags]) == 0  # the script submitted holds them
+    lines = (tmp_path / "run" / "slurm" / "pretrain.sbatch").read_text().splitlines()
+    assert [line for line in lines if line.startswith("export ") and "=" in line][3:] == [
+        "export HF_HOME=/cache/hf",
         "export NCCL_IB_TIMEOUT=22",  # --env overrides the config's value
         "export NCCL_SOCKET_IFNAME=ib0,ib1",
     ]

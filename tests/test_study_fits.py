@@ -12,7 +12,6 @@ from megatron_gamma.study.fits import (
     effective_size_multiplier,
     fit_power_law,
     paired_difference,
-    parabola_minimum,
 )
 
 
@@ -61,17 +60,6 @@ def test_effective_size_multiplier_equals_closed_form():
     got = effective_size_multiplier(fitted, e + a_arm * 1e7**-alpha, 1e7)
     assert got == pytest.approx((a_base / a_arm) ** (1 / alpha), rel=1e-4)
     assert effective_size_multiplier(base, e - 0.1, 1e6) == math.inf
-
-
-def test_parabola_minimum_is_exact_on_a_parabola():
-    g = np.array([0.5, 0.75, 1.0, 1.25, 1.5])
-    m = parabola_minimum(g, 3.0 + 2.0 * (g - 1.1) ** 2)
-    assert m.gamma == pytest.approx(1.1, abs=1e-12)
-    assert m.gamma_err == pytest.approx(0.0, abs=1e-9)
-    assert m.best_measured == 1.0
-    assert m.coefficients[0] == pytest.approx(2.0, rel=1e-12)
-    downward = parabola_minimum(g, -((g - 1.0) ** 2))
-    assert math.isnan(downward.gamma)
 
 
 def test_paired_difference_matches_hand_computation():

@@ -1,6 +1,7 @@
 """The live diagnostics hook of the training loop (``--log-diagnostics-interval N``).
 
-Every N iterations, :class:`DiagnosticsCallback`:
+At initialization (iteration 0, before the first step of a run that starts from scratch) and
+every N iterations, :class:`DiagnosticsCallback`:
 
 1. computes the weight diagnostics (stable rank, top-direction share, condensation score of every
    matrix) on this rank's tensor-parallel shards (:func:`~.probes.weight_diagnostics`);
@@ -57,16 +58,24 @@ class DiagnosticsCallback(Callback):
         self.max_rows = max_rows
         self._warned = False
 
+    def on_train_start(self, trainer: Trainer) -> None:
+        """Log the diagnostics of the initialized model as iteration 0 (runs that start from
+        scratch; a resumed run logged them when it started)."""
+        if trainer.state.iteration == 0:
+            self._log(trainer, 0)
+
     def on_step_end(self, trainer: Trainer, step: StepOutput) -> None:
         """Run the diagnostics when the step's iteration is a multiple of the interval."""
-        if step.iteration % self.interval:
-            return
+        if step.iteration % self.interval == 0:
+            self._log(trainer, step.iteration)
+
+    def _log(self, trainer: Trainer, iteration: int) -> None:
         start = time.time()
         values = self.collect(trainer)
         if values is not None:
             values["diagnostics_seconds"] = time.time() - start
             if trainer.log is not None:
-                trainer.log.scalars(step.iteration, values, split="diagnostics")
+                trainer.log.scalars(iteration, values, split="diagnostics")
 
     def collect(self, trainer: Trainer) -> dict[str, float] | None:
         """All diagnostics of the trainer's model now; the merged dict on global rank 0, None

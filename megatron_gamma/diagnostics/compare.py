@@ -12,7 +12,8 @@ Writes into ``--output-dir``:
   tokens where A is better;
 - ``delta_sym_by_difficulty.csv``: the bin table;
 - ``compare.json``: the table, both losses, the inputs; ``tokens.npz``: per-token arrays
-  (tokens, targets, logp_a, logp_b, delta_sym, difficulty).
+  (tokens, targets, logp_a, logp_b, delta_sym, difficulty, and document: the index of the
+  document each target token belongs to, for document-level resampling).
 """
 
 from __future__ import annotations
@@ -73,6 +74,22 @@ def token_windows(prefix: str, num_sequences: int, seq_length: int) -> torch.Ten
         )
     starts = torch.arange(n) * seq_length
     return torch.stack([tokens[s : s + seq_length + 1] for s in starts.tolist()])
+
+
+def window_documents(prefix: str, num_windows: int, seq_length: int) -> np.ndarray:
+    """Document index (in the dataset's order) of every target token of the first
+    ``num_windows`` windows of :func:`token_windows`.
+
+    Returns:
+        int64 (num_windows, seq_length).
+    """
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    ds = IndexedDataset(prefix)  # its lengths view its memory map: keep it open while read
+    ends = np.cumsum(np.array(ds.sequence_lengths, dtype=np.int64))
+    del ds
+    pos = np.arange(num_windows)[:, None] * seq_length + np.arange(1, seq_length + 1)[None, :]
+    return np.searchsorted(ends, pos, side="right").astype(np.int64)
 
 
 @torch.no_grad()
@@ -189,12 +206,17 @@ def compare(
         "definition": "delta_sym = (p_A - p_B) / (p_A + p_B); difficulty = (loss_A + loss_B) / 2",
         "bins": [b.as_dict() for b in bins],
     }
-    files = _write(summary, bins, labels, windows, logp_a, logp_b, delta, difficulty, output_dir)
+    documents = window_documents(data_path, windows.size(0), seq)
+    files = _write(
+        summary, bins, labels, windows, logp_a, logp_b, delta, difficulty, documents, output_dir
+    )
     summary["files"] = files
     return summary
 
 
-def _write(summary, bins, labels, windows, logp_a, logp_b, delta, difficulty, out_dir) -> dict:
+def _write(
+    summary, bins, labels, windows, logp_a, logp_b, delta, difficulty, documents, out_dir
+) -> dict:
     from megatron_gamma.diagnostics.plots import plot_compare
 
     os.makedirs(out_dir, exist_ok=True)
@@ -223,6 +245,7 @@ def _write(summary, bins, labels, windows, logp_a, logp_b, delta, difficulty, ou
         logp_b=logp_b.numpy(),
         delta_sym=delta.numpy(),
         difficulty=difficulty.numpy(),
+        document=documents,
     )
     os.replace(tmp, files["tokens"])
     note = f" ({summary['tokens']} tokens, {len(bins)} bins)"

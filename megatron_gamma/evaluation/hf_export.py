@@ -3,7 +3,8 @@
 Writes ``config.json``, ``model.safetensors`` (sharded with an index above ``max_shard_size``),
 ``generation_config.json``, the run's ``tokenizer.json`` with ``tokenizer_config.json`` /
 ``special_tokens_map.json``, and ``megatron_gamma.json`` (the run's config and the iteration, so
-that ``import-hf`` restores the run exactly). An ungated dense model becomes a stock
+that ``import-hf`` restores the run exactly; :func:`portable_config`: no path of this host and no
+``cluster.env`` value leaves with the model). An ungated dense model becomes a stock
 ``LlamaForCausalLM`` (no custom code); gated attention or MoE become
 :class:`~megatron_gamma.evaluation.hf_model.GammaGPTForCausalLM`, whose source is copied in as
 ``modeling_gamma_gpt.py`` for ``trust_remote_code=True``. Weights are written in fp32 (the
@@ -23,7 +24,7 @@ from typing import Optional
 
 import torch
 
-from megatron_gamma.config import ConfigError
+from megatron_gamma.config import Config, ConfigError, redacted_dict
 from megatron_gamma.evaluation import checkpoint, mapping, register_auto_classes
 from megatron_gamma.evaluation.hf_model import GammaGPTConfig, GammaGPTForCausalLM
 from megatron_gamma.rundir import loader
@@ -32,6 +33,32 @@ register_auto_classes()
 
 META_FILE = "megatron_gamma.json"
 MODELING_FILE = "modeling_gamma_gpt.py"
+# Config fields holding paths of the exporting host, by section: the export records their
+# defaults (``import-hf`` sets its run's own data, tokenizer and checkpoint paths).
+HOST_PATH_FIELDS = {
+    "data": (
+        "data_path",
+        "train_data_path",
+        "valid_data_path",
+        "test_data_path",
+        "tokenizer_model",
+        "data_cache_path",
+        "vocab_file",
+        "merge_file",
+    ),
+    "checkpoint": ("save", "load", "pretrained_checkpoint"),
+    "logging": ("run_dir", "tensorboard_dir", "wandb_save_dir"),
+}
+
+
+def portable_config(cfg: Config) -> dict:
+    """The run's config as ``megatron_gamma.json`` records it: ``cluster.env`` values redacted
+    (:func:`~megatron_gamma.config.redacted_dict`; the names are kept) and the fields of
+    :data:`HOST_PATH_FIELDS` at their defaults."""
+    raw, defaults = redacted_dict(cfg), Config().to_dict()
+    for section, keys in HOST_PATH_FIELDS.items():
+        raw[section].update({key: defaults[section][key] for key in keys})
+    return raw
 
 
 def _check_out_dir(out_dir: str) -> None:
@@ -119,7 +146,11 @@ def export_hf(
             from megatron_gamma.evaluation import hf_model
 
             shutil.copyfile(hf_model.__file__, os.path.join(tmp, MODELING_FILE))
-        meta = {"iteration": iteration, "checkpoint": run.path, "config": run.original.to_dict()}
+        meta = {
+            "iteration": iteration,
+            "checkpoint": os.path.basename(run.path),
+            "config": portable_config(run.original),
+        }
         with open(os.path.join(tmp, META_FILE), "w", encoding="utf-8") as f:
             json.dump(meta, f, indent=2)
         if os.path.isdir(out_dir):

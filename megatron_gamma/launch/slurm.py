@@ -9,10 +9,19 @@ before ``sbatch``; a bad submission raises :class:`SubmitError` (a :class:`Confi
 bad value and the fix. The templates are plain bash with ``#SBATCH`` lines and their settings as
 variables at the top; ``examples/slurm/`` holds renderings of them
 (``tools/render_slurm_examples.py``).
+
+Every value that reaches a script is checked before anything is written: no control character
+(a newline would end its ``#SBATCH`` line or shell assignment and run the rest as a command, and
+sbatch reads no directive after the first command line): :func:`check_script_value`. Directive
+values are escaped as sbatch reads them back (:func:`sbatch_value`), shell values are quoted
+(``shlex.quote``). A script holding the config's ``cluster.env`` or ``--env`` values is written
+with mode 0700, any other with 0777, both less the user's umask; saved configs hold those values
+redacted (:func:`megatron_gamma.config.redacted_dict`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import os
@@ -28,6 +37,7 @@ from typing import Optional
 import jinja2
 
 from megatron_gamma.config import (
+    REDACTED,
     Config,
     ConfigError,
     load_config,
@@ -40,7 +50,18 @@ LAUNCHERS = ("srun", "torchrun")
 SLURM_SUBDIR = "slurm"
 # sbatch --dependency: 'singleton', or TYPE:JOBID[:JOBID...] items joined by ',' (all) or '?' (any)
 _DEPENDENCY_ITEM = r"(singleton|after(any|ok|notok|corr|burstbuffer)?(:\d+(\+\d+)?)+)"
-_DEPENDENCY = re.compile(rf"^{_DEPENDENCY_ITEM}([,?]{_DEPENDENCY_ITEM})*$")
+_DEPENDENCY = re.compile(rf"{_DEPENDENCY_ITEM}([,?]{_DEPENDENCY_ITEM})*")
+# C0 control characters and DEL: a newline or carriage return ends a script line.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# sbatch reads a directive's value up to unquoted whitespace (a backslash does not escape it) or
+# an unescaped '#' (even a quoted one in older versions), taking '\' as an escape and '"' / "'"
+# as quotes (src/sbatch/opt.c, the argument scanner): such a value is written in double quotes
+# with '#', quotes and backslashes escaped.
+_SBATCH_SPECIAL = re.compile(r"""[ #"'\\]""")
+_SBATCH_ESCAPED = re.compile(r"""([#"'\\])""")
+# sbatch starts a heterogeneous-job component at every directive line holding one of these words
+# (case-insensitive, anywhere in the line, quoted or not).
+_HETJOB_WORDS = re.compile("hetjob|packjob", re.IGNORECASE)
 # Exported in every job before the user's env block (which may override them).
 BASE_ENV = {"PYTHONFAULTHANDLER": "1"}
 # Exported in pretraining jobs: NCCL warnings in the log, no info flood.
@@ -53,6 +74,101 @@ class SubmitError(ConfigError):
 
 def _fail(key: str, value, why: str, fix: str) -> None:
     raise SubmitError(f"{key}={value!r}: {why}. Fix: {fix}")
+
+
+def check_script_value(key: str, value) -> None:
+    """Refuse a value bound for an sbatch script (a directive or a shell line) that holds a
+    control character: a newline or carriage return would end the line, the rest would run as a
+    shell command in the job, and sbatch would read no ``#SBATCH`` line after it.
+
+    Args:
+        key: the flag or field the value comes from (named in the error).
+        value: the value; ``None`` passes, others are checked as ``str(value)``.
+
+    Raises:
+        SubmitError: the value holds a control character (newline, carriage return, tab, ...).
+    """
+    text = "" if value is None else str(value)
+    if match := _CONTROL.search(text):
+        _fail(
+            key,
+            text,
+            f"holds the control character {match.group()!r}, which would end its line of the "
+            "sbatch script and run the rest as a shell command",
+            "remove it (values in a SLURM script are single-line)",
+        )
+
+
+def check_env(env: dict, source: str = "env") -> None:
+    """Check environment variables bound for a script's ``export`` lines: names that are shell
+    variable names (the whole name, no trailing newline), values without a control character.
+    A value is never shown in the error (it may be a secret).
+
+    Args:
+        env: ``{NAME: VALUE}``.
+        source: where they come from (``env``, ``cluster.env``), for the message.
+
+    Raises:
+        SubmitError: a bad name, or a value with a control character.
+    """
+    for name, value in env.items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            _fail(source, name, "not a shell variable name", "use letters, digits and _ only")
+        if match := _CONTROL.search(value):
+            raise SubmitError(
+                f"{source}: the value of {name} holds the control character "
+                f"{match.group()!r} (value not shown), which would end its line of the sbatch "
+                f"script. Fix: give {name} a single-line value"
+            )
+
+
+def sbatch_value(key: str, value) -> str:
+    """``value`` written for ``#SBATCH --OPTION=VALUE`` so that sbatch reads back exactly
+    ``value``: one with a space, ``#``, quote or backslash is written in double quotes, each
+    ``#``, quote and backslash escaped with a backslash. Public for the launch code of other
+    commands (``sweep --slurm``).
+
+    Args:
+        key: the flag or field the value comes from (named in an error).
+        value: the value (``str(value)`` is written).
+
+    Returns:
+        The escaped text.
+
+    Raises:
+        SubmitError: a control character (:func:`check_script_value`), or the word ``hetjob`` /
+            ``packjob``, where sbatch would split the script into heterogeneous-job components
+            whatever the quoting.
+    """
+    check_script_value(key, value)
+    text = str(value)
+    if match := _HETJOB_WORDS.search(text):
+        _fail(
+            key,
+            text,
+            f"holds {match.group()!r}: sbatch starts a heterogeneous-job component at any "
+            "#SBATCH line holding it, quoted or not",
+            "choose a name or directory without 'hetjob' and 'packjob'",
+        )
+    if not _SBATCH_SPECIAL.search(text):
+        return text
+    return '"' + _SBATCH_ESCAPED.sub(r"\\\1", text) + '"'
+
+
+def check_log_dir(key: str, path: str) -> None:
+    """Refuse a ``%`` in the directory of a job's ``--output`` file, where SLURM would read it as
+    a filename pattern (``%j``: the job id) and write the log elsewhere.
+
+    Raises:
+        SubmitError: the path holds ``%``.
+    """
+    if "%" in path:
+        _fail(
+            key,
+            path,
+            "holds '%', which SLURM reads as a filename pattern in the job's --output path",
+            "choose a directory without '%'",
+        )
 
 
 def warn(message: str) -> None:
@@ -103,9 +219,14 @@ class ClusterOptions:
     """pyxis ``--container-mounts`` (host:container,...); needs container_image."""
 
     def __post_init__(self) -> None:
+        for key in ("account", "qos", "partition"):
+            if getattr(self, key) is not None:
+                sbatch_value(key, getattr(self, key))
+        for key in ("container_image", "container_mounts"):
+            check_script_value(key, getattr(self, key))
         if self.time is not None:
             time_limit_seconds(self.time)
-        if self.dependency is not None and not _DEPENDENCY.match(self.dependency):
+        if self.dependency is not None and not _DEPENDENCY.fullmatch(self.dependency):
             _fail(
                 "dependency",
                 self.dependency,
@@ -113,6 +234,7 @@ class ClusterOptions:
                 "use 'singleton' or e.g. 'afterok:1234' (see sbatch --dependency)",
             )
         self.env = parse_env(self.env)
+        check_env(self.env)
         if self.container_mounts and not self.container_image:
             _fail(
                 "container_mounts",
@@ -201,6 +323,11 @@ class PreprocessJob(ClusterOptions):
             _fail("input", self.inputs, "no input files", "pass --input FILE.jsonl ...")
         if not self.output_prefix:
             _fail("output_prefix", self.output_prefix, "empty", "pass --output-prefix PATH")
+        for path in self.inputs:
+            check_script_value("input", path)
+        check_script_value("tokenizer_model", self.tokenizer_model)
+        sbatch_value("output_prefix", self.output_prefix)
+        check_log_dir("output_prefix", os.path.dirname(self.output_prefix))
 
 
 @dataclass
@@ -209,6 +336,7 @@ class Submission:
 
     script_path: str
     script: str
+    """The script; a dry run's with the environment values it was given redacted."""
     job_ids: list[str] = field(default_factory=list)
     logs: list[str] = field(default_factory=list)
 
@@ -224,15 +352,39 @@ def _environment() -> jinja2.Environment:
         comment_end_string="##}",
     )
     env.filters["q"] = lambda value: shlex.quote("" if value is None else str(value))
+    env.filters["sbatch"] = lambda value, key: sbatch_value(key, value)
     return env
+
+
+def _check_values(key: str, value) -> None:
+    """:func:`check_script_value` on every string in ``value`` (nested in lists, tuples and
+    dicts)."""
+    if isinstance(value, dict):
+        for item in (*value.keys(), *value.values()):
+            _check_values(key, item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_values(key, item)
+    elif isinstance(value, str):
+        check_script_value(key, value)
 
 
 def render(template: str, **values) -> str:
     """Render ``templates/<template>`` with ``values`` (every placeholder must be given).
 
+    Every string value is checked first (an ``env`` mapping by :func:`check_env`, its values not
+    shown; any other by :func:`check_script_value`, named by its placeholder), and every
+    ``#SBATCH`` value is written through :func:`sbatch_value`.
+
     Raises:
+        SubmitError: a value with a control character, or a directive value sbatch would misread.
         jinja2.UndefinedError: a placeholder without a value.
     """
+    for key, value in values.items():
+        if key == "env":
+            check_env(value)
+        else:
+            _check_values(key, value)
     return _environment().get_template(template).render(**values)
 
 
@@ -254,11 +406,24 @@ def pretrain_env(job: PretrainJob, cfg: Optional[Config] = None) -> dict[str, st
     ``NCCL_DEBUG=WARN``; ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when the config uses tensor or sequence
     parallelism, which megatron-core's TP communication needs on pre-Blackwell GPUs so that its
     kernels are issued in order), then the config's ``cluster.env``, then ``job.env``.
+
+    Raises:
+        SubmitError: a ``cluster.env`` value that a saved config holds redacted
+            (:data:`~megatron_gamma.config.REDACTED`) and ``job.env`` does not give again, or a
+            value with a control character.
     """
     env = {**BASE_ENV, **PRETRAIN_ENV}
     if cfg is not None:
         if cfg.parallel.tensor_model_parallel_size > 1 or cfg.parallel.sequence_parallel:
             env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+        check_env(cfg.cluster.env, "cluster.env")
+        for name, value in cfg.cluster.env.items():
+            if value == REDACTED and name not in job.env:
+                raise SubmitError(
+                    f"cluster.env: {name}={REDACTED}: the config was saved by megatron-gamma, "
+                    f"which does not write environment values. Fix: pass --env {name}=VALUE, or "
+                    "submit the config file that holds the value"
+                )
         env.update(cfg.cluster.env)
     env.update(job.env)
     return env
@@ -375,12 +540,16 @@ def require_sbatch() -> None:
         _fail("sbatch", None, "not found on PATH", "run on a SLURM login node, or use --dry-run")
 
 
-def write_executable(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` with mode 755, through a temporary name and a rename."""
+def write_executable(path: str, text: str, private: bool = False) -> None:
+    """Write ``text`` to ``path`` through a temporary name and a rename, executable, with mode
+    0777 (0700 when ``private``: the script holds environment values, which may be secrets)
+    less the user's umask."""
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(tmp)  # left by a killed writer of the same pid: os.open applies the mode anew
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700 if private else 0o777)
+    with open(fd, "w", encoding="utf-8") as f:
         f.write(text)
-    os.chmod(tmp, 0o755)
     os.replace(tmp, path)
 
 
@@ -479,8 +648,9 @@ def submit_pretrain(
         config_path: YAML config file(s), layered in order (as for ``pretrain``).
         overrides: ``{field: value}`` Megatron-named overrides (as for ``pretrain``).
         job: nodes, GPUs, launcher and cluster options.
-        dry_run: render the script and write the resolved config it references
-            (``<run_dir>/slurm/config.yaml``); submit nothing. Dataset and tokenizer paths that
+        dry_run: render the script (the values of ``cluster.env`` and ``job.env`` redacted)
+            and write the resolved config it references (``<run_dir>/slurm/config.yaml``);
+            submit nothing. Dataset and tokenizer paths that
             do not exist on this host (they may live on the cluster's file system) are warnings.
 
     Returns:
@@ -499,7 +669,10 @@ def submit_pretrain(
     job = job.with_cluster_defaults(cfg.cluster)
     check_layout(cfg, job)
     run_dir = os.path.abspath(cfg.logging.run_dir)
+    sbatch_value("run_dir", run_dir)  # in the job's --output (and, its name, --job-name)
+    check_log_dir("run_dir", run_dir)
     checkpoints = os.path.abspath(cfg.checkpoint.save or os.path.join(run_dir, "checkpoints"))
+    check_script_value("save", checkpoints)
     cfg = _finetune_as_pretrained_checkpoint(cfg, checkpoints)
     if dry_run:
         for path in _missing_host_paths(cfg):
@@ -534,6 +707,9 @@ def submit_pretrain(
     frozen = os.path.join(slurm_dir, "config.yaml")
     log = os.path.join(slurm_dir, "%x-%j.out")
     job_name = f"mg-{os.path.basename(run_dir)}"
+    env = pretrain_env(job, cfg)
+    if dry_run:  # printed: the given values (secrets, maybe) stay out of terminals and CI logs
+        env = {k: REDACTED if k in cfg.cluster.env or k in job.env else v for k, v in env.items()}
     script = render_pretrain(
         job,
         config=frozen,
@@ -545,7 +721,7 @@ def submit_pretrain(
             "Written by `megatron-gamma submit`; the config is frozen in CONFIG. Resubmit with",
             "`sbatch THIS_FILE`: the job resumes from the newest checkpoint in CHECKPOINTS.",
         ),
-        env=pretrain_env(job, cfg),
+        env=env,
     )
     path = os.path.join(slurm_dir, "pretrain.sbatch")
     result = Submission(path, script)
@@ -555,7 +731,7 @@ def submit_pretrain(
     save_config(cfg, frozen)
     if dry_run:
         return result
-    write_executable(path, script)
+    write_executable(path, script, private=bool(cfg.cluster.env or job.env))
     job_id = sbatch(path)
     result.job_ids.append(job_id)
     result.logs.append(log.replace("%x", job_name).replace("%j", job_id))
@@ -569,7 +745,8 @@ def submit_preprocess(job: PreprocessJob, dry_run: bool = False) -> Submission:
     array, cancelled if a shard fails) writes ``output_prefix``.
 
     Returns:
-        The script, its path, and (unless ``dry_run``) the array and merge job ids and the logs.
+        The script (a dry run's with the ``env`` values redacted), its path, and (unless
+        ``dry_run``) the array and merge job ids and the logs.
 
     Raises:
         ConfigError: an input or tokenizer file that does not exist (checked when no container
@@ -592,7 +769,7 @@ def submit_preprocess(job: PreprocessJob, dry_run: bool = False) -> Submission:
     slurm_dir = os.path.join(os.path.dirname(job.output_prefix), SLURM_SUBDIR)
     job_name = f"mg-prep-{base}"
     script = render_preprocess(
-        job,
+        dataclasses.replace(job, env=dict.fromkeys(job.env, REDACTED)) if dry_run else job,
         shard_dir=f"{job.output_prefix}_shards",
         log_dir=slurm_dir,
         job_name=job_name,
@@ -605,7 +782,7 @@ def submit_preprocess(job: PreprocessJob, dry_run: bool = False) -> Submission:
         return result
     require_sbatch()
     os.makedirs(slurm_dir, exist_ok=True)
-    write_executable(path, script)
+    write_executable(path, script, private=bool(job.env))
     array_id = sbatch(
         f"--array=0-{job.num_shards - 1}", f"--output={slurm_dir}/%x-%A_%a.out", path, "shard"
     )

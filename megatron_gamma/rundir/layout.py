@@ -16,14 +16,15 @@ from typing import Optional
 import yaml
 from megatron.core import dist_checkpointing
 
-from megatron_gamma.config import Config, ConfigError
+from megatron_gamma.config import Config, ConfigError, redacted_dict
 
 CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 TRACKER = "latest_checkpointed_iteration.txt"
 RUN_CONFIG_KEY = "run_config"
-"""Common-state key of the resolved config (YAML text of :meth:`Config.to_dict`)."""
+"""Common-state key of the resolved config (``config.yaml``'s text: ``cluster.env`` values
+redacted, :func:`~megatron_gamma.config.redacted_dict`)."""
 TOKENIZER_KEY = "tokenizer_fingerprint"
 """Common-state key of the tokenizer fingerprint
 (:func:`megatron_gamma.data.tokenizer_fingerprint.fingerprint`)."""
@@ -144,9 +145,9 @@ def find_run_config(path: str) -> Optional[str]:
 
 def describe(cfg: Config, tokenizer_fingerprint: Optional[dict]) -> dict:
     """The common-state entries that make a checkpoint self-describing: the resolved config as
-    YAML text (``config.yaml``'s content; plain text, so reading it unpickles no object) and the
-    tokenizer fingerprint (None when unknown)."""
-    text = yaml.safe_dump(cfg.to_dict(), sort_keys=False, allow_unicode=True)
+    YAML text (``config.yaml``'s content, ``cluster.env`` values redacted; plain text, so reading
+    it unpickles no object) and the tokenizer fingerprint (None when unknown)."""
+    text = yaml.safe_dump(redacted_dict(cfg), sort_keys=False, allow_unicode=True)
     return {RUN_CONFIG_KEY: text, TOKENIZER_KEY: tokenizer_fingerprint}
 
 

@@ -1,11 +1,18 @@
-"""The numbers behind ``megatron-gamma report``: a study directory's finished runs grouped by
-arm, size and seed; the loss table with paired seed differences; scaling fits and effective
-model-size multipliers; the γ grid; the mechanism trajectories from the live diagnostics.
+"""The numbers behind ``megatron-gamma report``: a study's finished runs grouped by arm, size,
+seed and learning-rate phase; the loss table with paired seed differences; scaling fits and
+effective model-size multipliers where they are identified; the γ grid at matched seeds; the
+mechanism trajectories from the live diagnostics.
 
 Arms are recognized by their settings, not their names (:meth:`StudyData.role`): the
 **baseline** is the study's ``baseline`` arm; **γ=1** has init_gamma 1 and the baseline's ε and
 gate; **γ=1+ε** has init_gamma 1, a smaller ε and no gate; **γ=1+ε+gate** has init_gamma 1, a
-smaller ε and a gate.
+smaller ε and a gate; **γ=0.5+ε+gate** has the baseline's γ, a smaller ε and a gate (the control
+that separates the fixes' main effect from their interaction with γ).
+
+Learning-rate phases (``study.json``, one per run): ``shared`` (the study's shared LR, every arm
+× size × seed), ``grid`` (the arm's LR grid on the selection seed; a shared run that is also a
+grid point has ``grid: true``), ``confirm`` (the arm at its own best LR on fresh seeds). A
+manifest without these fields is read as every run ``shared``, margin 0.01 nats, no grid.
 """
 
 from __future__ import annotations
@@ -15,16 +22,27 @@ import os
 from typing import Optional
 
 import numpy as np
+import yaml
 
 from megatron_gamma.config import ConfigError
 from megatron_gamma.study import rundir
 from megatron_gamma.study.fits import (
+    best_gamma_bootstrap,
     effective_size_multiplier,
     fit_power_law,
     mean_std,
     paired_difference,
-    parabola_minimum,
 )
+
+DEFAULT_MARGIN = 0.01
+"""The pre-registered margin δ (nats) of a manifest that does not set ``margin``."""
+ROLES = {
+    # name: (γ is 1 (else the baseline's γ), ε smaller than the baseline's, gated)
+    "gamma1": (True, False, False),
+    "gamma1+eps": (True, True, False),
+    "gamma1+eps+gate": (True, True, True),
+    "gamma0.5+eps+gate": (False, True, True),
+}
 
 
 def uniform_sink_share(seq_length: int) -> float:
@@ -40,10 +58,64 @@ def fmt(x: Optional[float], digits: int = 4) -> str:
     return f"{x:.{digits}f}"
 
 
-class StudyData:
-    """The finished runs of a study directory, grouped by arm, size and seed."""
+def _embedding_fan_in(run_dir: str, entry: dict) -> Optional[int]:
+    """The embedding's d_in (:mod:`megatron_gamma.model.roles`): hidden_size under the default
+    ``embedding_fan_in: hidden`` policy, the vocabulary size under ``vocab`` (from the run's
+    config.yaml; None when that config sets no vocab_size)."""
+    path = os.path.join(run_dir, "config.yaml")
+    if not os.path.isfile(path):
+        return entry.get("hidden_size")
+    with open(path, encoding="utf-8") as f:
+        cfg = yaml.safe_load(f)
+    if cfg.get("init", {}).get("embedding_fan_in", "hidden") == "hidden":
+        return cfg["model"]["hidden_size"]
+    return cfg["model"].get("vocab_size")
 
-    def __init__(self, study_dir: str):
+
+class StudyData:
+    """The runs of a study, grouped by arm, size, seed and LR phase.
+
+    Args:
+        manifest: ``study.json``'s content (``baseline``, ``runs``; optional ``margin``,
+            ``shared_lr``, ``lr_select_seed``, ``gamma_grid``, ``heldout``).
+        runs: one dict per manifest entry: the entry's fields plus ``loss`` (final validation
+            loss in nats, None when unfinished), ``finished`` (bool) and ``record``
+            (:class:`~.rundir.RunRecord` with the diagnostics, or None).
+        study_dir: the directory the runs were read from (None for records built in memory).
+    """
+
+    def __init__(self, manifest: dict, runs: list[dict], study_dir: Optional[str] = None):
+        self.manifest = manifest
+        self.dir = study_dir
+        self.baseline = manifest["baseline"]
+        self.margin = float(manifest.get("margin", DEFAULT_MARGIN))
+        self.shared_lr = manifest.get("shared_lr")
+        self.select_seed = manifest.get("lr_select_seed")
+        self.runs = [
+            {
+                **r,
+                "lr_phase": r.get("lr_phase", "shared"),
+                "grid": r.get("grid", r.get("lr_phase") == "grid"),
+            }
+            for r in runs
+        ]
+        self.finished = [r for r in self.runs if r["finished"]]
+        self.arms = list(dict.fromkeys(r["arm"] for r in self.runs))
+        sizes: dict[str, int] = {}
+        for r in sorted(self.runs, key=lambda r: r["arm"] != self.baseline):
+            sizes.setdefault(r["size"], r["non_embedding"])
+        self.sizes = sorted(sizes, key=sizes.get)
+        self.size_n = sizes
+        """{size: non-embedding parameters of the baseline arm (another arm's where the
+        baseline lacks the size; a gated arm has more)}."""
+
+    @classmethod
+    def from_dir(cls, study_dir: str) -> StudyData:
+        """Read ``DIR/study.json`` and every run directory it lists.
+
+        Raises:
+            ConfigError: no study.json in ``study_dir``.
+        """
         path = os.path.join(study_dir, "study.json")
         if not os.path.isfile(path):
             raise ConfigError(
@@ -51,35 +123,64 @@ class StudyData:
                 "STUDY.yaml --output-dir DIR` first"
             )
         with open(path, encoding="utf-8") as f:
-            self.manifest = json.load(f)
-        self.dir = study_dir
-        self.baseline = self.manifest["baseline"]
-        self.runs = []
-        for entry in self.manifest["runs"]:
-            rec = rundir.read_run(os.path.join(study_dir, entry["key"]))
+            manifest = json.load(f)
+        runs = []
+        for entry in manifest["runs"]:
+            run_dir = os.path.join(study_dir, entry["key"])
+            rec = rundir.read_run(run_dir)
             done = rec.checkpoint == entry["train_iters"] and entry["train_iters"] in rec.valid
-            self.runs.append(
+            runs.append(
                 {
                     **entry,
+                    "embedding_fan_in": _embedding_fan_in(run_dir, entry),
                     "record": rec,
                     "finished": done,
                     "loss": rec.valid.get(entry["train_iters"]) if done else None,
                 }
             )
-        self.finished = [r for r in self.runs if r["finished"]]
-        self.arms = list(dict.fromkeys(r["arm"] for r in self.runs))
-        sizes = {r["size"]: r["non_embedding"] for r in self.runs}
-        self.sizes = sorted(sizes, key=sizes.get)
-        self.size_n = sizes
+        return cls(manifest, runs, study_dir)
 
-    def losses(self, arm: str, size: str) -> dict[int, float]:
-        """{seed: final validation loss} of the finished runs of ``arm`` at ``size``."""
-        return {
-            r["seed"]: r["loss"] for r in self.finished if r["arm"] == arm and r["size"] == size
-        }
+    def _runs(self, arm: str, size: str, phase: str) -> list[dict]:
+        return [
+            r
+            for r in self.finished
+            if r["arm"] == arm and r["size"] == size and r["lr_phase"] == phase
+        ]
+
+    def losses(self, arm: str, size: str, phase: str = "shared") -> dict[int, float]:
+        """{seed: final validation loss} of the finished runs of ``arm`` at ``size`` in LR phase
+        ``phase`` (``shared`` or ``confirm``)."""
+        return {r["seed"]: r["loss"] for r in self._runs(arm, size, phase)}
 
     def arm_sizes(self, arm: str) -> list[str]:
         return [s for s in self.sizes if self.losses(arm, s)]
+
+    @property
+    def has_lr_grid(self) -> bool:
+        return any(r["grid"] for r in self.runs)
+
+    def lr_grid(self, arm: str, size: str) -> dict[float, float]:
+        """{lr: final loss} of ``arm``'s finished LR-grid runs at ``size`` (selection seed)."""
+        return {
+            float(r["lr"]): r["loss"]
+            for r in self.finished
+            if r["arm"] == arm and r["size"] == size and r["grid"]
+        }
+
+    def best_lr(self, arm: str, size: str) -> Optional[float]:
+        """The grid LR with the lowest loss on the selection seed; None without grid runs."""
+        grid = self.lr_grid(arm, size)
+        return min(grid, key=grid.get) if grid else None
+
+    def confirm_losses(self, arm: str, size: str) -> dict[int, float]:
+        """{seed: loss} of ``arm``'s confirm runs at ``size`` at its best LR (runs confirmed at
+        another LR, e.g. planned before the grid finished, are left out)."""
+        best = self.best_lr(arm, size)
+        return {
+            r["seed"]: r["loss"]
+            for r in self._runs(arm, size, "confirm")
+            if best is not None and np.isclose(float(r["lr"]), best)
+        }
 
     def settings(self, arm: str) -> dict:
         r = next(r for r in self.runs if r["arm"] == arm)
@@ -87,31 +188,61 @@ class StudyData:
 
     def role(self, name: str) -> Optional[str]:
         """The arm playing a named role (see the module docstring), the one with most sizes."""
+        gamma_one, small_eps_wanted, gate_wanted = ROLES[name]
         base = self.settings(self.baseline)
         found = []
         for arm in self.arms:
             s = self.settings(arm)
-            if arm == self.baseline or s["init_gamma"] != 1.0:
+            gamma = 1.0 if gamma_one else base["init_gamma"]
+            if arm == self.baseline or s["init_gamma"] != gamma:
                 continue
             small_eps = s["norm_epsilon"] < base["norm_epsilon"]
             gate = s["gated_attention"] != "none"
-            wanted = {
-                "gamma1": not small_eps and s["gated_attention"] == base["gated_attention"],
-                "gamma1+eps": small_eps and not gate,
-                "gamma1+eps+gate": small_eps and gate,
-            }[name]
-            if wanted:
+            same_gate = s["gated_attention"] == base["gated_attention"]
+            if small_eps == small_eps_wanted and (gate if gate_wanted else same_gate):
                 found.append(arm)
         return max(found, key=lambda a: len(self.arm_sizes(a)), default=None)
 
+    def matched_control(self, arm: str) -> Optional[str]:
+        """The arm with ``arm``'s ε and gate at the baseline's γ (the baseline itself when ε
+        and gate are the baseline's), or None."""
+        want = self.settings(arm)
+        base_gamma = self.settings(self.baseline)["init_gamma"]
+        for other in [self.baseline, *self.arms]:
+            s = self.settings(other)
+            if (
+                other != arm
+                and s["init_gamma"] == base_gamma
+                and s["norm_epsilon"] == want["norm_epsilon"]
+                and s["gated_attention"] == want["gated_attention"]
+            ):
+                return other
+        return None
+
+    def embedding_variance_over_eps(self, arm: str, size: str) -> Optional[float]:
+        """σ²_emb / ε at initialization: ``d_in^(−2γ) / norm_epsilon`` with the embedding's
+        fan-in d_in (:mod:`megatron_gamma.model.roles`); the embedding output's mean square
+        that the first RMSNorm sees, against its ε. None when d_in is unknown."""
+        r = next((r for r in self.runs if r["arm"] == arm and r["size"] == size), None)
+        d_in = r and r.get("embedding_fan_in", r.get("hidden_size"))
+        if not d_in:
+            return None
+        return float(d_in) ** (-2 * r["init_gamma"]) / r["norm_epsilon"]
+
+    def seed_series(
+        self, arm: str, size: str, prefix: str, phase: str = "shared"
+    ) -> dict[int, dict[int, float]]:
+        """{seed: {iteration: value}} of a diagnostic (:meth:`RunRecord.series`)."""
+        out = {}
+        for r in self._runs(arm, size, phase):
+            series = r["record"].series(prefix) if r.get("record") else {}
+            if series:
+                out[r["seed"]] = series
+        return out
+
     def series(self, arm: str, size: str, prefix: str) -> dict[int, float]:
-        """A diagnostic's per-iteration value (:meth:`RunRecord.series`) averaged over seeds."""
-        per_seed = [
-            r["record"].series(prefix)
-            for r in self.finished
-            if r["arm"] == arm and r["size"] == size
-        ]
-        per_seed = [s for s in per_seed if s]
+        """A diagnostic's per-iteration value averaged over seeds (the iterations all share)."""
+        per_seed = list(self.seed_series(arm, size, prefix).values())
         if not per_seed:
             return {}
         common = set.intersection(*(set(s) for s in per_seed))
@@ -121,17 +252,25 @@ class StudyData:
         return int(self.runs[0]["seq_length"])
 
 
-def loss_table(data: StudyData) -> tuple[list[dict], dict]:
+def loss_table(data: StudyData, phase: str = "shared") -> tuple[list[dict], dict]:
     """Final loss per arm × size (mean, sd over seeds) and, for every non-baseline arm, the
-    paired difference to the baseline (:func:`~.fits.paired_difference`).
+    paired difference to the baseline over their common seeds (:func:`~.fits.paired_difference`).
+
+    Args:
+        phase: ``shared`` (every arm at the shared LR) or ``best`` (every arm at its own best
+            LR: its confirm runs, :meth:`StudyData.confirm_losses`; rows add ``lr``).
 
     Returns:
-        (rows, {(arm, size): Difference}).
+        (rows, {(arm, size): Interval}).
     """
+
+    def get(arm, size):
+        return data.losses(arm, size) if phase == "shared" else data.confirm_losses(arm, size)
+
     rows, diffs = [], {}
     for arm in data.arms:
         for size in data.sizes:
-            losses = data.losses(arm, size)
+            losses = get(arm, size)
             if not losses:
                 continue
             mean, std = mean_std(list(losses.values()))
@@ -143,20 +282,32 @@ def loss_table(data: StudyData) -> tuple[list[dict], dict]:
                 "mean": mean,
                 "std": std,
             }
-            base = data.losses(data.baseline, size)
+            if phase != "shared":
+                row["lr"] = data.best_lr(arm, size)
+            base = get(data.baseline, size)
             common = sorted(set(losses) & set(base))
             if arm != data.baseline and common:
                 d = paired_difference([losses[s] for s in common], [base[s] for s in common])
-                row.update(diff=d.mean, diff_low=d.low, diff_high=d.high)
+                row.update(diff=d.mean, diff_low=d.low, diff_high=d.high, diff_df=d.df)
                 diffs[(arm, size)] = d
             rows.append(row)
     return rows, diffs
 
 
+ALPHA_EDGE = 1e-3
+"""A fitted α within this of its bounds [0, 3] counts as at the bound (not identified)."""
+
+
 def scaling_fits(data: StudyData) -> dict[str, dict]:
-    """Per arm: the power-law fit over every (size, seed) loss (>= 3 sizes), the sizes where
-    the seed-mean loss rises with N, and the effective-size multiplier against the baseline's
-    fit per size (flagged when extrapolated beyond the baseline's measured sizes)."""
+    """Per arm: the power-law fit over every (size, seed) loss where it is identified, the sizes
+    where the seed-mean loss rises with N, and the effective-size multiplier against the
+    baseline's fit per size where it needs no extrapolation.
+
+    A fit is identified with more distinct sizes than its 3 parameters and α strictly inside its
+    bounds; otherwise ``fit`` is None and ``error`` says why. A multiplier is given only where
+    the arm's seed-mean loss lies within the baseline's measured seed-mean losses (so N_eff lies
+    within its measured sizes); otherwise ``multiplier_reason`` says why.
+    """
     out = {}
     for arm in data.arms:
         sizes = data.arm_sizes(arm)
@@ -169,48 +320,61 @@ def scaling_fits(data: StudyData) -> dict[str, dict]:
             "error": None,
         }
         points = [(data.size_n[s], x) for s in sizes for x in data.losses(arm, s).values()]
-        if len(sizes) >= 3:
+        if len(sizes) <= 3:
+            entry["error"] = f"{len(sizes)} size(s): E, A, α need more sizes than parameters (>= 4)"
+        else:
             try:
-                entry["fit"] = fit_power_law([p[0] for p in points], [p[1] for p in points])
+                fit = fit_power_law([p[0] for p in points], [p[1] for p in points])
             except ValueError as e:
                 entry["error"] = str(e)
-        else:
-            entry["error"] = f"{len(sizes)} size(s); a fit of E, A, α needs >= 3"
+            else:
+                if not ALPHA_EDGE < fit.alpha < 3.0 - ALPHA_EDGE:
+                    entry["error"] = f"α = {fit.alpha:.3g} at its bound [0, 3]: not identified"
+                else:
+                    entry["fit"] = fit
         entry["loss_rises"] = [
             f"{sizes[i - 1]} → {sizes[i]}" for i in range(1, len(sizes)) if means[i] >= means[i - 1]
         ]
         out[arm] = entry
-    base_fit = out.get(data.baseline, {}).get("fit")
-    base_n = out.get(data.baseline, {}).get("n") or [0.0]
+    base = out.get(data.baseline, {})
+    base_fit = base.get("fit")
+    lo, hi = (min(base["mean"]), max(base["mean"])) if base.get("mean") else (np.nan, np.nan)
     for arm, entry in out.items():
-        entry["multiplier"], entry["multiplier_extrapolated"] = {}, []
-        if base_fit is None or arm == data.baseline:
+        entry["multiplier"], entry["multiplier_reason"] = {}, {}
+        if arm == data.baseline:
             continue
         for size, n, loss in zip(entry["sizes"], entry["n"], entry["mean"], strict=True):
-            m = effective_size_multiplier(base_fit, loss, n)
-            entry["multiplier"][size] = m
-            if not min(base_n) <= m * n <= max(base_n):
-                entry["multiplier_extrapolated"].append(size)
+            if base_fit is None:
+                entry["multiplier_reason"][size] = "no identified baseline fit"
+            elif not lo <= loss <= hi:
+                entry["multiplier_reason"][size] = (
+                    f"loss {loss:.4f} outside the baseline's measured {lo:.4f}–{hi:.4f} "
+                    "(extrapolation)"
+                )
+            else:
+                entry["multiplier"][size] = effective_size_multiplier(base_fit, loss, n)
     return out
 
 
 def multiplier_text(entry: dict) -> str:
-    """``SIZE 1.44x`` per size; flagged when the baseline's N_eff lies outside its measured
-    sizes (the fit is extrapolated) or is never reached (loss below the baseline fit's E)."""
-    parts = []
-    for size, m in entry["multiplier"].items():
-        if not np.isfinite(m):
-            parts.append(f"{size} ∞ (loss below the baseline fit's E)")
-        elif size in entry["multiplier_extrapolated"]:
-            parts.append(f"{size} {m:.2f}x (extrapolated)")
-        else:
-            parts.append(f"{size} {m:.2f}x")
-    return ", ".join(parts)
+    """``SIZE 1.44x`` per size where the multiplier is identified, else ``SIZE: reason``."""
+    parts = [f"{size} {m:.2f}x" for size, m in entry["multiplier"].items()]
+    parts += [f"{size}: not given, {why}" for size, why in entry["multiplier_reason"].items()]
+    return "; ".join(parts)
 
 
 def gamma_grid(data: StudyData) -> dict[str, dict]:
-    """Per grid size: seed-mean loss against γ (the grid arms and their base arm) and the
-    parabola minimum (:func:`~.fits.parabola_minimum`) when there are >= 3 γ values."""
+    """Per grid size: loss against γ at matched seeds (the seeds every γ value finished) and the
+    best γ with its seed-resampling interval (:func:`~.fits.best_gamma_bootstrap`).
+
+    Each γ is read at its own best LR (confirm runs) when the study has an LR grid and every γ
+    was confirmed at that size, else at the shared LR (``lr`` says which).
+
+    Each entry: ``lr``, ``gamma``, ``mean`` (over matched seeds), ``seeds`` (matched), ``all_seeds``
+    ({γ: seeds finished}), ``best`` (the bootstrap dict, None without matched seeds), ``gap``
+    (runner-up mean − best mean), ``seed_sd`` (pooled sd over seeds of the γ values with >= 2
+    seeds, None if none).
+    """
     grid = data.manifest.get("gamma_grid")
     if not grid:
         return {}
@@ -218,21 +382,34 @@ def gamma_grid(data: StudyData) -> dict[str, dict]:
     arms = [a for a in data.arms if a == base or a.startswith(base + "@gamma=")]
     out = {}
     for size in grid["sizes"]:
-        points = []
+        # each γ at its own best LR when the study confirmed every γ there, else the shared LR
+        best = data.has_lr_grid and all(data.confirm_losses(a, size) for a in arms)
+        get = data.confirm_losses if best else data.losses
+        per_gamma = {}
         for arm in arms:
-            losses = data.losses(arm, size)
+            losses = get(arm, size)
             if losses:
-                mean, std = mean_std(list(losses.values()))
-                points.append((data.settings(arm)["init_gamma"], mean, std))
-        points.sort()
+                per_gamma[data.settings(arm)["init_gamma"]] = losses
+        gammas = sorted(per_gamma)
+        seeds = sorted(set.intersection(*(set(v) for v in per_gamma.values()))) if gammas else []
+        sds = [np.var(list(v.values()), ddof=1) for v in per_gamma.values() if len(v) > 1]
         entry = {
-            "gamma": [p[0] for p in points],
-            "mean": [p[1] for p in points],
-            "std": [p[2] for p in points],
-            "minimum": None,
+            "lr": "best LR" if best else "shared LR",
+            "gamma": gammas,
+            "seeds": seeds,
+            "all_seeds": {g: sorted(per_gamma[g]) for g in gammas},
+            "mean": [float(np.mean([per_gamma[g][s] for s in seeds])) for g in gammas]
+            if seeds
+            else [],
+            "best": None,
+            "gap": None,
+            "seed_sd": float(np.sqrt(np.mean(sds))) if sds else None,
         }
-        if len(points) >= 3:
-            entry["minimum"] = parabola_minimum(entry["gamma"], entry["mean"])
+        if seeds and len(gammas) >= 2:
+            matrix = np.array([[per_gamma[g][s] for g in gammas] for s in seeds])
+            entry["best"] = best_gamma_bootstrap(gammas, matrix)
+            ordered = sorted(entry["mean"])
+            entry["gap"] = ordered[1] - ordered[0]
         out[size] = entry
     return out
 

@@ -1,5 +1,6 @@
-"""The statistics of ``megatron-gamma report``: scaling fits, effective model size, the best γ,
-and seed-difference intervals. Pure numpy/scipy on float64 arrays; no I/O.
+"""The statistics of ``megatron-gamma report``: scaling fits, effective model size, the best γ
+by seed resampling, and Student-t intervals (paired seeds, sizes as units, slopes). Pure
+numpy/scipy on float64 arrays; no I/O.
 
 Paper: *Scaling Experiments* (loss against model size per arm; γ = 1 with both fixes matches a
 baseline about 1.44x its size) and the γ sweep (best at γ = 1, worse above).
@@ -144,84 +145,71 @@ def effective_size_multiplier(baseline: PowerLawFit, arm_loss: float, arm_size: 
 
 
 @dataclass
-class ParabolaMinimum:
-    """Minimum of a least-squares parabola ``L(γ) = c2 γ² + c1 γ + c0``.
+class Interval:
+    """A mean with a Student-t confidence interval over independent units.
 
     Attributes:
-        gamma: the minimizing γ, ``-c1 / (2 c2)``; NaN when the parabola opens downwards.
-        gamma_err: its standard error by the delta method from the fit's covariance; NaN with
-            three points (no residual degrees of freedom) or no minimum.
-        coefficients: (c2, c1, c0).
-        best_measured: the measured γ with the lowest loss.
-    """
-
-    gamma: float
-    gamma_err: float
-    coefficients: tuple[float, float, float]
-    best_measured: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def parabola_minimum(gammas: Sequence[float], losses: Sequence[float]) -> ParabolaMinimum:
-    """Fit a parabola to loss against γ and return its minimizer with an uncertainty.
-
-    Args:
-        gammas: (k,) γ values, k >= 3 distinct.
-        losses: (k,) losses (nats), e.g. means over seeds.
-
-    Raises:
-        ValueError: fewer than 3 distinct γ values or mismatched lengths.
-    """
-    g = np.asarray(gammas, dtype=np.float64)
-    y = np.asarray(losses, dtype=np.float64)
-    if g.shape != y.shape or np.unique(g).size < 3:
-        raise ValueError(f"gammas={g.tolist()}: need >= 3 distinct values, one loss each")
-    design = np.stack([g**2, g, np.ones_like(g)], axis=1)
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-    c2, c1, c0 = (float(v) for v in coef)
-    best = float(g[np.argmin(y)])
-    if c2 <= 0:
-        return ParabolaMinimum(math.nan, math.nan, (c2, c1, c0), best)
-    vertex = -c1 / (2 * c2)
-    dof = g.size - 3
-    err = math.nan
-    if dof > 0:
-        resid = y - design @ coef
-        s2 = float(resid @ resid) / dof
-        cov = s2 * np.linalg.inv(design.T @ design)
-        grad = np.array([c1 / (2 * c2**2), -1 / (2 * c2), 0.0])
-        err = float(math.sqrt(max(grad @ cov @ grad, 0.0)))
-    return ParabolaMinimum(vertex, err, (c2, c1, c0), best)
-
-
-@dataclass
-class Difference:
-    """Mean of paired per-seed differences ``arm - baseline`` with a Student-t interval.
-
-    Attributes:
-        mean: mean difference (nats; negative: the arm has lower loss).
-        low, high: the ``level`` confidence interval; NaN with one seed.
-        seeds: number of paired seeds.
+        mean: the mean (nats for loss differences; negative: the arm has lower loss).
+        low, high: the ``level`` confidence interval; NaN when ``df < 1``.
+        n: number of units averaged.
+        df: degrees of freedom of the interval (``n - 1`` for a mean, ``n - 2`` for a slope).
+        unit: what one unit is: ``"seeds"`` (paired seeds within a size), ``"sizes"`` (one
+            per-size mean per size), ``"sizes (Welch over seeds)"``.
         level: confidence level.
     """
 
     mean: float
     low: float
     high: float
-    seeds: int
-    level: float
+    n: int
+    df: float
+    unit: str = "seeds"
+    level: float = 0.95
+
+    @property
+    def has_interval(self) -> bool:
+        return bool(np.isfinite(self.low) and np.isfinite(self.high))
+
+    def text(self, digits: int = 4) -> str:
+        """``-0.4477 [-1.4052, +0.5098] (df 2, 3 sizes)``, or ``+0.0830 (1 seed: no interval)``."""
+        if not self.has_interval:
+            unit = self.unit.split()[0]
+            unit = unit[:-1] if self.n == 1 else unit
+            return f"{self.mean:+.{digits}f} ({self.n} {unit}: no interval)"
+        df = f"{self.df:.0f}" if float(self.df).is_integer() else f"{self.df:.1f}"
+        return (
+            f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}] "
+            f"(df {df}, {self.n} {self.unit})"
+        )
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
+def t_interval(values: Sequence[float], unit: str = "seeds", level: float = 0.95) -> Interval:
+    """Mean of independent ``values`` with ``mean ± t_{(1+level)/2, n-1} · sd / sqrt(n)``
+    (sd with n - 1); no interval (NaN) for one value.
+
+    Raises:
+        ValueError: no values, or level outside (0, 1).
+    """
+    d = np.asarray(values, dtype=np.float64)
+    if d.ndim != 1 or d.size == 0:
+        raise ValueError(f"values {d.shape}: need a non-empty 1-d sequence")
+    if not 0 < level < 1:
+        raise ValueError(f"level={level}: must lie in (0, 1)")
+    mean = float(d.mean())
+    if d.size < 2:
+        return Interval(mean, math.nan, math.nan, int(d.size), 0, unit, level)
+    half = float(stats.t.ppf((1 + level) / 2, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size))
+    return Interval(mean, mean - half, mean + half, int(d.size), d.size - 1, unit, level)
+
+
 def paired_difference(
     arm: Sequence[float], baseline: Sequence[float], level: float = 0.95
-) -> Difference:
-    """Paired difference over seeds: ``d_s = arm_s - baseline_s``; interval
-    ``mean(d) ± t_{(1+level)/2, n-1} · sd(d) / sqrt(n)`` (sd with n - 1).
+) -> Interval:
+    """Paired difference over seeds: ``d_s = arm_s - baseline_s``, then :func:`t_interval`
+    (df = seeds - 1).
 
     Args:
         arm: (n,) the arm's values, one per seed.
@@ -235,14 +223,87 @@ def paired_difference(
     b = np.asarray(baseline, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1 or a.size == 0:
         raise ValueError(f"arm {a.shape} and baseline {b.shape}: need equal, non-empty lengths")
-    if not 0 < level < 1:
-        raise ValueError(f"level={level}: must lie in (0, 1)")
-    d = a - b
-    mean = float(d.mean())
-    if d.size < 2:
-        return Difference(mean, math.nan, math.nan, int(d.size), level)
-    half = float(stats.t.ppf((1 + level) / 2, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size))
-    return Difference(mean, mean - half, mean + half, int(d.size), level)
+    return t_interval(a - b, "seeds", level)
+
+
+def trend_interval(
+    x: Sequence[float], groups: Sequence[Sequence[float]], level: float = 0.95
+) -> Interval:
+    """Slope of a per-unit effect against ``x`` (e.g. ln N), sizes as the unit of replication.
+
+    With >= 3 sizes: least-squares slope of the per-size means on ``x`` with its Student-t
+    interval, df = sizes - 2. With 2 sizes: the difference of the two means over ``x``'s step,
+    Welch's interval from the seeds within each size (df by Welch-Satterthwaite; NaN when a size
+    has one seed). Fewer than 2 sizes: no slope.
+
+    Args:
+        x: (k,) the sizes' abscissae, distinct.
+        groups: k sequences of per-seed effects.
+
+    Raises:
+        ValueError: fewer than 2 sizes, mismatched lengths or an empty size.
+    """
+    xs = np.asarray(x, dtype=np.float64)
+    gs = [np.asarray(g, dtype=np.float64) for g in groups]
+    if xs.size != len(gs) or xs.size < 2 or any(g.size == 0 for g in gs):
+        raise ValueError(f"need >= 2 sizes with >= 1 value each, got {[g.size for g in gs]}")
+    means = np.array([g.mean() for g in gs])
+    if xs.size >= 3:
+        xc = xs - xs.mean()
+        sxx = float(xc @ xc)
+        slope = float(xc @ means / sxx)
+        resid = means - means.mean() - slope * xc
+        df = xs.size - 2
+        half = float(stats.t.ppf((1 + level) / 2, df) * math.sqrt(resid @ resid / df / sxx))
+        return Interval(slope, slope - half, slope + half, int(xs.size), df, "sizes", level)
+    step = float(xs[1] - xs[0])
+    slope = float(means[1] - means[0]) / step
+    unit = "sizes (Welch over seeds)"
+    if min(g.size for g in gs) < 2:
+        return Interval(slope, math.nan, math.nan, 2, 0, unit, level)
+    v = [float(g.var(ddof=1) / g.size) for g in gs]
+    se = math.sqrt(sum(v))
+    if se == 0:
+        return Interval(slope, slope, slope, 2, math.inf, unit, level)
+    df = sum(v) ** 2 / sum(vi**2 / (g.size - 1) for vi, g in zip(v, gs, strict=True))
+    half = float(stats.t.ppf((1 + level) / 2, df) * se / abs(step))
+    return Interval(slope, slope - half, slope + half, 2, df, unit, level)
+
+
+def best_gamma_bootstrap(
+    gammas: Sequence[float],
+    losses: np.ndarray,
+    resamples: int = 4000,
+    seed: int = 0,
+) -> dict:
+    """The best γ of a grid and its interval from resampling seeds.
+
+    ``losses[s, j]`` is seed ``s``'s loss at ``gammas[j]`` (matched seeds: every seed has every
+    γ). The best γ is the argmin of the seed-mean; resampling the seeds with replacement
+    ``resamples`` times gives the share of resamples each γ wins and the 2.5 / 97.5 percentiles
+    of the winning γ.
+
+    Returns:
+        {"best": γ, "share": {γ: share of resamples it is best}, "low": γ, "high": γ,
+        "seeds": n}; low/high are NaN with one seed (no interval).
+
+    Raises:
+        ValueError: losses not (seeds, len(gammas)).
+    """
+    g = np.asarray(gammas, dtype=np.float64)
+    y = np.asarray(losses, dtype=np.float64)
+    if y.ndim != 2 or y.shape[1] != g.size or y.shape[0] == 0:
+        raise ValueError(f"losses {y.shape}: need (seeds, {g.size})")
+    best = float(g[np.argmin(y.mean(axis=0))])
+    n = y.shape[0]
+    if n < 2:
+        return {"best": best, "share": {best: 1.0}, "low": math.nan, "high": math.nan, "seeds": n}
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, n, size=(resamples, n))
+    winners = g[np.argmin(y[idx].mean(axis=1), axis=1)]
+    share = {float(v): float(np.mean(winners == v)) for v in g if np.any(winners == v)}
+    low, high = np.quantile(winners, [(1 - 0.95) / 2, (1 + 0.95) / 2], method="inverted_cdf")
+    return {"best": best, "share": share, "low": float(low), "high": float(high), "seeds": n}
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, Optional[float]]:

@@ -52,28 +52,24 @@ def plot_scaling(arms: dict[str, dict], path: str) -> Optional[str]:
 
 
 def plot_gamma(per_size: dict[str, dict], path: str) -> Optional[str]:
-    """Loss against γ per size, with the fitted parabola's minimum marked.
+    """Loss against γ per size at matched seeds, the best γ marked.
 
     Args:
-        per_size: {size: {"gamma": [γ], "mean": [loss], "std": [...],
-            "minimum": ParabolaMinimum or None}}.
+        per_size: {size: {"gamma": [γ], "mean": [loss over matched seeds], "seeds": [seed],
+            "best": {"best": γ, ...} or None}} (:func:`~.analysis.gamma_grid`).
     """
+    per_size = {k: d for k, d in per_size.items() if d["mean"]}
     if not per_size:
         return None
     fig, ax = plt.subplots(figsize=(6.5, 4.2), layout="constrained")
     for i, (size, d) in enumerate(per_size.items()):
         c = COLORS[i % len(COLORS)]
-        err = [s or 0.0 for s in d["std"]]
-        ax.errorbar(d["gamma"], d["mean"], yerr=err, fmt="o-", color=c, label=size, capsize=3)
-        m = d.get("minimum")
-        if m is not None and np.isfinite(m.gamma):
-            g = np.linspace(min(d["gamma"]), max(d["gamma"]), 50)
-            c2, c1, c0 = m.coefficients
-            ax.plot(g, c2 * g**2 + c1 * g + c0, ":", color=c)
-            ax.axvline(m.gamma, color=c, alpha=0.4)
+        ax.plot(d["gamma"], d["mean"], "o-", color=c, label=f"{size} (seeds {d['seeds']})")
+        if d.get("best") is not None:
+            ax.axvline(d["best"]["best"], color=c, alpha=0.4)
     ax.set_xlabel("γ (σ = fan_in^−γ)")
     ax.set_ylabel("final validation loss (nats)")
-    ax.set_title("loss against γ (dotted: parabola fit, vertical: its minimum)")
+    ax.set_title("loss against γ at matched seeds (vertical: best γ)")
     ax.legend(fontsize=8)
     return _save(fig, path)
 

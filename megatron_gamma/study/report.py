@@ -17,6 +17,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from typing import Optional
 
 import numpy as np
@@ -39,7 +40,12 @@ from megatron_gamma.study.verdicts import verdicts
 
 def run_compare(data: StudyData, out_dir: str, table: list[dict]) -> Optional[dict]:
     """Run ``megatron-gamma compare`` between the best arm and the baseline at the largest size
-    both finished (first common seed); return its compare.json plus the arms, or None."""
+    both finished, once per common seed (``OUT/compare/seed-N``).
+
+    Returns:
+        {"arm", "size", "seeds": {seed: {"delta", "difficulty", "document"} arrays},
+        "runs": {seed: compare.json}}, or {"error", "arm", "size"}, or None without a pair.
+    """
     for size in reversed(data.sizes):
         base = data.losses(data.baseline, size)
         rows = [r for r in table if r["size"] == size and r["arm"] != data.baseline]
@@ -47,33 +53,49 @@ def run_compare(data: StudyData, out_dir: str, table: list[dict]) -> Optional[di
         if not base or not rows:
             continue
         best = min(rows, key=lambda r: r["mean"])
-        seed = sorted(set(data.losses(best["arm"], size)) & set(base))[0]
-        ckpt_a = rundir.final_checkpoint(os.path.join(data.dir, best["arm"], size, f"seed-{seed}"))
-        ckpt_b = rundir.final_checkpoint(
-            os.path.join(data.dir, data.baseline, size, f"seed-{seed}")
-        )
-        target = os.path.join(out_dir, "compare")
-        cmd = [
-            sys.executable,
-            "-m",
-            "megatron_gamma.cli",
-            "compare",
-            ckpt_a,
-            ckpt_b,
-            "--data-path",
-            data.manifest["heldout"],
-            "--output-dir",
-            target,
-            "--no-progress",
-        ]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode != 0:
-            return {"error": proc.stderr.strip()[-600:], "arm": best["arm"], "size": size}
-        with open(os.path.join(target, "compare.json"), encoding="utf-8") as f:
-            result = json.load(f)
-        result.update(arm=best["arm"], size=size, seed=seed)
+        result = {"arm": best["arm"], "size": size, "seeds": {}, "runs": {}}
+        for seed in sorted(set(data.losses(best["arm"], size)) & set(base)):
+            ckpts = [
+                rundir.final_checkpoint(os.path.join(data.dir, arm, size, f"seed-{seed}"))
+                for arm in (best["arm"], data.baseline)
+            ]
+            target = os.path.join(out_dir, "compare", f"seed-{seed}")
+            cmd = [
+                sys.executable, "-m", "megatron_gamma.cli", "compare", *ckpts,
+                "--data-path", data.manifest["heldout"], "--output-dir", target, "--no-progress",
+            ]  # fmt: skip
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                return {"error": proc.stderr.strip()[-600:], "arm": best["arm"], "size": size}
+            with open(os.path.join(target, "compare.json"), encoding="utf-8") as f:
+                result["runs"][seed] = json.load(f)
+            with np.load(os.path.join(target, "tokens.npz")) as tok:
+                result["seeds"][seed] = {
+                    "delta": tok["delta_sym"],
+                    "difficulty": tok["difficulty"],
+                    "document": tok["document"],
+                }
         return result
     return None
+
+
+def _git_state() -> str:
+    """``commit abc1234`` of the megatron-gamma checkout that made the report, with ``, dirty
+    tree`` when it has uncommitted changes; ``not a git checkout`` otherwise."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        head = subprocess.run(
+            ["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "not a git checkout"
+    return f"commit {head}" + (", dirty tree (uncommitted changes)" if dirty else ", clean tree")
 
 
 def _machine() -> str:
@@ -157,7 +179,8 @@ def report(
     Raises:
         ConfigError: no ``study.json`` in ``study_dir`` or no finished run.
     """
-    data = StudyData(study_dir)
+    start = time.time()
+    data = StudyData.from_dir(study_dir)
     if not data.finished:
         raise ConfigError(
             f"study_dir={study_dir!r}: no finished run. Fix: run (or finish) the sweep first"
@@ -166,12 +189,13 @@ def report(
     out_dir = os.path.splitext(output)[0]
     os.makedirs(out_dir, exist_ok=True)
     rel = os.path.basename(out_dir)
-    table, diffs = loss_table(data)
+    table, _ = loss_table(data)
+    best_table = loss_table(data, "best")[0] if data.has_lr_grid else []
     fits = scaling_fits(data)
     grid = gamma_grid(data)
     mech = mechanisms(data)
     cmp = run_compare(data, out_dir, table)
-    rows = verdicts(data, diffs, fits, grid, mech, cmp)
+    rows = verdicts(data, grid, cmp)
     files = {}
     files["scaling_plot"] = plots.plot_scaling(
         {
@@ -227,14 +251,16 @@ def report(
             log_y=log_y,
         )
     files = {k: p for k, p in files.items() if p}
-    if cmp and "files" in cmp:
-        files["delta_sym_plot"] = cmp["files"]["plot"]
+    for seed in (cmp or {}).get("runs", {}):
+        png = os.path.join(out_dir, "compare", f"seed-{seed}", "delta_sym_by_difficulty.png")
+        if os.path.isfile(png):
+            files[f"delta_sym_plot_seed{seed}"] = png
     files["losses_csv"] = _write_csv(os.path.join(out_dir, "losses.csv"), table)
     files["runs_csv"] = _write_csv(
         os.path.join(out_dir, "runs.csv"),
         [
             {
-                k: r[k]
+                k: r.get(k)
                 for k in (
                     "key",
                     "arm",
@@ -244,6 +270,8 @@ def report(
                     "non_embedding",
                     "tokens",
                     "train_iters",
+                    "lr",
+                    "lr_phase",
                     "finished",
                     "loss",
                 )
@@ -271,7 +299,8 @@ def report(
             }
             for k, m in mech.items()
         },
-        "compare": {k: v for k, v in (cmp or {}).items() if k != "files"},
+        "losses_best_lr": best_table,
+        "compare": {k: v for k, v in (cmp or {}).items() if k != "seeds"},
         "verdicts": [x.as_dict() for x in rows],
     }
     json_path = os.path.join(out_dir, "report.json")
@@ -279,7 +308,9 @@ def report(
         json.dump(_jsonable(summary), f, indent=1, ensure_ascii=False)
     os.replace(json_path + ".tmp", json_path)
     files["json"] = json_path
-    md = _markdown(data, table, fits, grid, mech, cmp, rows, files, rel, command, note)
+    md = _markdown(
+        data, table, best_table, fits, grid, mech, cmp, rows, files, rel, command, note, start
+    )
     with open(output + ".tmp", "w", encoding="utf-8") as f:
         f.write(md)
     os.replace(output + ".tmp", output)
@@ -287,7 +318,9 @@ def report(
     return files
 
 
-def _markdown(data, table, fits, grid, mech, cmp, rows, files, rel, command, note) -> str:
+def _markdown(
+    data, table, best_table, fits, grid, mech, cmp, rows, files, rel, command, note, start
+) -> str:
     m = data.manifest
     wall, n_wall = _wall_seconds(data)
     out = [f"# Study `{m['name']}`: measured reproduction report", ""]
@@ -297,15 +330,30 @@ def _markdown(data, table, fits, grid, mech, cmp, rows, files, rel, command, not
         "",
         f"- sweep: `{m['sweep_command']}`",
         f"- report: `{command or 'megatron-gamma report ' + data.dir}`",
+        f"- code: megatron-gamma {_git_state()} (the report's checkout)",
         f"- machine: {_machine()}",
         f"- runs: {len(data.finished)} of {len(data.runs)} finished; training wall time "
-        f"{wall / 60:.1f} min summed over {n_wall} runs timed by this sweep (start-up included)",
+        f"{wall / 60:.1f} min summed over {n_wall} runs timed by this sweep (start-up included); "
+        f"this report took {time.time() - start:.0f} s",
     ]
     if note:
         out += [f"- note: {note}"]
-    out += ["", "## Verdicts", "", "| claim | verdict | measured | rule |", "|---|---|---|---|"]
+    out += [
+        "",
+        "## Verdicts",
+        "",
+        f"Pre-registered margin δ = {data.margin:g} nats. Intervals are 95% Student-t with their "
+        "degrees of freedom (df) and unit of replication: seeds within a size (paired by seed), "
+        "sizes across sizes (one per-size mean each). *Inconclusive*: the interval includes "
+        "both the claim and its negation, or there are too few seeds/sizes for an interval.",
+        "",
+    ]
+    if not data.has_lr_grid:
+        lr = f" ({data.shared_lr:g})" if data.shared_lr else ""
+        out += [f"No LR grid in this study: every comparison is at the shared LR{lr}.", ""]
+    out += ["| claim | LR | verdict | measured | rule |", "|---|---|---|---|---|"]
     for v in rows:
-        out.append(f"| {v.claim} | **{v.verdict}** | {v.numbers} | {v.rule} |")
+        out.append(f"| {v.claim} | {v.lr} | **{v.verdict}** | {v.numbers} | {v.rule} |")
     out += [
         "",
         "## Runs",
@@ -348,46 +396,68 @@ def _markdown(data, table, fits, grid, mech, cmp, rows, files, rel, command, not
                 else f"{r['diff']:+.4f} (1 seed)"
             )
         out.append(f"| {r['arm']} | {r['size']} | {r['seeds']} | {r['mean']:.4f}{sd} | {d} |")
+    if best_table:
+        out += [
+            "",
+            "### Each arm at its own best LR",
+            "",
+            f"Best LR chosen on seed {data.select_seed} (the LR grid), losses on the confirm "
+            "seeds; Δ paired by confirm seed.",
+            "",
+            "| arm | size | best LR | seeds | loss | Δ vs baseline [95% CI] |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in best_table:
+            sd = f" ± {r['std']:.4f}" if r["std"] is not None else ""
+            d = (
+                f"{r['diff']:+.4f} [{fmt(r['diff_low'])}, {fmt(r['diff_high'])}]"
+                if "diff" in r
+                else ""
+            )
+            out.append(
+                f"| {r['arm']} | {r['size']} | {r['lr']:g} | {r['seeds']} | {r['mean']:.4f}{sd} "
+                f"| {d} |"
+            )
     out += ["", f"![loss vs size]({rel}/loss_vs_size.png)" if "scaling_plot" in files else "", ""]
     out += [
         "## Scaling fits L(N) = E + A·N^(−α)",
         "",
-        "N = non-embedding parameters (embedding and output layer excluded); fitted by least "
-        "squares to every finished run's final loss (one point per size and seed); ± is one "
-        "standard error (n/a with 3 points: no residual degrees of freedom). Multiplier: the N "
-        "at which the baseline's fit reaches the arm's seed-mean loss, divided by the arm's N "
-        "(paper: about 1.44 for γ = 1 with both fixes).",
+        "N = non-embedding parameters of the baseline arm (embedding and output layer "
+        "excluded); fitted by least squares to every finished run's final loss (one point per "
+        "size and seed); ± is one standard error. A fit is shown only where it is identified "
+        "(more sizes than its 3 parameters, α strictly inside [0, 3]); a multiplier (the N at "
+        "which the baseline's fit reaches the arm's seed-mean loss, over the arm's N; paper: "
+        "about 1.44 for γ = 1 with both fixes) only where that loss lies within the baseline's "
+        "measured losses (no extrapolation). Otherwise the reason is printed instead.",
         "",
-        "A power law assumes the loss falls with N; where an arm's seed-mean loss rises from one "
-        "size to the next, the last column says so and its fit and multipliers describe no "
-        "scaling trend.",
-        "",
-        "| arm | E | A | α | rms residual | multiplier by size | loss rises with N |",
-        "|---|---|---|---|---|---|---|",
+        "| arm | fit | multiplier by size | loss rises with N |",
+        "|---|---|---|---|",
     ]
     for arm, f in fits.items():
         fit: Optional[PowerLawFit] = f["fit"]
-        mult = multiplier_text(f) or "—"
-        if fit is None:
-            out.append(f"| {arm} | not fitted: {f['error']} | | | | {mult} | |")
-        else:
-            rises = ", ".join(f["loss_rises"]) or "no"
-            out.append(
-                f"| {arm} | {fit.e:.3f} ± {fmt(fit.e_err, 3)} | {fit.a:.3g} ± "
-                f"{fit.a_err:.3g} | {fit.alpha:.3f} ± {fmt(fit.alpha_err, 3)} | "
-                f"{fit.rms_residual:.4f} | {mult} | {rises} |"
-            )
+        text = (
+            f"E {fit.e:.3f} ± {fmt(fit.e_err, 3)}, A {fit.a:.3g} ± {fit.a_err:.3g}, α "
+            f"{fit.alpha:.3f} ± {fmt(fit.alpha_err, 3)}, rms residual {fit.rms_residual:.4f}"
+            if fit is not None
+            else f"not identified: {f['error']}"
+        )
+        rises = ", ".join(f["loss_rises"]) or "no"
+        out.append(f"| {arm} | {text} | {multiplier_text(f) or '—'} | {rises} |")
     out += ["", "## Loss against γ", ""]
     if grid:
+        out.append("Seed-mean loss over the seeds every γ value finished (matched seeds).")
         for size, g in grid.items():
-            mn = g["minimum"]
             pts = ", ".join(f"γ={x:g}: {y:.4f}" for x, y in zip(g["gamma"], g["mean"], strict=True))
-            if mn is not None:
-                pts += (
-                    f"; parabola minimum γ = {fmt(mn.gamma, 3)} ± {fmt(mn.gamma_err, 3)}, best "
-                    f"measured γ = {mn.best_measured:g}"
+            seeds = "; ".join(f"γ={k:g} seeds {v}" for k, v in g["all_seeds"].items())
+            b = g["best"]
+            best = ""
+            if b is not None:
+                best = f"; best γ = {b['best']:g}" + (
+                    f", interval [{b['low']:g}, {b['high']:g}] from resampling seeds"
+                    if b["seeds"] > 1
+                    else ", 1 seed: no interval"
                 )
-            out.append(f"- {size}: {pts}")
+            out.append(f"- {size} (matched seeds {g['seeds']}): {pts or 'none'}{best} ({seeds})")
         if "gamma_plot" in files:
             out += ["", f"![loss vs gamma]({rel}/loss_vs_gamma.png)"]
     else:
@@ -396,8 +466,9 @@ def _markdown(data, table, fits, grid, mech, cmp, rows, files, rel, command, not
         "",
         "## Mechanisms",
         "",
-        f"From `--log-diagnostics-interval` (first point at the first interval, not at "
-        f"initialization). Uniform-attention sink share for sequence length "
+        f"From `--log-diagnostics-interval` (runs made since the diagnostics log at "
+        f"initialization start at iteration 0; older runs at the first interval). "
+        f"Uniform-attention sink share for sequence length "
         f"{data.seq_length()}: {uniform_sink_share(data.seq_length()):.4f}.",
         "",
         "| arm | size | max saturated share | final saturated share | final sink share | "
@@ -424,21 +495,26 @@ def _markdown(data, table, fits, grid, mech, cmp, rows, files, rel, command, not
         if name in files:
             out += ["", f"![{title}]({rel}/{os.path.basename(files[name])})"]
     out += ["", "## Δsym by token difficulty (held-out)", ""]
-    if cmp and "bins" in cmp:
-        out += [
-            f"A = `{cmp['arm']}`, B = `{data.baseline}`, size {cmp['size']}, seed "
-            f"{cmp['seed']}, {cmp['tokens']} tokens; mean loss A {cmp['a']['mean_loss']:.4f},"
-            f" B {cmp['b']['mean_loss']:.4f}; Δsym = (p_A − p_B)/(p_A + p_B).",
-            "",
-            "| difficulty (nats) | tokens | mean Δsym ± sem | A better |",
-            "|---|---|---|---|",
-        ]
-        for b in cmp["bins"]:
-            out.append(
-                f"| {b['lo']:.2f}–{b['hi']:.2f} | {b['count']} | "
-                f"{b['mean_delta']:+.4f} ± {b['sem_delta']:.4f} | {b['a_better']:.1%} |"
-            )
-        out += ["", f"![delta sym]({rel}/compare/delta_sym_by_difficulty.png)"]
+    if cmp and cmp.get("runs"):
+        out.append(
+            f"A = `{cmp['arm']}`, B = `{data.baseline}`, size {cmp['size']}; Δsym = "
+            "(p_A − p_B)/(p_A + p_B); one table per seed."
+        )
+        for seed, c in cmp["runs"].items():
+            out += [
+                "",
+                f"Seed {seed}: {c['tokens']} tokens; mean loss A {c['a']['mean_loss']:.4f}, "
+                f"B {c['b']['mean_loss']:.4f}.",
+                "",
+                "| difficulty (nats) | tokens | mean Δsym ± sem | A better |",
+                "|---|---|---|---|",
+            ]
+            for b in c["bins"]:
+                out.append(
+                    f"| {b['lo']:.2f}–{b['hi']:.2f} | {b['count']} | "
+                    f"{b['mean_delta']:+.4f} ± {b['sem_delta']:.4f} | {b['a_better']:.1%} |"
+                )
+            out += ["", f"![delta sym]({rel}/compare/seed-{seed}/delta_sym_by_difficulty.png)"]
     else:
         out.append(f"Not measured: {cmp['error'] if cmp else 'no finished pair of runs'}.")
     out.append("")

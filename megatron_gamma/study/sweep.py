@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional, TextIO
 
-from megatron_gamma.config import changed_fields, save_config
+from megatron_gamma.config import changed_fields, redacted_dict, save_config
 from megatron_gamma.study import rundir
 from megatron_gamma.study.spec import (
     Run,
@@ -96,7 +96,7 @@ def sizing(run: Run) -> Sizing:
 
 
 def _fingerprint(run: Run) -> dict:
-    return {"arm": run.arm, "size": run.size, "seed": run.seed, "config": run.config.to_dict()}
+    return {"arm": run.arm, "size": run.size, "seed": run.seed, "config": redacted_dict(run.config)}
 
 
 def check_unchanged(run: Run) -> bool:

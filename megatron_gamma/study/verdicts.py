@@ -1,36 +1,66 @@
-"""The verdict table of ``megatron-gamma report``: one row per claim of the paper, each with its
-rule, the measured numbers it read, and *reproduced*, *not reproduced* or *not measurable at this
-scale* with the reason. Never a verdict without its numbers.
+"""The verdict table of ``megatron-gamma report``: one row per claim of the paper (two for the
+loss claims 1 and 3 when the study has an LR grid: at the shared LR and at each arm's own best
+LR), each with its rule, the measured numbers and intervals it read, and a verdict. Never a
+verdict without its numbers.
+
+Verdicts:
+
+- *reproduced*: the interval lies beyond the pre-registered margin δ in the claim's direction;
+- *not reproduced*: the interval lies on the other side of δ (it excludes an effect of size δ
+  in the claim's direction);
+- *inconclusive*: the interval includes both, or there are too few seeds/sizes for an interval
+  (df < 1), or an arm the claim needs is missing, or the data cannot show the effect;
+- *not measurable at this scale*: the mechanism cannot act in these models (the number why).
+
+Units of replication: seeds within a size (paired by seed); sizes across sizes (the mean of
+per-size mean differences, Student-t with df = sizes − 1); never pooled (size, seed) pairs.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
-from megatron_gamma.study.analysis import fmt, multiplier_text, uniform_sink_share
-from megatron_gamma.study.fits import paired_difference
+from megatron_gamma.study.analysis import StudyData, uniform_sink_share
+from megatron_gamma.study.fits import Interval, paired_difference, t_interval, trend_interval
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
+INCONCLUSIVE = "inconclusive"
 NOT_MEASURABLE = "not measurable at this scale"
+EPS_ACTS_MAX = 1.0
+"""σ²_emb/ε at initialization above which ε cannot act on the first RMSNorm (σ² ≫ ε)."""
 SATURATION_MIN = 0.01
-"""Saturated-token share above which ε = 1e-5 counts as saturating (1% of tokens)."""
+"""Margin on the saturated-token share (1% of tokens) for claim 4."""
 DIP_MIN = 0.05
-"""Relative stable-rank dip (and recovery) that counts as condensation (and expansion)."""
+"""Margin on the relative stable-rank dip (and recovery) for claim 7."""
 EASY_SHARE = 0.3
-"""Share of the difficulty bins (easiest first) counted as easy tokens in the Δsym verdict."""
+"""Share of tokens (easiest first, by difficulty) counted as easy in the Δsym verdict."""
+BOOTSTRAP = 2000
+"""Resamples of the document-level bootstrap of claim 8."""
 
 
 @dataclass
 class Verdict:
-    """One row of the verdict table."""
+    """One row of the verdict table.
+
+    Attributes:
+        claim: the paper's claim.
+        verdict: one of the four verdicts.
+        numbers: the measured effects with their intervals and degrees of freedom.
+        rule: the decision rule.
+        lr: which comparison: ``shared LR``, ``best LR`` or ``—`` (not a loss comparison).
+    """
 
     claim: str
     verdict: str
     numbers: str
     rule: str
+    lr: str = "—"
 
     def as_dict(self) -> dict:
         return {
@@ -38,225 +68,469 @@ class Verdict:
             "verdict": self.verdict,
             "numbers": self.numbers,
             "rule": self.rule,
+            "lr": self.lr,
         }
 
 
-def _diff_text(d) -> str:
-    if np.isfinite(d.low):
-        return f"{d.mean:+.4f} [{d.low:+.4f}, {d.high:+.4f}]"
-    return f"{d.mean:+.4f} ({d.seeds} seed, no interval)"
+def decide(iv: Interval, margin: float, direction: int) -> tuple[str, str]:
+    """Verdict of an interval against the margin: the claim is ``effect < −margin``
+    (direction −1) or ``effect > +margin`` (direction +1).
+
+    Returns:
+        (verdict, why): reproduced when the interval lies beyond the margin in the claim's
+        direction, not reproduced when it lies entirely on the other side, else inconclusive
+        (also without an interval, df < 1).
+    """
+    if not iv.has_interval:
+        unit = iv.unit.split()[0]
+        return INCONCLUSIVE, f"{iv.n} {unit[:-1] if iv.n == 1 else unit}: df < 1, no interval"
+    thr = direction * margin
+    beyond = iv.high < thr if direction < 0 else iv.low > thr
+    short = iv.low > thr if direction < 0 else iv.high < thr
+    if beyond:
+        return REPRODUCED, f"the interval lies beyond {thr:+g}"
+    if short:
+        return NOT_REPRODUCED, f"the interval excludes an effect beyond {thr:+g}"
+    return INCONCLUSIVE, f"the interval includes {thr:+g}"
 
 
-def verdicts(data, diffs, fits, grid, mech, cmp) -> list[Verdict]:  # noqa: C901
-    """The eight rows, in the paper's order, from the outputs of
-    :mod:`~megatron_gamma.study.analysis` and ``compare`` (``cmp``: its compare.json plus
-    ``arm``/``size``/``seed``, or ``{"error": ...}``, or None)."""
-    v = []
-    roles = {k: data.role(k) for k in ("gamma1", "gamma1+eps", "gamma1+eps+gate")}
-    base = data.baseline
+def combine(verdicts: list[str]) -> str:
+    """Several parts of one claim: not reproduced if any part is, reproduced if all are, else
+    inconclusive."""
+    if NOT_REPRODUCED in verdicts:
+        return NOT_REPRODUCED
+    if verdicts and all(v == REPRODUCED for v in verdicts):
+        return REPRODUCED
+    return INCONCLUSIVE
 
-    def adv(arm):
-        return {s: -diffs[(arm, s)].mean for s in data.sizes if (arm, s) in diffs}
 
-    # 1. γ = 1 beats γ = 0.5
+def _scope(per_size: dict) -> str:
+    return "across sizes" if len(per_size) > 1 else "at the one size"
+
+
+def across_sizes(per_size: dict[str, Interval]) -> Interval:
+    """Sizes as the unit: Student-t over the per-size mean differences (df = sizes − 1); with
+    one size, that size's seed interval."""
+    if len(per_size) == 1:
+        return next(iter(per_size.values()))
+    return t_interval([d.mean for d in per_size.values()], unit="sizes")
+
+
+Losses = Callable[[str, str], dict[int, float]]
+
+
+def _paired(get: Losses, data: StudyData, arm: str, ref: str) -> dict[str, Interval]:
+    out = {}
+    for s in data.sizes:
+        a, b = get(arm, s), get(ref, s)
+        common = sorted(set(a) & set(b))
+        if common:
+            out[s] = paired_difference([a[k] for k in common], [b[k] for k in common])
+    return out
+
+
+def _per_size_text(per_size: dict[str, Interval]) -> str:
+    return "; ".join(f"{s}: {d.text()}" for s, d in per_size.items())
+
+
+def _ratio_text(data: StudyData, arm: str) -> tuple[dict[str, float], str]:
+    ratios = {
+        s: r
+        for s in data.arm_sizes(arm)
+        if (r := data.embedding_variance_over_eps(arm, s)) is not None
+    }
+    st = data.settings(arm)
+    need = st["norm_epsilon"] ** (-1 / (2 * st["init_gamma"]))
+    text = (
+        "σ²_emb/ε at init (γ = {:g}, ε = {:.0e}): ".format(st["init_gamma"], st["norm_epsilon"])
+        + ", ".join(f"{s} {r:.3g}" for s, r in ratios.items())
+        + f"; ε acts where σ²_emb ≲ ε, i.e. embedding fan-in ≥ ε^(−1/(2γ)) = {need:.0f}"
+    )
+    return ratios, text
+
+
+def _loss_rises(data: StudyData, get: Losses, arm: str) -> list[str]:
+    sizes = [s for s in data.sizes if get(arm, s)]
+    means = [float(np.mean(list(get(arm, s).values()))) for s in sizes]
+    return [
+        f"{arm} {sizes[i - 1]} → {sizes[i]} ({means[i - 1]:.4f} → {means[i]:.4f})"
+        for i in range(1, len(sizes))
+        if means[i] >= means[i - 1]
+    ]
+
+
+def claim1(data: StudyData, get: Losses, lr: str) -> Verdict:
+    """γ = 1 beats γ = 0.5 at the baseline's ε and gate."""
     claim = "γ = 1 beats γ = 0.5 (same ε = baseline's, no gate)"
     rule = (
-        "loss difference γ=1 − baseline < 0 at every size, and the 95% interval of the "
-        "difference pooled over all (size, seed) pairs lies below 0"
+        f"Δloss = γ=1 − baseline, paired by seed within a size; across sizes the mean of "
+        f"per-size means (sizes as units, t with df = sizes − 1): reproduced if the interval "
+        f"lies below −δ, not reproduced if above −δ (δ = {data.margin:g} nats)"
     )
-    g1 = roles["gamma1"]
-    if g1 is None or not adv(g1):
-        v.append(
-            Verdict(claim, NOT_MEASURABLE, "no γ = 1 arm with the baseline's ε and gate", rule)
-        )
-    else:
-        pairs = [
-            (data.losses(g1, s)[seed], data.losses(base, s)[seed])
-            for s in data.sizes
-            if (g1, s) in diffs
-            for seed in sorted(set(data.losses(g1, s)) & set(data.losses(base, s)))
-        ]
-        pooled = paired_difference([p[0] for p in pairs], [p[1] for p in pairs])
-        ds = [diffs[(g1, s)] for s in data.sizes if (g1, s) in diffs]
-        ok = all(d.mean < 0 for d in ds) and np.isfinite(pooled.high) and pooled.high < 0
-        nums = "; ".join(
-            f"{s}: {_diff_text(diffs[(g1, s)])}" for s in data.sizes if (g1, s) in diffs
-        )
-        nums = f"Δloss {nums}; pooled over {pooled.seeds} pairs: {_diff_text(pooled)}"
-        v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, nums, rule))
-    # 2. gap shrinks with size under the blockers
+    g1 = data.role("gamma1")
+    if not g1:
+        return Verdict(claim, INCONCLUSIVE, "no γ = 1 arm with the baseline's ε and gate", rule, lr)
+    per_size = _paired(get, data, g1, data.baseline)
+    if not per_size:
+        return Verdict(claim, INCONCLUSIVE, f"no finished seed of {g1} and the baseline", rule, lr)
+    total = across_sizes(per_size)
+    verdict, why = decide(total, data.margin, -1)
+    nums = f"Δloss {_per_size_text(per_size)}; {_scope(per_size)} {total.text()}: {why}"
+    return Verdict(claim, verdict, nums, rule, lr)
+
+
+def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
+    """The gain of γ = 1 shrinks with size under ε = 1e-5 and no gate."""
     claim = "the gain of γ = 1 shrinks with size under ε = 1e-5 and no gate"
-    rule = "advantage (baseline − γ=1 loss) has a negative slope against log N over the sizes"
-    if g1 is None or len(adv(g1)) < 2:
-        v.append(Verdict(claim, NOT_MEASURABLE, "needs the γ = 1 arm at >= 2 sizes", rule))
-    else:
-        a = adv(g1)
-        slope = float(np.polyfit(np.log([data.size_n[s] for s in a]), list(a.values()), 1)[0])
-        nums = "; ".join(f"{s}: {x:+.4f}" for s, x in a.items()) + f"; slope {slope:+.4f}/ln N"
-        if fits.get(g1, {}).get("loss_rises"):
-            nums += f"; caution: {g1}'s own loss rises with N ({', '.join(fits[g1]['loss_rises'])})"
-        v.append(Verdict(claim, REPRODUCED if slope < 0 else NOT_REPRODUCED, nums, rule))
-    # 3. removing both blockers widens it
-    claim = "removing both blockers (ε = 1e-12 + gate) widens the gain"
-    rule = "advantage of γ=1+ε+gate > advantage of γ=1 at the largest common size"
-    g3 = roles["gamma1+eps+gate"]
-    common = [s for s in data.sizes if g1 and g3 and s in adv(g1) and s in adv(g3)]
-    if not common:
-        v.append(Verdict(claim, NOT_MEASURABLE, "needs γ = 1 and γ = 1+ε+gate arms", rule))
-    else:
-        s = common[-1]
-        nums = "; ".join(
-            f"{z}: γ=1 {adv(g1)[z]:+.4f}, γ=1+ε+gate {adv(g3)[z]:+.4f}" for z in common
+    rule = (
+        "advantage (baseline − γ=1, paired by seed) against ln N: the change over the measured "
+        "range (slope × ln(N_max/N_min)), sizes as units (df = sizes − 2; Welch over seeds with "
+        "2 sizes), below −δ; both arms' losses must fall with N; not measurable where "
+        f"σ²_emb/ε > {EPS_ACTS_MAX:g} at every size (ε cannot act)"
+    )
+    g1 = data.role("gamma1")
+    if not g1:
+        return Verdict(claim, INCONCLUSIVE, "no γ = 1 arm with the baseline's ε and gate", rule, lr)
+    per_size = _paired(get, data, g1, data.baseline)
+    if len(per_size) < 2:
+        return Verdict(
+            claim, INCONCLUSIVE, f"the γ = 1 arm is paired at {len(per_size)} size(s); a trend "
+            "needs >= 2", rule, lr,
+        )  # fmt: skip
+    sizes = list(per_size)
+    groups = []
+    for s in sizes:
+        a, b = get(g1, s), get(data.baseline, s)
+        groups.append([b[k] - a[k] for k in sorted(set(a) & set(b))])
+    x = np.log([data.size_n[s] for s in sizes])
+    slope = trend_interval(x, groups)
+    span = float(x[-1] - x[0])
+    change = Interval(
+        slope.mean * span, slope.low * span, slope.high * span, slope.n, slope.df, slope.unit
+    )
+    adv = "; ".join(f"{s}: {np.mean(g):+.4f}" for s, g in zip(sizes, groups, strict=True))
+    nums = f"advantage {adv}; change over the range {change.text()}"
+    ratios, rtext = _ratio_text(data, g1)
+    nums += f"; {rtext}"
+    if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
+        return Verdict(
+            claim, NOT_MEASURABLE, nums + "; ε cannot act at any size, so whatever shrinks is "
+            "not the paper's mechanism", rule, lr,
+        )  # fmt: skip
+    verdict, why = decide(change, data.margin, -1)
+    rises = _loss_rises(data, get, g1) + _loss_rises(data, get, data.baseline)
+    if rises and verdict == REPRODUCED:
+        verdict = INCONCLUSIVE
+        why += "; but loss rises with size: " + ", ".join(rises) + " (not a scaling trend)"
+    return Verdict(claim, verdict, f"{nums}: {why}", rule, lr)
+
+
+def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
+    """Removing both blockers widens the gain: the interaction γ × fixes."""
+    claim = "removing both blockers (smaller ε + gate) widens the gain of γ = 1"
+    rule = (
+        "interaction (γ=1+ε+gate − γ=1) − (γ=0.5+ε+gate − baseline), paired by seed within a "
+        "size, sizes as units across sizes: reproduced if the interval lies below −δ, not "
+        f"reproduced if above −δ (δ = {data.margin:g} nats)"
+    )
+    g1, g3, c = data.role("gamma1"), data.role("gamma1+eps+gate"), data.role("gamma0.5+eps+gate")
+    if not g1 or not g3:
+        return Verdict(claim, INCONCLUSIVE, "needs the γ = 1 and γ = 1+ε+gate arms", rule, lr)
+    fix1 = _paired(get, data, g3, g1)
+    if not c:
+        nums = "fixes at γ = 1: " + _per_size_text(fix1) if fix1 else ""
+        return Verdict(
+            claim, INCONCLUSIVE, "the study has no γ = 0.5 + fixes arm; the gate's main effect "
+            f"cannot be separated. {nums}", rule, lr,
+        )  # fmt: skip
+    per_size, parts = {}, []
+    for s in data.sizes:
+        arms = [get(a, s) for a in (g3, g1, c, data.baseline)]
+        seeds = sorted(set.intersection(*(set(a) for a in arms)))
+        if not seeds:
+            continue
+        f1 = np.mean([arms[0][k] - arms[1][k] for k in seeds])
+        f05 = np.mean([arms[2][k] - arms[3][k] for k in seeds])
+        per_size[s] = t_interval(
+            [(arms[0][k] - arms[1][k]) - (arms[2][k] - arms[3][k]) for k in seeds]
         )
-        if fits.get(g3, {}).get("multiplier"):
-            nums += "; effective-size multiplier of γ=1+ε+gate: " + multiplier_text(fits[g3])
-        ok = adv(g3)[s] > adv(g1)[s]
-        v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, nums, rule))
-    # 4. saturation
+        parts.append(
+            f"{s} (seeds {seeds}): fixes at γ=1 {f1:+.4f}, at γ=0.5 {f05:+.4f}, "
+            f"interaction {per_size[s].text()}"
+        )
+    if not per_size:
+        return Verdict(
+            claim, INCONCLUSIVE, "no seed has all four arms (γ ∈ {0.5, 1} × fixes) at one size",
+            rule, lr,
+        )  # fmt: skip
+    total = across_sizes(per_size)
+    verdict, why = decide(total, data.margin, -1)
+    nums = "; ".join(parts) + f"; {_scope(per_size)} {total.text()}: {why}"
+    return Verdict(claim, verdict, nums, rule, lr)
+
+
+def _largest_with(data: StudyData, arms: list[str], prefix: str) -> Optional[str]:
+    return next(
+        (s for s in reversed(data.sizes) if all(data.seed_series(a, s, prefix) for a in arms)),
+        None,
+    )
+
+
+def claim4(data: StudyData) -> Verdict:
+    """ε = 1e-5 saturates RMSNorm under small initialization."""
     claim = "ε = 1e-5 saturates RMSNorm under small initialization"
     rule = (
-        f"max saturated-token share of γ=1 (ε=1e-5) > {SATURATION_MIN:g} and above both "
-        "γ=1+ε (ε=1e-12) and the γ=0.5 baseline, at the largest size"
+        "max saturated-token share, γ=1 (ε=1e-5) − γ=1+ε (smaller ε), paired by seed at the "
+        f"largest size: reproduced if the interval lies above {SATURATION_MIN:g}; not "
+        f"measurable where σ²_emb/ε > {EPS_ACTS_MAX:g} at every size"
     )
-    g2 = roles["gamma1+eps"]
-    size = next(
-        (
-            s
-            for s in reversed(data.sizes)
-            if g1
-            and g2
-            and all(
-                f"{a}|{s}" in mech and "saturation_max" in mech[f"{a}|{s}"] for a in (g1, g2, base)
-            )
-        ),
-        None,
-    )
+    g1, g2 = data.role("gamma1"), data.role("gamma1+eps")
+    if not g1 or not g2:
+        return Verdict(claim, INCONCLUSIVE, "needs the γ = 1 and γ = 1+ε arms", rule)
+    ratios, rtext = _ratio_text(data, g1)
+    if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
+        return Verdict(claim, NOT_MEASURABLE, rtext, rule)
+    size = _largest_with(data, [g1, g2], "norm_saturated")
     if size is None:
-        v.append(
-            Verdict(
-                claim,
-                NOT_MEASURABLE,
-                "needs saturation diagnostics of baseline, γ=1 and γ=1+ε at one size",
-                rule,
-            )
-        )
-    else:
-        m = {a: mech[f"{a}|{size}"]["saturation_max"] for a in (g1, g2, base)}
-        nums = (
-            f"{size}: max saturated share γ=1 {m[g1]:.4f}, γ=1+ε {m[g2]:.4f}, "
-            f"baseline {m[base]:.4f}"
-        )
-        ok = m[g1] > SATURATION_MIN and m[g1] > m[g2] and m[g1] > m[base]
-        v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, nums, rule))
-    # 5. sink
+        return Verdict(claim, INCONCLUSIVE, f"no saturation diagnostics; {rtext}", rule)
+    a, b = (data.seed_series(x, size, "norm_saturated") for x in (g1, g2))
+    seeds = sorted(set(a) & set(b))
+    d = paired_difference([max(a[k].values()) for k in seeds], [max(b[k].values()) for k in seeds])
+    verdict, why = decide(d, SATURATION_MIN, +1)
+    return Verdict(
+        claim, verdict, f"{size}: Δ max saturated share {d.text()}: {why}; {rtext}", rule
+    )
+
+
+def claim5(data: StudyData) -> Verdict:
+    """Small initialization strengthens the attention sink; gating removes it."""
     claim = "small initialization strengthens the attention sink; gating removes it"
     rule = (
-        "final sink share at the largest size: γ=1 > baseline (only γ differs; γ=1+ε when there "
-        "is no γ=1 arm), and γ=1+ε+gate < γ=1+ε (only the gate differs); not measurable when "
-        "no arm's share exceeds uniform attention's (no sink has formed)"
+        "final sink share paired by seed at the largest size: γ=1 − baseline > 0 (only γ "
+        "differs) and γ=1+ε+gate − γ=1+ε < 0 (only the gate differs), each interval against 0; "
+        "not measurable when no arm's share exceeds uniform attention's (no sink has formed)"
     )
+    g1, g2, g3 = data.role("gamma1"), data.role("gamma1+eps"), data.role("gamma1+eps+gate")
     small = g1 or g2
-    arms5 = (small, g2, g3, base)
-    size = next(
-        (
-            s
-            for s in reversed(data.sizes)
-            if small and g2 and g3 and all("sink_final" in mech.get(f"{a}|{s}", {}) for a in arms5)
-        ),
-        None,
-    )
+    if not (small and g2 and g3):
+        return Verdict(claim, INCONCLUSIVE, "needs the γ = 1, γ = 1+ε and γ = 1+ε+gate arms", rule)
+    arms = list(dict.fromkeys([data.baseline, small, g2, g3]))
+    size = _largest_with(data, arms, "sink_share")
     if size is None:
-        v.append(
-            Verdict(
-                claim,
-                NOT_MEASURABLE,
-                "needs sink diagnostics of baseline, γ=1, γ=1+ε and γ=1+ε+gate at one size",
-                rule,
-            )
-        )
-    else:
-        m = {a: mech[f"{a}|{size}"]["sink_final"] for a in arms5}
-        uni = uniform_sink_share(data.seq_length())
-        nums = (
-            f"{size}: sink share baseline {m[base]:.4f}, {small} {m[small]:.4f}, {g2} "
-            f"{m[g2]:.4f}, {g3} {m[g3]:.4f} (uniform attention {uni:.4f})"
-        )
-        if max(m.values()) <= uni:
-            nums += "; no sink has formed: every share is at or below uniform attention's"
-            v.append(Verdict(claim, NOT_MEASURABLE, nums, rule))
-        else:
-            ok = m[small] > m[base] and m[g3] < m[g2]
-            v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, nums, rule))
-    # 6. γ optimum
+        return Verdict(claim, INCONCLUSIVE, "no sink diagnostics at a size with all arms", rule)
+    final = {}
+    for a in arms:
+        final[a] = {k: v[max(v)] for k, v in data.seed_series(a, size, "sink_share").items()}
+    uni = uniform_sink_share(data.seq_length())
+    means = ", ".join(f"{a} {np.mean(list(final[a].values())):.4f}" for a in arms)
+    nums = f"{size}: sink share {means} (uniform attention {uni:.4f})"
+    if max(v for a in arms for v in final[a].values()) <= uni:
+        return Verdict(
+            claim, NOT_MEASURABLE, nums + "; no sink has formed: every share is at or below "
+            "uniform attention's", rule,
+        )  # fmt: skip
+    parts, verdicts = [], []
+    for arm, ref, direction, label in ((small, data.baseline, 1, "γ"), (g3, g2, -1, "gate")):
+        seeds = sorted(set(final[arm]) & set(final[ref]))
+        d = paired_difference([final[arm][k] for k in seeds], [final[ref][k] for k in seeds])
+        v, why = decide(d, 0.0, direction)
+        parts.append(f"effect of {label} {d.text()}: {why}")
+        verdicts.append(v)
+    return Verdict(claim, combine(verdicts), nums + "; " + "; ".join(parts), rule)
+
+
+def claim6(data: StudyData, grid: dict) -> Verdict:
+    """Loss is best at γ = 1 (worse above)."""
     claim = "loss is best at γ = 1 (worse above)"
-    rule = "the lowest measured loss of the γ grid is at γ = 1 at every grid size"
-    usable = {s: g for s, g in grid.items() if g["minimum"] is not None}
-    if not usable:
-        v.append(Verdict(claim, NOT_MEASURABLE, "no γ grid with >= 3 finished values", rule))
-    else:
-        parts, ok = [], True
-        for s, g in usable.items():
-            m = g["minimum"]
-            ok &= m.best_measured == 1.0
-            parts.append(
-                f"{s}: best measured γ = {m.best_measured:g}, parabola minimum "
-                f"{fmt(m.gamma, 3)} ± {fmt(m.gamma_err, 3)}; losses "
-                + ", ".join(
-                    f"γ={g_:g} {l_:.4f}" for g_, l_ in zip(g["gamma"], g["mean"], strict=True)
-                )
-            )
-        v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, "; ".join(parts), rule))
-    # 7. condensation then expansion
+    rule = (
+        "at matched seeds only: the best γ (lowest seed-mean loss) with its 95% interval from "
+        "resampling seeds; reproduced if the interval is γ = 1 alone, not reproduced if it "
+        "excludes γ = 1"
+    )
+    if not grid:
+        return Verdict(claim, INCONCLUSIVE, "no γ grid in this study", rule)
+    parts, verdicts = [], []
+    for size, g in grid.items():
+        seeds = ", ".join(f"γ={k:g} {v}" for k, v in g["all_seeds"].items())
+        b = g["best"]
+        if b is None or 1.0 not in g["gamma"]:
+            parts.append(f"{size}: no seed finished every γ (seeds {seeds})")
+            verdicts.append(INCONCLUSIVE)
+            continue
+        pts = ", ".join(f"γ={x:g} {y:.4f}" for x, y in zip(g["gamma"], g["mean"], strict=True))
+        sd = f"{g['seed_sd']:.4f}" if g["seed_sd"] is not None else "n/a"
+        text = (
+            f"{size} ({g['lr']}) at matched seed(s) {g['seeds']}: {pts}; best γ = "
+            f"{b['best']:g}, ahead of the runner-up by {g['gap']:.4f} (seed sd {sd})"
+        )
+        if b["seeds"] < 2:
+            parts.append(f"{text}; 1 seed: no interval")
+            verdicts.append(INCONCLUSIVE)
+            continue
+        share = ", ".join(f"γ={k:g} {v:.0%}" for k, v in sorted(b["share"].items()))
+        parts.append(f"{text}; interval of the best γ [{b['low']:g}, {b['high']:g}] ({share})")
+        if b["low"] == b["high"] == 1.0:
+            verdicts.append(REPRODUCED)
+        elif not b["low"] <= 1.0 <= b["high"]:
+            verdicts.append(NOT_REPRODUCED)
+        else:
+            verdicts.append(INCONCLUSIVE)
+    return Verdict(claim, combine(verdicts), "; ".join(parts), rule)
+
+
+def _dip_rise(series: dict[int, float]) -> tuple[float, float]:
+    its = sorted(series)
+    low = min(its[:-1], key=series.get)
+    return 1 - series[low] / series[its[0]], series[its[-1]] / series[low] - 1
+
+
+def claim7(data: StudyData) -> Verdict:
+    """Condensation then expansion, against each arm's matched control."""
     claim = "condensation then expansion: stable rank dips early at γ = 1, not at γ = 0.5"
     rule = (
-        f"γ=1+ε+gate: mean stable rank falls by > {DIP_MIN:.0%} from its first logged "
-        f"value and recovers by > {DIP_MIN:.0%} by the end; baseline's dip is smaller"
+        "each γ=1 arm against its matched control (same ε and gate, γ = 0.5), from iteration 0, "
+        "paired by seed at the largest size: dip (1 − min/initial stable rank) of the arm − "
+        f"control's above {DIP_MIN:g}, and the arm's recovery (final/min − 1) above {DIP_MIN:g}"
     )
-    g_any = g3 or g2 or g1
-    size = next(
-        (
-            s
-            for s in reversed(data.sizes)
-            if g_any and all("rank_dip" in mech.get(f"{a}|{s}", {}) for a in (g_any, base))
-        ),
-        None,
-    )
-    if size is None:
-        v.append(Verdict(claim, NOT_MEASURABLE, "needs >= 3 stable-rank points per arm", rule))
-    else:
-        a, b = mech[f"{g_any}|{size}"], mech[f"{base}|{size}"]
-        nums = (
-            f"{size} ({g_any}): {a['rank_first']:.2f} at it {a['rank_first_iteration']} → "
-            f"min {a['rank_min']:.2f} at it {a['rank_min_iteration']} → {a['rank_final']:.2f} "
-            f"(dip {a['rank_dip']:.1%}, rise {a['rank_rise']:.1%}); baseline dip "
-            f"{b['rank_dip']:.1%}, rise {b['rank_rise']:.1%}"
+    pairs = []
+    for name in ("gamma1", "gamma1+eps", "gamma1+eps+gate"):
+        arm = data.role(name)
+        if arm and (ctrl := data.matched_control(arm)):
+            pairs.append((arm, ctrl))
+    if not pairs:
+        return Verdict(claim, INCONCLUSIVE, "no γ = 1 arm with a matched γ = 0.5 control", rule)
+    parts, verdicts = [], []
+    for arm, ctrl in pairs:
+        size = _largest_with(data, [arm, ctrl], "stable_rank")
+        if size is None:
+            continue
+        a, b = (data.seed_series(x, size, "stable_rank") for x in (arm, ctrl))
+        seeds = sorted(k for k in set(a) & set(b) if len(a[k]) >= 3 and len(b[k]) >= 3)
+        if not seeds:
+            continue
+        first = min(min(a[k]) for k in seeds)
+        if first != 0:
+            parts.append(
+                f"{arm} vs {ctrl} ({size}): the first stable rank is logged at iteration "
+                f"{first}, not at initialization, so an early collapse is unobserved"
+            )
+            verdicts.append(INCONCLUSIVE)
+            continue
+        da, db = ([_dip_rise(x[k]) for k in seeds] for x in (a, b))
+        dip = paired_difference([x[0] for x in da], [x[0] for x in db])
+        rise = t_interval([x[1] for x in da])
+        v1, why1 = decide(dip, DIP_MIN, +1)
+        v2, why2 = decide(rise, DIP_MIN, +1)
+        parts.append(
+            f"{arm} vs {ctrl} ({size}): Δdip {dip.text(3)} ({why1}); recovery {rise.text(3)} "
+            f"({why2})"
         )
-        ok = a["rank_dip"] > DIP_MIN and a["rank_rise"] > DIP_MIN and b["rank_dip"] < a["rank_dip"]
-        v.append(Verdict(claim, REPRODUCED if ok else NOT_REPRODUCED, nums, rule))
-    # 8. Δsym by difficulty
+        verdicts.append(combine([v1, v2]))
+    if not parts:
+        return Verdict(claim, INCONCLUSIVE, "needs >= 3 stable-rank points per arm", rule)
+    return Verdict(claim, combine(verdicts), "; ".join(parts), rule)
+
+
+def delta_sym_concentration(
+    seeds: dict[int, dict], resamples: int = BOOTSTRAP, rng_seed: int = 0
+) -> dict:
+    """Hard − easy mean Δsym per seed and averaged over seeds, with a document-level bootstrap.
+
+    A uniform improvement (``log p_A = log p_B + c`` on every token) gives Δsym = tanh(c/2) on
+    every token, a flat profile: hard − easy = 0 is its null. Easy tokens: difficulty at or
+    below the seed's ``EASY_SHARE`` quantile.
+
+    Args:
+        seeds: {seed: {"delta": (n,) Δsym, "difficulty": (n,) nats, "document": (n,) int}}.
+
+    Returns:
+        {"per_seed": {seed: stat}, "mean", "low", "high" (percentile 95% interval of the mean
+        over seeds, resampling documents within each seed), "null": {seed: tanh(c/2)}}.
+    """
+    rng = np.random.default_rng(rng_seed)
+    prepared, per_seed, null = [], {}, {}
+    for seed, t in seeds.items():
+        delta = np.asarray(t["delta"], dtype=np.float64).ravel()
+        diff = np.asarray(t["difficulty"], dtype=np.float64).ravel()
+        docs = np.asarray(t["document"]).ravel()
+        hard = diff > np.quantile(diff, EASY_SHARE)
+        _, inv = np.unique(docs, return_inverse=True)
+        k = int(inv.max()) + 1
+        sums = np.stack(
+            [
+                np.bincount(inv, weights=delta * hard, minlength=k),
+                np.bincount(inv, weights=hard.astype(float), minlength=k),
+                np.bincount(inv, weights=delta * ~hard, minlength=k),
+                np.bincount(inv, weights=(~hard).astype(float), minlength=k),
+            ]
+        )
+        prepared.append(sums)
+        per_seed[seed] = float(sums[0].sum() / sums[1].sum() - sums[2].sum() / sums[3].sum())
+        null[seed] = float(np.tanh(np.arctanh(np.clip(delta, -0.999999, 0.999999)).mean()))
+    boot = np.zeros(resamples)
+    for sums in prepared:
+        idx = rng.integers(0, sums.shape[1], size=(resamples, sums.shape[1]))
+        s = sums[:, idx].sum(axis=2)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            boot += s[0] / s[1] - s[2] / s[3]
+    boot /= len(prepared)
+    low, high = np.nanquantile(boot, [0.025, 0.975])
+    return {
+        "per_seed": per_seed,
+        "mean": float(np.mean(list(per_seed.values()))),
+        "low": float(low),
+        "high": float(high),
+        "null": null,
+    }
+
+
+def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
+    """The gains concentrate on mid/high-difficulty tokens."""
     claim = "the gains concentrate on mid/high-difficulty tokens"
     rule = (
-        f"Δsym (best arm vs baseline, held-out) averaged over the hardest "
-        f"{1 - EASY_SHARE:.0%} of difficulty bins is > 0 and above the easiest {EASY_SHARE:.0%}"
+        f"mean Δsym on the hardest {1 - EASY_SHARE:.0%} of tokens − on the easiest "
+        f"{EASY_SHARE:.0%} (best arm vs baseline, held-out, >= 2 seeds), against 0 (a uniform "
+        "improvement of the same mean gives a flat profile); 95% interval from a document-level "
+        "bootstrap averaged over seeds"
     )
-    if not cmp or "bins" not in cmp:
+    if not cmp or cmp.get("error"):
         why = cmp["error"] if cmp else "no pair of finished best-arm and baseline runs"
-        v.append(Verdict(claim, NOT_MEASURABLE, f"compare: {why}", rule))
-    else:
-        bins = cmp["bins"]
-        k = max(1, int(round(EASY_SHARE * len(bins))))
-        easy, hard = bins[:k], bins[k:]
-        if not hard:
-            v.append(Verdict(claim, NOT_MEASURABLE, f"only {len(bins)} difficulty bin(s)", rule))
-        else:
+        return Verdict(claim, INCONCLUSIVE, f"compare: {why}", rule)
+    seeds = cmp["seeds"]
+    head = f"{cmp['arm']} vs {data.baseline} at {cmp['size']}"
+    if len(seeds) < 2:
+        return Verdict(
+            claim, INCONCLUSIVE, f"{head}: {len(seeds)} seed ({sorted(seeds)}); the profile "
+            "needs >= 2 seeds", rule,
+        )  # fmt: skip
+    r = delta_sym_concentration(seeds)
+    per = ", ".join(f"seed {k} {v:+.4f}" for k, v in r["per_seed"].items())
+    null = ", ".join(f"{v:+.4f}" for v in r["null"].values())
+    iv = Interval(r["mean"], r["low"], r["high"], len(seeds), math.nan, "seeds")
+    verdict, why = decide(iv, 0.0, +1)
+    nums = (
+        f"{head}: hard − easy Δsym {per}; mean {r['mean']:+.4f} [{r['low']:+.4f}, "
+        f"{r['high']:+.4f}] (document bootstrap, {len(seeds)} seeds): {why}; uniform-improvement "
+        f"level tanh(c/2) per seed {null}"
+    )
+    return Verdict(claim, verdict, nums, rule)
 
-            def wmean(bs):
-                return sum(b["mean_delta"] * b["count"] for b in bs) / sum(b["count"] for b in bs)
 
-            e, h = wmean(easy), wmean(hard)
-            nums = (
-                f"{cmp['arm']} vs {base} at {cmp['size']}, {cmp['tokens']} tokens: Δsym "
-                f"easy {e:+.4f}, mid/high {h:+.4f}; overall {cmp['mean_delta_sym']:+.4f}"
-            )
-            v.append(Verdict(claim, REPRODUCED if h > 0 and h > e else NOT_REPRODUCED, nums, rule))
-    return v
+def verdicts(data: StudyData, grid: dict, cmp: Optional[dict]) -> list[Verdict]:
+    """The rows in the paper's order; claims 1–3 at the shared LR and, with an LR grid, again at
+    each arm's own best LR (chosen on the selection seed, compared on the confirm seeds).
+
+    Args:
+        data: the study.
+        grid: :func:`~.analysis.gamma_grid`.
+        cmp: the Δsym comparison (:func:`claim8`), or None.
+    """
+    comparisons = [("shared LR", lambda a, s: data.losses(a, s))]
+    if data.has_lr_grid:
+        comparisons.append(("best LR", data.confirm_losses))
+    rows = []
+    for claim in (claim1, claim2, claim3):
+        for label, get in comparisons:
+            rows.append(claim(data, get, label))
+    rows += [claim4(data), claim5(data), claim6(data, grid), claim7(data), claim8(data, cmp)]
+    return rows

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from megatron_gamma.config import Config, ConfigError
+from megatron_gamma.config import Config, ConfigError, redacted_dict
 from megatron_gamma.training.callbacks import Callback, StepOutput
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ class WandbWriter:
 
     Args:
         cfg: the run config (``--wandb-project``, ``--wandb-exp-name``, ``--wandb-save-dir``;
-            the resolved config is stored as the run's config).
+            the resolved config, ``cluster.env`` values redacted, is stored as the run's config).
     """
 
     def __init__(self, cfg: Config):
@@ -66,7 +66,7 @@ class WandbWriter:
             project=lg.wandb_project,
             name=lg.wandb_exp_name or os.path.basename(os.path.normpath(lg.run_dir)),
             dir=save_dir,
-            config=cfg.to_dict(),
+            config=redacted_dict(cfg),
         )
 
     def add_scalar(self, tag: str, value: Any, step: int) -> None:

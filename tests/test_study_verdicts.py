@@ -1,0 +1,435 @@
+"""The verdict engine of ``megatron-gamma report`` on synthetic run records with known answers.
+
+Every expected interval is recomputed here by hand from the records (numpy + scipy.stats.t), not
+read back from the engine's own helpers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from megatron_gamma.study.analysis import StudyData, gamma_grid, loss_table, scaling_fits
+from megatron_gamma.study.fits import Interval, trend_interval
+from megatron_gamma.study.rundir import RunRecord
+from megatron_gamma.study.verdicts import (
+    INCONCLUSIVE,
+    NOT_MEASURABLE,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    claim1,
+    claim2,
+    claim3,
+    claim4,
+    claim6,
+    claim7,
+    claim8,
+    decide,
+    delta_sym_concentration,
+    verdicts,
+)
+
+ARMS = {
+    "baseline": (0.5, 1e-5, "none"),
+    "gamma1": (1.0, 1e-5, "none"),
+    "gamma1+eps": (1.0, 1e-12, "none"),
+    "gamma1+eps+gate": (1.0, 1e-12, "elementwise"),
+    "gamma0.5+eps+gate": (0.5, 1e-12, "elementwise"),
+}
+
+
+def _t_interval(x, level=0.95):
+    x = np.asarray(x, dtype=np.float64)
+    half = stats.t.ppf((1 + level) / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size)
+    return x.mean() - half, x.mean() + half
+
+
+def make_study(losses, widths, *, arms=None, manifest=None, diagnostics=None, lr=None):
+    """StudyData from {(arm, size, seed): loss}; widths {size: hidden_size}; N = 1000·width²;
+    ``lr`` {(arm, size, seed): (lr, phase, grid)} for LR-grid studies."""
+    arms = arms or ARMS
+    runs = []
+    for (arm, size, seed), loss in losses.items():
+        gamma, eps, gate = arms[arm]
+        entry = {
+            "key": f"{arm}/{size}/seed-{seed}",
+            "arm": arm,
+            "size": size,
+            "seed": seed,
+            "train_iters": 100,
+            "non_embedding": 1000 * widths[size] ** 2 + (7 if gate != "none" else 0),
+            "init_gamma": gamma,
+            "norm_epsilon": eps,
+            "gated_attention": gate,
+            "hidden_size": widths[size],
+            "num_layers": 2,
+            "seq_length": 128,
+            "finished": True,
+            "loss": loss,
+            "record": RunRecord(diagnostics=(diagnostics or {}).get((arm, size, seed), {})),
+        }
+        if lr and (arm, size, seed) in lr:
+            entry["lr"], entry["lr_phase"], entry["grid"] = lr[(arm, size, seed)]
+        runs.append(entry)
+    return StudyData({"name": "synthetic", "baseline": "baseline", **(manifest or {})}, runs)
+
+
+def shared(data):
+    return data.losses
+
+
+# --- claim 1: units of replication -------------------------------------------------------
+
+
+def test_clean_effect_is_reproduced_with_sizes_as_units():
+    rng = np.random.default_rng(1)
+    widths = {"s1": 256, "s2": 512, "s3": 1024}
+    losses, per_size = {}, []
+    for i, size in enumerate(widths):
+        base = 5.0 - 0.3 * i + rng.normal(0, 0.02, 3)
+        gain = np.array([-0.30, -0.32, -0.29]) + 0.01 * i
+        for seed in range(3):
+            losses[("baseline", size, seed + 1)] = float(base[seed])
+            losses[("gamma1", size, seed + 1)] = float(base[seed] + gain[seed])
+        per_size.append(gain.mean())
+    data = make_study(losses, widths)
+    v = claim1(data, data.losses, "shared LR")
+    lo, hi = _t_interval(per_size)
+    assert v.verdict == REPRODUCED
+    assert f"[{lo:+.4f}, {hi:+.4f}] (df 2, 3 sizes)" in v.numbers
+    assert "(df 2, 3 seeds)" in v.numbers  # the per-size intervals print theirs
+
+
+def test_pseudo_replicated_effect_is_inconclusive():
+    """The committed study's claim-1 losses: 6 (size, seed) pairs pooled give an interval below
+    0, but with sizes as the unit it is [-1.41, +0.51] (the issue's numbers)."""
+    base = {("d32", 1): 6.214253664016724, ("d32", 2): 6.247605681419373}
+    base |= {("d64", 1): 5.7453413009643555, ("d64", 2): 5.846213936805725}
+    base |= {("d96", 1): 5.531616032123566, ("d96", 2): 5.590380549430847}
+    g1 = {("d32", 1): 5.489409923553467, ("d32", 2): 5.5303598046302795}
+    g1 |= {("d64", 1): 5.096186995506287, ("d64", 2): 5.265060544013977}
+    g1 |= {("d96", 1): 5.614770412445068, ("d96", 2): 5.493613958358765}
+    losses = {("baseline", s, k): x for (s, k), x in base.items()}
+    losses |= {("gamma1", s, k): x for (s, k), x in g1.items()}
+    data = make_study(losses, {"d32": 32, "d64": 64, "d96": 96})
+    pooled_hi = _t_interval([g1[k] - base[k] for k in base])[1]
+    assert pooled_hi < -0.01  # pooling pairs would have called it reproduced
+    per_size = [np.mean([g1[(s, k)] - base[(s, k)] for k in (1, 2)]) for s in ("d32", "d64", "d96")]
+    lo, hi = _t_interval(per_size)
+    assert (round(lo, 2), round(hi, 2)) == (-1.41, 0.51)
+    v = claim1(data, data.losses, "shared LR")
+    assert v.verdict == INCONCLUSIVE
+    assert f"[{lo:+.4f}, {hi:+.4f}] (df 2, 3 sizes)" in v.numbers
+    # d96: seeds +0.083 / -0.097 -> a 1-df interval of about ±1.14 around -0.0068
+    assert "d96: -0.0068 [-1.1499, +1.1363] (df 1, 2 seeds)" in v.numbers
+
+
+def test_null_effect_is_not_reproduced_and_one_seed_is_inconclusive():
+    widths = {"s1": 256, "s2": 512}
+    losses = {}
+    for size, shift in (("s1", 0.0), ("s2", -0.2)):
+        for seed, noise in ((1, 0.001), (2, -0.002), (3, 0.0015)):
+            losses[("baseline", size, seed)] = 5.0 + shift
+            losses[("gamma1", size, seed)] = 5.0 + shift + noise
+    data = make_study(losses, widths)
+    assert claim1(data, data.losses, "shared LR").verdict == NOT_REPRODUCED
+    one = make_study({("baseline", "s1", 1): 5.0, ("gamma1", "s1", 1): 4.0}, widths)
+    v = claim1(one, one.losses, "shared LR")
+    assert v.verdict == INCONCLUSIVE and "1 seed: no interval" in v.numbers
+
+
+def test_decide_uses_the_margin_not_the_sign():
+    iv = Interval(-0.008, -0.009, -0.007, 3, 2)
+    assert decide(iv, 0.01, -1)[0] == NOT_REPRODUCED  # below 0, but not by δ
+    assert decide(iv, 0.001, -1)[0] == REPRODUCED
+    assert decide(Interval(-0.02, -0.03, -0.005, 3, 2), 0.01, -1)[0] == INCONCLUSIVE
+    assert decide(Interval(0.5, 0.2, 0.8, 3, 2), 0.01, +1)[0] == REPRODUCED
+    assert decide(Interval(-0.5, math.nan, math.nan, 1, 0), 0.01, -1)[0] == INCONCLUSIVE
+
+
+# --- claim 2: trends ------------------------------------------------------------------------
+
+
+def _trend_study(gamma1_rises: bool):
+    """Widths where ε = 1e-5 can act at γ = 1 (σ²_emb/ε = 1.53, 0.38, 0.095); the advantage
+    shrinks 0.5 -> 0.3 -> 0.1; the baseline's loss falls; γ = 1's falls or rises."""
+    widths = {"s1": 256, "s2": 512, "s3": 1024}
+    base_loss = {"s1": 5.6, "s2": 5.5, "s3": 5.45}
+    adv = {"s1": 0.5, "s2": 0.3, "s3": 0.1}
+    if not gamma1_rises:
+        base_loss = {"s1": 6.0, "s2": 5.5, "s3": 5.0}
+    noise = {1: 0.01, 2: -0.012, 3: 0.004}
+    losses = {}
+    for s in widths:
+        for seed, e in noise.items():
+            losses[("baseline", s, seed)] = base_loss[s] + e
+            losses[("gamma1", s, seed)] = base_loss[s] - adv[s] + e + 0.002 * seed
+    return make_study(losses, widths), widths, losses
+
+
+def test_artefact_loss_rising_with_size_is_never_reproduced():
+    data, widths, losses = _trend_study(gamma1_rises=True)
+    g1 = [np.mean([losses[("gamma1", s, k)] for k in (1, 2, 3)]) for s in widths]
+    assert g1[2] > g1[1]  # the artefact: γ = 1 got worse from s2 to s3
+    v = claim2(data, data.losses, "shared LR")
+    assert v.verdict in (INCONCLUSIVE, NOT_REPRODUCED) and "loss rises with size" in v.numbers
+    clean, widths, losses = _trend_study(gamma1_rises=False)
+    v = claim2(clean, clean.losses, "shared LR")
+    assert v.verdict == REPRODUCED
+    # the slope's interval by hand: OLS of per-size mean advantage on ln N, df = 1
+    x = np.log([1000 * w**2 for w in widths.values()])
+    y = np.array(
+        [
+            np.mean([losses[("baseline", s, k)] - losses[("gamma1", s, k)] for k in (1, 2, 3)])
+            for s in widths
+        ]
+    )
+    b, a = np.polyfit(x, y, 1)
+    resid = y - (a + b * x)
+    se = math.sqrt(resid @ resid / 1 / np.sum((x - x.mean()) ** 2))
+    half = stats.t.ppf(0.975, 1) * se
+    span = x[-1] - x[0]
+    assert f"[{(b - half) * span:+.4f}, {(b + half) * span:+.4f}] (df 1, 3 sizes)" in v.numbers
+
+
+def test_trend_with_two_sizes_uses_welch_over_seeds():
+    a, b = [0.5, 0.52, 0.47], [0.2, 0.25, 0.22]
+    iv = trend_interval([0.0, 2.0], [a, b])
+    va, vb = np.var(a, ddof=1) / 3, np.var(b, ddof=1) / 3
+    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)
+    half = stats.t.ppf(0.975, df) * math.sqrt(va + vb) / 2
+    slope = (np.mean(b) - np.mean(a)) / 2
+    assert iv.mean == pytest.approx(slope) and iv.df == pytest.approx(df)
+    assert (iv.low, iv.high) == pytest.approx((slope - half, slope + half))
+
+
+def test_eps_that_cannot_act_is_not_measurable():
+    """At widths 32/64/96, σ²_emb/ε at init is 97.7 / 24.4 / 10.9 for γ = 1, ε = 1e-5."""
+    widths = {"d32": 32, "d64": 64, "d96": 96}
+    losses = {}
+    for i, s in enumerate(widths):
+        for seed in (1, 2, 3):
+            losses[("baseline", s, seed)] = 6.0 - 0.2 * i + 0.01 * seed
+            losses[("gamma1", s, seed)] = 5.3 - 0.05 * i + 0.013 * seed
+    data = make_study(losses, widths)
+    ratios = [w ** (-2.0) / 1e-5 for w in widths.values()]
+    assert [round(r, 1) for r in ratios] == [97.7, 24.4, 10.9]
+    v = claim2(data, data.losses, "shared LR")
+    assert v.verdict == NOT_MEASURABLE
+    assert "d32 97.7, d64 24.4, d96 10.9" in v.numbers and "= 316" in v.numbers
+    losses |= {("gamma1+eps", s, k): x for (a, s, k), x in losses.items() if a == "gamma1"}
+    v4 = claim4(make_study(losses, widths))
+    assert v4.verdict == NOT_MEASURABLE and "d96 10.9" in v4.numbers
+
+
+# --- claim 3: the interaction ---------------------------------------------------------------
+
+
+def _four_arms(fix_at_1: float, fix_at_05: float, with_control: bool = True):
+    widths = {"s1": 256, "s2": 512}
+    noise = {1: 0.0, 2: 0.011, 3: -0.007, 4: 0.004}
+    losses = {}
+    for i, s in enumerate(widths):
+        for seed, e in noise.items():
+            b = 5.5 - 0.3 * i + e
+            g1 = b - 0.2 + 0.5 * e
+            losses[("baseline", s, seed)] = b
+            losses[("gamma1", s, seed)] = g1
+            losses[("gamma1+eps+gate", s, seed)] = g1 - fix_at_1 + 0.3 * e * seed
+            if with_control:
+                losses[("gamma0.5+eps+gate", s, seed)] = b - fix_at_05 - 0.2 * e
+    return make_study(losses, widths), losses
+
+
+def test_gate_main_effect_is_not_credited_to_gamma():
+    """The fixes help γ = 0.5 more than γ = 1 (0.25 vs 0.1 nats): the old rule (advantage of
+    γ=1+ε+gate above γ=1's) said reproduced; the interaction says not reproduced."""
+    data, losses = _four_arms(fix_at_1=0.1, fix_at_05=0.25)
+    v = claim3(data, data.losses, "shared LR")
+    assert v.verdict == NOT_REPRODUCED
+    per_size = []
+    for s in ("s1", "s2"):
+        inter = [
+            (losses[("gamma1+eps+gate", s, k)] - losses[("gamma1", s, k)])
+            - (losses[("gamma0.5+eps+gate", s, k)] - losses[("baseline", s, k)])
+            for k in (1, 2, 3, 4)
+        ]
+        lo, hi = _t_interval(inter)
+        assert f"[{lo:+.4f}, {hi:+.4f}] (df 3, 4 seeds)" in v.numbers
+        per_size.append(np.mean(inter))
+    lo, hi = _t_interval(per_size)
+    assert f"across sizes {np.mean(per_size):+.4f} [{lo:+.4f}, {hi:+.4f}] (df 1" in v.numbers
+    equal, _ = _four_arms(fix_at_1=0.2, fix_at_05=0.2)
+    assert claim3(equal, equal.losses, "shared LR").verdict != REPRODUCED
+    wider, _ = _four_arms(fix_at_1=0.4, fix_at_05=0.05)
+    assert claim3(wider, wider.losses, "shared LR").verdict == REPRODUCED
+
+
+def test_no_gamma05_fixes_arm_is_inconclusive():
+    data, _ = _four_arms(fix_at_1=0.4, fix_at_05=0.0, with_control=False)
+    v = claim3(data, data.losses, "shared LR")
+    assert v.verdict == INCONCLUSIVE
+    assert "the study has no γ = 0.5 + fixes arm; the gate's main effect cannot be" in v.numbers
+
+
+# --- claim 6: the γ grid at matched seeds -------------------------------------------------
+
+
+def _grid_study(seeds_per_gamma: dict[float, list[int]], curve, noise=0.005):
+    arms = dict(ARMS)
+    losses = {}
+    rng = np.random.default_rng(3)
+    for g, seeds in seeds_per_gamma.items():
+        arm = "gamma1+eps+gate" if g == 1.0 else f"gamma1+eps+gate@gamma={g:g}"
+        arms[arm] = (g, 1e-12, "elementwise")
+        for seed in seeds:
+            losses[(arm, "s1", seed)] = curve(g) + rng.normal(0, noise)
+    for seed in range(1, 6):
+        losses[("baseline", "s1", seed)] = 6.0
+    manifest = {"gamma_grid": {"arm": "gamma1+eps+gate", "sizes": ["s1"]}}
+    return make_study(losses, {"s1": 256}, arms=arms, manifest=manifest)
+
+
+def test_gamma_grid_compares_matched_seeds_only():
+    """γ = 1 has 2 seeds, the others 1: only seed 1 is matched, so no interval."""
+    values = {0.5: 5.4873, 0.75: 4.9889, 1.0: 4.98, 1.25: 5.0330, 1.5: 5.3978}
+    data = _grid_study({0.5: [1], 0.75: [1], 1.0: [1, 2], 1.25: [1], 1.5: [1]}, values.get, 0)
+    grid = gamma_grid(data)
+    assert grid["s1"]["seeds"] == [1] and grid["s1"]["mean"][2] == pytest.approx(4.98)
+    v = claim6(data, grid)
+    assert v.verdict == INCONCLUSIVE and "1 seed: no interval" in v.numbers
+    assert (
+        "best γ = 1, ahead of the runner-up by 0.0089" in v.numbers and "(shared LR)" in v.numbers
+    )
+
+
+def test_gamma_grid_interval_from_seed_resampling():
+    clear = _grid_study({g: [1, 2, 3, 4, 5] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1) ** 2 + 5)
+    v = claim6(clear, gamma_grid(clear))
+    assert v.verdict == REPRODUCED and "[1, 1]" in v.numbers
+    elsewhere = _grid_study({g: [1, 2, 3, 4] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1.5) ** 2)
+    assert claim6(elsewhere, gamma_grid(elsewhere)).verdict == NOT_REPRODUCED
+    flat = _grid_study({g: [1, 2, 3, 4] for g in (0.75, 1.0, 1.25)}, lambda g: 5.0, noise=0.02)
+    assert claim6(flat, gamma_grid(flat)).verdict == INCONCLUSIVE
+
+
+# --- claim 7: condensation from iteration 0 against the matched control -------------------
+
+
+def _rank_study(first_iteration: int, arm_dip: float):
+    widths = {"s1": 256}
+    losses, diag = {}, {}
+    for seed, e in ((1, 0.0), (2, 0.01), (3, -0.01)):
+        for arm, dip, rise in (("gamma1", arm_dip, 0.4), ("baseline", 0.02, 0.0)):
+            losses[(arm, "s1", seed)] = 5.0
+            ranks = {
+                first_iteration: 30.0,
+                50: 30.0 * (1 - dip - e),
+                100: 30.0 * (1 - dip) * (1 + rise),
+            }
+            diag[(arm, "s1", seed)] = {
+                it: {"stable_rank/qkv.q/layer_00": r} for it, r in ranks.items()
+            }
+    return make_study(losses, widths, diagnostics=diag)
+
+
+def test_condensation_needs_iteration_zero_and_the_matched_control():
+    late = _rank_study(first_iteration=25, arm_dip=0.8)
+    v = claim7(late)
+    assert (
+        v.verdict == INCONCLUSIVE and "logged at iteration 25, not at initialization" in v.numbers
+    )
+    assert "gamma1 vs baseline" in v.numbers  # same ε and gate, γ = 0.5
+    assert claim7(_rank_study(first_iteration=0, arm_dip=0.8)).verdict == REPRODUCED
+    assert claim7(_rank_study(first_iteration=0, arm_dip=0.02)).verdict == NOT_REPRODUCED
+
+
+# --- claim 8: Δsym by difficulty ------------------------------------------------------------
+
+
+def _tokens(rng, concentrated: bool, docs=40, per_doc=50):
+    n = docs * per_doc
+    difficulty = rng.uniform(0, 10, n)
+    gain = 0.1 + (0.4 * (difficulty > 3) if concentrated else 0.0)
+    dlogp = gain + rng.normal(0, 0.3, n)
+    return {
+        "delta": np.tanh(dlogp / 2),
+        "difficulty": difficulty,
+        "document": np.repeat(np.arange(docs), per_doc),
+        "dlogp": dlogp,
+    }
+
+
+def test_delta_sym_against_the_uniform_improvement_profile():
+    rng = np.random.default_rng(0)
+    uniform = {s: _tokens(rng, False) for s in (1, 2)}
+    r = delta_sym_concentration(uniform)
+    assert r["low"] < 0 < r["high"]
+    for s, t in uniform.items():  # a uniform shift c gives tanh(c/2) on every token
+        assert r["null"][s] == pytest.approx(np.tanh(t["dlogp"].mean() / 2), abs=1e-9)
+        easy = t["difficulty"] <= np.quantile(t["difficulty"], 0.3)
+        expected = t["delta"][~easy].mean() - t["delta"][easy].mean()
+        assert r["per_seed"][s] == pytest.approx(expected, abs=1e-12)
+    data = make_study({("baseline", "s1", 1): 5.0}, {"s1": 256})
+    cmp = {"arm": "gamma1", "size": "s1", "seeds": {s: _tokens(rng, True) for s in (1, 2)}}
+    assert claim8(data, cmp).verdict == REPRODUCED
+    one = {"arm": "gamma1", "size": "s1", "seeds": {1: _tokens(rng, True)}}
+    v = claim8(data, one)
+    assert v.verdict == INCONCLUSIVE and "needs >= 2 seeds" in v.numbers
+
+
+# --- LR grid, old manifests, fits -----------------------------------------------------------
+
+
+def test_lr_grid_best_lr_rows_and_old_manifest_defaults():
+    widths = {"s1": 256}
+    losses, lr = {}, {}
+    for arm, best in (("baseline", 1e-3), ("gamma1", 3e-4)):
+        for x in (3e-4, 1e-3, 3e-3):
+            shared = x == 3e-3
+            losses[(arm, "s1", 1 if shared else 100 + int(x * 1e5))] = 5.0 + abs(math.log(x / best))
+        for seed in (2, 3, 4):
+            losses[(arm, "s1", seed)] = (4.7 if arm == "gamma1" else 5.0) + 0.01 * seed
+            lr[(arm, "s1", seed)] = (best, "confirm", False)
+    for arm in ("baseline", "gamma1"):
+        for x in (3e-4, 1e-3):
+            lr[(arm, "s1", 100 + int(x * 1e5))] = (x, "grid", True)
+        lr[(arm, "s1", 1)] = (3e-3, "shared", True)
+    manifest = {"shared_lr": 3e-3, "lr_select_seed": 1, "margin": 0.05}
+    data = make_study(losses, widths, manifest=manifest, lr=lr)
+    assert data.best_lr("gamma1", "s1") == 3e-4 and data.best_lr("baseline", "s1") == 1e-3
+    assert data.confirm_losses("gamma1", "s1") == {2: 4.72, 3: 4.73, 4: 4.74}
+    rows = verdicts(data, {}, None)
+    assert [r.lr for r in rows[:6]] == ["shared LR", "best LR"] * 3
+    best = rows[1]
+    assert best.verdict == REPRODUCED and "-0.3000" in best.numbers and "δ = 0.05" in best.rule
+    rows_best, diffs = loss_table(data, "best")
+    assert [(r["arm"], r["lr"], r["seeds"]) for r in rows_best] == [
+        ("baseline", 1e-3, 3),
+        ("gamma1", 3e-4, 3),
+    ]
+    assert diffs[("gamma1", "s1")].mean == pytest.approx(4.73 - 5.03)
+    old = make_study({("baseline", "s1", 1): 5.0, ("gamma1", "s1", 1): 4.9}, widths)
+    assert old.margin == 0.01 and not old.has_lr_grid
+    assert [r.lr for r in verdicts(old, {}, None)[:3]] == ["shared LR"] * 3
+
+
+def test_fits_only_where_identified_and_sizes_from_the_baseline():
+    widths = {f"s{i}": w for i, w in enumerate((64, 128, 256))}
+    losses = {}
+    for s, w in widths.items():
+        for seed in (1, 2):
+            losses[("baseline", s, seed)] = 2.0 + 50 * (1000 * w**2) ** -0.3 + 0.001 * seed
+            losses[("gamma1+eps+gate", s, seed)] = losses[("baseline", s, seed)] - 0.05
+    data = make_study(losses, widths)
+    assert data.size_n == {s: 1000 * w**2 for s, w in widths.items()}  # not the gated arm's +7
+    fits = scaling_fits(data)
+    assert (
+        fits["baseline"]["fit"] is None
+        and "more sizes than parameters" in fits["baseline"]["error"]
+    )
+    assert fits["gamma1+eps+gate"]["multiplier"] == {}
+    assert "no identified baseline fit" in fits["gamma1+eps+gate"]["multiplier_reason"]["s0"]
