@@ -59,9 +59,11 @@ def demo_prefix(tmp_path_factory) -> str:
 
 def read_metrics(run_dir) -> dict[str, dict[int, float]]:
     """{'train': {iteration: loss}, 'valid': {iteration: loss}, 'grad_norm': {iteration: norm}}
-    from a run's metrics.jsonl."""
+    from a run's metrics.jsonl (diagnostics records are read by :func:`read_diagnostics`)."""
     out: dict[str, dict[int, float]] = {"train": {}, "valid": {}, "grad_norm": {}}
     for rec in layout.read_metrics(str(run_dir)):
+        if rec["split"] == "diagnostics":
+            continue
         out[rec["split"]][rec["iteration"]] = rec["loss"]
         if "grad_norm" in rec:
             out["grad_norm"][rec["iteration"]] = rec["grad_norm"]
