@@ -1,0 +1,225 @@
+"""The single-rank loader: a checkpoint's run config, rebuilt for one process, and its weights
+in a freshly built model.
+
+Checkpoints are megatron-core ``dist_checkpointing`` (torch_dist) directories whose tensors are
+keyed by global names and shapes, so a checkpoint written under any TP/PP/EP layout loads into
+a model built for one rank (TP = PP = EP = 1): that is how ``analyze``, ``compare``,
+``evaluate``, ``export-hf`` and ``import-hf`` read them, and :func:`load_model_weights` also
+serves training's weights-only loads (``--pretrained-checkpoint``, ``--finetune``) into the
+training layout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Iterator, Sequence
+from typing import Optional
+
+import torch
+
+from megatron_gamma import parallel
+from megatron_gamma.config import Config, ConfigError, config_from_dict, load_config
+from megatron_gamma.data import demo_dir
+from megatron_gamma.rundir import layout
+
+
+def single_rank_config(cfg: Config) -> Config:
+    """``cfg`` rebuilt (through the validated constructor) for one process: TP = expert TP =
+    PP = EP = 1, no virtual pipeline stages, no sequence parallelism, no distributed optimizer or
+    overlapped gradient reduction or parameter gather. Any run's checkpoint loads into the model
+    it builds."""
+    return cfg.replace(
+        tensor_model_parallel_size=1,
+        expert_tensor_parallel_size=1,
+        pipeline_model_parallel_size=1,
+        num_layers_per_virtual_pipeline_stage=None,
+        virtual_pipeline_model_parallel_size=None,
+        num_virtual_stages_per_pipeline_rank=None,
+        expert_model_parallel_size=1,
+        sequence_parallel=False,
+        use_distributed_optimizer=False,
+        overlap_grad_reduce=False,
+        overlap_param_gather=False,
+    )
+
+
+def fp32_single_rank(cfg: Config) -> Config:
+    """:func:`single_rank_config` with fp32 weights (``bf16 = fp16 = False``), iteration-based
+    without a batch-size ramp-up (``train_iters`` keeps its value), so evaluation may change the
+    batch sizes; rebuilt through :func:`config_from_dict`, so every check runs again."""
+    raw = single_rank_config(cfg).to_dict()
+    raw["training"].update(bf16=False, fp16=False, train_samples=None, rampup_batch_size=None)
+    return config_from_dict(raw)
+
+
+_LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS")
+
+
+@contextlib.contextmanager
+def single_process(cfg: Config) -> Iterator[None]:
+    """Initialize a one-process torch.distributed group and megatron-core parallel state
+    (TP = PP = 1, via :func:`megatron_gamma.parallel.initialize`), and tear them down after.
+
+    The launcher variables are hidden meanwhile and the environment is restored after, so the
+    ``MASTER_ADDR``/``MASTER_PORT`` picked here are not inherited by processes started later
+    (whose rendezvous would find the port still in TIME_WAIT)."""
+    saved = {k: os.environ.get(k) for k in (*_LAUNCH_VARS, "MASTER_ADDR", "MASTER_PORT")}
+    for var in _LAUNCH_VARS:
+        os.environ.pop(var, None)
+    try:
+        parallel.initialize(single_rank_config(cfg))
+        try:
+            yield
+        finally:
+            parallel.destroy()
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_config(path: str, config: Optional[str] = None, run_dir: Optional[str] = None) -> Config:
+    """The config of the run that wrote ``path`` (a checkpoint, a checkpoint root or a run
+    directory), from the first of:
+
+    1. ``config``: a config.yaml given explicitly (``--config``, the override);
+    2. the config carried by the newest checkpoint at ``path`` (:func:`layout.describe`);
+    3. the ``config.yaml`` in ``path`` or up to three levels above it (checkpoints written
+       before they carried their config).
+
+    Args:
+        path: where the run's checkpoints lie.
+        config: the run's config.yaml, overriding the checkpoint's own.
+        run_dir: where the run directory lies now (default: the directory of the config.yaml
+            read, or the run directory the checkpoint was saved from).
+
+    Raises:
+        ConfigError: none of the three (names the fix), or an invalid config.
+    """
+    if config is not None:
+        return load_config(config).replace(
+            run_dir=run_dir or os.path.dirname(os.path.abspath(config))
+        )
+    try:
+        ckpt = layout.resolve_checkpoint(path)
+    except ConfigError:
+        ckpt = None
+    saved = layout.saved_description(ckpt)[0] if ckpt else None
+    if saved is not None:
+        cfg = config_from_dict(saved)
+        return cfg.replace(run_dir=run_dir) if run_dir else cfg
+    found = layout.find_run_config(path)
+    if found is None:
+        raise ConfigError(
+            f"path={path!r}: its checkpoint does not carry the run's config (saved before "
+            f"checkpoints did) and there is no {layout.CONFIG} in it or its parents. Fix: pass "
+            "the run's config.yaml with --config"
+        )
+    return load_config(found).replace(run_dir=run_dir or os.path.dirname(found))
+
+
+def tokenizer_path(cfg: Config) -> str:
+    """The run's tokenizer.json (the packaged demo tokenizer by default; for
+    ``--tokenizer-type GPT2BPETokenizer`` the one made from its vocab and merges files in the
+    run directory, :mod:`megatron_gamma.data.tokenizer_types`)."""
+    if cfg.data.tokenizer_type == "GPT2BPETokenizer":
+        from megatron_gamma.data.tokenizer_types import load_tokenizer
+
+        return load_tokenizer(cfg.data, cfg.logging.run_dir).path
+    return cfg.data.tokenizer_model or os.path.join(demo_dir(), "tokenizer.json")
+
+
+def tokenizer_digest(cfg: Config) -> str:
+    """SHA-256 of the run's tokenizer file (equal digests: same token ids)."""
+    with open(tokenizer_path(cfg), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def model_vocab_size(cfg: Config, tokenizer_vocab_size: int) -> int:
+    """The model's (padded) vocabulary size, as ``pretrain`` builds it: the larger of the
+    tokenizer's size and ``--vocab-size``, rounded up to ``make_vocab_size_divisible_by`` x TP
+    (:func:`megatron_gamma.model.builder.padded_vocab_size`)."""
+    from megatron_gamma.model.builder import padded_vocab_size
+
+    return padded_vocab_size(max(tokenizer_vocab_size, cfg.model.vocab_size or 0), cfg)
+
+
+def checkpoint_vocab_size(ckpt: str) -> Optional[int]:
+    """Padded vocabulary size stored in a checkpoint (global embedding/output rows)."""
+    meta = layout.read_tensors_metadata(ckpt)
+    for key in (
+        "embedding.word_embeddings.weight",
+        "output_layer.weight",
+    ):
+        if key in meta:
+            return int(meta[key].global_shape[0])
+    return None
+
+
+def build_model(cfg: Config, vocab_size: int) -> torch.nn.Module:
+    """A single-rank GPTModel for ``cfg`` (initialized by the run's rule and seed), eval mode.
+
+    Must run inside :func:`single_process`.
+    """
+    from megatron_gamma.model.builder import build_model_chunk, transformer_config
+
+    one = single_rank_config(cfg)
+    model, _ = build_model_chunk(
+        one, transformer_config(one, on_gpu=parallel.uses_gpu()), vocab_size
+    )
+    if parallel.uses_gpu():
+        model.cuda()
+    return model.eval()
+
+
+def load_model_weights(models: Sequence[torch.nn.Module], ckpt: str) -> int:
+    """Load the model weights of checkpoint ``ckpt`` (any saved layout, resharded by
+    dist_checkpointing) into ``models``: one GPTModel, or this rank's virtual-pipeline chunks
+    in order (keys ``model`` / ``model0``, ``model1``, ... as the checkpoint was saved).
+
+    Returns:
+        The checkpoint's iteration.
+
+    Raises:
+        Whatever megatron-core raises for a checkpoint that does not fit the models (shapes,
+        missing keys) or damaged files; :func:`load_weights` names it.
+    """
+    keys = ["model"] if len(models) == 1 else [f"model{i}" for i in range(len(models))]
+    sharded = {key: m.sharded_state_dict() for key, m in zip(keys, models, strict=True)}
+    loaded = layout.read_state(sharded, ckpt)
+    for key, m in zip(keys, models, strict=True):
+        m.load_state_dict(loaded[key], strict=True)
+    return int(loaded["iteration"])
+
+
+def load_weights(model: torch.nn.Module, ckpt: str) -> int:
+    """Load the model weights of checkpoint ``ckpt`` (any saved layout) into the single-rank
+    ``model`` (:func:`load_model_weights`).
+
+    Returns:
+        The checkpoint's iteration.
+
+    Raises:
+        ConfigError: the checkpoint does not match the model (different architecture).
+    """
+    try:
+        return load_model_weights([model], ckpt)
+    except Exception as e:  # megatron-core raises several types for shape/key mismatches
+        raise ConfigError(
+            f"checkpoint={ckpt!r} does not fit the model built from the run's config ({e}). "
+            "Fix: pass the config.yaml of the run that wrote this checkpoint"
+        ) from e
+
+
+def model_for_run(cfg: Config, ckpt: Optional[str]) -> torch.nn.Module:
+    """Build the run's model with the vocabulary size of ``ckpt`` (else of the tokenizer)."""
+    from megatron_gamma.data.tokenizer import BilingualTokenizer
+
+    vocab = checkpoint_vocab_size(ckpt) if ckpt else None
+    if vocab is None:
+        vocab = model_vocab_size(cfg, BilingualTokenizer(tokenizer_path(cfg)).vocab_size)
+    return build_model(cfg, vocab)
