@@ -103,6 +103,15 @@ def is_finished(run_dir: str, train_iters: int) -> bool:
     return rec.checkpoint == train_iters and train_iters in rec.valid
 
 
+def finished_loss(run) -> Optional[float]:
+    """Final validation loss of a :class:`~megatron_gamma.study.spec.Run` that has finished
+    (:func:`is_finished`), else None."""
+    rec = read_run(run.config.logging.run_dir)
+    if rec.checkpoint == run.train_iters and run.train_iters in rec.valid:
+        return rec.valid[run.train_iters]
+    return None
+
+
 def final_checkpoint(run_dir: str) -> Optional[str]:
     """Path of the newest complete checkpoint (``RUN/checkpoints/iter_N``), or None."""
     ckpts = os.path.join(run_dir, CHECKPOINTS)
