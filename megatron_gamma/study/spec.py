@@ -550,6 +550,15 @@ def _inside(output_dir: str, run_dir: str, key: str) -> None:
         )
 
 
+def _warmup(fields: dict) -> dict:
+    """``fields`` where ``lr_warmup_fraction`` replaces the recipes' warmup iterations/samples
+    (Megatron-LM accepts one of the three)."""
+    if fields.get("lr_warmup_fraction") is not None:
+        fields.setdefault("lr_warmup_iters", 0)
+        fields.setdefault("lr_warmup_samples", 0)
+    return fields
+
+
 class _Planner:
     """Builds runs: the (arm, size) base config once, then one validated config per seed/LR."""
 
@@ -566,14 +575,11 @@ class _Planner:
         """(fields, shared lr, min_lr/lr, train_iters, tokens per iteration) of (arm, size)."""
         if (arm, size) not in self._base:
             s = self.study.sizes[size]
-            fields = {**self.study.fields, **s.fields, **self.study.arms[arm].fields}
-            if fields.get("lr_warmup_fraction") is not None:
-                fields.setdefault("lr_warmup_iters", 0)
-                fields.setdefault("lr_warmup_samples", 0)
+            fields = _warmup({**self.study.fields, **s.fields, **self.study.arms[arm].fields})
             key = f"{arm}/{size}/seed-{self.study.arms[arm].seeds[0]}"
             try:
                 cfg = load_config(self._files(size), fields)
-                shared = load_config(self._files(size), {**self.study.fields, **s.fields})
+                shared = load_config(self._files(size), _warmup({**self.study.fields, **s.fields}))
             except ConfigError as e:
                 raise StudyError(f"run {key}: {e}") from e
             o = shared.optimizer

@@ -61,11 +61,14 @@ CONFIG_FILE = "study-config.yaml"
 LOG_FILE = "pretrain.log"
 MANIFEST = "study.json"
 DATA_FINGERPRINT = "fingerprint.json"
-ASSUMED_FLOPS_PER_S = 4e10
-"""Training FLOP/s assumed for the time estimate before any run of the study has finished (a
-2-core CPU on models of a few million parameters; measured runs replace it)."""
-STARTUP_S = 8.0
-"""Seconds per run outside the training loop (imports, model build, checkpoint I/O) on CPU."""
+ASSUMED_FLOPS_PER_S = 3.5e10
+"""Training FLOP/s assumed for the time estimate before any run of the study has finished: one
+CPU core (``OMP_NUM_THREADS=1``) on models of about a million parameters, measured as the CPU
+time between a 40- and a 160-iteration run (examples/studies/paper-cpu.yaml's header); measured
+runs replace it."""
+STARTUP_S = 15.0
+"""Seconds per run outside the training loop (imports, model build, evaluation, checkpoint I/O)
+on CPU, from the same measurement."""
 
 
 @dataclass
