@@ -444,7 +444,10 @@ def _add_gamma_grid(study: Study, raw: Any) -> None:
 
 
 def _base_gamma(study: Study) -> float:
-    return load_config(study.config_files, dict(study.fields)).init.init_gamma
+    try:
+        return load_config(study.config_files, _warmup(dict(study.fields))).init.init_gamma
+    except ConfigError as e:
+        raise StudyError(f"study config + set: {e}") from e
 
 
 def _check_lr_grids(study: Study, select_seed: Optional[int]) -> None:
