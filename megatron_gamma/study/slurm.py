@@ -28,9 +28,9 @@ from megatron_gamma.parallel import _PEAK_BF16_TFLOPS
 from megatron_gamma.study import rundir
 from megatron_gamma.study.spec import Run, Study, StudyError, load_study, plan
 from megatron_gamma.study.sweep import (
-    _pending_runs,
     check_data_unchanged,
     check_unchanged,
+    pending_runs,
     prepare_data,
     sizing,
     write_manifest,
@@ -49,7 +49,7 @@ def gpu_hours(study: Study, todo: list[Run], runs: list[Run]) -> list[str]:
     hours = {arm: [0.0, 0.0] for arm in study.arms}
     for run in todo:
         hours[run.arm][0] += sizing(run).flops / rate
-    for _, run in _pending_runs(study, runs):
+    for _, run in pending_runs(study, runs):
         hours[run.arm][1] += sizing(run).flops / rate
     lines = [
         "GPU-hours per arm: training FLOPs per `megatron-gamma estimate` at an assumed "

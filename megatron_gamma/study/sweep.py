@@ -414,7 +414,7 @@ def _measured_rate(runs: list[Run], sizes: dict[str, Sizing]) -> Optional[float]
     return flops / wall if wall else None
 
 
-def _pending_runs(study: Study, runs: list[Run]) -> list[tuple[str, Run]]:
+def pending_runs(study: Study, runs: list[Run]) -> list[tuple[str, Run]]:
     """(key, the shared run it costs as much as) of every confirm run not planned yet."""
     shared = {(r.arm, r.size, r.seed): r for r in runs if r.lr_phase == SHARED}
     return [
@@ -436,7 +436,7 @@ def describe_plan(study: Study, runs: list[Run]) -> str:
         else f"assumed {ASSUMED_FLOPS_PER_S / 1e9:.0f} GFLOP/s"
     )
     rate = rate or ASSUMED_FLOPS_PER_S
-    pending = _pending_runs(study, runs)
+    pending = pending_runs(study, runs)
     lines = [
         f"study {study.name}: {len(runs)} runs planned + {len(pending)} pending, baseline arm "
         f"{study.baseline!r}, margin {study.margin:g} nats"
