@@ -341,8 +341,9 @@ def _parse_sizes(raw: Any, base: str) -> dict[str, Size]:
         for key in ("hidden_size", "num_layers", "tokens"):
             if not isinstance(spec.get(key), int) or spec[key] < 1:
                 _fail(f"sizes.{name}.{key}", spec.get(key), "required, integer >= 1", "set it")
-        if "lr" in spec:
-            _positive_list(f"sizes.{name}.lr", [spec["lr"]])
+        lr = spec.get("lr", 1.0)
+        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not 0 < lr < math.inf:
+            _fail(f"sizes.{name}.lr", lr, "must be a positive number", "e.g. lr: 3.0e-4")
         if "micro_batch_size" in spec and (
             not isinstance(spec["micro_batch_size"], int) or spec["micro_batch_size"] < 1
         ):
