@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import Optional, TextIO, Union
+from typing import Optional, TextIO
 
 from megatron_gamma.config import changed_fields, redacted_dict, save_config
 from megatron_gamma.study import rundir
@@ -147,12 +147,9 @@ def check_unchanged(run: Run) -> bool:
     return True
 
 
-def _shared_lr(runs: list[Run]) -> Optional[Union[float, dict[str, float]]]:
-    by_size = {r.size: r.lr for r in runs if r.lr_phase == SHARED}
-    values = set(by_size.values())
-    if not values:
-        return None
-    return values.pop() if len(values) == 1 else by_size
+def _shared_lr(runs: list[Run]) -> Optional[float]:
+    values = {r.lr for r in runs if r.lr_phase == SHARED}
+    return values.pop() if len(values) == 1 else None
 
 
 def write_manifest(study: Study, runs: list[Run], output_dir: str, study_arg: str) -> str:
@@ -160,9 +157,10 @@ def write_manifest(study: Study, runs: list[Run], output_dir: str, study_arg: st
     and every run planned so far with its arm settings, LR and phase, tokens and parameter
     counts (what ``report`` reads besides the runs).
 
-    ``shared_lr`` is one float when every size shares it, else ``{size: lr}``;
-    ``lr_select_seed`` is None without an LR grid. A run's ``lr_phase`` is ``shared``, ``grid``
-    or ``confirm``; a shared run that is also a grid point carries ``grid: true``.
+    ``shared_lr`` is the shared LR when every size shares it, else None (sizes with their own
+    ``lr``: each run's ``lr`` gives it); ``lr_select_seed`` is None without an LR grid. A run's
+    ``lr_phase`` is ``shared``, ``grid`` or ``confirm``; a shared run that is also a grid point
+    carries ``grid: true``.
     """
     entries = []
     for run in runs:
