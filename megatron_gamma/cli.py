@@ -283,6 +283,11 @@ def _sweep(args: argparse.Namespace) -> None:
     slurm_only = {**_cluster_options(args), "gpus_per_node": args.gpus_per_node != 1}
     slurm_only["warning_seconds"] = args.warning_seconds != 300
     given = [k for k, v in slurm_only.items() if v]
+    if args.slurm and args.jobs != 1:
+        raise ConfigError(
+            f"jobs={args.jobs}: runs on this machine only. Fix: drop --jobs with --slurm (the "
+            "array runs every task at once)"
+        )
     if given and not args.slurm:
         raise ConfigError(
             f"{given[0]}={getattr(args, given[0])!r}: only used with --slurm. Fix: add --slurm "
@@ -307,7 +312,7 @@ def _sweep(args: argparse.Namespace) -> None:
     if args.dry_run:
         print(dry_run(args.study, args.output_dir))
         return
-    runs = sweep(args.study, args.output_dir)
+    runs = sweep(args.study, args.output_dir, jobs=args.jobs)
     print(f"sweep: {len(runs)} runs finished in {args.output_dir}")
 
 
@@ -529,6 +534,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", required=True, help="study directory: DIR/ARM/SIZE/seed-S")
     p.add_argument("--slurm", action="store_true", help="submit one SLURM array (a task per run)")
     p.add_argument("--gpus-per-node", type=int, default=1, help="with --slurm: GPUs per run")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="runs at once on this machine, each single-threaded when > 1 (every arm of one "
+        "size and seed finishes together)",
+    )
     p.add_argument(
         "--warning-seconds", type=int, default=300, help="with --slurm: SIGUSR1 lead time"
     )

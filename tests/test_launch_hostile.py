@@ -277,8 +277,11 @@ def test_preprocess_hostile_output_prefix_is_refused_by_name(stubs, tmp_path, ca
 STUDY = dict(
     run_dirs=["/s/arm a/size#1/seed-0"],
     gpus_per_node=1,
+    account=None,
+    qos=None,
     partition=None,
     time="10",
+    dependency=None,
     warning_seconds=60,
     container_image=None,
     container_mounts=None,

@@ -92,7 +92,8 @@ def test_dry_run_prints_plan_and_writes_nothing(tmp_path):
     lines = [ln for ln in proc.stdout.splitlines() if "/seed-" in ln]
     assert len(lines) == 4 and all(ln.endswith("to run") for ln in lines)
     # d64 at 16 iterations x 8 x 64 tokens; params from the estimator (vocab 4096)
-    assert "8,192" in lines[1] and "655,680" in lines[1]
+    (d64,) = [ln for ln in lines if ln.startswith("baseline/d64/seed-1 ")]
+    assert "8,192" in d64 and "655,680" in d64
     assert "estimated time left" in proc.stdout
     assert not out.exists()
     proc = _cli("sweep", SMOKE, "--output-dir", str(out), "--slurm", "--dry-run", timeout=300)

@@ -105,3 +105,12 @@ def is_finished(run_dir: str, train_iters: int) -> bool:
     """True when the run saved its checkpoint at ``train_iters`` and validated there."""
     rec = read_run(run_dir)
     return rec.checkpoint == train_iters and train_iters in rec.valid
+
+
+def finished_loss(run) -> Optional[float]:
+    """Final validation loss of a :class:`~megatron_gamma.study.spec.Run` that has finished
+    (:func:`is_finished`), else None."""
+    rec = read_run(run.config.logging.run_dir)
+    if rec.checkpoint == run.train_iters and run.train_iters in rec.valid:
+        return rec.valid[run.train_iters]
+    return None

@@ -3,7 +3,11 @@
 Rendered from ``megatron_gamma/launch/templates/study_array.sbatch.j2`` with the launch layer's
 :func:`megatron_gamma.launch.slurm.render` and submitted with ``sbatch --parsable``. Before
 submitting, the study's data are prepared on the submitting host and every run's
-``study-config.yaml`` is written (so the tasks only train).
+``study-config.yaml`` is written (so the tasks only train). Confirm runs (an arm at the best LR
+of its grid) join a later array: rerun ``sweep --slurm`` once the grid runs have finished.
+
+The script's header states the GPU-hours per arm: the estimator's training FLOPs
+(:func:`~.sweep.sizing`) at :data:`ASSUMED_MFU` of :data:`ASSUMED_PEAK_TFLOPS`.
 """
 
 from __future__ import annotations
@@ -20,14 +24,50 @@ from megatron_gamma.launch.slurm import (
     sbatch,
     write_executable,
 )
+from megatron_gamma.parallel import _PEAK_BF16_TFLOPS
 from megatron_gamma.study import rundir
-from megatron_gamma.study.spec import StudyError, load_study, plan
+from megatron_gamma.study.spec import Run, Study, StudyError, load_study, plan
 from megatron_gamma.study.sweep import (
+    check_data_unchanged,
     check_unchanged,
+    pending_runs,
     prepare_data,
+    sizing,
     write_manifest,
     write_run_files,
 )
+
+ASSUMED_MFU = 0.4
+"""Model FLOPs utilization assumed for the GPU-hours of a plan (dense bf16 training)."""
+ASSUMED_PEAK_TFLOPS = _PEAK_BF16_TFLOPS["H100"]
+"""Dense bf16 peak assumed for the GPU-hours of a plan (H100/H200: 989 TFLOP/s)."""
+
+
+def gpu_hours(study: Study, todo: list[Run], runs: list[Run]) -> list[str]:
+    """Header lines: GPU-hours per arm of the runs to do and of the pending confirm runs."""
+    rate = ASSUMED_MFU * ASSUMED_PEAK_TFLOPS * 1e12 * 3600
+    hours = {arm: [0.0, 0.0] for arm in study.arms}
+    for run in todo:
+        hours[run.arm][0] += sizing(run).flops / rate
+    for _, run in pending_runs(study, runs):
+        hours[run.arm][1] += sizing(run).flops / rate
+    lines = [
+        "GPU-hours per arm: training FLOPs per `megatron-gamma estimate` at an assumed "
+        f"{ASSUMED_MFU:.0%} MFU",
+        f"of {ASSUMED_PEAK_TFLOPS:g} TFLOP/s dense bf16 (start-up, evaluation, checkpoints not "
+        "counted):",
+    ]
+    for arm, (now, later) in hours.items():
+        lines.append(f"  {arm}: {now:,.2f}" + (f" (+ {later:,.2f} pending confirm)" * (later > 0)))
+    total = sum(h[0] for h in hours.values())
+    later = sum(h[1] for h in hours.values())
+    lines.append(f"  total: {total:,.2f} GPU-hours in this array + {later:,.2f} pending")
+    if study.pending:
+        lines.append(
+            "confirm runs pending their LR grid: rerun `megatron-gamma sweep --slurm` once the "
+            "grid runs have finished"
+        )
+    return lines
 
 
 def submit_study(
@@ -55,7 +95,7 @@ def submit_study(
 
     Raises:
         StudyError: an invalid study, no run left to do, or bad job settings.
-        StudyChangedError: an existing run directory with other settings.
+        StudyChangedError: an existing run directory with other settings, or changed data.
     """
     if gpus_per_node < 1 or warning_seconds < 1:
         raise StudyError(
@@ -66,6 +106,7 @@ def submit_study(
     runs = plan(study, output_dir)
     for run in runs:
         check_unchanged(run)
+    check_data_unchanged(study, output_dir)
     todo = [r for r in runs if not rundir.is_finished(r.config.logging.run_dir, r.train_iters)]
     if not todo:
         raise StudyError(
@@ -78,14 +119,20 @@ def submit_study(
         job_name=f"mg-study-{study.name}",
         run_dirs=[r.config.logging.run_dir for r in todo],
         gpus_per_node=gpus_per_node,
+        account=options.account,
+        qos=options.qos,
         partition=options.partition,
         time=options.time,
+        dependency=options.dependency,
         warning_seconds=warning_seconds,
         container_image=options.container_image,
         container_mounts=options.container_mounts,
         log_dir=slurm_dir,
         workdir=os.getcwd(),
-        header=(f"study {study.name} ({study.path}): {len(todo)} of {len(runs)} runs left",),
+        header=(
+            f"study {study.name} ({study.path}): {len(todo)} of {len(runs)} runs left",
+            *gpu_hours(study, todo, runs),
+        ),
     )
     path = os.path.join(slurm_dir, "study.sbatch")
     result = Submission(path, script)

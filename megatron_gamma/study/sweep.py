@@ -1,28 +1,37 @@
-"""``megatron-gamma sweep STUDY.yaml --output-dir DIR``: run every (arm, size, seed) of a study.
+"""``megatron-gamma sweep STUDY.yaml --output-dir DIR``: run every run of a study.
 
 Steps:
 
-1. **Data** (once): the study's corpus is split by document index into ``DIR/data/train.jsonl``
-   and ``DIR/data/heldout.jsonl`` (every ``heldout_every``-th document held out), then each is
-   tokenized by ``megatron-gamma preprocess`` into ``DIR/data/{train,heldout}_text_document``
-   (resumable; skipped when complete).
-2. **Runs**, one after the other: each run directory ``DIR/ARM/SIZE/seed-S/`` gets
-   ``study-run.json`` (its identity and resolved config) and ``study-config.yaml``, then a
-   subprocess ``python -m megatron_gamma.cli pretrain --config study-config.yaml`` whose
-   ``--save`` and ``--load`` are the run's ``checkpoints/``; its console goes to ``pretrain.log``.
-   A run whose checkpoint and validation at ``train_iters`` exist is skipped; an interrupted run
-   resumes from its newest checkpoint; a run directory whose stored config differs from the
-   study's raises :class:`~.spec.StudyChangedError` naming the run and the changed fields.
+1. **Data** (once): ``DIR/data/fingerprint.json`` records what the split is made from (each
+   input's path, size, mtime and sha256, ``heldout_every``, the tokenizer's sha256); the corpus
+   is split by document index into ``DIR/data/train.jsonl`` and ``DIR/data/heldout.jsonl``
+   (every ``heldout_every``-th document held out), then each is tokenized by
+   ``megatron-gamma preprocess`` into ``DIR/data/{train,heldout}_text_document`` (resumable;
+   skipped when complete). A later sweep into ``DIR`` whose data differ from the fingerprint
+   raises :class:`~.spec.StudyChangedError` naming what changed.
+2. **Runs**, ``--jobs N`` at a time (single-threaded when N > 1), in the order of
+   :func:`~.spec.order_key`: each run directory (``DIR/ARM/SIZE/seed-S/`` or
+   ``DIR/ARM/SIZE/lr-LR/seed-S/``) gets ``study-run.json`` (its identity and resolved config)
+   and ``study-config.yaml``, then a subprocess
+   ``python -m megatron_gamma.cli pretrain --config study-config.yaml`` whose ``--save`` and
+   ``--load`` are the run's ``checkpoints/``; its console goes to ``pretrain.log``. A run whose
+   checkpoint and validation at ``train_iters`` exist is skipped; an interrupted run resumes
+   from its newest checkpoint; a run directory whose stored config differs from the study's
+   raises :class:`~.spec.StudyChangedError` naming the run and the changed fields. When an
+   arm's LR grid at a size has finished, its confirm runs join the queue and ``study.json``.
+   A failed run is reported with its log; the others go on, and the sweep fails at the end.
 3. ``--slurm`` writes every run's config and renders one SLURM job array (one task per unfinished
    run, one GPU each) from ``launch/templates/study_array.sbatch.j2``; ``--dry-run`` prints it.
 
-``--dry-run`` (without ``--slurm``) prints the plan: runs, parameters, tokens and an estimated
-time on this machine, and writes nothing.
+``--dry-run`` (without ``--slurm``) prints the plan: runs with their LR and phase, parameters,
+tokens, an estimated time on this machine, the confirm runs still pending, and writes nothing.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
+import hashlib
 import json
 import os
 import subprocess
@@ -34,12 +43,16 @@ from typing import Optional, TextIO
 from megatron_gamma.config import changed_fields, redacted_dict, save_config
 from megatron_gamma.study import rundir
 from megatron_gamma.study.spec import (
+    CONFIRM,
+    SHARED,
     Run,
     Study,
     StudyChangedError,
     StudyError,
+    confirm_runs,
     data_prefixes,
     load_study,
+    order_key,
     plan,
 )
 
@@ -47,11 +60,15 @@ RUN_FILE = "study-run.json"
 CONFIG_FILE = "study-config.yaml"
 LOG_FILE = "pretrain.log"
 MANIFEST = "study.json"
-ASSUMED_FLOPS_PER_S = 4e10
-"""Training FLOP/s assumed for the time estimate before any run of the study has finished (a
-2-core CPU on models of a few million parameters; measured runs replace it)."""
-STARTUP_S = 8.0
-"""Seconds per run outside the training loop (imports, model build, checkpoint I/O) on CPU."""
+DATA_FINGERPRINT = "fingerprint.json"
+ASSUMED_FLOPS_PER_S = 3.5e10
+"""Training FLOP/s assumed for the time estimate before any run of the study has finished: one
+CPU core (``OMP_NUM_THREADS=1``) on models of about a million parameters, measured as the CPU
+time between a 40- and a 160-iteration run (examples/studies/paper-cpu.yaml's header); measured
+runs replace it."""
+STARTUP_S = 15.0
+"""Seconds per run outside the training loop (imports, model build, evaluation, checkpoint I/O)
+on CPU, from the same measurement."""
 
 
 @dataclass
@@ -78,7 +95,7 @@ def sizing(run: Run) -> Sizing:
 
     cfg = run.config
     if os.path.isfile(cfg.data.tokenizer_model):
-        vocab = BilingualTokenizer(cfg.data.tokenizer_model).vocab_size
+        vocab = _vocab_size(cfg.data.tokenizer_model, BilingualTokenizer)
     elif cfg.model.vocab_size:
         vocab = 0
     else:
@@ -93,6 +110,11 @@ def sizing(run: Run) -> Sizing:
         counts.total - counts.embedding,
         train_flops_per_token(cfg, vocab) * run.tokens,
     )
+
+
+@functools.lru_cache(maxsize=8)
+def _vocab_size(path: str, tokenizer: type) -> int:
+    return tokenizer(path).vocab_size
 
 
 def _fingerprint(run: Run) -> dict:
@@ -125,37 +147,55 @@ def check_unchanged(run: Run) -> bool:
     return True
 
 
+def _shared_lr(runs: list[Run]) -> Optional[float]:
+    values = {r.lr for r in runs if r.lr_phase == SHARED}
+    return values.pop() if len(values) == 1 else None
+
+
 def write_manifest(study: Study, runs: list[Run], output_dir: str, study_arg: str) -> str:
-    """Write ``DIR/study.json``: the study's name, file, baseline, γ grid and every run with
-    its arm settings, tokens and parameter counts (what ``report`` reads besides the runs)."""
+    """Write ``DIR/study.json``: the study's name, file, baseline, γ grid, margin, LR selection
+    and every run planned so far with its arm settings, LR and phase, tokens and parameter
+    counts (what ``report`` reads besides the runs).
+
+    ``shared_lr`` is the shared LR when every size shares it, else None (sizes with their own
+    ``lr``: each run's ``lr`` gives it); ``lr_select_seed`` is None without an LR grid. A run's
+    ``lr_phase`` is ``shared``, ``grid`` or ``confirm``; a shared run that is also a grid point
+    carries ``grid: true``.
+    """
     entries = []
     for run in runs:
         s = sizing(run)
         m = run.config.model
-        entries.append(
-            {
-                "key": run.key,
-                "arm": run.arm,
-                "size": run.size,
-                "seed": run.seed,
-                "train_iters": run.train_iters,
-                "tokens": run.tokens,
-                "params": s.params,
-                "non_embedding": s.non_embedding,
-                "init_gamma": run.config.init.init_gamma,
-                "norm_epsilon": m.norm_epsilon,
-                "gated_attention": m.gated_attention,
-                "hidden_size": m.hidden_size,
-                "num_layers": m.num_layers,
-                "seq_length": m.seq_length,
-            }
-        )
+        entry = {
+            "key": run.key,
+            "arm": run.arm,
+            "size": run.size,
+            "seed": run.seed,
+            "lr": run.lr,
+            "lr_phase": run.lr_phase,
+            "train_iters": run.train_iters,
+            "tokens": run.tokens,
+            "params": s.params,
+            "non_embedding": s.non_embedding,
+            "init_gamma": run.config.init.init_gamma,
+            "norm_epsilon": m.norm_epsilon,
+            "gated_attention": m.gated_attention,
+            "hidden_size": m.hidden_size,
+            "num_layers": m.num_layers,
+            "seq_length": m.seq_length,
+        }
+        if run.grid:
+            entry["grid"] = True
+        entries.append(entry)
     manifest = {
         "name": study.name,
         "study": study.path,
         "sweep_command": f"megatron-gamma sweep {study_arg} --output-dir {output_dir}",
         "baseline": study.baseline,
         "gamma_grid": study.gamma_grid,
+        "margin": study.margin,
+        "shared_lr": _shared_lr(runs),
+        "lr_select_seed": study.lr_select_seed,
         "heldout": data_prefixes(output_dir)["heldout"],
         "runs": entries,
     }
@@ -170,6 +210,112 @@ def _write_json(path: str, value: dict) -> None:
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(value, f, indent=1)
     os.replace(tmp, path)
+
+
+def _file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _input_identity(path: str, stored: Optional[dict] = None) -> dict:
+    """Path, size, mtime and sha256 of an input; the hash is taken from ``stored`` when size
+    and mtime are unchanged (a corpus is hashed once, when its split is prepared)."""
+    st = os.stat(path)
+    ident = {"path": path, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    same = stored and all(stored.get(k) == v for k, v in ident.items())
+    ident["sha256"] = stored["sha256"] if same else _file_sha256(path)
+    return ident
+
+
+def data_fingerprint(study: Study, stored: Optional[dict] = None) -> dict:
+    """What the prepared split of ``study`` was made from: every input's identity
+    (:func:`_input_identity`), ``heldout_every`` and the tokenizer's sha256
+    (:mod:`megatron_gamma.data.tokenizer_fingerprint`).
+
+    Raises:
+        StudyError: an input or the tokenizer file is missing.
+    """
+    from megatron_gamma.data.tokenizer import BilingualTokenizer
+    from megatron_gamma.data.tokenizer_fingerprint import fingerprint
+
+    for key, path in [("data.inputs", p) for p in study.data.inputs] + [
+        ("data.tokenizer_model", study.data.tokenizer_model)
+    ]:
+        if not os.path.isfile(path):
+            raise StudyError(
+                f"{key}={path!r}: file not found. Fix: give paths relative to the study file"
+            )
+    old = {i.get("path"): i for i in (stored or {}).get("inputs", [])}
+    return {
+        "inputs": [_input_identity(p, old.get(p)) for p in study.data.inputs],
+        "heldout_every": study.data.heldout_every,
+        "tokenizer": fingerprint(BilingualTokenizer(study.data.tokenizer_model))["sha256"],
+    }
+
+
+def _data_changes(stored: dict, new: dict) -> list[str]:
+    changes = []
+    old_paths = [i["path"] for i in stored.get("inputs", [])]
+    new_paths = [i["path"] for i in new["inputs"]]
+    if old_paths != new_paths:
+        changes.append(f"data.inputs: {old_paths} -> {new_paths}")
+    else:
+        for a, b in zip(stored["inputs"], new["inputs"], strict=True):
+            if a.get("sha256") != b["sha256"]:
+                changes.append(
+                    f"data.inputs {b['path']!r}: content changed (sha256 "
+                    f"{str(a.get('sha256'))[:12]} -> {b['sha256'][:12]}, {a.get('size')} -> "
+                    f"{b['size']} bytes)"
+                )
+    if stored.get("heldout_every") != new["heldout_every"]:
+        changes.append(
+            f"data.heldout_every: {stored.get('heldout_every')} -> {new['heldout_every']}"
+        )
+    if stored.get("tokenizer") != new["tokenizer"]:
+        changes.append(
+            f"data.tokenizer_model: sha256 {str(stored.get('tokenizer'))[:12]} -> "
+            f"{new['tokenizer'][:12]}"
+        )
+    return changes
+
+
+def check_data_unchanged(study: Study, output_dir: str) -> Optional[dict]:
+    """Compare the fingerprint of ``DIR/data`` (when prepared) with the study's data.
+
+    Returns:
+        The study's data fingerprint, or None when ``DIR/data`` does not exist yet.
+
+    Raises:
+        StudyChangedError: the split was made from other inputs, another ``heldout_every`` or
+            another tokenizer, or without a fingerprint (names what changed).
+    """
+    data_dir = os.path.dirname(data_prefixes(output_dir)["train"])
+    if not os.path.isdir(data_dir):
+        return None
+    path = os.path.join(data_dir, DATA_FINGERPRINT)
+    fix = (
+        "Fix: sweep into a new --output-dir (its runs trained on the old data), or restore the "
+        "study's data"
+    )
+    if not os.path.isfile(path):
+        raise StudyChangedError(
+            f"output_dir={output_dir!r}: {data_dir} holds data prepared without a fingerprint "
+            f"({DATA_FINGERPRINT}), so a changed corpus, split or tokenizer cannot be ruled out. "
+            f"{fix}"
+        )
+    with open(path, encoding="utf-8") as f:
+        stored = json.load(f)
+    new = data_fingerprint(study, stored)
+    changes = _data_changes(stored, new)
+    if changes:
+        raise StudyChangedError(
+            f"output_dir={output_dir!r}: the study's data changed since {data_dir} was "
+            f"prepared ({'; '.join(changes)}). {fix}"
+        )
+    return new
 
 
 def write_run_files(run: Run) -> str:
@@ -201,19 +347,21 @@ def prepare_data(study: Study, output_dir: str, out: TextIO) -> dict[str, str]:
     Returns:
         {"train": prefix, "heldout": prefix} of the indexed datasets.
 
+    ``DIR/data/fingerprint.json`` (:func:`data_fingerprint`) is written before the split, so
+    that every later sweep into ``DIR`` checks the data against it
+    (:func:`check_data_unchanged`).
+
     Raises:
-        StudyError: unreadable input or a failed ``preprocess``.
+        StudyError: missing or unreadable input, a failed ``preprocess``.
+        StudyChangedError: ``DIR/data`` was prepared from other data.
     """
-    for key, path in [("data.inputs", p) for p in study.data.inputs] + [
-        ("data.tokenizer_model", study.data.tokenizer_model)
-    ]:
-        if not os.path.isfile(path):
-            raise StudyError(
-                f"{key}={path!r}: file not found. Fix: give paths relative to the study file"
-            )
+    new = check_data_unchanged(study, output_dir)
     prefixes = data_prefixes(output_dir)
     data_dir = os.path.dirname(prefixes["train"])
-    os.makedirs(data_dir, exist_ok=True)
+    if new is None:
+        new = data_fingerprint(study)
+        os.makedirs(data_dir, exist_ok=True)
+        _write_json(os.path.join(data_dir, DATA_FINGERPRINT), new)
     split_json = {k: os.path.join(data_dir, f"{k}.jsonl") for k in prefixes}
     if not all(os.path.isfile(p) for p in split_json.values()):
         tmp = {k: p + ".tmp" for k, p in split_json.items()}
@@ -264,8 +412,20 @@ def _measured_rate(runs: list[Run], sizes: dict[str, Sizing]) -> Optional[float]
     return flops / wall if wall else None
 
 
+def pending_runs(study: Study, runs: list[Run]) -> list[tuple[str, Run]]:
+    """(key, the shared run it costs as much as) of every confirm run not planned yet."""
+    shared = {(r.arm, r.size, r.seed): r for r in runs if r.lr_phase == SHARED}
+    return [
+        (f"{p.arm}/{p.size}/lr-?/seed-{seed}", shared[(p.arm, p.size, seed)])
+        for p in study.pending
+        for seed in p.seeds
+    ]
+
+
 def describe_plan(study: Study, runs: list[Run]) -> str:
-    """The dry-run table: run, parameters, tokens, iterations, estimated minutes, status."""
+    """The dry-run table: run, LR and phase, parameters, tokens, iterations, estimated
+    minutes, status; confirm runs whose LR the grid has not chosen yet are listed as pending
+    and counted in the total (as if the shared LR lost)."""
     sizes = {r.key: sizing(r) for r in runs}
     rate = _measured_rate(runs, sizes)
     basis = (
@@ -274,25 +434,42 @@ def describe_plan(study: Study, runs: list[Run]) -> str:
         else f"assumed {ASSUMED_FLOPS_PER_S / 1e9:.0f} GFLOP/s"
     )
     rate = rate or ASSUMED_FLOPS_PER_S
+    pending = pending_runs(study, runs)
     lines = [
-        f"study {study.name}: {len(runs)} runs, baseline arm {study.baseline!r}",
-        f"{'run':<44} {'params':>11} {'non-emb':>11} {'tokens':>11} {'iters':>6} "
-        f"{'est. min':>8}  status",
+        f"study {study.name}: {len(runs)} runs planned + {len(pending)} pending, baseline arm "
+        f"{study.baseline!r}, margin {study.margin:g} nats"
+        + (
+            f", LR grids on seed {study.lr_select_seed}" if study.lr_select_seed is not None else ""
+        ),
+        f"{'run':<48} {'lr':>8} {'phase':>7} {'params':>11} {'non-emb':>11} {'tokens':>11} "
+        f"{'iters':>6} {'est. min':>8}  status",
     ]
-    total = 0.0
-    for run in runs:
+    total, todo = 0.0, 0
+    rows = [(r.key, r, r.lr_phase, None) for r in runs]
+    rows += [(key, r, CONFIRM, "pending (LR chosen after the grid)") for key, r in pending]
+    for key, run, phase, status in rows:
         s = sizes[run.key]
         seconds = STARTUP_S + s.flops / rate
-        finished = rundir.is_finished(run.config.logging.run_dir, run.train_iters)
-        status = "done" if finished else "to run"
-        if not finished:
+        if status is None:
+            finished = rundir.is_finished(run.config.logging.run_dir, run.train_iters)
+            status = "done" if finished else "to run"
+        if status != "done":
             total += seconds
+            todo += 1
+        lr = "?" if key != run.key else f"{run.lr:.3g}"
         lines.append(
-            f"{run.key:<44} {s.params:>11,} {s.non_embedding:>11,} {run.tokens:>11,} "
-            f"{run.train_iters:>6} {seconds / 60:>8.1f}  {status}"
+            f"{key:<48} {lr:>8} {phase + '*' * run.grid:>7} {s.params:>11,} {s.non_embedding:>11,} "
+            f"{run.tokens:>11,} {run.train_iters:>6} {seconds / 60:>8.1f}  {status}"
         )
+    if any(r.grid for r in runs):
+        lines.append("shared* = a shared-LR run that is also a point of its arm's LR grid")
     lines.append(
-        f"estimated time left on this machine: {total / 60:.1f} min ({basis}, "
+        f"runs left: {todo} ({len(pending)} of them pending confirm runs: none is needed where "
+        "the shared LR wins its grid)"
+    )
+    lines.append(
+        f"estimated time left on this machine: {total / 60:.1f} min one run at a time, "
+        f"{total / 60 / 2:.1f} min with --jobs 2 if the cores are free ({basis}, "
         f"{STARTUP_S:.0f} s start-up per run)"
     )
     return "\n".join(lines)
@@ -302,68 +479,145 @@ def dry_run(study_path: str, output_dir: str) -> str:
     """The plan of ``sweep --dry-run`` (:func:`describe_plan`); writes nothing.
 
     Raises:
-        StudyError: an invalid study. StudyChangedError: a changed run.
+        StudyError: an invalid study. StudyChangedError: a changed run or changed data.
     """
     study = load_study(study_path)
     runs = plan(study, output_dir)
     for run in runs:
         check_unchanged(run)
+    check_data_unchanged(study, output_dir)
     return describe_plan(study, runs)
 
 
-def run_one(run: Run, out: TextIO) -> float:
-    """Train one run through ``pretrain`` (resuming from its checkpoints); return wall seconds.
+@dataclass
+class _Running:
+    run: Run
+    proc: subprocess.Popen
+    log: TextIO
+    start: float
 
-    Raises:
-        StudyError: the subprocess failed (names the run and its log).
-    """
+
+def _start(run: Run, single_thread: bool) -> _Running:
+    """Start ``pretrain`` on one run (resuming from its checkpoints), console to its log."""
     cfg_path = write_run_files(run)
     log_path = os.path.join(run.config.logging.run_dir, LOG_FILE)
     cmd = [sys.executable, "-m", "megatron_gamma.cli", "pretrain", "--config", cfg_path]
-    start = time.time()
-    with open(log_path, "a", encoding="utf-8") as log:
-        log.write(f"$ {' '.join(cmd)}\n")
-        log.flush()
-        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
-    wall = time.time() - start
-    if rc != 0 or not rundir.is_finished(run.config.logging.run_dir, run.train_iters):
-        raise StudyError(
-            f"run={run.key!r}: pretrain exited with code {rc} before iteration "
-            f"{run.train_iters}. Fix: read {log_path}; rerun sweep to resume"
+    env = dict(os.environ)
+    if single_thread:
+        env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    log = open(log_path, "a", encoding="utf-8")
+    log.write(f"$ {' '.join(cmd)}\n")
+    log.flush()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    return _Running(run, proc, log, time.time())
+
+
+def _finish(job: _Running) -> Optional[str]:
+    """Record a run that exited: its wall time when it finished, else the failure message."""
+    job.log.close()
+    wall = time.time() - job.start
+    run_dir = job.run.config.logging.run_dir
+    if job.proc.returncode != 0 or not rundir.is_finished(run_dir, job.run.train_iters):
+        return (
+            f"{job.run.key}: pretrain exited with code {job.proc.returncode} before iteration "
+            f"{job.run.train_iters}; log: {os.path.join(run_dir, LOG_FILE)}"
         )
-    path = os.path.join(run.config.logging.run_dir, RUN_FILE)
+    path = os.path.join(run_dir, RUN_FILE)
     with open(path, encoding="utf-8") as f:
         stored = json.load(f)
     stored.update(wall_seconds=wall, completed_here=True)
     _write_json(path, stored)
-    return wall
+    return None
 
 
-def sweep(study_path: str, output_dir: str, out: TextIO = sys.stdout) -> list[Run]:
-    """Run every unfinished run of the study in turn on this machine.
+def _newly_confirmed(study: Study, output_dir: str) -> list[Run]:
+    """Confirm runs of every pending (arm, size) whose grid has now finished."""
+    new, still = [], []
+    for p in study.pending:
+        runs = confirm_runs(study, output_dir, p.arm, p.size, rundir.finished_loss)
+        if runs is None:
+            still.append(p)
+        else:
+            new.extend(runs)
+    study.pending = still
+    return new
+
+
+def sweep(study_path: str, output_dir: str, jobs: int = 1, out: TextIO = sys.stdout) -> list[Run]:
+    """Run every unfinished run of the study on this machine, ``jobs`` at a time.
+
+    Runs start in :func:`~.spec.order_key` order (every arm of one (size, seed) together, the
+    LR selection seed first). With ``jobs`` > 1 each run is single-threaded
+    (``OMP_NUM_THREADS=1``, which sets torch's thread count). When an arm's LR grid at a size
+    has finished, its confirm runs are planned, queued and added to ``study.json``. A failed run
+    is reported with its log and the others go on.
 
     Returns:
         The plan (every run, finished ones included).
 
     Raises:
-        StudyError: an invalid study, a failed run. StudyChangedError: a changed run.
+        StudyError: an invalid study, ``jobs`` < 1, or (at the end) the runs that failed, each
+            with its log. StudyChangedError: a changed run or changed data.
     """
+    if jobs < 1:
+        raise StudyError(f"jobs={jobs}: must be >= 1. Fix: pass --jobs 1 or more")
     study = load_study(study_path)
     runs = plan(study, output_dir)
     for run in runs:
         check_unchanged(run)
+    check_data_unchanged(study, output_dir)
     write_manifest(study, runs, output_dir, study_path)
     prepare_data(study, output_dir, out)
-    for i, run in enumerate(runs, 1):
-        if rundir.is_finished(run.config.logging.run_dir, run.train_iters):
-            print(f"[{i}/{len(runs)}] {run.key}: finished, skipped", file=out, flush=True)
-            continue
-        print(f"[{i}/{len(runs)}] {run.key}: {run.train_iters} iterations", file=out, flush=True)
-        wall = run_one(run, out)
-        loss = rundir.read_run(run.config.logging.run_dir).final_valid_loss()
-        print(
-            f"[{i}/{len(runs)}] {run.key}: validation loss {loss:.4f} ({wall:.0f} s)",
-            file=out,
-            flush=True,
+    queue, running, failed, done = [], [], [], 0
+
+    def enqueue(new: list[Run]) -> None:
+        for run in new:
+            if rundir.is_finished(run.config.logging.run_dir, run.train_iters):
+                print(f"{run.key}: finished, skipped", file=out, flush=True)
+            else:
+                queue.append(run)
+        queue.sort(key=lambda r: order_key(study, r))
+
+    enqueue(runs)
+    while queue or running:
+        while queue and len(running) < jobs:
+            run = queue.pop(0)
+            print(f"{run.key}: {run.train_iters} iterations at lr {run.lr:g}", file=out, flush=True)
+            running.append(_start(run, single_thread=jobs > 1))
+        time.sleep(0.2)
+        for job in [j for j in running if j.proc.poll() is not None]:
+            running.remove(job)
+            error = _finish(job)
+            done += 1
+            if error:
+                failed.append(error)
+                print(f"FAILED {error}", file=out, flush=True)
+                continue
+            loss = rundir.read_run(job.run.config.logging.run_dir).final_valid_loss()
+            print(
+                f"{job.run.key}: validation loss {loss:.4f} ({time.time() - job.start:.0f} s)",
+                file=out,
+                flush=True,
+            )
+            new = _newly_confirmed(study, output_dir)
+            for run in new:
+                check_unchanged(run)
+            if new:
+                runs.extend(new)
+                runs.sort(key=lambda r: order_key(study, r))
+                write_manifest(study, runs, output_dir, study_path)
+                print(
+                    f"LR grid finished: {len(new)} confirm run(s) queued: "
+                    f"{', '.join(r.key for r in new)}",
+                    file=out,
+                    flush=True,
+                )
+                enqueue(new)
+    if failed or study.pending:
+        waiting = [f"{p.arm}/{p.size}" for p in study.pending]
+        raise StudyError(
+            f"runs={len(failed)} failed of {done} started: {'; '.join(failed)}"
+            + (f"; confirm runs not planned (grid unfinished): {waiting}" if waiting else "")
+            + ". Fix: read the logs; rerun sweep to resume (finished runs are skipped)"
         )
     return runs

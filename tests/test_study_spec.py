@@ -1,0 +1,538 @@
+"""The study's design side: the schema (LR grids, per-size recipes and overrides, names), the plan
+with its shared / grid / confirm phases, ``sweep --jobs``, the data fingerprint, ``sweep --slurm``'s
+cluster flags and the GPU studies' configs and memory.
+
+Expected values are written out by hand from the study files below (LRs, keys, orders), or come
+from an independent path (the estimator's memory model, the config's own validation).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from megatron_gamma.estimate import estimate_memory
+from megatron_gamma.launch.slurm import ClusterOptions
+from megatron_gamma.model.builder import padded_vocab_size
+from megatron_gamma.study import rundir
+from megatron_gamma.study import sweep as sweep_mod
+from megatron_gamma.study.slurm import submit_study
+from megatron_gamma.study.spec import (
+    CONFIRM,
+    GRID,
+    SHARED,
+    StudyChangedError,
+    StudyError,
+    confirm_runs,
+    load_study,
+    plan,
+)
+from megatron_gamma.study.sweep import (
+    DATA_FINGERPRINT,
+    check_data_unchanged,
+    describe_plan,
+    prepare_data,
+    write_manifest,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STUDIES = os.path.join(ROOT, "examples", "studies")
+DEMO = os.path.join(ROOT, "megatron_gamma", "data", "demo")
+
+
+def _study(tmp_path, edit=None, name="s.yaml") -> str:
+    """A 2-arm x 2-size x 3-seed study on the demo corpus with an LR grid (absolute paths)."""
+    raw = {
+        "name": "t",
+        "config": [os.path.join(ROOT, "examples", "configs", "demo.yaml")],
+        "set": {"seq_length": 64, "micro_batch_size": 4, "global_batch_size": 8, "lr": 2.0e-3,
+                "min_lr": 2.0e-4, "lr_warmup_iters": 2, "eval_iters": 2},
+        "data": {"inputs": [os.path.join(DEMO, "en.jsonl")],
+                 "tokenizer_model": os.path.join(DEMO, "tokenizer.json"), "heldout_every": 10},
+        "baseline": "base",
+        "arms": {"base": {"init_gamma": 0.5}, "g1": {"init_gamma": 1.0}},
+        "sizes": {
+            "d32": {"hidden_size": 32, "num_layers": 1, "num_attention_heads": 2,
+                    "ffn_hidden_size": 128, "tokens": 8192},
+            "d64": {"hidden_size": 64, "num_layers": 1, "num_attention_heads": 4,
+                    "ffn_hidden_size": 256, "tokens": 8192},
+        },
+        "seeds": [1, 2, 3],
+        "lr_grid": {"factors": [0.5, 1, 2], "select_seed": 1},
+        "margin": 0.02,
+    }  # fmt: skip
+    if edit:
+        edit(raw)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return str(path)
+
+
+# ---- schema ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda r: r["lr_grid"].update(values=[1e-3, 2e-3]), r"lr_grid=.*exactly one of values"),
+        (lambda r: r["lr_grid"].update(factors=[1]), r"lr_grid\.factors=\[1\.0\]: a grid needs"),
+        (lambda r: r["lr_grid"].update(factors=[0.5, -1]), r"lr_grid\.factors=.*positive"),
+        (lambda r: r["lr_grid"].update(select_seed=7), r"lr_grid\.select_seed=7: not a seed"),
+        (lambda r: r["lr_grid"].update(step=2), r"lr_grid\.step=2: unknown key"),
+        (
+            lambda r: r["arms"]["g1"].update(lr_grid={"values": [1e-3, 2e-3], "select_seed": 2}),
+            r"arms\.g1\.lr_grid\.select_seed=2: set only in the top-level lr_grid",
+        ),
+        (lambda r: r["arms"]["g1"].update(lr=1e-3), r"arms\.g1\.lr=0\.001: an arm's own LR"),
+        (
+            lambda r: r["sizes"]["d32"].update(lr_warmup_fraction=1.5),
+            r"sizes\.d32\.lr_warmup_fraction=1\.5: must be a fraction",
+        ),
+        (
+            lambda r: r["sizes"]["d32"].update(micro_batch_size=0),
+            r"sizes\.d32\.micro_batch_size=0: must be an integer >= 1",
+        ),
+        (lambda r: r["sizes"]["d32"].update(lr=0), r"sizes\.d32\.lr=0: must be a positive number"),
+        (lambda r: r.update(margin=-0.1), r"margin=-0\.1: must be a number of nats >= 0"),
+        (lambda r: r.update(name="a/b"), r"name='a/b': not a safe directory name"),
+    ],
+)
+def test_schema_errors_name_the_key(tmp_path, edit, match):
+    with pytest.raises(StudyError, match=match):
+        load_study(_study(tmp_path, edit))
+
+
+def _rename(where: str, bad: str):
+    def edit(raw):
+        group = raw[where]
+        first = next(iter(group))
+        group[bad] = group.pop(first)
+        if where == "arms" and first == raw["baseline"]:
+            raw["baseline"] = bad
+
+    return edit
+
+
+@pytest.mark.parametrize("bad", ["../../escaped-size", "/abs-size", "", "a/../b", ".hidden", "a b"])
+@pytest.mark.parametrize("where", ["sizes", "arms"])
+def test_unsafe_names_are_refused(tmp_path, bad, where):
+    with pytest.raises(StudyError, match=rf"{where}=.*not a safe directory name"):
+        load_study(_study(tmp_path, _rename(where, bad)))
+
+
+@pytest.mark.parametrize(
+    "where, bad", [("sizes", "../../escaped-size"), ("sizes", "ABS"), ("arms", "")]
+)
+def test_sweep_with_unsafe_name_writes_nothing(tmp_path, where, bad):
+    work = tmp_path / "a" / "b"
+    work.mkdir(parents=True)
+    bad = str(tmp_path / "abs-size") if bad == "ABS" else bad
+    study = _study(work, _rename(where, bad))
+    out = work / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "megatron_gamma.cli", "sweep", study, "--output-dir", str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": ROOT},
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "not a safe directory name" in proc.stderr, proc.stderr
+    written = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    assert written == ["a", "a/b", "a/b/s.yaml"], written
+
+
+def test_run_directory_outside_output_dir_is_refused(tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(outside, out / "g1")  # DIR/g1 leads out of DIR
+    study = load_study(_study(tmp_path))
+    with pytest.raises(StudyError, match=r"run='g1/d32/seed-1': its directory .* lies outside"):
+        plan(study, str(out), final_loss=lambda run: None)
+    assert list(outside.iterdir()) == []
+
+
+def test_size_recipe_and_overrides_layer_in_order(tmp_path):
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "optimizer: {lr: 9.0e-4, min_lr: 9.0e-5, lr_warmup_iters: 50}\n"
+        "training: {micro_batch_size: 2}\n",
+        encoding="utf-8",
+    )
+
+    def edit(raw):
+        del raw["set"]["lr"], raw["set"]["min_lr"], raw["set"]["micro_batch_size"]
+        del raw["set"]["lr_warmup_iters"]
+        raw["sizes"]["d32"].update(config=str(recipe))  # its own recipe
+        raw["sizes"]["d64"].update(
+            config=str(recipe), lr=4.0e-4, micro_batch_size=8, lr_warmup_fraction=0.25
+        )
+
+    study = load_study(_study(tmp_path, edit))
+    runs = {r.key: r for r in plan(study, str(tmp_path / "o"), final_loss=lambda run: None)}
+    small, large = runs["base/d32/seed-1"].config, runs["base/d64/seed-1"].config
+    assert (small.optimizer.lr, small.optimizer.min_lr) == (9.0e-4, 9.0e-5)
+    assert (small.optimizer.lr_warmup_iters, small.optimizer.lr_warmup_fraction) == (50, None)
+    assert small.training.micro_batch_size == 2
+    # the size's LR, micro-batch and warmup fraction replace the recipe's; a grid run keeps the
+    # shared run's min_lr / lr
+    assert large.optimizer.lr == 4.0e-4 and large.training.micro_batch_size == 8
+    assert (large.optimizer.lr_warmup_fraction, large.optimizer.lr_warmup_iters) == (0.25, 0)
+    path = write_manifest(study, list(runs.values()), str(tmp_path / "o"), "s.yaml")
+    with open(path, encoding="utf-8") as f:
+        assert json.load(f)["shared_lr"] is None  # d32 at 9e-4, d64 at 4e-4: per run's lr
+    grid = runs["base/d64/lr-0.0002/seed-1"].config.optimizer
+    assert (grid.lr, grid.min_lr) == (2.0e-4, pytest.approx(9.0e-5 * 2.0e-4 / 4.0e-4, rel=1e-5))
+
+
+# ---- the plan: shared, grid, confirm ---------------------------------------------------------
+
+
+def _keys(runs) -> list[tuple[str, str, float]]:
+    return [(r.key, r.lr_phase, r.lr) for r in runs]
+
+
+def test_plan_phases_before_the_grid_finishes(tmp_path):
+    study = load_study(_study(tmp_path))
+    runs = plan(study, str(tmp_path / "o"), final_loss=lambda run: None)
+    assert study.lr_select_seed == 1 and study.margin == 0.02
+    # size, then seed (selection seed first), shared before grid, then LR, arms interleaved
+    assert _keys(runs) == [
+        ("base/d32/seed-1", SHARED, 2e-3),
+        ("g1/d32/seed-1", SHARED, 2e-3),
+        ("base/d32/lr-0.001/seed-1", GRID, 1e-3),
+        ("g1/d32/lr-0.001/seed-1", GRID, 1e-3),
+        ("base/d32/lr-0.004/seed-1", GRID, 4e-3),
+        ("g1/d32/lr-0.004/seed-1", GRID, 4e-3),
+        ("base/d32/seed-2", SHARED, 2e-3),
+        ("g1/d32/seed-2", SHARED, 2e-3),
+        ("base/d32/seed-3", SHARED, 2e-3),
+        ("g1/d32/seed-3", SHARED, 2e-3),
+        ("base/d64/seed-1", SHARED, 2e-3),
+        ("g1/d64/seed-1", SHARED, 2e-3),
+        ("base/d64/lr-0.001/seed-1", GRID, 1e-3),
+        ("g1/d64/lr-0.001/seed-1", GRID, 1e-3),
+        ("base/d64/lr-0.004/seed-1", GRID, 4e-3),
+        ("g1/d64/lr-0.004/seed-1", GRID, 4e-3),
+        ("base/d64/seed-2", SHARED, 2e-3),
+        ("g1/d64/seed-2", SHARED, 2e-3),
+        ("base/d64/seed-3", SHARED, 2e-3),
+        ("g1/d64/seed-3", SHARED, 2e-3),
+    ]
+    assert [r.key for r in runs if r.grid] == [
+        "base/d32/seed-1", "g1/d32/seed-1", "base/d64/seed-1", "g1/d64/seed-1"
+    ]  # fmt: skip
+    for r in runs:
+        assert r.config.optimizer.lr == r.lr
+        assert r.config.optimizer.min_lr == pytest.approx(r.lr / 10, rel=1e-9)
+        assert r.config.logging.run_dir == str(tmp_path / "o" / r.key)
+    assert [(p.arm, p.size, p.seeds, p.lrs) for p in study.pending] == [
+        ("base", "d32", [2, 3], [1e-3, 2e-3, 4e-3]),
+        ("base", "d64", [2, 3], [1e-3, 2e-3, 4e-3]),
+        ("g1", "d32", [2, 3], [1e-3, 2e-3, 4e-3]),
+        ("g1", "d64", [2, 3], [1e-3, 2e-3, 4e-3]),
+    ]
+
+
+def test_finished_grid_plans_the_confirm_runs(tmp_path):
+    """A fake finished grid: at d32, base is best at 4e-3 and g1 ties 1e-3 with 2e-3 (the
+    smaller LR wins the tie); at d64 base's grid lacks one run and g1's shared LR wins."""
+    losses = {
+        "base/d32/lr-0.001/seed-1": 5.0,
+        "base/d32/seed-1": 4.9,
+        "base/d32/lr-0.004/seed-1": 4.7,
+        "g1/d32/lr-0.001/seed-1": 4.8,
+        "g1/d32/seed-1": 4.8,
+        "g1/d32/lr-0.004/seed-1": 4.85,
+        "base/d64/seed-1": 4.5,
+        "base/d64/lr-0.004/seed-1": 4.4,
+        "g1/d64/lr-0.001/seed-1": 4.6,
+        "g1/d64/seed-1": 4.3,
+        "g1/d64/lr-0.004/seed-1": 4.35,
+    }
+    out = str(tmp_path / "o")
+    study = load_study(_study(tmp_path))
+    runs = plan(study, out, final_loss=lambda run: losses.get(run.key))
+    confirm = [(r.key, r.lr, r.seed) for r in runs if r.lr_phase == CONFIRM]
+    assert confirm == [
+        ("g1/d32/lr-0.001/seed-2", 1e-3, 2),
+        ("base/d32/lr-0.004/seed-2", 4e-3, 2),
+        ("g1/d32/lr-0.001/seed-3", 1e-3, 3),
+        ("base/d32/lr-0.004/seed-3", 4e-3, 3),
+    ]  # order: seed, then LR, then arm
+    assert [(p.arm, p.size) for p in study.pending] == [("base", "d64")]
+    best = {r.key: r for r in runs}["base/d32/lr-0.004/seed-3"].config
+    assert (best.optimizer.lr, best.optimizer.min_lr, best.training.seed) == (4e-3, 4e-4, 3)
+    assert confirm_runs(study, out, "g1", "d64", lambda run: losses.get(run.key)) == []
+    # the manifest the report reads (agreed fields)
+    path = write_manifest(study, runs, out, "s.yaml")
+    with open(path, encoding="utf-8") as f:
+        manifest = json.load(f)
+    assert (manifest["margin"], manifest["shared_lr"], manifest["lr_select_seed"]) == (
+        0.02,
+        2e-3,
+        1,
+    )
+    entries = {e["key"]: e for e in manifest["runs"]}
+    assert len(entries) == len(runs) == 24
+    assert (entries["base/d32/seed-1"]["lr_phase"], entries["base/d32/seed-1"]["grid"]) == (
+        SHARED,
+        True,
+    )
+    assert "grid" not in entries["base/d32/seed-2"]
+    assert entries["g1/d64/lr-0.004/seed-1"]["lr_phase"] == GRID
+    assert entries["base/d32/lr-0.004/seed-3"]["lr"] == 4e-3
+    assert entries["base/d32/lr-0.004/seed-3"]["lr_phase"] == CONFIRM
+
+
+def test_dry_run_lists_pending_confirm_runs(tmp_path):
+    study = load_study(_study(tmp_path))
+    runs = plan(study, str(tmp_path / "o"), final_loss=lambda run: None)
+    text = describe_plan(study, runs)
+    pending = [ln for ln in text.splitlines() if ln.endswith("pending (LR chosen after the grid)")]
+    assert len(pending) == 8  # 2 arms x 2 sizes x seeds 2 and 3
+    assert pending[0].startswith("base/d32/lr-?/seed-2 ")
+    assert "20 runs planned + 8 pending" in text
+    assert "runs left: 28 (8 of them pending confirm runs" in text
+
+
+# ---- sweep --jobs -----------------------------------------------------------------------------
+
+
+def _fake_sweep(tmp_path, monkeypatch, jobs, fail=()):
+    """Run ``sweep`` with ``pretrain`` replaced by a short sleep; returns (events, error)."""
+    events, finished = [], {}
+    losses = {"lr-0.001": 4.0}  # the smallest LR wins every grid
+
+    def start(run, single_thread):
+        events.append(("start", run.key, single_thread))
+        run_dir = run.config.logging.run_dir
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, sweep_mod.RUN_FILE), "w", encoding="utf-8") as f:
+            f.write("{}")
+        code = f"import sys, time; time.sleep(0.4); sys.exit({int(run.key in fail)})"
+        proc = subprocess.Popen([sys.executable, "-c", code])
+        log = open(os.path.join(run_dir, "pretrain.log"), "a")
+        return sweep_mod._Running(run, proc, log, 0.0)
+
+    real_finish = sweep_mod._finish
+
+    def finish(job):
+        events.append(("done", job.run.key))
+        finished[job.run.key] = job.proc.returncode == 0
+        return real_finish(job)
+
+    def is_finished(run_dir, iters):
+        return bool(finished.get(os.path.relpath(run_dir, tmp_path / "o")))
+
+    def finished_loss(run):
+        if not finished.get(run.key):
+            return None
+        return losses.get(run.key.split("/")[2], 5.0)
+
+    monkeypatch.setattr(sweep_mod, "_start", start)
+    monkeypatch.setattr(sweep_mod, "_finish", finish)
+    monkeypatch.setattr(sweep_mod, "prepare_data", lambda *a: None)
+    monkeypatch.setattr(rundir, "is_finished", is_finished)
+    monkeypatch.setattr(rundir, "finished_loss", finished_loss)
+    monkeypatch.setattr(rundir, "read_run", lambda d: rundir.RunRecord(valid={1: 5.0}))
+    monkeypatch.setattr(sweep_mod, "_write_json", lambda path, value: None)
+
+    def drop_size(raw):
+        del raw["sizes"]["d64"]
+
+    error = None
+    try:
+        sweep_mod.sweep(_study(tmp_path, drop_size), str(tmp_path / "o"), jobs=jobs, out=sys.stderr)
+    except StudyError as e:
+        error = str(e)
+    return events, error
+
+
+def test_jobs_run_in_parallel_arms_interleaved_and_confirm_after_grid(tmp_path, monkeypatch):
+    events, error = _fake_sweep(tmp_path, monkeypatch, jobs=2)
+    assert error is None
+    starts = [e[1] for e in events if e[0] == "start"]
+    assert starts == [
+        "base/d32/seed-1",
+        "g1/d32/seed-1",
+        "base/d32/lr-0.001/seed-1",
+        "g1/d32/lr-0.001/seed-1",
+        "base/d32/lr-0.004/seed-1",
+        "g1/d32/lr-0.004/seed-1",
+        # the grids are complete: lr 1e-3 won both; its confirm runs join each seed's round
+        "base/d32/seed-2",
+        "g1/d32/seed-2",
+        "base/d32/lr-0.001/seed-2",
+        "g1/d32/lr-0.001/seed-2",
+        "base/d32/seed-3",
+        "g1/d32/seed-3",
+        "base/d32/lr-0.001/seed-3",
+        "g1/d32/lr-0.001/seed-3",
+    ]
+    assert all(e[2] is True for e in events if e[0] == "start")  # single-threaded
+    # two at a time: the first two start before either finishes, never three running
+    running, peak = set(), 0
+    for e in events:
+        running.add(e[1]) if e[0] == "start" else running.discard(e[1])
+        peak = max(peak, len(running))
+    assert peak == 2 and events[1][0] == "start"
+
+
+def test_a_failed_run_does_not_stop_the_others(tmp_path, monkeypatch):
+    events, error = _fake_sweep(tmp_path, monkeypatch, jobs=1, fail={"g1/d32/seed-2"})
+    starts = [e[1] for e in events if e[0] == "start"]
+    assert starts[-1] == "g1/d32/lr-0.001/seed-3" and len(starts) == 14
+    assert "runs=1 failed of 14 started: g1/d32/seed-2: pretrain exited with code 1" in error
+    assert os.path.join(str(tmp_path / "o"), "g1/d32/seed-2", "pretrain.log") in error
+
+
+def test_single_thread_environment(monkeypatch, tmp_path):
+    seen = {}
+
+    class Popen:
+        def __init__(self, cmd, stdout, stderr, env):
+            seen.update(cmd=cmd, env=env)
+
+    monkeypatch.setattr(sweep_mod.subprocess, "Popen", Popen)
+    monkeypatch.setenv("OMP_NUM_THREADS", "8")
+    run = plan(load_study(_study(tmp_path)), str(tmp_path / "o"), final_loss=lambda r: None)[0]
+    job = sweep_mod._start(run, single_thread=True)
+    job.log.close()
+    assert seen["env"]["OMP_NUM_THREADS"] == "1" and seen["env"]["MKL_NUM_THREADS"] == "1"
+    assert seen["cmd"][-3:] == ["pretrain", "--config", os.path.join(str(tmp_path / "o"),
+                                run.key, "study-config.yaml")]  # fmt: skip
+    sweep_mod._start(run, single_thread=False).log.close()
+    assert seen["env"]["OMP_NUM_THREADS"] == "8"
+
+
+# ---- the data fingerprint ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """A study over a copy of the demo corpus, its data prepared once (real preprocess)."""
+    root = tmp_path_factory.mktemp("fp")
+    corpus = root / "en.jsonl"
+    with open(os.path.join(DEMO, "en.jsonl"), encoding="utf-8") as f:
+        corpus.write_text("".join(f.readlines()[:40]), encoding="utf-8")
+
+    def edit(raw):
+        raw["data"]["inputs"] = [str(corpus)]
+
+    study_path = _study(root, edit)
+    out = str(root / "o")
+    prepare_data(load_study(study_path), out, sys.stderr)
+    return root, study_path, out
+
+
+def test_fingerprint_recorded_and_unchanged_data_accepted(prepared):
+    root, study_path, out = prepared
+    with open(os.path.join(out, "data", DATA_FINGERPRINT), encoding="utf-8") as f:
+        fp = json.load(f)
+    assert fp["heldout_every"] == 10 and fp["inputs"][0]["path"] == str(root / "en.jsonl")
+    assert fp["inputs"][0]["size"] == os.path.getsize(root / "en.jsonl")
+    assert check_data_unchanged(load_study(study_path), out) == fp
+
+
+def test_changed_heldout_every_is_refused(prepared, tmp_path):
+    root, study_path, out = prepared
+
+    def edit(raw):
+        raw["data"]["inputs"] = [str(root / "en.jsonl")]
+        raw["data"]["heldout_every"] = 5
+
+    before = os.stat(os.path.join(out, "data", "train.jsonl")).st_mtime_ns
+    with pytest.raises(
+        StudyChangedError, match=r"data\.heldout_every: 10 -> 5\)\. Fix: .*new --output-dir"
+    ):
+        sweep_mod.sweep(_study(tmp_path, edit), out)
+    assert os.stat(os.path.join(out, "data", "train.jsonl")).st_mtime_ns == before
+
+
+def test_changed_input_file_is_refused(prepared, tmp_path):
+    root, study_path, out = prepared
+    corpus = root / "en.jsonl"
+    original = corpus.read_bytes()
+    try:
+        corpus.write_bytes(original.replace(b"the", b"teh", 1))  # same size, new content
+        with pytest.raises(StudyChangedError, match=r"data\.inputs '.*en\.jsonl': content changed"):
+            check_data_unchanged(load_study(study_path), out)
+        proc = subprocess.run(
+            [sys.executable, "-m", "megatron_gamma.cli", "sweep", study_path, "--output-dir", out,
+             "--dry-run"],
+            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT}, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 2 and "content changed" in proc.stderr, proc.stderr
+    finally:
+        corpus.write_bytes(original)
+    assert check_data_unchanged(load_study(study_path), out) is not None
+
+
+def test_data_without_fingerprint_is_refused(tmp_path):
+    out = tmp_path / "o"
+    (out / "data").mkdir(parents=True)
+    (out / "data" / "train.jsonl").write_text("{}\n", encoding="utf-8")
+    with pytest.raises(StudyChangedError, match="prepared without a fingerprint"):
+        check_data_unchanged(load_study(_study(tmp_path)), str(out))
+
+
+# ---- sweep --slurm ----------------------------------------------------------------------------
+
+
+def test_slurm_passes_account_qos_dependency(tmp_path):
+    options = ClusterOptions(account="acct1", qos="high", dependency="afterok:123")
+    result = submit_study(
+        _study(tmp_path), str(tmp_path / "o"), options, dry_run=True, out=sys.stderr
+    )
+    lines = result.script.splitlines()
+    for directive in ("--account=acct1", "--qos=high", "--dependency=afterok:123"):
+        assert f"#SBATCH {directive}" in lines
+    assert "#SBATCH --array=0-19" in lines  # 12 shared + 8 grid runs; confirm runs come later
+    assert any(ln.startswith("#   base: ") for ln in lines)  # GPU-hours per arm
+    assert not (tmp_path / "o").exists()
+
+
+# ---- the GPU studies --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, world_size", [("paper-gpu.yaml", 1), ("paper-0.1b-1.5b.yaml", 8)])
+def test_gpu_studies_build_valid_configs_that_fit_80gb(tmp_path, name, world_size):
+    study = load_study(os.path.join(STUDIES, name))
+    out = str(tmp_path / "o")
+    runs = plan(study, out, final_loss=lambda run: None)
+    # every confirm run the grids could choose: make each grid LR the winner in turn
+    for p in study.pending:
+        for lr in p.lrs:
+            won = confirm_runs(study, out, p.arm, p.size, lambda run, lr=lr: 1.0 + (run.lr != lr))
+            assert [r.seed for r in won] == ([] if lr == p.shared_lr else p.seeds)
+            runs += won
+    assert {a for a in study.arms if "@" not in a} >= {"baseline", "gamma0.5+eps+gate"}
+    gate = study.arms["gamma0.5+eps+gate"].fields
+    assert (gate["init_gamma"], gate["norm_epsilon"], gate["gated_attention"]) == (
+        0.5,
+        1e-12,
+        "elementwise",
+    )
+    for run in runs:
+        cfg = run.config
+        o = cfg.optimizer
+        assert o.lr_warmup_fraction and not o.lr_warmup_iters, run.key
+        vocab = padded_vocab_size(cfg.model.vocab_size or 4096, cfg)
+        mem = estimate_memory(cfg, vocab, world_size)
+        total = mem.total(cfg.parallel.use_distributed_optimizer,
+                          cfg.training.recompute_granularity == "full")  # fmt: skip
+        assert total < 80 * 1024**3, (run.key, total / 1024**3)
+    if name == "paper-0.1b-1.5b.yaml":  # each size's own recipe
+        shared = {r.size: r.config for r in runs if r.lr_phase == SHARED}
+        assert {s: c.optimizer.lr for s, c in shared.items()} == {
+            "0.1b": 6.0e-4, "0.3b": 4.0e-4, "0.7b": 3.0e-4, "1.5b": 2.5e-4
+        }  # fmt: skip
+        assert shared["1.5b"].parallel.tensor_model_parallel_size == 2
+        assert shared["1.5b"].training.micro_batch_size == 4
