@@ -40,15 +40,15 @@ sys.stdin.readline()
 def test_a_second_writer_of_the_same_output_is_refused(tmp_path):
     prefix = str(tmp_path / "o")
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, prefix + ".lock"],
+        [sys.executable, "-c", HOLD, str(tmp_path / ".o.lock")],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(ConfigError, match=rf"o\.lock: another process \(pid {holder.pid}\)"):
+        with pytest.raises(ConfigError, match=rf"\.o\.lock: another process \(pid {holder.pid}\)"):
             preprocess(DEMO_INPUTS[1:], DEMO_TOKENIZER, prefix, progress=False)
-        assert sorted(p.name for p in tmp_path.iterdir()) == ["o.lock"]  # nothing written
+        assert sorted(p.name for p in tmp_path.iterdir()) == [".o.lock"]  # nothing written
     finally:
         holder.communicate("done\n", timeout=60)
     r = preprocess(DEMO_INPUTS[1:], DEMO_TOKENIZER, prefix, progress=False)
-    assert r.documents > 0 and not (tmp_path / "o.lock").exists()
+    assert r.documents > 0 and not (tmp_path / ".o.lock").exists()

@@ -260,7 +260,7 @@ def _zstd_errors() -> tuple:
 def iter_chunks(
     path: str,
     chunk_docs: int = 256,
-    chunk_bytes: int = 1 << 18,
+    chunk_bytes: int = 1 << 20,
     columns: list[str] | None = None,
     max_line_bytes: int = DEFAULT_LINE_CAP,
 ) -> Iterator[Chunk]:
@@ -385,10 +385,16 @@ def check_readable(path: str) -> None:
 
 @dataclass
 class Record:
-    """One parsed input record: its line (or row) number and its ``{key: value}`` fields."""
+    """One parsed input record: its line (or row) number and its ``{key: value}`` fields.
+
+    ``plain``: its strings can hold no C0 control character and no lone surrogate (parsed by
+    orjson, which refuses lone surrogates, from a line without a ``\\u00``, ``\\b`` or
+    ``\\f`` escape; JSON strings cannot hold raw control characters), so the per-text checks
+    for them can be skipped."""
 
     line: int
     fields: dict
+    plain: bool = False
 
 
 def parse_chunk(
@@ -414,7 +420,7 @@ def parse_chunk(
             out.append(Record(line, item))
             continue
         try:
-            fields = _parse_line(chunk.path, line, item)
+            fields, plain = _parse_line(chunk.path, line, item)
         except InputError as e:
             if on_error != "skip":
                 raise
@@ -423,7 +429,7 @@ def parse_chunk(
                 messages.append(str(e))
             continue
         if fields is not None:
-            out.append(Record(line, fields))
+            out.append(Record(line, fields, plain))
     return out
 
 
@@ -444,8 +450,8 @@ def _nested_too_deep(item: bytes) -> bool:
     return int(np.cumsum(step).max()) > MAX_JSON_DEPTH
 
 
-def _parse_line(path: str, line: int, item: bytes | LongLine) -> dict | None:
-    """One jsonl line's object, or None for a blank line.
+def _parse_line(path: str, line: int, item: bytes | LongLine) -> tuple[dict | None, bool]:
+    """One jsonl line's object (None for a blank line) and whether it is plain (:class:`Record`).
 
     Raises:
         InputError: 'line_too_long', 'json_too_deep', 'invalid_utf8' or 'malformed_json'.
@@ -465,7 +471,9 @@ def _parse_line(path: str, line: int, item: bytes | LongLine) -> dict | None:
         )
     try:
         fields = orjson.loads(item)
+        plain = b"\\u00" not in item and b"\\b" not in item and b"\\f" not in item
     except orjson.JSONDecodeError:  # refused: the standard parser decides (and explains)
+        plain = False
         try:
             text = item.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -475,7 +483,7 @@ def _parse_line(path: str, line: int, item: bytes | LongLine) -> dict | None:
                 f"{e.start + 1} of the line). Fix: re-encode the file as UTF-8",
             ) from None
         if not text.strip():
-            return None
+            return None, False
         try:
             fields = json.loads(text)
         except json.JSONDecodeError as e:
@@ -490,7 +498,7 @@ def _parse_line(path: str, line: int, item: bytes | LongLine) -> dict | None:
             f"{path}:{line}: malformed JSON (a {type(fields).__name__}, not an object). "
             "Fix: one JSON object per line",
         )
-    return fields
+    return fields, plain
 
 
 def record_text(path: str, record: Record, key: str) -> str:

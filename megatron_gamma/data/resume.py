@@ -14,8 +14,8 @@ checksums equal) and redoes one whose marker is missing or does not verify; a pa
 left by a killed run is deleted first. A marker whose fingerprint differs (other inputs, options
 or tokenizer) stops the run instead of mixing two runs under one prefix, and an empty or torn
 marker (not JSON) stops it with the file named. Only one process may work on a given ``B`` at a
-time: :meth:`UnitOutput.locked` holds an exclusive ``flock`` on ``B.lock`` (released by the
-kernel when the process ends, however it ends) and refuses a second writer by name.
+time: :meth:`UnitOutput.locked` holds an exclusive ``flock`` on ``{dir}/.{name}.lock`` (released
+by the kernel when the process ends, however it ends) and refuses a second writer by name.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ class UnitOutput:
         self.partial = os.path.join(folder, f".{name}.partial")
         self.marker = f"{base}.done.json"
         self.stats = f"{base}.stats.json"
-        self.lock = f"{base}.lock"
+        self.lock = os.path.join(folder, f".{name}.lock")
 
     def final(self, suffix: str) -> str:
         """Final path of ``B{suffix}`` (e.g. ``_text_document.bin``, ``.stats.json``)."""
@@ -137,8 +137,8 @@ class UnitOutput:
 
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
-        """Hold ``B.lock`` (an exclusive ``flock``; the file holds this process's id and is
-        removed at the end, or left behind, unlocked, by a killed process) for the block.
+        """Hold ``{dir}/.{name}.lock`` for the block: an exclusive ``flock``; the file holds this
+        process's id and is removed at the end (a killed process leaves it behind, unlocked).
 
         Raises:
             ConfigError: another process holds it, named by its process id.
