@@ -271,6 +271,7 @@ def _run_side_by_side(files: list[str], tokenizer: str, prefix: str, copies: int
     what this machine gives processes that share no work (only its caches, memory bandwidth
     and hypervisor), the ceiling of any worker design. Returned as one run: all tokens, all
     CPU, the wall time of the slowest."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     children = [
         _start_child("ours-gigatoken", files, tokenizer, f"{prefix}-{i}", 1, hold=True)
         for i in range(copies)
@@ -283,10 +284,15 @@ def _run_side_by_side(files: list[str], tokenizer: str, prefix: str, copies: int
         proc.stdin.write("go\n")
         proc.stdin.flush()
     results = [_finish_child(c) for c in children]
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
         "tokens": sum(r["tokens"] for r in results),
         "cpu": sum(r["cpu"] for r in results),
         "wall": max(r["wall"] for r in results),
+        "process_cpu": sum(
+            getattr(after, f) - getattr(before, f) for f in ("ru_utime", "ru_stime")
+        ),
+        "process_wall": max(r["process_wall"] for r in results),
         "rss_main_mib": max(r["rss_main_mib"] for r in results),
         "rss_worker_mib": max(r["rss_worker_mib"] for r in results),
         "prefix": results[0]["prefix"],
