@@ -202,6 +202,7 @@ setup(
         "tokenizers>=0.19",
         "gigatoken==0.10.0",
         "awkward>=2",
+        "orjson>=3.8,<4",  # preprocessing's JSON lines: ~4x json.loads; depth is bounded by us
         "PyYAML",
         "tqdm",
         "tensorboard",

@@ -4,16 +4,20 @@ ratios from alternated rounds, worker scaling, peak memory, core-hours for 1e12 
     python tools/bench_preprocess.py                       # demo corpus (+ debian corpus if found)
     python tools/bench_preprocess.py --corpus DIR --workers 1 2 --rounds 3
 
-Paths, each run in a fresh process per round (imports not timed), in the same order every round
-so that load changes hit them alike:
+The corpus is read as one file (several are first concatenated into one, gzip if they all
+are), as the real script takes one ``--input``. Paths, each run in a fresh process per round
+(imports not timed; the whole process, imports included, is reported beside), in the same
+order every round so that load changes hit them alike:
 
 * ``ours-gigatoken`` / ``ours-hf``: ``megatron_gamma.data.preprocess.preprocess`` with
   ``--tokenizer-backend gigatoken`` / ``hf`` (reading, checks, language tags, filters, packing,
   writing, and for gigatoken the start-up check against HF tokenizers), per worker count;
-* ``mlm-fast``: the method of Megatron-LM's ``tools/preprocess_data_fast.py`` (which needs
-  ``megatron.training``, not shipped with megatron-core, so its steps are run here):
-  ``gigatoken`` ``encode_files`` on the jsonl files (Rust reading, all cores), EOD appended with
-  ``awkward``, the ids written through megatron-core's ``IndexedDatasetBuilder``;
+* ``mlm-fast``: Megatron-LM's ``tools/preprocess_data_fast.py`` re-created call for call
+  (``gigatoken`` ``encode_files`` on all cores, megatron-core's ``IndexedDatasetBuilder``
+  ``add_documents(docs, eod_token=eod)`` and ``finalize``), the reference of every ratio;
+* ``mlm-real`` (with ``--megatron-lm DIR``): that script itself, from the checkout (its commit is
+  printed), imported first and its ``main()`` timed; ``mlm-fast`` then uses the checkout's
+  megatron-core too, and the two must agree within 10 % CPU per token (printed);
 * ``per-doc-hf``: Megatron-LM's ``tools/preprocess_data.py`` loop: ``Pool(workers).imap(encode,
   lines, 32)`` with ``json.loads``, one HF ``Tokenizer.encode`` and one list per document, and
   ``IndexedDatasetBuilder.add_document`` per document in the main process;
@@ -49,9 +53,23 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRILLION = 1e12
 SIDE_BY_SIDE = "side-by-side"
-WRITERS = ("ours-gigatoken", "ours-hf", "mlm-fast", "per-doc-hf", SIDE_BY_SIDE)
+WRITERS = ("ours-gigatoken", "ours-hf", "mlm-fast", "mlm-real", "per-doc-hf", SIDE_BY_SIDE)
 SMALL_CORPUS_TOKENS = 1_000_000
+REFERENCES = ("mlm-fast", "mlm-real")
+REFERENCE = {"dir": None, "pythonpath": [], "commit": None}
+"""The Megatron-LM checkout of ``--megatron-lm`` (set by :func:`main`)."""
 PATHS = ("mlm-fast", "gigatoken-raw", "per-doc-hf", "ours-gigatoken", "ours-hf", SIDE_BY_SIDE)
+
+
+def _tokens_written(prefix: str, tokenizer_path: str) -> int:
+    """Tokens in ``{prefix}.bin`` (megatron-core's token dtype for the tokenizer's vocabulary)."""
+    import numpy as np
+    from megatron.core.datasets.indexed_dataset import DType
+
+    from megatron_gamma.data.tokenizer import BilingualTokenizer
+
+    dtype = DType.optimal_dtype(BilingualTokenizer(tokenizer_path).vocab_size)
+    return os.path.getsize(prefix + ".bin") // np.dtype(dtype).itemsize
 
 
 def _usage() -> dict:
@@ -116,30 +134,51 @@ def _child_per_doc(files: list[str], tokenizer_path: str, prefix: str, workers: 
 
 
 def _child_mlm_fast(files: list[str], tokenizer_path: str, prefix: str, workers: int) -> dict:
-    """Megatron-LM preprocess_data_fast.py's steps: encode_files, EOD via awkward, builder."""
-    import awkward as ak
+    """Megatron-LM ``tools/preprocess_data_fast.py``'s ``process_key``, call for call (with
+    ``--append-eod``): gigatoken ``encode_files`` on all cores (its ``HuggingFaceTokenizer``
+    ``use_gigatoken`` path), then megatron-core's ``IndexedDatasetBuilder(bin, dtype=...)``,
+    ``add_documents(docs, eod_token=eod)`` and ``finalize(idx)``. ``add_documents`` is in
+    Megatron-LM since 889c909922 (2026-08-21); an older megatron-core is refused by name."""
     import gigatoken
-    import numpy as np
-    from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+    from megatron.core.datasets import indexed_dataset
 
     from megatron_gamma.data.tokenizer import BilingualTokenizer
 
+    if not hasattr(indexed_dataset.IndexedDatasetBuilder, "add_documents"):
+        raise SystemExit(
+            f"mlm-fast: the megatron-core at {indexed_dataset.__file__} has no "
+            "IndexedDatasetBuilder.add_documents, which Megatron-LM's preprocess_data_fast.py "
+            "calls (added in 889c909922, 2026-08-21). Fix: --megatron-lm DIR, a Megatron-LM "
+            "checkout at or after it"
+        )
     tok = BilingualTokenizer(tokenizer_path)
     giga = gigatoken.Tokenizer(tokenizer_path)
-    docs = giga.encode_files(gigatoken.JsonlFileSource(files, "text"))
-    eod = ak.singletons(ak.Array(np.full(len(docs), tok.eod, dtype=np.uint32)))
-    docs = ak.concatenate([docs, eod], axis=1)
-    dtype = DType.optimal_dtype(tok.vocab_size)
-    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=dtype)
-    layout = ak.to_layout(docs)
-    offsets = np.asarray(layout.offsets.data)
-    flat = np.asarray(layout.content.data)[offsets[0] : offsets[-1]]
-    builder.data_file.write(flat.astype(dtype).tobytes())
-    lengths = np.diff(offsets)
-    builder.sequence_lengths.extend(lengths.tolist())
-    builder.document_indices.extend(range(1, len(lengths) + 1))
+    encoded_docs = giga.encode_files(gigatoken.JsonlFileSource(files, field="text"), parallel=True)
+    builder = indexed_dataset.IndexedDatasetBuilder(
+        prefix + ".bin", dtype=indexed_dataset.DType.optimal_dtype(tok.vocab_size)
+    )
+    builder.add_documents(encoded_docs, eod_token=tok.eod)
     builder.finalize(prefix + ".idx")
-    return {"tokens": int(lengths.sum())}
+    return {"tokens": int(sum(builder.sequence_lengths))}
+
+
+def _child_mlm_real(files: list[str], tokenizer_path: str, prefix: str, workers: int) -> dict:
+    """The real ``tools/preprocess_data_fast.py`` of the checkout on ``PYTHONPATH``: imported
+    (not timed), then its ``main()`` timed. Its output name is ``{prefix}_text_document``."""
+    import runpy
+    import typing
+
+    if not hasattr(typing, "override"):  # Python < 3.12; megatron.training imports it
+        import typing_extensions
+
+        typing.override = typing_extensions.override
+    script = os.path.join(os.environ["MEGATRON_LM_DIR"], "tools", "preprocess_data_fast.py")
+    tokenizer_dir = os.path.dirname(os.path.abspath(tokenizer_path))
+    sys.argv = [script, "--tokenizer-type", "HuggingFaceTokenizer", "--use-gigatoken"]
+    sys.argv += ["--tokenizer-model", tokenizer_dir, "--input", *files]
+    sys.argv += ["--output-prefix", prefix, "--append-eod"]
+    real_main = runpy.run_path(script, run_name="preprocess_data_fast")["main"]
+    return {"main": real_main, "prefix": f"{prefix}_text_document"}
 
 
 def _child_ours(backend: str):
@@ -178,6 +217,7 @@ CHILDREN = {
     "ours-gigatoken": _child_ours("gigatoken"),
     "ours-hf": _child_ours("hf"),
     "mlm-fast": _child_mlm_fast,
+    "mlm-real": _child_mlm_real,
     "per-doc-hf": _child_per_doc,
     "gigatoken-raw": _child_raw,
 }
@@ -191,10 +231,16 @@ def _start_child(
     cmd = [sys.executable, os.path.abspath(__file__), "--child", mode, "--tokenizer", tokenizer]
     cmd += ["--prefix", prefix, "--workers", str(workers), "--files", *files]
     cmd += ["--hold"] if hold else []
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    env["TOKENIZERS_PARALLELISM"] = "false"
+    path = [ROOT, os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
+    if mode in REFERENCES and REFERENCE["dir"]:
+        path = [REFERENCE["dir"], *REFERENCE["pythonpath"], *path]
+        env["MEGATRON_LM_DIR"] = REFERENCE["dir"]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in path if p)
     pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE if hold else None, **pipes)
+    proc.whole_process = (before, start)
     return proc, mode, prefix
 
 
@@ -203,8 +249,14 @@ def _finish_child(child: tuple[subprocess.Popen, str, str]) -> dict:
     stdout, stderr = proc.communicate()
     if proc.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{stderr[-3000:]}")
+    before, start = proc.whole_process
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = json.loads(stdout.strip().splitlines()[-1])
     result.setdefault("prefix", prefix)
+    result["process_wall"] = time.time() - start
+    result["process_cpu"] = sum(
+        getattr(after, f) - getattr(before, f) for f in ("ru_utime", "ru_stime")
+    )
     if "encode_cpu" in result:  # the raw ceiling counts the encode calls only
         result["cpu"] = result["encode_cpu"]
     return result
@@ -219,6 +271,7 @@ def _run_side_by_side(files: list[str], tokenizer: str, prefix: str, copies: int
     what this machine gives processes that share no work (only its caches, memory bandwidth
     and hypervisor), the ceiling of any worker design. Returned as one run: all tokens, all
     CPU, the wall time of the slowest."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     children = [
         _start_child("ours-gigatoken", files, tokenizer, f"{prefix}-{i}", 1, hold=True)
         for i in range(copies)
@@ -231,14 +284,49 @@ def _run_side_by_side(files: list[str], tokenizer: str, prefix: str, copies: int
         proc.stdin.write("go\n")
         proc.stdin.flush()
     results = [_finish_child(c) for c in children]
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
         "tokens": sum(r["tokens"] for r in results),
         "cpu": sum(r["cpu"] for r in results),
         "wall": max(r["wall"] for r in results),
+        "process_cpu": sum(
+            getattr(after, f) - getattr(before, f) for f in ("ru_utime", "ru_stime")
+        ),
+        "process_wall": max(r["process_wall"] for r in results),
         "rss_main_mib": max(r["rss_main_mib"] for r in results),
         "rss_worker_mib": max(r["rss_worker_mib"] for r in results),
         "prefix": results[0]["prefix"],
     }
+
+
+def _commit(checkout: str) -> str:
+    """``git rev-parse HEAD`` of ``checkout``, or 'unknown (not a git checkout)'."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", checkout, "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return out.stdout.strip()
+
+
+def _one_file(files: list[str], folder: str) -> list[str]:
+    """The corpus as one file, as Megatron-LM's script takes one ``--input``: ``files`` as they
+    are when there is one, else their lines concatenated into ``folder/all.jsonl`` (gzip level 6,
+    ``all.jsonl.gz``, when every input is ``.gz``)."""
+    if len(files) == 1:
+        return files
+    import gzip
+    import shutil
+
+    os.makedirs(folder)
+    packed = all(f.endswith(".gz") for f in files)
+    out = os.path.join(folder, "all.jsonl.gz" if packed else "all.jsonl")
+    with gzip.open(out, "wb", compresslevel=6) if packed else open(out, "wb") as dst:
+        for path in files:
+            with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as src:
+                shutil.copyfileobj(src, dst)
+    return [out]
 
 
 def _same_bytes(a: str, b: str) -> bool:
@@ -258,7 +346,8 @@ def bench_corpus(
     medians and ratios."""
     size = sum(map(os.path.getsize, files))
     print(f"\n== {name}: {len(files)} files, {size / 1e6:.1f} MB on disk, {rounds} rounds")
-    runs = [("mlm-fast", 1)] + [("gigatoken-raw", 1)] * ("gigatoken-raw" in paths)
+    runs = [("mlm-fast", 1)] + [("mlm-real", 1)] * bool(REFERENCE["dir"])
+    runs += [("gigatoken-raw", 1)] * ("gigatoken-raw" in paths)
     runs += [("per-doc-hf", workers[0])] * ("per-doc-hf" in paths)
     runs += [(m, w) for w in workers for m in ("ours-gigatoken", "ours-hf") if m in paths]
     runs += [(SIDE_BY_SIDE, w) for w in workers[1:] if SIDE_BY_SIDE in paths]
@@ -272,12 +361,19 @@ def bench_corpus(
                 results[(mode, w)].append(_run_child(mode, files, tokenizer, prefix, w))
         print(f"  round {r + 1}/{rounds} done (load {os.getloadavg()[0]:.1f})")
     ref = results[("mlm-fast", 1)]
-    print("  mlm-fast: Megatron-LM preprocess_data_fast.py's method, the reference of every x.")
+    print("  mlm-fast: Megatron-LM preprocess_data_fast.py's calls, re-created here, the reference "
+          "of every x")  # fmt: skip
+    if REFERENCE["dir"]:
+        print(f"  mlm-real: {REFERENCE['dir']}/tools/preprocess_data_fast.py itself, Megatron-LM "
+              f"{REFERENCE['commit']}, main() timed")  # fmt: skip
+    print("  tok/CPU-s and tok/s wall: imports excluded; whole proc: the whole process, imports "
+          "included")  # fmt: skip
     if SIDE_BY_SIDE in paths:
         print("  side-by-side: N independent 1-worker ours-gigatoken runs at once (the machine's "
               "ceiling)")  # fmt: skip
     print(f"  {'path':16s} {'workers':>7s} {'tok/CPU-s':>11s} {'x mlm-fast':>10s} "
-          f"{'tok/s wall':>11s} {'x mlm-fast':>10s} {'RSS main':>9s} {'worker':>7s}")  # fmt: skip
+          f"{'tok/s wall':>11s} {'x mlm-fast':>10s} {'whole proc':>11s} {'x mlm-fast':>10s} "
+          f"{'RSS main':>9s} {'worker':>7s}")  # fmt: skip
     summary = {}
     for (mode, w), rs in results.items():
         per_cpu = statistics.median(x["tokens"] / x["cpu"] for x in rs)
@@ -296,12 +392,26 @@ def bench_corpus(
             f"{statistics.median(walls):>11,.0f} {statistics.median(wall_ratio):>9.2f}x"
             if walls else f"{'-':>11s} {'-':>10s}"
         )  # fmt: skip
+        process = statistics.median(x["tokens"] / x["process_cpu"] for x in rs)
+        process_ratio = statistics.median(
+            (x["tokens"] / x["process_cpu"]) / (m["tokens"] / m["process_cpu"])
+            for x, m in zip(rs, ref, strict=True)
+        )
         rss_main = max(x["rss_main_mib"] for x in rs)
         rss_worker = max(x["rss_worker_mib"] for x in rs)
         print(
             f"  {mode:16s} {w:>7d} {per_cpu:>11,.0f} {cpu_ratio:>9.2f}x {wall_txt} "
-            f"{rss_main:>5.0f} MiB {rss_worker:>4.0f} MiB"
+            f"{process:>11,.0f} {process_ratio:>9.2f}x {rss_main:>5.0f} MiB {rss_worker:>4.0f} MiB"
         )
+    if ("mlm-real", 1) in results:
+        real = results[("mlm-real", 1)]
+        gap = statistics.median(
+            (f["cpu"] / f["tokens"]) / (m["cpu"] / m["tokens"])
+            for f, m in zip(ref, real, strict=True)
+        )
+        ok = "yes" if abs(gap - 1) <= 0.10 else "NO"
+        print(f"  mlm-fast re-creation vs the real script: CPU per token {gap:.2f}x "
+              f"(within 10 %: {ok})")  # fmt: skip
     reference = results[("mlm-fast", 1)][-1]["prefix"]
     for mode, w in runs[1:]:
         if mode in WRITERS:
@@ -379,6 +489,20 @@ def main(argv: list[str] | None = None) -> None:
         default=3,
         help="the peak-memory run's input repeats (0: no memory run)",
     )
+    p.add_argument(
+        "--megatron-lm",
+        metavar="DIR",
+        help="a Megatron-LM source tree: also run its tools/preprocess_data_fast.py (mlm-real), "
+        "and run mlm-fast with its megatron-core",
+    )
+    p.add_argument(
+        "--reference-pythonpath",
+        nargs="*",
+        default=[],
+        metavar="DIR",
+        help="extra PYTHONPATH entries for mlm-fast/mlm-real only (e.g. a pip --target folder "
+        "with triton, which the checkout's megatron.core imports)",
+    )
     p.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     p.add_argument("--prefix", help=argparse.SUPPRESS)
     p.add_argument("--files", nargs="*", help=argparse.SUPPRESS)
@@ -390,11 +514,18 @@ def main(argv: list[str] | None = None) -> None:
 
         import megatron_gamma.data.preprocess  # noqa: F401
 
+        child = CHILDREN[args.child]
+        call = (args.files, args.tokenizer, args.prefix, args.workers[0])
+        prepared = child(*call) if args.child == "mlm-real" else None
         if args.hold:
             print("ready", flush=True)
             sys.stdin.readline()
         before, start = _usage(), time.time()
-        result = CHILDREN[args.child](args.files, args.tokenizer, args.prefix, args.workers[0])
+        if prepared is None:
+            result = child(*call)
+        else:
+            prepared.pop("main")()
+            result = prepared | {"tokens": _tokens_written(prepared["prefix"], args.tokenizer)}
         after = _usage()
         after["cpu"] -= before["cpu"]
         if args.child != "gigatoken-raw":
@@ -403,6 +534,15 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.rounds < 1 or args.memory_copies < 0:
         p.error(f"--rounds {args.rounds} --memory-copies {args.memory_copies}: need >= 1, >= 0")
+    if args.megatron_lm:
+        script = os.path.join(args.megatron_lm, "tools", "preprocess_data_fast.py")
+        if not os.path.isfile(script):
+            p.error(f"--megatron-lm {args.megatron_lm}: no {script}. Fix: a Megatron-LM checkout")
+        REFERENCE.update(
+            dir=os.path.abspath(args.megatron_lm),
+            pythonpath=[os.path.abspath(d) for d in args.reference_pythonpath],
+            commit=_commit(args.megatron_lm),
+        )
     from megatron_gamma.data.readers import expand_inputs
 
     corpora = args.corpus
@@ -414,8 +554,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"tokenizer {args.tokenizer}; {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.1f}")
     with tempfile.TemporaryDirectory(prefix="bench_preprocess_") as tmp:
         for corpus in corpora:
-            files = expand_inputs([corpus])
             name = os.path.basename(corpus.rstrip("/"))
+            files = _one_file(expand_inputs([corpus]), os.path.join(tmp, name))
             paths = tuple(args.paths)
             bench_corpus(name, files, args.tokenizer, args.workers, args.rounds, tmp, paths)
             if sum(map(os.path.getsize, files)) > 5e6 and args.memory_copies:

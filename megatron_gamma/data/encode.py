@@ -180,16 +180,18 @@ def filtered_texts(chunk: Chunk, opt: EncodeOptions, counts: dict, messages: lis
             texts = []
             for key in opt.json_keys:
                 text = record_text(chunk.path, rec, key)
-                try:
-                    text.encode("utf-8")
-                except UnicodeEncodeError as e:
-                    raise InputError(
-                        "invalid_utf8",
-                        f"{chunk.path}:{rec.line}: {key!r} holds a lone surrogate "
-                        f"{text[e.start]!r} (not encodable as UTF-8). Fix: repair the "
-                        "\\ud800-style escapes, or --on-error skip",
-                    ) from None
-                text, controls = remove_control_characters(text)
+                controls = 0
+                if not rec.plain:
+                    try:
+                        text.encode("utf-8")
+                    except UnicodeEncodeError as e:
+                        raise InputError(
+                            "invalid_utf8",
+                            f"{chunk.path}:{rec.line}: {key!r} holds a lone surrogate "
+                            f"{text[e.start]!r} (not encodable as UTF-8). Fix: repair the "
+                            "\\ud800-style escapes, or --on-error skip",
+                        ) from None
+                    text, controls = remove_control_characters(text)
                 text, cut = opt.filters.cap(text)
                 texts.append((key, text, controls, cut))
         except InputError as e:

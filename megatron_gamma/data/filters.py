@@ -5,7 +5,8 @@ Applied in this order; a document is counted under the first filter that drops i
 =================  ==========================================================================
 reason             drops a document when
 =================  ==========================================================================
-empty              its (normalized) text is empty or only whitespace (always on)
+empty              its (normalized) text has no visible character: only whitespace and the
+                   zero-width characters of :data:`INVISIBLE` (always on)
 min_chars          it has fewer than ``min_chars`` characters (``len(text)``)
 max_symbol_ratio   more than ``max_symbol_ratio`` of its non-whitespace characters are
                    punctuation or symbols (Unicode categories P* and S*; CJK punctuation counts)
@@ -29,6 +30,11 @@ import numpy as np
 from megatron_gamma.data.langid import codepoints
 
 DROP_REASONS = ("empty", "min_chars", "max_symbol_ratio", "min_tokens")
+INVISIBLE = (
+    "".join(c for c in map(chr, range(0x3001)) if c.isspace()) + "\u200b\u200c\u200d\u2060\ufeff"
+)
+"""Characters that show nothing: Unicode whitespace, zero-width space, non-joiner and joiner,
+word joiner, and the byte-order mark (zero-width no-break space)."""
 _TABLE_SIZE = 0x30000  # BMP and the two supplementary planes in use (emoji, Han extensions)
 _OTHER, _SYMBOL, _SPACE = 0, 1, 2
 
@@ -87,7 +93,7 @@ class Filters:
     def text_reason(self, text: str) -> str | None:
         """The first text filter that drops ``text`` ('empty', 'min_chars',
         'max_symbol_ratio'), or None to keep it."""
-        if not text.strip():
+        if not text.strip(INVISIBLE):
             return "empty"
         if len(text) < self.min_chars:
             return "min_chars"

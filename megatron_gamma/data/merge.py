@@ -82,17 +82,18 @@ def _merge_fingerprint(prefixes: list[str], out_prefix: str, suffix: str) -> lis
 
 
 def _run(unit: UnitOutput, work) -> dict:
-    marker = unit.completed()
-    if marker is not None:
-        log.info("%s: already merged, skipped", unit.base)
-        return marker
-    unit.begin()
-    try:
-        suffixes, counts = work()
-        return unit.commit(suffixes, counts)
-    except BaseException:
-        unit.abort()
-        raise
+    with unit.locked():
+        marker = unit.completed()
+        if marker is not None:
+            log.info("%s: already merged, skipped", unit.base)
+            return marker
+        unit.begin()
+        try:
+            suffixes, counts = work()
+            return unit.commit(suffixes, counts)
+        except BaseException:
+            unit.abort()
+            raise
 
 
 def merge_shards(output_prefix: str, num_shards: int | None = None, progress: bool = True) -> dict:

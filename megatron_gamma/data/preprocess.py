@@ -49,6 +49,7 @@ from megatron_gamma.data.readers import (
     expand_inputs,
     file_size,
     iter_chunks,
+    line_cap,
 )
 from megatron_gamma.data.resume import UnitOutput
 from megatron_gamma.data.sharding import check_shards, shard_files, shard_prefix
@@ -109,10 +110,11 @@ def _read_chunks(
     messages: list[str],
 ) -> Iterator[Chunk]:
     columns = list(options.json_keys) + ([options.lang_key] if options.lang_key else [])
+    cap = line_cap(options.filters.max_document_chars, len(options.json_keys))
     for path in files:
         try:
             check_readable(path)
-            yield from iter_chunks(path, chunk_size, columns=columns)
+            yield from iter_chunks(path, chunk_size, columns=columns, max_line_bytes=cap)
         except InputError as e:
             if options.on_error != "skip":
                 raise
@@ -214,71 +216,74 @@ def _run_unit(
 ) -> tuple[dict, bool]:
     """Preprocess ``files`` into the outputs under ``base``; return (stats doc, was skipped)."""
     unit = UnitOutput(base, _fingerprint(files, options, tok, shard))
-    if unit.completed() is not None:
-        log.info("%s: complete (done-marker verified), skipped", base)
-        return read_json(unit.stats), True
-    unit.begin()
-    dtype = DType.optimal_dtype(tok.vocab_size)
-    counts: dict = {}
-    messages: list[str] = []
-    writers: dict[str, ChunkWriter] = {}
-    sizes = [file_size(p) for p in files]
-    starts = {p: sum(sizes[:i]) for i, p in enumerate(files)}
-    desc = "preprocess" if shard[1] == 1 else f"shard {shard[0]}/{shard[1]}"
-    bar = tqdm(
-        total=sum(sizes), unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
-        disable=None if progress else True,
-    )  # fmt: skip
-    env = os.environ.get("TOKENIZERS_PARALLELISM")
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker
-    try:
-        chunks = _read_chunks(files, options, chunk_size, counts, messages)
-        encoder = ChunkEncoder(backend, options, dtype, tok.eod)
-        start, raw, docs, tokens = time.time(), 0, 0, 0
-        with SharedMap(workers, encoder) as pool:
-            for r in pool.map(chunks, 4 * workers):
-                for name, out in r.outputs.items():
-                    if name not in writers:
-                        writers[name] = ChunkWriter(unit.temp(f"_{name}"), dtype)
-                    writers[name].add(out.tokens, out.sequence_lengths, out.document_sequences)
-                    docs += len(out.document_sequences)
-                    tokens += len(out.tokens)
-                add_counts(counts, r.counts)
-                messages += r.messages
-                raw += r.raw_bytes
-                bar.update(starts[r.path] + r.disk_pos - bar.n)
-                dt = max(time.time() - start, 1e-9)
-                bar.set_postfix_str(
-                    f"{docs / dt:.0f} docs/s, {raw / dt / 1e6:.1f} MB/s uncompressed, "
-                    f"{tokens / dt:.0f} tok/s",
-                    refresh=False,
-                )
-        for msg in messages[: 4 * MAX_MESSAGES]:
-            log.warning("skipped: %s", msg)
-        if not writers:
-            raise _empty_error(files, counts)
-        for writer in writers.values():
-            writer.finalize()
-        doc = stats_document(base, counts)
-        write_json(unit.temp(".stats.json"), doc)
-        for name in writers:
-            write_json(unit.temp(f"_{name}{FINGERPRINT}"), fingerprint(tok))
-        suffixes = [f"_{n}{ext}" for n in sorted(writers) for ext in (".bin", ".idx", FINGERPRINT)]
-        totals = {"documents": docs, "tokens": tokens}
-        hashed = {f"_{n}.bin": writer.bin_sha256 for n, writer in writers.items()}
-        unit.commit(suffixes + [".stats.json"], totals, hashed)
-        return doc, False
-    except BaseException:
-        for writer in writers.values():
-            writer.abort()
-        unit.abort()
-        raise
-    finally:
-        bar.close()
-        if env is None:
-            os.environ.pop("TOKENIZERS_PARALLELISM", None)
-        else:
-            os.environ["TOKENIZERS_PARALLELISM"] = env
+    with unit.locked():
+        if unit.completed() is not None:
+            log.info("%s: complete (done-marker verified), skipped", base)
+            return read_json(unit.stats), True
+        unit.begin()
+        dtype = DType.optimal_dtype(tok.vocab_size)
+        counts: dict = {}
+        messages: list[str] = []
+        writers: dict[str, ChunkWriter] = {}
+        sizes = [file_size(p) for p in files]
+        starts = {p: sum(sizes[:i]) for i, p in enumerate(files)}
+        desc = "preprocess" if shard[1] == 1 else f"shard {shard[0]}/{shard[1]}"
+        bar = tqdm(
+            total=sum(sizes), unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
+            disable=None if progress else True,
+        )  # fmt: skip
+        env = os.environ.get("TOKENIZERS_PARALLELISM")
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker
+        try:
+            chunks = _read_chunks(files, options, chunk_size, counts, messages)
+            encoder = ChunkEncoder(backend, options, dtype, tok.eod)
+            start, raw, docs, tokens = time.time(), 0, 0, 0
+            with SharedMap(workers, encoder) as pool:
+                for r in pool.map(chunks, 4 * workers):
+                    for name, out in r.outputs.items():
+                        if name not in writers:
+                            writers[name] = ChunkWriter(unit.temp(f"_{name}"), dtype)
+                        writers[name].add(out.tokens, out.sequence_lengths, out.document_sequences)
+                        docs += len(out.document_sequences)
+                        tokens += len(out.tokens)
+                    add_counts(counts, r.counts)
+                    messages += r.messages
+                    raw += r.raw_bytes
+                    bar.update(starts[r.path] + r.disk_pos - bar.n)
+                    dt = max(time.time() - start, 1e-9)
+                    bar.set_postfix_str(
+                        f"{docs / dt:.0f} docs/s, {raw / dt / 1e6:.1f} MB/s uncompressed, "
+                        f"{tokens / dt:.0f} tok/s",
+                        refresh=False,
+                    )
+            for msg in messages[: 4 * MAX_MESSAGES]:
+                log.warning("skipped: %s", msg)
+            if not writers:
+                raise _empty_error(files, counts)
+            for writer in writers.values():
+                writer.finalize()
+            doc = stats_document(base, counts)
+            write_json(unit.temp(".stats.json"), doc)
+            for name in writers:
+                write_json(unit.temp(f"_{name}{FINGERPRINT}"), fingerprint(tok))
+            suffixes = [
+                f"_{n}{ext}" for n in sorted(writers) for ext in (".bin", ".idx", FINGERPRINT)
+            ]
+            totals = {"documents": docs, "tokens": tokens}
+            hashed = {f"_{n}.bin": writer.bin_sha256 for n, writer in writers.items()}
+            unit.commit(suffixes + [".stats.json"], totals, hashed)
+            return doc, False
+        except BaseException:
+            for writer in writers.values():
+                writer.abort()
+            unit.abort()
+            raise
+        finally:
+            bar.close()
+            if env is None:
+                os.environ.pop("TOKENIZERS_PARALLELISM", None)
+            else:
+                os.environ["TOKENIZERS_PARALLELISM"] = env
 
 
 def preprocess(

@@ -4,9 +4,12 @@ A UTF-8 byte-order mark at the start of a jsonl file is stripped and counted
 (``byte_order_marks`` in ``stats.json``).
 
 Reading happens in the main process and only moves raw bytes (jsonl) or column values (parquet);
-JSON decoding, UTF-8 validation and key lookup run in the workers (:func:`parse_chunk`), so the
-reader is never the bottleneck. Memory is bounded by one chunk per worker in flight, whatever the
-size of the input.
+JSON decoding (``orjson``, with the standard library's parser for what orjson refuses, so the
+values are the same), UTF-8 validation and key lookup run in the workers (:func:`parse_chunk`),
+so the reader is never the bottleneck. Memory is bounded by one chunk per worker in flight,
+whatever the size of the input: a jsonl line is read at most ``max_line_bytes`` at a time
+(:func:`line_cap`, from ``--max-document-chars``), and a longer line is skipped unread, even in
+a gzip bomb; JSON nested deeper than :data:`MAX_JSON_DEPTH` is refused before it is parsed.
 
 Errors (all :class:`InputError`, a ``ValueError``, with a ``kind`` used for the skip counts):
 
@@ -18,6 +21,8 @@ unsupported        a file whose name does not end in a supported extension
 unreadable_file    a file that cannot be opened or whose compressed stream is corrupt
 malformed_json     a line that is not a JSON object
 invalid_utf8       a line that is not valid UTF-8
+line_too_long      a jsonl line longer than the line cap (:func:`line_cap`)
+json_too_deep      a line whose JSON nests arrays/objects deeper than :data:`MAX_JSON_DEPTH`
 missing_key        a record without one of ``--json-keys`` (or with a null value)
 bad_value          a ``--json-keys`` value that is not a string, or an unknown language label
 =================  ==========================================================================
@@ -34,6 +39,9 @@ import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+
+import numpy as np
+import orjson
 
 from megatron_gamma.data.langid import language_label
 
@@ -52,6 +60,8 @@ ERROR_KINDS = (
     "unreadable_file",
     "malformed_json",
     "invalid_utf8",
+    "line_too_long",
+    "json_too_deep",
     "missing_key",
     "bad_value",
 )
@@ -59,6 +69,32 @@ ERROR_KINDS = (
 
 MAX_MESSAGES = 5
 """Skipped problems whose full message is kept per chunk (all are counted)."""
+
+MAX_JSON_DEPTH = 100
+"""Deepest nesting of JSON arrays and objects accepted in a record (a text record needs 1-3)."""
+
+LINE_CAP_SLACK = 1 << 20
+"""Bytes a jsonl line may hold besides its texts (other fields), in :func:`line_cap`."""
+
+
+def line_cap(max_document_chars: int, texts: int = 1) -> int:
+    """The longest jsonl line read, in bytes: ``texts`` texts of ``max_document_chars``
+    characters each written as 6-byte ``\\uXXXX`` escapes (JSON's longest form), plus
+    :data:`LINE_CAP_SLACK` (7 MiB for the default 1,000,000 characters and one text)."""
+    return 6 * max_document_chars * texts + LINE_CAP_SLACK
+
+
+DEFAULT_LINE_CAP = line_cap(1_000_000)
+"""The line cap where no ``--max-document-chars`` applies (the flag's default)."""
+
+
+@dataclass(frozen=True)
+class LongLine:
+    """Stands in a chunk for a jsonl line longer than the cap (:func:`iter_chunks`), which is
+    skipped unread. ``nbytes``: its length; ``cap``: the cap it exceeded."""
+
+    nbytes: int
+    cap: int
 
 
 class InputError(ValueError):
@@ -151,7 +187,8 @@ class Chunk:
     Attributes:
         path: the file.
         first_line: 1-based line (jsonl) or row (parquet) number of ``items[0]``.
-        items: raw lines (bytes, jsonl) or ``{column: value}`` dicts (parquet), in file order.
+        items: raw lines (bytes, jsonl; a :class:`LongLine` for one over the cap) or
+            ``{column: value}`` dicts (parquet), in file order.
         raw_bytes: uncompressed bytes these items occupy (for MB/s).
         disk_pos: on-disk bytes of the file read up to the end of this chunk (for the bar).
         byte_order_marks: 1 when a UTF-8 byte-order mark was stripped from the file's first
@@ -221,7 +258,11 @@ def _zstd_errors() -> tuple:
 
 
 def iter_chunks(
-    path: str, chunk_docs: int = 256, chunk_bytes: int = 1 << 18, columns: list[str] | None = None
+    path: str,
+    chunk_docs: int = 256,
+    chunk_bytes: int = 1 << 20,
+    columns: list[str] | None = None,
+    max_line_bytes: int = DEFAULT_LINE_CAP,
 ) -> Iterator[Chunk]:
     """Yield ``path``'s records in order, at most ``chunk_docs`` items or about ``chunk_bytes``
     uncompressed bytes per chunk.
@@ -232,6 +273,9 @@ def iter_chunks(
         chunk_bytes: uncompressed bytes per chunk at most (a single longer record is its own
             chunk).
         columns: parquet columns to read (the json keys and language key that exist).
+        max_line_bytes: a jsonl line longer than this (newline excluded) is read in pieces of
+            this size and dropped, a :class:`LongLine` in its place (:func:`parse_chunk` names
+            or counts it), so memory stays bounded whatever the line.
 
     Raises:
         InputError: 'unreadable_file' when the file cannot be opened or its stream breaks;
@@ -248,14 +292,22 @@ def iter_chunks(
     try:
         f, raw = _open_binary(path, fmt)
         with raw, f:
-            for line in f:
+            while line := f.readline(max_line_bytes + 1):
                 lineno += 1
                 offset += len(line)
-                if lineno == 1 and line.startswith(codecs.BOM_UTF8):
+                size = len(line)
+                if size > max_line_bytes and not line.endswith(b"\n"):
+                    while rest := f.readline(max_line_bytes + 1):
+                        size += len(rest)
+                        if rest.endswith(b"\n"):
+                            break
+                    offset += size - len(line)
+                    line = LongLine(size, max_line_bytes)
+                elif lineno == 1 and line.startswith(codecs.BOM_UTF8):
                     line = line[len(codecs.BOM_UTF8) :]  # a file-level mark, not JSON
                     chunk.byte_order_marks = 1
                 chunk.items.append(line)
-                chunk.raw_bytes += len(line)
+                chunk.raw_bytes += size
                 if len(chunk.items) >= chunk_docs or chunk.raw_bytes >= chunk_bytes:
                     chunk.disk_pos = raw.tell()
                     yield chunk
@@ -333,10 +385,16 @@ def check_readable(path: str) -> None:
 
 @dataclass
 class Record:
-    """One parsed input record: its line (or row) number and its ``{key: value}`` fields."""
+    """One parsed input record: its line (or row) number and its ``{key: value}`` fields.
+
+    ``plain``: its strings can hold no C0 control character and no lone surrogate (parsed by
+    orjson, which refuses lone surrogates, from a line without a ``\\u00``, ``\\b`` or
+    ``\\f`` escape; JSON strings cannot hold raw control characters), so the per-text checks
+    for them can be skipped."""
 
     line: int
     fields: dict
+    plain: bool = False
 
 
 def parse_chunk(
@@ -352,8 +410,8 @@ def parse_chunk(
         messages: the first few skipped problems' messages, appended in place.
 
     Raises:
-        InputError: 'malformed_json' or 'invalid_utf8', naming ``path:line``, when
-            ``on_error='stop'``.
+        InputError: 'line_too_long', 'json_too_deep', 'malformed_json' or 'invalid_utf8',
+            naming ``path:line``, when ``on_error='stop'``.
     """
     out: list[Record] = []
     for offset, item in enumerate(chunk.items):
@@ -362,30 +420,7 @@ def parse_chunk(
             out.append(Record(line, item))
             continue
         try:
-            try:
-                text = item.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise InputError(
-                    "invalid_utf8",
-                    f"{chunk.path}:{line}: invalid UTF-8 (byte 0x{item[e.start]:02x} at byte "
-                    f"{e.start + 1} of the line). Fix: re-encode the file as UTF-8",
-                ) from None
-            if not text.strip():
-                continue
-            try:
-                fields = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise InputError(
-                    "malformed_json",
-                    f"{chunk.path}:{line}: malformed JSON ({e.msg.removesuffix(' at')} at column "
-                    f"{e.colno}). Fix: one JSON object per line",
-                ) from None
-            if not isinstance(fields, dict):
-                raise InputError(
-                    "malformed_json",
-                    f"{chunk.path}:{line}: malformed JSON (a {type(fields).__name__}, not an "
-                    "object). Fix: one JSON object per line",
-                )
+            fields, plain = _parse_line(chunk.path, line, item)
         except InputError as e:
             if on_error != "skip":
                 raise
@@ -393,8 +428,77 @@ def parse_chunk(
             if len(messages) < MAX_MESSAGES:
                 messages.append(str(e))
             continue
-        out.append(Record(line, fields))
+        if fields is not None:
+            out.append(Record(line, fields, plain))
     return out
+
+
+def _nested_too_deep(item: bytes) -> bool:
+    """True if the JSON of ``item`` nests arrays and objects deeper than MAX_JSON_DEPTH
+    (brackets inside strings do not count). Vectorized: a few arrays of the line's length."""
+    if item.count(b"[") + item.count(b"{") <= MAX_JSON_DEPTH:
+        return False
+    a = np.frombuffer(item, np.uint8)
+    pos = np.arange(len(a), dtype=np.int32)
+    last_plain = np.maximum.accumulate(np.where(a != 0x5C, pos, -1))  # last non-backslash
+    quotes = np.flatnonzero(a == 0x22)
+    before = np.where(quotes > 0, last_plain[np.maximum(quotes - 1, 0)], -1)
+    toggles = np.zeros(len(a), np.int8)
+    toggles[quotes[(quotes - 1 - before) % 2 == 0]] = 1  # unescaped quotes open/close strings
+    inside = np.cumsum(toggles, dtype=np.int32) & 1
+    step = (np.isin(a, (0x5B, 0x7B)).astype(np.int32) - np.isin(a, (0x5D, 0x7D))) * (1 - inside)
+    return int(np.cumsum(step).max()) > MAX_JSON_DEPTH
+
+
+def _parse_line(path: str, line: int, item: bytes | LongLine) -> tuple[dict | None, bool]:
+    """One jsonl line's object (None for a blank line) and whether it is plain (:class:`Record`).
+
+    Raises:
+        InputError: 'line_too_long', 'json_too_deep', 'invalid_utf8' or 'malformed_json'.
+    """
+    if isinstance(item, LongLine):
+        raise InputError(
+            "line_too_long",
+            f"{path}:{line}: line of {item.nbytes} bytes, longer than the {item.cap}-byte cap "
+            "derived from --max-document-chars (6 bytes per character per --json-keys text, "
+            "plus 1 MiB), skipped unread. Fix: raise --max-document-chars, or --on-error skip",
+        )
+    if _nested_too_deep(item):
+        raise InputError(
+            "json_too_deep",
+            f"{path}:{line}: JSON nested deeper than {MAX_JSON_DEPTH} arrays/objects. Fix: "
+            "flatten the record, or --on-error skip",
+        )
+    try:
+        fields = orjson.loads(item)
+        plain = b"\\u00" not in item and b"\\b" not in item and b"\\f" not in item
+    except orjson.JSONDecodeError:  # refused: the standard parser decides (and explains)
+        plain = False
+        try:
+            text = item.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(
+                "invalid_utf8",
+                f"{path}:{line}: invalid UTF-8 (byte 0x{item[e.start]:02x} at byte "
+                f"{e.start + 1} of the line). Fix: re-encode the file as UTF-8",
+            ) from None
+        if not text.strip():
+            return None, False
+        try:
+            fields = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise InputError(
+                "malformed_json",
+                f"{path}:{line}: malformed JSON ({e.msg.removesuffix(' at')} at column "
+                f"{e.colno}). Fix: one JSON object per line",
+            ) from None
+    if not isinstance(fields, dict):
+        raise InputError(
+            "malformed_json",
+            f"{path}:{line}: malformed JSON (a {type(fields).__name__}, not an object). "
+            "Fix: one JSON object per line",
+        )
+    return fields, plain
 
 
 def record_text(path: str, record: Record, key: str) -> str:

@@ -12,15 +12,21 @@ file into ``{dir}/.{name}.partial/`` (``B = {dir}/{name}``). When all are comple
 A rerun with the same fingerprint skips a unit whose marker verifies (files present, sizes and
 checksums equal) and redoes one whose marker is missing or does not verify; a partial directory
 left by a killed run is deleted first. A marker whose fingerprint differs (other inputs, options
-or tokenizer) stops the run instead of mixing two runs under one prefix. Only one process may
-work on a given ``B`` at a time.
+or tokenizer) stops the run instead of mixing two runs under one prefix, and an empty or torn
+marker (not JSON) stops it with the file named. Only one process may work on a given ``B`` at a
+time: :meth:`UnitOutput.locked` holds an exclusive ``flock`` on ``{dir}/.{name}.lock`` (released
+by the kernel when the process ends, however it ends) and refuses a second writer by name.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import logging
 import os
 import shutil
+from collections.abc import Iterator
 
 from megatron_gamma.config import ConfigError, changed_fields
 from megatron_gamma.data.indexed import sha256_file
@@ -45,12 +51,35 @@ def verify_marker(base: str, marker: dict) -> bool:
     return True
 
 
+def _read_marker_file(path: str) -> dict:
+    """The done-marker at ``path``.
+
+    Raises:
+        ConfigError: the file is empty or torn (not a JSON object), named with the fix.
+    """
+    try:
+        marker = read_json(path)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        marker = e
+    if not isinstance(marker, dict):
+        what = "empty" if os.path.getsize(path) == 0 else f"torn or not JSON ({marker})"
+        raise ConfigError(
+            f"{path}: done-marker is {what}, e.g. written by a process killed mid-write. Fix: "
+            f"delete {path} and rerun to redo that output (its files are written again)"
+        )
+    return marker
+
+
 def read_marker(base: str) -> dict | None:
-    """The done-marker ``{base}.done.json`` if it exists and verifies, else None."""
+    """The done-marker ``{base}.done.json`` if it exists and verifies, else None.
+
+    Raises:
+        ConfigError: the marker is empty or torn.
+    """
     path = f"{base}.done.json"
     if not os.path.exists(path):
         return None
-    marker = read_json(path)
+    marker = _read_marker_file(path)
     if marker.get("format") != MARKER_FORMAT or not verify_marker(base, marker):
         return None
     return marker
@@ -72,6 +101,7 @@ class UnitOutput:
         self.partial = os.path.join(folder, f".{name}.partial")
         self.marker = f"{base}.done.json"
         self.stats = f"{base}.stats.json"
+        self.lock = os.path.join(folder, f".{name}.lock")
 
     def final(self, suffix: str) -> str:
         """Final path of ``B{suffix}`` (e.g. ``_text_document.bin``, ``.stats.json``)."""
@@ -85,11 +115,12 @@ class UnitOutput:
         """The done-marker if this unit is complete and intact, else None.
 
         Raises:
-            ConfigError: the marker belongs to work with a different fingerprint.
+            ConfigError: the marker belongs to work with a different fingerprint, or is empty
+                or torn.
         """
         if not os.path.exists(self.marker):
             return None
-        marker = read_json(self.marker)
+        marker = _read_marker_file(self.marker)
         if marker.get("format") != MARKER_FORMAT:
             raise ConfigError(
                 f"{self.marker}: not a megatron-gamma done-marker. Fix: use another --output-prefix"
@@ -103,6 +134,41 @@ class UnitOutput:
                 f"{self.marker} to redo it with these (its outputs are then replaced)"
             )
         return marker if verify_marker(self.base, marker) else None
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold ``{dir}/.{name}.lock`` for the block: an exclusive ``flock``; the file holds this
+        process's id and is removed at the end (a killed process leaves it behind, unlocked).
+
+        Raises:
+            ConfigError: another process holds it, named by its process id.
+        """
+        os.makedirs(self.folder, exist_ok=True)
+        while True:
+            fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise ConfigError(
+                    f"{self.lock}: another process (pid {holder}) is writing {self.base!r}. "
+                    "Fix: wait for it to finish, or use another --output-prefix"
+                ) from None
+            try:
+                same = os.stat(self.lock).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:  # else its holder removed it between our open and flock: take the new one
+                break
+            os.close(fd)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            yield
+        finally:
+            os.remove(self.lock)
+            os.close(fd)  # releases the lock
 
     def begin(self) -> None:
         """Start (or restart) the unit: delete a partial directory left by a killed run."""

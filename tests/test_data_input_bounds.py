@@ -1,0 +1,119 @@
+"""Hostile text input (issue 27 item 6): JSON nested without bound, a line longer than memory (a
+gzip bomb), and documents with nothing visible. Each is named by file and line, or skipped and
+counted under ``--on-error skip``; the documents kept are written as megatron-core's
+per-document path writes them (the reference)."""
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+from conftest import DEMO_TOKENIZER
+from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+
+from megatron_gamma.data.encode import EncodeOptions
+from megatron_gamma.data.filters import Filters
+from megatron_gamma.data.preprocess import preprocess
+from megatron_gamma.data.readers import InputError
+from megatron_gamma.data.tokenizer import BilingualTokenizer
+
+GOOD = [f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(5)]
+
+
+def reference(texts: list[str], prefix: str) -> tuple[bytes, bytes]:
+    """megatron-core's per-document path: one encode, one add_document per document."""
+    tok = BilingualTokenizer(DEMO_TOKENIZER)
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=DType.optimal_dtype(tok.vocab_size))
+    for text in texts:
+        ids = tok.tokenize(text) + [tok.eod]
+        builder.add_document(np.array(ids, dtype=np.int64), [len(ids)])
+    builder.finalize(prefix + ".idx")
+    return read(prefix)
+
+
+def read(prefix: str) -> tuple[bytes, bytes]:
+    with open(prefix + ".bin", "rb") as b, open(prefix + ".idx", "rb") as i:
+        return b.read(), i.read()
+
+
+def line(record: dict) -> bytes:
+    return json.dumps(record, ensure_ascii=False).encode() + b"\n"
+
+
+def test_deep_json_is_named_or_skipped_and_brackets_in_text_are_not(tmp_path):
+    deep = b'{"text": "x", "meta": ' + b"[" * 1000 + b"]" * 1000 + b"}\n"
+    brackets = "[{" * 300 + ' code with brackets \\" [[ ' + "}]" * 10
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(line({"text": GOOD[0]}) + deep + line({"text": brackets, "m": [[1]]}))
+    with pytest.raises(InputError, match=r"a\.jsonl:2: JSON nested deeper than 100") as e:
+        preprocess([str(path)], DEMO_TOKENIZER, str(tmp_path / "stop"), progress=False)
+    assert e.value.kind == "json_too_deep"
+    opts = EncodeOptions(on_error="skip")
+    r = preprocess([str(path)], DEMO_TOKENIZER, str(tmp_path / "o"), options=opts, progress=False)
+    assert r.stats["errors"]["json_too_deep"] == 1
+    assert read(r.prefix) == reference([GOOD[0], brackets], str(tmp_path / "ref"))
+
+
+BOMB = """
+import gzip, resource, sys
+from megatron_gamma.data.encode import EncodeOptions
+from megatron_gamma.data.filters import Filters
+from megatron_gamma.data.preprocess import preprocess
+path, tokenizer, out = sys.argv[1:]
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+opts = EncodeOptions(on_error="skip", filters=Filters(max_document_chars=1000))
+r = preprocess([path], tokenizer, out, options=opts, progress=False)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(r.stats["errors"]["line_too_long"], r.documents, (after - before) // 1024)
+"""
+
+
+def test_a_gzip_bomb_line_is_skipped_unread_with_bounded_memory(tmp_path):
+    """One 400 MB line (400 KB of gzip) between two good ones: skipped and counted, and peak RSS
+    grows by far less than the line (the line cap is 6 x 1000 characters + 1 MiB)."""
+    path = tmp_path / "bomb.jsonl.gz"
+    block = b"a" * (1 << 20)
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)
+    with open(path, "wb") as f:
+        f.write(z.compress(line({"text": GOOD[0]}) + b'{"text": "'))
+        for _ in range(400):
+            f.write(z.compress(block))
+        f.write(z.compress(b'"}\n' + line({"text": GOOD[1]})))
+        f.write(z.flush())
+    assert os.path.getsize(path) < 1 << 20
+    cmd = [sys.executable, "-c", BOMB, str(path), DEMO_TOKENIZER, str(tmp_path / "o")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    skipped, documents, growth_mib = map(int, out.stdout.split())
+    assert (skipped, documents) == (1, 2)
+    assert growth_mib < 100, f"peak RSS grew by {growth_mib} MiB reading a 400 MiB line"
+    assert read(str(tmp_path / "o_text_document")) == reference(GOOD[:2], str(tmp_path / "ref"))
+
+
+def test_a_long_line_stops_the_run_by_name_without_skip(tmp_path):
+    path = tmp_path / "a.jsonl.gz"
+    long = line({"text": "b" * 1_100_000})  # over 6 x 10 characters + 1 MiB
+    with gzip.open(path, "wb") as f:
+        f.write(line({"text": GOOD[0]}) + long)
+    opts = EncodeOptions(filters=Filters(max_document_chars=10))
+    with pytest.raises(InputError, match=rf"a\.jsonl\.gz:2: line of {len(long)} bytes") as e:
+        preprocess([str(path)], DEMO_TOKENIZER, str(tmp_path / "o"), options=opts, progress=False)
+    assert e.value.kind == "line_too_long"
+    # under the cap a long document is cut to --max-document-chars, as before
+    opts = EncodeOptions(filters=Filters(max_document_chars=200_000))
+    r = preprocess([str(path)], DEMO_TOKENIZER, str(tmp_path / "k"), options=opts, progress=False)
+    assert r.documents == 2 and r.stats["languages"]["en"]["truncated"] == 1
+
+
+def test_documents_with_nothing_visible_are_counted_as_empty(tmp_path):
+    invisible = ["\u200b\u200d\ufeff", "\u200b \u3000\n\u200d", "\ufeff\u2060\u200c\t"]
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b"".join(line({"text": t}) for t in [GOOD[0], *invisible, GOOD[1]]))
+    r = preprocess([str(path)], DEMO_TOKENIZER, str(tmp_path / "o"), progress=False)
+    dropped = sum(lang["dropped"]["empty"] for lang in r.stats["languages"].values())
+    assert (r.documents, dropped) == (2, 3)
+    assert read(r.prefix) == reference(GOOD[:2], str(tmp_path / "ref"))
