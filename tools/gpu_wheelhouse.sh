@@ -54,8 +54,9 @@ LENT_PACKAGES=(
   transformers==5.17.0 treescope triton==3.6.0 typer typing-extensions typing-inspect urllib3
   uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
 )
-# Pinned in docker/constraints.txt, missing there: megatron-core gigatoken awkward nltk zstandard.
-PINNED=(megatron-core gigatoken awkward nltk zstandard)
+# Pinned in docker/constraints.txt, missing there: megatron-core gigatoken awkward nltk zstandard
+# orjson.
+PINNED=(megatron-core gigatoken awkward nltk zstandard orjson)
 # Their needs that the lent machine lacks (versions of the tested environment).
 CLOSURE=(awkward-cpp==57 defusedxml==0.7.1)
 # Needed below Python 3.12 only (awkward), for the rehearsal on this machine's Python.
