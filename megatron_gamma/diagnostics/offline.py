@@ -14,9 +14,8 @@ from collections.abc import Iterator
 from typing import Optional
 
 import torch
-from megatron.core import dist_checkpointing
 
-from megatron_gamma import parallel
+from megatron_gamma import checkpoint_trust, parallel
 from megatron_gamma.config import Config, ConfigError, load_config
 from megatron_gamma.data import demo_dir
 from megatron_gamma.data.tokenizer import BilingualTokenizer
@@ -87,7 +86,7 @@ def checkpoint_iteration(path: str) -> int:
     name = os.path.basename(os.path.normpath(path))
     if name.startswith(_ITER_PREFIX) and name[len(_ITER_PREFIX) :].isdigit():
         return int(name[len(_ITER_PREFIX) :])
-    return int(dist_checkpointing.load_common_state_dict(path)["iteration"])
+    return int(checkpoint_trust.load_common_state_dict(path)["iteration"])
 
 
 def list_checkpoints(root: str) -> list[tuple[int, str]]:
@@ -175,7 +174,7 @@ def tokenizer_digest(cfg: Config) -> str:
 
 def checkpoint_vocab_size(ckpt: str) -> Optional[int]:
     """Padded vocabulary size stored in a checkpoint (global embedding/output rows)."""
-    meta = dist_checkpointing.load_tensors_metadata(ckpt)
+    meta = checkpoint_trust.load_tensors_metadata(ckpt)
     for key in (
         "embedding.word_embeddings.weight",
         "output_layer.weight",
@@ -208,18 +207,22 @@ def load_weights(model: torch.nn.Module, ckpt: str) -> int:
         The checkpoint's iteration.
 
     Raises:
+        CheckpointError: a pickled part references a class no megatron-core checkpoint holds
+            (:mod:`megatron_gamma.checkpoint_trust`).
         ConfigError: the checkpoint does not match the model (different architecture).
     """
     sharded = {"model": model.sharded_state_dict()}
     try:
-        loaded = dist_checkpointing.load(sharded, ckpt)
+        loaded = checkpoint_trust.load(sharded, ckpt)
+    except checkpoint_trust.CheckpointError:
+        raise
     except Exception as e:  # megatron-core raises several types for shape/key mismatches
         raise ConfigError(
             f"checkpoint={ckpt!r} does not fit the model built from the run's config ({e}). "
             "Fix: pass the config.yaml of the run that wrote this checkpoint"
         ) from e
     model.load_state_dict(loaded["model"], strict=True)
-    return int(dist_checkpointing.load_common_state_dict(ckpt)["iteration"])
+    return int(checkpoint_trust.load_common_state_dict(ckpt)["iteration"])
 
 
 def model_for_run(cfg: Config, ckpt: Optional[str]) -> torch.nn.Module:

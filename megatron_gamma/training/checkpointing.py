@@ -41,6 +41,7 @@ import torch.distributed as dist
 from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
 from megatron.core.dist_checkpointing.mapping import ShardedObject
 
+from megatron_gamma import checkpoint_trust
 from megatron_gamma.compat import patch_distributed_optimizer_load
 from megatron_gamma.config import ConfigError
 
@@ -273,7 +274,7 @@ def saved_schedule(root: str) -> dict | None:
     iteration = latest_iteration(root)
     if iteration is None:
         return None
-    common = dist_checkpointing.load_common_state_dict(checkpoint_dir(root, iteration))
+    common = checkpoint_trust.load_common_state_dict(checkpoint_dir(root, iteration))
     return common.get("scheduler")
 
 
@@ -300,7 +301,7 @@ def check_loadable(root: str, weights_only: bool, load_optim: bool, flag: str = 
         )
     if weights_only:
         return
-    common = dist_checkpointing.load_common_state_dict(checkpoint_dir(root, iteration))
+    common = checkpoint_trust.load_common_state_dict(checkpoint_dir(root, iteration))
     if "scheduler" not in common:
         raise ConfigError(
             f"{flag}={root!r}: iteration {iteration} holds model weights only (written by "
@@ -324,7 +325,7 @@ def load_weights(root: str, chunks, optimizer) -> int:
         The iteration the weights were saved at.
     """
     iteration = latest_iteration(root)
-    loaded = dist_checkpointing.load(_model_state_dict(chunks), checkpoint_dir(root, iteration))
+    loaded = checkpoint_trust.load(_model_state_dict(chunks), checkpoint_dir(root, iteration))
     for i, chunk in enumerate(chunks):
         chunk.module.load_state_dict(loaded["model" if len(chunks) == 1 else f"model{i}"])
     optimizer.reload_model_params()
@@ -351,7 +352,7 @@ def load_checkpoint(
     if iteration is None:
         return None
     path = checkpoint_dir(root, iteration)
-    common = dist_checkpointing.load_common_state_dict(path)
+    common = checkpoint_trust.load_common_state_dict(path)
     saved_distributed = common.get("distributed_optimizer", False)
     if load_optim and saved_distributed != _is_distributed(optimizer):
         raise ConfigError(
@@ -367,7 +368,7 @@ def load_checkpoint(
     sd = _state_dict(
         chunks, optimizer, scheduler, TrainState(), template, loading=True, with_optim=load_optim
     )
-    loaded = dist_checkpointing.load(sd, path)
+    loaded = checkpoint_trust.load(sd, path)
     for i, chunk in enumerate(chunks):
         chunk.module.load_state_dict(loaded["model" if len(chunks) == 1 else f"model{i}"])
     if load_optim:
