@@ -81,7 +81,12 @@ from megatron_gamma.training.run_callbacks import (
     PreemptionCallback,
 )
 from megatron_gamma.training.schedule import build_scheduler, reconcile_schedule
-from megatron_gamma.training.telemetry import ProfilerCallback, check_telemetry
+from megatron_gamma.training.telemetry import (
+    ProfilerCallback,
+    WandbWriter,
+    check_telemetry,
+    start_wandb,
+)
 
 
 @dataclass
@@ -201,6 +206,7 @@ class Trainer:
         resume = load and not cfg.checkpoint.finetune
         cfg = reconcile_schedule(cfg, saved_schedule(load) if resume else None, load)
         self.cfg = cfg
+        self.wandb: WandbWriter | None = start_wandb(cfg)
         self.callbacks: list[Callback] = []
         self.device = torch.device("cuda") if parallel.uses_gpu() else torch.device("cpu")
         self.rank = dist.get_rank()
@@ -469,13 +475,9 @@ class Trainer:
 
     def _open_log(self) -> MetricsLogger:
         """The run's logger (rank 0 writes ``metrics.jsonl``, TensorBoard and, with
-        ``--wandb-project``, W&B); notes a resume."""
+        ``--wandb-project``, W&B through the run :func:`~.telemetry.start_wandb` started);
+        notes a resume."""
         lg = self.cfg.logging
-        mirror = None
-        if lg.wandb_project is not None and self.rank == 0:
-            from megatron_gamma.training.telemetry import WandbWriter
-
-            mirror = WandbWriter(self.cfg)
         log = MetricsLogger(
             lg.run_dir,
             lg.tensorboard_path(),
@@ -485,7 +487,7 @@ class Trainer:
             progress_bar=lg.progress_bar,
             tensorboard_log_interval=lg.tensorboard_log_interval,
             validation_ppl_to_tensorboard=lg.log_validation_ppl_to_tensorboard,
-            mirror=mirror,
+            mirror=self.wandb,
         )
         if self.state.iteration:
             log.message(f"resumed at iteration {self.state.iteration}")
