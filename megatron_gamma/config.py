@@ -1601,6 +1601,10 @@ class CheckpointConfig:
     ckpt_format: str = "torch_dist"
     """Checkpoint format (Megatron-LM's ``--ckpt-format``): megatron-core dist_checkpointing's
     torch_dist, the only one written and read; any other value is refused."""
+    overwrite: bool = False
+    """Let a run without ``load`` start in a ``save`` directory that already holds checkpoints
+    (of another run): they are deleted when the run starts. Without it such a run is refused,
+    as its saves would mix with those checkpoints and its retention delete them."""
 
     def __post_init__(self) -> None:
         if self.ckpt_format != "torch_dist":

@@ -29,11 +29,15 @@ they lack, and a load that needs it is a :class:`ConfigError` naming the flag to
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import random
 import re
 import shutil
+import socket
 from dataclasses import dataclass
+from typing import IO
 
 import numpy as np
 import torch
@@ -64,18 +68,139 @@ def checkpoint_dir(root: str, iteration: int) -> str:
     return os.path.join(root, f"iter_{iteration:07d}")
 
 
+def _saved_iterations(root: str) -> list[int]:
+    """Iterations of the complete ``iter_N`` directories under ``root``, ascending."""
+    if not os.path.isdir(root):
+        return []
+    return sorted(int(m.group(1)) for d in os.listdir(root) if (m := _ITER_DIR.match(d)))
+
+
 def latest_iteration(root: str) -> int | None:
-    """Newest complete checkpoint under ``root``: the tracker, else the highest ``iter_N``."""
+    """Newest complete checkpoint under ``root``: the tracker, else the highest ``iter_N``.
+
+    Raises:
+        CheckpointError: the tracker holds no iteration number (empty or torn), naming it.
+    """
     tracker = os.path.join(root, TRACKER)
     if os.path.isfile(tracker):
         with open(tracker) as f:
-            it = int(f.read().strip())
+            text = f.read().strip()
+        if not text.isdigit():
+            found = _saved_iterations(root)
+            newest = f"the newest iter_N here is {found[-1]}" if found else "no iter_N is here"
+            raise checkpoint_trust.CheckpointError(
+                f"{tracker}: holds {text!r}, not an iteration number (empty or torn: a write "
+                f"that did not finish). Fix: write the iteration to resume from into it "
+                f"({newest}), or delete it to resume from the newest iter_N"
+            )
+        it = int(text)
         if os.path.isdir(checkpoint_dir(root, it)):
             return it
-    if not os.path.isdir(root):
+    found = _saved_iterations(root)
+    return found[-1] if found else None
+
+
+def check_save_dir(save: str | None, load: str | None, overwrite: bool) -> None:
+    """Refuse, before anything is built, a run without ``load`` whose ``save`` directory
+    already holds checkpoints: its saves would mix with that other run's and its retention
+    would delete them.
+
+    Raises:
+        ConfigError: naming the directory, its newest checkpoint and the flags that resolve it.
+    """
+    if not save or load or overwrite:
+        return
+    found = _saved_iterations(save)
+    if found:
+        raise ConfigError(
+            f"save={save!r}: holds checkpoints of another run (newest iter_{found[-1]:07d}) and "
+            f"this run does not load them (no --load). Fix: add --load {save} to resume from "
+            "them, --overwrite to delete them and start afresh, or give another --save"
+        )
+
+
+LOCK = ".lock"
+
+
+def claim_save_dir(save: str | None, overwrite: bool) -> IO | None:
+    """Make this run the only writer of ``save``: rank 0 takes an exclusive ``fcntl.flock`` of
+    ``SAVE/.lock`` (held until the returned file is passed to :func:`release_save_dir`, or the
+    process ends), then with ``overwrite`` deletes the checkpoints already there (every
+    ``iter_N``, ``*.partial``, ``*.deleting`` and the tracker). The outcome is broadcast, so
+    that every rank stops together. Collective over the world group; call it before anything
+    else is written into ``save``.
+
+    Returns:
+        The open lock file on rank 0 (None on the other ranks and without ``save``).
+
+    Raises:
+        CheckpointError: on every rank, when another process holds the lock.
+    """
+    if not save:
         return None
-    found = [int(m.group(1)) for d in os.listdir(root) if (m := _ITER_DIR.match(d))]
-    return max(found) if found else None
+    handle, outcome = None, [None]
+    if dist.get_rank() == 0:
+        os.makedirs(save, exist_ok=True)
+        try:
+            handle = _lock(os.path.join(save, LOCK))
+        except BlockingIOError as e:
+            outcome[0] = (
+                f"save={save!r}: another process is writing checkpoints into it ({e}). Fix: "
+                "wait for it to end, or give this run another --save"
+            )
+        except OSError as e:  # a file system without flock (some NFS / Lustre mounts)
+            print(
+                f"WARNING: save={save!r}: cannot be locked ({e}); a second run writing into it "
+                "would not be refused",
+                flush=True,
+            )
+        if outcome[0] is None and overwrite:
+            for name in os.listdir(save):
+                path = os.path.join(save, name)
+                if name == TRACKER:
+                    os.remove(path)
+                elif _ITER_DIR.match(name) or name.endswith((".partial", ".deleting")):
+                    shutil.rmtree(path)
+    dist.broadcast_object_list(outcome, src=0)
+    if outcome[0] is not None:
+        raise checkpoint_trust.CheckpointError(outcome[0])
+    return handle
+
+
+def _lock(path: str) -> IO:
+    """``path`` opened and exclusively flock'ed, recording this process; retried when the file
+    was replaced between the open and the lock (a previous holder removing it on release).
+
+    Raises:
+        BlockingIOError: another process holds it (the message names the holder).
+    """
+    while True:
+        handle = open(path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "a process"
+            handle.close()
+            raise BlockingIOError(f"{holder} holds {path}") from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.fstat(handle.fileno()), os.stat(path)):
+                break
+        handle.close()
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    handle.flush()
+    return handle
+
+
+def release_save_dir(handle: IO | None) -> None:
+    """Remove and unlock the lock file of :func:`claim_save_dir` (no-op for None)."""
+    if handle is None:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(handle.name)
+    handle.close()
 
 
 def _layout() -> dict:

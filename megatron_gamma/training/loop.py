@@ -52,9 +52,12 @@ from megatron_gamma.training.callback import Callback, StepOutput
 from megatron_gamma.training.checkpointing import (
     TrainState,
     check_loadable,
+    check_save_dir,
+    claim_save_dir,
     latest_iteration,
     load_checkpoint,
     load_weights,
+    release_save_dir,
     save_checkpoint,
     saved_schedule,
 )
@@ -147,10 +150,12 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             what the load needs (:func:`~.checkpointing.check_loadable`); a backend this machine
             cannot run (:func:`~megatron_gamma.model.te_backend.check_backend`: Transformer
             Engine, FP8); logging flags this machine cannot serve (:func:`~.telemetry.
-            check_telemetry`).
+            check_telemetry`); a ``--save`` directory holding another run's checkpoints
+            without ``--load`` or ``--overwrite`` (:func:`~.checkpointing.check_save_dir`).
     """
     check_backend(cfg)
     ck = cfg.checkpoint
+    check_save_dir(ck.save, ck.load, ck.overwrite)
     if ck.load and (ck.finetune or latest_iteration(ck.load) is not None):
         check_loadable(ck.load, ck.finetune, ck.load_optim)
     elif ck.pretrained_checkpoint:
@@ -202,6 +207,7 @@ class Trainer:
         self.end_iteration = cfg.training.train_iters
         self._stop = False
         self.dp_size = parallel.initialize(cfg)
+        self.save_lock = claim_save_dir(cfg.checkpoint.save, cfg.checkpoint.overwrite)
         load = cfg.checkpoint.load
         resume = load and not cfg.checkpoint.finetune
         cfg = reconcile_schedule(cfg, saved_schedule(load) if resume else None, load)
@@ -494,7 +500,8 @@ class Trainer:
         return log
 
     def close(self) -> None:
-        """Release megatron-core globals and the process group."""
+        """Release the ``--save`` lock, megatron-core globals and the process group."""
+        release_save_dir(self.save_lock)
         destroy_num_microbatches_calculator()
         parallel.destroy()
 
