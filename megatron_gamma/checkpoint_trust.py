@@ -158,13 +158,28 @@ def check_object(data: io.BytesIO, where: str) -> None:
             torch.load(data, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         data.seek(0)
-        classes = ", ".join(torch.serialization.get_unsafe_globals_in_checkpoint(data)) or str(e)
-        raise CheckpointError(
-            f"checkpoint {where}: its pickle references {classes}, which no megatron-core "
-            f"checkpoint holds: {_TAMPERED}"
-        ) from None
+        raise _refused(f"checkpoint {where}", data, e) from None
     finally:
         data.seek(0)
+
+
+def _refused(where: str, f, error: Exception) -> CheckpointError:
+    """The error for a pickle (``torch.save`` format, file or stream ``f``) that torch's
+    weights-only unpickler refused with ``error``: the classes it references beyond torch's
+    weights-only set, else the unpickler's reason (damage, or a refused opcode)."""
+    try:
+        classes = torch.serialization.get_unsafe_globals_in_checkpoint(f)
+    except Exception:  # a damaged file: no list of globals to give
+        classes = []
+    if classes:
+        return CheckpointError(
+            f"{where}: its pickle references {', '.join(classes)}, which no megatron-core "
+            f"checkpoint holds: {_TAMPERED}"
+        )
+    return CheckpointError(
+        f"{where}: torch's weights-only unpickler refuses it ({str(error).splitlines()[-1]}): "
+        f"it is damaged, or {_TAMPERED}"
+    )
 
 
 class _CheckedObjects:
@@ -226,12 +241,8 @@ class TrustedCommonLoadStrategy(TorchCommonLoadStrategy):
             )
         try:
             return torch.load(path, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError:
-            classes = ", ".join(torch.serialization.get_unsafe_globals_in_checkpoint(path))
-            raise CheckpointError(
-                f"checkpoint file {path!r}: its pickle references {classes or 'a refused class'}"
-                f", which no megatron-core checkpoint holds: {_TAMPERED}"
-            ) from None
+        except pickle.UnpicklingError as e:
+            raise _refused(f"checkpoint file {path!r}", path, e) from None
 
 
 def _named(e: CheckpointException) -> CheckpointError | None:
