@@ -1,33 +1,29 @@
 """The trust boundary of checkpoints: nothing in a checkpoint directory can run code.
 
-A megatron-core ``torch_dist`` checkpoint (``SAVE/iter_N``) holds three pickled parts, and torch
-unpickles two of them with no restriction:
+A megatron-core ``torch_dist`` checkpoint (``SAVE/iter_N``) holds three pickled parts, two of
+which torch unpickles with no restriction:
 
-=====================  =========================================  ==============================
-part                   read by megatron-core / torch with         read here with
-=====================  =========================================  ==============================
-``.metadata``          ``pickle.load`` (torch DCP                 :class:`_MetadataUnpickler`:
-                       ``FileSystemReader.read_metadata``)        only the DCP metadata classes
-                                                                  (:data:`METADATA_GLOBALS`)
-``common.pt``          ``torch.load`` (weights-only by default    ``torch.load(weights_only=True)``
-                       from torch 2.6, unless                     always
-                       ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``)
-objects in ``*.distcp``  ``torch.load(weights_only=False)``       checked first with
-(RNG states,           (torch DCP ``DefaultLoadPlanner``)         ``weights_only=True`` plus the
-``_extra_state``)                                                 numpy classes of an RNG state
-=====================  =========================================  ==============================
+- ``.metadata``: torch DCP's ``FileSystemReader.read_metadata`` calls ``pickle.load``. Read
+  here by :class:`_MetadataUnpickler`, which resolves only :data:`METADATA_GLOBALS` and the
+  torch dtypes.
+- the pickled objects inside ``*.distcp`` files (RNG states, ``_extra_state``): torch DCP's
+  ``DefaultLoadPlanner.load_bytes`` calls ``torch.load(weights_only=False)``. Each is first
+  loaded here by torch's weights-only unpickler, with numpy's RNG-state classes allowed
+  (:func:`check_object`).
+- ``common.pt``: megatron-core calls ``torch.load``, weights-only by default from torch 2.6
+  unless ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` is set. Read here with ``weights_only=True``
+  always (:class:`TrustedCommonLoadStrategy`).
 
 Anything else is refused with :class:`CheckpointError` naming the file and the class, before
-the class is imported or called. The tensors themselves are read by torch with
-``weights_only=True``. Every checkpoint read of megatron-gamma (``pretrain --load`` /
-``--pretrained-checkpoint``, ``evaluate``, ``export-hf``, ``analyze``, ``compare``, ``report``)
-goes through :func:`load`, :func:`load_common_state_dict` and :func:`load_tensors_metadata`;
-the DCP reader is installed into megatron-core by
-:func:`megatron_gamma.compat.patch_checkpoint_reader`. Weights from elsewhere enter as
-safetensors and JSON through ``import-hf``.
+the class is imported or called; the tensors themselves torch reads weights-only. Every
+checkpoint read of megatron-gamma (``pretrain --load`` / ``--pretrained-checkpoint``,
+``evaluate``, ``export-hf``, ``analyze``, ``compare``, ``report``) goes through :func:`load`,
+:func:`load_common_state_dict` and :func:`load_tensors_metadata`; the DCP reader is installed
+into megatron-core by :func:`megatron_gamma.compat.patch_checkpoint_reader`. Weights from
+elsewhere enter as safetensors and JSON through ``import-hf``.
 
-The allowed classes were read from real checkpoints of this repository (dense, MoE, distributed
-optimizer, ``import-hf``) by listing the globals their pickles reference.
+The allowed classes were read from real checkpoints of this repository (dense, MoE,
+distributed optimizer) by listing the globals their pickles reference.
 """
 
 from __future__ import annotations
