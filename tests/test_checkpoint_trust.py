@@ -115,3 +115,22 @@ def test_pretrain_refuses_tampered_checkpoint(trained_run, demo_prefix, tmp_path
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert TAMPERED in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert not os.path.exists(marker)
+
+
+def test_every_checkpoint_read_goes_through_checkpoint_trust():
+    """No module but checkpoint_trust unpickles a file: megatron-core's loaders, torch.load and
+    pickle.load are called there only (a new reader elsewhere would bypass the checks)."""
+    import re
+
+    import megatron_gamma
+
+    pattern = re.compile(r"dist_checkpointing\.load\w*\(|torch\.load\(|pickle\.load\(")
+    root = os.path.dirname(megatron_gamma.__file__)
+    found = []
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            if name.endswith(".py") and name != "checkpoint_trust.py":
+                with open(path, encoding="utf-8") as f:
+                    found += [f"{path}: {m.group()}" for m in pattern.finditer(f.read())]
+    assert not found, found
