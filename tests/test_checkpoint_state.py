@@ -44,6 +44,10 @@ def test_save_dir_of_another_run_needs_load_or_overwrite(tmp_path, demo_prefix):
     assert replaced.returncode == 0, replaced.stderr[-3000:]
     assert sorted(os.listdir(save)) == ["iter_0000002", TRACKER]
     assert (save / TRACKER).read_text() == "2"
+    # with --load, --overwrite deletes nothing (it counts only without --load): a resume
+    resumed = _pretrain(tmp_path, demo_prefix, save, "--overwrite", "--load", str(save))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed at iteration 2" in resumed.stdout, resumed.stdout[-3000:]
 
 
 @pytest.mark.timeout(300)

@@ -122,13 +122,13 @@ def check_save_dir(save: str | None, load: str | None, overwrite: bool) -> None:
 LOCK = ".lock"
 
 
-def claim_save_dir(save: str | None, overwrite: bool) -> IO | None:
+def claim_save_dir(save: str | None, delete_existing: bool) -> IO | None:
     """Make this run the only writer of ``save``: rank 0 takes an exclusive ``fcntl.flock`` of
     ``SAVE/.lock`` (held until the returned file is passed to :func:`release_save_dir`, or the
-    process ends), then with ``overwrite`` deletes the checkpoints already there (every
-    ``iter_N``, ``*.partial``, ``*.deleting`` and the tracker). The outcome is broadcast, so
-    that every rank stops together. Collective over the world group; call it before anything
-    else is written into ``save``.
+    process ends), then with ``delete_existing`` (``--overwrite`` without ``--load``) deletes
+    the checkpoints already there (every ``iter_N``, ``*.partial``, ``*.deleting`` and the
+    tracker). The outcome is broadcast, so that every rank stops together. Collective over the
+    world group; call it before anything else is written into ``save``.
 
     Returns:
         The open lock file on rank 0 (None on the other ranks and without ``save``).
@@ -154,7 +154,7 @@ def claim_save_dir(save: str | None, overwrite: bool) -> IO | None:
                 "would not be refused",
                 flush=True,
             )
-        if outcome[0] is None and overwrite:
+        if outcome[0] is None and delete_existing:
             for name in os.listdir(save):
                 path = os.path.join(save, name)
                 if name == TRACKER:

@@ -207,7 +207,8 @@ class Trainer:
         self.end_iteration = cfg.training.train_iters
         self._stop = False
         self.dp_size = parallel.initialize(cfg)
-        self.save_lock = claim_save_dir(cfg.checkpoint.save, cfg.checkpoint.overwrite)
+        ck = cfg.checkpoint
+        self.save_lock = claim_save_dir(ck.save, ck.overwrite and not ck.load)
         load = cfg.checkpoint.load
         resume = load and not cfg.checkpoint.finetune
         cfg = reconcile_schedule(cfg, saved_schedule(load) if resume else None, load)
