@@ -64,8 +64,8 @@ TAMPER = {"metadata": _tamper_metadata, "common": _tamper_common, "objects": _ta
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory, demo_prefix) -> str:
     run = tmp_path_factory.mktemp("trust") / "run"
-    pretrain(run, demo_prefix, "--train-iters", "2", "--eval-interval", "100", "--save",
-             str(run / "checkpoints"))  # fmt: skip
+    pretrain(run, demo_prefix, "--train-iters", "2", "--eval-interval", "100",
+             "--log-diagnostics-interval", "0", "--save", str(run / "checkpoints"))  # fmt: skip
     return str(run)
 
 
