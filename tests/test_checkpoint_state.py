@@ -6,7 +6,7 @@ import fcntl
 import os
 
 import pytest
-from conftest import TINY_MODEL, run_cli
+from helpers import TINY_MODEL, run_cli
 
 from megatron_gamma.checkpoint_trust import CheckpointError
 from megatron_gamma.training.checkpointing import TRACKER, latest_iteration

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 import torch
-from conftest import TINY_MODEL, pretrain, run_cli
+from helpers import TINY_MODEL, pretrain, run_cli
 
 from megatron_gamma.checkpoint_trust import METADATA_FILE, CheckpointError, read_metadata
 
