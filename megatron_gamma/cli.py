@@ -100,21 +100,21 @@ def _estimate(args: argparse.Namespace) -> None:
     from megatron_gamma.config import load_config, overrides_from_args
     from megatron_gamma.data.tokenizer_types import tokenizer_vocab_size
     from megatron_gamma.estimate import report
-    from megatron_gamma.model.builder import padded_vocab_size
+    from megatron_gamma.rundir.loader import model_vocab_size
 
     cfg = load_config(args.config, overrides_from_args(args))
     world = args.world_size or cfg.cluster.world_size()
     if world is None:
         raise ConfigError("world_size=None: no GPU count. Fix: --world-size N or --slurm-nodes N")
     try:  # as pretrain: the larger of the tokenizer's size and --vocab-size
-        vocab = max(tokenizer_vocab_size(cfg.data), cfg.model.vocab_size or 0)
+        tokenizer_vocab = tokenizer_vocab_size(cfg.data)
     except ConfigError as e:
         if cfg.model.vocab_size is None:
             raise ConfigError(
                 f"{e}; without the tokenizer, estimate needs the vocabulary size: --vocab-size N"
             ) from None
-        vocab = cfg.model.vocab_size  # the tokenizer lives on the cluster
-    vocab = padded_vocab_size(vocab, cfg)
+        tokenizer_vocab = 0  # the tokenizer lives on the cluster: --vocab-size alone
+    vocab = model_vocab_size(cfg, tokenizer_vocab)
     print(report(cfg, vocab, world, cfg.cluster.gpu_memory_gb))
 
 
@@ -477,7 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="diagnostics plots + numbers from a run's checkpoints",
         epilog=_CHECKPOINT_TRUST,
     )
-    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    p.add_argument(
+        "run_dirs", nargs="+", metavar="RUN_DIR", help="run directories or checkpoint (--save) dirs"
+    )
     p.add_argument("--output-dir", help="default RUN_DIR/analysis (required for several runs)")
     p.add_argument("--data-path", nargs="+", help="dataset blend for activations (default: run's)")
     p.add_argument("--heatmaps", nargs="+", metavar="ROLE/layer_LL", help="e.g. qkv.q/layer_00")
@@ -497,7 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ckpt_b", metavar="CKPT_B")
     p.add_argument("--data-path", required=True, help="indexed dataset prefix to score")
     p.add_argument("--output-dir", required=True)
-    p.add_argument("--config-a", help="A's config.yaml (default: found beside the checkpoint)")
+    p.add_argument("--config-a", help="A's config.yaml (default: the checkpoint's own)")
     p.add_argument("--config-b")
     p.add_argument("--num-sequences", type=int, default=64)
     p.add_argument("--seq-length", type=int, help="default: the shorter model seq_length")
@@ -512,7 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_CHECKPOINT_TRUST,
     )
     p.add_argument("checkpoint", metavar="CKPT", help="checkpoint, checkpoint dir or run dir")
-    p.add_argument("--config", help="the run's config.yaml (default: found beside CKPT)")
+    p.add_argument("--config", help="the run's config.yaml (default: the checkpoint's own)")
     p.add_argument("--data-path", nargs="+", help="prefix or blend W1 P1 ... (replaces the run's)")
     p.add_argument("--eval-tokens", type=int, help="tokens scored for the loss (default 65536)")
     p.add_argument("--seq-length", type=int, help="window length (default: the run's)")
@@ -534,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("checkpoint", metavar="CKPT", help="checkpoint, checkpoint dir or run dir")
     p.add_argument("out_dir", metavar="OUT_DIR", help="new or empty directory")
-    p.add_argument("--config", help="the run's config.yaml (default: found beside CKPT)")
+    p.add_argument("--config", help="the run's config.yaml (default: the checkpoint's own)")
     p.add_argument(
         "--hf-format",
         choices=["auto", "llama", "gamma_gpt"],

@@ -18,7 +18,7 @@ float64 stable ranks of the attention-output and fc2 matrices from megatron-core
 (``labels=``) on the windows ``compare`` scores.
 
 ``tp RUN_DIR OUT_DIR`` (under torchrun, 2 processes): load RUN_DIR's newest checkpoint into
-a TP=2 Trainer's model (offline.load_weights; dist_checkpointing reshards), run the live
+a TP=2 Trainer's model (loader.load_model_weights; dist_checkpointing reshards), run the live
 DiagnosticsCallback once (no training step) and write its values to OUT_DIR/diagnostics.json;
 then save the same weights as a TP=2 checkpoint in OUT_DIR (with the run's config.yaml), for
 ``analyze`` to read.
@@ -139,8 +139,8 @@ def reference(ckpt: str, prefix: str, seq: int, num: int) -> None:
     import torch.distributed as dist
     from megatron.core import dist_checkpointing
 
-    from megatron_gamma.diagnostics import offline
     from megatron_gamma.diagnostics.compare import token_windows
+    from megatron_gamma.rundir import loader
 
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
     plain = dist_checkpointing.load_plain_tensors(ckpt)
@@ -155,11 +155,11 @@ def reference(ckpt: str, prefix: str, seq: int, num: int) -> None:
         for layer, w in enumerate(stacked.double()):
             sigma = float(torch.linalg.matrix_norm(w, ord=2))
             ranks[f"{name.split('.')[0]}/layer_{layer:02d}"] = float(w.pow(2).sum()) / sigma**2
-    cfg = offline.load_run_config(offline.find_run_config(ckpt))
+    cfg = loader.run_config(ckpt)
     windows = token_windows(prefix, num, seq)
-    with offline.single_process(cfg):
-        model = offline.model_for_run(cfg, ckpt)
-        offline.load_weights(model, ckpt)
+    with loader.single_process(cfg):
+        model = loader.model_for_run(cfg, ckpt)
+        loader.load_weights(model, ckpt)
         with torch.no_grad():
             positions = torch.arange(seq).unsqueeze(0).expand(windows.size(0), -1)
             loss = model(windows[:, :-1], positions, None, labels=windows[:, 1:])
@@ -171,19 +171,19 @@ def tensor_parallel(run_dir: str, out_dir: str) -> None:
 
     import torch.distributed as dist
 
-    from megatron_gamma.diagnostics import offline
     from megatron_gamma.diagnostics.callback import DiagnosticsCallback
+    from megatron_gamma.rundir import layout, loader
     from megatron_gamma.training.loop import Trainer
 
-    cfg = offline.load_run_config(offline.find_run_config(run_dir), run_dir).replace(
+    cfg = loader.run_config(run_dir, run_dir=run_dir).replace(
         tensor_model_parallel_size=2,
         save=os.path.join(out_dir, "checkpoints"),
         run_dir=out_dir,
         log_diagnostics_interval=0,
     )
     trainer = Trainer(cfg)
-    ckpt = offline.resolve_checkpoint(run_dir)
-    trainer.state.iteration = offline.load_weights(trainer.chunks[0].module, ckpt)
+    ckpt = layout.resolve_checkpoint(run_dir)
+    trainer.state.iteration = loader.load_model_weights([trainer.chunks[0].module], ckpt)
     values = DiagnosticsCallback(1).collect(trainer)
     trainer.save()
     if dist.get_rank() == 0:

@@ -8,7 +8,6 @@ leak into the test process.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import torch
 
 from megatron_gamma import ops
 from megatron_gamma.data import demo_dir
+from megatron_gamma.rundir import layout
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEMO_TOKENIZER = os.path.join(demo_dir(), "tokenizer.json")
@@ -103,26 +103,24 @@ def pretrain(run_dir, data_prefix: str, *flags: str, nproc: int = 1) -> dict:
 
 def read_metrics(run_dir) -> dict[str, dict[int, float]]:
     """{'train': {iteration: loss}, 'valid': {iteration: loss}, 'grad_norm': {iteration: norm}}
-    from a run's metrics.jsonl."""
+    from a run's metrics.jsonl (diagnostics records are read by :func:`read_diagnostics`)."""
     out: dict[str, dict[int, float]] = {"train": {}, "valid": {}, "grad_norm": {}}
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for line in f:
-            rec = json.loads(line)
-            out[rec["split"]][rec["iteration"]] = rec["loss"]
-            if "grad_norm" in rec:
-                out["grad_norm"][rec["iteration"]] = rec["grad_norm"]
+    for rec in layout.read_metrics(str(run_dir)):
+        if rec["split"] == "diagnostics":
+            continue
+        out[rec["split"]][rec["iteration"]] = rec["loss"]
+        if "grad_norm" in rec:
+            out["grad_norm"][rec["iteration"]] = rec["grad_norm"]
     return out
 
 
 def read_diagnostics(run_dir) -> dict[int, dict]:
     """{iteration: the live diagnostics record} from a run's metrics.jsonl."""
-    out = {}
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for line in f:
-            rec = json.loads(line)
-            if rec["split"] == "diagnostics":
-                out[rec["iteration"]] = rec
-    return out
+    return {
+        rec["iteration"]: rec
+        for rec in layout.read_metrics(str(run_dir))
+        if rec["split"] == "diagnostics"
+    }
 
 
 def close(a: float, b: float, rel: float = 1e-4, abs_: float = 1e-6) -> bool:

@@ -20,8 +20,8 @@ from distributed import run_distributed
 from helpers import pretrain
 
 from megatron_gamma.config import ConfigError, load_config
-from megatron_gamma.diagnostics import offline
 from megatron_gamma.evaluation import checkpoint
+from megatron_gamma.rundir import loader
 from megatron_gamma.training.checkpointing import checkpoint_dir, latest_iteration, retained
 from megatron_gamma.training.loop import preflight
 
@@ -81,7 +81,7 @@ def _start_states(config_path: str, starts: dict[str, dict]) -> dict[str, dict]:
 
 def _reference_weights(ckpt: str) -> dict[str, torch.Tensor]:
     rc = checkpoint.resolve(ckpt)
-    with offline.single_process(rc.cfg):
+    with loader.single_process(rc.cfg):
         model, _ = checkpoint.load_model(rc)
         return {
             k: v.clone()

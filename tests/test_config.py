@@ -41,7 +41,7 @@ def test_replace_rebuilds_through_every_check():
 def test_single_rank_config_of_ep2_and_vpp_runs_is_valid():
     """Issue 15.6: the analysis config of an EP=2 MoE run and of a PP=2 x VPP=2 run."""
     from megatron_gamma.config import validate_layout, virtual_stages
-    from megatron_gamma.diagnostics.offline import single_rank_config
+    from megatron_gamma.rundir.loader import single_rank_config
 
     moe = load_config(
         None,

@@ -19,7 +19,6 @@ import yaml
 from helpers import pretrain, read_metrics, run_cli
 
 from megatron_gamma.config import ConfigError, load_config
-from megatron_gamma.diagnostics import offline
 from megatron_gamma.evaluation import checkpoint
 from megatron_gamma.evaluation.bootstrap import paired_bootstrap
 from megatron_gamma.evaluation.errors import (
@@ -30,6 +29,7 @@ from megatron_gamma.evaluation.errors import (
 from megatron_gamma.evaluation.evaluate import evaluate
 from megatron_gamma.evaluation.hf_export import MODELING_FILE, export_hf
 from megatron_gamma.evaluation.hf_import import import_hf
+from megatron_gamma.rundir import loader
 from megatron_gamma.training.loop import preflight
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -71,7 +71,7 @@ def tp2pp2_run(tmp_path_factory, demo_prefix) -> str:
 def _megatron_reference(run: str, tokens: torch.Tensor, new_tokens: int):
     """megatron-core logits (B, T, V) on ``tokens`` and its greedy continuation of row 0."""
     rc = checkpoint.resolve(run)
-    with offline.single_process(rc.cfg), torch.no_grad():
+    with loader.single_process(rc.cfg), torch.no_grad():
         model, _ = checkpoint.load_model(rc)
         b, t = tokens.shape
         logits = model(tokens, torch.arange(t).expand(b, t), None)
@@ -155,7 +155,7 @@ def test_round_trip_is_bit_identical(runs, name, tmp_path, demo_prefix):
     states = []
     for run in (runs[name], imported["run_dir"]):
         rc = checkpoint.resolve(run)
-        with offline.single_process(rc.cfg):
+        with loader.single_process(rc.cfg):
             model, iteration = checkpoint.load_model(rc)
             states.append({k: v.clone() for k, v in model.state_dict().items() if v is not None})
         assert iteration == 3
@@ -345,7 +345,7 @@ def test_named_errors_and_clean_out_dir(runs, tmp_path):
     raw["data"]["tokenizer_model"] = str(tmp_path / "gone" / "tokenizer.json")
     (moved / "config.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(TokenizerNotFoundError, match="gone/tokenizer.json"):
-        export_hf(str(moved), out)
+        export_hf(str(moved), out, config=str(moved / "config.yaml"))
     _assert_nothing_written(out)
 
     hf_dir = tmp_path / "mistral"
@@ -409,7 +409,7 @@ def test_import_of_a_plain_llama_directory(runs, tmp_path):
     states = []
     for run in (runs["llama_untied"], out["run_dir"]):
         rc = checkpoint.resolve(run)
-        with offline.single_process(rc.cfg):
+        with loader.single_process(rc.cfg):
             model, _ = checkpoint.load_model(rc)
             states.append({k: v.clone() for k, v in model.state_dict().items() if v is not None})
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])

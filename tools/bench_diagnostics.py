@@ -14,7 +14,6 @@ Any pretraining flag (``--hidden-size``, ``--seq-length``, ...) overrides the co
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -30,6 +29,7 @@ from megatron_gamma.config import (  # noqa: E402
     overrides_from_args,
 )
 from megatron_gamma.data import demo_dir  # noqa: E402
+from megatron_gamma.rundir.layout import read_metrics  # noqa: E402
 from megatron_gamma.training.loop import Trainer, run_callbacks  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,12 +63,9 @@ def _train(cfg_path: str, overrides: dict, run_dir: str, interval: int) -> tuple
         seconds = time.perf_counter() - start
     finally:
         trainer.close()
-    calls = []
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        for line in f:
-            rec = json.loads(line)
-            if rec["split"] == "diagnostics":
-                calls.append(rec["diagnostics_seconds"])
+    calls = [
+        rec["diagnostics_seconds"] for rec in read_metrics(run_dir) if rec["split"] == "diagnostics"
+    ]
     return seconds, calls
 
 

@@ -14,7 +14,6 @@ module                      measures
 ``tokens``                  per-token probabilities, Delta_sym, difficulty bins
 ``probes``                  the above on megatron-core GPTModel chunks, TP-shard aware
 ``callback``                ``--log-diagnostics-interval``: live logging during training
-``offline``                 single-rank model + checkpoint loading (any saved layout)
 ``analyze`` / ``compare``   offline: ``megatron-gamma analyze`` / ``compare`` (plots, CSV, JSON)
 ``plots``                   the PNG figures (matplotlib, Agg)
 ==========================  ===============================================================

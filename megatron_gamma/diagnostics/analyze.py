@@ -1,8 +1,10 @@
 """``megatron-gamma analyze RUN_DIR [RUN_DIR ...]``: the paper's diagnostics over saved checkpoints.
 
-For every run directory, every complete checkpoint (any saved parallel layout) is loaded into a
-single-rank model, plus iteration 0 rebuilt from the run's config (the gamma rule draws each
-weight from (seed, name), so this is the run's exact initialization for ``init_method: gamma``).
+For every run directory (or ``--save`` directory kept apart from it: checkpoints carry their
+config, :func:`megatron_gamma.rundir.loader.run_config`), every complete checkpoint (any saved
+parallel layout) is loaded into a single-rank model, plus iteration 0 rebuilt from the run's
+config (the gamma rule draws each weight from (seed, name), so this is the run's exact
+initialization for ``init_method: gamma``).
 At each point we compute the weight diagnostics of every matrix (stable rank, top-direction
 share, condensation score) and, on the first validation micro-batch of the run's own data (the
 batch the live callback uses), the attention-sink share per head, RMSNorm saturation per norm
@@ -38,7 +40,6 @@ from tqdm import tqdm
 
 from megatron_gamma.config import Config, ConfigError
 from megatron_gamma.data.tokenizer import BilingualTokenizer
-from megatron_gamma.diagnostics import offline
 from megatron_gamma.diagnostics.condensation import (
     condensation_order,
     condensation_score_from_cosine,
@@ -53,6 +54,7 @@ from megatron_gamma.diagnostics.probes import (
     weight_diagnostics,
     weight_matrices,
 )
+from megatron_gamma.rundir import layout, loader
 
 DEFAULT_HEATMAPS = ("qkv.q/layer_00", "fc1.gate/layer_00")
 """Matrices shown as cosine heatmaps when none are chosen (plus the last layer's)."""
@@ -113,7 +115,7 @@ def _validation_batch(cfg: Config, batch_size: int) -> Optional[dict]:
     except ConfigError as e:
         print(f"analyze: activation diagnostics skipped: {e}", file=sys.stderr)
         return None
-    tok = BilingualTokenizer(offline.tokenizer_path(cfg))
+    tok = BilingualTokenizer(loader.tokenizer_path(cfg))
     valid = build_datasets(cfg, tok)[1]
     if valid is None or len(valid) == 0:
         print("analyze: the run has no validation split; activation diagnostics skipped")
@@ -188,10 +190,12 @@ def analyze_run(
 ) -> RunAnalysis:
     """Compute every diagnostic at every checkpoint of one run (see module docstring).
 
-    Must run inside :func:`megatron_gamma.diagnostics.offline.single_process`.
+    Must run inside :func:`megatron_gamma.rundir.loader.single_process`.
 
     Args:
-        run_dir: the run directory (holds config.yaml and the checkpoints).
+        run_dir: the run directory, or a checkpoint directory (``--save``) anywhere: the config
+            is the newest checkpoint's own, else the run's config.yaml
+            (:func:`~megatron_gamma.rundir.loader.run_config`).
         data_path: dataset blend for the activation batch (default: the run's own).
         include_init: also analyse iteration 0, rebuilt from the config.
         heatmaps: matrices for cosine heatmaps as ``ROLE/layer_LL``.
@@ -204,10 +208,10 @@ def analyze_run(
     Raises:
         ConfigError: no checkpoint in the run, or a bad heatmap choice.
     """
-    cfg = offline.load_run_config(offline.find_run_config(run_dir), run_dir)
+    cfg = loader.run_config(run_dir, run_dir=run_dir)
     if data_path:
         cfg = cfg.replace(data_path=list(data_path))
-    ckpts = offline.list_checkpoints(run_dir)
+    ckpts = layout.list_checkpoints(run_dir)
     if not ckpts and not include_init:
         raise ConfigError(f"run_dir={run_dir!r}: no complete checkpoint. Fix: check the path")
     points = ([(0, None)] if include_init and all(it != 0 for it, _ in ckpts) else []) + ckpts
@@ -222,7 +226,7 @@ def analyze_run(
     chosen = _parse_heatmaps(specs, cfg.model.num_layers)
     heat_iters = set(_pick_iterations([it for it, _ in points], heatmap_iterations))
     batch = _validation_batch(cfg, batch_size or cfg.training.micro_batch_size)
-    model = offline.model_for_run(cfg, ckpts[0][1] if ckpts else None)
+    model = loader.model_for_run(cfg, ckpts[0][1] if ckpts else None)
     device = next(model.parameters()).device
     rows: list[dict[str, float]] = []
     bar = tqdm(
@@ -234,7 +238,7 @@ def analyze_run(
     )
     for iteration, ckpt in bar:
         if ckpt is not None:
-            offline.load_weights(model, ckpt)
+            loader.load_weights(model, ckpt)
         with torch.no_grad():
             values = weight_diagnostics([model], None, max_rows=condensation_rows)
             values = aggregate_experts(values)
@@ -350,13 +354,13 @@ def analyze(
     for d in run_dirs:
         if not os.path.isdir(d):
             raise ConfigError(f"run_dir={d!r}: not a directory. Fix: pass a run directory")
-        offline.find_run_config(d)
+        loader.run_config(d)
     if output_dir is None:
         if len(run_dirs) > 1:
             raise ConfigError("several runs need --output-dir. Fix: add --output-dir DIR")
         output_dir = os.path.join(run_dirs[0], "analysis")
-    first = offline.load_run_config(offline.find_run_config(run_dirs[0]), run_dirs[0])
-    with offline.single_process(first):
+    first = loader.run_config(run_dirs[0], run_dir=run_dirs[0])
+    with loader.single_process(first):
         runs = [analyze_run(d, **kwargs) for d in run_dirs]
     written = write_numbers(runs, output_dir)
     written.update(plots.plot_analysis(runs, output_dir))

@@ -1,7 +1,8 @@
 """``megatron-gamma compare CKPT_A CKPT_B --data-path PREFIX``: where one model beats the other.
 
 Both checkpoints (any saved parallel layout) are loaded into single-rank models built from their
-runs' ``config.yaml``; both score the same token windows of an indexed dataset; per token we get
+runs' configs (:func:`megatron_gamma.rundir.loader.run_config`); both score the same token
+windows of an indexed dataset; per token we get
 ``log p_A``, ``log p_B``, Delta_sym and difficulty (definitions in
 :mod:`megatron_gamma.diagnostics.tokens`), aggregated into equal-count difficulty bins.
 
@@ -28,13 +29,13 @@ import torch
 from tqdm import tqdm
 
 from megatron_gamma.config import ConfigError
-from megatron_gamma.diagnostics import offline
 from megatron_gamma.diagnostics.tokens import (
     gap_by_difficulty,
     symmetric_gap,
     target_log_probs,
     token_difficulty,
 )
+from megatron_gamma.rundir import layout, loader
 
 
 def token_windows(prefix: str, num_sequences: int, seq_length: int) -> torch.Tensor:
@@ -107,7 +108,7 @@ def score_tokens(model: torch.nn.Module, windows: torch.Tensor, batch_size: int)
 
 def _label(ckpt: str, cfg) -> str:
     run = os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(ckpt))))
-    it = offline.checkpoint_iteration(ckpt)
+    it = layout.checkpoint_iteration(ckpt)
     return f"{run} iter {it} (γ={cfg.init.init_gamma:g}, ε={cfg.model.norm_epsilon:.0e})"
 
 
@@ -132,7 +133,8 @@ def compare(
         ckpt_b: same for model B.
         data_path: indexed-dataset prefix (held-out text) to score.
         output_dir: where the plot, table and numbers go.
-        config_a: A's config.yaml (default: found next to the checkpoint).
+        config_a: A's config.yaml (default: the checkpoint's own, else the config.yaml of its
+            run, :func:`~megatron_gamma.rundir.loader.run_config`).
         config_b: B's config.yaml.
         num_sequences: token windows to score.
         seq_length: window length (default: the shorter of the two models' seq_length).
@@ -147,15 +149,15 @@ def compare(
         ConfigError: missing checkpoints/configs/data, different tokenizers, or a seq_length
             beyond a model's maximum.
     """
-    paths = [offline.resolve_checkpoint(ckpt_a), offline.resolve_checkpoint(ckpt_b)]
-    cfgs = []
-    for ckpt, given in zip(paths, (config_a, config_b), strict=True):
-        cfg_path = given or offline.find_run_config(ckpt)
-        cfgs.append(offline.load_run_config(cfg_path))
-    if offline.tokenizer_digest(cfgs[0]) != offline.tokenizer_digest(cfgs[1]):
+    paths = [layout.resolve_checkpoint(ckpt_a), layout.resolve_checkpoint(ckpt_b)]
+    cfgs = [
+        loader.run_config(ckpt, given)
+        for ckpt, given in zip(paths, (config_a, config_b), strict=True)
+    ]
+    if loader.tokenizer_digest(cfgs[0]) != loader.tokenizer_digest(cfgs[1]):
         raise ConfigError(
-            f"the runs use different tokenizers ({offline.tokenizer_path(cfgs[0])} vs "
-            f"{offline.tokenizer_path(cfgs[1])}): per-token probabilities are not comparable. "
+            f"the runs use different tokenizers ({loader.tokenizer_path(cfgs[0])} vs "
+            f"{loader.tokenizer_path(cfgs[1])}): per-token probabilities are not comparable. "
             "Fix: compare runs trained with the same tokenizer"
         )
     limit = min(c.model.max_position_embeddings for c in cfgs)
@@ -166,7 +168,7 @@ def compare(
         raise ConfigError("num_sequences, batch_size and num_bins must be >= 1")
     windows = token_windows(data_path, num_sequences, seq)
     logps = []
-    with offline.single_process(cfgs[0]):
+    with loader.single_process(cfgs[0]):
         bar = tqdm(
             zip(paths, cfgs, strict=True),
             total=2,
@@ -176,8 +178,8 @@ def compare(
             file=sys.stderr,
         )
         for ckpt, cfg in bar:
-            model = offline.model_for_run(cfg, ckpt)
-            offline.load_weights(model, ckpt)
+            model = loader.model_for_run(cfg, ckpt)
+            loader.load_weights(model, ckpt)
             logps.append(score_tokens(model, windows, batch_size))
             del model
     logp_a, logp_b = logps

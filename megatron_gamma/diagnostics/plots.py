@@ -25,6 +25,7 @@ from megatron_gamma.diagnostics.norm import SATURATION_FACTOR
 from megatron_gamma.diagnostics.probes import parse_metric_key
 from megatron_gamma.model.roles import sort_key
 from megatron_gamma.model.roles import title as role_title
+from megatron_gamma.rundir.layout import read_metrics
 
 RUN_COLORS = [
     "#1f77b4",
@@ -552,16 +553,12 @@ def plot_gates(runs, path: str) -> Optional[str]:
 
 def read_losses(run_dir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{'train' | 'valid': (iterations, losses)} from a run's ``metrics.jsonl`` (the last value
-    of an iteration when a resumed run logged it twice); empty without the file."""
-    path = os.path.join(run_dir, "metrics.jsonl")
+    of an iteration when a resumed run logged it twice); empty without the file
+    (:func:`megatron_gamma.rundir.layout.read_metrics`: a torn last line is skipped)."""
     series: dict[str, dict[int, float]] = {"train": {}, "valid": {}}
-    if not os.path.isfile(path):
-        return {}
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            row = json.loads(line)
-            if row.get("split") in series and "loss" in row:
-                series[row["split"]][int(row["iteration"])] = float(row["loss"])
+    for row in read_metrics(run_dir):
+        if row.get("split") in series and "loss" in row:
+            series[row["split"]][int(row["iteration"])] = float(row["loss"])
     return {
         split: (np.array(sorted(v)), np.array([v[i] for i in sorted(v)]))
         for split, v in series.items()

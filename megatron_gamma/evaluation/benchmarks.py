@@ -188,7 +188,8 @@ def benchmark(
         tasks: lm-eval task names.
         output_dir: where eval.json and eval.md go (created).
         compare: checkpoint B, evaluated on the same items.
-        config, compare_config: config.yaml of A / B outside their run directories.
+        config, compare_config: config.yaml overriding the config of A / B (default: the
+            checkpoint's own, else its run's config.yaml).
         include_path: extra directory of lm-eval task YAML files.
         num_fewshot: few-shot examples (default: each task's).
         limit: items per task (int) or fraction (float < 1), for quick runs.

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from collections.abc import Iterator
 from typing import Optional
 
@@ -25,9 +24,9 @@ import torch.distributed as dist
 
 from megatron_gamma import parallel
 from megatron_gamma.config import Config, ConfigError, config_from_dict
-from megatron_gamma.diagnostics import offline
 from megatron_gamma.diagnostics.compare import score_tokens, token_windows
 from megatron_gamma.evaluation import checkpoint
+from megatron_gamma.rundir import loader
 
 
 def evaluation_blend(cfg, data_path: Optional[list[str]]) -> tuple[list[str], list[float]]:
@@ -65,11 +64,11 @@ def _allocate(n: int, weights: list[float]) -> list[int]:
 @contextlib.contextmanager
 def _processes(cfg: Config) -> Iterator[tuple[int, int]]:
     """(rank, world size) inside initialized megatron-core state with TP = PP = 1: one process
-    by default (:func:`~megatron_gamma.diagnostics.offline.single_process`), else every
-    launched rank data-parallel."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    by default (:func:`~megatron_gamma.rundir.loader.single_process`), else every rank that
+    torchrun or srun launched (:func:`megatron_gamma.parallel.read_dist_env`), data-parallel."""
+    world = parallel.read_dist_env().world_size
     if world == 1:
-        with offline.single_process(cfg):
+        with loader.single_process(cfg):
             yield 0, 1
         return
     raw = cfg.to_dict()
@@ -95,7 +94,7 @@ def evaluate(
     Args:
         ckpt: ``SAVE/iter_N``, a checkpoint root or a run directory.
         data_path: a prefix or blend; default the run's ``valid_data_path``.
-        config: the run's config.yaml for a checkpoint outside its run directory.
+        config: a config.yaml that overrides the checkpoint's own config.
         eval_tokens: tokens to score; rounded down to whole windows (the count used is
             returned).
         seq_length: window length (default the run's; at most max_position_embeddings).
@@ -103,7 +102,8 @@ def evaluate(
 
     Returns:
         {'loss', 'perplexity', 'tokens', 'windows', 'seq_length', 'iteration', 'checkpoint',
-        'data': [{'prefix', 'weight', 'windows', 'loss'}]}; losses in nats.
+        'processes', 'data': [{'prefix', 'weight', 'windows', 'loss'}]}; losses in nats;
+        ``processes``: how many launched processes shared the windows.
 
     Raises:
         CheckpointError, TokenizerNotFoundError: see :func:`checkpoint.resolve`.
@@ -167,5 +167,6 @@ def evaluate(
         "seq_length": seq,
         "iteration": iteration,
         "checkpoint": run.path,
+        "processes": world,
         "data": per_prefix,
     }

@@ -25,9 +25,11 @@ from typing import Optional
 import torch
 
 from megatron_gamma.config import Config, ConfigError, redacted_dict
-from megatron_gamma.diagnostics import offline
-from megatron_gamma.evaluation import checkpoint, mapping
+from megatron_gamma.evaluation import checkpoint, mapping, register_auto_classes
 from megatron_gamma.evaluation.hf_model import GammaGPTConfig, GammaGPTForCausalLM
+from megatron_gamma.rundir import loader
+
+register_auto_classes()
 
 META_FILE = "megatron_gamma.json"
 MODELING_FILE = "modeling_gamma_gpt.py"
@@ -107,7 +109,9 @@ def export_hf(
     Args:
         ckpt: ``SAVE/iter_N``, a checkpoint root or a run directory (newest checkpoint).
         out_dir: new or empty directory to create.
-        config: the run's config.yaml when the checkpoint is outside its run directory.
+        config: a config.yaml that overrides the checkpoint's own config (needed only for a
+            checkpoint saved before checkpoints carried their config, outside its run
+            directory).
         hf_format: 'auto', 'llama' (stock class only; error if it cannot express the model) or
             'gamma_gpt' (always megatron-gamma's class).
         max_shard_size: safetensors shard limit, e.g. '5GB' (``save_pretrained``).
@@ -126,7 +130,7 @@ def export_hf(
     run = checkpoint.resolve(ckpt, config)
     model_type = mapping.check_mappable(run.cfg, hf_format)
     tok = BilingualTokenizer(run.tokenizer)
-    with offline.single_process(run.cfg):
+    with loader.single_process(run.cfg):
         model, iteration = checkpoint.load_model(run)
         mc_sd = {k: v.detach().cpu() for k, v in model.state_dict().items() if "_extra" not in k}
     vocab = int(mc_sd["embedding.word_embeddings.weight"].shape[0])

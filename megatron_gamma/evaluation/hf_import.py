@@ -7,7 +7,7 @@ a run directory::
 
     RUN_DIR/config.yaml                       the run config (tokenizer_model -> RUN_DIR)
     RUN_DIR/tokenizer.json                    copied from HF_DIR
-    RUN_DIR/checkpoints/iter_N/               torch_dist checkpoint (model weights + iteration)
+    RUN_DIR/checkpoints/iter_N/               torch_dist checkpoint (weights, iteration, config)
     RUN_DIR/checkpoints/latest_checkpointed_iteration.txt
 
 The run config and iteration come from ``megatron_gamma.json`` when HF_DIR was written by
@@ -29,11 +29,13 @@ import torch
 from megatron.core import dist_checkpointing
 
 from megatron_gamma.config import ConfigError, config_from_dict, save_config
-from megatron_gamma.diagnostics import offline
-from megatron_gamma.evaluation import checkpoint, mapping
+from megatron_gamma.data.tokenizer import BilingualTokenizer
+from megatron_gamma.data.tokenizer_fingerprint import fingerprint
+from megatron_gamma.evaluation import mapping
 from megatron_gamma.evaluation.errors import CheckpointError, TokenizerNotFoundError
 from megatron_gamma.evaluation.hf_export import META_FILE
-from megatron_gamma.training.checkpointing import TRACKER, checkpoint_dir
+from megatron_gamma.rundir import layout, loader
+from megatron_gamma.rundir.layout import CHECKPOINTS, CONFIG, TRACKER, checkpoint_dir
 
 
 def read_safetensors(hf_dir: str) -> dict[str, torch.Tensor]:
@@ -97,6 +99,15 @@ def _run_config(hf_dir: str, run_dir: str) -> tuple[dict, int]:
     return raw, iteration
 
 
+def _tokenizer_fingerprint(path: str) -> dict | None:
+    """The fingerprint of the model's tokenizer.json; None for one without megatron-gamma's EOD
+    token (a tokenizer from elsewhere: the checkpoint then records no fingerprint)."""
+    try:
+        return fingerprint(BilingualTokenizer(path))
+    except ValueError:
+        return None
+
+
 def import_hf(hf_dir: str, run_dir: str) -> dict:
     """Convert a Hugging Face model directory into a megatron-gamma run directory.
 
@@ -133,9 +144,9 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(run_dir)}.", dir=parent)
     try:
-        one = checkpoint.fp32_single_rank(cfg)
-        with offline.single_process(one):
-            model = offline.build_model(one, vocab)
+        one = loader.fp32_single_rank(cfg)
+        with loader.single_process(one):
+            model = loader.build_model(one, vocab)
             dtype = mc_sd["embedding.word_embeddings.weight"].dtype
             model.to(dtype)
             missing, unexpected = model.load_state_dict(mc_sd, strict=False)
@@ -145,19 +156,20 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
                     f"hf_dir={hf_dir!r}: weights do not match config.json (missing {missing}, "
                     f"unexpected {unexpected}). Fix: pass an unmodified exported directory"
                 )
-            root = os.path.join(tmp, "checkpoints")
+            root = os.path.join(tmp, CHECKPOINTS)
             final = checkpoint_dir(root, iteration)
             os.makedirs(final)
             state = {"model": model.sharded_state_dict(), "iteration": iteration}
+            state.update(layout.describe(cfg, _tokenizer_fingerprint(tokenizer)))
             dist_checkpointing.save(state, final)
         with open(os.path.join(root, TRACKER), "w") as f:
             f.write(str(iteration))
         shutil.copyfile(tokenizer, os.path.join(tmp, "tokenizer.json"))
-        save_config(cfg, os.path.join(tmp, "config.yaml"))
+        save_config(cfg, os.path.join(tmp, CONFIG))
         if os.path.isdir(run_dir):
             os.rmdir(run_dir)
         os.replace(tmp, run_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    ckpt = checkpoint_dir(os.path.join(run_dir, "checkpoints"), iteration)
+    ckpt = checkpoint_dir(os.path.join(run_dir, CHECKPOINTS), iteration)
     return {"run_dir": run_dir, "checkpoint": ckpt, "iteration": iteration}

@@ -6,7 +6,7 @@ module        what
 ``spec``      the study file: schema, validation, the run plan (one resolved config per run)
 ``sweep``     data split + preprocessing, runs through ``pretrain``, resume, changed-study check
 ``slurm``     ``sweep --slurm``: one SLURM job array, a task per run
-``rundir``    reading run directories (metrics.jsonl, checkpoints): the one place that knows them
+``rundir``    a run's losses and diagnostics by iteration (files read by megatron_gamma.rundir)
 ``fits``      scaling fit, effective-size multiplier, γ minimizer, seed-difference intervals
 ``analysis``  a study's finished runs: loss table, fits, γ grid, mechanism trajectories
 ``verdicts``  one row per claim of the paper: rule, numbers, verdict

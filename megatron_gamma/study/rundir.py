@@ -1,5 +1,5 @@
-"""Reading a finished or running run directory: the one place the study knows the file layout
-and the metric names that ``pretrain`` writes.
+"""Reading a finished or running run directory: the one place the study knows the metric names
+that ``pretrain`` writes (the files themselves are read by :mod:`megatron_gamma.rundir`).
 
 Layout (written by :mod:`megatron_gamma.training`): ``RUN/metrics.jsonl`` (one JSON object per
 record, ``"split"``: ``train`` | ``valid`` | ``diagnostics``; after a resume, iterations past the
@@ -11,17 +11,29 @@ last checkpoint appear twice and the later record wins), ``RUN/checkpoints/`` wi
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
-from megatron_gamma.training.checkpointing import checkpoint_dir, latest_iteration
+from megatron_gamma.rundir.layout import (
+    CHECKPOINTS,
+    METRICS,
+    final_checkpoint,
+    latest_iteration,
+    read_metrics,
+)
 
-METRICS = "metrics.jsonl"
-CHECKPOINTS = "checkpoints"
+__all__ = [
+    "CHECKPOINTS",
+    "METRICS",
+    "RunRecord",
+    "final_checkpoint",
+    "is_finished",
+    "latest_iteration",
+    "read_run",
+]
 
 
 @dataclass
@@ -65,35 +77,27 @@ def _is_aggregate(prefix: str, key: str) -> bool:
 
 
 def read_run(run_dir: str) -> RunRecord:
-    """Read ``RUN/metrics.jsonl`` and the checkpoint tracker (a missing file gives empty fields).
+    """Read ``RUN/metrics.jsonl`` (:func:`megatron_gamma.rundir.layout.read_metrics`: a torn
+    last line is skipped with a warning) and the checkpoint tracker (a missing file gives empty
+    fields).
 
     Raises:
-        ValueError: a metrics line that is not JSON (names file and line).
+        ValueError: a metrics line before the last that is not JSON (names file and line).
     """
     rec = RunRecord()
-    path = os.path.join(run_dir, METRICS)
-    if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            for n, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    r = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{n}: not JSON ({e})") from e
-                it, split = int(r["iteration"]), r.get("split")
-                if split == "valid":
-                    rec.valid[it] = float(r["loss"])
-                elif split == "train":
-                    rec.train[it] = float(r["loss"])
-                elif split == "diagnostics":
-                    rec.diagnostics[it] = {
-                        k: float(v)
-                        for k, v in r.items()
-                        if k not in ("iteration", "split") and isinstance(v, (int, float))
-                    }
-    ckpts = os.path.join(run_dir, CHECKPOINTS)
-    rec.checkpoint = latest_iteration(ckpts) if os.path.isdir(ckpts) else None
+    for r in read_metrics(run_dir):
+        it, split = int(r["iteration"]), r.get("split")
+        if split == "valid":
+            rec.valid[it] = float(r["loss"])
+        elif split == "train":
+            rec.train[it] = float(r["loss"])
+        elif split == "diagnostics":
+            rec.diagnostics[it] = {
+                k: float(v)
+                for k, v in r.items()
+                if k not in ("iteration", "split") and isinstance(v, (int, float))
+            }
+    rec.checkpoint = latest_iteration(os.path.join(run_dir, CHECKPOINTS))
     return rec
 
 
@@ -101,10 +105,3 @@ def is_finished(run_dir: str, train_iters: int) -> bool:
     """True when the run saved its checkpoint at ``train_iters`` and validated there."""
     rec = read_run(run_dir)
     return rec.checkpoint == train_iters and train_iters in rec.valid
-
-
-def final_checkpoint(run_dir: str) -> Optional[str]:
-    """Path of the newest complete checkpoint (``RUN/checkpoints/iter_N``), or None."""
-    ckpts = os.path.join(run_dir, CHECKPOINTS)
-    it = latest_iteration(ckpts) if os.path.isdir(ckpts) else None
-    return None if it is None else checkpoint_dir(ckpts, it)

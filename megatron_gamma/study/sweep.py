@@ -73,8 +73,8 @@ def sizing(run: Run) -> Sizing:
     """Parameter count (estimator) and training FLOPs of a run."""
     from megatron_gamma.data.tokenizer import BilingualTokenizer
     from megatron_gamma.estimate import count_parameters
-    from megatron_gamma.model.builder import padded_vocab_size
     from megatron_gamma.model.flops import train_flops_per_token
+    from megatron_gamma.rundir.loader import model_vocab_size
 
     cfg = run.config
     if os.path.isfile(cfg.data.tokenizer_model):
@@ -86,7 +86,7 @@ def sizing(run: Run) -> Sizing:
             f"tokenizer_model={cfg.data.tokenizer_model!r}: not found and no vocab_size. Fix: "
             "give the tokenizer's path, or set vocab_size for a plan without it"
         )
-    vocab = padded_vocab_size(max(vocab, cfg.model.vocab_size or 0), cfg)
+    vocab = model_vocab_size(cfg, vocab)
     counts = count_parameters(cfg, vocab)
     return Sizing(
         counts.total,

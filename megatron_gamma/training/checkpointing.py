@@ -6,6 +6,10 @@ Layout of a checkpoint directory::
     SAVE/iter_0000020.partial/             a save in progress (ignored by resume)
     SAVE/latest_checkpointed_iteration.txt the newest complete iteration (Megatron-LM's tracker)
 
+(names, discovery and every read of these files: :mod:`megatron_gamma.rundir`). Each checkpoint
+also carries the run's resolved config and tokenizer fingerprint in its common state
+(:func:`megatron_gamma.rundir.layout.describe`), so it can be read without its run directory.
+
 All ranks write into ``iter_N.partial``; after every rank has finished, rank 0 renames it to
 ``iter_N`` and then rewrites the tracker (temp file + rename). A crash mid-save therefore leaves
 the previous checkpoint and tracker untouched. Model and optimizer state are ShardedTensors keyed
@@ -48,8 +52,16 @@ from megatron.core.dist_checkpointing.mapping import ShardedObject
 from megatron_gamma import checkpoint_trust
 from megatron_gamma.compat import patch_distributed_optimizer_load
 from megatron_gamma.config import ConfigError
+from megatron_gamma.rundir.layout import (
+    TRACKER,
+    checkpoint_dir,
+    latest_iteration,
+    read_common,
+    read_state,
+    saved_iterations,
+)
+from megatron_gamma.rundir.loader import load_model_weights
 
-TRACKER = "latest_checkpointed_iteration.txt"
 _ITER_DIR = re.compile(r"^iter_(\d{7})$")
 _PARTIAL_DIR = re.compile(r"^iter_(\d{7})\.partial$")
 _SAVE_METADATA = {"distrib_optim_sharding_type": "fully_reshardable"}
@@ -63,43 +75,6 @@ class TrainState:
     consumed_samples: int = 0
 
 
-def checkpoint_dir(root: str, iteration: int) -> str:
-    """``root/iter_0000010`` for iteration 10."""
-    return os.path.join(root, f"iter_{iteration:07d}")
-
-
-def _saved_iterations(root: str) -> list[int]:
-    """Iterations of the complete ``iter_N`` directories under ``root``, ascending."""
-    if not os.path.isdir(root):
-        return []
-    return sorted(int(m.group(1)) for d in os.listdir(root) if (m := _ITER_DIR.match(d)))
-
-
-def latest_iteration(root: str) -> int | None:
-    """Newest complete checkpoint under ``root``: the tracker, else the highest ``iter_N``.
-
-    Raises:
-        CheckpointError: the tracker holds no iteration number (empty or torn), naming it.
-    """
-    tracker = os.path.join(root, TRACKER)
-    if os.path.isfile(tracker):
-        with open(tracker) as f:
-            text = f.read().strip()
-        if not text.isdigit():
-            found = _saved_iterations(root)
-            newest = f"the newest iter_N here is {found[-1]}" if found else "no iter_N is here"
-            raise checkpoint_trust.CheckpointError(
-                f"{tracker}: holds {text!r}, not an iteration number (empty or torn: a write "
-                f"that did not finish). Fix: write the iteration to resume from into it "
-                f"({newest}), or delete it to resume from the newest iter_N"
-            )
-        it = int(text)
-        if os.path.isdir(checkpoint_dir(root, it)):
-            return it
-    found = _saved_iterations(root)
-    return found[-1] if found else None
-
-
 def check_save_dir(save: str | None, load: str | None, overwrite: bool) -> None:
     """Refuse, before anything is built, a run without ``load`` whose ``save`` directory
     already holds checkpoints: its saves would mix with that other run's and its retention
@@ -110,7 +85,7 @@ def check_save_dir(save: str | None, load: str | None, overwrite: bool) -> None:
     """
     if not save or load or overwrite:
         return
-    found = _saved_iterations(save)
+    found = saved_iterations(save)
     if found:
         raise ConfigError(
             f"save={save!r}: holds checkpoints of another run (newest iter_{found[-1]:07d}) and "
@@ -349,6 +324,7 @@ def save_checkpoint(
     save_optim: bool = True,
     retain_last: int | None = None,
     retain_interval: int | None = None,
+    description: dict | None = None,
 ) -> str:
     """Save model chunks, optimizer, scheduler, progress and RNG as ``root/iter_N`` atomically,
     then apply retention (:func:`apply_retention`).
@@ -363,6 +339,8 @@ def save_checkpoint(
         save_optim: include the optimizer state (``--no-save-optim``: False).
         retain_last: ``--save-retain-last`` (None: keep every checkpoint).
         retain_interval: ``--save-retain-interval``.
+        description: common-state entries that describe the run
+            (:func:`megatron_gamma.rundir.layout.describe`: its config and tokenizer).
 
     Returns:
         The final checkpoint directory.
@@ -377,6 +355,7 @@ def save_checkpoint(
     sd = _state_dict(
         chunks, optimizer, scheduler, state, _rng_state(), loading=False, with_optim=save_optim
     )
+    sd.update(description or {})
     dist_checkpointing.save(sd, partial, content_metadata=_SAVE_METADATA)
     dist.barrier()
     if dist.get_rank() == 0:
@@ -399,8 +378,7 @@ def saved_schedule(root: str) -> dict | None:
     iteration = latest_iteration(root)
     if iteration is None:
         return None
-    common = checkpoint_trust.load_common_state_dict(checkpoint_dir(root, iteration))
-    return common.get("scheduler")
+    return read_common(checkpoint_dir(root, iteration)).get("scheduler")
 
 
 def check_loadable(root: str, weights_only: bool, load_optim: bool, flag: str = "load") -> None:
@@ -426,7 +404,7 @@ def check_loadable(root: str, weights_only: bool, load_optim: bool, flag: str = 
         )
     if weights_only:
         return
-    common = checkpoint_trust.load_common_state_dict(checkpoint_dir(root, iteration))
+    common = read_common(checkpoint_dir(root, iteration))
     if "scheduler" not in common:
         raise ConfigError(
             f"{flag}={root!r}: iteration {iteration} holds model weights only (written by "
@@ -450,9 +428,7 @@ def load_weights(root: str, chunks, optimizer) -> int:
         The iteration the weights were saved at.
     """
     iteration = latest_iteration(root)
-    loaded = checkpoint_trust.load(_model_state_dict(chunks), checkpoint_dir(root, iteration))
-    for i, chunk in enumerate(chunks):
-        chunk.module.load_state_dict(loaded["model" if len(chunks) == 1 else f"model{i}"])
+    load_model_weights([chunk.module for chunk in chunks], checkpoint_dir(root, iteration))
     optimizer.reload_model_params()
     return iteration
 
@@ -477,7 +453,7 @@ def load_checkpoint(
     if iteration is None:
         return None
     path = checkpoint_dir(root, iteration)
-    common = checkpoint_trust.load_common_state_dict(path)
+    common = read_common(path)
     saved_distributed = common.get("distributed_optimizer", False)
     if load_optim and saved_distributed != _is_distributed(optimizer):
         raise ConfigError(
@@ -493,7 +469,7 @@ def load_checkpoint(
     sd = _state_dict(
         chunks, optimizer, scheduler, TrainState(), template, loading=True, with_optim=load_optim
     )
-    loaded = checkpoint_trust.load(sd, path)
+    loaded = read_state(sd, path)
     for i, chunk in enumerate(chunks):
         chunk.module.load_state_dict(loaded["model" if len(chunks) == 1 else f"model{i}"])
     if load_optim:

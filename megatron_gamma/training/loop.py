@@ -43,11 +43,13 @@ from megatron_gamma import parallel
 from megatron_gamma.config import Config, ConfigError, save_config
 from megatron_gamma.data.datasets import build_datasets, check_splits, micro_batches
 from megatron_gamma.data.tokenizer import BilingualTokenizer
-from megatron_gamma.data.tokenizer_fingerprint import check_datasets
+from megatron_gamma.data.tokenizer_fingerprint import check_datasets, fingerprint
 from megatron_gamma.data.tokenizer_types import load_tokenizer
 from megatron_gamma.diagnostics.callback import DiagnosticsCallback
-from megatron_gamma.model.builder import build_model, padded_vocab_size, transformer_config
+from megatron_gamma.model.builder import build_model, transformer_config
 from megatron_gamma.model.te_backend import check_backend
+from megatron_gamma.rundir.layout import CONFIG, describe
+from megatron_gamma.rundir.loader import model_vocab_size
 from megatron_gamma.training.callback import Callback, StepOutput
 from megatron_gamma.training.checkpointing import (
     TrainState,
@@ -221,12 +223,10 @@ class Trainer:
         run_dir = cfg.logging.run_dir
         if self.rank == 0:
             os.makedirs(run_dir, exist_ok=True)
-            save_config(cfg, os.path.join(run_dir, "config.yaml"))
+            save_config(cfg, os.path.join(run_dir, CONFIG))
             if warning := fp16_epsilon_warning(cfg):
                 print(f"WARNING: {warning}", flush=True)
-        self.vocab_size = padded_vocab_size(
-            max(self.tokenizer.vocab_size, cfg.model.vocab_size or 0), cfg
-        )
+        self.vocab_size = model_vocab_size(cfg, self.tokenizer.vocab_size)
         self.datasets = build_datasets(cfg, self.tokenizer)
         t = cfg.training
         init_num_microbatches_calculator(
@@ -444,6 +444,7 @@ class Trainer:
             save_optim=ck.save_optim,
             retain_last=ck.save_retain_last,
             retain_interval=ck.save_retain_interval,
+            description=describe(self.cfg, fingerprint(self.tokenizer)),
         )
 
     def fire(self, hook: str, *args) -> None:

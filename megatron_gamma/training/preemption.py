@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 import torch.distributed as dist
 
-from megatron_gamma.training.checkpointing import checkpoint_dir
+from megatron_gamma.rundir.layout import checkpoint_dir
 
 STOP_SIGNAL = signal.SIGUSR1
 _SIGNAL_CODES = (None, "SIGUSR1", "SIGTERM")  # all-reduced as an index: MAX picks SIGTERM

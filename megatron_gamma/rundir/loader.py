@@ -1,8 +1,12 @@
-"""Single-process model loading for offline analysis (``analyze``, ``compare``).
+"""The single-rank loader: a checkpoint's run config, rebuilt for one process, and its weights
+in a freshly built model.
 
 Checkpoints are megatron-core ``dist_checkpointing`` (torch_dist) directories whose tensors are
-keyed by global names and shapes, so a checkpoint written under any TP/PP/DP layout loads into a
-freshly built single-rank model (TP = PP = 1): that is how every checkpoint is read here.
+keyed by global names and shapes, so a checkpoint written under any TP/PP/EP layout loads into
+a model built for one rank (TP = PP = EP = 1): that is how ``analyze``, ``compare``,
+``evaluate``, ``export-hf`` and ``import-hf`` read them, and :func:`load_model_weights` also
+serves training's weights-only loads (``--pretrained-checkpoint``, ``--finetune``) into the
+training layout.
 """
 
 from __future__ import annotations
@@ -10,22 +14,15 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Optional
 
 import torch
 
 from megatron_gamma import checkpoint_trust, parallel
-from megatron_gamma.config import Config, ConfigError, load_config
+from megatron_gamma.config import Config, ConfigError, config_from_dict, load_config
 from megatron_gamma.data import demo_dir
-from megatron_gamma.data.tokenizer import BilingualTokenizer
-from megatron_gamma.training.checkpointing import (
-    TRACKER,
-    checkpoint_dir,
-    latest_iteration,
-)
-
-_ITER_PREFIX = "iter_"
+from megatron_gamma.rundir import layout
 
 
 def single_rank_config(cfg: Config) -> Config:
@@ -46,6 +43,15 @@ def single_rank_config(cfg: Config) -> Config:
         overlap_grad_reduce=False,
         overlap_param_gather=False,
     )
+
+
+def fp32_single_rank(cfg: Config) -> Config:
+    """:func:`single_rank_config` with fp32 weights (``bf16 = fp16 = False``), iteration-based
+    without a batch-size ramp-up (``train_iters`` keeps its value), so evaluation may change the
+    batch sizes; rebuilt through :func:`config_from_dict`, so every check runs again."""
+    raw = single_rank_config(cfg).to_dict()
+    raw["training"].update(bf16=False, fp16=False, train_samples=None, rampup_batch_size=None)
+    return config_from_dict(raw)
 
 
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS")
@@ -76,83 +82,44 @@ def single_process(cfg: Config) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def is_checkpoint(path: str) -> bool:
-    """True for one complete dist_checkpointing directory (``.../iter_N`` with metadata)."""
-    return os.path.isfile(os.path.join(path, "metadata.json"))
+def run_config(path: str, config: Optional[str] = None, run_dir: Optional[str] = None) -> Config:
+    """The config of the run that wrote ``path`` (a checkpoint, a checkpoint root or a run
+    directory), from the first of:
 
+    1. ``config``: a config.yaml given explicitly (``--config``, the override);
+    2. the config carried by the newest checkpoint at ``path`` (:func:`layout.describe`);
+    3. the ``config.yaml`` in ``path`` or up to three levels above it (checkpoints written
+       before they carried their config).
 
-def checkpoint_iteration(path: str) -> int:
-    """Iteration of a checkpoint directory: its ``iter_N`` name, else the saved ``iteration``."""
-    name = os.path.basename(os.path.normpath(path))
-    if name.startswith(_ITER_PREFIX) and name[len(_ITER_PREFIX) :].isdigit():
-        return int(name[len(_ITER_PREFIX) :])
-    return int(checkpoint_trust.load_common_state_dict(path)["iteration"])
-
-
-def list_checkpoints(root: str) -> list[tuple[int, str]]:
-    """Complete checkpoints under ``root`` as (iteration, directory), oldest first.
-
-    ``root`` may be a run directory (with ``checkpoints/``), a checkpoint root (with
-    ``iter_N`` directories) or one checkpoint. ``.partial`` saves are ignored.
-    """
-    if is_checkpoint(root):
-        return [(checkpoint_iteration(root), root)]
-    for base in (root, os.path.join(root, "checkpoints")):
-        if not os.path.isdir(base):
-            continue
-        found = []
-        for name in os.listdir(base):
-            path = os.path.join(base, name)
-            suffix = name[len(_ITER_PREFIX) :]
-            if name.startswith(_ITER_PREFIX) and suffix.isdigit() and is_checkpoint(path):
-                found.append((int(suffix), path))
-        if found:
-            return sorted(found)
-    return []
-
-
-def resolve_checkpoint(path: str) -> str:
-    """One checkpoint directory from a checkpoint, a checkpoint root or a run directory (the
-    newest complete checkpoint, per Megatron's tracker file).
+    Args:
+        path: where the run's checkpoints lie.
+        config: the run's config.yaml, overriding the checkpoint's own.
+        run_dir: where the run directory lies now (default: the directory of the config.yaml
+            read, or the run directory the checkpoint was saved from).
 
     Raises:
-        ConfigError: nothing that looks like a checkpoint at ``path``.
+        ConfigError: none of the three (names the fix), or an invalid config.
     """
-    if is_checkpoint(path):
-        return path
-    for base in (path, os.path.join(path, "checkpoints")):
-        if os.path.isfile(os.path.join(base, TRACKER)) or os.path.isdir(base):
-            it = latest_iteration(base)
-            if it is not None and is_checkpoint(checkpoint_dir(base, it)):
-                return checkpoint_dir(base, it)
-    raise ConfigError(
-        f"checkpoint={path!r}: no complete checkpoint found. Fix: pass SAVE/iter_NNNNNNN, a "
-        "checkpoint directory with latest_checkpointed_iteration.txt, or a run directory"
-    )
-
-
-def find_run_config(path: str) -> str:
-    """``config.yaml`` of the run that wrote ``path``: in ``path`` or up to three levels up.
-
-    Raises:
-        ConfigError: none found.
-    """
-    here = os.path.abspath(path)
-    for _ in range(4):
-        candidate = os.path.join(here, "config.yaml")
-        if os.path.isfile(candidate):
-            return candidate
-        here = os.path.dirname(here)
-    raise ConfigError(
-        f"path={path!r}: no config.yaml in it or its parents (every run writes one into its "
-        "run directory). Fix: pass the run's config explicitly"
-    )
-
-
-def load_run_config(config_path: str, run_dir: Optional[str] = None) -> Config:
-    """Read a run's saved config.yaml; point ``run_dir`` at where the run actually lies."""
-    cfg = load_config(config_path)
-    return cfg.replace(run_dir=run_dir or os.path.dirname(os.path.abspath(config_path)))
+    if config is not None:
+        return load_config(config).replace(
+            run_dir=run_dir or os.path.dirname(os.path.abspath(config))
+        )
+    try:
+        ckpt = layout.resolve_checkpoint(path)
+    except ConfigError:
+        ckpt = None
+    saved = layout.saved_description(ckpt)[0] if ckpt else None
+    if saved is not None:
+        cfg = config_from_dict(saved)
+        return cfg.replace(run_dir=run_dir) if run_dir else cfg
+    found = layout.find_run_config(path)
+    if found is None:
+        raise ConfigError(
+            f"path={path!r}: its checkpoint does not carry the run's config (saved before "
+            f"checkpoints did) and there is no {layout.CONFIG} in it or its parents. Fix: pass "
+            "the run's config.yaml with --config"
+        )
+    return load_config(found).replace(run_dir=run_dir or os.path.dirname(found))
 
 
 def tokenizer_path(cfg: Config) -> str:
@@ -172,9 +139,18 @@ def tokenizer_digest(cfg: Config) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def model_vocab_size(cfg: Config, tokenizer_vocab_size: int) -> int:
+    """The model's (padded) vocabulary size, as ``pretrain`` builds it: the larger of the
+    tokenizer's size and ``--vocab-size``, rounded up to ``make_vocab_size_divisible_by`` x TP
+    (:func:`megatron_gamma.model.builder.padded_vocab_size`)."""
+    from megatron_gamma.model.builder import padded_vocab_size
+
+    return padded_vocab_size(max(tokenizer_vocab_size, cfg.model.vocab_size or 0), cfg)
+
+
 def checkpoint_vocab_size(ckpt: str) -> Optional[int]:
     """Padded vocabulary size stored in a checkpoint (global embedding/output rows)."""
-    meta = checkpoint_trust.load_tensors_metadata(ckpt)
+    meta = layout.read_tensors_metadata(ckpt)
     for key in (
         "embedding.word_embeddings.weight",
         "output_layer.weight",
@@ -200,8 +176,29 @@ def build_model(cfg: Config, vocab_size: int) -> torch.nn.Module:
     return model.eval()
 
 
+def load_model_weights(models: Sequence[torch.nn.Module], ckpt: str) -> int:
+    """Load the model weights of checkpoint ``ckpt`` (any saved layout, resharded by
+    dist_checkpointing) into ``models``: one GPTModel, or this rank's virtual-pipeline chunks
+    in order (keys ``model`` / ``model0``, ``model1``, ... as the checkpoint was saved).
+
+    Returns:
+        The checkpoint's iteration.
+
+    Raises:
+        Whatever megatron-core raises for a checkpoint that does not fit the models (shapes,
+        missing keys) or damaged files; :func:`load_weights` names it.
+    """
+    keys = ["model"] if len(models) == 1 else [f"model{i}" for i in range(len(models))]
+    sharded = {key: m.sharded_state_dict() for key, m in zip(keys, models, strict=True)}
+    loaded = layout.read_state(sharded, ckpt)
+    for key, m in zip(keys, models, strict=True):
+        m.load_state_dict(loaded[key], strict=True)
+    return int(loaded["iteration"])
+
+
 def load_weights(model: torch.nn.Module, ckpt: str) -> int:
-    """Load the model weights of checkpoint ``ckpt`` (any saved layout) into ``model``.
+    """Load the model weights of checkpoint ``ckpt`` (any saved layout) into the single-rank
+    ``model`` (:func:`load_model_weights`).
 
     Returns:
         The checkpoint's iteration.
@@ -211,9 +208,8 @@ def load_weights(model: torch.nn.Module, ckpt: str) -> int:
             (:mod:`megatron_gamma.checkpoint_trust`).
         ConfigError: the checkpoint does not match the model (different architecture).
     """
-    sharded = {"model": model.sharded_state_dict()}
     try:
-        loaded = checkpoint_trust.load(sharded, ckpt)
+        return load_model_weights([model], ckpt)
     except checkpoint_trust.CheckpointError:
         raise
     except Exception as e:  # megatron-core raises several types for shape/key mismatches
@@ -221,15 +217,13 @@ def load_weights(model: torch.nn.Module, ckpt: str) -> int:
             f"checkpoint={ckpt!r} does not fit the model built from the run's config ({e}). "
             "Fix: pass the config.yaml of the run that wrote this checkpoint"
         ) from e
-    model.load_state_dict(loaded["model"], strict=True)
-    return int(checkpoint_trust.load_common_state_dict(ckpt)["iteration"])
 
 
 def model_for_run(cfg: Config, ckpt: Optional[str]) -> torch.nn.Module:
     """Build the run's model with the vocabulary size of ``ckpt`` (else of the tokenizer)."""
-    from megatron_gamma.model.builder import padded_vocab_size
+    from megatron_gamma.data.tokenizer import BilingualTokenizer
 
     vocab = checkpoint_vocab_size(ckpt) if ckpt else None
     if vocab is None:
-        vocab = padded_vocab_size(BilingualTokenizer(tokenizer_path(cfg)).vocab_size, cfg)
+        vocab = model_vocab_size(cfg, BilingualTokenizer(tokenizer_path(cfg)).vocab_size)
     return build_model(cfg, vocab)

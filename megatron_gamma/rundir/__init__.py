@@ -1,0 +1,27 @@
+"""The run directory and its checkpoints: the one room that knows their files.
+
+A run directory, as ``pretrain`` writes it (Megatron-LM's checkpoint layout inside)::
+
+    RUN/config.yaml                                   the resolved config (rewritten at start)
+    RUN/metrics.jsonl                                 one JSON object per record
+    RUN/checkpoints/iter_0000010/                     one complete torch_dist checkpoint
+    RUN/checkpoints/latest_checkpointed_iteration.txt the tracker: newest complete iteration
+
+``--save`` may lie anywhere (Megatron-LM users keep checkpoints apart from logs): every
+checkpoint carries the resolved config and the tokenizer fingerprint in its common state, so a
+bare ``iter_N`` directory describes itself; checkpoints written before that are described by
+the ``config.yaml`` in or above them.
+
+- :mod:`~megatron_gamma.rundir.layout`: file names, the tracker, checkpoint discovery, the
+  checkpoint's self-description, every read of a checkpoint's files
+  (:func:`~megatron_gamma.rundir.layout.read_common`, :func:`~megatron_gamma.rundir.layout.
+  read_state`) and the ``metrics.jsonl`` reader.
+- :mod:`~megatron_gamma.rundir.loader`: the single-rank loader: the run's config for a
+  checkpoint (``--config``, else the checkpoint's own, else ``config.yaml``), that config
+  rebuilt for one process, the one-process megatron-core state, the model built with the
+  run's vocabulary and the checkpoint's weights loaded into it (``analyze``, ``compare``,
+  ``evaluate``, ``export-hf``, ``import-hf`` and training's weights-only loads).
+
+Imports: ``config``, ``data`` (tokenizer), ``model``, ``parallel``; never ``training``,
+``diagnostics``, ``evaluation`` or ``study`` (they import this room).
+"""

@@ -1,0 +1,215 @@
+"""Files of a run directory and of its checkpoints (layout: :mod:`megatron_gamma.rundir`).
+
+Every read of a checkpoint's files goes through :func:`read_common` (the common state, no
+tensor), :func:`read_tensors_metadata` (global shapes) and :func:`read_state` (sharded tensors
+and objects), through :mod:`megatron_gamma.checkpoint_trust`'s restricted readers: megatron-core
+``dist_checkpointing`` is called nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from typing import Optional
+
+import yaml
+
+from megatron_gamma import checkpoint_trust
+from megatron_gamma.config import Config, ConfigError, redacted_dict
+
+CONFIG = "config.yaml"
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+TRACKER = "latest_checkpointed_iteration.txt"
+RUN_CONFIG_KEY = "run_config"
+"""Common-state key of the resolved config (``config.yaml``'s text: ``cluster.env`` values
+redacted, :func:`~megatron_gamma.config.redacted_dict`)."""
+TOKENIZER_KEY = "tokenizer_fingerprint"
+"""Common-state key of the tokenizer fingerprint
+(:func:`megatron_gamma.data.tokenizer_fingerprint.fingerprint`)."""
+
+_SAVED_DIR = re.compile(r"^iter_(\d{7})$")  # what checkpoint_dir names
+_ITER_DIR = re.compile(r"^iter_(\d+)$")  # any iter_N a user may point at
+_log = logging.getLogger(__name__)
+
+
+def checkpoint_dir(root: str, iteration: int) -> str:
+    """``root/iter_0000010`` for iteration 10."""
+    return os.path.join(root, f"iter_{iteration:07d}")
+
+
+def saved_iterations(root: str) -> list[int]:
+    """Iterations of the complete ``iter_N`` directories under ``root``, ascending."""
+    if not os.path.isdir(root):
+        return []
+    return sorted(int(m.group(1)) for d in os.listdir(root) if (m := _SAVED_DIR.match(d)))
+
+
+def latest_iteration(root: str) -> int | None:
+    """Newest complete checkpoint under ``root``: the tracker, else the highest ``iter_N``.
+
+    Raises:
+        CheckpointError: the tracker holds no iteration number (empty or torn), naming it.
+    """
+    tracker = os.path.join(root, TRACKER)
+    if os.path.isfile(tracker):
+        with open(tracker) as f:
+            text = f.read().strip()
+        if not text.isdigit():
+            found = saved_iterations(root)
+            newest = f"the newest iter_N here is {found[-1]}" if found else "no iter_N is here"
+            raise checkpoint_trust.CheckpointError(
+                f"{tracker}: holds {text!r}, not an iteration number (empty or torn: a write "
+                f"that did not finish). Fix: write the iteration to resume from into it "
+                f"({newest}), or delete it to resume from the newest iter_N"
+            )
+        it = int(text)
+        if os.path.isdir(checkpoint_dir(root, it)):
+            return it
+    found = saved_iterations(root)
+    return found[-1] if found else None
+
+
+def is_checkpoint(path: str) -> bool:
+    """True for one complete dist_checkpointing directory (``.../iter_N`` with metadata)."""
+    return os.path.isfile(os.path.join(path, "metadata.json"))
+
+
+def read_common(path: str) -> dict:
+    """The common (non-sharded) state of checkpoint ``path``: iteration, scheduler, layout, the
+    run's description (:func:`describe`), ... No tensor is read."""
+    return checkpoint_trust.load_common_state_dict(path)
+
+
+def read_tensors_metadata(path: str) -> dict:
+    """{key: ShardedTensor with the global shape} of checkpoint ``path``; no tensor is read."""
+    return checkpoint_trust.load_tensors_metadata(path)
+
+
+def read_state(sharded: dict, path: str) -> dict:
+    """Load checkpoint ``path`` into the sharded state dict ``sharded`` (megatron-core
+    ``dist_checkpointing.load``: resharded to this process's layout); returns the loaded dict
+    with the common state merged in."""
+    return checkpoint_trust.load(sharded, path)
+
+
+def checkpoint_iteration(path: str) -> int:
+    """Iteration of a checkpoint directory: its ``iter_N`` name, else the saved ``iteration``."""
+    m = _ITER_DIR.match(os.path.basename(os.path.normpath(path)))
+    return int(m.group(1)) if m else int(read_common(path)["iteration"])
+
+
+def list_checkpoints(root: str) -> list[tuple[int, str]]:
+    """Complete checkpoints under ``root`` as (iteration, directory), oldest first.
+
+    ``root`` may be a run directory (with ``checkpoints/``), a checkpoint root (with
+    ``iter_N`` directories) or one checkpoint. ``.partial`` saves are ignored.
+    """
+    if is_checkpoint(root):
+        return [(checkpoint_iteration(root), root)]
+    for base in (root, os.path.join(root, CHECKPOINTS)):
+        if not os.path.isdir(base):
+            continue
+        found = []
+        for name in os.listdir(base):
+            path = os.path.join(base, name)
+            m = _ITER_DIR.match(name)
+            if m and is_checkpoint(path):
+                found.append((int(m.group(1)), path))
+        if found:
+            return sorted(found)
+    return []
+
+
+def resolve_checkpoint(path: str) -> str:
+    """One checkpoint directory from a checkpoint, a checkpoint root or a run directory (the
+    newest complete checkpoint, per Megatron's tracker file).
+
+    Raises:
+        ConfigError: nothing that looks like a checkpoint at ``path``.
+    """
+    if is_checkpoint(path):
+        return path
+    for base in (path, os.path.join(path, CHECKPOINTS)):
+        if os.path.isdir(base):
+            it = latest_iteration(base)
+            if it is not None and is_checkpoint(checkpoint_dir(base, it)):
+                return checkpoint_dir(base, it)
+    raise ConfigError(
+        f"checkpoint={path!r}: no complete checkpoint found. Fix: pass SAVE/iter_NNNNNNN, a "
+        "checkpoint directory with latest_checkpointed_iteration.txt, or a run directory"
+    )
+
+
+def final_checkpoint(run_dir: str) -> Optional[str]:
+    """Path of the newest complete checkpoint of a run (``RUN/checkpoints/iter_N``), or None."""
+    ckpts = os.path.join(run_dir, CHECKPOINTS)
+    it = latest_iteration(ckpts) if os.path.isdir(ckpts) else None
+    return None if it is None else checkpoint_dir(ckpts, it)
+
+
+def find_run_config(path: str) -> Optional[str]:
+    """``config.yaml`` of the run that wrote ``path``: in ``path`` or up to three levels up
+    (``RUN/checkpoints/iter_N``); None when there is none."""
+    here = os.path.abspath(path)
+    for _ in range(4):
+        candidate = os.path.join(here, CONFIG)
+        if os.path.isfile(candidate):
+            return candidate
+        here = os.path.dirname(here)
+    return None
+
+
+def describe(cfg: Config, tokenizer_fingerprint: Optional[dict]) -> dict:
+    """The common-state entries that make a checkpoint self-describing: the resolved config as
+    YAML text (``config.yaml``'s content, ``cluster.env`` values redacted; plain text, so reading
+    it unpickles no object) and the tokenizer fingerprint (None when unknown)."""
+    text = yaml.safe_dump(redacted_dict(cfg), sort_keys=False, allow_unicode=True)
+    return {RUN_CONFIG_KEY: text, TOKENIZER_KEY: tokenizer_fingerprint}
+
+
+def saved_description(path: str) -> tuple[Optional[dict], Optional[dict]]:
+    """(the config as a nested dict, the tokenizer fingerprint) that checkpoint ``path`` carries
+    (:func:`describe`); (None, None) for a checkpoint written before checkpoints carried them."""
+    common = read_common(path)
+    text = common.get(RUN_CONFIG_KEY)
+    return (yaml.safe_load(text) if text else None), common.get(TOKENIZER_KEY)
+
+
+def read_metrics(run_dir: str) -> list[dict]:
+    """The records of ``RUN/metrics.jsonl`` in file order (empty without the file).
+
+    A torn last line (the run was killed mid-write) is skipped with a logged warning that names
+    the file and line; blank lines are skipped.
+
+    Raises:
+        ValueError: a line other than the last that is not a JSON object (names file and line).
+    """
+    path = os.path.join(run_dir, METRICS)
+    if not os.path.isfile(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        lines = f.read().split("\n")
+    while lines and not lines[-1].strip():
+        lines.pop()
+    records = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError(f"a JSON {type(record).__name__}, not an object")
+        except ValueError as e:
+            if n == len(lines):
+                _log.warning(
+                    "%s:%d: torn last line skipped (the run was stopped mid-write): %s", path, n, e
+                )
+                continue
+            raise ValueError(
+                f"{path}:{n}: not a JSON object ({e}). Fix: repair or delete that line"
+            ) from e
+        records.append(record)
+    return records

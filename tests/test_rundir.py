@@ -1,0 +1,222 @@
+"""The run-directory room (:mod:`megatron_gamma.rundir`): ``metrics.jsonl`` with a torn last
+line, checkpoints that carry their config and tokenizer fingerprint (read from a bare ``--save``
+directory outside the run directory), the ``config.yaml`` fallback for checkpoints written
+before, ``--config`` as the override, and ``evaluate``'s ranks from the launcher.
+
+References: the run's own ``config.yaml`` and the tokenizer file's SHA-256 (what the checkpoint
+must carry), the pre-existing explicit-config path (same loss, same logits), fp64 stable ranks of
+the loaded weights (analyze), and the single-process evaluation (multi-process evaluate).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+from conftest import DEMO_TOKENIZER, pretrain, run_cli
+
+from megatron_gamma.config import ConfigError, load_config
+from megatron_gamma.rundir import layout, loader
+from megatron_gamma.study.rundir import read_run
+
+ITERS = ["--train-iters", "2", "--eval-interval", "100", "--log-diagnostics-interval", "0"]
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory, demo_prefix) -> tuple[str, str]:
+    """(run directory, checkpoint directory) of a gated run saved outside its run directory."""
+    root = tmp_path_factory.mktemp("bare")
+    run, save = root / "run", root / "elsewhere" / "ckpts"
+    pretrain(run, demo_prefix, *ITERS, "--gated-attention", "elementwise", "--save", str(save))
+    assert not os.path.exists(run / "checkpoints")
+    return str(run), str(save)
+
+
+def test_metrics_reader_skips_a_torn_last_line_and_names_a_bad_one(tmp_path, caplog):
+    rows = [
+        {"iteration": 1, "split": "train", "loss": 8.0},
+        {"iteration": 1, "split": "valid", "loss": 7.5},
+    ]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (tmp_path / "metrics.jsonl").write_text(text + '{"iteration": 2, "split": "tra')
+    with caplog.at_level(logging.WARNING, logger="megatron_gamma.rundir.layout"):
+        assert layout.read_metrics(str(tmp_path)) == rows
+    assert "metrics.jsonl:3: torn last line skipped" in caplog.text
+    rec = read_run(str(tmp_path))  # what sweep and report read
+    assert (rec.train, rec.valid) == ({1: 8.0}, {1: 7.5})
+
+    (tmp_path / "metrics.jsonl").write_text('{"iteration": 1, "spl\n' + text)
+    with pytest.raises(ValueError, match=r"metrics.jsonl:1: not a JSON object.*Fix:"):
+        layout.read_metrics(str(tmp_path))
+
+
+def test_checkpoint_carries_the_resolved_config_and_tokenizer_fingerprint(bare):
+    run, save = bare
+    ckpt = layout.resolve_checkpoint(save)
+    assert ckpt == layout.checkpoint_dir(save, 2)
+    config, tokenizer = layout.saved_description(ckpt)
+    with open(os.path.join(run, "config.yaml"), encoding="utf-8") as f:
+        assert config == yaml.safe_load(f)
+    with open(DEMO_TOKENIZER, "rb") as f:
+        assert tokenizer["sha256"] == hashlib.sha256(f.read()).hexdigest()
+    assert tokenizer["vocab_size"] == 4096
+    assert loader.run_config(save) == load_config(os.path.join(run, "config.yaml"))
+
+
+def _stable_rank(w: torch.Tensor) -> float:
+    w = w.double()
+    return float(w.pow(2).sum() / torch.linalg.matrix_norm(w, ord=2) ** 2)
+
+
+@pytest.mark.timeout(900)
+def test_export_evaluate_analyze_from_a_bare_checkpoint_directory(bare, demo_prefix, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from megatron_gamma.diagnostics.analyze import analyze
+    from megatron_gamma.evaluation import checkpoint
+    from megatron_gamma.evaluation.evaluate import evaluate
+    from megatron_gamma.evaluation.hf_export import export_hf
+
+    run, save = bare
+    config = os.path.join(run, "config.yaml")
+    # the reference: the run's config.yaml given explicitly (the path older checkpoints need)
+    rc = checkpoint.resolve(save, config)
+    tokens = torch.randint(0, 4000, (2, 32), generator=torch.Generator().manual_seed(0))
+    with loader.single_process(rc.cfg), torch.no_grad():
+        model, _ = checkpoint.load_model(rc)
+        ref_logits = model(tokens, torch.arange(32).expand(2, 32), None)
+        ref_ranks = {
+            "attn_out": _stable_rank(model.decoder.layers[1].self_attention.linear_proj.weight),
+            "fc2": _stable_rank(model.decoder.layers[1].mlp.linear_fc2.weight),
+        }
+
+    got = evaluate(save, [demo_prefix], eval_tokens=4 * 64)
+    want = evaluate(save, [demo_prefix], config=config, eval_tokens=4 * 64)
+    assert got["iteration"] == 2 and got["tokens"] == 4 * 64
+    assert got["loss"] == want["loss"]
+
+    out = tmp_path / "hf"
+    assert export_hf(save, str(out))["iteration"] == 2
+    hf = AutoModelForCausalLM.from_pretrained(str(out), trust_remote_code=True).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(hf(tokens).logits, ref_logits, rtol=0, atol=1e-5)
+
+    written = analyze([save], str(tmp_path / "analysis"), include_init=False, progress=False)
+    with open(written["json"], encoding="utf-8") as f:
+        (result,) = json.load(f)["runs"]
+    assert result["iterations"] == [2]
+    for role, want_rank in ref_ranks.items():
+        (value,) = result["metrics"][f"stable_rank/{role}/layer_01"]
+        assert value == pytest.approx(want_rank, rel=1e-6)
+
+
+def test_old_checkpoints_read_config_yaml_and_config_overrides(bare, tmp_path):
+    run, save = bare
+    old = tmp_path / "old"
+    shutil.copytree(save, old / "checkpoints")
+    common = old / "checkpoints" / "iter_0000002" / "common.pt"
+    state = torch.load(common, weights_only=True)
+    del state[layout.RUN_CONFIG_KEY], state[layout.TOKENIZER_KEY]
+    torch.save(state, common)
+    assert layout.saved_description(str(common.parent)) == (None, None)
+    with pytest.raises(ConfigError, match=r"does not carry the run's config.*Fix: pass.*--config"):
+        loader.run_config(str(old / "checkpoints"))
+
+    shutil.copyfile(os.path.join(run, "config.yaml"), old / "config.yaml")
+    want = load_config(os.path.join(run, "config.yaml")).replace(run_dir=str(old))
+    assert loader.run_config(str(old / "checkpoints" / "iter_0000002")) == want
+
+    other = tmp_path / "other.yaml"
+    raw = yaml.safe_load((old / "config.yaml").read_text())
+    raw["training"]["seed"] = 4321
+    other.write_text(yaml.safe_dump(raw))
+    assert loader.run_config(save, str(other)).training.seed == 4321
+    assert loader.run_config(save).training.seed != 4321
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_evaluate_takes_its_ranks_from_slurm(bare, demo_prefix, tmp_path):
+    """Two srun-style tasks (SLURM_PROCID/SLURM_NTASKS, no torchrun variables) share the
+    windows instead of each evaluating everything alone."""
+    _, save = bare
+    one = _evaluate_one_process(save, demo_prefix)
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), SLURM_NTASKS="2")
+    env.update(OMP_NUM_THREADS="1", TORCHDYNAMO_DISABLE="1")
+    args = ["evaluate", save, "--data-path", demo_prefix, "--eval-tokens", str(6 * 64)]
+    cmd = [sys.executable, "-m", "megatron_gamma.cli", *args, "--output-dir", str(tmp_path)]
+    procs = [
+        subprocess.Popen(
+            cmd,
+            env=dict(env, SLURM_PROCID=str(i), SLURM_LOCALID=str(i)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-4000:]
+    two = json.loads((tmp_path / "eval_loss.json").read_text())
+    assert two["processes"] == 2 and one["processes"] == 1
+    assert two["tokens"] == one["tokens"] == 6 * 64
+    assert two["loss"] == pytest.approx(one["loss"], abs=1e-9)
+
+
+def _evaluate_one_process(ckpt: str, prefix: str) -> dict:
+    """The single-process held-out loss of ``ckpt`` on 6 windows of 64 tokens."""
+    from megatron_gamma.evaluation.evaluate import evaluate
+
+    return evaluate(ckpt, [prefix], eval_tokens=6 * 64)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_moe_run_trained_with_tp2_evaluates_on_two_ranks(demo_prefix, tmp_path):
+    """Issue 28: evaluate's config kept expert_tensor_parallel_size=2 while setting TP=1, so
+    ``torchrun ... evaluate`` of an MoE run trained with TP=2 stopped in validate_layout."""
+    run = tmp_path / "moe"
+    flags = ["--num-experts", "4", "--moe-router-topk", "2", "--tensor-model-parallel-size", "2"]
+    flags += ["--sequence-parallel", "--save", str(run / "checkpoints")]
+    pretrain(run, demo_prefix, *ITERS, *flags, nproc=2)
+    assert load_config(str(run / "config.yaml")).parallel.expert_tensor_parallel_size == 2
+    one = _evaluate_one_process(str(run), demo_prefix)
+    args = ["evaluate", str(run), "--data-path", demo_prefix, "--eval-tokens", str(6 * 64)]
+    proc = run_cli([*args, "--output-dir", str(tmp_path)], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    two = json.loads((tmp_path / "eval_loss.json").read_text())
+    assert two["processes"] == 2
+    assert two["loss"] == pytest.approx(one["loss"], abs=1e-9)
+
+
+def test_rundir_and_evaluate_import_neither_upper_rooms_nor_transformers():
+    """The room imports no room above it, and plain ``evaluate`` needs no ``[eval]`` extra."""
+    code = (
+        "import sys\n"
+        "import megatron_gamma.rundir.layout, megatron_gamma.rundir.loader\n"
+        "upper = ('training', 'diagnostics', 'evaluation', 'study')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[1:2] and m.split('.')[1] in upper\n"
+        "             and m.startswith('megatron_gamma.')))\n"
+        "import megatron_gamma.evaluation.evaluate\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'transformers'))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.splitlines() == ["[]", "[]"]
