@@ -345,6 +345,14 @@ def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
     )
 
 
+_CHECKPOINT_TRUST = (
+    "Checkpoints are read through a restricted unpickler (megatron_gamma.checkpoint_trust): "
+    "one whose pickles reference a class no megatron-core checkpoint holds is refused with a "
+    "CheckpointError before it can run code. Load only checkpoints written by megatron-gamma / "
+    "megatron-core; third-party weights enter as safetensors through import-hf."
+)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse without prefix abbreviations (``--save-int 7`` is an error, not
     ``--save-interval 7``); subcommand parsers inherit the class."""
@@ -400,7 +408,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_data_commands(sub)
 
-    p = sub.add_parser("pretrain", help="pretrain a GPT model (YAML config + Megatron flags)")
+    p = sub.add_parser(
+        "pretrain",
+        help="pretrain a GPT model (YAML config + Megatron flags)",
+        epilog=_CHECKPOINT_TRUST,
+    )
     p.add_argument(
         "--config",
         action="append",
@@ -465,7 +477,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_cluster_flags(p)
     p.set_defaults(func=_submit_preprocess)
-    p = sub.add_parser("analyze", help="diagnostics plots + numbers from a run's checkpoints")
+    p = sub.add_parser(
+        "analyze",
+        help="diagnostics plots + numbers from a run's checkpoints",
+        epilog=_CHECKPOINT_TRUST,
+    )
     p.add_argument(
         "run_dirs", nargs="+", metavar="RUN_DIR", help="run directories or checkpoint (--save) dirs"
     )
@@ -479,7 +495,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_analyze)
 
-    p = sub.add_parser("compare", help="per-token delta_sym of two checkpoints by difficulty")
+    p = sub.add_parser(
+        "compare",
+        help="per-token delta_sym of two checkpoints by difficulty",
+        epilog=_CHECKPOINT_TRUST,
+    )
     p.add_argument("ckpt_a", metavar="CKPT_A", help="checkpoint, checkpoint dir or run dir")
     p.add_argument("ckpt_b", metavar="CKPT_B")
     p.add_argument("--data-path", required=True, help="indexed dataset prefix to score")
@@ -493,7 +513,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_compare)
 
-    p = sub.add_parser("evaluate", help="held-out loss, or lm-eval benchmarks, of a checkpoint")
+    p = sub.add_parser(
+        "evaluate",
+        help="held-out loss, or lm-eval benchmarks, of a checkpoint",
+        epilog=_CHECKPOINT_TRUST,
+    )
     p.add_argument("checkpoint", metavar="CKPT", help="checkpoint, checkpoint dir or run dir")
     p.add_argument("--config", help="the run's config.yaml (default: the checkpoint's own)")
     p.add_argument("--data-path", nargs="+", help="prefix or blend W1 P1 ... (replaces the run's)")
@@ -512,7 +536,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", help="eval.json/eval.md (tasks; default ./eval) or loss json")
     p.set_defaults(func=_evaluate)
 
-    p = sub.add_parser("export-hf", help="checkpoint -> Hugging Face model directory")
+    p = sub.add_parser(
+        "export-hf", help="checkpoint -> Hugging Face model directory", epilog=_CHECKPOINT_TRUST
+    )
     p.add_argument("checkpoint", metavar="CKPT", help="checkpoint, checkpoint dir or run dir")
     p.add_argument("out_dir", metavar="OUT_DIR", help="new or empty directory")
     p.add_argument("--config", help="the run's config.yaml (default: the checkpoint's own)")
@@ -547,7 +573,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_flags(p)
     p.set_defaults(func=_sweep)
 
-    p = sub.add_parser("report", help="fits, mechanisms and verdicts of a finished study")
+    p = sub.add_parser(
+        "report",
+        help="fits, mechanisms and verdicts of a finished study (runs compare)",
+        epilog=_CHECKPOINT_TRUST,
+    )
     p.add_argument("study_dir", metavar="DIR", help="the sweep's --output-dir")
     p.add_argument("--output", help="report path (default DIR/report.md; plots in DIR/report/)")
     p.add_argument("--note", help="a line for the report's header, e.g. how the machine was shared")

@@ -1,5 +1,6 @@
 """Every process-wide patch of megatron-core, in one place: the CPU compatibility layer for its
-hard-coded CUDA calls, and one load fix for its distributed optimizer.
+hard-coded CUDA calls, one load fix for its distributed optimizer, and the checkpoint reader that
+runs no code from a checkpoint.
 
 megatron-core 0.16 assumes a GPU on its training path (about 229 lines touch ``torch.cuda``), so
 on a CPU-only machine :func:`apply_cpu_compat` installs six process-wide shims, once, before any
@@ -41,6 +42,20 @@ distopt    ``DistributedOptimizer._set_main_param_and_       without apex / Tran
            ``step`` and gives each parameter its own copy    with KeyError 'step', and a shared
                                                              step tensor is incremented once per
                                                              parameter (wrong bias correction)
+=========  ================================================  ===================================
+
+And one before every checkpoint read, installed by :mod:`megatron_gamma.checkpoint_trust`'s read
+functions (:func:`patch_checkpoint_reader`):
+
+=========  ================================================  ===================================
+patch      what                                              why
+=========  ================================================  ===================================
+reader     megatron-core's torch_dist strategy reads with    torch's reader unpickles
+           :class:`~megatron_gamma.checkpoint_trust.         ``.metadata`` with a plain
+           TrustedFileSystemReader` (restricted unpickler    ``pickle.load`` and the objects in
+           for ``.metadata``, weights-only check of the      ``*.distcp`` with
+           pickled objects)                                  ``weights_only=False``: a crafted
+                                                             checkpoint ran code on load
 =========  ================================================  ===================================
 
 The command line also folds megatron-core's import-time warnings about missing accelerators
@@ -248,3 +263,22 @@ def patch_distributed_optimizer_load() -> None:
 
     _set_main_param_and_optimizer_states._megatron_gamma_fix = True
     cls._set_main_param_and_optimizer_states = _set_main_param_and_optimizer_states
+
+
+def patch_checkpoint_reader() -> None:
+    """The ``reader`` patch (idempotent; CPU and GPU alike): megatron-core's torch_dist load
+    strategy builds its torch DCP reader with ``strategies.torch._get_filesystem_reader``;
+    return :class:`~megatron_gamma.checkpoint_trust.TrustedFileSystemReader` instead (it caches
+    the metadata, as megatron-core's ``cache_metadata`` reader does)."""
+    from megatron.core.dist_checkpointing.strategies import torch as torch_strategy
+
+    from megatron_gamma.checkpoint_trust import TrustedFileSystemReader
+
+    if getattr(torch_strategy._get_filesystem_reader, "_megatron_gamma_fix", False):
+        return
+
+    def _get_filesystem_reader(checkpoint_dir, cache_metadata: bool = False):
+        return TrustedFileSystemReader(checkpoint_dir)
+
+    _get_filesystem_reader._megatron_gamma_fix = True
+    torch_strategy._get_filesystem_reader = _get_filesystem_reader

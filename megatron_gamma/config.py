@@ -1601,6 +1601,10 @@ class CheckpointConfig:
     ckpt_format: str = "torch_dist"
     """Checkpoint format (Megatron-LM's ``--ckpt-format``): megatron-core dist_checkpointing's
     torch_dist, the only one written and read; any other value is refused."""
+    overwrite: bool = False
+    """Let a run without ``load`` start in a ``save`` directory that already holds checkpoints
+    (of another run): they are deleted when the run starts. Without it such a run is refused,
+    as its saves would mix with those checkpoints and its retention delete them."""
 
     def __post_init__(self) -> None:
         if self.ckpt_format != "torch_dist":
@@ -1800,11 +1804,11 @@ class Config:
         return config_from_dict(merge(base, changes))
 
 
-# Megatron-LM's iteration-based and sample-based alternatives: (iterations, samples).
+# Megatron-LM's alternative ways to give one length: (iterations, samples[, fraction]).
 UNIT_ALTERNATIVES = (
     ("train_iters", "train_samples"),
     ("lr_decay_iters", "lr_decay_samples"),
-    ("lr_warmup_iters", "lr_warmup_samples"),
+    ("lr_warmup_iters", "lr_warmup_samples", "lr_warmup_fraction"),
     ("lr_wsd_decay_iters", "lr_wsd_decay_samples"),
 )
 
@@ -1819,7 +1823,7 @@ def _check_schedule_units(cfg: Config) -> None:
             lr_wsd_decay_samples (each named, with the matching flag to use).
     """
     o, samples = cfg.optimizer, cfg.training.train_samples is not None
-    for iters_key, samples_key in UNIT_ALTERNATIVES[1:]:
+    for iters_key, samples_key, *_ in UNIT_ALTERNATIVES[1:]:
         wrong, right = (iters_key, samples_key) if samples else (samples_key, iters_key)
         if getattr(o, wrong):
             kind = "sample-based (train_samples)" if samples else "iteration-based (train_iters)"
@@ -1834,15 +1838,18 @@ def _check_schedule_units(cfg: Config) -> None:
 
 def _drop_alternatives(raw: dict, layer: dict) -> None:
     """Before ``layer`` ({section: {key: value}}) is laid over ``raw``: a key of
-    :data:`UNIT_ALTERNATIVES` that the layer sets (and its alternative it does not) drops that
-    alternative from ``raw``, so that e.g. ``--train-samples`` on the command line replaces a
-    recipe's ``train_iters`` instead of clashing with it."""
+    :data:`UNIT_ALTERNATIVES` that the layer sets (and none of its alternatives) drops those
+    alternatives from ``raw``, so that e.g. ``--train-samples`` or ``--lr-warmup-fraction`` on
+    the command line replaces a recipe's ``train_iters`` or ``lr_warmup_iters`` instead of
+    clashing with it."""
     given = {k for values in layer.values() for k in values or {}}
-    for pair in UNIT_ALTERNATIVES:
-        for key, other in (pair, pair[::-1]):
-            if key in given and other not in given:
-                for values in raw.values():
-                    values.pop(other, None)
+    for group in UNIT_ALTERNATIVES:
+        chosen = [key for key in group if key in given]
+        if len(chosen) == 1:
+            for values in raw.values():
+                for other in group:
+                    if other != chosen[0]:
+                        values.pop(other, None)
 
 
 def changed_fields(old: dict, new: dict, at: str = "") -> list[tuple[str, Any, Any]]:
@@ -1977,9 +1984,10 @@ def load_config(path: Optional[str | list[str]], overrides: Optional[dict] = Non
         path: a YAML file, a list of them (later files override earlier ones key by key, e.g. a
             recipe then an ablation file), or None for all defaults.
         overrides: values that replace the files', keyed by field name (unique across sections).
-            A later file or an override that gives one of Megatron-LM's iteration/sample
-            alternatives (:data:`UNIT_ALTERNATIVES`, e.g. ``train_samples``) replaces the other
-            (``train_iters``) from the layers under it.
+            A later file or an override that gives one of Megatron-LM's alternatives
+            (:data:`UNIT_ALTERNATIVES`, e.g. ``train_samples``, ``lr_warmup_fraction``) replaces
+            the others (``train_iters``; ``lr_warmup_iters``, ``lr_warmup_samples``) from the
+            layers under it.
 
     Raises:
         ConfigError: missing file, bad YAML, unknown key, or an invalid value.

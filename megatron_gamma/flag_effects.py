@@ -99,6 +99,10 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
     "save_interval": (lambda c: bool(c.checkpoint.save), "--save"),
     "save_optim": (lambda c: bool(c.checkpoint.save), "--save"),
     "save_retain_last": (lambda c: bool(c.checkpoint.save), "--save"),
+    "overwrite": (
+        lambda c: bool(c.checkpoint.save) and not c.checkpoint.load,
+        "--save without --load",
+    ),
     "save_retain_interval": (
         lambda c: bool(c.checkpoint.save and c.checkpoint.save_retain_last),
         "--save with --save-retain-last",

@@ -241,6 +241,27 @@ def test_a_later_layer_switches_between_iterations_and_samples(tmp_path):
     assert (back.optimizer.lr_warmup_samples, back.optimizer.lr_warmup_iters) == (0, 2)
 
 
+def test_a_later_layer_gives_the_warmup_as_a_fraction(tmp_path):
+    """--lr-warmup-fraction is the third of Megatron-LM's warmup alternatives: on the command
+    line or in a later file it replaces a recipe's lr_warmup_iters / lr_warmup_samples (the
+    warmup is then the fraction of the decay length); in one layer with either it still
+    clashes; a later lr_warmup_iters replaces a recipe's fraction."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("training: {train_iters: 40}\noptimizer: {lr_warmup_iters: 4}\n")
+    o = load_config(str(recipe), {"lr_warmup_fraction": 0.25}).optimizer
+    assert (o.lr_warmup_fraction, o.lr_warmup_iters, o.lr_warmup_samples) == (0.25, 0, 0)
+    samples = load_config(None, {"train_samples": 800, "lr_warmup_samples": 64})
+    o = samples.replace(lr_warmup_fraction=0.1).optimizer
+    assert (o.lr_warmup_fraction, o.lr_warmup_samples) == (0.1, 0)
+    fraction = tmp_path / "fraction.yaml"
+    fraction.write_text("optimizer: {lr_warmup_fraction: 0.5}\n")
+    assert load_config([str(recipe), str(fraction)]).optimizer.lr_warmup_iters == 0
+    back = load_config([str(fraction)], {"lr_warmup_iters": 3}).optimizer
+    assert (back.lr_warmup_fraction, back.lr_warmup_iters) == (None, 3)
+    with pytest.raises(ConfigError, match="can only specify one of lr_warmup_fraction"):
+        load_config(None, {"lr_warmup_fraction": 0.25, "lr_warmup_iters": 4})
+
+
 def ramp_size(consumed: int, start: int, incr: int, samples: int, final: int) -> int:
     """Megatron-LM's ramp-up rule: START + INCR x floor(consumed / (SAMPLES / increments))
     up to SAMPLES consumed samples, then the global batch size."""

@@ -82,6 +82,39 @@ def test_machine_checks_name_the_fix(monkeypatch):
     assert load_config(None, {"profile_ranks": ["0", "2"]}).logging.profile_ranks == [0, 2]
 
 
+def _pretrain_with_wandb_failing_on_rank_0(run_dir: str, blocked: str) -> str:
+    """Pretrain on this rank with a --wandb-save-dir that is a file, so that W&B cannot start
+    (on rank 0, the only one that starts it); the error this rank stops with."""
+    from megatron_gamma.training.loop import pretrain as train
+
+    os.environ["WANDB_MODE"] = "offline"
+    cfg = load_config(None, dict(
+        DENSE, mock_data=True, train_iters=2, micro_batch_size=1, global_batch_size=2,
+        run_dir=run_dir, wandb_project="p", wandb_save_dir=blocked, distributed_timeout_minutes=2,
+    ))  # fmt: skip
+    try:
+        train(cfg)
+    except ConfigError as e:
+        return str(e)
+    return "trained"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not HAVE_WANDB, reason="wandb is not installed")
+def test_wandb_failing_on_rank_0_stops_every_rank(tmp_path):
+    """W&B starts on rank 0 before any collective and the outcome is broadcast: rank 1 stops
+    with rank 0's error instead of waiting at the next collective."""
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    errors = run_distributed(
+        _pretrain_with_wandb_failing_on_rank_0, 2, str(tmp_path / "run"), str(blocked), timeout=240
+    )
+    assert errors[0] == errors[1], errors
+    assert errors[0].startswith("wandb_project='p': Weights & Biases did not start on rank 0")
+    assert str(blocked) in errors[0] and "Fix: " in errors[0]
+
+
 @pytest.mark.timeout(300)
 def test_logging_flags_change_what_is_written(tmp_path, demo_prefix, monkeypatch):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -81,12 +81,15 @@ def load_model(run: RunCheckpoint) -> tuple[torch.nn.Module, int]:
         (model, iteration).
 
     Raises:
-        CheckpointError: unreadable metadata or tensors (corrupt or truncated files), or tensors
-            that do not fit the run's architecture.
+        CheckpointError: unreadable metadata or tensors (corrupt or truncated files), tensors
+            that do not fit the run's architecture, or a pickled part that references a class
+            no megatron-core checkpoint holds (:mod:`megatron_gamma.checkpoint_trust`).
     """
     try:
         model = loader.model_for_run(run.cfg, run.path)
         iteration = loader.load_model_weights([model], run.path)
+    except CheckpointError:
+        raise
     except (Exception, CheckpointException) as e:  # many types for damaged files; torch's
         # CheckpointException (raised for unreadable tensor files) derives from BaseException
         raise CheckpointError(

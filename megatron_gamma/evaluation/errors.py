@@ -6,11 +6,15 @@ configuration errors (exit code 2) with the "key=value: why. Fix: ..." message.
 
 from __future__ import annotations
 
+from megatron_gamma.checkpoint_trust import CheckpointError
 from megatron_gamma.config import ConfigError
 
-
-class CheckpointError(ConfigError):
-    """A checkpoint directory is missing, partial (``iter_N.partial``) or unreadable."""
+__all__ = [
+    "CheckpointError",
+    "DatasetUnavailableError",
+    "TokenizerNotFoundError",
+    "UnmappableArchitectureError",
+]
 
 
 class TokenizerNotFoundError(ConfigError):

@@ -2,7 +2,8 @@
 
 Every read of a checkpoint's files goes through :func:`read_common` (the common state, no
 tensor), :func:`read_tensors_metadata` (global shapes) and :func:`read_state` (sharded tensors
-and objects): megatron-core ``dist_checkpointing`` is called nowhere else.
+and objects), through :mod:`megatron_gamma.checkpoint_trust`'s restricted readers: megatron-core
+``dist_checkpointing`` is called nowhere else.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import re
 from typing import Optional
 
 import yaml
-from megatron.core import dist_checkpointing
 
+from megatron_gamma import checkpoint_trust
 from megatron_gamma.config import Config, ConfigError, redacted_dict
 
 CONFIG = "config.yaml"
@@ -39,18 +40,36 @@ def checkpoint_dir(root: str, iteration: int) -> str:
     return os.path.join(root, f"iter_{iteration:07d}")
 
 
+def saved_iterations(root: str) -> list[int]:
+    """Iterations of the complete ``iter_N`` directories under ``root``, ascending."""
+    if not os.path.isdir(root):
+        return []
+    return sorted(int(m.group(1)) for d in os.listdir(root) if (m := _SAVED_DIR.match(d)))
+
+
 def latest_iteration(root: str) -> int | None:
-    """Newest complete checkpoint under ``root``: the tracker, else the highest ``iter_N``."""
+    """Newest complete checkpoint under ``root``: the tracker, else the highest ``iter_N``.
+
+    Raises:
+        CheckpointError: the tracker holds no iteration number (empty or torn), naming it.
+    """
     tracker = os.path.join(root, TRACKER)
     if os.path.isfile(tracker):
         with open(tracker) as f:
-            it = int(f.read().strip())
+            text = f.read().strip()
+        if not text.isdigit():
+            found = saved_iterations(root)
+            newest = f"the newest iter_N here is {found[-1]}" if found else "no iter_N is here"
+            raise checkpoint_trust.CheckpointError(
+                f"{tracker}: holds {text!r}, not an iteration number (empty or torn: a write "
+                f"that did not finish). Fix: write the iteration to resume from into it "
+                f"({newest}), or delete it to resume from the newest iter_N"
+            )
+        it = int(text)
         if os.path.isdir(checkpoint_dir(root, it)):
             return it
-    if not os.path.isdir(root):
-        return None
-    found = [int(m.group(1)) for d in os.listdir(root) if (m := _SAVED_DIR.match(d))]
-    return max(found) if found else None
+    found = saved_iterations(root)
+    return found[-1] if found else None
 
 
 def is_checkpoint(path: str) -> bool:
@@ -61,19 +80,19 @@ def is_checkpoint(path: str) -> bool:
 def read_common(path: str) -> dict:
     """The common (non-sharded) state of checkpoint ``path``: iteration, scheduler, layout, the
     run's description (:func:`describe`), ... No tensor is read."""
-    return dist_checkpointing.load_common_state_dict(path)
+    return checkpoint_trust.load_common_state_dict(path)
 
 
 def read_tensors_metadata(path: str) -> dict:
     """{key: ShardedTensor with the global shape} of checkpoint ``path``; no tensor is read."""
-    return dist_checkpointing.load_tensors_metadata(path)
+    return checkpoint_trust.load_tensors_metadata(path)
 
 
 def read_state(sharded: dict, path: str) -> dict:
     """Load checkpoint ``path`` into the sharded state dict ``sharded`` (megatron-core
     ``dist_checkpointing.load``: resharded to this process's layout); returns the loaded dict
     with the common state merged in."""
-    return dist_checkpointing.load(sharded, path)
+    return checkpoint_trust.load(sharded, path)
 
 
 def checkpoint_iteration(path: str) -> int:

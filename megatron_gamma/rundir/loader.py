@@ -19,7 +19,7 @@ from typing import Optional
 
 import torch
 
-from megatron_gamma import parallel
+from megatron_gamma import checkpoint_trust, parallel
 from megatron_gamma.config import Config, ConfigError, config_from_dict, load_config
 from megatron_gamma.data import demo_dir
 from megatron_gamma.rundir import layout
@@ -204,10 +204,14 @@ def load_weights(model: torch.nn.Module, ckpt: str) -> int:
         The checkpoint's iteration.
 
     Raises:
+        CheckpointError: a pickled part references a class no megatron-core checkpoint holds
+            (:mod:`megatron_gamma.checkpoint_trust`).
         ConfigError: the checkpoint does not match the model (different architecture).
     """
     try:
         return load_model_weights([model], ckpt)
+    except checkpoint_trust.CheckpointError:
+        raise
     except Exception as e:  # megatron-core raises several types for shape/key mismatches
         raise ConfigError(
             f"checkpoint={ckpt!r} does not fit the model built from the run's config ({e}). "

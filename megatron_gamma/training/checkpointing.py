@@ -33,11 +33,15 @@ they lack, and a load that needs it is a :class:`ConfigError` naming the flag to
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import random
 import re
 import shutil
+import socket
 from dataclasses import dataclass
+from typing import IO
 
 import numpy as np
 import torch
@@ -45,6 +49,7 @@ import torch.distributed as dist
 from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
 from megatron.core.dist_checkpointing.mapping import ShardedObject
 
+from megatron_gamma import checkpoint_trust
 from megatron_gamma.compat import patch_distributed_optimizer_load
 from megatron_gamma.config import ConfigError
 from megatron_gamma.rundir.layout import (
@@ -53,6 +58,7 @@ from megatron_gamma.rundir.layout import (
     latest_iteration,
     read_common,
     read_state,
+    saved_iterations,
 )
 from megatron_gamma.rundir.loader import load_model_weights
 
@@ -67,6 +73,109 @@ class TrainState:
 
     iteration: int = 0
     consumed_samples: int = 0
+
+
+def check_save_dir(save: str | None, load: str | None, overwrite: bool) -> None:
+    """Refuse, before anything is built, a run without ``load`` whose ``save`` directory
+    already holds checkpoints: its saves would mix with that other run's and its retention
+    would delete them.
+
+    Raises:
+        ConfigError: naming the directory, its newest checkpoint and the flags that resolve it.
+    """
+    if not save or load or overwrite:
+        return
+    found = saved_iterations(save)
+    if found:
+        raise ConfigError(
+            f"save={save!r}: holds checkpoints of another run (newest iter_{found[-1]:07d}) and "
+            f"this run does not load them (no --load). Fix: add --load {save} to resume from "
+            "them, --overwrite to delete them and start afresh, or give another --save"
+        )
+
+
+LOCK = ".lock"
+
+
+def claim_save_dir(save: str | None, delete_existing: bool) -> IO | None:
+    """Make this run the only writer of ``save``: rank 0 takes an exclusive ``fcntl.flock`` of
+    ``SAVE/.lock`` (held until the returned file is passed to :func:`release_save_dir`, or the
+    process ends), then with ``delete_existing`` (``--overwrite`` without ``--load``) deletes
+    the checkpoints already there (every ``iter_N``, ``*.partial``, ``*.deleting`` and the
+    tracker). The outcome is broadcast, so that every rank stops together. Collective over the
+    world group; call it before anything else is written into ``save``.
+
+    Returns:
+        The open lock file on rank 0 (None on the other ranks and without ``save``).
+
+    Raises:
+        CheckpointError: on every rank, when another process holds the lock.
+    """
+    if not save:
+        return None
+    handle, outcome = None, [None]
+    if dist.get_rank() == 0:
+        os.makedirs(save, exist_ok=True)
+        try:
+            handle = _lock(os.path.join(save, LOCK))
+        except BlockingIOError as e:
+            outcome[0] = (
+                f"save={save!r}: another process is writing checkpoints into it ({e}). Fix: "
+                "wait for it to end, or give this run another --save"
+            )
+        except OSError as e:  # a file system without flock (some NFS / Lustre mounts)
+            print(
+                f"WARNING: save={save!r}: cannot be locked ({e}); a second run writing into it "
+                "would not be refused",
+                flush=True,
+            )
+        if outcome[0] is None and delete_existing:
+            for name in os.listdir(save):
+                path = os.path.join(save, name)
+                if name == TRACKER:
+                    os.remove(path)
+                elif _ITER_DIR.match(name) or name.endswith((".partial", ".deleting")):
+                    shutil.rmtree(path)
+    dist.broadcast_object_list(outcome, src=0)
+    if outcome[0] is not None:
+        raise checkpoint_trust.CheckpointError(outcome[0])
+    return handle
+
+
+def _lock(path: str) -> IO:
+    """``path`` opened and exclusively flock'ed, recording this process; retried when the file
+    was replaced between the open and the lock (a previous holder removing it on release).
+
+    Raises:
+        BlockingIOError: another process holds it (the message names the holder).
+    """
+    while True:
+        handle = open(path, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "a process"
+            handle.close()
+            raise BlockingIOError(f"{holder} holds {path}") from None
+        with contextlib.suppress(FileNotFoundError):
+            if os.path.samestat(os.fstat(handle.fileno()), os.stat(path)):
+                break
+        handle.close()
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+    handle.flush()
+    return handle
+
+
+def release_save_dir(handle: IO | None) -> None:
+    """Remove and unlock the lock file of :func:`claim_save_dir` (no-op for None)."""
+    if handle is None:
+        return
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(handle.name)
+    handle.close()
 
 
 def _layout() -> dict:

@@ -54,9 +54,12 @@ from megatron_gamma.training.callback import Callback, StepOutput
 from megatron_gamma.training.checkpointing import (
     TrainState,
     check_loadable,
+    check_save_dir,
+    claim_save_dir,
     latest_iteration,
     load_checkpoint,
     load_weights,
+    release_save_dir,
     save_checkpoint,
     saved_schedule,
 )
@@ -83,7 +86,12 @@ from megatron_gamma.training.run_callbacks import (
     PreemptionCallback,
 )
 from megatron_gamma.training.schedule import build_scheduler, reconcile_schedule
-from megatron_gamma.training.telemetry import ProfilerCallback, check_telemetry
+from megatron_gamma.training.telemetry import (
+    ProfilerCallback,
+    WandbWriter,
+    check_telemetry,
+    start_wandb,
+)
 
 
 @dataclass
@@ -144,10 +152,12 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             what the load needs (:func:`~.checkpointing.check_loadable`); a backend this machine
             cannot run (:func:`~megatron_gamma.model.te_backend.check_backend`: Transformer
             Engine, FP8); logging flags this machine cannot serve (:func:`~.telemetry.
-            check_telemetry`).
+            check_telemetry`); a ``--save`` directory holding another run's checkpoints
+            without ``--load`` or ``--overwrite`` (:func:`~.checkpointing.check_save_dir`).
     """
     check_backend(cfg)
     ck = cfg.checkpoint
+    check_save_dir(ck.save, ck.load, ck.overwrite)
     if ck.load and (ck.finetune or latest_iteration(ck.load) is not None):
         check_loadable(ck.load, ck.finetune, ck.load_optim)
     elif ck.pretrained_checkpoint:
@@ -199,10 +209,13 @@ class Trainer:
         self.end_iteration = cfg.training.train_iters
         self._stop = False
         self.dp_size = parallel.initialize(cfg)
+        ck = cfg.checkpoint
+        self.save_lock = claim_save_dir(ck.save, ck.overwrite and not ck.load)
         load = cfg.checkpoint.load
         resume = load and not cfg.checkpoint.finetune
         cfg = reconcile_schedule(cfg, saved_schedule(load) if resume else None, load)
         self.cfg = cfg
+        self.wandb: WandbWriter | None = start_wandb(cfg)
         self.callbacks: list[Callback] = []
         self.device = torch.device("cuda") if parallel.uses_gpu() else torch.device("cpu")
         self.rank = dist.get_rank()
@@ -470,13 +483,9 @@ class Trainer:
 
     def _open_log(self) -> MetricsLogger:
         """The run's logger (rank 0 writes ``metrics.jsonl``, TensorBoard and, with
-        ``--wandb-project``, W&B); notes a resume."""
+        ``--wandb-project``, W&B through the run :func:`~.telemetry.start_wandb` started);
+        notes a resume."""
         lg = self.cfg.logging
-        mirror = None
-        if lg.wandb_project is not None and self.rank == 0:
-            from megatron_gamma.training.telemetry import WandbWriter
-
-            mirror = WandbWriter(self.cfg)
         log = MetricsLogger(
             lg.run_dir,
             lg.tensorboard_path(),
@@ -486,14 +495,15 @@ class Trainer:
             progress_bar=lg.progress_bar,
             tensorboard_log_interval=lg.tensorboard_log_interval,
             validation_ppl_to_tensorboard=lg.log_validation_ppl_to_tensorboard,
-            mirror=mirror,
+            mirror=self.wandb,
         )
         if self.state.iteration:
             log.message(f"resumed at iteration {self.state.iteration}")
         return log
 
     def close(self) -> None:
-        """Release megatron-core globals and the process group."""
+        """Release the ``--save`` lock, megatron-core globals and the process group."""
+        release_save_dir(self.save_lock)
         destroy_num_microbatches_calculator()
         parallel.destroy()
 

@@ -19,6 +19,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.distributed as dist
 
 from megatron_gamma.config import Config, ConfigError, redacted_dict
 from megatron_gamma.training.callback import Callback, StepOutput
@@ -76,6 +77,38 @@ class WandbWriter:
     def close(self) -> None:
         """Finish the run (offline: its files are complete under the save directory)."""
         self._run.finish()
+
+
+def start_wandb(cfg: Config) -> WandbWriter | None:
+    """Start the W&B run of ``--wandb-project`` on rank 0 and broadcast the outcome, so that a
+    failure on rank 0 (no API key, no network, an unwritable ``--wandb-save-dir``) stops every
+    rank with the same error instead of leaving the others waiting at the next collective.
+    Collective over the world group: call it on every rank right after the process group
+    exists, before any other collective.
+
+    Returns:
+        The run's writer on rank 0; None on the other ranks and without ``--wandb-project``.
+
+    Raises:
+        ConfigError: on every rank, naming rank 0's failure.
+    """
+    if cfg.logging.wandb_project is None:
+        return None
+    writer, outcome = None, [None]
+    if dist.get_rank() == 0:
+        try:
+            writer = WandbWriter(cfg)
+        except Exception as e:  # wandb raises many types (usage, communication, OS errors)
+            outcome[0] = (
+                f"wandb_project={cfg.logging.wandb_project!r}: Weights & Biases did not start on "
+                f"rank 0 ({type(e).__name__}: {e}). Fix: log in (wandb login, or WANDB_API_KEY),"
+                " or set WANDB_MODE=offline to write the run under --wandb-save-dir, or drop "
+                "--wandb-project"
+            )
+    dist.broadcast_object_list(outcome, src=0)
+    if outcome[0] is not None:
+        raise ConfigError(outcome[0])
+    return writer
 
 
 class ProfilerCallback(Callback):
