@@ -8,7 +8,8 @@ whole run: 480 s) and the time left:
 1. ``install-wheels``: ``pip install --no-index --no-deps --target OUT_DIR/site`` of the
    wheelhouse made by ``tools/gpu_wheelhouse.sh`` (``DIR/cpXY`` for this Python; no registry is
    needed, the system site is left as it is); ``OUT_DIR/site`` is on every later step's
-   ``PYTHONPATH``. Skipped when megatron-core, gigatoken, awkward, nltk, zstandard and orjson import.
+   ``PYTHONPATH``. Skipped when megatron-core, gigatoken, awkward, nltk, zstandard and orjson
+   import.
 2. ``build-extension``: ``python setup.py build_ext --inplace`` against the torch that is there,
    with ``MEGATRON_GAMMA_BUILD_EXT=1``, ``TORCH_CUDA_ARCH_LIST`` = this GPU's
    ``torch.cuda.get_device_capability()`` only and ``MAX_JOBS`` = CPUs. Skipped when the
