@@ -1,5 +1,6 @@
 """What the tests share: tiny model sizes, the one CLI launcher, run-directory readers, the ops
-helpers, and the guard that keeps multi-process tests in the ``slow`` tier.
+helpers, the guard that keeps multi-process tests in the ``slow`` tier, and the import walker
+(``runtime_imports``, ``import_graph``, ``cycles``) that reads the package's imports with ``ast``.
 
 Training runs go through the real CLI in a fresh process (``python -m megatron_gamma.cli`` or
 ``torchrun``), as a user runs them: megatron-core's process-wide state and our CPU shims never
@@ -8,13 +9,18 @@ leak into the test process.
 
 from __future__ import annotations
 
+import ast
+import functools
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
 
+import megatron_gamma
 from megatron_gamma import ops
 from megatron_gamma.data import demo_dir
 from megatron_gamma.rundir import layout
@@ -140,3 +146,100 @@ def backend(name: str, device: str):
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """max |out - ref| / max |ref|, in float64."""
     return float((out.double() - ref).abs().max() / ref.abs().max())
+
+
+PACKAGE = Path(megatron_gamma.__file__).parent
+
+
+def module_name(path: Path) -> str:
+    """The dotted name of a source file of the package (``.../training/__init__.py`` ->
+    ``megatron_gamma.training``)."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_modules() -> dict[str, Path]:
+    """Every module of the package (dotted name -> source file)."""
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+@functools.cache
+def _module_names() -> frozenset[str]:
+    return frozenset(package_modules())
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import of a package module: ``target`` (dotted name), the ``line`` of the import
+    statement, and ``deferred`` (inside a function: it runs when the function is called, not
+    when the importing module is imported)."""
+
+    target: str
+    line: int
+    deferred: bool
+
+
+def runtime_imports(path: Path) -> list[Import]:
+    """The package modules ``path`` imports when run, at module level and inside functions, not
+    under ``if TYPE_CHECKING:``. ``from a.b import c`` imports ``a.b``, and ``a.b.c`` when that
+    is a module; parent packages are modules of their own (their imports are theirs)."""
+    modules = _module_names()
+    tree = ast.parse(path.read_text())
+    skipped, deferred = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(n) for n in ast.walk(node))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            deferred.update(id(n) for n in ast.walk(node))
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        found += [Import(n, node.lineno, id(node) in deferred) for n in names if n in modules]
+    return found
+
+
+def import_graph(deferred: bool = True) -> dict[str, set[str]]:
+    """Module -> the package modules it imports at run time (``deferred=False``: only those
+    imported at module level, i.e. while the module itself is imported)."""
+    return {
+        m: {i.target for i in runtime_imports(p) if deferred or not i.deferred}
+        for m, p in package_modules().items()
+    }
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan), each sorted."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out

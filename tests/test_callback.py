@@ -3,79 +3,13 @@ belongs to the trainer, so a callback may log from any position in the list."""
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
-from pathlib import Path
 
 import pytest
 from distributed import run_distributed
-
-import megatron_gamma
-
-PACKAGE = Path(megatron_gamma.__file__).parent
-
-
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def _runtime_imports(path: Path) -> set[str]:
-    """megatron_gamma modules ``path`` imports when run: module level and inside functions,
-    not under ``if TYPE_CHECKING:``."""
-    tree = ast.parse(path.read_text())
-    skipped = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped.update(id(n) for n in ast.walk(node))
-    names = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
-        if isinstance(node, ast.Import):
-            names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names.add(node.module)
-            names.update(f"{node.module}.{a.name}" for a in node.names)
-    return {n for n in names if n.startswith("megatron_gamma")}
-
-
-def _import_graph() -> dict[str, set[str]]:
-    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-    return {m: _runtime_imports(p) & modules.keys() for m, p in modules.items()}
-
-
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan)."""
-    index, low, stack, on, out = {}, {}, [], set(), []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
+from helpers import PACKAGE, cycles, import_graph, runtime_imports
 
 
 def test_hook_table_lists_the_interfaces_hooks_in_call_order():
@@ -87,21 +21,21 @@ def test_hook_table_lists_the_interfaces_hooks_in_call_order():
 
 
 def test_callback_interface_imports_nothing_of_the_package():
-    assert _runtime_imports(PACKAGE / "training" / "callback.py") == set()
+    assert runtime_imports(PACKAGE / "training" / "callback.py") == []
 
 
 def test_no_runtime_import_cycle_through_training_diagnostics_or_telemetry():
-    graph = _import_graph()
+    graph = import_graph()
     assert graph["megatron_gamma.training.loop"] >= {
         "megatron_gamma.training.callback",
         "megatron_gamma.diagnostics.callback",
     }
-    cycles = [
+    through = [
         c
-        for c in _cycles(graph)
+        for c in cycles(graph)
         if any(m.startswith(("megatron_gamma.training", "megatron_gamma.diagnostics")) for m in c)
     ]
-    assert cycles == []
+    assert through == []
 
 
 def _train_with_a_logging_callback_first(run_dir: str, prefix: str) -> list[str]:
