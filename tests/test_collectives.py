@@ -45,6 +45,9 @@ def test_backend_choice_follows_uses_gpu(monkeypatch):
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
     for key in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
         monkeypatch.delenv(key, raising=False)
+    # parallel.initialize sets these for a single process; monkeypatch restores them after.
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
     with pytest.raises(_Stop):
         parallel.initialize(load_config([], {}))
     assert seen["backend"] == "cuda:nccl,cpu:gloo"
