@@ -100,7 +100,7 @@ def _estimate(args: argparse.Namespace) -> None:
     from megatron_gamma.config import load_config, overrides_from_args
     from megatron_gamma.data.tokenizer_types import tokenizer_vocab_size
     from megatron_gamma.estimate import report
-    from megatron_gamma.rundir.loader import model_vocab_size
+    from megatron_gamma.model.vocab import model_vocab_size
 
     cfg = load_config(args.config, overrides_from_args(args))
     world = args.world_size or cfg.cluster.world_size()

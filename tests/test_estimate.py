@@ -115,11 +115,8 @@ def _built_parameters(variants: dict) -> dict:
     import torch
 
     from megatron_gamma import parallel
-    from megatron_gamma.model.builder import (
-        build_model_chunk,
-        padded_vocab_size,
-        transformer_config,
-    )
+    from megatron_gamma.model.builder import build_model_chunk, transformer_config
+    from megatron_gamma.model.vocab import padded_vocab_size
 
     out = {}
     for key, overrides in variants.items():

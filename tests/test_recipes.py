@@ -17,7 +17,8 @@ from megatron.core import parallel_state
 from megatron_gamma import parallel
 from megatron_gamma.config import load_config, validate_layout
 from megatron_gamma.estimate import count_parameters, estimate_memory, params_per_gpu
-from megatron_gamma.model.builder import build_model_chunk, padded_vocab_size, transformer_config
+from megatron_gamma.model.builder import build_model_chunk, transformer_config
+from megatron_gamma.model.vocab import padded_vocab_size
 
 CONFIGS = os.path.join(os.path.dirname(__file__), "..", "examples", "configs")
 RECIPES = sorted(

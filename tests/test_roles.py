@@ -46,8 +46,9 @@ def _report(variant: str, tp: int) -> dict:
         weight_diagnostics,
         weight_matrices,
     )
-    from megatron_gamma.model.builder import build_model, padded_vocab_size, transformer_config
+    from megatron_gamma.model.builder import build_model, transformer_config
     from megatron_gamma.model.roles import REGISTRY, role_of
+    from megatron_gamma.model.vocab import padded_vocab_size
     from megatron_gamma.training.init_audit import audit_init
 
     par = {"tensor_model_parallel_size": tp, "sequence_parallel": tp > 1}

@@ -18,7 +18,7 @@ import yaml
 
 from megatron_gamma.estimate import estimate_memory
 from megatron_gamma.launch.slurm import ClusterOptions
-from megatron_gamma.model.builder import padded_vocab_size
+from megatron_gamma.model.vocab import padded_vocab_size
 from megatron_gamma.study import rundir
 from megatron_gamma.study import sweep as sweep_mod
 from megatron_gamma.study.slurm import submit_study

@@ -66,7 +66,8 @@ def _setup(recipe: str, method: str):
 
     from megatron_gamma import parallel
     from megatron_gamma.config import load_config
-    from megatron_gamma.model.builder import padded_vocab_size, transformer_config
+    from megatron_gamma.model.builder import transformer_config
+    from megatron_gamma.model.vocab import padded_vocab_size
 
     one_rank = {
         "tensor_model_parallel_size": 1,

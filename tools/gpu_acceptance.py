@@ -528,12 +528,9 @@ def probe_init_time(device: str, tiny: bool) -> dict:
 
     from megatron_gamma import parallel
     from megatron_gamma.config import load_config
-    from megatron_gamma.model.builder import (
-        build_model_chunk,
-        padded_vocab_size,
-        transformer_config,
-    )
+    from megatron_gamma.model.builder import build_model_chunk, transformer_config
     from megatron_gamma.model.init import apply_gamma_init
+    from megatron_gamma.model.vocab import padded_vocab_size
 
     on_gpu = device == "cuda"
     if on_gpu != parallel.uses_gpu():

@@ -15,13 +15,22 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from typing import TYPE_CHECKING
 
 import numpy as np
-from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+if TYPE_CHECKING:
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 
 def compact_builder(bin_path: str, dtype: type) -> IndexedDatasetBuilder:
-    """An ``IndexedDatasetBuilder`` writing ``bin_path`` with its index columns in arrays."""
+    """An ``IndexedDatasetBuilder`` writing ``bin_path`` with its index columns in arrays.
+
+    megatron-core (and with it torch) is imported here, where the first writer is built, not
+    when this module is: the data commands start without it (``tests/test_cli_imports.py``).
+    """
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
     builder = IndexedDatasetBuilder(bin_path, dtype=dtype)
     builder.sequence_lengths = array("i")
     builder.document_indices = array("q", [0])

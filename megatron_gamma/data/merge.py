@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import os
 
-from megatron.core.datasets.indexed_dataset import IndexedDataset
 from tqdm import tqdm
 
 from megatron_gamma.config import ConfigError
@@ -43,6 +42,8 @@ log = logging.getLogger(__name__)
 
 
 def _dtype(prefix: str) -> type:
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
     return IndexedDataset(prefix).index.dtype
 
 

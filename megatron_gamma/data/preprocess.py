@@ -34,7 +34,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import zip_longest
 
-from megatron.core.datasets.indexed_dataset import DType
 from tqdm import tqdm
 
 from megatron_gamma.config import ConfigError, DataConfig
@@ -221,6 +220,8 @@ def _run_unit(
             log.info("%s: complete (done-marker verified), skipped", base)
             return read_json(unit.stats), True
         unit.begin()
+        from megatron.core.datasets.indexed_dataset import DType  # the writer's: imports torch
+
         dtype = DType.optimal_dtype(tok.vocab_size)
         counts: dict = {}
         messages: list[str] = []

@@ -8,8 +8,10 @@ EOD ``<|endoftext|>`` (appended to every document), PAD ``<|pad|>``, BOS ``<|bos
 
 Next to a ``tokenizer.json``, :func:`write_metadata` puts the files other loaders need:
 ``tokenizer_config.json`` and ``special_tokens_map.json`` (HF ``AutoTokenizer``), and
-``tokenizer_metadata.json`` written by megatron-core's ``MegatronTokenizer.write_metadata``
-(library ``huggingface``, model type ``gpt``), so
+``tokenizer_metadata.json``, the bytes megatron-core's ``MegatronTokenizer.write_metadata``
+writes for library ``huggingface`` and model type ``gpt`` (written here without importing
+megatron-core, which would import torch: ``train-tokenizer`` needs neither;
+``tests/test_cli_imports.py`` compares the bytes), so
 ``megatron.core.tokenizers.MegatronTokenizer.from_pretrained(<that directory>)`` loads it with
 EOD as its ``eod``.
 """
@@ -34,8 +36,6 @@ def write_metadata(tokenizer_json: str) -> list[str]:
     Returns:
         The paths written.
     """
-    from megatron.core.tokenizers import MegatronTokenizer
-
     folder = os.path.dirname(os.path.abspath(tokenizer_json))
     special = {"eos_token": EOD, "pad_token": PAD, "bos_token": BOS}
     config = {
@@ -57,13 +57,15 @@ def write_metadata(tokenizer_json: str) -> list[str]:
         written.append(path)
     path = os.path.join(folder, "tokenizer_metadata.json")
     tmp = f"{path}.tmp{os.getpid()}"
-    MegatronTokenizer.write_metadata(
-        tokenizer_path=folder,
-        tokenizer_library="huggingface",
-        model_type="gpt",
-        overwrite=True,
-        metadata_path=tmp,
-    )
+    metadata = {
+        "library": "huggingface",
+        "class_name": None,
+        "class_path": None,
+        "model_type": "gpt",
+        "chat_template": None,
+    }
+    with open(tmp, "w") as f:
+        json.dump(metadata, f)
     os.replace(tmp, path)
     return written + [path]
 

@@ -27,12 +27,6 @@ from megatron_gamma.model.norm import RMSNorm
 from megatron_gamma.model.te_backend import te_layer_spec
 
 
-def padded_vocab_size(vocab_size: int, cfg: Config) -> int:
-    """Round the tokenizer's vocabulary up to make_vocab_size_divisible_by x TP (Megatron-LM)."""
-    multiple = cfg.model.make_vocab_size_divisible_by * cfg.parallel.tensor_model_parallel_size
-    return -(-vocab_size // multiple) * multiple
-
-
 def skip_init(weight: torch.Tensor) -> None:
     """megatron-core init_method that leaves the weight for :func:`apply_gamma_init`."""
 

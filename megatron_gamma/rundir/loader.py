@@ -22,6 +22,7 @@ import torch
 from megatron_gamma import checkpoint_trust, parallel
 from megatron_gamma.config import Config, ConfigError, config_from_dict, load_config
 from megatron_gamma.data import demo_dir
+from megatron_gamma.model.vocab import model_vocab_size
 from megatron_gamma.rundir import layout
 
 
@@ -137,15 +138,6 @@ def tokenizer_digest(cfg: Config) -> str:
     """SHA-256 of the run's tokenizer file (equal digests: same token ids)."""
     with open(tokenizer_path(cfg), "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
-
-
-def model_vocab_size(cfg: Config, tokenizer_vocab_size: int) -> int:
-    """The model's (padded) vocabulary size, as ``pretrain`` builds it: the larger of the
-    tokenizer's size and ``--vocab-size``, rounded up to ``make_vocab_size_divisible_by`` x TP
-    (:func:`megatron_gamma.model.builder.padded_vocab_size`)."""
-    from megatron_gamma.model.builder import padded_vocab_size
-
-    return padded_vocab_size(max(tokenizer_vocab_size, cfg.model.vocab_size or 0), cfg)
 
 
 def checkpoint_vocab_size(ckpt: str) -> Optional[int]:

@@ -91,7 +91,7 @@ def sizing(run: Run) -> Sizing:
     from megatron_gamma.data.tokenizer import BilingualTokenizer
     from megatron_gamma.estimate import count_parameters
     from megatron_gamma.model.flops import train_flops_per_token
-    from megatron_gamma.rundir.loader import model_vocab_size
+    from megatron_gamma.model.vocab import model_vocab_size
 
     cfg = run.config
     if os.path.isfile(cfg.data.tokenizer_model):

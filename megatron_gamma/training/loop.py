@@ -48,8 +48,8 @@ from megatron_gamma.data.tokenizer_types import load_tokenizer
 from megatron_gamma.diagnostics.callback import DiagnosticsCallback
 from megatron_gamma.model.builder import build_model, transformer_config
 from megatron_gamma.model.te_backend import check_backend
+from megatron_gamma.model.vocab import model_vocab_size
 from megatron_gamma.rundir.layout import CONFIG, describe
-from megatron_gamma.rundir.loader import model_vocab_size
 from megatron_gamma.training.callback import Callback, StepOutput
 from megatron_gamma.training.checkpointing import (
     TrainState,

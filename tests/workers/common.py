@@ -15,7 +15,8 @@ from megatron.core.dist_checkpointing.mapping import ShardedTensor, apply_factor
 
 from megatron_gamma import parallel
 from megatron_gamma.config import config_from_dict
-from megatron_gamma.model.builder import build_model, padded_vocab_size, transformer_config
+from megatron_gamma.model.builder import build_model, transformer_config
+from megatron_gamma.model.vocab import padded_vocab_size
 
 
 def make_config(model: dict, par: dict, init: dict | None = None):

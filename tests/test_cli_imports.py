@@ -1,0 +1,92 @@
+"""The data and sizing commands start without torch or megatron-core (issue 29, item 3): each
+command runs in a fresh interpreter and reports which of the two it imported."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from megatron_gamma.data import demo_dir
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEMO_CONFIG = os.path.join(ROOT, "examples", "configs", "demo.yaml")
+DEMO_CORPUS = [os.path.join(demo_dir(), "zh.jsonl"), os.path.join(demo_dir(), "en.jsonl")]
+PROBE = """
+import json, sys
+from megatron_gamma.cli import main
+try:
+    rc = main(json.loads(sys.argv[1]))
+except SystemExit as e:
+    rc = e.code
+heavy = [m for m in ("torch", "megatron.core") if m in sys.modules]
+print(json.dumps({"rc": rc, "imported": heavy}))
+"""
+
+
+def _run(args: list[str]) -> tuple[int, list[str], str]:
+    """(exit status, heavy modules imported, stdout before the probe's line) of ``args``."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(args)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    *out, last = proc.stdout.rstrip("\n").split("\n")
+    doc = json.loads(last)
+    return doc["rc"], doc["imported"], "\n".join(out)
+
+
+@pytest.mark.parametrize("command", ["estimate", "preprocess", "merge", "train-tokenizer"])
+def test_help_imports_neither_torch_nor_megatron_core(command):
+    rc, imported, out = _run([command, "--help"])
+    assert rc == 0 and "usage: megatron-gamma" in out
+    assert imported == []
+
+
+def test_estimate_imports_neither_torch_nor_megatron_core():
+    rc, imported, out = _run(["estimate", "--config", DEMO_CONFIG, "--world-size", "1"])
+    assert rc == 0 and "parameters, total" in out
+    assert imported == []
+
+
+def test_train_tokenizer_imports_neither_torch_nor_megatron_core(tmp_path):
+    out_json = str(tmp_path / "tok" / "tokenizer.json")
+    args = ["train-tokenizer", "--input", *DEMO_CORPUS, "--vocab-size", "300",
+            "--sample-chars", "20000", "--output", out_json, "--no-progress"]  # fmt: skip
+    rc, imported, _ = _run(args)
+    assert rc == 0 and os.path.exists(tmp_path / "tok" / "tokenizer_metadata.json")
+    assert imported == []
+
+
+def test_preprocess_and_merge_input_errors_come_before_megatron_core(tmp_path):
+    """Bad input is reported before the writer (megatron-core's builder) is imported."""
+    missing = str(tmp_path / "missing.jsonl")
+    args = ["preprocess", "--input", missing, "--tokenizer-model", demo_dir(),
+            "--output-prefix", str(tmp_path / "x"), "--no-progress"]  # fmt: skip
+    rc, imported, _ = _run(args)
+    assert rc != 0 and imported == []
+    args = ["merge", "--input", missing, "--num-shards", "2", "--output-prefix", missing]
+    rc, imported, _ = _run(args)
+    assert rc != 0 and imported == []
+
+
+def test_tokenizer_metadata_is_megatron_cores_bytes(tmp_path):
+    """``write_metadata`` writes tokenizer_metadata.json itself (no megatron-core import): the
+    bytes must be those of megatron-core's ``MegatronTokenizer.write_metadata``."""
+    from megatron.core.tokenizers import MegatronTokenizer
+
+    from megatron_gamma.data.tokenizer import write_metadata
+
+    ours = tmp_path / "tokenizer.json"
+    ours.write_bytes((Path(demo_dir()) / "tokenizer.json").read_bytes())
+    written = write_metadata(str(ours))
+    theirs = tmp_path / "mcore_metadata.json"
+    MegatronTokenizer.write_metadata(
+        tokenizer_path=str(tmp_path), tokenizer_library="huggingface", model_type="gpt",
+        metadata_path=str(theirs),
+    )  # fmt: skip
+    assert str(tmp_path / "tokenizer_metadata.json") in written
+    assert (tmp_path / "tokenizer_metadata.json").read_bytes() == theirs.read_bytes()
