@@ -433,3 +433,23 @@ def test_fits_only_where_identified_and_sizes_from_the_baseline():
     )
     assert fits["gamma1+eps+gate"]["multiplier"] == {}
     assert "no identified baseline fit" in fits["gamma1+eps+gate"]["multiplier_reason"]["s0"]
+
+
+def test_loss_table_delta_prints_its_interval_and_degrees_of_freedom():
+    """The report's Δ cell: mean paired difference, the 95% t interval computed here with scipy,
+    and df = paired seeds - 1; one seed gives no interval."""
+    from megatron_gamma.study.fits import paired_difference
+    from megatron_gamma.study.report import _delta_cell
+
+    arm, base = [5.1, 5.3, 5.0], [5.5, 5.6, 5.2]
+    d = np.subtract(arm, base)
+    half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / math.sqrt(3)
+    iv = paired_difference(arm, base)
+    row = {"diff": iv.mean, "diff_low": iv.low, "diff_high": iv.high, "diff_df": iv.df}
+    expected = f"{d.mean():+.4f} [{d.mean() - half:+.4f}, {d.mean() + half:+.4f}], df 2"
+    assert _delta_cell(row) == expected
+    one = paired_difference([5.1], [5.5])
+    assert _delta_cell({"diff": one.mean, "diff_low": one.low, "diff_high": one.high}) == (
+        "-0.4000 (1 seed)"
+    )
+    assert _delta_cell({"arm": "baseline"}) == ""

@@ -38,6 +38,18 @@ from megatron_gamma.study.fits import PowerLawFit, mean_std
 from megatron_gamma.study.verdicts import verdicts
 
 
+def _delta_cell(row: dict) -> str:
+    """The loss table's Δ cell: the paired difference to the baseline with its 95% interval and
+    degrees of freedom, ``(1 seed)`` without an interval, empty for the baseline itself."""
+    if "diff" not in row:
+        return ""
+    if row.get("diff_low") is None or not np.isfinite(row["diff_low"]):
+        return f"{row['diff']:+.4f} (1 seed)"
+    return (
+        f"{row['diff']:+.4f} [{row['diff_low']:+.4f}, {row['diff_high']:+.4f}], df {row['diff_df']}"
+    )
+
+
 def run_compare(data: StudyData, out_dir: str, table: list[dict]) -> Optional[dict]:
     """Run ``megatron-gamma compare`` between the best arm and the baseline at the largest size
     both finished, once per common seed (``OUT/compare/seed-N``).
@@ -381,21 +393,16 @@ def _markdown(
         "## Final validation loss (held-out split)",
         "",
         "Mean ± sample sd over seeds; Δ = arm − baseline, paired by seed, with a 95% "
-        "Student-t interval.",
+        "Student-t interval and its degrees of freedom (df = paired seeds − 1).",
         "",
         "| arm | size | seeds | loss | Δ vs baseline [95% CI] |",
         "|---|---|---|---|---|",
     ]
     for r in table:
         sd = f" ± {r['std']:.4f}" if r["std"] is not None else ""
-        d = ""
-        if "diff" in r:
-            d = (
-                f"{r['diff']:+.4f} [{r['diff_low']:+.4f}, {r['diff_high']:+.4f}]"
-                if np.isfinite(r["diff_low"])
-                else f"{r['diff']:+.4f} (1 seed)"
-            )
-        out.append(f"| {r['arm']} | {r['size']} | {r['seeds']} | {r['mean']:.4f}{sd} | {d} |")
+        out.append(
+            f"| {r['arm']} | {r['size']} | {r['seeds']} | {r['mean']:.4f}{sd} | {_delta_cell(r)} |"
+        )
     if best_table:
         out += [
             "",
@@ -409,14 +416,9 @@ def _markdown(
         ]
         for r in best_table:
             sd = f" ± {r['std']:.4f}" if r["std"] is not None else ""
-            d = (
-                f"{r['diff']:+.4f} [{fmt(r['diff_low'])}, {fmt(r['diff_high'])}]"
-                if "diff" in r
-                else ""
-            )
             out.append(
                 f"| {r['arm']} | {r['size']} | {r['lr']:g} | {r['seeds']} | {r['mean']:.4f}{sd} "
-                f"| {d} |"
+                f"| {_delta_cell(r)} |"
             )
     out += ["", f"![loss vs size]({rel}/loss_vs_size.png)" if "scaling_plot" in files else "", ""]
     out += [
