@@ -243,3 +243,27 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return out
+
+
+def megatron_core_dataset(texts: list[str], prefix: str) -> str:
+    """The reference for preprocessing outputs: megatron-core's per-document path (one encode
+    with the demo tokenizer, one ``IndexedDatasetBuilder.add_document`` per document, EOD
+    appended). Returns ``prefix``."""
+    import numpy as np
+    from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+
+    from megatron_gamma.data.tokenizer import BilingualTokenizer
+
+    tok = BilingualTokenizer(DEMO_TOKENIZER)
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=DType.optimal_dtype(tok.vocab_size))
+    for text in texts:
+        ids = tok.tokenize(text) + [tok.eod]
+        builder.add_document(np.array(ids, dtype=np.int64), [len(ids)])
+    builder.finalize(prefix + ".idx")
+    return prefix
+
+
+def read_dataset(prefix: str) -> tuple[bytes, bytes]:
+    """The bytes of ``prefix.bin`` and ``prefix.idx``."""
+    with open(prefix + ".bin", "rb") as b, open(prefix + ".idx", "rb") as i:
+        return b.read(), i.read()

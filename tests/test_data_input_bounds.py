@@ -10,34 +10,15 @@ import subprocess
 import sys
 import zlib
 
-import numpy as np
 import pytest
-from conftest import DEMO_TOKENIZER
-from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+from helpers import DEMO_TOKENIZER, megatron_core_dataset, read_dataset
 
 from megatron_gamma.data.encode import EncodeOptions
 from megatron_gamma.data.filters import Filters
 from megatron_gamma.data.preprocess import preprocess
 from megatron_gamma.data.readers import InputError
-from megatron_gamma.data.tokenizer import BilingualTokenizer
 
 GOOD = [f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(5)]
-
-
-def reference(texts: list[str], prefix: str) -> tuple[bytes, bytes]:
-    """megatron-core's per-document path: one encode, one add_document per document."""
-    tok = BilingualTokenizer(DEMO_TOKENIZER)
-    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=DType.optimal_dtype(tok.vocab_size))
-    for text in texts:
-        ids = tok.tokenize(text) + [tok.eod]
-        builder.add_document(np.array(ids, dtype=np.int64), [len(ids)])
-    builder.finalize(prefix + ".idx")
-    return read(prefix)
-
-
-def read(prefix: str) -> tuple[bytes, bytes]:
-    with open(prefix + ".bin", "rb") as b, open(prefix + ".idx", "rb") as i:
-        return b.read(), i.read()
 
 
 def line(record: dict) -> bytes:
@@ -55,7 +36,9 @@ def test_deep_json_is_named_or_skipped_and_brackets_in_text_are_not(tmp_path):
     opts = EncodeOptions(on_error="skip")
     r = preprocess([str(path)], DEMO_TOKENIZER, str(tmp_path / "o"), options=opts, progress=False)
     assert r.stats["errors"]["json_too_deep"] == 1
-    assert read(r.prefix) == reference([GOOD[0], brackets], str(tmp_path / "ref"))
+    assert read_dataset(r.prefix) == read_dataset(
+        megatron_core_dataset([GOOD[0], brackets], str(tmp_path / "ref"))
+    )
 
 
 BOMB = """
@@ -91,7 +74,9 @@ def test_a_gzip_bomb_line_is_skipped_unread_with_bounded_memory(tmp_path):
     skipped, documents, growth_mib = map(int, out.stdout.split())
     assert (skipped, documents) == (1, 2)
     assert growth_mib < 100, f"peak RSS grew by {growth_mib} MiB reading a 400 MiB line"
-    assert read(str(tmp_path / "o_text_document")) == reference(GOOD[:2], str(tmp_path / "ref"))
+    assert read_dataset(str(tmp_path / "o_text_document")) == read_dataset(
+        megatron_core_dataset(GOOD[:2], str(tmp_path / "ref"))
+    )
 
 
 def test_a_long_line_stops_the_run_by_name_without_skip(tmp_path):
@@ -116,4 +101,6 @@ def test_documents_with_nothing_visible_are_counted_as_empty(tmp_path):
     r = preprocess([str(path)], DEMO_TOKENIZER, str(tmp_path / "o"), progress=False)
     dropped = sum(lang["dropped"]["empty"] for lang in r.stats["languages"].values())
     assert (r.documents, dropped) == (2, 3)
-    assert read(r.prefix) == reference(GOOD[:2], str(tmp_path / "ref"))
+    assert read_dataset(r.prefix) == read_dataset(
+        megatron_core_dataset(GOOD[:2], str(tmp_path / "ref"))
+    )

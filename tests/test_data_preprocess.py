@@ -22,7 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from megatron.core.datasets.indexed_dataset import DType, IndexedDataset, IndexedDatasetBuilder
+from helpers import megatron_core_dataset, read_dataset
+from megatron.core.datasets.indexed_dataset import IndexedDataset
 
 from megatron_gamma.cli import main
 from megatron_gamma.config import ConfigError, DataConfig
@@ -74,22 +75,6 @@ def write_parts(folder, records: list[dict], n: int) -> list[str]:
     ]
 
 
-def reference(texts: list[str], prefix: str) -> str:
-    """megatron-core's per-document path: one encode, one add_document per document."""
-    tok = BilingualTokenizer(TOKENIZER)
-    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=DType.optimal_dtype(tok.vocab_size))
-    for text in texts:
-        ids = tok.tokenize(text) + [tok.eod]
-        builder.add_document(np.array(ids, dtype=np.int64), [len(ids)])
-    builder.finalize(prefix + ".idx")
-    return prefix
-
-
-def read(prefix: str) -> tuple[bytes, bytes]:
-    with open(prefix + ".bin", "rb") as b, open(prefix + ".idx", "rb") as i:
-        return b.read(), i.read()
-
-
 def listing(folder) -> list[str]:
     return sorted(os.listdir(folder))
 
@@ -103,13 +88,15 @@ def parts(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ref_prefix(tmp_path_factory):
-    return reference([r["text"] for r in demo_records()], str(tmp_path_factory.mktemp("ref") / "r"))
+    return megatron_core_dataset(
+        [r["text"] for r in demo_records()], str(tmp_path_factory.mktemp("ref") / "r")
+    )
 
 
 def test_output_equals_megatron_core_per_document_path_for_all_formats(tmp_path, parts, ref_prefix):
     r = preprocess([os.path.dirname(parts[0])], TOKENIZER, str(tmp_path / "out"), progress=False)
     assert r.prefix == str(tmp_path / "out_text_document")
-    assert read(r.prefix) == read(ref_prefix)
+    assert read_dataset(r.prefix) == read_dataset(ref_prefix)
     assert r.documents == len(demo_records())
 
 
@@ -121,7 +108,7 @@ def test_bytes_identical_for_workers_and_shards_and_merge(tmp_path, parts, ref_p
             out = str(tmp_path / f"w{workers}s{shards}" / "corpus")
             r = preprocess(parts, TOKENIZER, out, workers=workers, num_shards=shards,
                            chunk_size=5, progress=False)  # fmt: skip
-            assert read(r.prefix) == read(ref_prefix), (workers, shards)
+            assert read_dataset(r.prefix) == read_dataset(ref_prefix), (workers, shards)
             stats.add(open(out + ".stats.json").read().replace(out, "P"))
     assert len(stats) == 1
     # SLURM array style: shard tasks run in any order, then one merge
@@ -132,7 +119,7 @@ def test_bytes_identical_for_workers_and_shards_and_merge(tmp_path, parts, ref_p
         )
         assert r.prefix == f"{out}-shard{i:05d}-of-00003_text_document"
     assert main(["merge", "--output-prefix", out, "--no-progress"]) == 0
-    assert read(out + "_text_document") == read(ref_prefix)
+    assert read_dataset(out + "_text_document") == read_dataset(ref_prefix)
     assert open(out + ".stats.json").read().replace(out, "P") in stats
     # per-language outputs: shard 0 holds only zh, shard 2 only en; merge takes what exists
     opts = EncodeOptions(per_language=True)
@@ -142,7 +129,7 @@ def test_bytes_identical_for_workers_and_shards_and_merge(tmp_path, parts, ref_p
     names = ["en_text_document", "zh_text_document"]
     assert sorted(one.prefixes) == sorted(three.prefixes) == names
     for name in one.prefixes:
-        assert read(one.prefixes[name]) == read(three.prefixes[name])
+        assert read_dataset(one.prefixes[name]) == read_dataset(three.prefixes[name])
 
 
 def test_round_trip_sentences_eod_and_per_language_stats(tmp_path, parts):
@@ -211,7 +198,9 @@ def test_filters_drop_and_count_like_an_independent_check(tmp_path, parts):
     for lang in ("zh", "en"):
         dropped = {k: v for k, v in r.stats["languages"][lang]["dropped"].items() if v}
         assert dropped == expected[lang]
-    assert read(r.prefix) == read(reference(kept, str(tmp_path / "ref")))
+    assert read_dataset(r.prefix) == read_dataset(
+        megatron_core_dataset(kept, str(tmp_path / "ref"))
+    )
 
 
 BAD_CASES = [
@@ -288,7 +277,9 @@ def test_on_error_skip_counts_each_kind_and_keeps_the_good_documents(tmp_path):
         "bad_value": 1, "invalid_utf8": 1, "malformed_json": 2, "missing_key": 1,
         "unreadable_file": 1, "line_too_long": 0, "json_too_deep": 0,
     }  # fmt: skip
-    assert read(r.prefix) == read(reference(good, str(tmp_path / "ref")))
+    assert read_dataset(r.prefix) == read_dataset(
+        megatron_core_dataset(good, str(tmp_path / "ref"))
+    )
     assert main(["preprocess", "--input", str(folder), "--tokenizer-model", TOKENIZER,
                  "--output-prefix", str(tmp_path / "cli"), "--no-progress"]) == 2  # fmt: skip
 
@@ -334,7 +325,7 @@ def test_rerun_skips_completed_redoes_damaged_and_refuses_other_settings(tmp_pat
     assert redo.skipped == 1 and open(shard1, "rb").read() == good
     assert format_summary(redo).startswith("wrote ") and "tokens/s" not in format_summary(redo)
     assert "missing or changed" in caplog.text
-    assert read(redo.prefix) == read(first.prefix)
+    assert read_dataset(redo.prefix) == read_dataset(first.prefix)
     marker = f"{out}-shard00000-of-00002.done.json"
     with pytest.raises(
         ConfigError, match=rf"\(differs in: options\.append_eod\)\. Fix: .*delete {marker}"
@@ -348,10 +339,12 @@ def test_rerun_skips_completed_redoes_damaged_and_refuses_other_settings(tmp_pat
 
 def test_merge_datasets_concatenates_prefixes_in_the_given_order(tmp_path):
     texts = [r["text"] for r in demo_records()]
-    a = reference(texts[:10], str(tmp_path / "a"))
-    b = reference(texts[10:30], str(tmp_path / "b"))
+    a = megatron_core_dataset(texts[:10], str(tmp_path / "a"))
+    b = megatron_core_dataset(texts[10:30], str(tmp_path / "b"))
     out = merge_datasets([b, a], str(tmp_path / "m"), progress=False)
-    assert read(out) == read(reference(texts[10:30] + texts[:10], str(tmp_path / "ref")))
+    assert read_dataset(out) == read_dataset(
+        megatron_core_dataset(texts[10:30] + texts[:10], str(tmp_path / "ref"))
+    )
 
 
 @pytest.mark.timeout(240)
@@ -401,5 +394,5 @@ def test_killed_run_leaves_no_partial_final_file_and_rerun_matches_clean_run(tmp
     rerun = preprocess(files, TOKENIZER, str(out_dir / "c"), workers=2, num_shards=3, chunk_size=4,
                        progress=False)  # fmt: skip
     assert rerun.skipped == 1
-    assert read(rerun.prefix) == read(clean.prefix)
+    assert read_dataset(rerun.prefix) == read_dataset(clean.prefix)
     assert not any(n.startswith(".") for n in listing(out_dir))
