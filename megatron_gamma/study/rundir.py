@@ -101,16 +101,20 @@ def read_run(run_dir: str) -> RunRecord:
     return rec
 
 
+def final_loss(run_dir: str, train_iters: int) -> Optional[float]:
+    """Final validation loss of the run in ``run_dir`` if it saved its checkpoint at
+    ``train_iters`` and validated there, else None."""
+    rec = read_run(run_dir)
+    if rec.checkpoint == train_iters and train_iters in rec.valid:
+        return rec.valid[train_iters]
+    return None
+
+
 def is_finished(run_dir: str, train_iters: int) -> bool:
     """True when the run saved its checkpoint at ``train_iters`` and validated there."""
-    rec = read_run(run_dir)
-    return rec.checkpoint == train_iters and train_iters in rec.valid
+    return final_loss(run_dir, train_iters) is not None
 
 
 def finished_loss(run) -> Optional[float]:
-    """Final validation loss of a :class:`~megatron_gamma.study.spec.Run` that has finished
-    (:func:`is_finished`), else None."""
-    rec = read_run(run.config.logging.run_dir)
-    if rec.checkpoint == run.train_iters and run.train_iters in rec.valid:
-        return rec.valid[run.train_iters]
-    return None
+    """:func:`final_loss` of a :class:`~megatron_gamma.study.spec.Run`."""
+    return final_loss(run.config.logging.run_dir, run.train_iters)
