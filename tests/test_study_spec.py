@@ -28,7 +28,8 @@ from megatron_gamma.study.spec import (
     SHARED,
     StudyChangedError,
     StudyError,
-    confirm_runs,
+    extend_lr,
+    grid_runs,
     load_study,
     plan,
 )
@@ -84,6 +85,7 @@ def _study(tmp_path, edit=None, name="s.yaml") -> str:
         (lambda r: r["lr_grid"].update(factors=[0.5, -1]), r"lr_grid\.factors=.*positive"),
         (lambda r: r["lr_grid"].update(select_seed=7), r"lr_grid\.select_seed=7: not a seed"),
         (lambda r: r["lr_grid"].update(step=2), r"lr_grid\.step=2: unknown key"),
+        (lambda r: r["lr_grid"].update(extend=-1), r"lr_grid\.extend=-1: must be an integer >= 0"),
         (
             lambda r: r["arms"]["g1"].update(lr_grid={"values": [1e-3, 2e-3], "select_seed": 2}),
             r"arms\.g1\.lr_grid\.select_seed=2: set only in the top-level lr_grid",
@@ -257,7 +259,7 @@ def test_finished_grid_plans_the_confirm_runs(tmp_path):
         "g1/d64/lr-0.004/seed-1": 4.35,
     }
     out = str(tmp_path / "o")
-    study = load_study(_study(tmp_path))
+    study = load_study(_study(tmp_path, lambda raw: raw["lr_grid"].update(extend=0)))
     runs = plan(study, out, final_loss=lambda run: losses.get(run.key))
     confirm = [(r.key, r.lr, r.seed) for r in runs if r.lr_phase == CONFIRM]
     assert confirm == [
@@ -269,7 +271,7 @@ def test_finished_grid_plans_the_confirm_runs(tmp_path):
     assert [(p.arm, p.size) for p in study.pending] == [("base", "d64")]
     best = {r.key: r for r in runs}["base/d32/lr-0.004/seed-3"].config
     assert (best.optimizer.lr, best.optimizer.min_lr, best.training.seed) == (4e-3, 4e-4, 3)
-    assert confirm_runs(study, out, "g1", "d64", lambda run: losses.get(run.key)) == []
+    assert grid_runs(study, out, "g1", "d64", lambda run: losses.get(run.key))[1] == []
     # the manifest the report reads (agreed fields)
     path = write_manifest(study, runs, out, "s.yaml")
     with open(path, encoding="utf-8") as f:
@@ -291,6 +293,61 @@ def test_finished_grid_plans_the_confirm_runs(tmp_path):
     assert entries["base/d32/lr-0.004/seed-3"]["lr_phase"] == CONFIRM
 
 
+def test_a_best_lr_on_the_grid_edge_extends_the_grid_before_confirming(tmp_path):
+    """Loss falling with LR (base) walks the grid up 2e-3 → 4e-3 → 8e-3 → 16e-3, then stops
+    (extend: 2) and confirms on the edge; g1's bowl (minimum at 1e-3) walks it down once to 5e-4
+    and confirms the interior best 1e-3 there; with extend: 0 the edge is confirmed at once."""
+    out = str(tmp_path / "o")
+    study = load_study(_study(tmp_path))
+    assert extend_lr([1e-3, 2e-3, 4e-3], 4e-3) == 8e-3
+    assert extend_lr([1e-3, 2e-3, 4e-3], 1e-3) == 5e-4
+    assert extend_lr([1e-3, 2e-3, 4e-3], 2e-3) is None
+    assert extend_lr([1e-3, 3e-3], 3e-3) == 9e-3
+    finished: dict[str, float] = {}
+
+    def loss(run):
+        return finished.get(run.key)
+
+    def fall(lr):  # base: lower loss at higher LR, without a minimum in reach
+        return 5.0 - lr
+
+    def bowl(lr):  # g1: minimum at 1e-3
+        return 4.0 + (lr - 1e-3) ** 2 * 1e4
+
+    grid, confirm = grid_runs(study, out, "base", "d32", loss)
+    assert [r.lr for r in grid] == [1e-3, 4e-3] and confirm is None
+    seen = []
+    for _ in range(4):
+        finished["base/d32/seed-1"] = fall(2e-3)
+        for r in grid:
+            finished[r.key] = fall(r.lr)
+        grid, confirm = grid_runs(study, out, "base", "d32", loss)
+        seen.append([r.lr for r in grid])
+        if confirm is not None:
+            break
+    assert seen == [[1e-3, 4e-3, 8e-3], [1e-3, 4e-3, 8e-3, 1.6e-2], [1e-3, 4e-3, 8e-3, 1.6e-2]]
+    assert [(r.key, r.lr, r.lr_phase) for r in confirm] == [
+        ("base/d32/lr-0.016/seed-2", 1.6e-2, CONFIRM),
+        ("base/d32/lr-0.016/seed-3", 1.6e-2, CONFIRM),
+    ]
+    runs = plan(study, out, final_loss=loss)
+    assert [r.key for r in runs if r.arm == "base" and r.size == "d32" and r.lr_phase == GRID] == [
+        "base/d32/lr-0.001/seed-1", "base/d32/lr-0.004/seed-1", "base/d32/lr-0.008/seed-1",
+        "base/d32/lr-0.016/seed-1",
+    ]  # fmt: skip
+    finished["g1/d32/seed-1"] = bowl(2e-3)
+    for lr in (1e-3, 4e-3):
+        finished[f"g1/d32/lr-{lr:g}/seed-1"] = bowl(lr)
+    grid, confirm = grid_runs(study, out, "g1", "d32", loss)
+    assert [r.lr for r in grid] == [5e-4, 1e-3, 4e-3] and confirm is None
+    finished["g1/d32/lr-0.0005/seed-1"] = bowl(5e-4)
+    grid, confirm = grid_runs(study, out, "g1", "d32", loss)
+    assert [(r.lr, r.seed) for r in confirm] == [(1e-3, 2), (1e-3, 3)]
+    flat = load_study(_study(tmp_path, lambda raw: raw["lr_grid"].update(extend=0), "f.yaml"))
+    grid, confirm = grid_runs(flat, out, "base", "d32", loss)
+    assert [r.lr for r in grid] == [1e-3, 4e-3] and [r.lr for r in confirm] == [4e-3, 4e-3]
+
+
 def test_dry_run_lists_pending_confirm_runs(tmp_path):
     study = load_study(_study(tmp_path))
     runs = plan(study, str(tmp_path / "o"), final_loss=lambda run: None)
@@ -308,7 +365,7 @@ def test_dry_run_lists_pending_confirm_runs(tmp_path):
 def _fake_sweep(tmp_path, monkeypatch, jobs, fail=()):
     """Run ``sweep`` with ``pretrain`` replaced by a short sleep; returns (events, error)."""
     events, finished = [], {}
-    losses = {"lr-0.001": 4.0}  # the smallest LR wins every grid
+    losses = {"lr-0.001": 4.0}  # the smallest LR wins every grid, and its extension loses
 
     def start(run, single_thread):
         events.append(("start", run.key, single_thread))
@@ -359,6 +416,7 @@ def test_jobs_run_in_parallel_arms_interleaved_and_confirm_after_grid(tmp_path, 
     events, error = _fake_sweep(tmp_path, monkeypatch, jobs=2)
     assert error is None
     starts = [e[1] for e in events if e[0] == "start"]
+    assert sorted(starts[6:8]) == ["base/d32/lr-0.0005/seed-1", "g1/d32/lr-0.0005/seed-1"]
     assert starts == [
         "base/d32/seed-1",
         "g1/d32/seed-1",
@@ -366,7 +424,9 @@ def test_jobs_run_in_parallel_arms_interleaved_and_confirm_after_grid(tmp_path, 
         "g1/d32/lr-0.001/seed-1",
         "base/d32/lr-0.004/seed-1",
         "g1/d32/lr-0.004/seed-1",
-        # the grids are complete: lr 1e-3 won both; its confirm runs join each seed's round
+        # lr 1e-3, on the edge, won both grids: 5e-4 is tried (in the order the grids finish)
+        *sorted(starts[6:8]),
+        # 1e-3 wins again, now bracketed: its confirm runs join each seed's round
         "base/d32/seed-2",
         "g1/d32/seed-2",
         "base/d32/lr-0.001/seed-2",
@@ -388,8 +448,8 @@ def test_jobs_run_in_parallel_arms_interleaved_and_confirm_after_grid(tmp_path, 
 def test_a_failed_run_does_not_stop_the_others(tmp_path, monkeypatch):
     events, error = _fake_sweep(tmp_path, monkeypatch, jobs=1, fail={"g1/d32/seed-2"})
     starts = [e[1] for e in events if e[0] == "start"]
-    assert starts[-1] == "g1/d32/lr-0.001/seed-3" and len(starts) == 14
-    assert "runs=1 failed of 14 started: g1/d32/seed-2: pretrain exited with code 1" in error
+    assert starts[-1] == "g1/d32/lr-0.001/seed-3" and len(starts) == 16
+    assert "runs=1 failed of 16 started: g1/d32/seed-2: pretrain exited with code 1" in error
     assert os.path.join(str(tmp_path / "o"), "g1/d32/seed-2", "pretrain.log") in error
 
 
@@ -507,12 +567,24 @@ def test_gpu_studies_build_valid_configs_that_fit_80gb(tmp_path, name, world_siz
     study = load_study(os.path.join(STUDIES, name))
     out = str(tmp_path / "o")
     runs = plan(study, out, final_loss=lambda run: None)
-    # every confirm run the grids could choose: make each grid LR the winner in turn
+    # every confirm run the grids could choose: make each grid LR the winner in turn (an edge
+    # winner plans the next LR beyond it instead)
     for p in study.pending:
         for lr in p.lrs:
-            won = confirm_runs(study, out, p.arm, p.size, lambda run, lr=lr: 1.0 + (run.lr != lr))
-            assert [r.seed for r in won] == ([] if lr == p.shared_lr else p.seeds)
-            runs += won
+            inside = p.lrs[0] < lr < p.lrs[-1]
+            grid, won = grid_runs(
+                study,
+                out,
+                p.arm,
+                p.size,
+                lambda run, lr=lr, lrs=p.lrs: 1.0 + (run.lr != lr) if run.lr in lrs else None,
+            )
+            if inside:
+                assert [r.seed for r in won] == ([] if lr == p.shared_lr else p.seeds)
+                runs += won
+            else:
+                assert won is None and len(grid) == len(p.lrs)
+                runs += [r for r in grid if r.lr not in p.lrs]
     assert {a for a in study.arms if "@" not in a} >= {"baseline", "gamma0.5+eps+gate"}
     gate = study.arms["gamma0.5+eps+gate"].fields
     assert (gate["init_gamma"], gate["norm_epsilon"], gate["gated_attention"]) == (

@@ -388,14 +388,14 @@ def test_lr_grid_best_lr_rows_and_old_manifest_defaults():
     widths = {"s1": 256}
     losses, lr = {}, {}
     for arm, best in (("baseline", 1e-3), ("gamma1", 3e-4)):
-        for x in (3e-4, 1e-3, 3e-3):
+        for x in (1e-4, 3e-4, 1e-3, 3e-3):
             shared = x == 3e-3
             losses[(arm, "s1", 1 if shared else 100 + int(x * 1e5))] = 5.0 + abs(math.log(x / best))
         for seed in (2, 3, 4):
             losses[(arm, "s1", seed)] = (4.7 if arm == "gamma1" else 5.0) + 0.01 * seed
             lr[(arm, "s1", seed)] = (best, "confirm", False)
     for arm in ("baseline", "gamma1"):
-        for x in (3e-4, 1e-3):
+        for x in (1e-4, 3e-4, 1e-3):
             lr[(arm, "s1", 100 + int(x * 1e5))] = (x, "grid", True)
         lr[(arm, "s1", 1)] = (3e-3, "shared", True)
     manifest = {"shared_lr": 3e-3, "lr_select_seed": 1, "margin": 0.05}
@@ -415,6 +415,57 @@ def test_lr_grid_best_lr_rows_and_old_manifest_defaults():
     old = make_study({("baseline", "s1", 1): 5.0, ("gamma1", "s1", 1): 4.9}, widths)
     assert old.margin == 0.01 and not old.has_lr_grid
     assert [r.lr for r in verdicts(old, {}, None)[:3]] == ["shared LR"] * 3
+
+
+def _lr_grid_study(best: dict[str, float], grid=(1e-3, 2e-3, 4e-3, 8e-3), shared_lr=2e-3):
+    """Arms baseline and gamma1 at one size: an LR grid on seed 1 whose loss is smallest at
+    ``best[arm]``; seeds 2-4 at that LR (confirm runs, or shared runs where the shared LR
+    wins); gamma1 0.3 nats below the baseline on every seed."""
+    losses, lr = {}, {}
+    for arm, b in best.items():
+        offset = -0.3 if arm == "gamma1" else 0.0
+        for x in grid:
+            seed = 1 if x == shared_lr else 100 + round(x * 1e5)
+            losses[(arm, "s1", seed)] = 5.0 + offset + abs(math.log(x / b))
+            lr[(arm, "s1", seed)] = (x, "shared" if x == shared_lr else "grid", True)
+        for seed in (2, 3, 4):
+            losses[(arm, "s1", seed)] = 5.0 + offset + 0.01 * seed
+            lr[(arm, "s1", seed)] = (b, "shared" if b == shared_lr else "confirm", False)
+    manifest = {"shared_lr": shared_lr, "lr_select_seed": 1}
+    return make_study(losses, {"s1": 256}, manifest=manifest, lr=lr)
+
+
+def test_an_arm_whose_shared_lr_wins_its_grid_is_compared_on_its_shared_runs():
+    data = _lr_grid_study({"baseline": 2e-3, "gamma1": 2e-3})
+    assert data.best_lr("baseline", "s1") == 2e-3
+    assert data.confirm_losses("baseline", "s1") == {2: 5.02, 3: 5.03, 4: 5.04}  # not seed 1
+    assert data.edge_lr("baseline", "s1") is None
+    best = verdicts(data, {}, None)[1]
+    assert best.lr == "best LR" and best.verdict == REPRODUCED and "-0.3000" in best.numbers
+
+
+def test_a_best_lr_on_its_grid_edge_keeps_the_best_lr_verdicts_inconclusive():
+    data = _lr_grid_study({"baseline": 8e-3, "gamma1": 4e-3})
+    assert data.edge_lr("baseline", "s1") == (
+        "baseline at s1: best LR 0.008 is the largest of [0.001, 0.002, 0.004, 0.008]"
+    )
+    assert data.edge_lr("gamma1", "s1") is None
+    rows = verdicts(data, {}, None)
+    assert "not bracketed" not in rows[0].numbers  # the shared-LR row
+    best = rows[1]
+    assert best.lr == "best LR" and best.verdict == INCONCLUSIVE
+    assert "-0.3000" in best.numbers and "the best LR is not bracketed: baseline at s1" in (
+        best.numbers
+    )
+    rows_best, _ = loss_table(data, "best")
+    assert [(r["arm"], r["lr"], r["edge"] is not None) for r in rows_best] == [
+        ("baseline", 8e-3, True),
+        ("gamma1", 4e-3, False),
+    ]
+    extended = _lr_grid_study(
+        {"baseline": 8e-3, "gamma1": 4e-3}, grid=(1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2)
+    )
+    assert verdicts(extended, {}, None)[1].verdict == REPRODUCED
 
 
 def test_fits_only_where_identified_and_sizes_from_the_baseline():

@@ -33,6 +33,7 @@ from megatron_gamma.study.fits import (
     mean_std,
     paired_difference,
 )
+from megatron_gamma.study.spec import best_lr
 
 DEFAULT_MARGIN = 0.01
 """The pre-registered margin δ (nats) of a manifest that does not set ``margin``."""
@@ -168,18 +169,37 @@ class StudyData:
         }
 
     def best_lr(self, arm: str, size: str) -> Optional[float]:
-        """The grid LR with the lowest loss on the selection seed; None without grid runs."""
+        """The grid LR with the lowest loss on the selection seed (ties: the smaller LR, as
+        the sweep picks it); None without grid runs."""
         grid = self.lr_grid(arm, size)
-        return min(grid, key=grid.get) if grid else None
+        return best_lr(grid) if grid else None
+
+    def edge_lr(self, arm: str, size: str) -> Optional[str]:
+        """Why ``arm``'s best LR at ``size`` is not bracketed (it is the smallest or largest LR
+        of its finished grid, extensions included), or None when it is (or there is no grid)."""
+        grid = sorted(self.lr_grid(arm, size))
+        best = self.best_lr(arm, size)
+        if best is None or grid[0] < best < grid[-1]:
+            return None
+        side = "largest" if best == grid[-1] else "smallest"
+        lrs = ", ".join(f"{x:g}" for x in grid)
+        return f"{arm} at {size}: best LR {best:g} is the {side} of [{lrs}]"
 
     def confirm_losses(self, arm: str, size: str) -> dict[int, float]:
-        """{seed: loss} of ``arm``'s confirm runs at ``size`` at its best LR (runs confirmed at
-        another LR, e.g. planned before the grid finished, are left out)."""
+        """{seed: loss} of ``arm`` at ``size`` at its best LR on the seeds other than the
+        selection seed: its confirm runs, or its shared-LR runs where the shared LR won the
+        grid (runs confirmed at another LR, e.g. planned before the grid settled, are left
+        out)."""
         best = self.best_lr(arm, size)
+        if best is None:
+            return {}
+        shared = [r for r in self._runs(arm, size, "shared") if r.get("lr") is not None]
+        if shared and np.isclose(float(shared[0]["lr"]), best):
+            return {r["seed"]: r["loss"] for r in shared if r["seed"] != self.select_seed}
         return {
             r["seed"]: r["loss"]
             for r in self._runs(arm, size, "confirm")
-            if best is not None and np.isclose(float(r["lr"]), best)
+            if np.isclose(float(r["lr"]), best)
         }
 
     def settings(self, arm: str) -> dict:
@@ -258,7 +278,8 @@ def loss_table(data: StudyData, phase: str = "shared") -> tuple[list[dict], dict
 
     Args:
         phase: ``shared`` (every arm at the shared LR) or ``best`` (every arm at its own best
-            LR: its confirm runs, :meth:`StudyData.confirm_losses`; rows add ``lr``).
+            LR: its confirm runs, :meth:`StudyData.confirm_losses`; rows add ``lr`` and
+            ``edge``, :meth:`StudyData.edge_lr`).
 
     Returns:
         (rows, {(arm, size): Interval}).
@@ -284,6 +305,7 @@ def loss_table(data: StudyData, phase: str = "shared") -> tuple[list[dict], dict
             }
             if phase != "shared":
                 row["lr"] = data.best_lr(arm, size)
+                row["edge"] = data.edge_lr(arm, size)
             base = get(data.baseline, size)
             common = sorted(set(losses) & set(base))
             if arm != data.baseline and common:

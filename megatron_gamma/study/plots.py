@@ -51,6 +51,37 @@ def plot_scaling(arms: dict[str, dict], path: str) -> Optional[str]:
     return _save(fig, path)
 
 
+def plot_lr_grid(per_size: dict[str, dict[str, dict[float, float]]], path: str) -> Optional[str]:
+    """Final validation loss against peak LR on the selection seed, one panel per size, one
+    line per arm, each arm's best LR circled.
+
+    Args:
+        per_size: {size: {arm: {lr: loss}}} (:meth:`~.analysis.StudyData.lr_grid`).
+    """
+    per_size = {s: arms for s, arms in per_size.items() if any(arms.values())}
+    if not per_size:
+        return None
+    fig, axes = plt.subplots(
+        1, len(per_size), figsize=(4.2 * len(per_size), 4), layout="constrained", squeeze=False
+    )
+    for ax, (size, arms) in zip(axes[0], per_size.items(), strict=True):
+        for i, (name, grid) in enumerate(arms.items()):
+            if not grid:
+                continue
+            c = COLORS[i % len(COLORS)]
+            lrs = sorted(grid)
+            ax.plot(lrs, [grid[x] for x in lrs], "o-", color=c, label=name)
+            best = min(lrs, key=lambda x: (grid[x], x))
+            ax.plot([best], [grid[best]], "o", ms=12, mfc="none", color=c)
+        ax.set_xscale("log")
+        ax.set_xlabel("peak learning rate")
+        ax.set_title(size)
+    axes[0][0].set_ylabel("final validation loss (nats)")
+    axes[0][-1].legend(fontsize=8)
+    fig.suptitle("LR grid on the selection seed (circled: each arm's best LR)")
+    return _save(fig, path)
+
+
 def plot_gamma(per_size: dict[str, dict], path: str) -> Optional[str]:
     """Loss against γ per size at matched seeds, the best γ marked.
 

@@ -223,6 +223,10 @@ def report(
         os.path.join(out_dir, "loss_vs_size.png"),
     )
     files["gamma_plot"] = plots.plot_gamma(grid, os.path.join(out_dir, "loss_vs_gamma.png"))
+    files["lr_plot"] = plots.plot_lr_grid(
+        {s: {a: data.lr_grid(a, s) for a in data.arms} for s in data.sizes},
+        os.path.join(out_dir, "loss_vs_lr.png"),
+    )
     largest = {
         a: next((s for s in reversed(data.sizes) if f"{a}|{s}" in mech), None)
         for a in data.arms
@@ -406,10 +410,32 @@ def _markdown(
     if best_table:
         out += [
             "",
+            f"### LR grid (seed {data.select_seed})",
+            "",
+            "Final validation loss at each peak LR; **bold**: the arm's best.",
+            "",
+            "| arm | size | loss by LR |",
+            "|---|---|---|",
+        ]
+        for arm in data.arms:
+            for size in data.sizes:
+                grid = data.lr_grid(arm, size)
+                best = data.best_lr(arm, size)
+                cells = [
+                    f"**{x:g}: {grid[x]:.4f}**" if x == best else f"{x:g}: {grid[x]:.4f}"
+                    for x in sorted(grid)
+                ]
+                if cells:
+                    out.append(f"| {arm} | {size} | {', '.join(cells)} |")
+        if files.get("lr_plot"):
+            out += ["", f"![loss vs lr]({rel}/loss_vs_lr.png)"]
+        out += [
+            "",
             "### Each arm at its own best LR",
             "",
-            f"Best LR chosen on seed {data.select_seed} (the LR grid), losses on the confirm "
-            "seeds; Δ paired by confirm seed.",
+            f"Best LR chosen on seed {data.select_seed} (the LR grid, extended while its best "
+            "LR lay on an edge), losses on the other seeds; Δ paired by seed. *edge*: the best "
+            "LR is still the grid's smallest or largest, so the arm's own best LR is not known.",
             "",
             "| arm | size | best LR | seeds | loss | Δ vs baseline [95% CI] |",
             "|---|---|---|---|---|---|",
@@ -417,7 +443,8 @@ def _markdown(
         for r in best_table:
             sd = f" ± {r['std']:.4f}" if r["std"] is not None else ""
             out.append(
-                f"| {r['arm']} | {r['size']} | {r['lr']:g} | {r['seeds']} | {r['mean']:.4f}{sd} "
+                f"| {r['arm']} | {r['size']} | {r['lr']:g}{' (edge)' * bool(r['edge'])} | "
+                f"{r['seeds']} | {r['mean']:.4f}{sd} "
                 f"| {_delta_cell(r)} |"
             )
     out += ["", f"![loss vs size]({rel}/loss_vs_size.png)" if "scaling_plot" in files else "", ""]

@@ -45,6 +45,13 @@ runs on. Every run keeps ``min_lr / lr`` of its shared LR. The plan has three ph
 * ``confirm``: once an arm's grid at a size has finished, its best LR (lowest final validation
   loss on the selection seed; ties go to the smaller LR) on the arm's other seeds, at
   ``ARM/SIZE/lr-LR/seed-S`` (none when the shared LR wins: its runs are the confirmation).
+
+The best LR must be bracketed: while it is the grid's smallest or largest LR, the grid grows by
+one more point in that direction (the edge LR times the ratio of the two outermost LRs on that
+side, e.g. 6e-3 → 1.2e-2 for ``factors: [0.5, 1, 2]`` around 3e-3), at most ``extend`` points in
+all (``lr_grid.extend``, default 2; 0 turns it off), before the confirm runs are planned. A best
+LR still on the edge after that is reported as not bracketed, and the verdicts that compare arms
+at their own best LR say so instead of deciding.
 """
 
 from __future__ import annotations
@@ -89,7 +96,7 @@ SIZE_KEYS = (
 )
 DATA_KEYS = ("inputs", "tokenizer_model", "heldout_every")
 RESTRICT_KEYS = ("sizes", "seeds")
-LR_GRID_KEYS = ("values", "factors", "select_seed")
+LR_GRID_KEYS = ("values", "factors", "extend", "select_seed")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=@-]*")
 """Arm, size and study names: usable as one directory name, never ``..`` or a path."""
 SHARED, GRID, CONFIRM = "shared", "grid", "confirm"
@@ -127,12 +134,31 @@ class LRGrid:
 
     values: Optional[list[float]] = None
     factors: Optional[list[float]] = None
+    extend: int = 2
 
     def lrs(self, shared_lr: float) -> list[float]:
         """The grid's LRs for a run whose shared LR is ``shared_lr``, ascending."""
         if self.values is not None:
             return sorted(self.values)
         return sorted(_round_lr(f * shared_lr) for f in self.factors)
+
+
+def extend_lr(lrs: list[float], best: float) -> Optional[float]:
+    """The LR one step beyond the edge ``best`` lies on, or None when ``best`` is inside.
+
+    Args:
+        lrs: the grid's LRs so far, ascending (>= 2).
+        best: the one with the lowest loss.
+
+    Returns:
+        ``lrs[-1]² / lrs[-2]`` when ``best`` is the largest, ``lrs[0]² / lrs[1]`` when it is the
+        smallest (the outermost ratio continued, to 6 significant digits), else None.
+    """
+    if best == lrs[-1]:
+        return _round_lr(lrs[-1] * lrs[-1] / lrs[-2])
+    if best == lrs[0]:
+        return _round_lr(lrs[0] * lrs[0] / lrs[1])
+    return None
 
 
 def _round_lr(lr: float) -> float:
@@ -284,7 +310,7 @@ def _parse_lr_grid(key: str, raw: Any, top: bool) -> tuple[LRGrid, Optional[int]
     raw = _mapping(key, raw)
     for k in raw:
         if k not in LR_GRID_KEYS or (k == "select_seed" and not top):
-            allowed = LR_GRID_KEYS if top else LR_GRID_KEYS[:2]
+            allowed = LR_GRID_KEYS if top else LR_GRID_KEYS[:3]
             why = "unknown key" if k not in LR_GRID_KEYS else "set only in the top-level lr_grid"
             _fail(f"{key}.{k}", raw[k], why, f"use {', '.join(allowed)}")
     if ("values" in raw) == ("factors" in raw):
@@ -301,7 +327,10 @@ def _parse_lr_grid(key: str, raw: Any, top: bool) -> tuple[LRGrid, Optional[int]
     seed = raw.get("select_seed")
     if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
         _fail(f"{key}.select_seed", seed, "must be an integer seed", "e.g. select_seed: 1")
-    grid = LRGrid(values=numbers) if which == "values" else LRGrid(factors=numbers)
+    extend = raw.get("extend", LRGrid.extend)
+    if not isinstance(extend, int) or isinstance(extend, bool) or extend < 0:
+        _fail(f"{key}.extend", extend, "must be an integer >= 0", "e.g. extend: 2 (0: off)")
+    grid = LRGrid(**{which: numbers}, extend=extend)
     return grid, seed
 
 
@@ -657,42 +686,68 @@ FinalLoss = Callable[[Run], Optional[float]]
 """A run → its final validation loss once it has finished, else None."""
 
 
-def confirm_runs(
-    study: Study, output_dir: str, arm: str, size: str, final_loss: FinalLoss
-) -> Optional[list[Run]]:
-    """The confirm runs of ``arm`` at ``size`` once its LR grid has finished, else None.
-
-    Returns:
-        None while a grid run is unfinished; [] when the shared LR is the best (its runs on the
-        other seeds are the confirmation) or the arm has no other seed; else the best LR's runs
-        on every other seed of the arm (phase ``confirm``).
-    """
-    return _confirm(_Planner(study, output_dir), arm, size, final_loss)
-
-
-def _confirm(planner: _Planner, arm: str, size: str, final_loss: FinalLoss) -> Optional[list[Run]]:
+def _grid_lrs(
+    planner: _Planner, arm: str, size: str, final_loss: FinalLoss
+) -> tuple[list[float], Optional[float]]:
     study = planner.study
     grid = study.grid_for(arm, size)
     shared = planner.base(arm, size)[1]
+    lrs = grid.lrs(shared)
+    while True:
+        losses = {}
+        for lr in lrs:
+            phase = GRID if lr != shared else SHARED
+            loss = final_loss(planner.run(arm, size, study.lr_select_seed, lr, phase))
+            if loss is None:
+                return lrs, None
+            losses[lr] = loss
+        best = best_lr(losses)
+        beyond = extend_lr(lrs, best)
+        if beyond is None or len(lrs) - len(grid.lrs(shared)) >= grid.extend:
+            return lrs, best
+        lrs = sorted([*lrs, beyond])
+
+
+def grid_runs(
+    study: Study, output_dir: str, arm: str, size: str, final_loss: FinalLoss
+) -> tuple[list[Run], Optional[list[Run]]]:
+    """(the grid runs of ``arm`` at ``size`` known now, its confirm runs once the grid settled).
+
+    The grid runs are the grid's own LRs other than the shared one, on the selection seed, plus
+    one run beyond the edge for each time the best LR so far lay on it (at most
+    ``lr_grid.extend``; module docstring). The confirm runs are None while any of them is
+    unfinished, [] when the shared LR is the best (its runs on the other seeds are the
+    confirmation) or the arm has no other seed, else the best LR's runs on the arm's other
+    seeds (phase ``confirm``).
+    """
+    planner = _Planner(study, output_dir)
+    lrs, best = _grid_lrs(planner, arm, size, final_loss)
+    shared = planner.base(arm, size)[1]
     seed = study.lr_select_seed
-    losses = {}
-    for lr in grid.lrs(shared):
-        loss = final_loss(planner.run(arm, size, seed, lr, GRID if lr != shared else SHARED))
-        if loss is None:
-            return None
-        losses[lr] = loss
-    best = best_lr(losses)
-    if best == shared:
+    grid = [planner.run(arm, size, seed, lr, GRID) for lr in lrs if lr != shared]
+    return grid, _confirm_at(planner, arm, size, best)
+
+
+def _confirm_at(
+    planner: _Planner, arm: str, size: str, best: Optional[float]
+) -> Optional[list[Run]]:
+    """The confirm runs at the settled ``best`` LR (None while unsettled; [] at the shared LR)."""
+    if best is None:
+        return None
+    if best == planner.base(arm, size)[1]:
         return []
-    return [planner.run(arm, size, s, best, CONFIRM) for s in study.arms[arm].seeds if s != seed]
+    seed = planner.study.lr_select_seed
+    arm_seeds = planner.study.arms[arm].seeds
+    return [planner.run(arm, size, s, best, CONFIRM) for s in arm_seeds if s != seed]
 
 
 def plan(study: Study, output_dir: str, final_loss: Optional[FinalLoss] = None) -> list[Run]:
     """Every run of the study known now, in execution order (:func:`order_key`).
 
-    Shared-LR runs for every arm × size × seed, grid runs on the selection seed, and the confirm
-    runs of every (arm, size) whose grid has finished per ``final_loss`` (default: read from
-    the run directories); the others are listed in ``study.pending``.
+    Shared-LR runs for every arm × size × seed, grid runs on the selection seed (with the
+    extensions the finished ones call for), and the confirm runs of every (arm, size) whose
+    grid has settled per ``final_loss`` (default: read from the run directories); the others
+    are listed in ``study.pending``.
 
     Raises:
         StudyError: a run whose config does not validate (the message names the run), or a run
@@ -708,17 +763,19 @@ def plan(study: Study, output_dir: str, final_loss: Optional[FinalLoss] = None) 
         for size in arm.sizes:
             grid = study.grid_for(arm.name, size)
             shared = planner.base(arm.name, size)[1]
-            lrs = grid.lrs(shared) if grid else []
             for seed in arm.seeds:
                 run = planner.run(arm.name, size, seed, None, SHARED)
-                run.grid = seed == study.lr_select_seed and shared in lrs
+                run.grid = (
+                    bool(grid) and seed == study.lr_select_seed and shared in grid.lrs(shared)
+                )
                 runs.append(run)
             if not grid:
                 continue
+            lrs, best = _grid_lrs(planner, arm.name, size, final_loss)
             for lr in lrs:
                 if lr != shared:
                     runs.append(planner.run(arm.name, size, study.lr_select_seed, lr, GRID))
-            confirm = _confirm(planner, arm.name, size, final_loss)
+            confirm = _confirm_at(planner, arm.name, size, best)
             others = [s for s in arm.seeds if s != study.lr_select_seed]
             if confirm is None and others:
                 pending.append(Pending(arm.name, size, others, lrs, shared))

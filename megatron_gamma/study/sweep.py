@@ -18,7 +18,8 @@ Steps:
    checkpoint and validation at ``train_iters`` exist is skipped; an interrupted run resumes
    from its newest checkpoint; a run directory whose stored config differs from the study's
    raises :class:`~.spec.StudyChangedError` naming the run and the changed fields. When an
-   arm's LR grid at a size has finished, its confirm runs join the queue and ``study.json``.
+   arm's best LR lands on its grid's edge, the next LR beyond it joins the queue; when the grid
+   has settled, its confirm runs do (and ``study.json``).
    A failed run is reported with its log; the others go on, and the sweep fails at the end.
 3. ``--slurm`` writes every run's config and renders one SLURM job array (one task per unfinished
    run, one GPU each) from ``launch/templates/study_array.sbatch.j2``; ``--dry-run`` prints it.
@@ -49,8 +50,8 @@ from megatron_gamma.study.spec import (
     Study,
     StudyChangedError,
     StudyError,
-    confirm_runs,
     data_prefixes,
+    grid_runs,
     load_study,
     order_key,
     plan,
@@ -463,9 +464,15 @@ def describe_plan(study: Study, runs: list[Run]) -> str:
         )
     if any(r.grid for r in runs):
         lines.append("shared* = a shared-LR run that is also a point of its arm's LR grid")
+    extend = sum(study.grid_for(p.arm, p.size).extend for p in study.pending)
     lines.append(
         f"runs left: {todo} ({len(pending)} of them pending confirm runs: none is needed where "
         "the shared LR wins its grid)"
+        + (
+            f"; up to {extend} more LR-grid runs where a best LR lands on its grid's edge"
+            if extend
+            else ""
+        )
     )
     lines.append(
         f"estimated time left on this machine: {total / 60:.1f} min one run at a time, "
@@ -530,15 +537,18 @@ def _finish(job: _Running) -> Optional[str]:
     return None
 
 
-def _newly_confirmed(study: Study, output_dir: str) -> list[Run]:
-    """Confirm runs of every pending (arm, size) whose grid has now finished."""
+def _newly_planned(study: Study, output_dir: str, known: list[Run]) -> list[Run]:
+    """Runs the finished ones now call for: LR-grid extensions (a best LR on its grid's edge)
+    and the confirm runs of every pending (arm, size) whose grid has settled."""
+    keys = {r.key for r in known}
     new, still = [], []
     for p in study.pending:
-        runs = confirm_runs(study, output_dir, p.arm, p.size, rundir.finished_loss)
-        if runs is None:
+        grid, confirm = grid_runs(study, output_dir, p.arm, p.size, rundir.finished_loss)
+        new.extend(r for r in grid if r.key not in keys)
+        if confirm is None:
             still.append(p)
         else:
-            new.extend(runs)
+            new.extend(confirm)
     study.pending = still
     return new
 
@@ -549,8 +559,8 @@ def sweep(study_path: str, output_dir: str, jobs: int = 1, out: TextIO = sys.std
     Runs start in :func:`~.spec.order_key` order (every arm of one (size, seed) together, the
     LR selection seed first). With ``jobs`` > 1 each run is single-threaded
     (``OMP_NUM_THREADS=1``, which sets torch's thread count). When an arm's LR grid at a size
-    has finished, its confirm runs are planned, queued and added to ``study.json``. A failed run
-    is reported with its log and the others go on.
+    has finished, its extension (a best LR on the edge) or its confirm runs are planned, queued
+    and added to ``study.json``. A failed run is reported with its log and the others go on.
 
     Returns:
         The plan (every run, finished ones included).
@@ -599,7 +609,7 @@ def sweep(study_path: str, output_dir: str, jobs: int = 1, out: TextIO = sys.std
                 file=out,
                 flush=True,
             )
-            new = _newly_confirmed(study, output_dir)
+            new = _newly_planned(study, output_dir, runs)
             for run in new:
                 check_unchanged(run)
             if new:
@@ -607,8 +617,8 @@ def sweep(study_path: str, output_dir: str, jobs: int = 1, out: TextIO = sys.std
                 runs.sort(key=lambda r: order_key(study, r))
                 write_manifest(study, runs, output_dir, study_path)
                 print(
-                    f"LR grid finished: {len(new)} confirm run(s) queued: "
-                    f"{', '.join(r.key for r in new)}",
+                    f"LR grid: {len(new)} run(s) queued: "
+                    + ", ".join(f"{r.key} ({r.lr_phase})" for r in new),
                     file=out,
                     flush=True,
                 )

@@ -516,9 +516,21 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
     return Verdict(claim, verdict, nums, rule)
 
 
+def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
+    """``row`` (a comparison at each arm's own best LR), made inconclusive where the best LR
+    of one of ``arms`` lies on its grid's edge: its own best LR is then not known."""
+    edges = [e for a in arms if a for s in data.sizes for e in [data.edge_lr(a, s)] if e]
+    if not edges:
+        return row
+    verdict = INCONCLUSIVE if row.verdict in (REPRODUCED, NOT_REPRODUCED) else row.verdict
+    numbers = f"{row.numbers}; the best LR is not bracketed: {'; '.join(edges)}"
+    return Verdict(row.claim, verdict, numbers, row.rule, row.lr)
+
+
 def verdicts(data: StudyData, grid: dict, cmp: Optional[dict]) -> list[Verdict]:
     """The rows in the paper's order; claims 1–3 at the shared LR and, with an LR grid, again at
-    each arm's own best LR (chosen on the selection seed, compared on the confirm seeds).
+    each arm's own best LR (chosen on the selection seed, compared on the other seeds; a
+    decisive verdict there needs every compared arm's best LR inside its grid).
 
     Args:
         data: the study.
@@ -528,9 +540,12 @@ def verdicts(data: StudyData, grid: dict, cmp: Optional[dict]) -> list[Verdict]:
     comparisons = [("shared LR", lambda a, s: data.losses(a, s))]
     if data.has_lr_grid:
         comparisons.append(("best LR", data.confirm_losses))
+    pair = [data.role("gamma1"), data.baseline]
+    four = [*pair, data.role("gamma1+eps+gate"), data.role("gamma0.5+eps+gate")]
     rows = []
-    for claim in (claim1, claim2, claim3):
+    for claim, arms in ((claim1, pair), (claim2, pair), (claim3, four)):
         for label, get in comparisons:
-            rows.append(claim(data, get, label))
+            row = claim(data, get, label)
+            rows.append(_bracketed(data, row, arms) if label == "best LR" else row)
     rows += [claim4(data), claim5(data), claim6(data, grid), claim7(data), claim8(data, cmp)]
     return rows
