@@ -38,6 +38,64 @@ def test_replace_rebuilds_through_every_check():
         cfg.replace(num_layers_per_virtual_pipeline_stage=1)
 
 
+SAMPLE_BASED = """
+model: {num_layers: 4, hidden_size: 64, num_attention_heads: 4}
+training: {train_samples: 80, global_batch_size: 8, micro_batch_size: 4, bf16: true}
+optimizer: {lr_warmup_samples: 16, lr_decay_samples: 64}
+"""
+
+
+@pytest.mark.parametrize(
+    "changes, flags",
+    [
+        ({"pipeline_model_parallel_size": 2, "seed": 7, "run_dir": "x"}, None),
+        ({"train_samples": 160, "lr_warmup_fraction": 0.1}, None),
+        # unsetting train_samples keeps the train_iters it gave (10), not the default 40
+        (
+            {"train_samples": None, "lr_warmup_samples": 0, "lr_decay_samples": None,
+             "lr_warmup_iters": 2, "lr_decay_iters": 8},
+            {"train_iters": 10, "lr_warmup_iters": 2, "lr_decay_iters": 8},
+        ),
+    ],
+)  # fmt: skip
+def test_replace_equals_the_config_loaded_from_the_same_yaml(tmp_path, changes, flags):
+    """``Config.replace`` (the one way to rebuild) gives the config that ``load_config`` builds
+    from the same YAML file with the same values as flags."""
+    path = tmp_path / "run.yaml"
+    path.write_text(SAMPLE_BASED)
+    cfg = load_config(str(path))
+    assert cfg.training.train_iters == 10
+    assert cfg.replace(**changes) == load_config(str(path), flags or changes)
+
+
+def test_replace_rechecks_the_whole_config_naming_the_bad_value(tmp_path):
+    """A rebuilt config runs the checks across sections too (here Megatron-LM's one unit per
+    schedule length, between ``training`` and ``optimizer``)."""
+    path = tmp_path / "run.yaml"
+    path.write_text(SAMPLE_BASED)
+    cfg = load_config(str(path))
+    with pytest.raises(ConfigError, match="lr_decay_iters=5: training is sample-based"):
+        cfg.replace(lr_decay_iters=5)
+    with pytest.raises(ConfigError, match="lr_decay_samples=64: training is iteration-based"):
+        cfg.replace(train_samples=None)
+
+
+def test_fp32_single_rank_is_the_run_loaded_with_its_flags(tmp_path):
+    """The evaluation config (rebuilt by ``Config.replace``) of a bf16, TP=2, sample-based run
+    with a batch-size ramp-up: fp32, one rank, iteration-based with the run's iterations."""
+    from megatron_gamma.rundir.loader import fp32_single_rank
+
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        SAMPLE_BASED.replace("optimizer: {lr_warmup_samples: 16, lr_decay_samples: 64}", "")
+    )
+    run = load_config(str(path), {"tensor_model_parallel_size": 2, "rampup_batch_size": [4, 4, 16]})
+    assert run.training.train_iters == 12  # batches 4, 4, 4, 4, 8 (ramp, 24 samples), 7 x 8
+    one = fp32_single_rank(run)
+    flags = {"train_iters": 12, "bf16": False, "rampup_batch_size": None}
+    assert one == load_config(str(path), flags)
+
+
 def test_single_rank_config_of_ep2_and_vpp_runs_is_valid():
     """Issue 15.6: the analysis config of an EP=2 MoE run and of a PP=2 x VPP=2 run."""
     from megatron_gamma.config import validate_layout, virtual_stages

@@ -8,9 +8,9 @@ flag never needs its section.
 
 Every check raises :class:`ConfigError` naming the key, the bad value and the fix, before any
 process group, model or dataset is built. Validated configs are frozen: a changed config is
-rebuilt through the same checks with :meth:`Config.replace` (or :func:`merge` +
-:func:`config_from_dict`), never edited in place. Checks that need the world size (batch and
-parallel divisibility) live in :func:`validate_layout`, called by :mod:`megatron_gamma.parallel`.
+rebuilt through the same checks with :meth:`Config.replace` (the one way), never edited in
+place. Checks that need the world size (batch and parallel divisibility) live in
+:func:`validate_layout`, called by :mod:`megatron_gamma.parallel`.
 
 One module per concern, bottom-up (each imports only those above it):
 

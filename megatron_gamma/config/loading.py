@@ -55,9 +55,15 @@ class Config:
         """A new validated Config with ``fields`` changed, keyed by field name (the flag name
         underscored, unique across sections): ``cfg.replace(tensor_model_parallel_size=1)``.
 
-        The config is rebuilt through :func:`config_from_dict` from :meth:`to_dict` (resolved
-        values: a derived default such as ``ffn_hidden_size`` keeps its value unless changed
-        too), so every check runs again; configs are frozen and never edited in place.
+        The one way to rebuild a config: the config is rebuilt through :func:`config_from_dict`
+        from :meth:`to_dict` (resolved values: a derived default such as ``ffn_hidden_size``
+        keeps its value unless changed too), so every check of every section and of the whole
+        config runs again (``dataclasses.replace`` on a section would re-check that section
+        only, and an edited :meth:`to_dict` is this method spelled out); configs are frozen and
+        never edited in place. A field of :data:`~megatron_gamma.config.schedule.UNIT_ALTERNATIVES`
+        given a value replaces its alternatives, as the flag does in :func:`load_config`
+        (``replace(train_samples=N)`` drops ``train_iters``; ``replace(train_samples=None)``
+        keeps it).
 
         Raises:
             ConfigError: an unknown field, or a combination that fails validation.
@@ -88,8 +94,7 @@ def changed_fields(old: dict, new: dict, at: str = "") -> list[tuple[str, Any, A
 
 def merge(base: dict, changes: dict) -> dict:
     """``base`` with ``changes`` merged in, recursively for nested mappings (neither is
-    modified): the dict step of rebuilding a config, ``config_from_dict(merge(cfg.to_dict(),
-    {"parallel": {"tensor_model_parallel_size": 1}}))``."""
+    modified): the dict step of :meth:`Config.replace`."""
     out = dict(base)
     for key, value in changes.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):

@@ -90,11 +90,12 @@ def check_schedule_units(cfg: Config) -> None:
 
 def drop_alternatives(raw: dict, layer: dict) -> None:
     """Before ``layer`` ({section: {key: value}}) is laid over ``raw``: a key of
-    :data:`UNIT_ALTERNATIVES` that the layer sets (and none of its alternatives) drops those
-    alternatives from ``raw``, so that e.g. ``--train-samples`` or ``--lr-warmup-fraction`` on
-    the command line replaces a recipe's ``train_iters`` or ``lr_warmup_iters`` instead of
-    clashing with it."""
-    given = {k for values in layer.values() for k in values or {}}
+    :data:`UNIT_ALTERNATIVES` that the layer sets to a value (not None, and none of its
+    alternatives) drops those alternatives from ``raw``, so that e.g. ``--train-samples`` or
+    ``--lr-warmup-fraction`` on the command line replaces a recipe's ``train_iters`` or
+    ``lr_warmup_iters`` instead of clashing with it, while unsetting one
+    (``cfg.replace(train_samples=None)``) keeps the others."""
+    given = {k for values in layer.values() for k, v in (values or {}).items() if v is not None}
     for group in UNIT_ALTERNATIVES:
         chosen = [key for key in group if key in given]
         if len(chosen) == 1:
