@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 
@@ -160,6 +161,25 @@ def test_model_imports_neither_argparse_nor_training():
             found = _imports(os.path.join(PACKAGE, "model", name))
             bad = {m for m in found if m == "argparse" or m.startswith("megatron_gamma.training")}
             assert not bad, (name, bad)
+
+
+def test_config_modules_import_only_those_listed_before_them():
+    """docs/architecture.md lists the modules of ``config/`` in order, one row each; each imports
+    only modules of the package listed above it, so the package's modules form no cycle."""
+    from helpers import PACKAGE as PACKAGE_PATH
+    from helpers import runtime_imports
+
+    doc = open(os.path.join(REPO, "docs", "architecture.md"), encoding="utf-8").read()
+    rows = re.findall(r"^\| `config/(\w+)\.py` \|", doc, re.M)
+    modules = {p.stem for p in (PACKAGE_PATH / "config").glob("*.py")} - {"__init__"}
+    assert rows and sorted(rows) == sorted(modules)
+    for i, name in enumerate(rows):
+        imported = {
+            imp.target.removeprefix("megatron_gamma.config.")
+            for imp in runtime_imports(PACKAGE_PATH / "config" / f"{name}.py")
+            if imp.target.startswith("megatron_gamma.config.")
+        }
+        assert sorted(imported - set(rows[:i])) == [], f"config/{name}.py"
 
 
 def test_diagnostics_do_not_import_the_training_loop():
