@@ -31,13 +31,13 @@ import shlex
 import sys
 
 from megatron_gamma.config import ConfigError
-from megatron_gamma.megatron_flags import REFUSED, refused_flags
+from megatron_gamma.config.megatron_lm import REFUSED, refused_flags
 from megatron_gamma.warnings_summary import silence_library_noise, summarize_accelerator_warnings
 
 
 def _pretrain(args: argparse.Namespace) -> None:
     from megatron_gamma.config import load_config, overrides_from_args
-    from megatron_gamma.flag_effects import given_keys, no_effect_warnings
+    from megatron_gamma.config.effects import given_keys, no_effect_warnings
     from megatron_gamma.parallel import read_dist_env
     from megatron_gamma.training.loop import pretrain
 
@@ -382,7 +382,7 @@ def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line; an unknown flag exits 2 naming the closest known flag, and a
-    Megatron-LM flag megatron-gamma refuses (:data:`~megatron_gamma.megatron_flags.REFUSED`)
+    Megatron-LM flag megatron-gamma refuses (:data:`~megatron_gamma.config.megatron_lm.REFUSED`)
     exits 2 with one line per such flag: why, and the fix."""
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 
@@ -36,6 +37,64 @@ def test_replace_rebuilds_through_every_check():
         cfg.replace(hiden_size=8)
     with pytest.raises(ConfigError, match="virtual stages need pipeline_model_parallel_size > 1"):
         cfg.replace(num_layers_per_virtual_pipeline_stage=1)
+
+
+SAMPLE_BASED = """
+model: {num_layers: 4, hidden_size: 64, num_attention_heads: 4}
+training: {train_samples: 80, global_batch_size: 8, micro_batch_size: 4, bf16: true}
+optimizer: {lr_warmup_samples: 16, lr_decay_samples: 64}
+"""
+
+
+@pytest.mark.parametrize(
+    "changes, flags",
+    [
+        ({"pipeline_model_parallel_size": 2, "seed": 7, "run_dir": "x"}, None),
+        ({"train_samples": 160, "lr_warmup_fraction": 0.1}, None),
+        # unsetting train_samples keeps the train_iters it gave (10), not the default 40
+        (
+            {"train_samples": None, "lr_warmup_samples": 0, "lr_decay_samples": None,
+             "lr_warmup_iters": 2, "lr_decay_iters": 8},
+            {"train_iters": 10, "lr_warmup_iters": 2, "lr_decay_iters": 8},
+        ),
+    ],
+)  # fmt: skip
+def test_replace_equals_the_config_loaded_from_the_same_yaml(tmp_path, changes, flags):
+    """``Config.replace`` (the one way to rebuild) gives the config that ``load_config`` builds
+    from the same YAML file with the same values as flags."""
+    path = tmp_path / "run.yaml"
+    path.write_text(SAMPLE_BASED)
+    cfg = load_config(str(path))
+    assert cfg.training.train_iters == 10
+    assert cfg.replace(**changes) == load_config(str(path), flags or changes)
+
+
+def test_replace_rechecks_the_whole_config_naming_the_bad_value(tmp_path):
+    """A rebuilt config runs the checks across sections too (here Megatron-LM's one unit per
+    schedule length, between ``training`` and ``optimizer``)."""
+    path = tmp_path / "run.yaml"
+    path.write_text(SAMPLE_BASED)
+    cfg = load_config(str(path))
+    with pytest.raises(ConfigError, match="lr_decay_iters=5: training is sample-based"):
+        cfg.replace(lr_decay_iters=5)
+    with pytest.raises(ConfigError, match="lr_decay_samples=64: training is iteration-based"):
+        cfg.replace(train_samples=None)
+
+
+def test_fp32_single_rank_is_the_run_loaded_with_its_flags(tmp_path):
+    """The evaluation config (rebuilt by ``Config.replace``) of a bf16, TP=2, sample-based run
+    with a batch-size ramp-up: fp32, one rank, iteration-based with the run's iterations."""
+    from megatron_gamma.rundir.loader import fp32_single_rank
+
+    path = tmp_path / "run.yaml"
+    path.write_text(
+        SAMPLE_BASED.replace("optimizer: {lr_warmup_samples: 16, lr_decay_samples: 64}", "")
+    )
+    run = load_config(str(path), {"tensor_model_parallel_size": 2, "rampup_batch_size": [4, 4, 16]})
+    assert run.training.train_iters == 12  # batches 4, 4, 4, 4, 8 (ramp, 24 samples), 7 x 8
+    one = fp32_single_rank(run)
+    flags = {"train_iters": 12, "bf16": False, "rampup_batch_size": None}
+    assert one == load_config(str(path), flags)
 
 
 def test_single_rank_config_of_ep2_and_vpp_runs_is_valid():
@@ -102,6 +161,25 @@ def test_model_imports_neither_argparse_nor_training():
             found = _imports(os.path.join(PACKAGE, "model", name))
             bad = {m for m in found if m == "argparse" or m.startswith("megatron_gamma.training")}
             assert not bad, (name, bad)
+
+
+def test_config_modules_import_only_those_listed_before_them():
+    """docs/architecture.md lists the modules of ``config/`` in order, one row each; each imports
+    only modules of the package listed above it, so the package's modules form no cycle."""
+    from helpers import PACKAGE as PACKAGE_PATH
+    from helpers import runtime_imports
+
+    doc = open(os.path.join(REPO, "docs", "architecture.md"), encoding="utf-8").read()
+    rows = re.findall(r"^\| `config/(\w+)\.py` \|", doc, re.M)
+    modules = {p.stem for p in (PACKAGE_PATH / "config").glob("*.py")} - {"__init__"}
+    assert rows and sorted(rows) == sorted(modules)
+    for i, name in enumerate(rows):
+        imported = {
+            imp.target.removeprefix("megatron_gamma.config.")
+            for imp in runtime_imports(PACKAGE_PATH / "config" / f"{name}.py")
+            if imp.target.startswith("megatron_gamma.config.")
+        }
+        assert sorted(imported - set(rows[:i])) == [], f"config/{name}.py"
 
 
 def test_diagnostics_do_not_import_the_training_loop():

@@ -9,7 +9,7 @@ from helpers import run_cli
 
 from megatron_gamma import cli
 from megatron_gamma.config import Config, ConfigError, load_config
-from megatron_gamma.flag_effects import ALWAYS_EFFECTIVE, RULES, given_keys, no_effect_warnings
+from megatron_gamma.config.effects import ALWAYS_EFFECTIVE, RULES, given_keys, no_effect_warnings
 
 # key: (settings where the given value does nothing, the setting the warning must name,
 #       settings that make it count)

@@ -9,7 +9,7 @@ import pytest
 
 from megatron_gamma import cli
 from megatron_gamma.config import REFUSED_TOKENIZER_TYPES, ConfigError, load_config
-from megatron_gamma.megatron_flags import REFUSED
+from megatron_gamma.config.megatron_lm import REFUSED
 
 DOC = Path(__file__).parents[1] / "docs" / "megatron-flags.md"
 STATUSES = {"accepted", "no-op", "renamed", "refused"}

@@ -49,10 +49,10 @@ def single_rank_config(cfg: Config) -> Config:
 def fp32_single_rank(cfg: Config) -> Config:
     """:func:`single_rank_config` with fp32 weights (``bf16 = fp16 = False``), iteration-based
     without a batch-size ramp-up (``train_iters`` keeps its value), so evaluation may change the
-    batch sizes; rebuilt through :func:`config_from_dict`, so every check runs again."""
-    raw = single_rank_config(cfg).to_dict()
-    raw["training"].update(bf16=False, fp16=False, train_samples=None, rampup_batch_size=None)
-    return config_from_dict(raw)
+    batch sizes; rebuilt through :meth:`Config.replace`, so every check runs again."""
+    return single_rank_config(cfg).replace(
+        bf16=False, fp16=False, train_samples=None, rampup_batch_size=None
+    )
 
 
 _LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS")

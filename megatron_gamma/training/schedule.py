@@ -13,8 +13,6 @@ rewritten to it so that ``config.yaml`` records what is in effect).
 
 from __future__ import annotations
 
-import dataclasses
-
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
 from megatron_gamma.config import Config, ConfigError
@@ -153,9 +151,9 @@ def schedule_differences(cfg: Config, saved: dict) -> list[str]:
     return out
 
 
-def _optimizer_from(cfg: Config, saved: dict):
-    """``cfg.optimizer`` rewritten to the checkpoint's schedule ``saved`` (in samples), in the
-    units the config trains in."""
+def _checkpoint_schedule(cfg: Config, saved: dict) -> dict:
+    """The optimizer fields (name -> value) that set the checkpoint's schedule ``saved`` (in
+    samples), in the units the config trains in."""
     o, t = cfg.optimizer, cfg.training
     gbs = t.global_batch_size
     warmup, decay, wsd = (
@@ -194,7 +192,7 @@ def _optimizer_from(cfg: Config, saved: dict):
             lr_decay_iters=int(decay // gbs),
             lr_wsd_decay_iters=None if wsd is None else int(wsd // gbs),
         )
-    return dataclasses.replace(o, **values)
+    return values
 
 
 def reconcile_schedule(cfg: Config, saved: dict | None, path: str) -> Config:
@@ -230,4 +228,4 @@ def reconcile_schedule(cfg: Config, saved: dict | None, path: str) -> Config:
             "--use-checkpoint-opt-param-scheduler to keep the checkpoint's"
         )
     saved = in_samples(saved, cfg.training.global_batch_size)
-    return dataclasses.replace(cfg, optimizer=_optimizer_from(cfg, saved))
+    return cfg.replace(**_checkpoint_schedule(cfg, saved))

@@ -1,15 +1,162 @@
-"""Megatron-LM flags that ``megatron-gamma pretrain`` refuses, each with the reason and the fix.
+"""Megatron-LM's flags translated: the alias flags resolved into the fields they set, the
+Megatron-LM model-flag combinations checked, ``--moe-layer-freq`` read, and the flags that
+``megatron-gamma pretrain`` refuses, each with the reason and the fix.
 
 A Megatron-LM launch script keeps working when its entry point is swapped for ``megatron-gamma
 pretrain`` (or ``tools/pretrain_gpt.py``): every Megatron-LM flag is either a config field of
-:mod:`megatron_gamma.config` (same name, same meaning), or listed here, so that it stops the run
-before any work with one line per flag saying why and what to do, never with a bare
+:mod:`megatron_gamma.config` (same name, same meaning), or listed in :data:`REFUSED`, so that it
+stops the run before any work with one line per flag saying why and what to do, never with a bare
 "unrecognized arguments" and never silently ignored. ``docs/megatron-flags.md`` lists every
 Megatron-LM flag we accept or refuse; ``tests/test_megatron_flags.py`` holds it equal to this
 table and to the parser.
 """
 
 from __future__ import annotations
+
+import ast
+import re
+from typing import Any
+
+from megatron_gamma.config.errors import fail, resolve
+
+
+def resolve_megatron_aliases(m: Any) -> None:
+    """Resolve Megatron-LM's alias flags of a ModelConfig into the fields they set (validation
+    step, before the num_query_groups default).
+
+    Raises:
+        ConfigError: an alias that contradicts the field it sets.
+    """
+    if m.group_query_attention and m.num_query_groups is None:
+        resolve(m, "num_query_groups", 1)
+    if m.group_query_attention is False and m.num_query_groups not in (
+        None,
+        m.num_attention_heads,
+    ):
+        fail(
+            "group_query_attention",
+            False,
+            f"contradicts num_query_groups={m.num_query_groups} (below num_attention_heads="
+            f"{m.num_attention_heads}: grouped-query attention)",
+            "drop --no-group-query-attention, or --num-query-groups",
+        )
+    if m.use_rotary_position_embeddings and m.position_embedding_type != "rope":
+        fail(
+            "use_rotary_position_embeddings",
+            True,
+            f"contradicts position_embedding_type={m.position_embedding_type!r}",
+            "drop one of the two flags",
+        )
+    if m.disable_bias_linear and m.add_bias_linear:
+        fail(
+            "disable_bias_linear",
+            True,
+            "contradicts add_bias_linear=True",
+            "drop one of --disable-bias-linear and --add-bias-linear",
+        )
+
+
+def check_megatron_model_flags(m: Any) -> None:
+    """Value and combination checks of the Megatron-LM model flags of a ModelConfig (after
+    kv_channels is resolved). Whether Transformer Engine and an FP8 GPU are present is checked
+    where the model is built (:func:`megatron_gamma.model.te_backend.check_backend`), so that a
+    config for a GPU cluster still validates on a login node.
+
+    Raises:
+        ConfigError: rotary_percent outside (0, 1] or rotating an odd number of channels; a
+            flag the chosen backend or layer spec cannot honor.
+    """
+    if not 0.0 < m.rotary_percent <= 1.0:
+        fail("rotary_percent", m.rotary_percent, "must lie in (0, 1]", "use e.g. 0.5 or 1.0")
+    rotated = int(m.kv_channels * m.rotary_percent)
+    if m.position_embedding_type == "rope" and (rotated < 2 or rotated % 2):
+        fail(
+            "rotary_percent",
+            m.rotary_percent,
+            f"rotates int(kv_channels={m.kv_channels} x rotary_percent) = {rotated} channels; "
+            "RoPE rotates channel pairs",
+            "choose rotary_percent so that kv_channels x rotary_percent is an even integer >= 2",
+        )
+    if m.apply_layernorm_1p and m.layer_spec == "local" and m.transformer_impl == "local":
+        fail(
+            "apply_layernorm_1p",
+            True,
+            "megatron-core's stock local spec normalizes with torch's RMSNorm, which has no "
+            "zero-centered weight",
+            "use --layer-spec gamma (our RMSNorm honors it) or --transformer-impl "
+            "transformer_engine",
+        )
+    te = m.transformer_impl == "transformer_engine"
+    if m.attention_backend in ("flash", "fused") and not te:
+        fail(
+            "attention_backend",
+            m.attention_backend,
+            "a Transformer Engine attention kernel; the local backend runs torch SDPA",
+            "add --transformer-impl transformer_engine, or use --attention-backend auto",
+        )
+    if m.attention_backend == "local" and te:
+        fail(
+            "attention_backend",
+            "local",
+            "megatron-core's local attention is the local backend's, not Transformer Engine's",
+            "use --transformer-impl local, or --attention-backend auto",
+        )
+    if m.fp8_format is not None and not te:
+        fail(
+            "fp8_format",
+            m.fp8_format,
+            "FP8 GEMMs are Transformer Engine's",
+            "add --transformer-impl transformer_engine, or drop --fp8-format",
+        )
+
+
+def moe_layer_pattern(freq: str, num_layers: int) -> list[int]:
+    """Megatron-LM's ``--moe-layer-freq`` as one 1 (MoE) or 0 (dense) per layer.
+
+    Args:
+        freq: an integer N (every N-th layer from layer 0 is MoE) or a Python list expression
+            of 0/1 built from literals, ``+`` and ``*`` (e.g. '([0]*1+[1]*3)').
+        num_layers: the model's layers.
+
+    Raises:
+        ConfigError: anything else, N < 1, or a pattern whose length is not num_layers.
+    """
+    text = str(freq).strip()
+    if re.fullmatch(r"\d+", text):
+        n = int(text)
+        if n < 1:
+            fail("moe_layer_freq", freq, "must be >= 1", "use 1 (every layer MoE) or more")
+        return [1 if i % n == 0 else 0 for i in range(num_layers)]
+    try:
+        pattern = _eval_list(ast.parse(text, mode="eval").body)
+    except (SyntaxError, ValueError) as e:
+        fail(
+            "moe_layer_freq",
+            freq,
+            f"not an integer or a 0/1 list expression ({e})",
+            "use e.g. 2 or '([0]*1+[1]*3)'",
+        )
+    if len(pattern) != num_layers or set(pattern) - {0, 1}:
+        fail(
+            "moe_layer_freq",
+            freq,
+            f"gives {pattern}: needs one 0 or 1 per layer (num_layers={num_layers})",
+            f"write {num_layers} entries of 0 (dense) or 1 (MoE)",
+        )
+    return pattern
+
+
+def _eval_list(node: ast.AST) -> Any:
+    """A list-of-int expression of literals, ``+`` and ``*`` (no names, no calls)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.List):
+        return [_eval_list(e) for e in node.elts]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
+        left, right = _eval_list(node.left), _eval_list(node.right)
+        return left + right if isinstance(node.op, ast.Add) else left * right
+    raise ValueError(f"{ast.dump(node)[:40]} is not allowed")
+
 
 _NO_TE = "needs Transformer Engine and a GPU, which megatron-gamma's local spec does not use"
 

@@ -1,425 +1,46 @@
-"""One validated configuration tree for every knob of megatron-gamma.
-
-A run is described by a YAML file with one mapping per section (``model``, ``init``,
-``parallel``, ``data``, ``optimizer``, ``training``, ``checkpoint``, ``logging``) and overridden
-by Megatron-LM-named command-line flags: each field ``foo_bar`` of any section is the flag
-``--foo-bar`` (booleans also accept ``--no-foo-bar``). Field names are unique across sections so a
-flag never needs its section.
-
-Every check raises :class:`ConfigError` naming the key, the bad value and the fix, before any
-process group, model or dataset is built. Validated configs are frozen: a changed config is
-rebuilt through the same checks with :meth:`Config.replace` (or :func:`merge` +
-:func:`config_from_dict`), never edited in place. Checks that need the world size (batch and
-parallel divisibility) live in :func:`validate_layout`, called by :mod:`megatron_gamma.parallel`.
-"""
+"""The config's sections: one frozen dataclass per concern (``model``, ``init``, ``parallel``,
+``data``, ``optimizer``, ``training``, ``checkpoint``, ``logging``, ``cluster``), each field
+under its Megatron-LM name with a docstring, each section validated in ``__post_init__``."""
 
 from __future__ import annotations
 
-import argparse
-import ast
-import dataclasses
-import difflib
-import functools
 import importlib.util
-import inspect
 import os
 import re
-import textwrap
-import types
-import typing
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Optional
 
-import yaml
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the key, the value and the fix."""
-
-
-def _fail(key: str, value: Any, why: str, fix: str) -> None:
-    raise ConfigError(f"{key}={value!r}: {why}. Fix: {fix}")
-
-
-def _resolve(section: Any, key: str, value: Any) -> None:
-    """Set a derived default or normalized value of a frozen section, inside its validation
-    (``__post_init__``) only: after construction every config is read-only."""
-    object.__setattr__(section, key, value)
-
-
-class Choice(str, Enum):
-    """A documented string choice: each member is its string value (it compares, hashes,
-    formats and serializes as that string) and carries its own docstring, ``member.doc``."""
-
-    def __new__(cls, value: str, doc: str = ""):
-        member = str.__new__(cls, value)
-        member._value_ = value
-        member.doc = doc
-        return member
-
-    __hash__ = str.__hash__
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
-
-    @classmethod
-    def help(cls) -> str:
-        """``'a': doc; 'b': doc`` for every member."""
-        return "; ".join(f"'{m.value}': {m.doc}" for m in cls)
-
-
-class GatedAttention(Choice):
-    """Granularity of the sigmoid output gate on attention heads (paper: gated attention)."""
-
-    NONE = "none", "megatron-core's plain attention"
-    ELEMENTWISE = "elementwise", "one gate per head channel (default; Qiu et al. 2025's best)"
-    HEADWISE = "headwise", "one scalar gate per head"
-
-
-class LayerSpec(Choice):
-    """Which megatron-core layer spec builds the transformer layers."""
-
-    GAMMA = (
-        "gamma",
-        "megatron-core's local spec with our RMSNorm kernel, SDPA and gates (with "
-        "--transformer-impl transformer_engine: its TE spec with our gates)",
-    )
-    LOCAL = (
-        "local",
-        "megatron-core's get_gpt_layer_local_spec as shipped (torch RMSNorm, "
-        "DotProductAttention, no gate; with --transformer-impl transformer_engine its TE spec as "
-        "shipped): the baseline for speed comparisons",
-    )
-
-
-class PositionEmbedding(Choice):
-    """Position encoding (megatron-core ``position_embedding_type``)."""
-
-    ROPE = "rope", "rotary position embedding"
-    LEARNED_ABSOLUTE = "learned_absolute", "a learned embedding per position"
-
-
-class TransformerImpl(Choice):
-    """Backend of the transformer layers (Megatron-LM ``--transformer-impl``)."""
-
-    LOCAL = "local", "megatron-core's local modules (no Transformer Engine; our default)"
-    TRANSFORMER_ENGINE = (
-        "transformer_engine",
-        "megatron-core's Transformer Engine layer spec (fused LayerNorm-Linear, TE attention); "
-        "needs the transformer_engine package",
-    )
-
-
-class AttentionBackend(Choice):
-    """Core-attention kernel choice (megatron-core ``AttnBackend``, ``--attention-backend``)."""
-
-    AUTO = "auto", "let the backend choose (TE: its own heuristics; local: torch SDPA)"
-    FLASH = "flash", "TE's flash-attention kernel (needs --transformer-impl transformer_engine)"
-    FUSED = "fused", "TE's cuDNN fused attention (needs --transformer-impl transformer_engine)"
-    UNFUSED = "unfused", "TE's unfused attention; on the local backend torch SDPA"
-    LOCAL = "local", "megatron-core's local attention; on the local backend torch SDPA"
-
-
-class Fp8Format(Choice):
-    """FP8 number format of Transformer Engine GEMMs (Megatron-LM ``--fp8-format``)."""
-
-    E4M3 = "e4m3", "E4M3 in forward and backward"
-    HYBRID = "hybrid", "E4M3 in forward, E5M2 for gradients"
-
-
-class Fp8Recipe(Choice):
-    """FP8 scaling recipe (Megatron-LM ``--fp8-recipe``)."""
-
-    TENSORWISE = "tensorwise", "per-tensor current scaling"
-    DELAYED = "delayed", "per-tensor delayed scaling from an amax history (Megatron's default)"
-    MXFP8 = "mxfp8", "MX block scaling (Blackwell GPUs)"
-    BLOCKWISE = "blockwise", "sub-channel block scaling"
-
-
-class TokenDispatcher(Choice):
-    """MoE token dispatch across expert-parallel ranks (``moe_token_dispatcher_type``)."""
-
-    ALLGATHER = "allgather", "all-gather the tokens, each rank keeps its experts' tokens"
-    ALLTOALL = "alltoall", "all-to-all exchange of routed tokens"
-
-
-class MoeLoadBalancing(Choice):
-    """MoE router load balancing (megatron-core ``moe_router_load_balancing_type``)."""
-
-    AUX_LOSS = "aux_loss", "GShard/Switch auxiliary loss over each micro-batch"
-    SEQ_AUX_LOSS = "seq_aux_loss", "the auxiliary loss per sequence (DeepSeek-V2)"
-    GLOBAL_AUX_LOSS = "global_aux_loss", "the auxiliary loss over the global batch"
-    SINKHORN = "sinkhorn", "Sinkhorn routing (S-BASE), no auxiliary loss"
-    NONE = "none", "no load balancing"
-
-
-class MoeScoreFunction(Choice):
-    """Router score function (megatron-core ``moe_router_score_function``)."""
-
-    SOFTMAX = "softmax", "softmax over the experts' logits"
-    SIGMOID = "sigmoid", "independent sigmoid per expert (DeepSeek-V3)"
-
-
-class MoeRouterDtype(Choice):
-    """Precision of the router's softmax/sigmoid and auxiliary losses
-    (megatron-core ``moe_router_dtype``)."""
-
-    FP32 = "fp32", "float32"
-    FP64 = "fp64", "float64"
-
-
-class InitMethod(Choice):
-    """Weight initialization rule."""
-
-    GAMMA = "gamma", "the paper's sigma = fan_in^-gamma on each matrix's true fan-in"
-    NORMAL = "normal", "megatron-core's N(0, init_method_std), output layers depth-scaled"
-
-
-class EmbeddingFanIn(Choice):
-    """Fan-in policy of the input embedding under the gamma rule."""
-
-    HIDDEN = "hidden", "sigma = hidden^-gamma (the paper's residual-flow convention)"
-    VOCAB = "vocab", "sigma = vocab^-gamma (the literal one-hot fan-in)"
-
-
-class InitAudit(Choice):
-    """Scope of the start-up init audit (megatron_gamma.training.init_audit)."""
-
-    FULL = "full", "measure every parameter; print one line per role, write every parameter"
-    SUMMARY = "summary", "measure all but the middle decoder layers (every role still shows)"
-    OFF = "off", "no audit (no init_audit.json)"
-
-
-class Optimizer(Choice):
-    """megatron-core optimizer."""
-
-    ADAM = "adam", "AdamW (decoupled weight decay)"
-    SGD = "sgd", "SGD with momentum"
-
-
-class LrDecayStyle(Choice):
-    """Learning-rate decay after warmup (megatron-core OptimizerParamScheduler)."""
-
-    COSINE = "cosine", "half cosine from lr to min_lr"
-    LINEAR = "linear", "straight line from lr to min_lr"
-    CONSTANT = "constant", "stay at lr"
-    INVERSE_SQUARE_ROOT = (
-        "inverse-square-root",
-        "lr * sqrt(warmup steps / steps) after warmup, floored at min_lr",
-    )
-    WSD = (
-        "WSD",
-        "warmup-stable-decay: lr until the last lr_wsd_decay_iters (or _samples) of the decay, "
-        "then lr_wsd_decay_style down to min_lr",
-    )
-
-
-class WsdDecayStyle(Choice):
-    """The annealing phase of the WSD schedule (megatron-core ``lr_wsd_decay_style``)."""
-
-    EXPONENTIAL = "exponential", "coefficient 2 * 0.5^ratio - 1"
-    LINEAR = "linear", "coefficient 1 - ratio"
-    COSINE = "cosine", "coefficient (cos(pi * ratio) + 1) / 2"
-    MINUS_SQRT = "minus_sqrt", "coefficient 1 - sqrt(ratio)"
-
-
-class WeightDecayIncrStyle(Choice):
-    """Weight decay from start_weight_decay to end_weight_decay over training (megatron-core
-    ``wd_incr_style``)."""
-
-    CONSTANT = "constant", "weight_decay throughout"
-    LINEAR = "linear", "straight line from start_weight_decay to end_weight_decay"
-    COSINE = "cosine", "half cosine from start_weight_decay up to end_weight_decay"
-
-
-class TokenizerType(Choice):
-    """Tokenizer kind (Megatron-LM ``--tokenizer-type``; megatron_gamma.data.tokenizer_types)."""
-
-    HUGGING_FACE = (
-        "HuggingFaceTokenizer",
-        "a HF tokenizers tokenizer.json, or a directory holding one, from --tokenizer-model "
-        "(default: the packaged demo tokenizer)",
-    )
-    GPT2_BPE = "GPT2BPETokenizer", "GPT-2 byte-level BPE from --vocab-file and --merge-file"
-
-
-_TO_TOKENIZER_JSON = (
-    "convert it once to a Hugging Face tokenizer.json (pip install transformers sentencepiece; "
-    "AutoTokenizer.from_pretrained(MODEL_DIR).save_pretrained(OUT) writes OUT/tokenizer.json), "
-    "then pass --tokenizer-type HuggingFaceTokenizer --tokenizer-model OUT"
+from megatron_gamma.config.choices import (
+    AttentionBackend,
+    EmbeddingFanIn,
+    Fp8Format,
+    Fp8Recipe,
+    GatedAttention,
+    InitAudit,
+    InitMethod,
+    LayerSpec,
+    LrDecayStyle,
+    MoeLoadBalancing,
+    MoeRouterDtype,
+    MoeScoreFunction,
+    Optimizer,
+    PositionEmbedding,
+    RecomputeGranularity,
+    RecomputeMethod,
+    TokenDispatcher,
+    TokenizerType,
+    TransformerImpl,
+    WeightDecayIncrStyle,
+    WsdDecayStyle,
+    check_choices,
 )
-_GPT_TOKENIZER = (
-    "use a GPT tokenizer: a tokenizer.json (megatron-gamma train-tokenizer makes one) or GPT-2's "
-    "files with --tokenizer-type GPT2BPETokenizer"
+from megatron_gamma.config.errors import fail, resolve
+from megatron_gamma.config.megatron_lm import (
+    check_megatron_model_flags,
+    moe_layer_pattern,
+    resolve_megatron_aliases,
 )
-
-# Megatron-LM --tokenizer-type values megatron-gamma does not build: value -> (why, fix).
-REFUSED_TOKENIZER_TYPES: dict[str, tuple[str, str]] = {
-    **{
-        name: (
-            "a SentencePiece .model; megatron-gamma tokenizes (preprocessing workers, gigatoken, "
-            "training, export) from a tokenizer.json",
-            _TO_TOKENIZER_JSON,
-        )
-        for name in ("SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer")
-    },
-    "TikTokenizer": (
-        "a tiktoken vocabulary; megatron-gamma tokenizes from a tokenizer.json",
-        _TO_TOKENIZER_JSON,
-    ),
-    **{
-        name: ("BERT's WordPiece vocabulary; megatron-gamma trains GPT models", _GPT_TOKENIZER)
-        for name in ("BertWordPieceLowerCase", "BertWordPieceCase")
-    },
-    **{
-        name: (
-            "multimodal and SFT tokenizers; megatron-gamma pretrains text GPT models",
-            _GPT_TOKENIZER,
-        )
-        for name in ("MultimodalTokenizer", "NullMultimodalTokenizer", "SFTTokenizer")
-    },
-    "NullTokenizer": (
-        "ids without a tokenizer; megatron-gamma needs one for EOD, the vocabulary size and "
-        "export, also with --mock-data",
-        "drop --tokenizer-type: the packaged demo tokenizer serves --mock-data",
-    ),
-}
-
-# Values of a Choice that are known (Megatron-LM's) but refused, with why and the fix.
-REFUSED_CHOICES: dict[type, dict[str, tuple[str, str]]] = {TokenizerType: REFUSED_TOKENIZER_TYPES}
-
-
-class RecomputeGranularity(Choice):
-    """Activation recomputation (megatron-core ``recompute_granularity``)."""
-
-    FULL = "full", "recompute whole transformer layers"
-    SELECTIVE = "selective", "recompute the submodules named by recompute_modules"
-
-
-class RecomputeMethod(Choice):
-    """How full recomputation picks layers (megatron-core ``recompute_method``)."""
-
-    UNIFORM = "uniform", "every recompute_num_layers layers form one recomputed unit"
-    BLOCK = "block", "the first recompute_num_layers layers of each stage are recomputed"
-
-
-def _check_choices(section: Any) -> None:
-    """Check every :class:`Choice` field and store its member's plain string value (validation
-    step): the enum documents and validates, while checkpoints (megatron-core pickles e.g. the
-    scheduler's ``lr_decay_style``), YAML and megatron-core only ever see ``str``.
-
-    Raises:
-        ConfigError: a value that is no member, naming the members and what each does (and,
-            for a value of :data:`REFUSED_CHOICES`, why it is refused and the fix).
-    """
-    hints = typing.get_type_hints(type(section))
-    for f in dataclasses.fields(section):
-        kind = _base_type(hints[f.name])
-        value = getattr(section, f.name)
-        if not (isinstance(kind, type) and issubclass(kind, Choice)) or value is None:
-            continue
-        try:
-            _resolve(section, f.name, kind(value).value)
-        except ValueError:
-            refused = REFUSED_CHOICES.get(kind, {}).get(value)
-            if refused is None:
-                _fail(f.name, value, "unknown", f"use one of {kind.help()}")
-            why, fix = refused
-            _fail(f.name, value, why, f"{fix} (built: {', '.join(m.value for m in kind)})")
-
-
-def _resolve_megatron_aliases(m: Any) -> None:
-    """Resolve Megatron-LM's alias flags of a ModelConfig into the fields they set (validation
-    step, before the num_query_groups default).
-
-    Raises:
-        ConfigError: an alias that contradicts the field it sets.
-    """
-    if m.group_query_attention and m.num_query_groups is None:
-        _resolve(m, "num_query_groups", 1)
-    if m.group_query_attention is False and m.num_query_groups not in (
-        None,
-        m.num_attention_heads,
-    ):
-        _fail(
-            "group_query_attention",
-            False,
-            f"contradicts num_query_groups={m.num_query_groups} (below num_attention_heads="
-            f"{m.num_attention_heads}: grouped-query attention)",
-            "drop --no-group-query-attention, or --num-query-groups",
-        )
-    if m.use_rotary_position_embeddings and m.position_embedding_type != "rope":
-        _fail(
-            "use_rotary_position_embeddings",
-            True,
-            f"contradicts position_embedding_type={m.position_embedding_type!r}",
-            "drop one of the two flags",
-        )
-    if m.disable_bias_linear and m.add_bias_linear:
-        _fail(
-            "disable_bias_linear",
-            True,
-            "contradicts add_bias_linear=True",
-            "drop one of --disable-bias-linear and --add-bias-linear",
-        )
-
-
-def _check_megatron_model_flags(m: Any) -> None:
-    """Value and combination checks of the Megatron-LM model flags of a ModelConfig (after
-    kv_channels is resolved). Whether Transformer Engine and an FP8 GPU are present is checked
-    where the model is built (:func:`megatron_gamma.model.te_backend.check_backend`), so that a
-    config for a GPU cluster still validates on a login node.
-
-    Raises:
-        ConfigError: rotary_percent outside (0, 1] or rotating an odd number of channels; a
-            flag the chosen backend or layer spec cannot honor.
-    """
-    if not 0.0 < m.rotary_percent <= 1.0:
-        _fail("rotary_percent", m.rotary_percent, "must lie in (0, 1]", "use e.g. 0.5 or 1.0")
-    rotated = int(m.kv_channels * m.rotary_percent)
-    if m.position_embedding_type == "rope" and (rotated < 2 or rotated % 2):
-        _fail(
-            "rotary_percent",
-            m.rotary_percent,
-            f"rotates int(kv_channels={m.kv_channels} x rotary_percent) = {rotated} channels; "
-            "RoPE rotates channel pairs",
-            "choose rotary_percent so that kv_channels x rotary_percent is an even integer >= 2",
-        )
-    if m.apply_layernorm_1p and m.layer_spec == "local" and m.transformer_impl == "local":
-        _fail(
-            "apply_layernorm_1p",
-            True,
-            "megatron-core's stock local spec normalizes with torch's RMSNorm, which has no "
-            "zero-centered weight",
-            "use --layer-spec gamma (our RMSNorm honors it) or --transformer-impl "
-            "transformer_engine",
-        )
-    te = m.transformer_impl == "transformer_engine"
-    if m.attention_backend in ("flash", "fused") and not te:
-        _fail(
-            "attention_backend",
-            m.attention_backend,
-            "a Transformer Engine attention kernel; the local backend runs torch SDPA",
-            "add --transformer-impl transformer_engine, or use --attention-backend auto",
-        )
-    if m.attention_backend == "local" and te:
-        _fail(
-            "attention_backend",
-            "local",
-            "megatron-core's local attention is the local backend's, not Transformer Engine's",
-            "use --transformer-impl local, or --attention-backend auto",
-        )
-    if m.fp8_format is not None and not te:
-        _fail(
-            "fp8_format",
-            m.fp8_format,
-            "FP8 GEMMs are Transformer Engine's",
-            "add --transformer-impl transformer_engine, or drop --fp8-format",
-        )
+from megatron_gamma.config.schedule import rampup_train_iters
 
 
 @dataclass(frozen=True)
@@ -545,39 +166,39 @@ class ModelConfig:
     """Precision of the router's scores and auxiliary losses; None: the model's dtype."""
 
     def __post_init__(self) -> None:
-        _check_choices(self)
+        check_choices(self)
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
             if getattr(self, key) < 1:
-                _fail(key, getattr(self, key), "must be a positive integer", f"set {key} >= 1")
+                fail(key, getattr(self, key), "must be a positive integer", f"set {key} >= 1")
         if self.ffn_hidden_size is None:
-            _resolve(self, "ffn_hidden_size", 4 * self.hidden_size)
+            resolve(self, "ffn_hidden_size", 4 * self.hidden_size)
         if self.kv_channels is None:
             if self.hidden_size % self.num_attention_heads:
-                _fail(
+                fail(
                     "hidden_size",
                     self.hidden_size,
                     f"not divisible by num_attention_heads={self.num_attention_heads}",
                     "choose hidden_size as a multiple of num_attention_heads, or set kv_channels",
                 )
-            _resolve(self, "kv_channels", self.hidden_size // self.num_attention_heads)
-        _resolve_megatron_aliases(self)
+            resolve(self, "kv_channels", self.hidden_size // self.num_attention_heads)
+        resolve_megatron_aliases(self)
         if self.num_query_groups is None:
-            _resolve(self, "num_query_groups", self.num_attention_heads)
+            resolve(self, "num_query_groups", self.num_attention_heads)
         if self.num_attention_heads % self.num_query_groups:
-            _fail(
+            fail(
                 "num_query_groups",
                 self.num_query_groups,
                 f"does not divide num_attention_heads={self.num_attention_heads}",
                 "use a divisor of num_attention_heads",
             )
         if self.max_position_embeddings is None:
-            _resolve(self, "max_position_embeddings", self.seq_length)
+            resolve(self, "max_position_embeddings", self.seq_length)
         if self.normalization != "RMSNorm":
-            _fail("normalization", self.normalization, "unsupported", "use 'RMSNorm'")
+            fail("normalization", self.normalization, "unsupported", "use 'RMSNorm'")
         if not 0.0 < self.norm_epsilon < 1.0:
-            _fail("norm_epsilon", self.norm_epsilon, "must lie in (0, 1)", "use 1e-12 (paper)")
+            fail("norm_epsilon", self.norm_epsilon, "must lie in (0, 1)", "use 1e-12 (paper)")
         if self.layer_spec == "local" and self.gated_attention != "none":
-            _fail(
+            fail(
                 "layer_spec",
                 self.layer_spec,
                 f"megatron-core's stock local spec has no attention gate (gated_attention="
@@ -586,69 +207,21 @@ class ModelConfig:
             )
         if self.num_experts is not None:
             if self.num_experts < 1:
-                _fail("num_experts", self.num_experts, "must be >= 1", "or leave it unset (dense)")
+                fail("num_experts", self.num_experts, "must be >= 1", "or leave it unset (dense)")
             if not 1 <= self.moe_router_topk <= self.num_experts:
-                _fail(
+                fail(
                     "moe_router_topk",
                     self.moe_router_topk,
                     f"must lie in [1, num_experts={self.num_experts}]",
                     "route each token to fewer experts",
                 )
             if self.moe_ffn_hidden_size is None:
-                _resolve(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
+                resolve(self, "moe_ffn_hidden_size", self.ffn_hidden_size)
         _check_moe(self)
         for key in ("hidden_dropout", "attention_dropout"):
             if not 0.0 <= getattr(self, key) < 1.0:
-                _fail(key, getattr(self, key), "must lie in [0, 1)", f"set {key} to e.g. 0.0")
-        _check_megatron_model_flags(self)
-
-
-def moe_layer_pattern(freq: str, num_layers: int) -> list[int]:
-    """Megatron-LM's ``--moe-layer-freq`` as one 1 (MoE) or 0 (dense) per layer.
-
-    Args:
-        freq: an integer N (every N-th layer from layer 0 is MoE) or a Python list expression
-            of 0/1 built from literals, ``+`` and ``*`` (e.g. '([0]*1+[1]*3)').
-        num_layers: the model's layers.
-
-    Raises:
-        ConfigError: anything else, N < 1, or a pattern whose length is not num_layers.
-    """
-    text = str(freq).strip()
-    if re.fullmatch(r"\d+", text):
-        n = int(text)
-        if n < 1:
-            _fail("moe_layer_freq", freq, "must be >= 1", "use 1 (every layer MoE) or more")
-        return [1 if i % n == 0 else 0 for i in range(num_layers)]
-    try:
-        pattern = _eval_list(ast.parse(text, mode="eval").body)
-    except (SyntaxError, ValueError) as e:
-        _fail(
-            "moe_layer_freq",
-            freq,
-            f"not an integer or a 0/1 list expression ({e})",
-            "use e.g. 2 or '([0]*1+[1]*3)'",
-        )
-    if len(pattern) != num_layers or set(pattern) - {0, 1}:
-        _fail(
-            "moe_layer_freq",
-            freq,
-            f"gives {pattern}: needs one 0 or 1 per layer (num_layers={num_layers})",
-            f"write {num_layers} entries of 0 (dense) or 1 (MoE)",
-        )
-    return pattern
-
-
-def _eval_list(node: ast.AST) -> Any:
-    """A list-of-int expression of literals, ``+`` and ``*`` (no names, no calls)."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.List):
-        return [_eval_list(e) for e in node.elts]
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
-        left, right = _eval_list(node.left), _eval_list(node.right)
-        return left + right if isinstance(node.op, ast.Add) else left * right
-    raise ValueError(f"{ast.dump(node)[:40]} is not allowed")
+                fail(key, getattr(self, key), "must lie in [0, 1)", f"set {key} to e.g. 0.0")
+        check_megatron_model_flags(self)
 
 
 def _check_moe(m: ModelConfig) -> None:
@@ -660,7 +233,7 @@ def _check_moe(m: ModelConfig) -> None:
         "moe_router_dtype",
     )
     if m.moe_grouped_gemm:
-        _fail(
+        fail(
             "moe_grouped_gemm",
             True,
             "megatron-core's grouped-GEMM experts (GroupedMLP / TEGroupedMLP) need CUDA with the "
@@ -672,17 +245,17 @@ def _check_moe(m: ModelConfig) -> None:
         given = [k for k in moe_keys if getattr(m, k) is not None]
         given += ["moe_layer_freq"] if m.moe_layer_freq != "1" else []
         if given:
-            _fail(given[0], getattr(m, given[0]), "needs an MoE model", "add --num-experts")
+            fail(given[0], getattr(m, given[0]), "needs an MoE model", "add --num-experts")
         return
     moe_layer_pattern(m.moe_layer_freq, m.num_layers)
     for key in ("moe_z_loss_coeff", "moe_expert_capacity_factor"):
         if getattr(m, key) is not None and not getattr(m, key) > 0:
-            _fail(key, getattr(m, key), "must be > 0", "or leave it unset")
+            fail(key, getattr(m, key), "must be > 0", "or leave it unset")
     size = m.moe_shared_expert_intermediate_size
     if size is not None and size < 1:
-        _fail("moe_shared_expert_intermediate_size", size, "must be >= 1", "or leave it unset")
+        fail("moe_shared_expert_intermediate_size", size, "must be >= 1", "or leave it unset")
     if m.moe_expert_capacity_factor is not None and m.moe_router_load_balancing_type == "sinkhorn":
-        _fail(
+        fail(
             "moe_expert_capacity_factor",
             m.moe_expert_capacity_factor,
             "megatron-core drops tokens only with aux_loss, seq_aux_loss, global_aux_loss or none "
@@ -690,7 +263,7 @@ def _check_moe(m: ModelConfig) -> None:
             "change --moe-router-load-balancing-type or drop the capacity factor",
         )
     if m.moe_pad_expert_input_to_capacity and m.moe_expert_capacity_factor is None:
-        _fail(
+        fail(
             "moe_pad_expert_input_to_capacity",
             True,
             "padding to capacity needs a capacity",
@@ -713,11 +286,11 @@ def parse_env(items: Any) -> dict[str, str]:
         for item in [items] if isinstance(items, str) else items or ():
             name, sep, value = str(item).partition("=")
             if not sep:
-                _fail("env", item, "expected KEY=VALUE", "e.g. --env NCCL_IB_TIMEOUT=22")
+                fail("env", item, "expected KEY=VALUE", "e.g. --env NCCL_IB_TIMEOUT=22")
             pairs.append((name, value))
     for name, _ in pairs:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
-            _fail("env", name, "not a shell variable name", "use letters, digits and _ only")
+            fail("env", name, "not a shell variable name", "use letters, digits and _ only")
     return {str(k): str(v) for k, v in pairs}
 
 
@@ -730,7 +303,7 @@ def _parse_overrides(text: str) -> dict:
         except ValueError:
             sep = ""
         if not sep:
-            _fail("init_gamma_overrides", item, "expected ROLE=GAMMA", "e.g. 'fc2=0.75,attn_out=1'")
+            fail("init_gamma_overrides", item, "expected ROLE=GAMMA", "e.g. 'fc2=0.75,attn_out=1'")
     return out
 
 
@@ -756,33 +329,33 @@ class InitConfig:
     run_dir/init_audit.json ('summary' or 'off' on large models: see InitAudit)."""
 
     def __post_init__(self) -> None:
-        _check_choices(self)
+        check_choices(self)
         if not self.init_gamma > 0:
-            _fail(
+            fail(
                 "init_gamma",
                 self.init_gamma,
                 "gamma must be > 0 (sigma = fan_in^-gamma would not shrink with width)",
                 "use 1.0 (paper default) or 0.5 (Xavier-like baseline)",
             )
         if not self.init_method_std > 0:
-            _fail("init_method_std", self.init_method_std, "must be > 0", "use e.g. 0.02")
+            fail("init_method_std", self.init_method_std, "must be > 0", "use e.g. 0.02")
         if isinstance(self.init_gamma_overrides, list):  # repeated flag
-            _resolve(self, "init_gamma_overrides", ",".join(self.init_gamma_overrides))
+            resolve(self, "init_gamma_overrides", ",".join(self.init_gamma_overrides))
         if isinstance(self.init_gamma_overrides, str):
-            _resolve(self, "init_gamma_overrides", _parse_overrides(self.init_gamma_overrides))
+            resolve(self, "init_gamma_overrides", _parse_overrides(self.init_gamma_overrides))
         from megatron_gamma.model.roles import MATRIX_ROLES
 
         for role, gamma in self.init_gamma_overrides.items():
             if role not in MATRIX_ROLES:
-                _fail(
+                fail(
                     "init_gamma_overrides",
                     role,
                     "unknown role",
                     f"use one of {', '.join(MATRIX_ROLES)}",
                 )
             if not float(gamma) > 0:
-                _fail("init_gamma_overrides", f"{role}={gamma}", "gamma must be > 0", "use > 0")
-        _resolve(
+                fail("init_gamma_overrides", f"{role}={gamma}", "gamma must be > 0", "use > 0")
+        resolve(
             self,
             "init_gamma_overrides",
             {k: float(v) for k, v in self.init_gamma_overrides.items()},
@@ -841,11 +414,11 @@ class ParallelConfig:
             "expert_model_parallel_size",
         ):
             if getattr(self, key) < 1:
-                _fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
+                fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
         if self.expert_tensor_parallel_size is None:
-            _resolve(self, "expert_tensor_parallel_size", self.tensor_model_parallel_size)
+            resolve(self, "expert_tensor_parallel_size", self.tensor_model_parallel_size)
         if self.expert_tensor_parallel_size < 1:
-            _fail(
+            fail(
                 "expert_tensor_parallel_size",
                 self.expert_tensor_parallel_size,
                 "must be >= 1",
@@ -853,9 +426,9 @@ class ParallelConfig:
             )
         vpp = self.num_layers_per_virtual_pipeline_stage
         if vpp is not None and vpp < 1:
-            _fail("num_layers_per_virtual_pipeline_stage", vpp, "must be >= 1", "or unset it")
+            fail("num_layers_per_virtual_pipeline_stage", vpp, "must be >= 1", "or unset it")
         if vpp is not None and self.pipeline_model_parallel_size == 1:
-            _fail(
+            fail(
                 "num_layers_per_virtual_pipeline_stage",
                 vpp,
                 "virtual stages need pipeline_model_parallel_size > 1",
@@ -864,33 +437,33 @@ class ParallelConfig:
         alias = self.num_virtual_stages_per_pipeline_rank
         if alias is not None:
             if self.virtual_pipeline_model_parallel_size not in (None, alias):
-                _fail(
+                fail(
                     "num_virtual_stages_per_pipeline_rank",
                     alias,
                     "contradicts virtual_pipeline_model_parallel_size="
                     f"{self.virtual_pipeline_model_parallel_size} (two names of one setting)",
                     "give only one of them",
                 )
-            _resolve(self, "virtual_pipeline_model_parallel_size", alias)
+            resolve(self, "virtual_pipeline_model_parallel_size", alias)
         chunks = self.virtual_pipeline_model_parallel_size
         if chunks is not None and chunks < 1:
-            _fail("virtual_pipeline_model_parallel_size", chunks, "must be >= 1", "or unset it")
+            fail("virtual_pipeline_model_parallel_size", chunks, "must be >= 1", "or unset it")
         if chunks is not None and chunks > 1 and self.pipeline_model_parallel_size == 1:
-            _fail(
+            fail(
                 "virtual_pipeline_model_parallel_size",
                 chunks,
                 "virtual stages need pipeline_model_parallel_size > 1",
                 "unset it or raise --pipeline-model-parallel-size",
             )
         if self.overlap_param_gather and not self.use_distributed_optimizer:
-            _fail(
+            fail(
                 "overlap_param_gather",
                 True,
                 "the parameter all-gather exists only with the distributed optimizer",
                 "add --use-distributed-optimizer, or drop --overlap-param-gather",
             )
         if self.overlap_param_gather and not self.overlap_grad_reduce:
-            _fail(
+            fail(
                 "overlap_param_gather",
                 True,
                 "Megatron-LM overlaps the parameter all-gather only together with the gradient "
@@ -898,16 +471,16 @@ class ParallelConfig:
                 "add --overlap-grad-reduce, or drop --overlap-param-gather",
             )
         if self.distributed_timeout_minutes < 1:
-            _fail(
+            fail(
                 "distributed_timeout_minutes",
                 self.distributed_timeout_minutes,
                 "must be >= 1",
                 "use e.g. 10 (Megatron-LM's default)",
             )
         if self.context_parallel_size < 1:
-            _fail("context_parallel_size", self.context_parallel_size, "must be >= 1", "use 1")
+            fail("context_parallel_size", self.context_parallel_size, "must be >= 1", "use 1")
         if self.context_parallel_size > 1:
-            _fail(
+            fail(
                 "context_parallel_size",
                 self.context_parallel_size,
                 "megatron-core implements context parallelism only in Transformer Engine's "
@@ -978,14 +551,14 @@ class DataConfig:
     with a no-effect notice."""
 
     def __post_init__(self) -> None:
-        _check_choices(self)
+        check_choices(self)
         for key in ("data_path", *_SPLIT_KEYS):
             value = getattr(self, key)
             value = value.split() if isinstance(value, str) else value
-            _resolve(self, key, [str(p) for p in value])
+            resolve(self, key, [str(p) for p in value])
         given = [k for k in _SPLIT_KEYS if getattr(self, k)]
         if self.data_path and given:
-            _fail(
+            fail(
                 given[0],
                 getattr(self, given[0]),
                 "data_path and per-split paths exclude each other (megatron-core takes a blend "
@@ -994,7 +567,7 @@ class DataConfig:
                 "test_data_path, in the YAML file or as flags, not both",
             )
         if given and not self.train_data_path:
-            _fail(
+            fail(
                 "train_data_path",
                 self.train_data_path,
                 "per-split paths need a training blend",
@@ -1006,12 +579,12 @@ class DataConfig:
         except ValueError:
             vals = []
         if len(vals) != 3 or min(vals) < 0 or sum(vals) <= 0:
-            _fail("split", self.split, "needs three non-negative numbers", "use e.g. '949,50,1'")
+            fail("split", self.split, "needs three non-negative numbers", "use e.g. '949,50,1'")
         if self.num_workers < 0:
-            _fail("num_workers", self.num_workers, "must be >= 0", "use 0 (no worker) or more")
+            fail("num_workers", self.num_workers, "must be >= 0", "use 0 (no worker) or more")
         if self.mock_data and (self.data_path or given):
             key = "data_path" if self.data_path else given[0]
-            _fail(
+            fail(
                 "mock_data",
                 True,
                 f"synthetic data and {key}={getattr(self, key)} exclude each other",
@@ -1019,18 +592,18 @@ class DataConfig:
             )
         if self.tokenizer_type is None:
             gpt2 = self.vocab_file or self.merge_file
-            _resolve(self, "tokenizer_type", "GPT2BPETokenizer" if gpt2 else "HuggingFaceTokenizer")
+            resolve(self, "tokenizer_type", "GPT2BPETokenizer" if gpt2 else "HuggingFaceTokenizer")
         if self.tokenizer_type == "GPT2BPETokenizer":
             missing = [k for k in ("vocab_file", "merge_file") if not getattr(self, k)]
             if missing:
-                _fail(
+                fail(
                     missing[0],
                     None,
                     "tokenizer_type='GPT2BPETokenizer' reads vocab.json and merges.txt",
                     "pass --vocab-file vocab.json --merge-file merges.txt",
                 )
             if self.tokenizer_model:
-                _fail(
+                fail(
                     "tokenizer_model",
                     self.tokenizer_model,
                     "tokenizer_type='GPT2BPETokenizer' reads --vocab-file/--merge-file instead",
@@ -1039,7 +612,7 @@ class DataConfig:
         else:
             for key in ("vocab_file", "merge_file"):
                 if getattr(self, key):
-                    _fail(
+                    fail(
                         key,
                         getattr(self, key),
                         f"only read with tokenizer_type='GPT2BPETokenizer' (this run: "
@@ -1060,7 +633,7 @@ class DataConfig:
         if per_split is not None:
             return per_split[0]
         if not self.data_path:
-            _fail(
+            fail(
                 "data_path",
                 self.data_path,
                 "no dataset given",
@@ -1088,18 +661,18 @@ def _parse_blend(key: str, items: list[str]) -> tuple[list[str], Optional[list[f
         prefixes, weights = items, None
     else:
         if len(items) % 2:
-            _fail(key, items, "weights and prefixes must alternate", "W1 P1 W2 P2 ...")
+            fail(key, items, "weights and prefixes must alternate", "W1 P1 W2 P2 ...")
         try:
             weights = [float(w) for w in items[0::2]]
         except ValueError:
-            _fail(key, items, "weights and prefixes must alternate", "W1 P1 W2 P2 ...")
+            fail(key, items, "weights and prefixes must alternate", "W1 P1 W2 P2 ...")
         if min(weights) < 0 or sum(weights) <= 0:
-            _fail(key, items, "weights must be >= 0 and not all 0", "e.g. 0.3 P1 0.7 P2")
+            fail(key, items, "weights must be >= 0 and not all 0", "e.g. 0.3 P1 0.7 P2")
         prefixes = items[1::2]
     for p in prefixes:
         for ext in (".bin", ".idx"):
             if not os.path.isfile(p + ext):
-                _fail(
+                fail(
                     key,
                     p,
                     f"{p + ext} does not exist",
@@ -1176,14 +749,14 @@ class OptimizerConfig:
     """Overflowing iterations tolerated before the dynamic loss scale is halved (fp16)."""
 
     def __post_init__(self) -> None:
-        _check_choices(self)
+        check_choices(self)
         if not self.lr > 0:
-            _fail("lr", self.lr, "must be > 0", "use e.g. 3e-4")
+            fail("lr", self.lr, "must be > 0", "use e.g. 3e-4")
         if not 0 <= self.min_lr <= self.lr:
-            _fail("min_lr", self.min_lr, f"must lie in [0, lr={self.lr}]", "lower min_lr")
+            fail("min_lr", self.min_lr, f"must lie in [0, lr={self.lr}]", "lower min_lr")
         for key in ("lr_warmup_iters", "lr_warmup_samples"):
             if getattr(self, key) < 0:
-                _fail(key, getattr(self, key), "must be >= 0", "use 0 or more")
+                fail(key, getattr(self, key), "must be >= 0", "use 0 or more")
         for key in (
             "lr_decay_iters",
             "lr_decay_samples",
@@ -1192,10 +765,10 @@ class OptimizerConfig:
         ):
             value = getattr(self, key)
             if value is not None and value < 1:
-                _fail(key, value, "must be >= 1", f"set {key} to 1 or more, or leave it unset")
+                fail(key, value, "must be >= 1", f"set {key} to 1 or more, or leave it unset")
         self._check_warmup()
         if not 0 <= self.lr_warmup_init <= self.lr:
-            _fail(
+            fail(
                 "lr_warmup_init",
                 self.lr_warmup_init,
                 f"must lie in [0, lr={self.lr}] (megatron-core asserts init_lr <= max_lr)",
@@ -1204,7 +777,7 @@ class OptimizerConfig:
         if self.lr_decay_style == "WSD" and (
             self.lr_wsd_decay_iters is None and self.lr_wsd_decay_samples is None
         ):
-            _fail(
+            fail(
                 "lr_decay_style",
                 "WSD",
                 "needs the length of the annealing phase",
@@ -1213,11 +786,11 @@ class OptimizerConfig:
         self._check_weight_decay()
         for key in ("initial_loss_scale", "min_loss_scale", "loss_scale_window", "hysteresis"):
             if not getattr(self, key) > 0:
-                _fail(key, getattr(self, key), "must be > 0", "use megatron-core's default")
+                fail(key, getattr(self, key), "must be > 0", "use megatron-core's default")
         if self.loss_scale is not None and not self.loss_scale > 0:
-            _fail("loss_scale", self.loss_scale, "must be > 0", "use a power of 2, or unset it")
+            fail("loss_scale", self.loss_scale, "must be > 0", "use a power of 2, or unset it")
         if self.min_loss_scale > self.initial_loss_scale:
-            _fail(
+            fail(
                 "min_loss_scale",
                 self.min_loss_scale,
                 f"exceeds initial_loss_scale={self.initial_loss_scale}",
@@ -1229,7 +802,7 @@ class OptimizerConfig:
         fraction = self.lr_warmup_fraction
         if fraction is None:
             if self.lr_warmup_iters and self.lr_warmup_samples:
-                _fail(
+                fail(
                     "lr_warmup_samples",
                     self.lr_warmup_samples,
                     f"excludes lr_warmup_iters={self.lr_warmup_iters} (sample-based and "
@@ -1239,10 +812,10 @@ class OptimizerConfig:
                 )
             return
         if not 0.0 <= fraction < 1.0:
-            _fail("lr_warmup_fraction", fraction, "must lie in [0, 1)", "use e.g. 0.01")
+            fail("lr_warmup_fraction", fraction, "must lie in [0, 1)", "use e.g. 0.01")
         for key in ("lr_warmup_iters", "lr_warmup_samples"):
             if getattr(self, key):
-                _fail(
+                fail(
                     "lr_warmup_fraction",
                     fraction,
                     f"can only specify one of lr_warmup_fraction and {key} "
@@ -1258,7 +831,7 @@ class OptimizerConfig:
         ]
         if self.weight_decay_incr_style == "constant":
             if given:
-                _fail(
+                fail(
                     given[0],
                     getattr(self, given[0]),
                     "needs weight_decay_incr_style linear or cosine (constant weight decay is "
@@ -1267,14 +840,14 @@ class OptimizerConfig:
                 )
             return
         if len(given) < 2:
-            _fail(
+            fail(
                 "weight_decay_incr_style",
                 self.weight_decay_incr_style,
                 "needs both start_weight_decay and end_weight_decay",
                 "add --start-weight-decay and --end-weight-decay",
             )
         if not 0.0 <= self.start_weight_decay <= self.end_weight_decay:
-            _fail(
+            fail(
                 "end_weight_decay",
                 self.end_weight_decay,
                 f"must be >= start_weight_decay={self.start_weight_decay} >= 0 (megatron-core "
@@ -1357,25 +930,25 @@ class TrainingConfig:
     """With manual_gc: collect after each evaluation."""
 
     def __post_init__(self) -> None:
-        _check_choices(self)
+        check_choices(self)
         _check_recompute(self)
         self._resolve_train_iters()
         if self.manual_gc_interval < 0:
-            _fail("manual_gc_interval", self.manual_gc_interval, "must be >= 0", "use 0 or more")
+            fail("manual_gc_interval", self.manual_gc_interval, "must be >= 0", "use 0 or more")
         for key in ("micro_batch_size", "global_batch_size", "train_iters", "eval_interval"):
             if getattr(self, key) < 1:
-                _fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
+                fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
         if self.fp16 and self.bf16:
-            _fail("fp16", True, "excludes bf16=True", "choose one of --fp16 and --bf16")
+            fail("fp16", True, "excludes bf16=True", "choose one of --fp16 and --bf16")
         if self.exit_duration_in_mins is not None and not self.exit_duration_in_mins > 0:
-            _fail(
+            fail(
                 "exit_duration_in_mins",
                 self.exit_duration_in_mins,
                 "must be > 0",
                 "give the budget in minutes, or leave it unset",
             )
         if self.global_batch_size % self.micro_batch_size:
-            _fail(
+            fail(
                 "global_batch_size",
                 self.global_batch_size,
                 f"not divisible by micro_batch_size={self.micro_batch_size}",
@@ -1388,37 +961,37 @@ class TrainingConfig:
             self._check_rampup()
         if self.train_samples is None:
             if self.train_iters is None:
-                _resolve(self, "train_iters", 40)
+                resolve(self, "train_iters", 40)
             return
         if self.train_samples < 1:
-            _fail("train_samples", self.train_samples, "must be >= 1", "set it to 1 or more")
+            fail("train_samples", self.train_samples, "must be >= 1", "set it to 1 or more")
         derived = rampup_train_iters(
             self.train_samples, self.global_batch_size, self.rampup_batch_size
         )
         if self.train_iters is not None and self.train_iters != derived:
-            _fail(
+            fail(
                 "train_iters",
                 self.train_iters,
                 f"excludes train_samples={self.train_samples} (which gives {derived} "
                 "iterations): Megatron-LM trains either iteration-based or sample-based",
                 "give only one of --train-iters and --train-samples",
             )
-        _resolve(self, "train_iters", derived)
+        resolve(self, "train_iters", derived)
 
     def _check_rampup(self) -> None:
         items = self.rampup_batch_size
         try:
             start, incr, samples = (int(v) for v in items)
         except (TypeError, ValueError):
-            _fail(
+            fail(
                 "rampup_batch_size",
                 items,
                 "expected three integers START INCR SAMPLES",
                 "e.g. --rampup-batch-size 16 16 5859375",
             )
-        _resolve(self, "rampup_batch_size", [start, incr, samples])
+        resolve(self, "rampup_batch_size", [start, incr, samples])
         if self.train_samples is None:
-            _fail(
+            fail(
                 "rampup_batch_size",
                 items,
                 "needs sample-based training (Megatron-LM: no batch-size ramp-up for "
@@ -1426,14 +999,14 @@ class TrainingConfig:
                 "replace --train-iters with --train-samples",
             )
         if start < 1 or incr < 1 or samples < 1:
-            _fail(
+            fail(
                 "rampup_batch_size",
                 items,
                 "needs START >= 1, INCR >= 1, SAMPLES >= 1 (megatron-core divides by SAMPLES)",
                 "e.g. --rampup-batch-size 16 16 5859375",
             )
         if start > self.global_batch_size or (self.global_batch_size - start) % incr:
-            _fail(
+            fail(
                 "rampup_batch_size",
                 items,
                 f"START must reach global_batch_size={self.global_batch_size} in whole steps "
@@ -1442,14 +1015,14 @@ class TrainingConfig:
                 "INCR",
             )
         if start == self.global_batch_size:
-            _fail(
+            fail(
                 "rampup_batch_size",
                 items,
                 "START equals global_batch_size: nothing to ramp",
                 "drop --rampup-batch-size or lower START",
             )
         if self.train_samples is not None and samples > self.train_samples:
-            _fail(
+            fail(
                 "rampup_batch_size",
                 items,
                 f"ramps over more samples than train_samples={self.train_samples}",
@@ -1457,57 +1030,13 @@ class TrainingConfig:
             )
         for size in range(start, self.global_batch_size + 1, incr):
             if size % self.micro_batch_size:
-                _fail(
+                fail(
                     "rampup_batch_size",
                     items,
                     f"the ramp's global batch size {size} is not divisible by "
                     f"micro_batch_size={self.micro_batch_size}",
                     "make START and INCR multiples of micro_batch_size x data-parallel size",
                 )
-
-
-def rampup_train_iters(
-    train_samples: int, global_batch_size: int, rampup_batch_size: Optional[list]
-) -> int:
-    """Iterations of sample-based training, Megatron-LM's ``update_train_iters``: without
-    ramp-up ``train_samples // global_batch_size``; with it, the iterations of the ramp (while
-    the consumed samples are <= its SAMPLES, each at megatron-core's
-    RampupBatchsizeNumMicroBatchesCalculator size) plus whole global batches of the rest (a
-    partial last batch is dropped)."""
-    return _sample_schedule(train_samples, global_batch_size, rampup_batch_size)[0]
-
-
-def trained_samples(t: TrainingConfig) -> int:
-    """Samples the run consumes over ``t.train_iters`` iterations: ``train_iters x
-    global_batch_size``, or with ``rampup_batch_size`` the ramp's smaller batches first (as
-    :func:`rampup_train_iters` counts them)."""
-    if t.rampup_batch_size is None:
-        return t.train_iters * t.global_batch_size
-    return _sample_schedule(t.train_samples, t.global_batch_size, t.rampup_batch_size)[1]
-
-
-def _sample_schedule(
-    train_samples: int, global_batch_size: int, rampup_batch_size: Optional[list]
-) -> tuple[int, int]:
-    """(iterations, samples consumed) of sample-based training (see rampup_train_iters)."""
-    if rampup_batch_size is None:
-        iterations = train_samples // global_batch_size
-        return iterations, iterations * global_batch_size
-    from megatron.core.num_microbatches_calculator import (
-        RampupBatchsizeNumMicroBatchesCalculator,
-    )
-
-    start, incr, samples = rampup_batch_size
-    calc = RampupBatchsizeNumMicroBatchesCalculator(
-        global_batch_size, 1, 1, False, -1, start, incr, samples
-    )
-    iterations = consumed = 0
-    while consumed <= samples:
-        calc.update(consumed, consistency_check=False)
-        consumed += calc.get_current_global_batch_size()
-        iterations += 1
-    rest = (train_samples - consumed) // global_batch_size
-    return iterations + rest, consumed + rest * global_batch_size
 
 
 RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe", "shared_experts")
@@ -1518,21 +1047,21 @@ def _check_recompute(t: TrainingConfig) -> None:
     """Resolve ``recompute_activations`` and check ``recompute_modules`` (validation step)."""
     if t.recompute_activations:
         if t.recompute_granularity == "full":
-            _fail(
+            fail(
                 "recompute_activations",
                 True,
                 "sets recompute_granularity='selective', but recompute_granularity='full' is "
                 "given too",
                 "drop one of --recompute-activations and --recompute-granularity full",
             )
-        _resolve(t, "recompute_granularity", "selective")
+        resolve(t, "recompute_granularity", "selective")
     modules = t.recompute_modules
     if modules is None:
         return
     modules = modules.replace(",", " ").split() if isinstance(modules, str) else modules
-    _resolve(t, "recompute_modules", [str(m) for m in modules])
+    resolve(t, "recompute_modules", [str(m) for m in modules])
     if t.recompute_granularity != "selective":
-        _fail(
+        fail(
             "recompute_modules",
             t.recompute_modules,
             f"megatron-core reads it only with selective recompute (recompute_granularity="
@@ -1541,7 +1070,7 @@ def _check_recompute(t: TrainingConfig) -> None:
         )
     unknown = [m for m in t.recompute_modules if m not in RECOMPUTE_MODULES]
     if unknown:
-        _fail(
+        fail(
             "recompute_modules",
             unknown[0],
             "not a module of this model that megatron-core can recompute (moe_act needs "
@@ -1552,7 +1081,7 @@ def _check_recompute(t: TrainingConfig) -> None:
         "layernorm" in t.recompute_modules
         and importlib.util.find_spec("transformer_engine") is None
     ):
-        _fail(
+        fail(
             "recompute_modules",
             "layernorm",
             "megatron-core 0.16 recomputes norms through CheckpointWithoutOutput, which calls "
@@ -1608,7 +1137,7 @@ class CheckpointConfig:
 
     def __post_init__(self) -> None:
         if self.ckpt_format != "torch_dist":
-            _fail(
+            fail(
                 "ckpt_format",
                 self.ckpt_format,
                 "megatron-gamma writes and reads megatron-core dist_checkpointing's torch_dist "
@@ -1618,16 +1147,16 @@ class CheckpointConfig:
         for key in ("save_retain_last", "save_retain_interval", "save_interval"):
             value = getattr(self, key)
             if value is not None and value < 1:
-                _fail(key, value, "must be >= 1", f"set {key} to 1 or more, or leave it unset")
+                fail(key, value, "must be >= 1", f"set {key} to 1 or more, or leave it unset")
         if self.finetune and not self.load:
-            _fail(
+            fail(
                 "finetune",
                 True,
                 "needs load, the checkpoint to take the weights from",
                 "add --load DIR, or use --pretrained-checkpoint DIR alone",
             )
         if self.async_save:
-            _fail(
+            fail(
                 "async_save",
                 True,
                 "megatron-core 0.16's asynchronous checkpoint writer needs CUDA (its workers "
@@ -1695,10 +1224,10 @@ class LoggingConfig:
 
     def __post_init__(self) -> None:
         if self.log_interval < 1:
-            _fail("log_interval", self.log_interval, "must be >= 1", "use e.g. 10")
+            fail("log_interval", self.log_interval, "must be >= 1", "use e.g. 10")
         _check_logging(self)
         if self.log_diagnostics_interval < 0:
-            _fail(
+            fail(
                 "log_diagnostics_interval",
                 self.log_diagnostics_interval,
                 "must be >= 0",
@@ -1715,15 +1244,15 @@ def _check_logging(lg: LoggingConfig) -> None:
     W&B installed or CUDA for --profile alone, is checked in
     :func:`megatron_gamma.training.telemetry.check_telemetry`)."""
     if lg.tensorboard_log_interval < 1:
-        _fail("tensorboard_log_interval", lg.tensorboard_log_interval, "must be >= 1", "use 1")
+        fail("tensorboard_log_interval", lg.tensorboard_log_interval, "must be >= 1", "use 1")
     ranks = lg.profile_ranks
     ranks = ranks.replace(",", " ").split() if isinstance(ranks, str) else ranks
     try:
-        _resolve(lg, "profile_ranks", [int(r) for r in ranks])
+        resolve(lg, "profile_ranks", [int(r) for r in ranks])
     except (TypeError, ValueError):
-        _fail("profile_ranks", ranks, "expected global rank numbers", "e.g. --profile-ranks 0 1")
+        fail("profile_ranks", ranks, "expected global rank numbers", "e.g. --profile-ranks 0 1")
     if not 0 <= lg.profile_step_start < lg.profile_step_end:
-        _fail(
+        fail(
             "profile_step_end",
             lg.profile_step_end,
             f"the window [profile_step_start={lg.profile_step_start}, profile_step_end) is empty",
@@ -1748,501 +1277,14 @@ class ClusterConfig:
     ``PYTHONFAULTHANDLER=1`` and ``NCCL_DEBUG=WARN``."""
 
     def __post_init__(self) -> None:
-        _resolve(self, "env", parse_env(self.env))
+        resolve(self, "env", parse_env(self.env))
         if self.slurm_nodes is not None and self.slurm_nodes < 1:
-            _fail("slurm_nodes", self.slurm_nodes, "must be >= 1", "set it to 1 or more")
+            fail("slurm_nodes", self.slurm_nodes, "must be >= 1", "set it to 1 or more")
         if self.slurm_gpus_per_node < 1:
-            _fail("slurm_gpus_per_node", self.slurm_gpus_per_node, "must be >= 1", "use e.g. 8")
+            fail("slurm_gpus_per_node", self.slurm_gpus_per_node, "must be >= 1", "use e.g. 8")
 
     def world_size(self) -> Optional[int]:
         """slurm_nodes x slurm_gpus_per_node, or None without slurm_nodes."""
         if self.slurm_nodes is None:
             return None
         return self.slurm_nodes * self.slurm_gpus_per_node
-
-
-@dataclass(frozen=True)
-class Config:
-    """The whole run."""
-
-    model: ModelConfig = field(default_factory=ModelConfig)
-    init: InitConfig = field(default_factory=InitConfig)
-    parallel: ParallelConfig = field(default_factory=ParallelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
-    training: TrainingConfig = field(default_factory=TrainingConfig)
-    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    logging: LoggingConfig = field(default_factory=LoggingConfig)
-    cluster: ClusterConfig = field(default_factory=ClusterConfig)
-
-    def __post_init__(self) -> None:
-        _check_schedule_units(self)
-
-    def to_dict(self) -> dict:
-        """Plain nested dict (what ``load_config`` reads back)."""
-        return dataclasses.asdict(self)
-
-    def replace(self, **fields: Any) -> Config:
-        """A new validated Config with ``fields`` changed, keyed by field name (the flag name
-        underscored, unique across sections): ``cfg.replace(tensor_model_parallel_size=1)``.
-
-        The config is rebuilt through :func:`config_from_dict` from :meth:`to_dict` (resolved
-        values: a derived default such as ``ffn_hidden_size`` keeps its value unless changed
-        too), so every check runs again; configs are frozen and never edited in place.
-
-        Raises:
-            ConfigError: an unknown field, or a combination that fails validation.
-        """
-        index = _field_index()
-        changes: dict = {}
-        for key, value in fields.items():
-            if key not in index:
-                _unknown(key, list(index), "")
-            changes.setdefault(index[key][0], {})[key] = value
-        base = self.to_dict()
-        _drop_alternatives(base, changes)
-        return config_from_dict(merge(base, changes))
-
-
-# Megatron-LM's alternative ways to give one length: (iterations, samples[, fraction]).
-UNIT_ALTERNATIVES = (
-    ("train_iters", "train_samples"),
-    ("lr_decay_iters", "lr_decay_samples"),
-    ("lr_warmup_iters", "lr_warmup_samples", "lr_warmup_fraction"),
-    ("lr_wsd_decay_iters", "lr_wsd_decay_samples"),
-)
-
-
-def _check_schedule_units(cfg: Config) -> None:
-    """Megatron-LM's exclusions between iteration-based and sample-based training (validation
-    of the whole config: the lengths live in two sections).
-
-    Raises:
-        ConfigError: with train_samples, any of lr_decay_iters, lr_warmup_iters,
-            lr_wsd_decay_iters; without it, any of lr_decay_samples, lr_warmup_samples,
-            lr_wsd_decay_samples (each named, with the matching flag to use).
-    """
-    o, samples = cfg.optimizer, cfg.training.train_samples is not None
-    for iters_key, samples_key, *_ in UNIT_ALTERNATIVES[1:]:
-        wrong, right = (iters_key, samples_key) if samples else (samples_key, iters_key)
-        if getattr(o, wrong):
-            kind = "sample-based (train_samples)" if samples else "iteration-based (train_iters)"
-            _fail(
-                wrong,
-                getattr(o, wrong),
-                f"training is {kind}, as in Megatron-LM each schedule length must be given the "
-                "same way",
-                f"use --{right.replace('_', '-')} instead",
-            )
-
-
-def _drop_alternatives(raw: dict, layer: dict) -> None:
-    """Before ``layer`` ({section: {key: value}}) is laid over ``raw``: a key of
-    :data:`UNIT_ALTERNATIVES` that the layer sets (and none of its alternatives) drops those
-    alternatives from ``raw``, so that e.g. ``--train-samples`` or ``--lr-warmup-fraction`` on
-    the command line replaces a recipe's ``train_iters`` or ``lr_warmup_iters`` instead of
-    clashing with it."""
-    given = {k for values in layer.values() for k in values or {}}
-    for group in UNIT_ALTERNATIVES:
-        chosen = [key for key in group if key in given]
-        if len(chosen) == 1:
-            for values in raw.values():
-                for other in group:
-                    if other != chosen[0]:
-                        values.pop(other, None)
-
-
-def changed_fields(old: dict, new: dict, at: str = "") -> list[tuple[str, Any, Any]]:
-    """(dotted name, old value, new value) of every entry that differs between two nested
-    dicts, descending into the dicts both hold, in sorted key order."""
-    out = []
-    for key in sorted(set(old) | set(new)):
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += changed_fields(a, b, f"{at}{key}.")
-        elif a != b:
-            out.append((f"{at}{key}", a, b))
-    return out
-
-
-def merge(base: dict, changes: dict) -> dict:
-    """``base`` with ``changes`` merged in, recursively for nested mappings (neither is
-    modified): the dict step of rebuilding a config, ``config_from_dict(merge(cfg.to_dict(),
-    {"parallel": {"tensor_model_parallel_size": 1}}))``."""
-    out = dict(base)
-    for key, value in changes.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def _section_types() -> dict[str, type]:
-    hints = typing.get_type_hints(Config)
-    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
-
-
-def _field_index() -> dict[str, tuple[str, dataclasses.Field, Any]]:
-    """Map field name -> (section, Field, resolved type)."""
-    index = {}
-    for section, cls in _section_types().items():
-        hints = typing.get_type_hints(cls)
-        for f in dataclasses.fields(cls):
-            index[f.name] = (section, f, hints[f.name])
-    return index
-
-
-def _unknown(key: str, known: list[str], where: str) -> None:
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(known))}"
-    raise ConfigError(f"{where}{key}: unknown key. Fix: remove it or correct it; {hint}")
-
-
-_EXAMPLES = {int: "an integer, e.g. 64", float: "a number, e.g. 3.0e-4", bool: "true or false"}
-
-
-def _typed(where: str, key: str, value: Any, tp: Any) -> Any:
-    """``value`` as the field type ``tp`` wants it, or a ConfigError naming key and type.
-
-    YAML 1.1 reads ``3e-4`` (no dot) as a string: a float field accepts any string that parses
-    as a number, and an int where a float is wanted."""
-    optional = typing.get_origin(tp) in (typing.Union, types.UnionType)
-    base = _base_type(tp)
-    base = typing.get_origin(base) or base
-    if value is None and optional:
-        return value
-    if base is float and isinstance(value, int | str) and not isinstance(value, bool):
-        try:
-            return float(value)
-        except ValueError:
-            pass
-    elif base in (list, dict) and isinstance(value, str):
-        return value
-    elif base is str and isinstance(value, int) and not isinstance(value, bool):
-        return str(value)  # e.g. YAML 'moe_layer_freq: 2'; the section checks it
-    elif isinstance(base, type) and issubclass(base, Choice) and isinstance(value, str):
-        return value  # the section's _check_choices names the members
-    elif base is dict and isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return value  # a repeated KEY=VALUE flag; the section parses it
-    elif isinstance(value, base) and not (base is int and isinstance(value, bool)):
-        return value
-    expected = f"{base.__name__}{' or null' if optional else ''}"
-    raise ConfigError(
-        f"{where}{key}={value!r}: expected {expected}, got {type(value).__name__}. "
-        f"Fix: write {key} as {_EXAMPLES.get(base, 'a ' + base.__name__)}"
-    )
-
-
-def config_from_dict(raw: dict) -> Config:
-    """Build and validate a :class:`Config` from a nested dict (YAML layout).
-
-    Raises:
-        ConfigError: an unknown section or key, a value of the wrong type (naming the key and
-            the expected type), or a value failing its section's checks.
-    """
-    raw = raw or {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"config: expected a mapping of sections, got {type(raw).__name__}")
-    types_ = _section_types()
-    kwargs = {}
-    for section, values in raw.items():
-        if section not in types_:
-            _unknown(section, list(types_), "section ")
-        cls = types_[section]
-        names = [f.name for f in dataclasses.fields(cls)]
-        for key in values or {}:
-            if key not in names:
-                _unknown(key, names, f"{section}.")
-        hints = typing.get_type_hints(cls)
-        values = {k: _typed(f"{section}.", k, v, hints[k]) for k, v in (values or {}).items()}
-        try:
-            kwargs[section] = cls(**values)
-        except TypeError as e:
-            raise ConfigError(f"{section}: {e}. Fix: check the value types") from e
-    return Config(**kwargs)
-
-
-def _read_yaml(path: str) -> dict:
-    if not os.path.isfile(path):
-        _fail("config", path, "file not found", "pass an existing YAML file to --config")
-    with open(path, encoding="utf-8") as f:
-        try:
-            raw = yaml.safe_load(f) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config={path!r}: not valid YAML ({e}). Fix: the syntax") from e
-    if not isinstance(raw, dict) or not all(isinstance(v, dict | None) for v in raw.values()):
-        raise ConfigError(f"config={path!r}: expected a mapping of sections. Fix: see demo.yaml")
-    return raw
-
-
-def load_config(path: Optional[str | list[str]], overrides: Optional[dict] = None) -> Config:
-    """Read YAML config file(s) and apply ``{field_name: value}`` overrides (flag names,
-    underscored).
-
-    Args:
-        path: a YAML file, a list of them (later files override earlier ones key by key, e.g. a
-            recipe then an ablation file), or None for all defaults.
-        overrides: values that replace the files', keyed by field name (unique across sections).
-            A later file or an override that gives one of Megatron-LM's alternatives
-            (:data:`UNIT_ALTERNATIVES`, e.g. ``train_samples``, ``lr_warmup_fraction``) replaces
-            the others (``train_iters``; ``lr_warmup_iters``, ``lr_warmup_samples``) from the
-            layers under it.
-
-    Raises:
-        ConfigError: missing file, bad YAML, unknown key, or an invalid value.
-    """
-    raw: dict = {}
-    index = _field_index()
-    layers = [_read_yaml(one) for one in ([path] if isinstance(path, str) else path or [])]
-    flags: dict = {}
-    for key, value in (overrides or {}).items():
-        if key not in index:
-            _unknown(key, list(index), "")
-        flags.setdefault(index[key][0], {})[key] = value
-    for layer in [*layers, flags]:
-        _drop_alternatives(raw, layer)
-        for section, values in layer.items():
-            raw.setdefault(section, {}).update(values or {})
-    return config_from_dict(raw)
-
-
-def _base_type(tp: Any) -> Any:
-    """Unwrap Optional[X] to X."""
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return args[0]
-    return tp
-
-
-@functools.cache
-def field_docs(cls: type) -> dict[str, str]:
-    """{field name: its docstring} of a config dataclass, read from the string literal under
-    each field in the source (as Megatron-LM's ``argument_utils`` does); empty when the source
-    is unavailable."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError):
-        return {}
-    body = tree.body[0].body
-    docs = {}
-    for node, after in zip(body, body[1:], strict=False):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(node.target, ast.Name)
-            and isinstance(after, ast.Expr)
-            and isinstance(after.value, ast.Constant)
-            and isinstance(after.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(after.value.value.split())
-    return docs
-
-
-def _plain(doc: str) -> str:
-    """A docstring as terminal text: Sphinx roles (``:mod:`~a.b``` -> ``a.b``) and double
-    backquotes dropped."""
-    return re.sub(r":[a-z]+:`~?([^`]*)`", r"\1", doc).replace("``", "")
-
-
-def _help(section: str, f: dataclasses.Field, base: Any) -> str:
-    cls = _section_types()[section]
-    doc = _plain(field_docs(cls).get(f.name, ""))
-    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-    parts = [doc] if doc else []
-    if isinstance(base, type) and issubclass(base, Choice):
-        parts.append(f"Choices: {base.help()}.")
-    default = default.value if isinstance(default, Choice) else default
-    parts.append(f"[{section}; default: {default!r}]")
-    return " ".join(parts).replace("%", "%%")
-
-
-def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """Add one ``--field-name`` flag per config field (default: not given); its help is the
-    field's docstring, its choices (with theirs) and its section and default."""
-    for name, (section, f, tp) in _field_index().items():
-        flag = "--" + name.replace("_", "-")
-        base = _base_type(tp)
-        doc = _help(section, f, base)
-        if base is bool:
-            parser.add_argument(
-                flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=doc
-            )
-        elif base is dict:
-            parser.add_argument(
-                flag, dest=name, action="append", metavar="KEY=VALUE", default=None, help=doc
-            )
-        elif base is list or typing.get_origin(base) is list:
-            parser.add_argument(flag, dest=name, nargs="+", default=None, help=doc)
-        elif isinstance(base, type) and issubclass(base, Choice):
-            choices = [m.value for m in base]
-            parser.add_argument(
-                flag,
-                dest=name,
-                # with refused values, validation names the fix (argparse would list them all)
-                choices=None if base in REFUSED_CHOICES else choices,
-                default=None,
-                help=doc,
-                metavar="{" + ",".join(choices) + "}",
-            )
-        else:
-            parser.add_argument(flag, dest=name, type=base, default=None, help=doc)
-
-
-def overrides_from_args(args: argparse.Namespace) -> dict:
-    """The config fields given on the command line."""
-    return {k: v for k, v in vars(args).items() if k in _field_index() and v is not None}
-
-
-REDACTED = "<redacted>"
-"""Written in place of every ``cluster.env`` value (which may be a secret: ``HF_TOKEN``,
-``WANDB_API_KEY``) in a saved config, the W&B run config, an export and a log; names are kept."""
-
-
-def redacted_dict(cfg: Config) -> dict:
-    """:meth:`Config.to_dict` with every ``cluster.env`` value replaced by :data:`REDACTED`: what
-    ``config.yaml``, the W&B run config and ``export-hf`` record (``submit`` refuses such a
-    value until ``--env NAME=VALUE`` gives it again)."""
-    raw = cfg.to_dict()
-    raw["cluster"]["env"] = dict.fromkeys(raw["cluster"]["env"], REDACTED)
-    return raw
-
-
-def save_config(cfg: Config, path: str) -> None:
-    """Write the resolved config as YAML (temp file, then rename), ``cluster.env`` values
-    redacted (:func:`redacted_dict`)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        yaml.safe_dump(redacted_dict(cfg), f, sort_keys=False, allow_unicode=True)
-    os.replace(tmp, path)
-
-
-def virtual_stages(cfg: Config) -> Optional[int]:
-    """Virtual pipeline chunks per pipeline rank (megatron-core's
-    ``virtual_pipeline_model_parallel_size``), or None without virtual pipelining.
-
-    Given directly by ``virtual_pipeline_model_parallel_size``, or derived as Megatron-LM does
-    from ``num_layers_per_virtual_pipeline_stage``: num_layers / PP / layers per chunk
-    (:func:`validate_layout` checks that the two agree when both are given)."""
-    par = cfg.parallel
-    per_chunk = par.num_layers_per_virtual_pipeline_stage
-    if per_chunk is None:
-        return par.virtual_pipeline_model_parallel_size
-    return cfg.model.num_layers // par.pipeline_model_parallel_size // per_chunk
-
-
-def validate_layout(cfg: Config, world_size: int) -> int:
-    """Check the parallel layout against the world size; return the data-parallel size.
-
-    Raises:
-        ConfigError: world size not divisible by TP x PP (or by EP x PP for MoE), layers not
-            divisible among (virtual) pipeline stages, virtual_pipeline_model_parallel_size and
-            num_layers_per_virtual_pipeline_stage both given and disagreeing, heads or experts
-            not divisible by TP / EP, or global batch (or a ramp-up START / INCR) not divisible
-            by micro batch x data-parallel size.
-    """
-    m, par = cfg.model, cfg.parallel
-    tp, pp, ep = (
-        par.tensor_model_parallel_size,
-        par.pipeline_model_parallel_size,
-        par.expert_model_parallel_size,
-    )
-    if world_size % (tp * pp):
-        _fail(
-            "tensor_model_parallel_size",
-            tp,
-            f"TP x PP = {tp} x {pp} does not divide the world size {world_size}",
-            "launch a multiple of TP x PP processes (--world-size, or --nodes x --gpus-per-node) "
-            "or lower --tensor-model-parallel-size / --pipeline-model-parallel-size",
-        )
-    if m.num_layers % pp:
-        _fail(
-            "pipeline_model_parallel_size",
-            pp,
-            f"does not divide num_layers={m.num_layers}",
-            "choose a divisor of num_layers",
-        )
-    vpp = par.num_layers_per_virtual_pipeline_stage
-    if vpp is not None and (m.num_layers // pp) % vpp:
-        _fail(
-            "num_layers_per_virtual_pipeline_stage",
-            vpp,
-            f"does not divide the {m.num_layers // pp} layers of each pipeline stage",
-            "choose a divisor of num_layers / pipeline_model_parallel_size",
-        )
-    chunks = par.virtual_pipeline_model_parallel_size
-    if chunks is not None and (m.num_layers // pp) % chunks:
-        _fail(
-            "virtual_pipeline_model_parallel_size",
-            chunks,
-            f"does not divide the {m.num_layers // pp} layers of each pipeline stage",
-            "choose a divisor of num_layers / pipeline_model_parallel_size",
-        )
-    if chunks is not None and vpp is not None and chunks * vpp != m.num_layers // pp:
-        _fail(
-            "virtual_pipeline_model_parallel_size",
-            chunks,
-            f"disagrees with num_layers_per_virtual_pipeline_stage={vpp}: {chunks} chunks x "
-            f"{vpp} layers != the {m.num_layers // pp} layers of each pipeline stage",
-            "give only one of the two flags",
-        )
-    if m.num_attention_heads % tp or m.num_query_groups % tp:
-        _fail(
-            "tensor_model_parallel_size",
-            tp,
-            f"does not divide num_attention_heads={m.num_attention_heads} and "
-            f"num_query_groups={m.num_query_groups}",
-            "choose a TP size that divides both",
-        )
-    if ep > 1 and m.num_experts is None:
-        _fail("expert_model_parallel_size", ep, "needs an MoE model", "set --num-experts")
-    if m.num_experts is not None:
-        if m.num_experts % ep:
-            _fail(
-                "expert_model_parallel_size",
-                ep,
-                f"does not divide num_experts={m.num_experts}",
-                "choose a divisor of num_experts",
-            )
-        etp = par.expert_tensor_parallel_size
-        if world_size % (etp * ep * pp):
-            _fail(
-                "expert_model_parallel_size",
-                ep,
-                f"ETP x EP x PP = {etp} x {ep} x {pp} does not divide the world size {world_size}",
-                "launch a multiple of ETP x EP x PP processes",
-            )
-        if ep == 1 and etp != tp:
-            _fail(
-                "expert_tensor_parallel_size",
-                etp,
-                f"differs from tensor_model_parallel_size={tp} with expert_model_parallel_size=1: "
-                "megatron-core then reduces expert gradients over the dense data-parallel group, "
-                "so the expert copies drift apart",
-                f"leave it unset (= {tp}) or use expert_model_parallel_size > 1",
-            )
-        if m.moe_ffn_hidden_size % etp:
-            _fail(
-                "expert_tensor_parallel_size",
-                etp,
-                f"does not divide moe_ffn_hidden_size={m.moe_ffn_hidden_size}",
-                "choose a divisor of moe_ffn_hidden_size",
-            )
-    dp = world_size // (tp * pp)
-    mbs, gbs = cfg.training.micro_batch_size, cfg.training.global_batch_size
-    if gbs % (mbs * dp):
-        _fail(
-            "global_batch_size",
-            gbs,
-            f"not divisible by micro_batch_size x data-parallel size = {mbs} x {dp}",
-            f"use a multiple of {mbs * dp}",
-        )
-    rampup = cfg.training.rampup_batch_size
-    if rampup is not None and (rampup[0] % (mbs * dp) or rampup[1] % (mbs * dp)):
-        _fail(
-            "rampup_batch_size",
-            rampup,
-            f"START and INCR must be multiples of micro_batch_size x data-parallel size = "
-            f"{mbs} x {dp} (megatron-core's ramp-up consistency check)",
-            f"use multiples of {mbs * dp}",
-        )
-    return dp

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from megatron_gamma.config import REDACTED, Config, _field_index, _read_yaml, moe_layer_pattern
+from megatron_gamma.config.loading import REDACTED, Config, field_index, read_yaml
+from megatron_gamma.config.megatron_lm import moe_layer_pattern
 
 
 def _has_validation(cfg: Config) -> bool:
@@ -235,7 +236,7 @@ def given_keys(paths: str | list[str] | None, overrides: dict) -> dict[str, str]
     """{field name: 'flag' or 'yaml'} for every value the user gave (flags win)."""
     out = {}
     for path in [paths] if isinstance(paths, str) else paths or []:
-        for values in _read_yaml(path).values():
+        for values in read_yaml(path).values():
             out.update({key: "yaml" for key in values or {}})
     out.update({key: "flag" for key in overrides})
     return out
@@ -250,7 +251,7 @@ def no_effect_warnings(cfg: Config, given: dict[str, str]) -> list[str]:
         cfg: the validated run config.
         given: {field name: 'flag' or 'yaml'}, e.g. from :func:`given_keys`.
     """
-    index = _field_index()
+    index = field_index()
     lines = []
     for key, source in given.items():
         if key not in RULES or (key in _CLUSTER_KEYS and source != "flag"):

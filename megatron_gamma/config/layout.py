@@ -1,0 +1,142 @@
+"""Checks of the parallel layout that need the world size (run by
+:func:`megatron_gamma.parallel.initialize`, ``estimate`` and ``submit``), and the virtual
+pipeline stages a layout asks for."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from megatron_gamma.config.errors import fail
+from megatron_gamma.config.loading import Config
+
+
+def virtual_stages(cfg: Config) -> Optional[int]:
+    """Virtual pipeline chunks per pipeline rank (megatron-core's
+    ``virtual_pipeline_model_parallel_size``), or None without virtual pipelining.
+
+    Given directly by ``virtual_pipeline_model_parallel_size``, or derived as Megatron-LM does
+    from ``num_layers_per_virtual_pipeline_stage``: num_layers / PP / layers per chunk
+    (:func:`validate_layout` checks that the two agree when both are given)."""
+    par = cfg.parallel
+    per_chunk = par.num_layers_per_virtual_pipeline_stage
+    if per_chunk is None:
+        return par.virtual_pipeline_model_parallel_size
+    return cfg.model.num_layers // par.pipeline_model_parallel_size // per_chunk
+
+
+def validate_layout(cfg: Config, world_size: int) -> int:
+    """Check the parallel layout against the world size; return the data-parallel size.
+
+    Raises:
+        ConfigError: world size not divisible by TP x PP (or by EP x PP for MoE), layers not
+            divisible among (virtual) pipeline stages, virtual_pipeline_model_parallel_size and
+            num_layers_per_virtual_pipeline_stage both given and disagreeing, heads or experts
+            not divisible by TP / EP, or global batch (or a ramp-up START / INCR) not divisible
+            by micro batch x data-parallel size.
+    """
+    m, par = cfg.model, cfg.parallel
+    tp, pp, ep = (
+        par.tensor_model_parallel_size,
+        par.pipeline_model_parallel_size,
+        par.expert_model_parallel_size,
+    )
+    if world_size % (tp * pp):
+        fail(
+            "tensor_model_parallel_size",
+            tp,
+            f"TP x PP = {tp} x {pp} does not divide the world size {world_size}",
+            "launch a multiple of TP x PP processes (--world-size, or --nodes x --gpus-per-node) "
+            "or lower --tensor-model-parallel-size / --pipeline-model-parallel-size",
+        )
+    if m.num_layers % pp:
+        fail(
+            "pipeline_model_parallel_size",
+            pp,
+            f"does not divide num_layers={m.num_layers}",
+            "choose a divisor of num_layers",
+        )
+    vpp = par.num_layers_per_virtual_pipeline_stage
+    if vpp is not None and (m.num_layers // pp) % vpp:
+        fail(
+            "num_layers_per_virtual_pipeline_stage",
+            vpp,
+            f"does not divide the {m.num_layers // pp} layers of each pipeline stage",
+            "choose a divisor of num_layers / pipeline_model_parallel_size",
+        )
+    chunks = par.virtual_pipeline_model_parallel_size
+    if chunks is not None and (m.num_layers // pp) % chunks:
+        fail(
+            "virtual_pipeline_model_parallel_size",
+            chunks,
+            f"does not divide the {m.num_layers // pp} layers of each pipeline stage",
+            "choose a divisor of num_layers / pipeline_model_parallel_size",
+        )
+    if chunks is not None and vpp is not None and chunks * vpp != m.num_layers // pp:
+        fail(
+            "virtual_pipeline_model_parallel_size",
+            chunks,
+            f"disagrees with num_layers_per_virtual_pipeline_stage={vpp}: {chunks} chunks x "
+            f"{vpp} layers != the {m.num_layers // pp} layers of each pipeline stage",
+            "give only one of the two flags",
+        )
+    if m.num_attention_heads % tp or m.num_query_groups % tp:
+        fail(
+            "tensor_model_parallel_size",
+            tp,
+            f"does not divide num_attention_heads={m.num_attention_heads} and "
+            f"num_query_groups={m.num_query_groups}",
+            "choose a TP size that divides both",
+        )
+    if ep > 1 and m.num_experts is None:
+        fail("expert_model_parallel_size", ep, "needs an MoE model", "set --num-experts")
+    if m.num_experts is not None:
+        if m.num_experts % ep:
+            fail(
+                "expert_model_parallel_size",
+                ep,
+                f"does not divide num_experts={m.num_experts}",
+                "choose a divisor of num_experts",
+            )
+        etp = par.expert_tensor_parallel_size
+        if world_size % (etp * ep * pp):
+            fail(
+                "expert_model_parallel_size",
+                ep,
+                f"ETP x EP x PP = {etp} x {ep} x {pp} does not divide the world size {world_size}",
+                "launch a multiple of ETP x EP x PP processes",
+            )
+        if ep == 1 and etp != tp:
+            fail(
+                "expert_tensor_parallel_size",
+                etp,
+                f"differs from tensor_model_parallel_size={tp} with expert_model_parallel_size=1: "
+                "megatron-core then reduces expert gradients over the dense data-parallel group, "
+                "so the expert copies drift apart",
+                f"leave it unset (= {tp}) or use expert_model_parallel_size > 1",
+            )
+        if m.moe_ffn_hidden_size % etp:
+            fail(
+                "expert_tensor_parallel_size",
+                etp,
+                f"does not divide moe_ffn_hidden_size={m.moe_ffn_hidden_size}",
+                "choose a divisor of moe_ffn_hidden_size",
+            )
+    dp = world_size // (tp * pp)
+    mbs, gbs = cfg.training.micro_batch_size, cfg.training.global_batch_size
+    if gbs % (mbs * dp):
+        fail(
+            "global_batch_size",
+            gbs,
+            f"not divisible by micro_batch_size x data-parallel size = {mbs} x {dp}",
+            f"use a multiple of {mbs * dp}",
+        )
+    rampup = cfg.training.rampup_batch_size
+    if rampup is not None and (rampup[0] % (mbs * dp) or rampup[1] % (mbs * dp)):
+        fail(
+            "rampup_batch_size",
+            rampup,
+            f"START and INCR must be multiples of micro_batch_size x data-parallel size = "
+            f"{mbs} x {dp} (megatron-core's ramp-up consistency check)",
+            f"use multiples of {mbs * dp}",
+        )
+    return dp

@@ -1,0 +1,256 @@
+"""The whole run's :class:`Config` and how one is built: from a nested dict
+(:func:`config_from_dict`), from YAML files and flag overrides (:func:`load_config`), rebuilt with
+changes (:meth:`Config.replace`), and saved as ``config.yaml``."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import yaml
+
+from megatron_gamma.config.choices import Choice, base_type
+from megatron_gamma.config.errors import ConfigError, fail
+from megatron_gamma.config.schedule import check_schedule_units, drop_alternatives
+from megatron_gamma.config.sections import (
+    CheckpointConfig,
+    ClusterConfig,
+    DataConfig,
+    InitConfig,
+    LoggingConfig,
+    ModelConfig,
+    OptimizerConfig,
+    ParallelConfig,
+    TrainingConfig,
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole run."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    init: InitConfig = field(default_factory=InitConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+
+    def __post_init__(self) -> None:
+        check_schedule_units(self)
+
+    def to_dict(self) -> dict:
+        """Plain nested dict (what ``load_config`` reads back)."""
+        return dataclasses.asdict(self)
+
+    def replace(self, **fields: Any) -> Config:
+        """A new validated Config with ``fields`` changed, keyed by field name (the flag name
+        underscored, unique across sections): ``cfg.replace(tensor_model_parallel_size=1)``.
+
+        The one way to rebuild a config: the config is rebuilt through :func:`config_from_dict`
+        from :meth:`to_dict` (resolved values: a derived default such as ``ffn_hidden_size``
+        keeps its value unless changed too), so every check of every section and of the whole
+        config runs again (``dataclasses.replace`` on a section would re-check that section
+        only, and an edited :meth:`to_dict` is this method spelled out); configs are frozen and
+        never edited in place. A field of :data:`~megatron_gamma.config.schedule.UNIT_ALTERNATIVES`
+        given a value replaces its alternatives, as the flag does in :func:`load_config`
+        (``replace(train_samples=N)`` drops ``train_iters``; ``replace(train_samples=None)``
+        keeps it).
+
+        Raises:
+            ConfigError: an unknown field, or a combination that fails validation.
+        """
+        index = field_index()
+        changes: dict = {}
+        for key, value in fields.items():
+            if key not in index:
+                _unknown(key, list(index), "")
+            changes.setdefault(index[key][0], {})[key] = value
+        base = self.to_dict()
+        drop_alternatives(base, changes)
+        return config_from_dict(merge(base, changes))
+
+
+def changed_fields(old: dict, new: dict, at: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted name, old value, new value) of every entry that differs between two nested
+    dicts, descending into the dicts both hold, in sorted key order."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += changed_fields(a, b, f"{at}{key}.")
+        elif a != b:
+            out.append((f"{at}{key}", a, b))
+    return out
+
+
+def merge(base: dict, changes: dict) -> dict:
+    """``base`` with ``changes`` merged in, recursively for nested mappings (neither is
+    modified): the dict step of :meth:`Config.replace`."""
+    out = dict(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def section_types() -> dict[str, type]:
+    hints = typing.get_type_hints(Config)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
+
+
+def field_index() -> dict[str, tuple[str, dataclasses.Field, Any]]:
+    """Map field name -> (section, Field, resolved type)."""
+    index = {}
+    for section, cls in section_types().items():
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            index[f.name] = (section, f, hints[f.name])
+    return index
+
+
+def _unknown(key: str, known: list[str], where: str) -> None:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(known))}"
+    raise ConfigError(f"{where}{key}: unknown key. Fix: remove it or correct it; {hint}")
+
+
+_EXAMPLES = {int: "an integer, e.g. 64", float: "a number, e.g. 3.0e-4", bool: "true or false"}
+
+
+def _typed(where: str, key: str, value: Any, tp: Any) -> Any:
+    """``value`` as the field type ``tp`` wants it, or a ConfigError naming key and type.
+
+    YAML 1.1 reads ``3e-4`` (no dot) as a string: a float field accepts any string that parses
+    as a number, and an int where a float is wanted."""
+    optional = typing.get_origin(tp) in (typing.Union, types.UnionType)
+    base = base_type(tp)
+    base = typing.get_origin(base) or base
+    if value is None and optional:
+        return value
+    if base is float and isinstance(value, int | str) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    elif base in (list, dict) and isinstance(value, str):
+        return value
+    elif base is str and isinstance(value, int) and not isinstance(value, bool):
+        return str(value)  # e.g. YAML 'moe_layer_freq: 2'; the section checks it
+    elif isinstance(base, type) and issubclass(base, Choice) and isinstance(value, str):
+        return value  # the section's check_choices names the members
+    elif base is dict and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value  # a repeated KEY=VALUE flag; the section parses it
+    elif isinstance(value, base) and not (base is int and isinstance(value, bool)):
+        return value
+    expected = f"{base.__name__}{' or null' if optional else ''}"
+    raise ConfigError(
+        f"{where}{key}={value!r}: expected {expected}, got {type(value).__name__}. "
+        f"Fix: write {key} as {_EXAMPLES.get(base, 'a ' + base.__name__)}"
+    )
+
+
+def config_from_dict(raw: dict) -> Config:
+    """Build and validate a :class:`Config` from a nested dict (YAML layout).
+
+    Raises:
+        ConfigError: an unknown section or key, a value of the wrong type (naming the key and
+            the expected type), or a value failing its section's checks.
+    """
+    raw = raw or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"config: expected a mapping of sections, got {type(raw).__name__}")
+    types_ = section_types()
+    kwargs = {}
+    for section, values in raw.items():
+        if section not in types_:
+            _unknown(section, list(types_), "section ")
+        cls = types_[section]
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key in values or {}:
+            if key not in names:
+                _unknown(key, names, f"{section}.")
+        hints = typing.get_type_hints(cls)
+        values = {k: _typed(f"{section}.", k, v, hints[k]) for k, v in (values or {}).items()}
+        try:
+            kwargs[section] = cls(**values)
+        except TypeError as e:
+            raise ConfigError(f"{section}: {e}. Fix: check the value types") from e
+    return Config(**kwargs)
+
+
+def read_yaml(path: str) -> dict:
+    if not os.path.isfile(path):
+        fail("config", path, "file not found", "pass an existing YAML file to --config")
+    with open(path, encoding="utf-8") as f:
+        try:
+            raw = yaml.safe_load(f) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config={path!r}: not valid YAML ({e}). Fix: the syntax") from e
+    if not isinstance(raw, dict) or not all(isinstance(v, dict | None) for v in raw.values()):
+        raise ConfigError(f"config={path!r}: expected a mapping of sections. Fix: see demo.yaml")
+    return raw
+
+
+def load_config(path: Optional[str | list[str]], overrides: Optional[dict] = None) -> Config:
+    """Read YAML config file(s) and apply ``{field_name: value}`` overrides (flag names,
+    underscored).
+
+    Args:
+        path: a YAML file, a list of them (later files override earlier ones key by key, e.g. a
+            recipe then an ablation file), or None for all defaults.
+        overrides: values that replace the files', keyed by field name (unique across sections).
+            A later file or an override that gives one of Megatron-LM's alternatives
+            (:data:`UNIT_ALTERNATIVES`, e.g. ``train_samples``, ``lr_warmup_fraction``) replaces
+            the others (``train_iters``; ``lr_warmup_iters``, ``lr_warmup_samples``) from the
+            layers under it.
+
+    Raises:
+        ConfigError: missing file, bad YAML, unknown key, or an invalid value.
+    """
+    raw: dict = {}
+    index = field_index()
+    layers = [read_yaml(one) for one in ([path] if isinstance(path, str) else path or [])]
+    flags: dict = {}
+    for key, value in (overrides or {}).items():
+        if key not in index:
+            _unknown(key, list(index), "")
+        flags.setdefault(index[key][0], {})[key] = value
+    for layer in [*layers, flags]:
+        drop_alternatives(raw, layer)
+        for section, values in layer.items():
+            raw.setdefault(section, {}).update(values or {})
+    return config_from_dict(raw)
+
+
+REDACTED = "<redacted>"
+"""Written in place of every ``cluster.env`` value (which may be a secret: ``HF_TOKEN``,
+``WANDB_API_KEY``) in a saved config, the W&B run config, an export and a log; names are kept."""
+
+
+def redacted_dict(cfg: Config) -> dict:
+    """:meth:`Config.to_dict` with every ``cluster.env`` value replaced by :data:`REDACTED`: what
+    ``config.yaml``, the W&B run config and ``export-hf`` record (``submit`` refuses such a
+    value until ``--env NAME=VALUE`` gives it again)."""
+    raw = cfg.to_dict()
+    raw["cluster"]["env"] = dict.fromkeys(raw["cluster"]["env"], REDACTED)
+    return raw
+
+
+def save_config(cfg: Config, path: str) -> None:
+    """Write the resolved config as YAML (temp file, then rename), ``cluster.env`` values
+    redacted (:func:`redacted_dict`)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        yaml.safe_dump(redacted_dict(cfg), f, sort_keys=False, allow_unicode=True)
+    os.replace(tmp, path)
