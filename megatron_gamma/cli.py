@@ -30,6 +30,7 @@ import os
 import shlex
 import sys
 
+from megatron_gamma.atomic import atomic_open
 from megatron_gamma.config import ConfigError
 from megatron_gamma.megatron_flags import REFUSED, refused_flags
 from megatron_gamma.warnings_summary import silence_library_noise, summarize_accelerator_warnings
@@ -162,9 +163,8 @@ def _evaluate_loss(args: argparse.Namespace) -> None:
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
         path = os.path.join(args.output_dir, "eval_loss.json")
-        with open(f"{path}.tmp", "w") as f:
+        with atomic_open(path, "w") as f:
             json.dump(out, f, indent=2)
-        os.replace(f"{path}.tmp", path)
         print(f"wrote {path}")
 
 

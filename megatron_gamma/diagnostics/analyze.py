@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from megatron_gamma.atomic import atomic_open, atomic_path
 from megatron_gamma.config import Config, ConfigError
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 from megatron_gamma.diagnostics.condensation import (
@@ -289,12 +290,9 @@ def write_numbers(runs: Sequence[RunAnalysis], out_dir: str) -> dict[str, str]:
         d.pop("heatmap_cosines")
         runs_doc.append(d)
     doc = {"hist_edges_log10_ms": list(HIST_EDGES), "runs": runs_doc}
-    tmp = json_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(json_path, "w", encoding="utf-8") as f:
         json.dump(doc, f)
-    os.replace(tmp, json_path)
-    tmp = csv_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
+    with atomic_open(csv_path, "w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["run", "iteration", "metric", "role", "layer", "head", "value", "expert"])
         for r in runs:
@@ -315,16 +313,14 @@ def write_numbers(runs: Sequence[RunAnalysis], out_dir: str) -> dict[str, str]:
                             p["expert"],
                         ]
                     )
-    os.replace(tmp, csv_path)
     arrays = {
         f"{r.name}/{key}/iter_{it}".replace("/", "__"): cos.numpy()
         for r in runs
         for key, cells in r.heatmap_cosines.items()
         for it, cos in cells.items()
     }
-    tmp = npz_path + ".tmp.npz"
-    np.savez_compressed(tmp, **arrays)
-    os.replace(tmp, npz_path)
+    with atomic_path(npz_path) as tmp:
+        np.savez_compressed(tmp, **arrays)
     return {"json": json_path, "csv": csv_path, "heatmaps": npz_path}
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from megatron_gamma.atomic import atomic_open, atomic_path
 from megatron_gamma.config import ConfigError
 from megatron_gamma.diagnostics.tokens import (
     gap_by_difficulty,
@@ -225,29 +226,24 @@ def _write(
         "csv": os.path.join(out_dir, "delta_sym_by_difficulty.csv"),
         "tokens": os.path.join(out_dir, "tokens.npz"),
     }
-    tmp = files["json"] + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(files["json"], "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1, ensure_ascii=False)
-    os.replace(tmp, files["json"])
-    tmp = files["csv"] + ".tmp"
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
+    with atomic_open(files["csv"], "w", encoding="utf-8", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(bins[0].as_dict()))
         writer.writeheader()
         for b in bins:
             writer.writerow(b.as_dict())
-    os.replace(tmp, files["csv"])
-    tmp = files["tokens"] + ".tmp.npz"
-    np.savez_compressed(
-        tmp,
-        tokens=windows[:, :-1].numpy(),
-        targets=windows[:, 1:].numpy(),
-        logp_a=logp_a.numpy(),
-        logp_b=logp_b.numpy(),
-        delta_sym=delta.numpy(),
-        difficulty=difficulty.numpy(),
-        document=documents,
-    )
-    os.replace(tmp, files["tokens"])
+    with atomic_path(files["tokens"]) as tmp:
+        np.savez_compressed(
+            tmp,
+            tokens=windows[:, :-1].numpy(),
+            targets=windows[:, 1:].numpy(),
+            logp_a=logp_a.numpy(),
+            logp_b=logp_b.numpy(),
+            delta_sym=delta.numpy(),
+            difficulty=difficulty.numpy(),
+            document=documents,
+        )
     note = f" ({summary['tokens']} tokens, {len(bins)} bins)"
     files["plot"] = plot_compare(
         bins, labels, os.path.join(out_dir, "delta_sym_by_difficulty.png"), note

@@ -22,6 +22,7 @@ from typing import Optional
 
 import numpy as np
 
+from megatron_gamma.atomic import atomic_write_text
 from megatron_gamma.config import ConfigError
 from megatron_gamma.evaluation.bootstrap import paired_bootstrap
 from megatron_gamma.evaluation.errors import DatasetUnavailableError
@@ -159,10 +160,7 @@ def _table(report: dict, labels: tuple[str, Optional[str]]) -> str:
 
 
 def _write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
 
 
 def benchmark(

@@ -19,11 +19,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from typing import Optional
 
 import torch
 
+from megatron_gamma.atomic import atomic_dir
 from megatron_gamma.config import Config, ConfigError, redacted_dict
 from megatron_gamma.evaluation import checkpoint, mapping, register_auto_classes
 from megatron_gamma.evaluation.hf_model import GammaGPTConfig, GammaGPTForCausalLM
@@ -135,10 +135,7 @@ def export_hf(
         mc_sd = {k: v.detach().cpu() for k, v in model.state_dict().items() if "_extra" not in k}
     vocab = int(mc_sd["embedding.word_embeddings.weight"].shape[0])
     hf = _hf_model(mapping.to_hf(mc_sd, run.cfg), run.cfg, vocab, model_type, tok)
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.", dir=parent)
-    try:
+    with atomic_dir(out_dir) as tmp:
         hf.save_pretrained(tmp, max_shard_size=max_shard_size)
         shutil.copyfile(run.tokenizer, os.path.join(tmp, "tokenizer.json"))
         write_metadata(os.path.join(tmp, "tokenizer.json"))
@@ -153,11 +150,6 @@ def export_hf(
         }
         with open(os.path.join(tmp, META_FILE), "w", encoding="utf-8") as f:
             json.dump(meta, f, indent=2)
-        if os.path.isdir(out_dir):
-            os.rmdir(out_dir)
-        os.replace(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return {
         "out_dir": out_dir,
         "model_type": model_type,

@@ -23,11 +23,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 
 import torch
 from megatron.core import dist_checkpointing
 
+from megatron_gamma.atomic import atomic_dir
 from megatron_gamma.config import ConfigError, config_from_dict, save_config
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 from megatron_gamma.data.tokenizer_fingerprint import fingerprint
@@ -140,10 +140,7 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
         hf_sd.pop("lm_head.weight", None)
     mc_sd = mapping.from_hf(hf_sd, cfg)
     vocab = int(mc_sd["embedding.word_embeddings.weight"].shape[0])
-    parent = os.path.dirname(run_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(run_dir)}.", dir=parent)
-    try:
+    with atomic_dir(run_dir) as tmp:
         one = loader.fp32_single_rank(cfg)
         with loader.single_process(one):
             model = loader.build_model(one, vocab)
@@ -166,10 +163,5 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
             f.write(str(iteration))
         shutil.copyfile(tokenizer, os.path.join(tmp, "tokenizer.json"))
         save_config(cfg, os.path.join(tmp, CONFIG))
-        if os.path.isdir(run_dir):
-            os.rmdir(run_dir)
-        os.replace(tmp, run_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     ckpt = checkpoint_dir(os.path.join(run_dir, CHECKPOINTS), iteration)
     return {"run_dir": run_dir, "checkpoint": ckpt, "iteration": iteration}
