@@ -199,7 +199,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _export_hf(args: argparse.Namespace) -> None:
-    from megatron_gamma.evaluation.hf_export import export_hf
+    from megatron_gamma.hf.hf_export import export_hf
 
     out = export_hf(
         args.checkpoint,
@@ -212,7 +212,7 @@ def _export_hf(args: argparse.Namespace) -> None:
 
 
 def _import_hf(args: argparse.Namespace) -> None:
-    from megatron_gamma.evaluation.hf_import import import_hf
+    from megatron_gamma.hf.hf_import import import_hf
 
     out = import_hf(args.hf_dir, args.run_dir)
     print(f"imported iteration {out['iteration']}: {out['checkpoint']}")

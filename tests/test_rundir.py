@@ -82,9 +82,9 @@ def test_export_evaluate_analyze_from_a_bare_checkpoint_directory(bare, demo_pre
     from transformers import AutoModelForCausalLM
 
     from megatron_gamma.diagnostics.analyze import analyze
-    from megatron_gamma.evaluation import checkpoint
     from megatron_gamma.evaluation.evaluate import evaluate
-    from megatron_gamma.evaluation.hf_export import export_hf
+    from megatron_gamma.hf.hf_export import export_hf
+    from megatron_gamma.rundir import checkpoint
 
     run, save = bare
     config = os.path.join(run, "config.yaml")

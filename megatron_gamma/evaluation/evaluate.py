@@ -25,8 +25,7 @@ import torch.distributed as dist
 from megatron_gamma import parallel
 from megatron_gamma.config import Config, ConfigError, config_from_dict
 from megatron_gamma.diagnostics.compare import score_tokens, token_windows
-from megatron_gamma.evaluation import checkpoint
-from megatron_gamma.rundir import loader
+from megatron_gamma.rundir import checkpoint, loader
 
 
 def evaluation_blend(cfg, data_path: Optional[list[str]]) -> tuple[list[str], list[float]]:

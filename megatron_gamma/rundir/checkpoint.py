@@ -1,8 +1,8 @@
 """One checkpoint and its run, read on a single rank for evaluation and export.
 
 Wraps the single-rank loader :mod:`megatron_gamma.rundir.loader` (single-process megatron-core
-state, the layout-independent dist_checkpointing load) and turns its failures into the named
-errors of :mod:`megatron_gamma.evaluation.errors`.
+state, the layout-independent dist_checkpointing load) and turns its failures into named errors
+(:class:`~megatron_gamma.checkpoint_trust.CheckpointError`, :class:`TokenizerNotFoundError`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,13 @@ from typing import Optional
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
+from megatron_gamma.checkpoint_trust import CheckpointError
 from megatron_gamma.config import Config, ConfigError
-from megatron_gamma.evaluation.errors import CheckpointError, TokenizerNotFoundError
 from megatron_gamma.rundir import layout, loader
+
+
+class TokenizerNotFoundError(ConfigError):
+    """The run's tokenizer.json (``tokenizer_model``) does not exist."""
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """``megatron-gamma import-hf HF_DIR RUN_DIR``: a Hugging Face model back into a megatron-gamma run.
 
 Reads ``config.json`` and the safetensors weights (one file or a sharded index) of a
-``LlamaForCausalLM`` or :class:`~megatron_gamma.evaluation.hf_model.GammaGPTForCausalLM`, maps
-them onto megatron-core's GPTModel (:func:`megatron_gamma.evaluation.mapping.from_hf`) and writes
+``LlamaForCausalLM`` or :class:`~megatron_gamma.hf.hf_model.GammaGPTForCausalLM`, maps
+them onto megatron-core's GPTModel (:func:`megatron_gamma.hf.mapping.from_hf`) and writes
 a run directory::
 
     RUN_DIR/config.yaml                       the run config (tokenizer_model -> RUN_DIR)
@@ -28,13 +28,14 @@ import torch
 from megatron.core import dist_checkpointing
 
 from megatron_gamma.atomic import atomic_dir
+from megatron_gamma.checkpoint_trust import CheckpointError
 from megatron_gamma.config import ConfigError, config_from_dict, save_config
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 from megatron_gamma.data.tokenizer_fingerprint import fingerprint
-from megatron_gamma.evaluation import mapping
-from megatron_gamma.evaluation.errors import CheckpointError, TokenizerNotFoundError
-from megatron_gamma.evaluation.hf_export import META_FILE
+from megatron_gamma.hf import mapping
+from megatron_gamma.hf.hf_export import META_FILE
 from megatron_gamma.rundir import layout, loader
+from megatron_gamma.rundir.checkpoint import TokenizerNotFoundError
 from megatron_gamma.rundir.layout import CHECKPOINTS, CONFIG, TRACKER, checkpoint_dir
 
 
