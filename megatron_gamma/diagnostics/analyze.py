@@ -41,6 +41,7 @@ from tqdm import tqdm
 from megatron_gamma.atomic import atomic_open, atomic_path
 from megatron_gamma.config import Config, ConfigError
 from megatron_gamma.data.tokenizer import BilingualTokenizer
+from megatron_gamma.diagnostics.callback import first_validation_batch
 from megatron_gamma.diagnostics.condensation import (
     condensation_order,
     condensation_score_from_cosine,
@@ -108,7 +109,9 @@ def run_summary(cfg: Config) -> dict:
 
 
 def _validation_batch(cfg: Config, batch_size: int) -> Optional[dict]:
-    """The first ``batch_size`` samples of the run's validation split (None without data)."""
+    """The first validation micro-batch of ``batch_size`` sequences (at most the split's size),
+    built as training builds it (:func:`~megatron_gamma.diagnostics.callback.
+    first_validation_batch`); None without validation data."""
     from megatron_gamma.data.datasets import build_datasets
 
     try:
@@ -121,9 +124,7 @@ def _validation_batch(cfg: Config, batch_size: int) -> Optional[dict]:
     if valid is None or len(valid) == 0:
         print("analyze: the run has no validation split; activation diagnostics skipped")
         return None
-    samples = [valid[i] for i in range(min(batch_size, len(valid)))]
-    batch = torch.utils.data.default_collate(samples)
-    return {k: v for k, v in batch.items() if k != "attention_mask"}
+    return first_validation_batch(valid, min(batch_size, len(valid)))
 
 
 def _parse_heatmaps(specs: Sequence[str], num_layers: int) -> list[tuple[str, int]]:
@@ -245,10 +246,11 @@ def analyze_run(
             values = aggregate_experts(values)
             if batch is not None:
                 with ActivationProbe([model]) as probe:
+                    mask = batch.get("attention_mask")
                     model(
                         batch["tokens"].to(device),
                         batch["position_ids"].to(device),
-                        None,
+                        None if mask is None else mask.to(device),
                     )
                 values.update(probe.results())
                 for key, stats in probe.norm_stats.items():
