@@ -108,10 +108,15 @@ def run_summary(cfg: Config) -> dict:
     }
 
 
-def _validation_batch(cfg: Config, batch_size: int) -> Optional[dict]:
+def _validation_batch(cfg: Config, batch_size: int, ckpts: Sequence[str] = ()) -> Optional[dict]:
     """The first validation micro-batch of ``batch_size`` sequences (at most the split's size),
     built as training builds it (:func:`~megatron_gamma.diagnostics.callback.
-    first_validation_batch`); None without validation data."""
+    first_validation_batch`); None without validation data.
+
+    Raises:
+        ConfigError: one of ``ckpts`` was trained with another tokenizer than the run's config
+            names (:func:`~megatron_gamma.rundir.loader.check_tokenizer`).
+    """
     from megatron_gamma.data.datasets import build_datasets
 
     try:
@@ -119,6 +124,12 @@ def _validation_batch(cfg: Config, batch_size: int) -> Optional[dict]:
     except ConfigError as e:
         print(f"analyze: activation diagnostics skipped: {e}", file=sys.stderr)
         return None
+    for ckpt in ckpts:
+        warning = loader.check_tokenizer(
+            ckpt, cfg, "put the checkpoint's tokenizer ({flags}) back where the run's config says"
+        )
+        if warning:
+            print(f"analyze: {warning}", file=sys.stderr)
     tok = BilingualTokenizer(loader.tokenizer_path(cfg))
     valid = build_datasets(cfg, tok)[1]
     if valid is None or len(valid) == 0:
@@ -227,7 +238,9 @@ def analyze_run(
         specs += [s.replace("layer_00", f"layer_{last:02d}") for s in DEFAULT_HEATMAPS]
     chosen = _parse_heatmaps(specs, cfg.model.num_layers)
     heat_iters = set(_pick_iterations([it for it, _ in points], heatmap_iterations))
-    batch = _validation_batch(cfg, batch_size or cfg.training.micro_batch_size)
+    batch = _validation_batch(
+        cfg, batch_size or cfg.training.micro_batch_size, [ckpt for _, ckpt in ckpts]
+    )
     model = loader.model_for_run(cfg, ckpts[0][1] if ckpts else None)
     device = next(model.parameters()).device
     rows: list[dict[str, float]] = []

@@ -147,8 +147,10 @@ def compare(
         The summary written to ``compare.json`` plus ``"files"``: {name: path}.
 
     Raises:
-        ConfigError: missing checkpoints/configs/data, different tokenizers, or a seq_length
-            beyond a model's maximum.
+        ConfigError: missing checkpoints/configs/data, different tokenizers, a checkpoint
+            trained with another tokenizer than its config's
+            (:func:`~megatron_gamma.rundir.loader.check_tokenizer`), or a seq_length beyond a
+            model's maximum.
     """
     paths = [layout.resolve_checkpoint(ckpt_a), layout.resolve_checkpoint(ckpt_b)]
     cfgs = [
@@ -161,6 +163,14 @@ def compare(
             f"{loader.tokenizer_path(cfgs[1])}): per-token probabilities are not comparable. "
             "Fix: compare runs trained with the same tokenizer"
         )
+    for ckpt, cfg, flag in zip(paths, cfgs, ("--config-a", "--config-b"), strict=True):
+        warning = loader.check_tokenizer(
+            ckpt,
+            cfg,
+            f"pass {flag} with a config.yaml that selects the checkpoint's tokenizer ({{flags}})",
+        )
+        if warning:
+            print(f"compare: {warning}", file=sys.stderr)
     limit = min(c.model.max_position_embeddings for c in cfgs)
     seq = seq_length or min(c.model.seq_length for c in cfgs)
     if not 1 <= seq <= limit:
