@@ -179,7 +179,7 @@ def _extensions():
 
 
 ext_modules, cmdclass = _extensions()
-# evaluate --tasks, export-hf, import-hf (megatron_gamma.evaluation)
+# evaluate --tasks (megatron_gamma.evaluation.benchmarks), export-hf, import-hf (megatron_gamma.hf)
 EVAL_REQUIRES = [
     "transformers==5.24.0",
     "safetensors==0.8.0",

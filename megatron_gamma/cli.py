@@ -30,6 +30,7 @@ import os
 import shlex
 import sys
 
+from megatron_gamma.atomic import atomic_open
 from megatron_gamma.config import ConfigError
 from megatron_gamma.config.megatron_lm import REFUSED, refused_flags
 from megatron_gamma.warnings_summary import silence_library_noise, summarize_accelerator_warnings
@@ -162,9 +163,8 @@ def _evaluate_loss(args: argparse.Namespace) -> None:
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
         path = os.path.join(args.output_dir, "eval_loss.json")
-        with open(f"{path}.tmp", "w") as f:
+        with atomic_open(path, "w") as f:
             json.dump(out, f, indent=2)
-        os.replace(f"{path}.tmp", path)
         print(f"wrote {path}")
 
 
@@ -199,7 +199,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _export_hf(args: argparse.Namespace) -> None:
-    from megatron_gamma.evaluation.hf_export import export_hf
+    from megatron_gamma.hf.hf_export import export_hf
 
     out = export_hf(
         args.checkpoint,
@@ -212,7 +212,7 @@ def _export_hf(args: argparse.Namespace) -> None:
 
 
 def _import_hf(args: argparse.Namespace) -> None:
-    from megatron_gamma.evaluation.hf_import import import_hf
+    from megatron_gamma.hf.hf_import import import_hf
 
     out = import_hf(args.hf_dir, args.run_dir)
     print(f"imported iteration {out['iteration']}: {out['checkpoint']}")

@@ -4,6 +4,7 @@ functions) are checked against it."""
 
 from __future__ import annotations
 
+import ast
 import re
 
 from helpers import PACKAGE, cycles, package_modules, runtime_imports
@@ -138,3 +139,32 @@ def test_a_room_inside_a_package_stays_apart_from_it():
     for room in (r for r in rooms if "." in r):
         parent = PACKAGE.joinpath(*room.split(".")[:-1], "__init__.py")
         assert runtime_imports(parent) == [], f"{parent} imports from the package"
+
+
+def _third_party_imports(path, package: str) -> list[int]:
+    """Lines of ``path`` that import ``package`` or one of its modules (anywhere in the file)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+        else:
+            continue
+        if any(n == package or n.startswith(package + ".") for n in names):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_hf_room_imports_transformers():
+    """Hugging Face conversion is a room of its own: ``transformers`` (the ``[eval]`` extra) is
+    imported by ``megatron_gamma.hf`` and by nothing else of the package."""
+    hf = PACKAGE / "hf"
+    outside = [
+        f"{path}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if hf not in path.parents
+        for line in _third_party_imports(path, "transformers")
+    ]
+    assert outside == []
+    assert _third_party_imports(hf / "hf_model.py", "transformers") != []  # the scan sees them

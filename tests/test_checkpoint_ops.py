@@ -3,7 +3,7 @@
 retention (``--save-retain-last`` / ``--save-retain-interval``) and ``--async-save``.
 
 References: the source checkpoint's weights read independently through
-:mod:`megatron_gamma.evaluation.checkpoint` (single process, fp32), the progress counters the
+:mod:`megatron_gamma.rundir.checkpoint` (single process, fp32), the progress counters the
 source run saved, a freshly seeded trainer's RNG, and the closed-form retention rule.
 (SIGTERM: tests/test_launch_preemption.py; starting from an ``import-hf`` checkpoint:
 tests/test_evaluation.py.)
@@ -20,8 +20,7 @@ from distributed import run_distributed
 from helpers import pretrain
 
 from megatron_gamma.config import ConfigError, load_config
-from megatron_gamma.evaluation import checkpoint
-from megatron_gamma.rundir import loader
+from megatron_gamma.rundir import checkpoint, loader
 from megatron_gamma.training.checkpointing import checkpoint_dir, latest_iteration, retained
 from megatron_gamma.training.loop import preflight
 

@@ -83,7 +83,7 @@ def test_offline_commands_refuse_tampered_checkpoint(trained_run, demo_prefix, t
     from megatron_gamma.diagnostics.analyze import analyze
     from megatron_gamma.diagnostics.compare import compare
     from megatron_gamma.evaluation.evaluate import evaluate
-    from megatron_gamma.evaluation.hf_export import export_hf
+    from megatron_gamma.hf.hf_export import export_hf
 
     run, marker = _tampered_copy(trained_run, tmp_path, kind)
     commands = {

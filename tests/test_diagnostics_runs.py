@@ -253,3 +253,55 @@ def test_tensor_parallel_diagnostics_equal_single_rank(demo):
     for key, (value,) in res["metrics"].items():
         if key.startswith(("stable_rank/", "sink_share/", "norm_")):
             assert close(value, tp1[key]), (key, value, tp1[key])
+
+
+def _validation_batches(run_dir: str, prefix: str) -> dict[str, dict]:
+    """The first batch training's validation pass feeds the model (``Trainer.evaluate``, seen
+    at ``forward_only``), the live diagnostics' batch and analyze's, for one config (document
+    masks on: ``--reset-attention-mask``)."""
+    import itertools
+
+    from megatron_gamma.config import load_config
+    from megatron_gamma.diagnostics.analyze import _validation_batch
+    from megatron_gamma.diagnostics.callback import DiagnosticsCallback
+    from megatron_gamma.training.loop import Trainer
+
+    overrides = {"data_path": [prefix], "run_dir": run_dir, "num_layers": 1, "hidden_size": 32}
+    overrides.update(num_attention_heads=2, seq_length=16, micro_batch_size=3, seed=7)
+    overrides.update(global_batch_size=3, train_iters=1, split="90,10,0", init_audit="off")
+    overrides.update(eval_iters=1, progress_bar=False, reset_attention_mask=True)
+    cfg = load_config(None, overrides)
+    trainer = Trainer(cfg)
+    seen = []
+    forward_only = trainer.forward_only
+
+    def first_batch(batch_iter, num_microbatches=None):
+        first = next(batch_iter)
+        seen.append(first)
+        return forward_only(itertools.chain([first], batch_iter), num_microbatches)
+
+    try:
+        trainer.forward_only = first_batch
+        trainer.evaluate()
+        live = DiagnosticsCallback._validation_batch(trainer)
+        offline = _validation_batch(cfg, cfg.training.micro_batch_size)
+    finally:
+        trainer.close()
+    batches = {"training": seen[0], "live": live, "analyze": offline}
+    # numpy copies: tensors would travel through shared memory that dies with this process
+    return {name: {k: v.numpy() for k, v in b.items()} for name, b in batches.items()}
+
+
+@pytest.mark.timeout(300)
+def test_analyze_uses_the_validation_batch_of_training(tmp_path, demo_prefix):
+    from distributed import run_distributed
+
+    (batches,) = run_distributed(_validation_batches, 1, str(tmp_path / "run"), demo_prefix)
+    training = batches["training"]
+    assert sorted(training) == ["attention_mask", "labels", "loss_mask", "position_ids", "tokens"]
+    assert training["tokens"].shape == (3, 16)
+    for name in ("live", "analyze"):
+        assert sorted(batches[name]) == sorted(training), name
+        for key, value in training.items():
+            assert batches[name][key].dtype == value.dtype, (name, key)
+            assert (batches[name][key] == value).all(), (name, key)

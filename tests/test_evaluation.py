@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -18,18 +19,15 @@ import torch
 import yaml
 from helpers import pretrain, read_metrics, run_cli
 
+from megatron_gamma.checkpoint_trust import CheckpointError
 from megatron_gamma.config import ConfigError, load_config
-from megatron_gamma.evaluation import checkpoint
 from megatron_gamma.evaluation.bootstrap import paired_bootstrap
-from megatron_gamma.evaluation.errors import (
-    CheckpointError,
-    TokenizerNotFoundError,
-    UnmappableArchitectureError,
-)
 from megatron_gamma.evaluation.evaluate import evaluate
-from megatron_gamma.evaluation.hf_export import MODELING_FILE, export_hf
-from megatron_gamma.evaluation.hf_import import import_hf
-from megatron_gamma.rundir import loader
+from megatron_gamma.hf.hf_export import MODELING_FILE, export_hf
+from megatron_gamma.hf.hf_import import import_hf
+from megatron_gamma.hf.mapping import UnmappableArchitectureError
+from megatron_gamma.rundir import checkpoint, loader
+from megatron_gamma.rundir.checkpoint import TokenizerNotFoundError
 from megatron_gamma.training.loop import preflight
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -135,7 +133,7 @@ def test_evaluate_on_two_ranks_equals_one_rank(tp2pp2_run, demo_prefix, tmp_path
 def test_exported_gamma_model_loads_from_megatron_gamma_without_remote_code(runs, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from megatron_gamma.evaluation import GammaGPTForCausalLM
+    from megatron_gamma.hf import GammaGPTForCausalLM
 
     export_hf(runs["headwise_tied"], str(tmp_path / "hf"))
     model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"))
@@ -236,6 +234,24 @@ def test_evaluate_data_path_replaces_the_run_data_path(runs, demo_prefix):
     single = evaluate(runs["moe"], [demo_prefix], eval_tokens=2 * 64)
     assert [d["windows"] for d in blend["data"]] == [2, 2]
     assert blend["data"][0]["loss"] == pytest.approx(single["loss"], abs=1e-6)
+
+
+def test_held_out_evaluate_imports_no_transformers(runs, demo_prefix):
+    """Plain ``evaluate`` needs no ``[eval]`` extra: importing the package and computing a
+    held-out loss (the same value as in this process) loads no ``transformers`` module."""
+    code = (
+        "import json, sys\n"
+        "import megatron_gamma.evaluation\n"
+        "from megatron_gamma.evaluation.evaluate import evaluate\n"
+        f"out = evaluate({runs['moe']!r}, [{demo_prefix!r}], eval_tokens=2 * 64)\n"
+        "hf = sorted(m for m in sys.modules if m.split('.')[0] == 'transformers')\n"
+        "print(json.dumps([out['loss'], hf]))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    loss, modules = json.loads(proc.stdout.splitlines()[-1])
+    assert modules == []
+    assert loss == pytest.approx(evaluate(runs["moe"], [demo_prefix], eval_tokens=2 * 64)["loss"])
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

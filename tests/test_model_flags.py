@@ -224,8 +224,7 @@ def test_alias_contradictions_and_local_spec_refusals():
     ],
 )
 def test_hf_export_refuses_what_its_mapping_does_not_express(flags, named):
-    from megatron_gamma.evaluation.errors import UnmappableArchitectureError
-    from megatron_gamma.evaluation.mapping import check_mappable
+    from megatron_gamma.hf.mapping import UnmappableArchitectureError, check_mappable
 
     assert check_mappable(load_config(None, {}), "auto") == "gamma_gpt"
     with pytest.raises(UnmappableArchitectureError, match=named):

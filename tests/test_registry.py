@@ -78,7 +78,7 @@ def test_qkv_split_is_megatron_cores_grouped_layout_and_the_hf_mappings():
     """Rows [q heads of group 0, k0, v0, q heads of group 1, k1, v1] (megatron-core
     ``get_query_key_value_tensors``), read back by explicit row indices; the HF export's
     q/k/v projections are those same tensors and import joins them back bit for bit."""
-    from megatron_gamma.evaluation.mapping import from_hf, to_hf
+    from megatron_gamma.hf.mapping import from_hf, to_hf
 
     cfg = load_config(
         None,

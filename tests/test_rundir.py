@@ -82,9 +82,9 @@ def test_export_evaluate_analyze_from_a_bare_checkpoint_directory(bare, demo_pre
     from transformers import AutoModelForCausalLM
 
     from megatron_gamma.diagnostics.analyze import analyze
-    from megatron_gamma.evaluation import checkpoint
     from megatron_gamma.evaluation.evaluate import evaluate
-    from megatron_gamma.evaluation.hf_export import export_hf
+    from megatron_gamma.hf.hf_export import export_hf
+    from megatron_gamma.rundir import checkpoint
 
     run, save = bare
     config = os.path.join(run, "config.yaml")
@@ -220,3 +220,81 @@ def test_rundir_and_evaluate_import_neither_upper_rooms_nor_transformers():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert proc.stdout.splitlines() == ["[]", "[]"]
+
+
+def _with_tokenizer_fingerprint(save: str, dest, fingerprint: dict | None) -> str:
+    """A copy of ``save``'s checkpoints at ``dest`` whose common state carries ``fingerprint``
+    (None: none, as checkpoints saved before fingerprints); returns the copy's root."""
+    shutil.copytree(save, dest)
+    common = dest / "iter_0000002" / "common.pt"
+    state = torch.load(common, weights_only=True)
+    if fingerprint is None:
+        del state[layout.TOKENIZER_KEY]
+    else:
+        state[layout.TOKENIZER_KEY] = fingerprint
+    torch.save(state, common)
+    assert layout.saved_description(str(common.parent))[1] == fingerprint
+    return str(dest)
+
+
+@pytest.mark.timeout(300)
+def test_a_checkpoint_loads_only_with_its_tokenizer(bare, demo_prefix, tmp_path, capsys):
+    """``pretrain --load``, evaluate/export (``checkpoint.resolve``), analyze and compare check
+    the checkpoint's tokenizer fingerprint against the tokenizer they would use: another one is
+    a named error before any model is built, a checkpoint without a fingerprint loads with a
+    warning."""
+    from megatron_gamma.data.tokenizer import BilingualTokenizer
+    from megatron_gamma.data.tokenizer_fingerprint import fingerprint
+    from megatron_gamma.diagnostics.analyze import analyze
+    from megatron_gamma.diagnostics.compare import compare
+    from megatron_gamma.rundir import checkpoint
+    from megatron_gamma.training.loop import preflight
+
+    run, save = bare
+    other = tmp_path / "other" / "tokenizer.json"  # same vocabulary, other bytes: other sha256
+    other.parent.mkdir()
+    with open(DEMO_TOKENIZER, encoding="utf-8") as f:
+        other.write_text(json.dumps(json.load(f), indent=1), encoding="utf-8")
+    theirs = fingerprint(BilingualTokenizer(str(other)))
+    ours = fingerprint(BilingualTokenizer(DEMO_TOKENIZER))
+    assert theirs["sha256"] != ours["sha256"]
+
+    def train_config(load: str):
+        overrides = {"load": load, "save": str(tmp_path / "new"), "run_dir": str(tmp_path / "r")}
+        return load_config(os.path.join(run, "config.yaml"), overrides)
+
+    # the checkpoint's own tokenizer: loads, silently
+    own = loader.check_tokenizer(layout.checkpoint_dir(save, 2), loader.run_config(save), "")
+    assert own is None
+    assert checkpoint.resolve(save).path == layout.checkpoint_dir(save, 2)
+    assert preflight(train_config(save)).sha256 == ours["sha256"]
+    assert "tokenizer fingerprint" not in capsys.readouterr().out
+
+    # trained with another tokenizer: every loader names both and the flags of the right one
+    foreign = _with_tokenizer_fingerprint(save, tmp_path / "foreign", theirs)
+    named = (
+        rf"checkpoint='{foreign}/iter_0000002': trained with tokenizer .*sha256 "
+        rf"{theirs['sha256'][:12]}\), but the config's tokenizer is .*sha256 "
+        rf"{ours['sha256'][:12]}\). Fix: "
+    )
+    flags = f"--tokenizer-type HuggingFaceTokenizer --tokenizer-model {other}"
+    with pytest.raises(ConfigError, match=rf"{named}pass the checkpoint's tokenizer \({flags}\)$"):
+        preflight(train_config(foreign))
+    with pytest.raises(ConfigError, match=rf"{named}pass --config .*\({flags}\)"):
+        checkpoint.resolve(foreign)
+    out = tmp_path / "analysis"
+    with pytest.raises(ConfigError, match=rf"{named}put the checkpoint's tokenizer \({flags}\)"):
+        analyze([foreign], str(out), include_init=False, progress=False)
+    with pytest.raises(ConfigError, match=rf"{named}pass --config-b .*\({flags}\)"):
+        compare(save, foreign, demo_prefix, str(out), progress=False)
+    assert not out.exists() or os.listdir(out) == []
+
+    # saved before checkpoints carried a fingerprint: loads, with a warning
+    old = _with_tokenizer_fingerprint(save, tmp_path / "old", None)
+    capsys.readouterr()
+    assert checkpoint.resolve(old).path == layout.checkpoint_dir(old, 2)
+    assert f"WARNING: checkpoint {old}/iter_0000002 carries no tokenizer fingerprint" in (
+        capsys.readouterr().err
+    )
+    assert preflight(train_config(old)).sha256 == ours["sha256"]
+    assert "carries no tokenizer fingerprint" in capsys.readouterr().out

@@ -13,8 +13,8 @@ from conftest import TINY_MODEL, run_cli
 
 from megatron_gamma.config import REDACTED, load_config
 from megatron_gamma.config.effects import no_effect_warnings
-from megatron_gamma.evaluation.hf_export import export_hf
-from megatron_gamma.evaluation.hf_import import import_hf
+from megatron_gamma.hf.hf_export import export_hf
+from megatron_gamma.hf.hf_import import import_hf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECRETS = {"HF_TOKEN": "secret123", "WANDB_API_KEY": "secret456"}

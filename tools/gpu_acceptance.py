@@ -450,6 +450,8 @@ def _comparisons(steps: dict[str, Step]) -> list[str]:
 
 def write_report(out: str, steps: list[Step], meta: dict) -> None:
     """Write gpu_acceptance.json and .md (temp names, then rename)."""
+    from megatron_gamma.atomic import atomic_write_text
+
     by_name = {s.name: s for s in steps}
     doc = {**meta, "gate_decision": gate_decision(by_name), "steps": [asdict(s) for s in steps]}
     md = [f"# GPU acceptance ({meta['mode']})", ""]
@@ -476,10 +478,7 @@ def write_report(out: str, steps: list[Step], meta: dict) -> None:
         md += ["", "## RMSNorm (tools/bench_rmsnorm.py)", "", "```", bench.output.strip(), "```"]
     for path, text in ((f"{out}/gpu_acceptance.json", json.dumps(doc, indent=2)),
                        (f"{out}/gpu_acceptance.md", "\n".join(md) + "\n")):  # fmt: skip
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        atomic_write_text(path, text)
 
 
 def probe_init_parity(device: str, tiny: bool) -> dict:

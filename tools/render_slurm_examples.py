@@ -10,6 +10,7 @@ The examples are renderings of the same templates that `megatron-gamma submit` a
 import os
 import sys
 
+from megatron_gamma.atomic import atomic_path
 from megatron_gamma.launch.slurm import example_scripts
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
@@ -20,10 +21,10 @@ def main() -> int:
     os.makedirs(folder, exist_ok=True)
     for name, text in example_scripts().items():
         path = os.path.join(folder, name)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(path + ".tmp", 0o755)
-        os.replace(path + ".tmp", path)
+        with atomic_path(path) as tmp:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(tmp, 0o755)
         print(f"wrote {path}")
     return 0
 

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import yaml
 
+from megatron_gamma.atomic import atomic_open
 from megatron_gamma.config.choices import Choice, base_type
 from megatron_gamma.config.errors import ConfigError, fail
 from megatron_gamma.config.schedule import check_schedule_units, drop_alternatives
@@ -248,9 +249,7 @@ def redacted_dict(cfg: Config) -> dict:
 
 
 def save_config(cfg: Config, path: str) -> None:
-    """Write the resolved config as YAML (temp file, then rename), ``cluster.env`` values
-    redacted (:func:`redacted_dict`)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    """Write the resolved config as YAML (:func:`~megatron_gamma.atomic.atomic_open`),
+    ``cluster.env`` values redacted (:func:`redacted_dict`)."""
+    with atomic_open(path, encoding="utf-8") as f:
         yaml.safe_dump(redacted_dict(cfg), f, sort_keys=False, allow_unicode=True)
-    os.replace(tmp, path)

@@ -28,6 +28,7 @@ import os
 import shutil
 from collections.abc import Iterator
 
+from megatron_gamma.atomic import move
 from megatron_gamma.config import ConfigError, changed_fields
 from megatron_gamma.data.indexed import sha256_file
 from megatron_gamma.data.stats import read_json, write_json
@@ -207,8 +208,7 @@ class UnitOutput:
         if os.path.exists(self.marker):
             os.remove(self.marker)
         for suffix in suffixes:
-            os.replace(self.temp(suffix), self.final(suffix))
-        write_json(self.temp(".done.json"), marker)
-        os.replace(self.temp(".done.json"), self.marker)
+            move(self.temp(suffix), self.final(suffix))
+        write_json(self.marker, marker)
         shutil.rmtree(self.partial, ignore_errors=True)
         return marker

@@ -25,11 +25,12 @@ byte-level tokenizer, every document decodes back to its text.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable
 from functools import lru_cache
 from importlib import resources
+
+from megatron_gamma.atomic import atomic_open
 
 EXTRA_ABBREVIATIONS = (
     "e.g i.e etc vs cf al approx ca resp fig figs eq eqs ref refs sec ch vol vols pp "
@@ -59,11 +60,9 @@ def save_punkt_params(params, path: str) -> None:
         "sent_starters": sorted(params.sent_starters),
         "ortho_context": dict(sorted(params.ortho_context.items())),
     }
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=False, indent=0, sort_keys=True)
         f.write("\n")
-    os.replace(tmp, path)
 
 
 def load_punkt_params(path: str):

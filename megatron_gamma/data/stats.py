@@ -32,8 +32,8 @@ break (all of them are in the output) and the uncompressed byte offset (0 for pa
 from __future__ import annotations
 
 import json
-import os
 
+from megatron_gamma.atomic import atomic_open
 from megatron_gamma.data.filters import DROP_REASONS
 from megatron_gamma.data.readers import ERROR_KINDS
 
@@ -94,11 +94,9 @@ def counts_from_document(doc: dict) -> dict:
 
 def write_json(path: str, doc: dict) -> None:
     """Write ``doc`` as indented, key-sorted JSON under a temporary name, then rename."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2, sort_keys=True, ensure_ascii=False)
         f.write("\n")
-    os.replace(tmp, path)
 
 
 def read_json(path: str) -> dict:

@@ -26,6 +26,8 @@ from collections.abc import Iterable
 import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+from megatron_gamma.atomic import atomic_open, atomic_path
+
 EOD, PAD, BOS = "<|endoftext|>", "<|pad|>", "<|bos|>"
 SPECIAL_TOKENS = [EOD, PAD, BOS]
 
@@ -49,14 +51,11 @@ def write_metadata(tokenizer_json: str) -> list[str]:
     written = []
     for name, doc in (("tokenizer_config.json", config), ("special_tokens_map.json", special)):
         path = os.path.join(folder, name)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
+        with atomic_open(path, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=2, sort_keys=True)
             f.write("\n")
-        os.replace(tmp, path)
         written.append(path)
     path = os.path.join(folder, "tokenizer_metadata.json")
-    tmp = f"{path}.tmp{os.getpid()}"
     metadata = {
         "library": "huggingface",
         "class_name": None,
@@ -64,9 +63,8 @@ def write_metadata(tokenizer_json: str) -> list[str]:
         "model_type": "gpt",
         "chat_template": None,
     }
-    with open(tmp, "w") as f:
+    with atomic_open(path, "w") as f:
         json.dump(metadata, f)
-    os.replace(tmp, path)
     return written + [path]
 
 
@@ -95,9 +93,8 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output: str) -> Tokenizer:
     )
     tok.train_from_iterator(texts, trainer=trainer)
     os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-    tmp = f"{output}.tmp{os.getpid()}"
-    tok.save(tmp)
-    os.replace(tmp, output)
+    with atomic_path(output) as tmp:
+        tok.save(tmp)
     return tok
 
 

@@ -18,6 +18,7 @@ import os
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
+from megatron_gamma.atomic import atomic_path
 from megatron_gamma.config import ConfigError, DataConfig
 from megatron_gamma.data import demo_dir
 from megatron_gamma.data.tokenizer import EOD, BilingualTokenizer, files_sha256
@@ -95,8 +96,7 @@ def load_tokenizer(data: DataConfig, workdir: str) -> BilingualTokenizer:
         tok = gpt2_bpe_tokenizer(*source)
         os.makedirs(workdir, exist_ok=True)
         path = os.path.join(workdir, f"gpt2-bpe-{files_sha256(source)[:16]}.tokenizer.json")
-        tmp = f"{path}.tmp{os.getpid()}"
-        tok.save(tmp)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            tok.save(tmp)
         return BilingualTokenizer(path, data.tokenizer_type, source)
     return BilingualTokenizer(hf_tokenizer_json(data.tokenizer_model), data.tokenizer_type)

@@ -38,8 +38,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from megatron_gamma.atomic import atomic_open, atomic_path
 from megatron_gamma.config import Config, ConfigError
 from megatron_gamma.data.tokenizer import BilingualTokenizer
+from megatron_gamma.diagnostics.callback import first_validation_batch
 from megatron_gamma.diagnostics.condensation import (
     condensation_order,
     condensation_score_from_cosine,
@@ -106,8 +108,15 @@ def run_summary(cfg: Config) -> dict:
     }
 
 
-def _validation_batch(cfg: Config, batch_size: int) -> Optional[dict]:
-    """The first ``batch_size`` samples of the run's validation split (None without data)."""
+def _validation_batch(cfg: Config, batch_size: int, ckpts: Sequence[str] = ()) -> Optional[dict]:
+    """The first validation micro-batch of ``batch_size`` sequences (at most the split's size),
+    built as training builds it (:func:`~megatron_gamma.diagnostics.callback.
+    first_validation_batch`); None without validation data.
+
+    Raises:
+        ConfigError: one of ``ckpts`` was trained with another tokenizer than the run's config
+            names (:func:`~megatron_gamma.rundir.loader.check_tokenizer`).
+    """
     from megatron_gamma.data.datasets import build_datasets
 
     try:
@@ -115,14 +124,18 @@ def _validation_batch(cfg: Config, batch_size: int) -> Optional[dict]:
     except ConfigError as e:
         print(f"analyze: activation diagnostics skipped: {e}", file=sys.stderr)
         return None
+    for ckpt in ckpts:
+        warning = loader.check_tokenizer(
+            ckpt, cfg, "put the checkpoint's tokenizer ({flags}) back where the run's config says"
+        )
+        if warning:
+            print(f"analyze: {warning}", file=sys.stderr)
     tok = BilingualTokenizer(loader.tokenizer_path(cfg))
     valid = build_datasets(cfg, tok)[1]
     if valid is None or len(valid) == 0:
         print("analyze: the run has no validation split; activation diagnostics skipped")
         return None
-    samples = [valid[i] for i in range(min(batch_size, len(valid)))]
-    batch = torch.utils.data.default_collate(samples)
-    return {k: v for k, v in batch.items() if k != "attention_mask"}
+    return first_validation_batch(valid, min(batch_size, len(valid)))
 
 
 def _parse_heatmaps(specs: Sequence[str], num_layers: int) -> list[tuple[str, int]]:
@@ -225,7 +238,9 @@ def analyze_run(
         specs += [s.replace("layer_00", f"layer_{last:02d}") for s in DEFAULT_HEATMAPS]
     chosen = _parse_heatmaps(specs, cfg.model.num_layers)
     heat_iters = set(_pick_iterations([it for it, _ in points], heatmap_iterations))
-    batch = _validation_batch(cfg, batch_size or cfg.training.micro_batch_size)
+    batch = _validation_batch(
+        cfg, batch_size or cfg.training.micro_batch_size, [ckpt for _, ckpt in ckpts]
+    )
     model = loader.model_for_run(cfg, ckpts[0][1] if ckpts else None)
     device = next(model.parameters()).device
     rows: list[dict[str, float]] = []
@@ -244,10 +259,11 @@ def analyze_run(
             values = aggregate_experts(values)
             if batch is not None:
                 with ActivationProbe([model]) as probe:
+                    mask = batch.get("attention_mask")
                     model(
                         batch["tokens"].to(device),
                         batch["position_ids"].to(device),
-                        None,
+                        None if mask is None else mask.to(device),
                     )
                 values.update(probe.results())
                 for key, stats in probe.norm_stats.items():
@@ -289,12 +305,9 @@ def write_numbers(runs: Sequence[RunAnalysis], out_dir: str) -> dict[str, str]:
         d.pop("heatmap_cosines")
         runs_doc.append(d)
     doc = {"hist_edges_log10_ms": list(HIST_EDGES), "runs": runs_doc}
-    tmp = json_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(json_path, "w", encoding="utf-8") as f:
         json.dump(doc, f)
-    os.replace(tmp, json_path)
-    tmp = csv_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
+    with atomic_open(csv_path, "w", encoding="utf-8", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["run", "iteration", "metric", "role", "layer", "head", "value", "expert"])
         for r in runs:
@@ -315,16 +328,14 @@ def write_numbers(runs: Sequence[RunAnalysis], out_dir: str) -> dict[str, str]:
                             p["expert"],
                         ]
                     )
-    os.replace(tmp, csv_path)
     arrays = {
         f"{r.name}/{key}/iter_{it}".replace("/", "__"): cos.numpy()
         for r in runs
         for key, cells in r.heatmap_cosines.items()
         for it, cos in cells.items()
     }
-    tmp = npz_path + ".tmp.npz"
-    np.savez_compressed(tmp, **arrays)
-    os.replace(tmp, npz_path)
+    with atomic_path(npz_path) as tmp:
+        np.savez_compressed(tmp, **arrays)
     return {"json": json_path, "csv": csv_path, "heatmaps": npz_path}
 
 

@@ -19,10 +19,12 @@ Between diagnostics steps no hook is installed, so ordinary iterations cost noth
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional
 
+import torch
 import torch.distributed as dist
 from megatron.core import parallel_state
+from torch.utils.data import Dataset
 
 from megatron_gamma.data.datasets import micro_batches
 from megatron_gamma.diagnostics.probes import (
@@ -105,17 +107,36 @@ class DiagnosticsCallback(Callback):
 
     @staticmethod
     def _validation_batch(trainer: Trainer):
-        valid = trainer.datasets[1] if len(trainer.datasets) > 1 else None
-        if valid is None or len(valid) == 0:
-            return None
-        it = micro_batches(
-            valid,
-            0,
+        return first_validation_batch(
+            trainer.datasets[1] if len(trainer.datasets) > 1 else None,
             trainer.cfg.training.micro_batch_size,
             parallel_state.get_data_parallel_rank(),
             parallel_state.get_data_parallel_world_size(),
         )
-        return next(it, None)
+
+
+def first_validation_batch(
+    valid: Optional[Dataset], micro_batch_size: int, dp_rank: int = 0, dp_size: int = 1
+) -> Optional[dict[str, torch.Tensor]]:
+    """The first validation micro-batch of data-parallel rank ``dp_rank``: the batch every
+    validation pass of training starts with (``Trainer.evaluate`` reads the split through
+    :func:`~megatron_gamma.data.datasets.micro_batches` from sample 0), used by the live
+    diagnostics and by ``analyze``.
+
+    Args:
+        valid: the validation split (``build_datasets(cfg, tokenizer)[1]``), or None.
+        micro_batch_size: sequences in the batch.
+        dp_rank, dp_size: this rank's data-parallel slice (rank 0 of 1: samples 0 .. B-1).
+
+    Returns:
+        tokens, labels, loss_mask, position_ids, each (micro_batch_size, seq_length) (int64,
+        int64, float32, int64), plus attention_mask (micro_batch_size, 1, seq_length,
+        seq_length) bool under ``--reset-attention-mask``; None without validation data or
+        with fewer than ``micro_batch_size`` samples for this rank.
+    """
+    if valid is None or len(valid) == 0:
+        return None
+    return next(micro_batches(valid, 0, micro_batch_size, dp_rank, dp_size), None)
 
 
 def _gather_on_rank0(values: dict[str, float]) -> dict[str, float] | None:

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from megatron_gamma.atomic import atomic_open, atomic_path
 from megatron_gamma.config import ConfigError
 from megatron_gamma.diagnostics.tokens import (
     gap_by_difficulty,
@@ -146,8 +147,10 @@ def compare(
         The summary written to ``compare.json`` plus ``"files"``: {name: path}.
 
     Raises:
-        ConfigError: missing checkpoints/configs/data, different tokenizers, or a seq_length
-            beyond a model's maximum.
+        ConfigError: missing checkpoints/configs/data, different tokenizers, a checkpoint
+            trained with another tokenizer than its config's
+            (:func:`~megatron_gamma.rundir.loader.check_tokenizer`), or a seq_length beyond a
+            model's maximum.
     """
     paths = [layout.resolve_checkpoint(ckpt_a), layout.resolve_checkpoint(ckpt_b)]
     cfgs = [
@@ -160,6 +163,14 @@ def compare(
             f"{loader.tokenizer_path(cfgs[1])}): per-token probabilities are not comparable. "
             "Fix: compare runs trained with the same tokenizer"
         )
+    for ckpt, cfg, flag in zip(paths, cfgs, ("--config-a", "--config-b"), strict=True):
+        warning = loader.check_tokenizer(
+            ckpt,
+            cfg,
+            f"pass {flag} with a config.yaml that selects the checkpoint's tokenizer ({{flags}})",
+        )
+        if warning:
+            print(f"compare: {warning}", file=sys.stderr)
     limit = min(c.model.max_position_embeddings for c in cfgs)
     seq = seq_length or min(c.model.seq_length for c in cfgs)
     if not 1 <= seq <= limit:
@@ -225,29 +236,24 @@ def _write(
         "csv": os.path.join(out_dir, "delta_sym_by_difficulty.csv"),
         "tokens": os.path.join(out_dir, "tokens.npz"),
     }
-    tmp = files["json"] + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(files["json"], "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=1, ensure_ascii=False)
-    os.replace(tmp, files["json"])
-    tmp = files["csv"] + ".tmp"
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
+    with atomic_open(files["csv"], "w", encoding="utf-8", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(bins[0].as_dict()))
         writer.writeheader()
         for b in bins:
             writer.writerow(b.as_dict())
-    os.replace(tmp, files["csv"])
-    tmp = files["tokens"] + ".tmp.npz"
-    np.savez_compressed(
-        tmp,
-        tokens=windows[:, :-1].numpy(),
-        targets=windows[:, 1:].numpy(),
-        logp_a=logp_a.numpy(),
-        logp_b=logp_b.numpy(),
-        delta_sym=delta.numpy(),
-        difficulty=difficulty.numpy(),
-        document=documents,
-    )
-    os.replace(tmp, files["tokens"])
+    with atomic_path(files["tokens"]) as tmp:
+        np.savez_compressed(
+            tmp,
+            tokens=windows[:, :-1].numpy(),
+            targets=windows[:, 1:].numpy(),
+            logp_a=logp_a.numpy(),
+            logp_b=logp_b.numpy(),
+            delta_sym=delta.numpy(),
+            difficulty=difficulty.numpy(),
+            document=documents,
+        )
     note = f" ({summary['tokens']} tokens, {len(bins)} bins)"
     files["plot"] = plot_compare(
         bins, labels, os.path.join(out_dir, "delta_sym_by_difficulty.png"), note

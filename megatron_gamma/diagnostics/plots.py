@@ -20,6 +20,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from megatron_gamma.atomic import atomic_path
 from megatron_gamma.diagnostics.condensation import gaussian_cosine_baseline
 from megatron_gamma.diagnostics.norm import SATURATION_FACTOR
 from megatron_gamma.diagnostics.probes import parse_metric_key
@@ -63,15 +64,14 @@ def _save(fig, path: str) -> str:
     (``Title``; ``Panels``: JSON list), so tools and tests can tell what a file shows."""
     panels = [ax.get_title() for ax in fig.axes if ax.get_title()]
     title = fig.get_suptitle()
-    tmp = path + ".tmp.png"
-    fig.savefig(
-        tmp,
-        dpi=110,
-        bbox_inches="tight",
-        metadata={"Title": title, "Panels": json.dumps(panels, ensure_ascii=False)},
-    )
+    with atomic_path(path) as tmp:
+        fig.savefig(
+            tmp,
+            dpi=110,
+            bbox_inches="tight",
+            metadata={"Title": title, "Panels": json.dumps(panels, ensure_ascii=False)},
+        )
     plt.close(fig)
-    os.replace(tmp, path)
     return path
 
 

@@ -1,6 +1,6 @@
 """``megatron-gamma evaluate CKPT --tasks ...``: lm-evaluation-harness on exported checkpoints.
 
-Each checkpoint is exported with :func:`megatron_gamma.evaluation.hf_export.export_hf` into a
+Each checkpoint is exported with :func:`megatron_gamma.hf.hf_export.export_hf` into a
 temporary directory and evaluated by ``lm_eval.simple_evaluate`` (model ``hf``,
 ``trust_remote_code=True``, fp32) with per-item samples logged. With ``compare``, the second
 checkpoint is evaluated on the same tasks and the items both scored are paired: per task, both
@@ -22,10 +22,11 @@ from typing import Optional
 
 import numpy as np
 
+from megatron_gamma.atomic import atomic_write_text
 from megatron_gamma.config import ConfigError
 from megatron_gamma.evaluation.bootstrap import paired_bootstrap
 from megatron_gamma.evaluation.errors import DatasetUnavailableError
-from megatron_gamma.evaluation.hf_export import export_hf
+from megatron_gamma.hf.hf_export import export_hf
 
 # The paper's three benchmarks plus zero-shot tasks that separate 0.1B-1.5B models.
 SUGGESTED_TASKS = (
@@ -159,10 +160,7 @@ def _table(report: dict, labels: tuple[str, Optional[str]]) -> str:
 
 
 def _write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    atomic_write_text(path, text)
 
 
 def benchmark(

@@ -1,28 +1,12 @@
-"""Named errors of the evaluation and Hugging Face conversion commands.
+"""Named errors of the benchmarks (``evaluate --tasks``).
 
-All are :class:`megatron_gamma.config.ConfigError` subclasses, so the CLI reports them as
-configuration errors (exit code 2) with the "key=value: why. Fix: ..." message.
+A :class:`megatron_gamma.config.ConfigError` subclass, so the CLI reports it as a configuration
+error (exit code 2) with the "key=value: why. Fix: ..." message.
 """
 
 from __future__ import annotations
 
-from megatron_gamma.checkpoint_trust import CheckpointError
 from megatron_gamma.config import ConfigError
-
-__all__ = [
-    "CheckpointError",
-    "DatasetUnavailableError",
-    "TokenizerNotFoundError",
-    "UnmappableArchitectureError",
-]
-
-
-class TokenizerNotFoundError(ConfigError):
-    """The run's tokenizer.json (``tokenizer_model``) does not exist."""
-
-
-class UnmappableArchitectureError(ConfigError):
-    """The model cannot be expressed by the requested Hugging Face class."""
 
 
 class DatasetUnavailableError(ConfigError):

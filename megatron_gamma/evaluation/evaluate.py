@@ -9,7 +9,7 @@ its first windows (documents concatenated in order,
 'W1 P1 W2 P2 ...' each prefix gets windows in proportion to its weight (largest remainder).
 The loss is the mean next-token cross-entropy (nats) over every scored token, the perplexity its
 exponential. Data paths given here replace the run's ``data_path`` (the config is rebuilt
-through ``config_from_dict`` with only the evaluation blend).
+through ``Config.replace`` with only the evaluation blend).
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ import torch
 import torch.distributed as dist
 
 from megatron_gamma import parallel
-from megatron_gamma.config import Config, ConfigError, config_from_dict
+from megatron_gamma.config import Config, ConfigError
 from megatron_gamma.diagnostics.compare import score_tokens, token_windows
-from megatron_gamma.evaluation import checkpoint
-from megatron_gamma.rundir import loader
+from megatron_gamma.rundir import checkpoint, loader
 
 
 def evaluation_blend(cfg, data_path: Optional[list[str]]) -> tuple[list[str], list[float]]:
@@ -44,9 +43,8 @@ def evaluation_blend(cfg, data_path: Optional[list[str]]) -> tuple[list[str], li
             "data_path=[]: nothing to evaluate on (the run has no valid_data_path). Fix: pass "
             "--data-path PREFIX (or a blend W1 P1 W2 P2 ...) of held-out data"
         )
-    raw = cfg.to_dict()
-    raw["data"].update(data_path=data, train_data_path=[], valid_data_path=[], test_data_path=[])
-    prefixes, weights = config_from_dict(raw).data.blend()
+    only = cfg.replace(data_path=data, train_data_path=[], valid_data_path=[], test_data_path=[])
+    prefixes, weights = only.data.blend()
     weights = weights or [1.0] * len(prefixes)
     total = sum(weights)
     return prefixes, [w / total for w in weights]
@@ -71,9 +69,7 @@ def _processes(cfg: Config) -> Iterator[tuple[int, int]]:
         with loader.single_process(cfg):
             yield 0, 1
         return
-    raw = cfg.to_dict()
-    raw["training"].update(micro_batch_size=1, global_batch_size=world)
-    parallel.initialize(config_from_dict(raw))
+    parallel.initialize(cfg.replace(micro_batch_size=1, global_batch_size=world))
     try:
         yield dist.get_rank(), world
     finally:

@@ -21,7 +21,6 @@ redacted (:func:`megatron_gamma.config.redacted_dict`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import glob
 import os
@@ -36,6 +35,7 @@ from typing import Optional
 
 import jinja2
 
+from megatron_gamma.atomic import atomic_path
 from megatron_gamma.config import (
     REDACTED,
     Config,
@@ -544,13 +544,10 @@ def write_executable(path: str, text: str, private: bool = False) -> None:
     """Write ``text`` to ``path`` through a temporary name and a rename, executable, with mode
     0777 (0700 when ``private``: the script holds environment values, which may be secrets)
     less the user's umask."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(tmp)  # left by a killed writer of the same pid: os.open applies the mode anew
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700 if private else 0o777)
-    with open(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:  # removes a killed writer's leftover: os.open sets the mode
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700 if private else 0o777)
+        with open(fd, "w", encoding="utf-8") as f:
+            f.write(text)
 
 
 def _missing_host_paths(cfg: Config) -> list[str]:

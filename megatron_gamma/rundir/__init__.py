@@ -21,6 +21,8 @@ the ``config.yaml`` in or above them.
   rebuilt for one process, the one-process megatron-core state, the model built with the
   run's vocabulary and the checkpoint's weights loaded into it (``analyze``, ``compare``,
   ``evaluate``, ``export-hf``, ``import-hf`` and training's weights-only loads).
+- :mod:`~megatron_gamma.rundir.checkpoint`: one checkpoint and its run resolved for a single-rank
+  read (``evaluate``, ``export-hf``), its failures as named errors.
 
 Imports: ``config``, ``data`` (tokenizer), ``model``, ``parallel``; never ``training``,
 ``diagnostics``, ``evaluation`` or ``study`` (they import this room).

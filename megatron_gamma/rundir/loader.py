@@ -134,6 +134,55 @@ def tokenizer_path(cfg: Config) -> str:
     return cfg.data.tokenizer_model or os.path.join(demo_dir(), "tokenizer.json")
 
 
+def tokenizer_flags(doc: dict) -> str:
+    """The Megatron-LM flags that select the tokenizer of fingerprint ``doc``
+    (:func:`megatron_gamma.data.tokenizer_fingerprint.fingerprint`), for messages."""
+    files = doc["source"]
+    if doc["tokenizer_type"] == "GPT2BPETokenizer":
+        return f"--tokenizer-type GPT2BPETokenizer --vocab-file {files[0]} --merge-file {files[-1]}"
+    return f"--tokenizer-type {doc['tokenizer_type']} --tokenizer-model {files[0]}"
+
+
+def check_tokenizer(ckpt: str, cfg: Config, fix: str) -> Optional[str]:
+    """Check that checkpoint ``ckpt`` was trained with ``cfg``'s tokenizer: the fingerprint in
+    its common state (:func:`layout.describe`) must have the SHA-256 of the tokenizer ``cfg``
+    selects (:func:`megatron_gamma.data.tokenizer_types.load_tokenizer`, as training builds it).
+    Token ids of another tokenizer would silently mean other text.
+
+    Args:
+        ckpt: an ``iter_N`` checkpoint directory.
+        cfg: the config whose tokenizer will read or write the checkpoint's token ids.
+        fix: what the caller's user does to pass the checkpoint's tokenizer; ``{flags}`` in it
+            is replaced with the flags that select it (:func:`tokenizer_flags`).
+
+    Returns:
+        A warning line when the checkpoint carries no fingerprint (saved before checkpoints
+        carried one, or written by ``import-hf`` from a tokenizer without megatron-gamma's EOD
+        token): it loads unchecked. None when the tokenizers match.
+
+    Raises:
+        ConfigError: the checkpoint was trained with another tokenizer (both named, with
+            ``fix``); ``cfg``'s tokenizer files are missing.
+    """
+    from megatron_gamma.data.tokenizer_fingerprint import describe, fingerprint
+    from megatron_gamma.data.tokenizer_types import load_tokenizer
+
+    saved = layout.saved_description(ckpt)[1]
+    if saved is None:
+        return (
+            f"WARNING: checkpoint {ckpt} carries no tokenizer fingerprint (saved before "
+            "checkpoints did, or imported from a tokenizer without megatron-gamma's EOD token); "
+            "cannot check that it was trained with this run's tokenizer"
+        )
+    mine = fingerprint(load_tokenizer(cfg.data, cfg.logging.run_dir))
+    if saved["sha256"] != mine["sha256"]:
+        raise ConfigError(
+            f"checkpoint={ckpt!r}: trained with tokenizer {describe(saved)}, but the config's "
+            f"tokenizer is {describe(mine)}. Fix: {fix.replace('{flags}', tokenizer_flags(saved))}"
+        )
+    return None
+
+
 def tokenizer_digest(cfg: Config) -> str:
     """SHA-256 of the run's tokenizer file (equal digests: same token ids)."""
     with open(tokenizer_path(cfg), "rb") as f:

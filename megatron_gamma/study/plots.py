@@ -5,7 +5,6 @@ there is nothing to draw. Files are written to a temp name, then renamed.
 
 from __future__ import annotations
 
-import os
 from typing import Optional
 
 import matplotlib
@@ -14,14 +13,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from megatron_gamma.atomic import atomic_path
+
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f"]
 
 
 def _save(fig, path: str) -> str:
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
     plt.close(fig)
-    os.replace(tmp, path)
     return path
 
 

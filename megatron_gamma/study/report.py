@@ -22,6 +22,7 @@ from typing import Optional
 
 import numpy as np
 
+from megatron_gamma.atomic import atomic_open, atomic_write_text
 from megatron_gamma.config import ConfigError
 from megatron_gamma.study import plots, rundir
 from megatron_gamma.study.analysis import (
@@ -148,13 +149,11 @@ def _wall_seconds(data: StudyData) -> tuple[float, int]:
 
 
 def _write_csv(path: str, rows: list[dict]) -> str:
-    tmp = path + ".tmp"
     keys = list(dict.fromkeys(k for r in rows for k in r))
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
+    with atomic_open(path, "w", encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys)
         w.writeheader()
         w.writerows(rows)
-    os.replace(tmp, path)
     return path
 
 
@@ -320,16 +319,13 @@ def report(
         "verdicts": [x.as_dict() for x in rows],
     }
     json_path = os.path.join(out_dir, "report.json")
-    with open(json_path + ".tmp", "w", encoding="utf-8") as f:
+    with atomic_open(json_path, "w", encoding="utf-8") as f:
         json.dump(_jsonable(summary), f, indent=1, ensure_ascii=False)
-    os.replace(json_path + ".tmp", json_path)
     files["json"] = json_path
     md = _markdown(
         data, table, best_table, fits, grid, mech, cmp, rows, files, rel, command, note, start
     )
-    with open(output + ".tmp", "w", encoding="utf-8") as f:
-        f.write(md)
-    os.replace(output + ".tmp", output)
+    atomic_write_text(output, md)
     files["report"] = output
     return files
 

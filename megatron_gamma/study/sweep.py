@@ -30,6 +30,7 @@ tokens, an estimated time on this machine, the confirm runs still pending, and w
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import hashlib
@@ -41,6 +42,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional, TextIO
 
+from megatron_gamma.atomic import atomic_open
 from megatron_gamma.config import changed_fields, redacted_dict, save_config
 from megatron_gamma.study import rundir
 from megatron_gamma.study.spec import (
@@ -207,10 +209,8 @@ def write_manifest(study: Study, runs: list[Run], output_dir: str, study_arg: st
 
 
 def _write_json(path: str, value: dict) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(path, "w", encoding="utf-8") as f:
         json.dump(value, f, indent=1)
-    os.replace(tmp, path)
 
 
 def _file_sha256(path: str) -> str:
@@ -365,19 +365,19 @@ def prepare_data(study: Study, output_dir: str, out: TextIO) -> dict[str, str]:
         _write_json(os.path.join(data_dir, DATA_FINGERPRINT), new)
     split_json = {k: os.path.join(data_dir, f"{k}.jsonl") for k in prefixes}
     if not all(os.path.isfile(p) for p in split_json.values()):
-        tmp = {k: p + ".tmp" for k, p in split_json.items()}
-        files = {k: open(p, "w", encoding="utf-8") for k, p in tmp.items()}
-        counts = {k: 0 for k in files}
-        index = 0
-        with files["train"], files["heldout"]:
+        with contextlib.ExitStack() as stack:
+            files = {
+                k: stack.enter_context(atomic_open(p, "w", encoding="utf-8"))
+                for k, p in split_json.items()
+            }
+            counts = {k: 0 for k in files}
+            index = 0
             for path in study.data.inputs:
                 for doc in _read_texts(path):
                     split = "heldout" if index % study.data.heldout_every == 0 else "train"
                     files[split].write(json.dumps(doc, ensure_ascii=False) + "\n")
                     counts[split] += 1
                     index += 1
-        for k in files:
-            os.replace(tmp[k], split_json[k])
         print(f"data: {counts['train']} train, {counts['heldout']} held-out documents", file=out)
     for k, prefix in prefixes.items():
         if os.path.isfile(prefix + ".idx"):

@@ -50,6 +50,7 @@ from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
 from megatron.core.dist_checkpointing.mapping import ShardedObject
 
 from megatron_gamma import checkpoint_trust
+from megatron_gamma.atomic import atomic_write_text, move
 from megatron_gamma.compat import patch_distributed_optimizer_load
 from megatron_gamma.config import ConfigError
 from megatron_gamma.rundir.layout import (
@@ -304,7 +305,7 @@ def apply_retention(root: str, retain_last: int | None, retain_interval: int | N
     doomed = []
     for it in deleted:
         path = checkpoint_dir(root, it)
-        os.replace(path, path + ".deleting")
+        move(path, path + ".deleting")
         doomed.append(path + ".deleting")
     for d in names:
         partial = _PARTIAL_DIR.match(d)
@@ -361,11 +362,8 @@ def save_checkpoint(
     if dist.get_rank() == 0:
         if os.path.isdir(final):
             shutil.rmtree(final)
-        os.replace(partial, final)
-        tmp = os.path.join(root, f"{TRACKER}.tmp")
-        with open(tmp, "w") as f:
-            f.write(str(state.iteration))
-        os.replace(tmp, os.path.join(root, TRACKER))
+        move(partial, final)
+        atomic_write_text(os.path.join(root, TRACKER), str(state.iteration))
         apply_retention(root, retain_last, retain_interval)
     dist.barrier()
     return final

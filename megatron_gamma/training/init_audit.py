@@ -31,6 +31,7 @@ import torch.distributed as dist
 from megatron.core import parallel_state
 
 from megatron_gamma import ops
+from megatron_gamma.atomic import atomic_open
 from megatron_gamma.config import Config
 from megatron_gamma.model.init import global_name, global_shape, param_init, tp_size_rank
 from megatron_gamma.model.roles import ROLES, Group, WeightRole, layer_and_expert, role_of
@@ -257,8 +258,6 @@ def format_audit(rows: list[dict]) -> str:
 def write_audit(rows: list[dict], run_dir: str) -> str:
     """Write ``run_dir/init_audit.json`` atomically; return its path."""
     path = os.path.join(run_dir, "init_audit.json")
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
+    with atomic_open(path, "w") as f:
         json.dump(rows, f, indent=1)
-    os.replace(tmp, path)
     return path

@@ -49,7 +49,8 @@ from megatron_gamma.diagnostics.callback import DiagnosticsCallback
 from megatron_gamma.model.builder import build_model, transformer_config
 from megatron_gamma.model.te_backend import check_backend
 from megatron_gamma.model.vocab import model_vocab_size
-from megatron_gamma.rundir.layout import CONFIG, describe
+from megatron_gamma.rundir.layout import CONFIG, checkpoint_dir, describe
+from megatron_gamma.rundir.loader import check_tokenizer
 from megatron_gamma.training.callback import Callback, StepOutput
 from megatron_gamma.training.checkpointing import (
     TrainState,
@@ -149,7 +150,9 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             data.tokenizer_fingerprint`; a dataset without one gets a warning); MoE with
             tensor parallelism but without sequence parallelism
             (megatron-core's MoE layer refuses it in training); a checkpoint to load that lacks
-            what the load needs (:func:`~.checkpointing.check_loadable`); a backend this machine
+            what the load needs (:func:`~.checkpointing.check_loadable`) or that was trained
+            with another tokenizer (:func:`~megatron_gamma.rundir.loader.check_tokenizer`; one
+            without a tokenizer fingerprint gets a warning); a backend this machine
             cannot run (:func:`~megatron_gamma.model.te_backend.check_backend`: Transformer
             Engine, FP8); logging flags this machine cannot serve (:func:`~.telemetry.
             check_telemetry`); a ``--save`` directory holding another run's checkpoints
@@ -171,6 +174,16 @@ def preflight(cfg: Config) -> BilingualTokenizer:
         )
     check_telemetry(cfg)
     tokenizer = load_tokenizer(cfg.data, cfg.logging.run_dir)
+    resume = ck.load and latest_iteration(ck.load) is not None
+    root = ck.load if resume else ck.pretrained_checkpoint
+    if root:
+        warning = check_tokenizer(
+            checkpoint_dir(root, latest_iteration(root)),
+            cfg,
+            "pass the checkpoint's tokenizer ({flags})",
+        )
+        if warning and parallel.read_dist_env().rank == 0:
+            print(warning, flush=True)
     if cfg.data.mock_data:
         return tokenizer
     per_split = cfg.data.blend_per_split()

@@ -1,22 +1,28 @@
 """One checkpoint and its run, read on a single rank for evaluation and export.
 
 Wraps the single-rank loader :mod:`megatron_gamma.rundir.loader` (single-process megatron-core
-state, the layout-independent dist_checkpointing load) and turns its failures into the named
-errors of :mod:`megatron_gamma.evaluation.errors`.
+state, the layout-independent dist_checkpointing load) and turns its failures into named errors
+(:class:`~megatron_gamma.checkpoint_trust.CheckpointError`, :class:`TokenizerNotFoundError`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 from torch.distributed.checkpoint.api import CheckpointException
 
+from megatron_gamma import parallel
+from megatron_gamma.checkpoint_trust import CheckpointError
 from megatron_gamma.config import Config, ConfigError
-from megatron_gamma.evaluation.errors import CheckpointError, TokenizerNotFoundError
 from megatron_gamma.rundir import layout, loader
+
+
+class TokenizerNotFoundError(ConfigError):
+    """The run's tokenizer.json (``tokenizer_model``) does not exist."""
 
 
 @dataclass
@@ -49,6 +55,9 @@ def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
         CheckpointError: no complete checkpoint (missing, or only ``iter_N.partial``).
         ConfigError: an old checkpoint without its config and no config.yaml found.
         TokenizerNotFoundError: the run's tokenizer.json does not exist.
+        ConfigError: the checkpoint was trained with another tokenizer than the config's
+            (:func:`~megatron_gamma.rundir.loader.check_tokenizer`; a checkpoint without a
+            tokenizer fingerprint loads with a warning on stderr).
     """
     if not os.path.exists(ckpt):
         raise CheckpointError(f"checkpoint={ckpt!r}: does not exist. Fix: pass SAVE/iter_NNNNNNN")
@@ -68,6 +77,14 @@ def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
             f"{config or path}). Fix: restore it, or pass --config with a config.yaml whose "
             "tokenizer_model points at the tokenizer.json the run was trained with"
         )
+    warning = loader.check_tokenizer(
+        path,
+        cfg,
+        "pass --config with a config.yaml that selects the checkpoint's tokenizer ({flags}), or "
+        "put those files back where the run's config names them",
+    )
+    if warning and parallel.read_dist_env().rank == 0:
+        print(warning, file=sys.stderr)
     return RunCheckpoint(path, loader.fp32_single_rank(cfg), tokenizer, cfg)
 
 

@@ -2,7 +2,7 @@
 
 megatron-core names (single-rank ``GPTModel.state_dict()``, the global tensors of a torch_dist
 checkpoint) against Hugging Face names (``LlamaForCausalLM`` and
-:class:`megatron_gamma.evaluation.hf_model.GammaGPTForCausalLM`, which share them):
+:class:`megatron_gamma.hf.hf_model.GammaGPTForCausalLM`, which share them):
 
 =================================================  ===============================================
 megatron-core                                      Hugging Face
@@ -34,9 +34,13 @@ from __future__ import annotations
 
 import torch
 
-from megatron_gamma.config import Config, ModelConfig
-from megatron_gamma.evaluation.errors import UnmappableArchitectureError
+from megatron_gamma.config import Config, ConfigError, ModelConfig
 from megatron_gamma.model.roles import glu_parts, qkv_parts
+
+
+class UnmappableArchitectureError(ConfigError):
+    """The model cannot be expressed by the requested Hugging Face class."""
+
 
 _ATTN = "decoder.layers.{i}.self_attention"
 _MLP = "decoder.layers.{i}.mlp"

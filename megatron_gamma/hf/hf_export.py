@@ -6,7 +6,7 @@ Writes ``config.json``, ``model.safetensors`` (sharded with an index above ``max
 that ``import-hf`` restores the run exactly; :func:`portable_config`: no path of this host and no
 ``cluster.env`` value leaves with the model). An ungated dense model becomes a stock
 ``LlamaForCausalLM`` (no custom code); gated attention or MoE become
-:class:`~megatron_gamma.evaluation.hf_model.GammaGPTForCausalLM`, whose source is copied in as
+:class:`~megatron_gamma.hf.hf_model.GammaGPTForCausalLM`, whose source is copied in as
 ``modeling_gamma_gpt.py`` for ``trust_remote_code=True``. Weights are written in fp32 (the
 checkpoint is loaded into an fp32 model; a bf16 run's weights upcast exactly).
 
@@ -19,15 +19,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from typing import Optional
 
 import torch
 
+from megatron_gamma.atomic import atomic_dir
 from megatron_gamma.config import Config, ConfigError, redacted_dict
-from megatron_gamma.evaluation import checkpoint, mapping, register_auto_classes
-from megatron_gamma.evaluation.hf_model import GammaGPTConfig, GammaGPTForCausalLM
-from megatron_gamma.rundir import loader
+from megatron_gamma.hf import mapping, register_auto_classes
+from megatron_gamma.hf.hf_model import GammaGPTConfig, GammaGPTForCausalLM
+from megatron_gamma.rundir import checkpoint, loader
 
 register_auto_classes()
 
@@ -120,8 +120,9 @@ def export_hf(
         {'out_dir', 'model_type', 'iteration', 'checkpoint'}.
 
     Raises:
-        CheckpointError, TokenizerNotFoundError, UnmappableArchitectureError: named in
-            :mod:`megatron_gamma.evaluation.errors`, raised before anything is written.
+        CheckpointError, TokenizerNotFoundError, UnmappableArchitectureError: see
+            :func:`megatron_gamma.rundir.checkpoint.resolve` and
+            :func:`megatron_gamma.hf.mapping.check_mappable`; raised before anything is written.
         ConfigError: ``out_dir`` exists and is not empty.
     """
     from megatron_gamma.data.tokenizer import BilingualTokenizer, write_metadata
@@ -135,15 +136,12 @@ def export_hf(
         mc_sd = {k: v.detach().cpu() for k, v in model.state_dict().items() if "_extra" not in k}
     vocab = int(mc_sd["embedding.word_embeddings.weight"].shape[0])
     hf = _hf_model(mapping.to_hf(mc_sd, run.cfg), run.cfg, vocab, model_type, tok)
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(out_dir))}.", dir=parent)
-    try:
+    with atomic_dir(out_dir) as tmp:
         hf.save_pretrained(tmp, max_shard_size=max_shard_size)
         shutil.copyfile(run.tokenizer, os.path.join(tmp, "tokenizer.json"))
         write_metadata(os.path.join(tmp, "tokenizer.json"))
         if model_type == "gamma_gpt":
-            from megatron_gamma.evaluation import hf_model
+            from megatron_gamma.hf import hf_model
 
             shutil.copyfile(hf_model.__file__, os.path.join(tmp, MODELING_FILE))
         meta = {
@@ -153,11 +151,6 @@ def export_hf(
         }
         with open(os.path.join(tmp, META_FILE), "w", encoding="utf-8") as f:
             json.dump(meta, f, indent=2)
-        if os.path.isdir(out_dir):
-            os.rmdir(out_dir)
-        os.replace(tmp, out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return {
         "out_dir": out_dir,
         "model_type": model_type,

@@ -1,8 +1,8 @@
 """``megatron-gamma import-hf HF_DIR RUN_DIR``: a Hugging Face model back into a megatron-gamma run.
 
 Reads ``config.json`` and the safetensors weights (one file or a sharded index) of a
-``LlamaForCausalLM`` or :class:`~megatron_gamma.evaluation.hf_model.GammaGPTForCausalLM`, maps
-them onto megatron-core's GPTModel (:func:`megatron_gamma.evaluation.mapping.from_hf`) and writes
+``LlamaForCausalLM`` or :class:`~megatron_gamma.hf.hf_model.GammaGPTForCausalLM`, maps
+them onto megatron-core's GPTModel (:func:`megatron_gamma.hf.mapping.from_hf`) and writes
 a run directory::
 
     RUN_DIR/config.yaml                       the run config (tokenizer_model -> RUN_DIR)
@@ -23,18 +23,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 
 import torch
 from megatron.core import dist_checkpointing
 
+from megatron_gamma.atomic import atomic_dir
+from megatron_gamma.checkpoint_trust import CheckpointError
 from megatron_gamma.config import ConfigError, config_from_dict, save_config
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 from megatron_gamma.data.tokenizer_fingerprint import fingerprint
-from megatron_gamma.evaluation import mapping
-from megatron_gamma.evaluation.errors import CheckpointError, TokenizerNotFoundError
-from megatron_gamma.evaluation.hf_export import META_FILE
+from megatron_gamma.hf import mapping
+from megatron_gamma.hf.hf_export import META_FILE
 from megatron_gamma.rundir import layout, loader
+from megatron_gamma.rundir.checkpoint import TokenizerNotFoundError
 from megatron_gamma.rundir.layout import CHECKPOINTS, CONFIG, TRACKER, checkpoint_dir
 
 
@@ -140,10 +141,7 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
         hf_sd.pop("lm_head.weight", None)
     mc_sd = mapping.from_hf(hf_sd, cfg)
     vocab = int(mc_sd["embedding.word_embeddings.weight"].shape[0])
-    parent = os.path.dirname(run_dir)
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(run_dir)}.", dir=parent)
-    try:
+    with atomic_dir(run_dir) as tmp:
         one = loader.fp32_single_rank(cfg)
         with loader.single_process(one):
             model = loader.build_model(one, vocab)
@@ -166,10 +164,5 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
             f.write(str(iteration))
         shutil.copyfile(tokenizer, os.path.join(tmp, "tokenizer.json"))
         save_config(cfg, os.path.join(tmp, CONFIG))
-        if os.path.isdir(run_dir):
-            os.rmdir(run_dir)
-        os.replace(tmp, run_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     ckpt = checkpoint_dir(os.path.join(run_dir, CHECKPOINTS), iteration)
     return {"run_dir": run_dir, "checkpoint": ckpt, "iteration": iteration}

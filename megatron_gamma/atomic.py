@@ -1,0 +1,116 @@
+"""Atomic writes: a file or directory appears complete under its final name, or not at all.
+
+Every write of the package that a crash or an error must not leave torn goes through here: the
+content is written under a temporary name in the same directory (the same file system, so the
+rename is atomic) and moved over the final name with ``os.replace``; on an error the temporary
+is removed and the previous file, if any, is left as it was. Readers therefore see the old
+content or the new, never a part. (No ``fsync``: the guarantee is against a process that dies or
+raises, not against a power loss.)
+
+- :func:`atomic_path`: yields the temporary path, for writers that take a path (``np.savez``,
+  ``savefig``, a tokenizer's ``save``).
+- :func:`atomic_open`, :func:`atomic_write_text`, :func:`atomic_write_bytes`: an open file, or
+  the whole content at once.
+- :func:`atomic_dir`: a whole directory (an exported model, an imported run).
+- :func:`move`: publish a temporary that was completed elsewhere (a checkpoint that every rank
+  wrote into ``iter_N.partial``, the files of a data unit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import IO
+
+
+def temp_path(path: str) -> str:
+    """The temporary name of ``path`` for this process: ``PATH.tmpPID`` followed by ``path``'s
+    extension (``x.npz`` -> ``x.npz.tmp123.npz``), so writers that choose the format by the
+    extension, or append one, keep working."""
+    return f"{path}.tmp{os.getpid()}{os.path.splitext(path)[1]}"
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(path)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str) -> Iterator[str]:
+    """Yield a temporary path (:func:`temp_path`) for the caller to write; when the block ends
+    without an error, move it over ``path`` (``os.replace``).
+
+    A leftover temporary of a killed writer with the same pid is removed first (so ``os.open``
+    with ``O_EXCL`` and a mode works). On an error (any exception, ``KeyboardInterrupt``
+    included) the temporary is removed, ``path`` keeps its previous content, and the error
+    propagates.
+
+    Raises:
+        OSError: the block wrote nothing at the temporary path, or the rename failed.
+    """
+    tmp = temp_path(path)
+    _remove(tmp)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        _remove(tmp)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str, mode: str = "w", **kwargs) -> Iterator[IO]:
+    """``open(temporary, mode, **kwargs)`` (``mode``: ``"w"`` or ``"wb"``; ``encoding``,
+    ``newline`` as for ``open``), moved over ``path`` once the block ends without an error and
+    the file is closed (:func:`atomic_path`)."""
+    with atomic_path(path) as tmp, open(tmp, mode, **kwargs) as f:
+        yield f
+
+
+def atomic_write_text(
+    path: str, text: str, encoding: str = "utf-8", newline: str | None = None
+) -> None:
+    """Write ``text`` to ``path`` atomically (:func:`atomic_open`)."""
+    with atomic_open(path, "w", encoding=encoding, newline=newline) as f:
+        f.write(text)
+
+
+def atomic_write_bytes(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (:func:`atomic_open`)."""
+    with atomic_open(path, "wb") as f:
+        f.write(data)
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str) -> Iterator[str]:
+    """Yield a new empty directory beside ``path`` (``.NAME.XXXX``, parents created) for the
+    caller to fill; when the block ends without an error, move it to ``path``. An empty
+    directory at ``path`` is replaced; on an error the temporary directory is removed and
+    ``path`` is left as it was.
+
+    Raises:
+        OSError: ``path`` exists and is not an empty directory (callers check that first, with
+            their own message).
+    """
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(path))}.", dir=parent)
+    try:
+        yield tmp
+        if os.path.isdir(path):
+            os.rmdir(path)
+        os.replace(tmp, path)
+    finally:
+        _remove(tmp)
+
+
+def move(src: str, dst: str) -> None:
+    """Move the complete file or directory ``src`` to ``dst`` in one step (``os.replace``: an
+    existing file ``dst`` is replaced; an existing directory must be empty). ``src`` must lie
+    on ``dst``'s file system (in practice: the same directory)."""
+    os.replace(src, dst)
