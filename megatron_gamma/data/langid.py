@@ -74,9 +74,14 @@ def script_units(text: str) -> tuple[int, int]:
 def tag_languages(texts: Sequence[str]) -> list[str]:
     """'zh', 'en' or 'mixed' for each of ``texts`` by the script-unit rule of the module
     docstring (:func:`script_units_batch`)."""
-    han, words = script_units_batch(texts)
+    return tags_from_units(*script_units_batch(texts))
+
+
+def tags_from_units(han: np.ndarray, words: np.ndarray) -> list[str]:
+    """'zh', 'en' or 'mixed' per text from its Han characters and Latin words ((N,) int64
+    each), by the script-unit rule of the module docstring."""
     units = han + words
-    share = np.divide(han, units, out=np.zeros(len(texts)), where=units > 0)
+    share = np.divide(han, units, out=np.zeros(len(han)), where=units > 0)
     tags = np.where(share >= ZH_MIN_SHARE, "zh", np.where(share < EN_MAX_SHARE, "en", "mixed"))
     return tags.tolist()
 
