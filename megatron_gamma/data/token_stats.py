@@ -1,10 +1,11 @@
 """Per-document text statistics read off the token ids of a byte-level BPE tokenizer.
 
 With a byte-level BPE and no normalizer, the bytes of a document's tokens, concatenated, are the
-UTF-8 bytes of its text. So what preprocessing counts on the text (characters, the script units
-of :mod:`megatron_gamma.data.langid`, whether any character is visible, C0 control characters)
-follows from per-token tables built once from the vocabulary, summed per document with
-``np.add.reduceat``, plus two corrections at token boundaries:
+UTF-8 bytes of its text. So what preprocessing's language tags and ``empty`` filter count on
+the text (the script units of :mod:`megatron_gamma.data.langid`, the characters outside
+:data:`~megatron_gamma.data.filters.INVISIBLE`) follows from per-token tables built once from
+the vocabulary, summed per document with ``np.add.reduceat``, plus two corrections at token
+boundaries:
 
 - a character whose UTF-8 bytes are split over two or more tokens (byte-level BPE splits rare
   Han characters) is decoded from the partial code point its first token ends with and the
@@ -23,22 +24,13 @@ import json
 import numpy as np
 
 from megatron_gamma.data.filters import INVISIBLE
-from megatron_gamma.data.langid import han_mask
+from megatron_gamma.data.langid import han_mask, latin_mask
 from megatron_gamma.data.token_backend import PROBE_TEXTS
 
 _FIELD = 21
 MAX_CHARS = 1 << _FIELD
 """Documents must be shorter than this (characters): each count is a 21-bit field of one int64."""
 _FIRST_LATIN, _LAST_LATIN, _CUT = 1, 2, 4
-
-
-def _latin(cp: np.ndarray) -> np.ndarray:
-    """Latin letters of :mod:`~megatron_gamma.data.langid`: A-Z, a-z, U+00C0..U+024F without
-    U+00D7 and U+00F7."""
-    low = cp | 0x20
-    return ((low >= 0x61) & (low <= 0x7A)) | (
-        (cp >= 0xC0) & (cp <= 0x24F) & (cp != 0xD7) & (cp != 0xF7)
-    )
 
 
 def _visible(cp: np.ndarray) -> np.ndarray:
@@ -96,7 +88,7 @@ class TokenTextStats:
             | (b[3 : n + 3] & 0x3F),
         )
         cp = np.where(complete, cp, 0)
-        latin = complete & _latin(cp)
+        latin = complete & latin_mask(cp)
         # The Latin-ness of the complete character before each one in its token (False first).
         lead_pos = np.flatnonzero(lead)
         prev_latin = np.zeros(n, bool)
@@ -209,7 +201,7 @@ class TokenTextStats:
             need[open_] -= take
             visits.append((j[open_], open_))
             j[open_] += 1
-        tail_latin = _latin(value)
+        tail_latin = latin_mask(value)
         only = self.only_partial[idx[cut]]
         before = (flags[cut] & _LAST_LATIN) > 0  # the complete character before the cut one
         code[cut] += (
