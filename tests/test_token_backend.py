@@ -15,6 +15,7 @@ from tokenizers import Tokenizer
 from megatron_gamma.config import ConfigError
 from megatron_gamma.data import demo_dir
 from megatron_gamma.data.encode import EncodeOptions
+from megatron_gamma.data.filters import Filters
 from megatron_gamma.data.preprocess import preprocess
 from megatron_gamma.data.token_backend import (
     MAX_SAMPLE_CHARS,
@@ -173,9 +174,10 @@ def read(prefix: str) -> tuple[bytes, bytes]:
     "options",
     [
         EncodeOptions(),
+        EncodeOptions(per_language=True, filters=Filters(min_chars=3)),
         EncodeOptions(per_language=True, split_sentences=True, append_eod=False),
     ],
-    ids=["documents", "per-language-sentences-no-eod"],
+    ids=["documents", "per-language-min-chars", "per-language-sentences-no-eod"],
 )
 def test_outputs_identical_across_backends_workers_and_shards(tmp_path, options):
     records = []
@@ -211,5 +213,6 @@ def test_outputs_identical_across_backends_workers_and_shards(tmp_path, options)
 
     for name, r in results.items():
         assert counts(r) == counts(base), name
+        assert r.stats["languages"] == base.stats["languages"], name
         for key in base.prefixes:
             assert read(r.prefixes[key]) == read(base.prefixes[key]), (name, key)

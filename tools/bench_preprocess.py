@@ -511,6 +511,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         import awkward  # noqa: F401  (imports are not timed)
         import gigatoken  # noqa: F401
+        import megatron.core.datasets.indexed_dataset  # noqa: F401  (torch, for every writer)
+        import tokenizers  # noqa: F401
 
         import megatron_gamma.data.preprocess  # noqa: F401
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from megatron_gamma.data.filters import Filters
-from megatron_gamma.data.langid import tag_languages
+from megatron_gamma.data.langid import tag_languages, tags_from_units
 from megatron_gamma.data.normalize import check_punct_width, normalize, remove_control_characters
 from megatron_gamma.data.readers import (
     MAX_MESSAGES,
@@ -32,6 +32,7 @@ from megatron_gamma.data.readers import (
 )
 from megatron_gamma.data.sentences import split_sentences
 from megatron_gamma.data.token_backend import GigatokenBackend, HFBackend
+from megatron_gamma.data.token_stats import MAX_CHARS, TokenTextStats
 
 ON_ERROR = ("stop", "skip")
 
@@ -72,6 +73,17 @@ class EncodeOptions:
         if self.on_error not in ON_ERROR:
             raise ValueError(f"on_error={self.on_error!r}: unknown. Fix: use 'stop' or 'skip'")
         check_punct_width(self.punct_width)
+
+    @property
+    def stats_from_tokens(self) -> bool:
+        """Whether the language tags and text filters can be read off a document's token ids
+        (:class:`~megatron_gamma.data.token_stats.TokenTextStats`): no sentence splitting, no
+        symbol-ratio filter, and documents capped below its field size."""
+        return (
+            not self.split_sentences
+            and self.filters.max_symbol_ratio >= 1.0
+            and self.filters.max_document_chars < MAX_CHARS
+        )
 
     @property
     def level(self) -> str:
@@ -148,6 +160,11 @@ def _pack(
     """
     eods = last.astype(np.int64) if eod is not None else np.zeros(len(lengths), np.int64)
     out_lengths = lengths + eods
+    ends = np.cumsum(lengths)
+    if len(starts) and (starts[1:] == starts[0] + ends[:-1]).all():  # one run of ids
+        run = ids[starts[0] : starts[0] + ends[-1]].astype(dtype)
+        tokens = run if eod is None else np.insert(run, ends[last], dtype(eod))
+        return tokens, out_lengths.astype(np.int32)
     out_starts = np.cumsum(out_lengths) - out_lengths
     tokens = np.empty(int(out_lengths.sum()), dtype=dtype)
     n = int(lengths.sum())
@@ -158,14 +175,17 @@ def _pack(
     return tokens, out_lengths.astype(np.int32)
 
 
-def filtered_texts(chunk: Chunk, opt: EncodeOptions, counts: dict, messages: list[str]):
-    """Yield (key, lang, text) of ``chunk``'s records that pass the text filters, normalized, in
-    order; the untagged texts are tagged in one batch (:func:`~.langid.tag_languages`).
+def decoded_texts(
+    chunk: Chunk, opt: EncodeOptions, counts: dict, messages: list[str]
+) -> list[tuple[str, str, int, bool, str | None]]:
+    """(key, text, control characters removed, truncated, language label or None) of each
+    ``--json-keys`` text of ``chunk``'s good records, in order: checked, cleaned of control
+    characters, capped and normalized; neither tagged nor filtered.
 
     Args:
         chunk: raw records.
         opt: text handling and filters.
-        counts: receives the error, control-character, truncation and drop counts.
+        counts: receives the error counts.
         messages: receives up to ``MAX_MESSAGES`` skipped-record messages.
 
     Raises:
@@ -203,6 +223,18 @@ def filtered_texts(chunk: Chunk, opt: EncodeOptions, counts: dict, messages: lis
             continue
         for key, text, controls, cut in texts:
             kept.append((key, normalize(text, opt.nfkc, opt.punct_width), controls, cut, label))
+    return kept
+
+
+def filtered_texts(chunk: Chunk, opt: EncodeOptions, counts: dict, messages: list[str]):
+    """Yield (key, lang, text) of ``chunk``'s records that pass the text filters, normalized, in
+    order (:func:`decoded_texts`); the untagged texts are tagged in one batch
+    (:func:`~.langid.tag_languages`).
+
+    Raises:
+        InputError: a bad record, with ``opt.on_error`` 'stop'.
+    """
+    kept = decoded_texts(chunk, opt, counts, messages)
     tags = iter(tag_languages([text for _, text, _, _, label in kept if not label]))
     for key, text, controls, cut, label in kept:
         lang = label or next(tags)
@@ -219,6 +251,13 @@ class ChunkEncoder:
     """Callable turning a :class:`~megatron_gamma.data.readers.Chunk` into an
     :class:`EncodedChunk`.
 
+    Two ways give the same bytes and counts. By text (:func:`filtered_texts`): tag and filter
+    each text, then tokenize what is kept. By tokens, when ``token_stats`` is given and the
+    options need no text but what the tokens carry (:meth:`EncodeOptions.stats_from_tokens`):
+    tokenize every decoded text, then read the language tags and the ``empty`` filter off the
+    ids (:class:`~megatron_gamma.data.token_stats.TokenTextStats`), which costs a few passes
+    over the ids instead of several over the code points.
+
     Args:
         backend: the tokenizer backend
             (:func:`~megatron_gamma.data.token_backend.make_backend`), as the start-up check
@@ -226,6 +265,7 @@ class ChunkEncoder:
         options: how to encode.
         dtype: numpy dtype of the token ids (megatron-core ``DType.optimal_dtype``).
         eod: the EOD token id.
+        token_stats: the backend's vocabulary tables, or None to work by text.
     """
 
     def __init__(
@@ -234,22 +274,51 @@ class ChunkEncoder:
         options: EncodeOptions,
         dtype: type,
         eod: int,
+        token_stats: TokenTextStats | None = None,
     ):
         self.backend = backend
         self.options = options
         self.dtype = dtype
         self.eod = eod
+        self.token_stats = token_stats if options.stats_from_tokens else None
+
+    def _by_text(self, chunk: Chunk, counts: dict, messages: list[str]):
+        opt = self.options
+        docs = list(filtered_texts(chunk, opt, counts, messages))
+        pieces = [split_sentences(t) if opt.split_sentences else [t] for _, _, t in docs]
+        ids, offsets = self.backend.encode_batch([p for ps in pieces for p in ps])
+        doc_pieces = np.fromiter(map(len, pieces), np.int64, len(pieces))
+        return docs, ids, offsets[:-1], np.diff(offsets), doc_pieces
+
+    def _by_tokens(self, chunk: Chunk, counts: dict, messages: list[str]):
+        opt = self.options
+        kept = decoded_texts(chunk, opt, counts, messages)
+        ids, offsets = self.backend.encode_batch([text for _, text, _, _, _ in kept])
+        units = self.token_stats.documents(ids, offsets)
+        tags = tags_from_units(units["han"], units["words"])
+        visible = units["visible"].tolist()
+        docs, keep = [], []
+        for d, (key, text, controls, cut, label) in enumerate(kept):
+            lang = label or tags[d]
+            _bump(counts, "languages", lang, "control_characters", by=controls)
+            _bump(counts, "languages", lang, "truncated", by=int(cut))
+            reason = opt.filters.text_reason_from_counts(visible[d], len(text))
+            if reason is not None:
+                _bump(counts, "languages", lang, "dropped", reason)
+                continue
+            docs.append((key, lang, text))
+            keep.append(d)
+        lengths = np.diff(offsets)[keep]
+        return docs, ids, offsets[:-1][keep], lengths, np.ones(len(docs), np.int64)
 
     def __call__(self, chunk: Chunk) -> EncodedChunk:
         opt = self.options
         counts: dict = {"byte_order_marks": chunk.byte_order_marks}
         messages: list[str] = []
-        docs = list(filtered_texts(chunk, opt, counts, messages))
-        pieces = [split_sentences(t) if opt.split_sentences else [t] for _, _, t in docs]
-        ids, offsets = self.backend.encode_batch([p for ps in pieces for p in ps])
-        # Per piece (sentence or whole document): its length; per document: its pieces.
-        piece_lengths = np.diff(offsets)
-        doc_pieces = np.fromiter(map(len, pieces), np.int64, len(pieces))
+        by = self._by_text if self.token_stats is None else self._by_tokens
+        # Per piece (sentence or whole document): where its ids start, its length; per
+        # document: its pieces.
+        docs, ids, piece_starts, piece_lengths, doc_pieces = by(chunk, counts, messages)
         doc_of_piece = np.repeat(np.arange(len(docs)), doc_pieces)
         bounds = np.concatenate([[0], np.cumsum(doc_pieces)])
         nonempty = piece_lengths > 0
@@ -284,6 +353,8 @@ class ChunkEncoder:
             sel = np.flatnonzero(nonempty & (doc_output[doc_of_piece] == o))
             owner = doc_of_piece[sel]
             last = np.append(owner[1:] != owner[:-1], True)
-            tokens, lengths = _pack(ids, offsets[sel], piece_lengths[sel], last, eod, self.dtype)
+            tokens, lengths = _pack(
+                ids, piece_starts[sel], piece_lengths[sel], last, eod, self.dtype
+            )
             outputs[name] = Output(tokens, lengths, doc_seqs[doc_output == o].astype(np.int64))
         return EncodedChunk(outputs, counts, chunk.raw_bytes, chunk.disk_pos, chunk.path, messages)

@@ -101,6 +101,16 @@ class Filters:
             return "max_symbol_ratio"
         return None
 
+    def text_reason_from_counts(self, visible: int, chars: int) -> str | None:
+        """:meth:`text_reason` of a text with ``visible`` characters outside INVISIBLE and
+        ``chars`` characters, without the symbol-ratio filter (the caller keeps
+        ``max_symbol_ratio`` at 1.0)."""
+        if not visible:
+            return "empty"
+        if chars < self.min_chars:
+            return "min_chars"
+        return None
+
     def token_reason(self, num_tokens: int) -> str | None:
         """'min_tokens' if ``num_tokens`` (EOD not counted) is below ``min_tokens``, else None."""
         return "min_tokens" if num_tokens < self.min_tokens else None

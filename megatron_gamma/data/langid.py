@@ -42,6 +42,15 @@ def han_mask(cp: np.ndarray) -> np.ndarray:
     )
 
 
+def latin_mask(cp: np.ndarray) -> np.ndarray:
+    """Boolean mask of Latin letters in code points ``cp``: A-Z, a-z, U+00C0..U+024F without
+    U+00D7 and U+00F7."""
+    low = cp | 0x20
+    return ((low >= 0x61) & (low <= 0x7A)) | (
+        (cp >= 0xC0) & (cp <= 0x24F) & (cp != 0xD7) & (cp != 0xF7)
+    )
+
+
 def script_units_batch(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     """(Han characters, Latin words) of each of ``texts``: two (len(texts),) int64 arrays.
 
@@ -55,10 +64,7 @@ def script_units_batch(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
     first = np.zeros(len(texts), dtype=np.int64)
     np.cumsum(lengths[:-1] + 1, out=first[1:])
-    low = cp | 0x20
-    latin = ((low >= 0x61) & (low <= 0x7A)) | (
-        (cp >= 0xC0) & (cp <= 0x24F) & (cp != 0xD7) & (cp != 0xF7)
-    )
+    latin = latin_mask(cp)
     starts = latin.copy()
     starts[1:] &= ~latin[:-1]
     han = np.add.reduceat(han_mask(cp), first, dtype=np.int64)
@@ -74,9 +80,14 @@ def script_units(text: str) -> tuple[int, int]:
 def tag_languages(texts: Sequence[str]) -> list[str]:
     """'zh', 'en' or 'mixed' for each of ``texts`` by the script-unit rule of the module
     docstring (:func:`script_units_batch`)."""
-    han, words = script_units_batch(texts)
+    return tags_from_units(*script_units_batch(texts))
+
+
+def tags_from_units(han: np.ndarray, words: np.ndarray) -> list[str]:
+    """'zh', 'en' or 'mixed' per text from its Han characters and Latin words ((N,) int64
+    each), by the script-unit rule of the module docstring."""
     units = han + words
-    share = np.divide(han, units, out=np.zeros(len(texts)), where=units > 0)
+    share = np.divide(han, units, out=np.zeros(len(han)), where=units > 0)
     tags = np.where(share >= ZH_MIN_SHARE, "zh", np.where(share < EN_MAX_SHARE, "en", "mixed"))
     return tags.tolist()
 

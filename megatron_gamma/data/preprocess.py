@@ -61,6 +61,7 @@ from megatron_gamma.data.token_backend import (
     make_backend,
     resolve_backend,
 )
+from megatron_gamma.data.token_stats import TokenTextStats
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 from megatron_gamma.data.tokenizer_fingerprint import SUFFIX as FINGERPRINT
 from megatron_gamma.data.tokenizer_fingerprint import fingerprint
@@ -237,7 +238,8 @@ def _run_unit(
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker
         try:
             chunks = _read_chunks(files, options, chunk_size, counts, messages)
-            encoder = ChunkEncoder(backend, options, dtype, tok.eod)
+            stats = TokenTextStats.for_backend(backend, tok.path)
+            encoder = ChunkEncoder(backend, options, dtype, tok.eod, stats)
             start, raw, docs, tokens = time.time(), 0, 0, 0
             with SharedMap(workers, encoder) as pool:
                 for r in pool.map(chunks, 4 * workers):

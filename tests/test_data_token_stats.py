@@ -1,0 +1,136 @@
+"""Per-document text counts read off token ids (``megatron_gamma.data.token_stats``) against the
+text itself (``langid.script_units_batch``, ``filters.INVISIBLE``) on the Debian corpus and on
+adversarial text, and the chunk encoder's two ways (by tokens, by text) against each other."""
+
+import gzip
+import json
+import os
+import random
+
+import numpy as np
+import pytest
+
+from megatron_gamma.data import demo_dir
+from megatron_gamma.data.encode import ChunkEncoder, EncodeOptions
+from megatron_gamma.data.filters import INVISIBLE, Filters
+from megatron_gamma.data.langid import script_units_batch
+from megatron_gamma.data.readers import Chunk
+from megatron_gamma.data.token_backend import GigatokenBackend, HFBackend
+from megatron_gamma.data.token_stats import TokenTextStats
+
+TOKENIZER = os.path.join(demo_dir(), "tokenizer.json")
+DEBIAN = os.path.join(os.path.dirname(__file__), "..", "examples", "studies", "data", "debian-docs")
+# Characters at the edges of the classes counted: Han ranges (3- and 4-byte), Latin letters
+# (ASCII, U+00C0..U+024F without x and /), invisible ones, and their neighbours outside.
+EDGES = (
+    "aZzA\u00c0\u00d6\u00d7\u00d8\u00f6\u00f7\u00f8\u024f\u0250\u00bf"
+    "\u3400\u4dbf\u4dc0\u4e00\u9fff\ua000\uf8ff\uf900\ufaff\ufb00"
+    "\U00020000\U0002a6df\U0003134f\U00031350\U0001f600"
+    " \n\t\r\u3000\u200b\u200c\u200d\u2060\ufeff\u00a0\u2028\x85\x00\x1b-1_'"
+)
+
+
+@pytest.fixture(scope="module")
+def backend():
+    return GigatokenBackend(TOKENIZER)
+
+
+@pytest.fixture(scope="module")
+def stats(backend):
+    tables = TokenTextStats.for_backend(backend, TOKENIZER)
+    assert tables is not None  # the demo tokenizer is a byte-level BPE without normalizer
+    return tables
+
+
+def reference(texts: list[str]) -> dict[str, list[int]]:
+    han, words = script_units_batch(texts)
+    visible = [sum(c not in INVISIBLE for c in t) for t in texts]
+    return {"han": han.tolist(), "words": words.tolist(), "visible": visible}
+
+
+def counted(stats: TokenTextStats, backend, texts: list[str]) -> dict[str, list[int]]:
+    got = stats.documents(*backend.encode_batch(texts))
+    return {k: got[k].tolist() for k in ("han", "words", "visible")}
+
+
+def adversarial_edges(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    texts = ["", "a", "\u00e9", "a\u00e9\u00e9b", "ab\u6c49cd", "\U00020000" * 5, "\u200b \u3000"]
+    texts += ["".join(rng.choice(EDGES) for _ in range(rng.randint(0, 80))) for _ in range(n)]
+    texts += [""]  # an empty document last
+    return texts
+
+
+def test_counts_equal_the_text_on_the_debian_corpus(stats, backend):
+    texts = []
+    for name in ("en.jsonl.gz", "zh.jsonl.gz"):
+        with gzip.open(os.path.join(DEBIAN, name), "rt", encoding="utf-8") as f:
+            texts += [json.loads(line)["text"] for line in f]
+    ids, _ = backend.encode_batch(texts)
+    assert (stats.flags[ids] & 4).sum() > 10_000  # many Han characters are cut by tokens here
+    for start in range(0, len(texts), 500):  # chunk-sized batches, as preprocessing calls it
+        batch = texts[start : start + 500]
+        assert counted(stats, backend, batch) == reference(batch), start
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_counts_equal_the_text_on_adversarial_text(stats, backend, seed):
+    from tests.test_token_backend import adversarial
+
+    texts = adversarial_edges(400, seed) + adversarial(30, seed=seed)
+    assert counted(stats, backend, texts) == reference(texts)
+
+
+def test_tables_only_for_gigatoken_on_a_byte_level_bpe(tmp_path, backend):
+    assert TokenTextStats.for_backend(HFBackend(TOKENIZER), TOKENIZER) is None
+    with open(TOKENIZER, encoding="utf-8") as f:
+        doc = json.load(f)
+    doc["normalizer"] = {"type": "NFKC"}
+    path = tmp_path / "nfkc.json"
+    path.write_text(json.dumps(doc), encoding="utf-8")
+    assert TokenTextStats.for_backend(backend, str(path)) is None
+
+
+def _line(record: dict) -> bytes:
+    return (json.dumps(record) + "\n").encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        EncodeOptions(on_error="skip"),
+        EncodeOptions(per_language=True, lang_key="lang", on_error="skip"),
+        EncodeOptions(
+            json_keys=("text", "title"), append_eod=False, on_error="skip",
+            filters=Filters(min_chars=5, min_tokens=3, max_document_chars=40),
+        ),
+    ],
+    ids=["default", "per-language-labels", "two-keys-filters-cap"],
+)  # fmt: skip
+def test_encoder_by_tokens_equals_by_text(stats, backend, options):
+    rng = random.Random(3)
+    texts = adversarial_edges(300, seed=3)
+    items = [
+        _line({"text": t, "title": t[::-1], "lang": rng.choice([None, "zh", "en-US", "mixed"])})
+        for t in texts
+    ]
+    items += [b"\n", b"{not json\n", _line({"title": "no text"}), _line({"text": 5})]
+    items += [b'{"text": "a\\u0000b\\u001bc", "title": "x"}\n']  # escaped control characters
+    items += [b'{"text": "\\ud800", "title": "x"}\n']  # a lone surrogate: skipped
+    chunk = Chunk("adversarial.jsonl", 1, items, sum(map(len, items)), 0)
+    by_text = ChunkEncoder(backend, options, np.uint16, 0)(chunk)
+    encoder = ChunkEncoder(backend, options, np.uint16, 0, stats)
+    assert encoder.token_stats is stats
+    by_tokens = encoder(chunk)
+    assert by_tokens.counts == by_text.counts
+    assert by_tokens.messages == by_text.messages
+    assert sorted(by_tokens.outputs) == sorted(by_text.outputs)
+    for name, out in by_text.outputs.items():
+        other = by_tokens.outputs[name]
+        for field in ("tokens", "sequence_lengths", "document_sequences"):
+            a, b = getattr(out, field), getattr(other, field)
+            assert a.dtype == b.dtype and np.array_equal(a, b), (name, field)
+    languages = by_text.counts["languages"]  # the cases the two ways must agree on occurred
+    assert languages["en"]["dropped"]["empty"] > 0
+    assert sum(lang["control_characters"] for lang in languages.values()) > 0
+    assert sum(by_text.counts["errors"].values()) >= 4
