@@ -97,6 +97,21 @@ def test_fp32_single_rank_is_the_run_loaded_with_its_flags(tmp_path):
     assert one == load_config(str(path), flags)
 
 
+def test_fp32_single_rank_of_a_sample_based_schedule_counts_it_in_iterations(tmp_path):
+    """A run with --lr-warmup-samples 16 --lr-decay-samples 64 (global batch 8) evaluates with
+    the iteration-based config of the same schedule: warmup 2, decay 8 iterations (it stopped
+    with "lr_decay_samples=64: training is iteration-based")."""
+    from megatron_gamma.rundir.loader import fp32_single_rank
+
+    path = tmp_path / "run.yaml"
+    path.write_text(SAMPLE_BASED)
+    one = fp32_single_rank(load_config(str(path)))
+    o = one.optimizer
+    assert (one.training.train_samples, one.training.train_iters) == (None, 10)
+    assert (o.lr_warmup_samples, o.lr_decay_samples) == (0, None)
+    assert (o.lr_warmup_iters, o.lr_decay_iters) == (2, 8)
+
+
 def test_single_rank_config_of_ep2_and_vpp_runs_is_valid():
     """Issue 15.6: the analysis config of an EP=2 MoE run and of a PP=2 x VPP=2 run."""
     from megatron_gamma.config import validate_layout, virtual_stages

@@ -12,6 +12,7 @@ training layout.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 from collections.abc import Iterator, Sequence
@@ -46,12 +47,28 @@ def single_rank_config(cfg: Config) -> Config:
     )
 
 
+SAMPLE_LENGTHS = ("lr_decay_samples", "lr_warmup_samples", "lr_wsd_decay_samples")
+"""The sample-based LR schedule lengths, each with its ``_iters`` twin."""
+
+
 def fp32_single_rank(cfg: Config) -> Config:
     """:func:`single_rank_config` with fp32 weights (``bf16 = fp16 = False``), iteration-based
     without a batch-size ramp-up (``train_iters`` keeps its value), so evaluation may change the
-    batch sizes; rebuilt through :meth:`Config.replace`, so every check runs again."""
+    batch sizes; rebuilt through :meth:`Config.replace`, so every check runs again.
+
+    A sample-based run's LR schedule lengths become iterations (``lr_decay_samples`` →
+    ``lr_decay_iters`` = ⌈samples / global_batch_size⌉, and so on; approximate under a ramp-up,
+    which evaluation and loading never use: they do not step the optimizer)."""
+    gbs = cfg.training.global_batch_size
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg.optimizer)}
+    lengths = {}
+    for key in SAMPLE_LENGTHS:
+        samples = getattr(cfg.optimizer, key)
+        if samples:
+            lengths[key] = defaults[key]
+            lengths[key.replace("_samples", "_iters")] = -(-samples // gbs)
     return single_rank_config(cfg).replace(
-        bf16=False, fp16=False, train_samples=None, rampup_batch_size=None
+        bf16=False, fp16=False, train_samples=None, rampup_batch_size=None, **lengths
     )
 
 
