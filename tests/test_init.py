@@ -400,6 +400,7 @@ def test_init_audit_choice_is_validated():
         load_config(None, {"init_audit": "partial"})
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_init_audit_flag_through_the_cli(tmp_path, demo_prefix):
     """--init-audit summary writes the outer and first/last layers' rows; off writes none."""
