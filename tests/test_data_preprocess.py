@@ -347,6 +347,7 @@ def test_merge_datasets_concatenates_prefixes_in_the_given_order(tmp_path):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_killed_run_leaves_no_partial_final_file_and_rerun_matches_clean_run(tmp_path):
     """SIGKILL a 2-worker run in the middle of its second shard, then rerun it."""
