@@ -100,6 +100,7 @@ def test_output_equals_megatron_core_per_document_path_for_all_formats(tmp_path,
     assert r.documents == len(demo_records())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_bytes_identical_for_workers_and_shards_and_merge(tmp_path, parts, ref_prefix):
     stats = set()
