@@ -1,8 +1,9 @@
 """Fixtures and the test tiers.
 
-``slow`` marks every test that launches several processes (``helpers.check_nproc`` fails one
-that does so unmarked) and the heaviest single-process runs; ``pytest -m "not slow"`` is the
-fast tier. Shared constants and launchers live in ``helpers.py``.
+``slow`` marks every test that launches several processes or a ``pretrain`` process
+(``helpers.check_nproc`` and ``helpers.check_pretrain_launch`` fail one that does so unmarked)
+and the heaviest other runs; ``pytest -m "not slow"`` is the fast tier. Shared constants and
+launchers live in ``helpers.py``.
 """
 
 from __future__ import annotations
@@ -14,18 +15,18 @@ from helpers import (  # noqa: F401  (importable from conftest for tests written
     DEMO_INPUTS,
     DEMO_TOKENIZER,
     TINY_MODEL,
-    allow_multi_process,
     close,
     pretrain,
     read_diagnostics,
     read_metrics,
     run_cli,
+    set_slow_test,
 )
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    allow_multi_process(item.get_closest_marker("slow") is not None)
+    set_slow_test(item.get_closest_marker("slow") is not None)
 
 
 LAUNCH_VARS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK")

@@ -40,13 +40,13 @@ TINY_MODEL = [
 ]  # fmt: skip
 """The same-sized model for CLI runs on the demo corpus (flags)."""
 
-_multi_process_allowed = True
+_in_slow_test = True
 
 
-def allow_multi_process(allowed: bool) -> None:
+def set_slow_test(slow: bool) -> None:
     """Set by ``conftest.py`` before each test: True only for tests marked ``slow``."""
-    global _multi_process_allowed
-    _multi_process_allowed = allowed
+    global _in_slow_test
+    _in_slow_test = slow
 
 
 def check_nproc(nproc: int) -> None:
@@ -56,9 +56,25 @@ def check_nproc(nproc: int) -> None:
     Raises:
         AssertionError: ``nproc`` > 1 in a test (or a fixture it uses) not marked slow.
     """
-    assert nproc <= 1 or _multi_process_allowed, (
+    assert nproc <= 1 or _in_slow_test, (
         f"nproc={nproc}: multi-process tests belong to the slow tier. Fix: mark the test (and "
         "every test using its fixture) @pytest.mark.slow"
+    )
+
+
+def check_pretrain_launch(args: list[str]) -> None:
+    """Fail a test that runs ``pretrain`` through the CLI launcher without the ``slow`` mark:
+    each such run is a fresh process that imports megatron-core and builds a model (10-30 s on
+    2 CPU cores, even when it stops at a config error), so the fast tier trains in process or
+    not at all.
+
+    Raises:
+        AssertionError: ``args`` starts with ``pretrain`` in a test (or a fixture it uses) not
+            marked slow.
+    """
+    assert args[:1] != ["pretrain"] or _in_slow_test, (
+        f"{' '.join(args[:3])} ...: a pretrain process belongs to the slow tier. Fix: mark the "
+        "test (and every test using its fixture) @pytest.mark.slow"
     )
 
 
@@ -78,6 +94,7 @@ def cli_command(args: list[str], nproc: int = 1) -> list[str]:
     """``megatron-gamma ARGS`` as a command line (torchrun ``--standalone`` when nproc > 1:
     a free port; torch 2.13 hangs with ``--master-port=0``)."""
     check_nproc(nproc)
+    check_pretrain_launch(args)
     launch = [sys.executable]
     if nproc > 1:
         launch += ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"]

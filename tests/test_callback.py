@@ -64,6 +64,7 @@ def _train_with_a_logging_callback_first(run_dir: str, prefix: str) -> list[str]
         return [line for line in f]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_callback_before_the_metrics_callback_can_log(tmp_path, demo_prefix):
     (lines,) = run_distributed(_train_with_a_logging_callback_first, 1, str(tmp_path), demo_prefix)

@@ -28,6 +28,7 @@ def _pretrain(tmp_path, demo_prefix, save, *flags):
     return run_cli([*args, *TINY_MODEL, "--train-iters", "2", "--save", str(save), *flags])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_save_dir_of_another_run_needs_load_or_overwrite(tmp_path, demo_prefix):
     save = tmp_path / "ckpt"
@@ -50,6 +51,7 @@ def test_save_dir_of_another_run_needs_load_or_overwrite(tmp_path, demo_prefix):
     assert "resumed at iteration 2" in resumed.stdout, resumed.stdout[-3000:]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_second_writer_of_a_save_dir_is_refused(tmp_path, demo_prefix):
     save = tmp_path / "ckpt"

@@ -77,6 +77,7 @@ def _tampered_copy(trained_run: str, tmp_path, kind: str) -> tuple[str, str]:
     return run, marker
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("kind", sorted(TAMPER))
 def test_offline_commands_refuse_tampered_checkpoint(trained_run, demo_prefix, tmp_path, kind):
@@ -103,6 +104,7 @@ def test_offline_commands_refuse_tampered_checkpoint(trained_run, demo_prefix, t
     assert not os.path.exists(tmp_path / "hf")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("kind", sorted(TAMPER))
 def test_pretrain_refuses_tampered_checkpoint(trained_run, demo_prefix, tmp_path, kind):

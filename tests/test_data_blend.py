@@ -75,6 +75,7 @@ def test_per_split_config_errors(lang_prefixes):
         DataConfig(data_path=["-1", zh, "2", en]).blend()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_pretrain_runs_on_per_split_blends(tmp_path, lang_prefixes):
     zh, en = lang_prefixes["zh"], lang_prefixes["en"]

@@ -146,11 +146,22 @@ def _document_isolation(spec: str, gate: str) -> dict:
     return out
 
 
-@pytest.mark.parametrize(
-    "spec, gate", [("gamma", "elementwise"), ("gamma", "none"), ("local", "none")]
-)
-def test_reset_attention_mask_isolates_documents_in_the_model(spec, gate):
-    out = run_distributed(_document_isolation, 1, spec, gate)[0]
+ISOLATION_CASES = [("gamma", "elementwise"), ("gamma", "none"), ("local", "none")]
+
+
+def _document_isolation_cases(cases: list[tuple[str, str]]) -> dict:
+    return {case: _document_isolation(*case) for case in cases}
+
+
+@pytest.fixture(scope="module")
+def isolation() -> dict:
+    """{(spec, gate): _document_isolation} for every case, built in one spawned process."""
+    return run_distributed(_document_isolation_cases, 1, ISOLATION_CASES)[0]
+
+
+@pytest.mark.parametrize("spec, gate", ISOLATION_CASES)
+def test_reset_attention_mask_isolates_documents_in_the_model(isolation, spec, gate):
+    out = isolation[spec, gate]
     assert out["reset"] == 0.0  # nothing of the first document reaches the second
     assert out["causal"] > 1e-4  # without the mask it does
 
@@ -250,6 +261,7 @@ def test_old_dataset_warning_is_printed(tmp_path, demo_prefix, capsys):
     assert f"WARNING: {old} has no tokenizer fingerprint" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_mock_data_smoke_run_with_the_eod_flags_and_workers(tmp_path):
     run_dir = tmp_path / "mock"
     proc = run_cli(

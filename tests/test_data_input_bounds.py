@@ -55,6 +55,7 @@ print(r.stats["errors"]["line_too_long"], r.documents, (after - before) // 1024)
 """
 
 
+@pytest.mark.slow
 def test_a_gzip_bomb_line_is_skipped_unread_with_bounded_memory(tmp_path):
     """One 400 MB line (400 KB of gzip) between two good ones: skipped and counted, and peak RSS
     grows by far less than the line (the line cap is 6 x 1000 characters + 1 MiB)."""

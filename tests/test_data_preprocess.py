@@ -100,6 +100,7 @@ def test_output_equals_megatron_core_per_document_path_for_all_formats(tmp_path,
     assert r.documents == len(demo_records())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_bytes_identical_for_workers_and_shards_and_merge(tmp_path, parts, ref_prefix):
     stats = set()
@@ -347,6 +348,7 @@ def test_merge_datasets_concatenates_prefixes_in_the_given_order(tmp_path):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_killed_run_leaves_no_partial_final_file_and_rerun_matches_clean_run(tmp_path):
     """SIGKILL a 2-worker run in the middle of its second shard, then rerun it."""

@@ -60,6 +60,7 @@ def demo(tmp_path_factory):
     return {"root": root, "data": data, "run": run}
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_live_callback_logs_every_diagnostic(demo):
     diag = read_diagnostics(demo["run"])
@@ -101,6 +102,7 @@ def _png_panels(path: str) -> list[str]:
         return json.loads(im.text["Panels"])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_analyze_writes_plots_and_numbers_matching_references(demo):
     run = demo["run"]
@@ -157,6 +159,7 @@ def test_analyze_writes_plots_and_numbers_matching_references(demo):
         assert got == pytest.approx(value, rel=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_compare_checkpoints(demo):
     ckpts = os.path.join(demo["run"], "checkpoints")
@@ -217,6 +220,7 @@ def test_probes_on_a_real_model(tmp_path):
     assert got["norm_eps"] == [1e-12] and got["norm_tokens"] == [32]
 
 
+@pytest.mark.slow
 def test_cli_errors_are_clear(demo, tmp_path):
     proc = run_cli(["analyze", str(tmp_path / "missing")], timeout=120, cwd=REPO)
     assert proc.returncode == 2 and "not a directory" in proc.stderr

@@ -106,6 +106,7 @@ def _check_export(run: str, out_dir: str, stock: bool) -> None:
     assert greedy.tolist() == ref_greedy.tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("name", list(VARIANTS))
 def test_export_logits_and_greedy_match_megatron(runs, name, tmp_path):
@@ -130,6 +131,7 @@ def test_evaluate_on_two_ranks_equals_one_rank(tp2pp2_run, demo_prefix, tmp_path
     assert two["loss"] == pytest.approx(one["loss"], abs=1e-9)
 
 
+@pytest.mark.slow
 def test_exported_gamma_model_loads_from_megatron_gamma_without_remote_code(runs, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -143,6 +145,7 @@ def test_exported_gamma_model_loads_from_megatron_gamma_without_remote_code(runs
     assert tok.decode(tok("你好, world").input_ids) == "你好, world"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("name", ["llama_tied_gqa", "moe"])
 def test_round_trip_is_bit_identical(runs, name, tmp_path, demo_prefix):
@@ -166,6 +169,7 @@ def test_round_trip_is_bit_identical(runs, name, tmp_path, demo_prefix):
     assert evaluate(imported["run_dir"], [demo_prefix], **kwargs)["loss"] == original
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_training_from_the_imported_checkpoint_matches_the_original(runs, tmp_path, demo_prefix):
     name = "llama_untied"
@@ -190,6 +194,7 @@ def test_training_from_the_imported_checkpoint_matches_the_original(runs, tmp_pa
     assert losses["original"][1] != read_metrics(runs[name])["train"][1]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_evaluate_loss_equals_hf_per_token_mean(runs, demo_prefix, tmp_path):
     from megatron.core.datasets.indexed_dataset import IndexedDataset
@@ -213,6 +218,7 @@ def test_evaluate_loss_equals_hf_per_token_mean(runs, demo_prefix, tmp_path):
     assert out["perplexity"] == pytest.approx(float(nll.mean().exp()), rel=1e-5)
 
 
+@pytest.mark.slow
 def test_bf16_run_evaluates_and_exports_in_fp32(runs, demo_prefix, tmp_path):
     from safetensors.torch import load_file
 
@@ -227,6 +233,7 @@ def test_bf16_run_evaluates_and_exports_in_fp32(runs, demo_prefix, tmp_path):
     assert out["tokens"] == 128 and 0 < out["loss"] < 9.0
 
 
+@pytest.mark.slow
 def test_evaluate_data_path_replaces_the_run_data_path(runs, demo_prefix):
     with open(os.path.join(runs["moe"], "config.yaml")) as f:
         assert yaml.safe_load(f)["data"]["data_path"] == [demo_prefix]
@@ -328,6 +335,7 @@ def _assert_nothing_written(out_dir) -> None:
     assert not [n for n in os.listdir(parent) if n.startswith(f".{os.path.basename(out_dir)}.")]
 
 
+@pytest.mark.slow
 def test_named_errors_and_clean_out_dir(runs, tmp_path):
     out = str(tmp_path / "hf")
     with pytest.raises(UnmappableArchitectureError, match="gated_attention='elementwise'"):
@@ -373,6 +381,7 @@ def test_named_errors_and_clean_out_dir(runs, tmp_path):
     assert not os.path.exists(tmp_path / "imported")
 
 
+@pytest.mark.slow
 def test_left_padded_batch_generation_equals_single_prompts(runs, tmp_path):
     from transformers import AutoModelForCausalLM
 
@@ -403,6 +412,7 @@ def test_cli_rejects_flags_without_effect(capsys):
     assert "acts only with --compare" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_import_of_a_plain_llama_directory(runs, tmp_path):
     hf_dir = tmp_path / "hf"
     export_hf(runs["llama_untied"], str(hf_dir))

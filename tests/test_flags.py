@@ -352,6 +352,7 @@ def test_defaults_and_recipes_warn_about_nothing(tmp_path):
     assert no_effect_warnings(cfg, given_keys(str(path), {})) == []
 
 
+@pytest.mark.slow
 def test_cli_prints_the_warning_line(tmp_path):
     proc = run_cli(
         ["pretrain", "--init-method-std", "0.006", "--data-path", str(tmp_path / "none")]

@@ -41,6 +41,7 @@ def test_dry_run_checks_every_step_and_writes_the_report(tmp_path):
     assert "| train-ops-reference | dry-run ok |" in (tmp_path / "gpu_acceptance.md").read_text()
 
 
+@pytest.mark.slow
 def test_dry_run_refuses_a_bad_flag_and_a_bad_ops_backend(tmp_path):
     steps = {s.name: s for s in gpu_acceptance.plan(str(tmp_path))}
     bench = steps["bench-rmsnorm"]

@@ -176,9 +176,25 @@ def _within(row, expected, rel=0.03):
     return abs(row["measured_sigma"] / expected - 1) <= allowed
 
 
+def _model_cases() -> dict:
+    return {
+        "sigma": _sigma_cases(),
+        "residual": _residual_cases(),
+        "scope": _scope_cases(),
+        "summary": _summary_case(),
+    }
+
+
 @pytest.fixture(scope="module")
-def sigma_rows():
-    return run_distributed(_sigma_cases, 1)[0]
+def model_cases() -> dict:
+    """The single-rank model cases of this module, built in one spawned process (one
+    megatron-core start-up instead of four): {"sigma", "residual", "scope", "summary"}."""
+    return run_distributed(_model_cases, 1)[0]
+
+
+@pytest.fixture(scope="module")
+def sigma_rows(model_cases):
+    return model_cases["sigma"]
 
 
 @pytest.mark.timeout(300)
@@ -275,10 +291,10 @@ def test_same_weights_bit_for_bit_under_tp_pp_vpp_ep_etp():
 
 
 @pytest.mark.timeout(300)
-def test_residual_flow_scales_as_d_to_one_minus_gamma():
+def test_residual_flow_scales_as_d_to_one_minus_gamma(model_cases):
     """Paper, Optimal Initialization Scale: the residual update relative to the embedding
     scales as d^(1-gamma); measured on a real 1-layer model at initialization."""
-    ratios = run_distributed(_residual_cases, 1)[0]
+    ratios = model_cases["residual"]
     for gamma, by_width in ratios.items():
         widths = np.array([float(w) for w in by_width])
         slope = np.polyfit(np.log(widths), np.log(np.array(list(by_width.values()))), 1)[0]
@@ -302,8 +318,8 @@ def _scope_cases():
 
 
 @pytest.mark.timeout(300)
-def test_summary_audit_measures_the_outer_and_first_and_last_layers():
-    full, summary = run_distributed(_scope_cases, 1)[0]
+def test_summary_audit_measures_the_outer_and_first_and_last_layers(model_cases):
+    full, summary = model_cases["scope"]
     full = {r["name"]: r for r in full}
     names = {r["name"] for r in summary}
     want = {n for n in full if not n.startswith(("decoder.layers.1.", "decoder.layers.2."))}
@@ -358,8 +374,8 @@ def _reference_role(name: str) -> str:
 
 
 @pytest.mark.timeout(300)
-def test_audit_summary_equals_an_fp64_recomputation_per_role():
-    summary, text, ref = run_distributed(_summary_case, 1)[0]
+def test_audit_summary_equals_an_fp64_recomputation_per_role(model_cases):
+    summary, text, ref = model_cases["summary"]
     by_role = {r["role"]: r for r in summary}
     assert set(by_role) == set(ref)
     for role, members in ref.items():
@@ -400,6 +416,7 @@ def test_init_audit_choice_is_validated():
         load_config(None, {"init_audit": "partial"})
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_init_audit_flag_through_the_cli(tmp_path, demo_prefix):
     """--init-audit summary writes the outer and first/last layers' rows; off writes none."""

@@ -115,6 +115,7 @@ def test_sigterm_saves_at_the_next_iteration_and_resumes_to_the_uninterrupted_lo
     assert tracker.read_text().strip() == str(k + 3)  # --exit-interval saves where it stops
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_exit_duration_budget_saves_and_exits_cleanly(tmp_path, demo_prefix):
     run_dir = tmp_path / "run"

@@ -128,6 +128,7 @@ def test_flags_reach_megatron_core_and_the_estimator_counts_the_model():
     assert two["shared_sigma"] == pytest.approx(one["shared_sigma"], rel=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_short_moe_run_with_every_flag_trains(tmp_path, demo_prefix):
     flags = ["--train-iters", "3", "--eval-interval", "100", "--num-experts", "4"]

@@ -42,6 +42,7 @@ def test_missing_compiler_builds_nothing_and_says_so(tmp_path):
     assert built_libraries(tmp_path) == []
 
 
+@pytest.mark.slow
 @needs_source
 @pytest.mark.timeout(300)
 def test_failing_compile_builds_nothing_and_says_so(tmp_path):
@@ -57,6 +58,7 @@ def test_failing_compile_builds_nothing_and_says_so(tmp_path):
     assert built_libraries(tmp_path) == []
 
 
+@pytest.mark.slow
 @needs_source
 @pytest.mark.timeout(300)
 def test_required_build_fails_without_compiler(tmp_path):

@@ -28,6 +28,7 @@ def test_fp16_is_refused_by_name_without_cuda():
     check_precision(load_config(None, {}), on_gpu=False)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU refusal; a GPU trains fp16")
 def test_cli_refuses_fp16_on_cpu(tmp_path, demo_prefix):
     proc = run_cli(

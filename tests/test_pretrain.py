@@ -12,6 +12,7 @@ from helpers import pretrain, run_cli
 from megatron_gamma.config import ConfigError, load_config
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_demo_pipeline_learns(tmp_path, demo_prefix):
     ckpt = str(tmp_path / "run" / "checkpoints")
@@ -71,6 +72,7 @@ def check_telemetry(run_dir) -> None:
     assert last.value == train[-1]["consumed_tokens"] and last.step == train[-1]["iteration"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_resume_reproduces_uninterrupted_losses(tmp_path, demo_prefix):
     flags = ["--train-iters", "20", "--eval-interval", "100", "--hidden-dropout", "0.1"]
@@ -110,6 +112,7 @@ def test_unknown_yaml_key_and_section(tmp_path):
         load_config(str(path))
 
 
+@pytest.mark.slow
 def test_cli_reports_config_errors_before_training(tmp_path):
     missing = str(tmp_path / "nowhere" / "data_text_document")
     proc = run_cli(["pretrain", "--data-path", missing, "--run-dir", str(tmp_path / "r")])

@@ -55,11 +55,18 @@ def _stored(name: str) -> dict:
         return json.load(f)
 
 
+@pytest.mark.parametrize("name", list(FLAGS))
+def test_stored_reference_was_made_with_the_flags_of_its_run(name):
+    ref = _stored(name)
+    assert ref["flags"] == _flags(name), "the flags changed: regenerate the reference"
+    assert ref["command"] == f"python tests/test_reference_losses.py {name}"
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("name", list(FLAGS))
 def test_loss_trajectory_equals_the_stored_reference(name, demo_prefix, tmp_path):
     ref = _stored(name)
-    assert ref["flags"] == _flags(name), "the flags changed: regenerate the reference"
     got = _run(name, demo_prefix, str(tmp_path))
     want = {int(k): v for k, v in ref["losses"].items()}
     assert sorted(got) == sorted(want)

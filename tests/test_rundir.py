@@ -59,6 +59,7 @@ def test_metrics_reader_skips_a_torn_last_line_and_names_a_bad_one(tmp_path, cap
         layout.read_metrics(str(tmp_path))
 
 
+@pytest.mark.slow
 def test_checkpoint_carries_the_resolved_config_and_tokenizer_fingerprint(bare):
     run, save = bare
     ckpt = layout.resolve_checkpoint(save)
@@ -77,6 +78,7 @@ def _stable_rank(w: torch.Tensor) -> float:
     return float(w.pow(2).sum() / torch.linalg.matrix_norm(w, ord=2) ** 2)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_export_evaluate_analyze_from_a_bare_checkpoint_directory(bare, demo_prefix, tmp_path):
     from transformers import AutoModelForCausalLM
@@ -119,6 +121,7 @@ def test_export_evaluate_analyze_from_a_bare_checkpoint_directory(bare, demo_pre
         assert value == pytest.approx(want_rank, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_old_checkpoints_read_config_yaml_and_config_overrides(bare, tmp_path):
     run, save = bare
     old = tmp_path / "old"

@@ -8,6 +8,7 @@ import glob
 import json
 import os
 
+import pytest
 import yaml
 from conftest import TINY_MODEL, run_cli
 
@@ -39,6 +40,7 @@ def _strings(value) -> list[str]:
     return [value] if isinstance(value, str) else []
 
 
+@pytest.mark.slow
 def test_cluster_env_values_reach_no_config_wandb_log_or_export(
     tmp_path, tmp_path_factory, demo_prefix, monkeypatch
 ):

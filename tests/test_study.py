@@ -85,6 +85,7 @@ def test_study_file_errors_name_the_key(tmp_path):
         plan(load_study(_changed_study(tmp_path, bad_arm_field)), str(tmp_path / "x"))
 
 
+@pytest.mark.slow
 def test_dry_run_prints_plan_and_writes_nothing(tmp_path):
     out = tmp_path / "plan"
     proc = _cli("sweep", SMOKE, "--output-dir", str(out), "--dry-run", timeout=300)

@@ -127,6 +127,7 @@ def test_unsafe_names_are_refused(tmp_path, bad, where):
         load_study(_study(tmp_path, _rename(where, bad)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "where, bad", [("sizes", "../../escaped-size"), ("sizes", "ABS"), ("arms", "")]
 )
@@ -492,6 +493,7 @@ def prepared(tmp_path_factory):
     return root, study_path, out
 
 
+@pytest.mark.slow
 def test_fingerprint_recorded_and_unchanged_data_accepted(prepared):
     root, study_path, out = prepared
     with open(os.path.join(out, "data", DATA_FINGERPRINT), encoding="utf-8") as f:
@@ -501,6 +503,7 @@ def test_fingerprint_recorded_and_unchanged_data_accepted(prepared):
     assert check_data_unchanged(load_study(study_path), out) == fp
 
 
+@pytest.mark.slow
 def test_changed_heldout_every_is_refused(prepared, tmp_path):
     root, study_path, out = prepared
 
@@ -516,6 +519,7 @@ def test_changed_heldout_every_is_refused(prepared, tmp_path):
     assert os.stat(os.path.join(out, "data", "train.jsonl")).st_mtime_ns == before
 
 
+@pytest.mark.slow
 def test_changed_input_file_is_refused(prepared, tmp_path):
     root, study_path, out = prepared
     corpus = root / "en.jsonl"

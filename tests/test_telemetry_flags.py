@@ -115,6 +115,7 @@ def test_wandb_failing_on_rank_0_stops_every_rank(tmp_path):
     assert str(blocked) in errors[0] and "Fix: " in errors[0]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_logging_flags_change_what_is_written(tmp_path, demo_prefix, monkeypatch):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
