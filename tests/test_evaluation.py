@@ -243,6 +243,7 @@ def test_evaluate_data_path_replaces_the_run_data_path(runs, demo_prefix):
     assert blend["data"][0]["loss"] == pytest.approx(single["loss"], abs=1e-6)
 
 
+@pytest.mark.slow
 def test_held_out_evaluate_imports_no_transformers(runs, demo_prefix):
     """Plain ``evaluate`` needs no ``[eval]`` extra: importing the package and computing a
     held-out loss (the same value as in this process) loads no ``transformers`` module."""

@@ -240,6 +240,7 @@ def _with_tokenizer_fingerprint(save: str, dest, fingerprint: dict | None) -> st
     return str(dest)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_checkpoint_loads_only_with_its_tokenizer(bare, demo_prefix, tmp_path, capsys):
     """``pretrain --load``, evaluate/export (``checkpoint.resolve``), analyze and compare check
