@@ -88,3 +88,50 @@ def test_truncated_file_keeps_every_complete_record(tmp_path, name, cut, chunk_s
         assert doc["unreadable_files"][str(path)]["byte"] == len(
             b"".join(LINES.splitlines(keepends=True)[:complete])
         )
+
+
+def _members(cut: slice | None = None, tail: bytes = b"") -> bytes:
+    """LINES as three gzip members (as ``cat a.gz b.gz c.gz`` makes), cut and/or followed by
+    ``tail``."""
+    third = len(LINES) // 3
+    parts = [LINES[:third], LINES[third : 2 * third], LINES[2 * third :]]
+    blob = b"".join(gzip.compress(p, mtime=0) for p in parts)
+    return (blob[cut] if cut else blob) + tail
+
+
+@pytest.mark.parametrize(
+    "blob",
+    [
+        _members(),
+        _members(tail=b"\0" * 16),
+        _members(tail=b"garbage"),
+        _members(slice(0, -9)),
+        _members(slice(0, 700)),
+        _members(slice(0, -4), tail=b"\1\2\3\4"),
+    ],
+    ids=["whole", "zero-padded", "garbage-after", "truncated-end", "truncated-early", "bad-size"],
+)
+def test_gzip_reads_as_pythons_gzip_module_does(tmp_path, blob):
+    """The ISA-L reader hands a broken stream to zlib at the byte it stopped: the lines, where
+    reading stops and the error equal Python's ``gzip`` reading the same file line by line."""
+    from megatron_gamma.data.readers import InputError, iter_chunks
+
+    path = tmp_path / "a.jsonl.gz"
+    path.write_bytes(blob)
+    expected, expected_error = [], None
+    try:
+        with gzip.open(path, "rb") as f:
+            expected.extend(f)
+    except (OSError, EOFError, zlib.error) as e:
+        expected_error = str(e)
+    got, error = [], None
+    try:
+        for chunk in iter_chunks(str(path), chunk_docs=7):
+            got.extend(chunk.items)
+    except InputError as e:
+        error = str(e)
+    assert got == expected
+    assert (error is None) == (expected_error is None)
+    if error is not None:
+        assert error.endswith(f"({expected_error}). Fix: re-fetch it")
+        assert f"after line {len(expected)} " in error

@@ -92,15 +92,16 @@ def test_rehearsal_installs_from_the_wheelhouse_in_an_offline_venv(tmp_path):
                        capture_output=True, text=True, timeout=600)  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     cp312 = sorted(os.path.basename(w).split("-")[0] for w in glob.glob(f"{wheelhouse}/cp312/*"))
-    assert cp312 == ["awkward", "awkward_cpp", "defusedxml", "gigatoken", "megatron_core", "nltk",
-                     "orjson", "zstandard"]  # fmt: skip
-    assert "cp312: 8 wheels" in r.stdout and "requirements met" in r.stdout
+    assert cp312 == ["awkward", "awkward_cpp", "defusedxml", "gigatoken", "isal", "megatron_core",
+                     "nltk", "orjson", "zstandard"]  # fmt: skip
+    assert "cp312: 9 wheels" in r.stdout and "requirements met" in r.stdout
     r = subprocess.run(
         ["bash", "tools/gpu_acceptance.sh", str(out), "--dry-run", "--wheelhouse", str(wheelhouse)],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-5000:]
-    assert "megatron.core, gigatoken, awkward, nltk, zstandard, orjson absent until" in r.stdout
+    wheels = "megatron.core, gigatoken, awkward, nltk, zstandard, orjson, isal"
+    assert f"{wheels} absent until" in r.stdout
     doc = json.loads((out / "gpu_acceptance.json").read_text())
     assert [s["name"] for s in doc["steps"]] == STEPS
     assert all(s["status"] == "dry-run ok" for s in doc["steps"]), doc["steps"]

@@ -8,7 +8,7 @@ whole run: 480 s) and the time left:
 1. ``install-wheels``: ``pip install --no-index --no-deps --target OUT_DIR/site`` of the
    wheelhouse made by ``tools/gpu_wheelhouse.sh`` (``DIR/cpXY`` for this Python; no registry is
    needed, the system site is left as it is); ``OUT_DIR/site`` is on every later step's
-   ``PYTHONPATH``. Skipped when megatron-core, gigatoken, awkward, nltk, zstandard and orjson
+   ``PYTHONPATH``. Skipped when megatron-core, gigatoken, awkward, nltk, zstandard, orjson, isal
    import.
 2. ``build-extension``: ``python setup.py build_ext --inplace`` against the torch that is there,
    with ``MEGATRON_GAMMA_BUILD_EXT=1``, ``TORCH_CUDA_ARCH_LIST`` = this GPU's
@@ -79,7 +79,9 @@ FUSE_GATE_ABOVE = 0.01
 """Fuse the gate rows into the QKV projection only if the gate costs more than this share of
 the step (issue 18)."""
 TE_MISSING = "Transformer Engine not installed on this machine"
-WHEEL_MODULES = ("megatron.core", "gigatoken", "awkward", "nltk", "zstandard", "orjson")
+WHEEL_MODULES = (
+    "megatron.core", "gigatoken", "awkward", "nltk", "zstandard", "orjson", "isal",
+)  # fmt: skip
 """What the wheelhouse brings (tools/gpu_wheelhouse.sh); the lent machine has the rest."""
 BUDGET_S = {
     "install-wheels": 30,
@@ -593,7 +595,7 @@ def rehearsal_python(out: str, wheelhouse: str) -> str:
     The venv has no system site-packages; its own site-packages holds symlinks to this
     machine's installed distributions that the lent machine has too (``lent-packages.txt`` of
     the wheelhouse: torch, pip, pytest, ...) and nothing else, so megatron-core, gigatoken,
-    awkward, nltk, zstandard and orjson can only come from the wheelhouse.
+    awkward, nltk, zstandard, orjson and isal can only come from the wheelhouse.
 
     Raises:
         ValueError: no ``lent-packages.txt`` in the wheelhouse.

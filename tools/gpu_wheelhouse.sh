@@ -55,8 +55,8 @@ LENT_PACKAGES=(
   uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
 )
 # Pinned in docker/constraints.txt, missing there: megatron-core gigatoken awkward nltk zstandard
-# orjson.
-PINNED=(megatron-core gigatoken awkward nltk zstandard orjson)
+# orjson isal.
+PINNED=(megatron-core gigatoken awkward nltk zstandard orjson isal)
 # Their needs that the lent machine lacks (versions of the tested environment).
 CLOSURE=(awkward-cpp==57 defusedxml==0.7.1)
 # Needed below Python 3.12 only (awkward), for the rehearsal on this machine's Python.

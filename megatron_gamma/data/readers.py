@@ -203,6 +203,42 @@ class Chunk:
     byte_order_marks: int = 0
 
 
+class _GzipStream(io.RawIOBase):
+    """Decompressed bytes of a (multi-member) gzip file, inflated by ISA-L (``isal``'s
+    ``IGzipFile``, about 3x faster than zlib). Where ISA-L stops on a broken stream (truncated,
+    corrupt, trailing garbage), Python's zlib-based ``gzip`` takes over at the same uncompressed
+    byte, so the bytes delivered before the break and the error raised are zlib's: ISA-L inflates
+    in larger blocks and stops earlier in a truncated file (fewer complete lines), and a file is
+    read the same whichever inflater is installed."""
+
+    def __init__(self, raw: io.BufferedIOBase):
+        from isal import igzip, isal_zlib
+
+        self._errors = (*_STREAM_ERRORS, isal_zlib.error)
+        self._raw, self._pos = raw, 0
+        self._f: io.BufferedIOBase = igzip.IGzipFile(fileobj=raw, mode="rb")
+        self._zlib = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        try:
+            data = self._f.read1(len(buffer))  # read1: what inflated before a break is kept
+        except self._errors:
+            if self._zlib:
+                raise
+            self._zlib = True
+            self._raw.seek(0)
+            self._f = gzip.GzipFile(fileobj=self._raw, mode="rb")
+            self._f.seek(self._pos)
+            data = self._f.read1(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        self._pos += n
+        return n
+
+
 class _ZstdStream(io.RawIOBase):
     """Decompressed bytes of a (multi-frame) zstd file; raises EOFError when the file ends inside
     a frame (zstandard's own stream reader ends silently there, as if the file were whole)."""
@@ -242,7 +278,7 @@ def _open_binary(path: str, fmt: str) -> tuple[io.BufferedIOBase, io.RawIOBase]:
     if fmt == "jsonl":
         return raw, raw
     if fmt == "gzip":
-        return gzip.GzipFile(fileobj=raw, mode="rb"), raw
+        return io.BufferedReader(_GzipStream(raw), buffer_size=1 << 20), raw
     return io.BufferedReader(_ZstdStream(raw), buffer_size=1 << 20), raw
 
 
