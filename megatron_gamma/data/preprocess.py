@@ -26,6 +26,7 @@ because GPT pretraining needs document boundaries).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -236,6 +237,9 @@ def _run_unit(
         )  # fmt: skip
         env = os.environ.get("TOKENIZERS_PARALLELISM")
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker
+        # The ~0.5M objects of the torch and megatron-core imports leave the collector's reach
+        # while chunks are encoded: each full collection over them cost ~0.3 CPU-s (measured).
+        gc.freeze()
         try:
             chunks = _read_chunks(files, options, chunk_size, counts, messages)
             stats = TokenTextStats.for_backend(backend, tok.path)
@@ -282,6 +286,7 @@ def _run_unit(
             unit.abort()
             raise
         finally:
+            gc.unfreeze()
             bar.close()
             if env is None:
                 os.environ.pop("TOKENIZERS_PARALLELISM", None)
