@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from megatron_gamma.atomic import atomic_path
+from megatron_gamma.study.spec import best_lr
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f"]
 
@@ -53,7 +54,7 @@ def plot_scaling(arms: dict[str, dict], path: str) -> Optional[str]:
 
 def plot_lr_grid(per_size: dict[str, dict[str, dict[float, float]]], path: str) -> Optional[str]:
     """Final validation loss against peak LR on the selection seed, one panel per size, one
-    line per arm, each arm's best LR circled.
+    line per arm, each arm's best LR (:func:`~.spec.best_lr`, the sweep's rule) circled.
 
     Args:
         per_size: {size: {arm: {lr: loss}}} (:meth:`~.analysis.StudyData.lr_grid`).
@@ -71,7 +72,7 @@ def plot_lr_grid(per_size: dict[str, dict[str, dict[float, float]]], path: str) 
             c = COLORS[i % len(COLORS)]
             lrs = sorted(grid)
             ax.plot(lrs, [grid[x] for x in lrs], "o-", color=c, label=name)
-            best = min(lrs, key=lambda x: (grid[x], x))
+            best = best_lr(grid)
             ax.plot([best], [grid[best]], "o", ms=12, mfc="none", color=c)
         ax.set_xscale("log")
         ax.set_xlabel("peak learning rate")
