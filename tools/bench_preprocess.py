@@ -13,7 +13,8 @@ order every round so that load changes hit them alike:
   ``--tokenizer-backend gigatoken`` / ``hf`` (reading, checks, language tags, filters, packing,
   writing, and for gigatoken the start-up check against HF tokenizers), per worker count;
 * ``mlm-fast``: Megatron-LM's ``tools/preprocess_data_fast.py`` re-created call for call
-  (``gigatoken`` ``encode_files`` on all cores, megatron-core's ``IndexedDatasetBuilder``
+  (its tokenizer built through ``transformers`` as megatron-core's ``HuggingFaceTokenizer``
+  builds it, ``gigatoken`` ``encode_files`` on all cores, megatron-core's ``IndexedDatasetBuilder``
   ``add_documents(docs, eod_token=eod)`` and ``finalize``), the reference of every ratio;
 * ``mlm-real`` (with ``--megatron-lm DIR``): that script itself, from the checkout (its commit is
   printed), imported first and its ``main()`` timed; ``mlm-fast`` then uses the checkout's
@@ -135,10 +136,12 @@ def _child_per_doc(files: list[str], tokenizer_path: str, prefix: str, workers: 
 
 def _child_mlm_fast(files: list[str], tokenizer_path: str, prefix: str, workers: int) -> dict:
     """Megatron-LM ``tools/preprocess_data_fast.py``'s ``process_key``, call for call (with
-    ``--append-eod``): gigatoken ``encode_files`` on all cores (its ``HuggingFaceTokenizer``
-    ``use_gigatoken`` path), then megatron-core's ``IndexedDatasetBuilder(bin, dtype=...)``,
-    ``add_documents(docs, eod_token=eod)`` and ``finalize(idx)``. ``add_documents`` is in
-    Megatron-LM since 889c909922 (2026-08-21); an older megatron-core is refused by name."""
+    ``--append-eod``): the tokenizer built as its ``HuggingFaceTokenizer(use_gigatoken=True)``
+    builds it (``transformers`` ``AutoTokenizer`` of the directory, then
+    ``gigatoken.Tokenizer(hf).as_hf()``), gigatoken ``encode_files`` on all cores, then
+    megatron-core's ``IndexedDatasetBuilder(bin, dtype=...)``, ``add_documents(docs,
+    eod_token=eod)`` and ``finalize(idx)``. ``add_documents`` is in Megatron-LM since 889c909922
+    (2026-08-21); an older megatron-core is refused by name."""
     import gigatoken
     from megatron.core.datasets import indexed_dataset
 
@@ -151,8 +154,13 @@ def _child_mlm_fast(files: list[str], tokenizer_path: str, prefix: str, workers:
             "calls (added in 889c909922, 2026-08-21). Fix: --megatron-lm DIR, a Megatron-LM "
             "checkout at or after it"
         )
+    from transformers import AutoTokenizer
+
     tok = BilingualTokenizer(tokenizer_path)
-    giga = gigatoken.Tokenizer(tokenizer_path)
+    # megatron-core's HuggingFaceTokenizer(use_gigatoken=True): the transformers tokenizer of the
+    # directory, rebuilt by gigatoken, whose Rust tokenizer encodes the files.
+    hf = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(tokenizer_path)))
+    giga = gigatoken.Tokenizer(hf).as_hf().tokenizer
     encoded_docs = giga.encode_files(gigatoken.JsonlFileSource(files, field="text"), parallel=True)
     builder = indexed_dataset.IndexedDatasetBuilder(
         prefix + ".bin", dtype=indexed_dataset.DType.optimal_dtype(tok.vocab_size)
@@ -515,6 +523,9 @@ def main(argv: list[str] | None = None) -> None:
         import tokenizers  # noqa: F401
 
         import megatron_gamma.data.preprocess  # noqa: F401
+
+        if args.child == "mlm-fast":
+            import transformers  # noqa: F401  (the real script's is imported before its main())
 
         child = CHILDREN[args.child]
         call = (args.files, args.tokenizer, args.prefix, args.workers[0])
