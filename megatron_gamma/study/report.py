@@ -415,11 +415,11 @@ def _markdown(
         ]
         for arm in data.arms:
             for size in data.sizes:
-                grid = data.lr_grid(arm, size)
+                by_lr = data.lr_grid(arm, size)
                 best = data.best_lr(arm, size)
                 cells = [
-                    f"**{x:g}: {grid[x]:.4f}**" if x == best else f"{x:g}: {grid[x]:.4f}"
-                    for x in sorted(grid)
+                    f"**{x:g}: {by_lr[x]:.4f}**" if x == best else f"{x:g}: {by_lr[x]:.4f}"
+                    for x in sorted(by_lr)
                 ]
                 if cells:
                     out.append(f"| {arm} | {size} | {', '.join(cells)} |")
