@@ -504,3 +504,28 @@ def test_loss_table_delta_prints_its_interval_and_degrees_of_freedom():
         "-0.4000 (1 seed)"
     )
     assert _delta_cell({"arm": "baseline"}) == ""
+
+
+def test_report_markdown_of_an_lr_grid_study_without_a_gamma_grid(tmp_path):
+    """The LR-grid table's per-arm losses once overwrote the γ-grid variable, and the report
+    crashed ('float' object is not subscriptable) on a study with an LR grid and no γ grid."""
+    import time
+
+    from megatron_gamma.study import report as report_module
+    from megatron_gamma.study.analysis import mechanisms
+
+    data = _lr_grid_study({"baseline": 2e-3, "gamma1": 2e-3})
+    data.dir = str(tmp_path)
+    data.manifest["sweep_command"] = "megatron-gamma sweep synthetic.yaml"
+    for run in data.runs:  # what the sweep's manifest records besides make_study's fields
+        run.update(params=run["non_embedding"] + 1000, tokens=100 * 16 * 128)
+    grid = gamma_grid(data)
+    assert grid == {}
+    md = report_module._markdown(
+        data, loss_table(data)[0], loss_table(data, "best")[0], scaling_fits(data), grid,
+        mechanisms(data), None, verdicts(data, grid, None), {}, "report", None, None,
+        time.time(),
+    )  # fmt: skip
+    assert "No γ grid in this study." in md
+    row = "| baseline | s1 | 0.001: 5.6931, **0.002: 5.0000**, 0.004: 5.6931, 0.008: 6.3863 |"
+    assert row in md
