@@ -12,10 +12,9 @@ import torch
 import torch.distributed as dist
 from distributed import run_distributed
 from helpers import DEMO_TOKENIZER
-from megatron.core import parallel_state
 
 from megatron_gamma import parallel
-from megatron_gamma.config import load_config, validate_layout
+from megatron_gamma.config import load_config, validate_layout, virtual_stages
 from megatron_gamma.estimate import count_parameters, estimate_memory, params_per_gpu
 from megatron_gamma.model.builder import build_model_chunk, transformer_config
 from megatron_gamma.model.vocab import padded_vocab_size
@@ -33,12 +32,27 @@ VARIANTS = {
     "headwise": {"gated_attention": "headwise"},
 }
 
+# The sizes megatron-core's process groups are built from (parallel.initialize).
+GROUP_SIZES = (
+    "tensor_model_parallel_size",
+    "pipeline_model_parallel_size",
+    "context_parallel_size",
+    "expert_model_parallel_size",
+    "expert_tensor_parallel_size",
+)
+
 
 def _meta_counts(recipes):
     """Build each recipe (and its gated/ungated variants) on the meta device through the real
-    model builder under TP = world size; this rank's parameter count next to the estimator's."""
+    model builder under TP = world size; this rank's parameter count next to the estimator's.
+
+    The process groups are created once: every recipe and variant runs under the same layout
+    (TP = world, PP = EP = 1; each config is still checked against it). Re-creating them per
+    build leaves megatron-core's gloo groups and their threads alive: 15 builds at 8 ranks
+    reached ~600 threads a rank and ran past the 600 s timeout on 2 cores."""
     out = {}
     tp = int(os.environ["WORLD_SIZE"])
+    layout = None
     for recipe in recipes:
         for variant, overrides in VARIANTS.items():
             cfg = load_config(
@@ -50,9 +64,13 @@ def _meta_counts(recipes):
                     "init_method": "normal",
                 },
             )
-            if parallel_state.model_parallel_is_initialized():
-                parallel_state.destroy_model_parallel()
-            parallel.initialize(cfg)
+            validate_layout(cfg, tp)
+            groups = {k: getattr(cfg.parallel, k) for k in GROUP_SIZES}
+            groups["virtual_stages"] = virtual_stages(cfg)
+            if layout is None:
+                layout = groups
+                parallel.initialize(cfg)
+            assert groups == layout, (recipe, variant)
             vocab = padded_vocab_size(cfg.model.vocab_size, cfg)
             with torch.device("meta"):
                 model, _ = build_model_chunk(cfg, transformer_config(cfg, on_gpu=False), vocab)
