@@ -525,7 +525,9 @@ def main(argv: list[str] | None = None) -> None:
         import megatron_gamma.data.preprocess  # noqa: F401
 
         if args.child == "mlm-fast":
-            import transformers  # noqa: F401  (the real script's is imported before its main())
+            # The real script imports it (megatron-core's huggingface_tokenizer.py does, at module
+            # level) before its main(); `transformers` resolves it lazily, on first access.
+            from transformers import AutoTokenizer  # noqa: F401
 
         child = CHILDREN[args.child]
         call = (args.files, args.tokenizer, args.prefix, args.workers[0])
