@@ -24,6 +24,7 @@ from megatron_gamma.study.verdicts import (
     claim2,
     claim3,
     claim4,
+    claim5,
     claim6,
     claim7,
     claim8,
@@ -223,6 +224,43 @@ def test_eps_that_cannot_act_is_not_measurable():
     losses |= {("gamma1+eps", s, k): x for (a, s, k), x in losses.items() if a == "gamma1"}
     v4 = claim4(make_study(losses, widths))
     assert v4.verdict == NOT_MEASURABLE and "d96 10.9" in v4.numbers
+
+
+def test_eps_that_cannot_act_is_not_measurable_without_the_small_eps_arm():
+    """Without a γ = 1+ε arm, claim 4 is still not measurable where σ²_emb/ε > 1 at every size
+    (64, 96: 24.4, 10.9); where ε could act (width 512: 0.381) it needs that arm."""
+    losses = {
+        (a, s, k): 5.0 + 0.01 * k for a in ("baseline", "gamma1") for s in ("d64", "d96")
+        for k in (1, 2)
+    }  # fmt: skip
+    v = claim4(make_study(losses, {"d64": 64, "d96": 96}))
+    assert v.verdict == NOT_MEASURABLE and "d64 24.4, d96 10.9" in v.numbers
+    wide = {(a, "d512", k): x for (a, s, k), x in losses.items() if s == "d64"}
+    v = claim4(make_study(wide, {"d512": 512}))
+    assert v.verdict == INCONCLUSIVE and v.numbers.startswith("needs the γ = 1+ε arm")
+    assert f"d512 {512**-2 / 1e-5:.3g}" in v.numbers
+
+
+def _sink_study(share: float):
+    """Baseline, γ = 1 and γ = 1+ε+gate (no γ = 1+ε arm), 2 seeds, the same sink share."""
+    losses, diag = {}, {}
+    for arm in ("baseline", "gamma1", "gamma1+eps+gate"):
+        for seed in (1, 2):
+            losses[(arm, "s1", seed)] = 5.0
+            diag[(arm, "s1", seed)] = {
+                it: {"sink_share/layer_00": share, "sink_share/layer_01": share} for it in (0, 100)
+            }
+    return make_study(losses, {"s1": 256}, diagnostics=diag)
+
+
+def test_no_sink_is_not_measurable_even_without_the_small_eps_arm():
+    """Sequence length 128: uniform causal attention's share is mean(1/(i+1), i = 1..127)."""
+    uniform = float(np.mean([1 / (i + 1) for i in range(1, 128)]))
+    v = claim5(_sink_study(0.5 * uniform))
+    assert v.verdict == NOT_MEASURABLE and f"(uniform attention {uniform:.4f})" in v.numbers
+    v = claim5(_sink_study(3 * uniform))  # a sink has formed: the gate's part needs both ε arms
+    assert v.verdict == INCONCLUSIVE
+    assert v.numbers.startswith("needs the γ = 1+ε and γ = 1+ε+gate arms")
 
 
 # --- claim 3: the interaction ---------------------------------------------------------------

@@ -285,11 +285,13 @@ def claim4(data: StudyData) -> Verdict:
         f"measurable where σ²_emb/ε > {EPS_ACTS_MAX:g} at every size"
     )
     g1, g2 = data.role("gamma1"), data.role("gamma1+eps")
-    if not g1 or not g2:
+    if not g1:
         return Verdict(claim, INCONCLUSIVE, "needs the γ = 1 and γ = 1+ε arms", rule)
     ratios, rtext = _ratio_text(data, g1)
     if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
-        return Verdict(claim, NOT_MEASURABLE, rtext, rule)
+        return Verdict(claim, NOT_MEASURABLE, rtext, rule)  # whatever other arms there are
+    if not g2:
+        return Verdict(claim, INCONCLUSIVE, f"needs the γ = 1+ε arm; {rtext}", rule)
     size = _largest_with(data, [g1, g2], "norm_saturated")
     if size is None:
         return Verdict(claim, INCONCLUSIVE, f"no saturation diagnostics; {rtext}", rule)
@@ -312,9 +314,9 @@ def claim5(data: StudyData) -> Verdict:
     )
     g1, g2, g3 = data.role("gamma1"), data.role("gamma1+eps"), data.role("gamma1+eps+gate")
     small = g1 or g2
-    if not (small and g2 and g3):
+    if not small:
         return Verdict(claim, INCONCLUSIVE, "needs the γ = 1, γ = 1+ε and γ = 1+ε+gate arms", rule)
-    arms = list(dict.fromkeys([data.baseline, small, g2, g3]))
+    arms = list(dict.fromkeys(a for a in (data.baseline, small, g2, g3) if a))
     size = _largest_with(data, arms, "sink_share")
     if size is None:
         return Verdict(claim, INCONCLUSIVE, "no sink diagnostics at a size with all arms", rule)
@@ -329,6 +331,9 @@ def claim5(data: StudyData) -> Verdict:
             claim, NOT_MEASURABLE, nums + "; no sink has formed: every share is at or below "
             "uniform attention's", rule,
         )  # fmt: skip
+    if not (g2 and g3):  # a sink has formed: the gate's part needs both ε arms
+        need = "needs the γ = 1+ε and γ = 1+ε+gate arms"
+        return Verdict(claim, INCONCLUSIVE, f"{need}; {nums}", rule)
     parts, verdicts = [], []
     for arm, ref, direction, label in ((small, data.baseline, 1, "γ"), (g3, g2, -1, "gate")):
         seeds = sorted(set(final[arm]) & set(final[ref]))
