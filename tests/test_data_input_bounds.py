@@ -25,8 +25,17 @@ def line(record: dict) -> bytes:
     return json.dumps(record, ensure_ascii=False).encode() + b"\n"
 
 
-def test_deep_json_is_named_or_skipped_and_brackets_in_text_are_not(tmp_path):
-    deep = b'{"text": "x", "meta": ' + b"[" * 1000 + b"]" * 1000 + b"}\n"
+@pytest.mark.parametrize(
+    "deep",
+    [
+        b'{"text": "x", "meta": ' + b"[" * 100 + b"]" * 100 + b"}\n",  # 101 levels
+        b'{"text": "x", "meta": ' + b"[" * 1000 + b"]" * 1000 + b"}\n",  # orjson parses it
+        b'{"text": "x", "meta": ' + b"[" * 5000 + b"]" * 5000 + b"}\n",  # orjson refuses it
+        b"[" * 101 + b"]" * 101 + b"\n",  # not an object, and too deep: depth is named first
+    ],
+    ids=["101", "1001", "5001", "array"],
+)
+def test_deep_json_is_named_or_skipped_and_brackets_in_text_are_not(tmp_path, deep):
     brackets = "[{" * 300 + ' code with brackets \\" [[ ' + "}]" * 10
     path = tmp_path / "a.jsonl"
     path.write_bytes(line({"text": GOOD[0]}) + deep + line({"text": brackets, "m": [[1]]}))

@@ -9,7 +9,9 @@ values are the same), UTF-8 validation and key lookup run in the workers (:func:
 so the reader is never the bottleneck. Memory is bounded by one chunk per worker in flight,
 whatever the size of the input: a jsonl line is read at most ``max_line_bytes`` at a time
 (:func:`line_cap`, from ``--max-document-chars``), and a longer line is skipped unread, even in
-a gzip bomb; JSON nested deeper than :data:`MAX_JSON_DEPTH` is refused before it is parsed.
+a gzip bomb; JSON nested deeper than :data:`MAX_JSON_DEPTH` is refused: orjson stops at 1,024
+levels by itself, and a line it refuses is measured before the standard library's recursive parser
+sees it.
 
 Errors (all :class:`InputError`, a ``ValueError``, with a ``kind`` used for the skip counts):
 
@@ -36,6 +38,7 @@ import gzip
 import io
 import json
 import os
+import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -469,6 +472,11 @@ def parse_chunk(
     return out
 
 
+_CONTROL_ESCAPE = re.compile(rb"\\(?:u00|b|f)")
+"""JSON escapes that can put a C0 control character in a string (also matched after an escaped
+backslash, ``\\\\b``, which only costs a needless check)."""
+
+
 def _nested_too_deep(item: bytes) -> bool:
     """True if the JSON of ``item`` nests arrays and objects deeper than MAX_JSON_DEPTH
     (brackets inside strings do not count). Vectorized: a few arrays of the line's length."""
@@ -499,35 +507,18 @@ def _parse_line(path: str, line: int, item: bytes | LongLine) -> tuple[dict | No
             "derived from --max-document-chars (6 bytes per character per --json-keys text, "
             "plus 1 MiB), skipped unread. Fix: raise --max-document-chars, or --on-error skip",
         )
-    if _nested_too_deep(item):
-        raise InputError(
-            "json_too_deep",
-            f"{path}:{line}: JSON nested deeper than {MAX_JSON_DEPTH} arrays/objects. Fix: "
-            "flatten the record, or --on-error skip",
-        )
     try:
         fields = orjson.loads(item)
-        plain = b"\\u00" not in item and b"\\b" not in item and b"\\f" not in item
     except orjson.JSONDecodeError:  # refused: the standard parser decides (and explains)
-        plain = False
-        try:
-            text = item.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise InputError(
-                "invalid_utf8",
-                f"{path}:{line}: invalid UTF-8 (byte 0x{item[e.start]:02x} at byte "
-                f"{e.start + 1} of the line). Fix: re-encode the file as UTF-8",
-            ) from None
-        if not text.strip():
+        fields, plain = _parse_refused(path, line, item)
+        if fields is None:
             return None, False
-        try:
-            fields = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InputError(
-                "malformed_json",
-                f"{path}:{line}: malformed JSON ({e.msg.removesuffix(' at')} at column "
-                f"{e.colno}). Fix: one JSON object per line",
-            ) from None
+    else:
+        # orjson nests up to 1024 levels: only a record holding an array or object can be
+        # deeper than MAX_JSON_DEPTH, so only such a record's brackets are counted.
+        if _holds_containers(fields) and _nested_too_deep(item):
+            raise _too_deep(path, line)
+        plain = _CONTROL_ESCAPE.search(item) is None
     if not isinstance(fields, dict):
         raise InputError(
             "malformed_json",
@@ -535,6 +526,51 @@ def _parse_line(path: str, line: int, item: bytes | LongLine) -> tuple[dict | No
             "Fix: one JSON object per line",
         )
     return fields, plain
+
+
+def _parse_refused(path: str, line: int, item: bytes) -> tuple[object, bool]:
+    """A line orjson refused, parsed by the standard library's parser (which takes a lone
+    surrogate, NaN), or the error that parser explains: (value, False), or (None, False) for a
+    blank line.
+
+    Raises:
+        InputError: 'json_too_deep', 'invalid_utf8' or 'malformed_json'.
+    """
+    if _nested_too_deep(item):
+        raise _too_deep(path, line)
+    try:
+        text = item.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(
+            "invalid_utf8",
+            f"{path}:{line}: invalid UTF-8 (byte 0x{item[e.start]:02x} at byte "
+            f"{e.start + 1} of the line). Fix: re-encode the file as UTF-8",
+        ) from None
+    if not text.strip():
+        return None, False
+    try:
+        return json.loads(text), False
+    except json.JSONDecodeError as e:
+        raise InputError(
+            "malformed_json",
+            f"{path}:{line}: malformed JSON ({e.msg.removesuffix(' at')} at column "
+            f"{e.colno}). Fix: one JSON object per line",
+        ) from None
+
+
+def _holds_containers(value: object) -> bool:
+    """True for an array, or an object with an array or object among its values."""
+    if isinstance(value, dict):
+        return any(isinstance(v, (dict, list)) for v in value.values())
+    return isinstance(value, list)
+
+
+def _too_deep(path: str, line: int) -> InputError:
+    return InputError(
+        "json_too_deep",
+        f"{path}:{line}: JSON nested deeper than {MAX_JSON_DEPTH} arrays/objects. Fix: "
+        "flatten the record, or --on-error skip",
+    )
 
 
 def record_text(path: str, record: Record, key: str) -> str:
