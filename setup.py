@@ -28,7 +28,12 @@ import sys
 from setuptools import find_packages, setup
 
 EXT_ENV = "MEGATRON_GAMMA_BUILD_EXT"
-CPU_SOURCES = ["csrc/registration.cpp", "csrc/cpu_kernels.cpp", "csrc/init_cpu.cpp"]
+CPU_SOURCES = [
+    "csrc/registration.cpp",
+    "csrc/cpu_kernels.cpp",
+    "csrc/init_cpu.cpp",
+    "csrc/token_stats_cpu.cpp",
+]
 CUDA_SOURCES = ["csrc/cuda_kernels.cu"]
 # No fused multiply-add contraction: the counter-based init (csrc/init_cpu.cpp) must give the
 # same bits with every instruction set and as the torch implementation. No errno from sqrt/log,

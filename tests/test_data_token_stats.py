@@ -35,11 +35,32 @@ def backend():
     return GigatokenBackend(TOKENIZER)
 
 
-@pytest.fixture(scope="module")
-def stats(backend):
+def _extension_built() -> bool:
+    try:
+        from megatron_gamma import _C  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        False,
+        pytest.param(
+            True,
+            marks=pytest.mark.skipif(
+                not _extension_built(),
+                reason="megatron_gamma._C (csrc/token_stats_cpu.cpp) not built",
+            ),
+        ),
+    ],
+    ids=["numpy", "compiled"],
+)
+def stats(backend, request):
     tables = TokenTextStats.for_backend(backend, TOKENIZER)
     assert tables is not None  # the demo tokenizer is a byte-level BPE without normalizer
-    return tables
+    return TokenTextStats(backend.tok.vocab, compiled=request.param)
 
 
 def reference(texts: list[str]) -> dict[str, list[int]]:
@@ -79,6 +100,21 @@ def test_counts_equal_the_text_on_adversarial_text(stats, backend, seed):
 
     texts = adversarial_edges(400, seed) + adversarial(30, seed=seed)
     assert counted(stats, backend, texts) == reference(texts)
+
+
+def test_ids_that_are_not_utf8_are_refused(stats, backend):
+    """Ids whose bytes end inside a character, or cut a character that the next token does not
+    continue, or lie outside the vocabulary: a ValueError (IndexError from numpy for the last)."""
+    cut = next(int(t) for t in np.flatnonzero(stats.flags & 4) if stats.need[t] > 0)
+    ascii_a = int(backend.encode_batch(["a"])[0][0])
+    offsets = np.array([0, 2], np.int64)
+    with pytest.raises(ValueError, match="end inside a UTF-8 character"):
+        stats.documents(np.array([ascii_a, cut], np.uint32), offsets)
+    with pytest.raises(ValueError, match="not continued by the next"):
+        stats.documents(np.array([cut, ascii_a], np.uint32), offsets)
+    outside = np.array([ascii_a, len(stats.code)], np.uint32)
+    with pytest.raises(IndexError if stats.kernels is None else ValueError):
+        stats.documents(outside, offsets)
 
 
 def test_tables_only_for_gigatoken_on_a_byte_level_bpe(tmp_path, backend):

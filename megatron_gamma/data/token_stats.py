@@ -14,7 +14,9 @@ boundaries:
 
 The counts equal those of the text (``tests/test_data_token_stats.py`` compares them with
 :func:`~megatron_gamma.data.langid.script_units_batch` on the Debian corpus and on adversarial
-texts), at a few numpy passes over the token ids instead of over the code points.
+texts). Where the extension ``megatron_gamma._C`` is built, two passes of its C++ kernels
+(``csrc/token_stats_cpu.cpp``) over the token ids do the work; elsewhere a dozen numpy passes do,
+with the same results (the tests compare both).
 """
 
 from __future__ import annotations
@@ -31,6 +33,26 @@ _FIELD = 21
 MAX_CHARS = 1 << _FIELD
 """Documents must be shorter than this (characters): each count is a 21-bit field of one int64."""
 _FIRST_LATIN, _LAST_LATIN, _CUT = 1, 2, 4
+
+
+_VISIBLE, _HAN, _LATIN = 1, 2, 4
+_UTF8_ERRORS = {
+    1: "token ids end inside a UTF-8 character. Fix: valid UTF-8 text",
+    2: "a UTF-8 character cut by a token is not continued by the next",
+}
+
+
+def _compiled_kernels():
+    """``(token_cut_characters, token_document_stats)`` of ``megatron_gamma._C``, or None when
+    the extension is not built (it imports torch)."""
+    try:
+        import torch
+
+        from megatron_gamma import _C  # noqa: F401  (registers torch.ops.megatron_gamma.*)
+    except ImportError:
+        return None
+    ops = torch.ops.megatron_gamma
+    return ops.token_cut_characters, ops.token_document_stats
 
 
 def _visible(cp: np.ndarray) -> np.ndarray:
@@ -55,14 +77,23 @@ class TokenTextStats:
 
     Args:
         vocab: token id -> the token's bytes, for ids 0..V-1 (gigatoken's ``Tokenizer.vocab``).
+        compiled: count with the C++ kernels of ``megatron_gamma._C``: None where it is built
+            (else numpy), False never, True always.
 
     Raises:
         ValueError: the ids are not 0..V-1.
+        RuntimeError: ``compiled=True`` and the extension is not built.
     """
 
-    def __init__(self, vocab: dict[int, bytes]):
+    def __init__(self, vocab: dict[int, bytes], compiled: bool | None = None):
         if sorted(vocab) != list(range(len(vocab))):
             raise ValueError("vocab ids are not 0..V-1. Fix: pass Tokenizer.vocab of gigatoken")
+        self.kernels = None if compiled is False else _compiled_kernels()
+        if compiled and self.kernels is None:
+            raise RuntimeError(
+                "compiled=True but megatron_gamma._C is not built. Fix: pip install "
+                "--no-build-isolation -e . (or compiled=None for numpy)"
+            )
         pieces = [vocab[i] for i in range(len(vocab))]
         lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
         b = np.frombuffer(b"".join(pieces) + b"\0\0\0", np.uint8).astype(np.int64)
@@ -138,6 +169,10 @@ class TokenTextStats:
             for byte in pieces[t][: self.head_count[t]]:
                 value = (value << 6) | (byte & 0x3F)
             self.head_value[t] = value
+        # The compiled kernels' (8, V) table, rows as csrc/token_stats_cpu.cpp names them.
+        rows = (self.code, self.flags, self.leads, self.partial, self.need)
+        rows += (self.only_partial, self.head_count, self.head_value)
+        self.table = np.stack(rows).astype(np.int64)
 
     @classmethod
     def for_backend(cls, backend, tokenizer_path: str) -> TokenTextStats | None:
@@ -178,8 +213,47 @@ class TokenTextStats:
             INVISIBLE): (D,) int64.
 
         Raises:
-            ValueError: the ids' bytes are not valid UTF-8 (a character cut and not continued).
+            ValueError: the ids' bytes are not valid UTF-8 (a character cut and not continued),
+                or (compiled kernels) an id outside the vocabulary, where numpy raises
+                IndexError.
         """
+        if self.kernels is None:
+            return self._documents_numpy(ids, offsets)
+        import torch
+
+        cut_characters, document_stats = self.kernels
+        table = torch.from_numpy(self.table)
+        ids = np.ascontiguousarray(ids)
+        if ids.dtype in (np.uint32, np.int32):
+            # uint32 ids (gigatoken's) are read as int32 in place: one >= 2**31 reads negative
+            # and is refused as outside the vocabulary.
+            ids32 = torch.from_numpy(ids.view(np.int32))
+        elif ids.size and (ids.min() < 0 or ids.max() >= self.table.shape[1]):
+            raise ValueError(self._outside_vocabulary())
+        else:
+            ids32 = torch.from_numpy(ids.astype(np.int32))
+        positions, values, status = cut_characters(ids32, table)
+        if status:
+            raise ValueError(_UTF8_ERRORS.get(status) or self._outside_vocabulary())
+        value = values.numpy()
+        classes = (
+            _visible(value) * _VISIBLE + han_mask(value) * _HAN + latin_mask(value) * _LATIN
+        ).astype(np.int64)
+        counts = document_stats(
+            ids32,
+            torch.from_numpy(np.ascontiguousarray(offsets, dtype=np.int64)),
+            table,
+            positions,
+            torch.from_numpy(classes),
+        ).numpy()
+        return {"han": counts[:, 0], "words": counts[:, 1], "visible": counts[:, 2]}
+
+    def _outside_vocabulary(self) -> str:
+        return (
+            f"a token id outside the vocabulary of {self.table.shape[1]}. Fix: this tokenizer's ids"
+        )
+
+    def _documents_numpy(self, ids: np.ndarray, offsets: np.ndarray) -> dict[str, np.ndarray]:
         idx = np.asarray(ids, dtype=np.intp)
         code = self.code[idx]
         flags = self.flags[idx]
