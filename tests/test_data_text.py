@@ -5,10 +5,11 @@ import json
 import os
 import unicodedata
 
+import numpy as np
 import pytest
 
 from megatron_gamma.data import demo_dir
-from megatron_gamma.data.filters import Filters, symbol_ratio
+from megatron_gamma.data.filters import DROP_REASONS, Filters, symbol_ratio
 from megatron_gamma.data.langid import (
     script_units,
     script_units_batch,
@@ -167,6 +168,10 @@ def test_filters_first_reason_wins():
     assert f.text_reason("!!!") == "min_chars"
     assert f.text_reason("!!!!!!ab") == "max_symbol_ratio"
     assert f.text_reason("hello, world") is None
-    assert f.token_reason(2) == "min_tokens" and f.token_reason(3) is None
+    assert f.token_reasons(np.array([2, 3])).tolist() == [DROP_REASONS.index("min_tokens"), -1]
+    reasons = f.reasons_from_counts(np.array([0, 0, 4, 8]), np.array([3, 9, 4, 9]))
+    assert [DROP_REASONS[r] if r >= 0 else None for r in reasons] == [
+        f.text_reason(t) for t in (" \n ", " \u200b" * 4 + " ", "!!ab", "hello, ab")
+    ]
     with pytest.raises(ValueError, match="max_symbol_ratio=1.5"):
         Filters(max_symbol_ratio=1.5)

@@ -14,12 +14,11 @@ are encoded as plain text (both backends): only the appended EOD ends a document
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from megatron_gamma.data.filters import Filters
+from megatron_gamma.data.filters import DROP_REASONS, Filters
 from megatron_gamma.data.langid import tag_languages, tags_from_units
 from megatron_gamma.data.normalize import check_punct_width, normalize, remove_control_characters
 from megatron_gamma.data.readers import (
@@ -35,6 +34,7 @@ from megatron_gamma.data.token_backend import GigatokenBackend, HFBackend
 from megatron_gamma.data.token_stats import MAX_CHARS, TokenTextStats
 
 ON_ERROR = ("stop", "skip")
+_EMPTY = DROP_REASONS.index("empty")
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,13 @@ def _bump(d: dict, *keys: str, by: int = 1) -> None:
     for k in keys[:-1]:
         d = d.setdefault(k, {})
     d[keys[-1]] = d.get(keys[-1], 0) + by
+
+
+def _count_dropped(counts: dict, langs: list[str], reasons: np.ndarray) -> None:
+    """Count each document whose ``reasons`` entry (an index in DROP_REASONS, -1 kept) drops
+    it, under its language."""
+    for d in np.flatnonzero(reasons >= 0).tolist():
+        _bump(counts, "languages", langs[d], "dropped", DROP_REASONS[reasons[d]])
 
 
 def _pack(
@@ -296,18 +303,20 @@ class ChunkEncoder:
         ids, offsets = self.backend.encode_batch([text for _, text, _, _, _ in kept])
         units = self.token_stats.documents(ids, offsets)
         tags = tags_from_units(units["han"], units["words"])
-        visible = units["visible"].tolist()
-        docs, keep = [], []
-        for d, (key, text, controls, cut, label) in enumerate(kept):
-            lang = label or tags[d]
+        langs = [label or tag for (_, _, _, _, label), tag in zip(kept, tags, strict=True)]
+        hygiene: dict[str, list[int]] = {}  # language -> [control characters, truncated]
+        for (_, _, controls, cut, _), lang in zip(kept, langs, strict=True):
+            tally = hygiene.get(lang) or hygiene.setdefault(lang, [0, 0])
+            tally[0] += controls
+            tally[1] += cut
+        for lang, (controls, cut) in hygiene.items():
             _bump(counts, "languages", lang, "control_characters", by=controls)
-            _bump(counts, "languages", lang, "truncated", by=int(cut))
-            reason = opt.filters.text_reason_from_counts(visible[d], len(text))
-            if reason is not None:
-                _bump(counts, "languages", lang, "dropped", reason)
-                continue
-            docs.append((key, lang, text))
-            keep.append(d)
+            _bump(counts, "languages", lang, "truncated", by=cut)
+        chars = np.fromiter((len(text) for _, text, _, _, _ in kept), np.int64, len(kept))
+        reasons = opt.filters.reasons_from_counts(units["visible"], chars)
+        _count_dropped(counts, langs, reasons)
+        keep = np.flatnonzero(reasons < 0)
+        docs = [(kept[d][0], langs[d], kept[d][1]) for d in keep.tolist()]
         lengths = np.diff(offsets)[keep]
         return docs, ids, offsets[:-1][keep], lengths, np.ones(len(docs), np.int64)
 
@@ -324,32 +333,46 @@ class ChunkEncoder:
         nonempty = piece_lengths > 0
         total = np.concatenate([[0], np.cumsum(piece_lengths)])
         kept = np.concatenate([[0], np.cumsum(nonempty)])
-        doc_tokens = (total[bounds[1:]] - total[bounds[:-1]]).tolist()
+        doc_tokens = total[bounds[1:]] - total[bounds[:-1]]
         doc_seqs = kept[bounds[1:]] - kept[bounds[:-1]]
-        extra = int(opt.append_eod)
+        reasons = np.where(doc_seqs > 0, opt.filters.token_reasons(doc_tokens), _EMPTY)
+        _count_dropped(counts, [lang for _, lang, _ in docs], reasons)
+        # Each kept document's output (in order of first use) and language.
+        keep = np.flatnonzero(reasons < 0).tolist()
+        names: dict[str, int] = {}
+        langs: dict[str, int] = {}
+        name_of: dict[tuple[str, str], int] = {}
         doc_output = np.full(len(docs), -1, dtype=np.int64)
-        names: list[str] = []
-        tally: Counter = Counter()  # {(group, member, counter): n}, nested into counts below
-        for d, (key, lang, text) in enumerate(docs):
-            n = doc_tokens[d]
-            reason = opt.filters.token_reason(n) if doc_seqs[d] else "empty"
-            if reason is not None:
-                _bump(counts, "languages", lang, "dropped", reason)
-                continue
-            name = opt.output_name(key, lang)
-            if name not in names:
-                names.append(name)
-            doc_output[d] = names.index(name)
-            for group in (("languages", lang), ("outputs", name)):
-                tally[(*group, "documents")] += 1
-                tally[(*group, "sequences")] += int(doc_seqs[d])
-                tally[(*group, "tokens")] += n + extra
-            tally[("languages", lang, "characters")] += len(text)
-        for keys, n in tally.items():
-            _bump(counts, *keys, by=n)
+        doc_lang = np.zeros(len(keep), dtype=np.int64)
+        chars = np.zeros(len(keep), dtype=np.int64)
+        for i, d in enumerate(keep):
+            key, lang, text = docs[d]
+            o = name_of.get((key, lang))
+            if o is None:
+                o = name_of[(key, lang)] = names.setdefault(opt.output_name(key, lang), len(names))
+            doc_output[d] = o
+            doc_lang[i] = langs.setdefault(lang, len(langs))
+            chars[i] = len(text)
+        extra = int(opt.append_eod)
+        seqs, tokens = doc_seqs[keep], doc_tokens[keep] + extra
+        for group, members, member in (
+            ("outputs", names, doc_output[keep]),
+            ("languages", langs, doc_lang),
+        ):
+            n = len(members)
+            sums = {
+                "documents": np.bincount(member, minlength=n),
+                "sequences": np.bincount(member, seqs, minlength=n),
+                "tokens": np.bincount(member, tokens, minlength=n),
+            }
+            if group == "languages":
+                sums["characters"] = np.bincount(member, chars, minlength=n)
+            for name, m in members.items():
+                for counter, values in sums.items():
+                    _bump(counts, group, name, counter, by=int(values[m]))
         outputs = {}
         eod = self.eod if opt.append_eod else None
-        for o, name in enumerate(names):
+        for name, o in names.items():
             sel = np.flatnonzero(nonempty & (doc_output[doc_of_piece] == o))
             owner = doc_of_piece[sel]
             last = np.append(owner[1:] != owner[:-1], True)

@@ -30,6 +30,10 @@ import numpy as np
 from megatron_gamma.data.langid import codepoints
 
 DROP_REASONS = ("empty", "min_chars", "max_symbol_ratio", "min_tokens")
+_EMPTY, _MIN_CHARS, _MIN_TOKENS = (
+    DROP_REASONS.index(r) for r in ("empty", "min_chars", "min_tokens")
+)
+_KEEP = -1
 INVISIBLE = (
     "".join(c for c in map(chr, range(0x3001)) if c.isspace()) + "\u200b\u200c\u200d\u2060\ufeff"
 )
@@ -101,16 +105,15 @@ class Filters:
             return "max_symbol_ratio"
         return None
 
-    def text_reason_from_counts(self, visible: int, chars: int) -> str | None:
-        """:meth:`text_reason` of a text with ``visible`` characters outside INVISIBLE and
-        ``chars`` characters, without the symbol-ratio filter (the caller keeps
-        ``max_symbol_ratio`` at 1.0)."""
-        if not visible:
-            return "empty"
-        if chars < self.min_chars:
-            return "min_chars"
-        return None
+    def reasons_from_counts(self, visible: np.ndarray, chars: np.ndarray) -> np.ndarray:
+        """:meth:`text_reason` of texts with ``visible`` characters outside INVISIBLE and
+        ``chars`` characters ((N,) integer arrays), without the symbol-ratio filter (the caller
+        keeps ``max_symbol_ratio`` at 1.0): (N,) int64, the reason's index in
+        :data:`DROP_REASONS`, or -1 to keep the text."""
+        min_chars = np.where(chars < self.min_chars, _MIN_CHARS, _KEEP)
+        return np.where(visible == 0, _EMPTY, min_chars).astype(np.int64)
 
-    def token_reason(self, num_tokens: int) -> str | None:
-        """'min_tokens' if ``num_tokens`` (EOD not counted) is below ``min_tokens``, else None."""
-        return "min_tokens" if num_tokens < self.min_tokens else None
+    def token_reasons(self, num_tokens: np.ndarray) -> np.ndarray:
+        """(N,) int64: the index of 'min_tokens' in :data:`DROP_REASONS` where ``num_tokens``
+        (EOD not counted; an (N,) integer array) is below ``min_tokens``, else -1."""
+        return np.where(num_tokens < self.min_tokens, _MIN_TOKENS, _KEEP).astype(np.int64)
