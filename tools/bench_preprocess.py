@@ -32,7 +32,8 @@ order every round so that load changes hit them alike:
 "Per core" is tokens per CPU-second (user + system time of the process, its threads and its
 workers), which depends little on how busy the machine is; wall tokens/s and the 1 -> 2 worker
 scaling need an idle machine. Each path's figure is its median over rounds; each ratio is the
-median of the per-round ratios against ``mlm-fast``. Peak memory is ``ru_maxrss`` of the main
+median of the per-round ratios against ``mlm-fast`` (and, with ``--megatron-lm``, ours against
+``mlm-real`` on a line of its own). Peak memory is ``ru_maxrss`` of the main
 process and of the largest worker. All paths that write must write identical bytes (checked).
 With a large corpus, ``ours-gigatoken`` also runs over the corpus repeated ``--memory-copies``
 times (symlinks) to show that peak memory does not grow with the input.
@@ -420,6 +421,18 @@ def bench_corpus(
         ok = "yes" if abs(gap - 1) <= 0.10 else "NO"
         print(f"  mlm-fast re-creation vs the real script: CPU per token {gap:.2f}x "
               f"(within 10 %: {ok})")  # fmt: skip
+        for mode, w in runs:
+            if mode in ("ours-gigatoken", "ours-hf"):
+                ours = results[(mode, w)]
+                per_cpu, whole = (
+                    statistics.median(
+                        (x["tokens"] / x[cpu]) / (m["tokens"] / m[cpu])
+                        for x, m in zip(ours, real, strict=True)
+                    )
+                    for cpu in ("cpu", "process_cpu")
+                )
+                print(f"  {mode} workers={w} vs the real script: {per_cpu:.2f}x tokens per "
+                      f"CPU-second (imports excluded), {whole:.2f}x whole process")  # fmt: skip
     reference = results[("mlm-fast", 1)][-1]["prefix"]
     for mode, w in runs[1:]:
         if mode in WRITERS:
