@@ -91,13 +91,19 @@ std::tuple<at::Tensor, at::Tensor, int64_t> token_cut_characters_cpu(const at::T
   const int64_t n = ids.size(0);
   const int32_t* id = ids.data_ptr<int32_t>();
   std::vector<int64_t> positions, values;
-  positions.reserve(n / 16);
-  values.reserve(n / 16);
   int64_t status = kOk;
+  // One byte per token id (L1-resident) and the ids' range checked once: the scan for cut
+  // tokens is then a load and a branch per id.
+  std::vector<uint8_t> cut(vocab);
+  for (int64_t t = 0; t < vocab; ++t) cut[t] = (vocab(kFlags, static_cast<int32_t>(t)) & kCut) != 0;
+  int32_t lo = 0, hi = 0;
+  for (int64_t p = 0; p < n; ++p) {
+    lo = std::min(lo, id[p]);
+    hi = std::max(hi, id[p]);
+  }
+  if (n > 0 && (lo < 0 || hi >= vocab.size)) status = kBadId;
   for (int64_t p = 0; p < n && status == kOk; ++p) {
-    if (!vocab.has(id[p])) {
-      status = kBadId;
-    } else if (vocab(kFlags, id[p]) & kCut) {
+    if (cut[id[p]]) {
       const auto [value, why] = finish_cut(id, n, vocab, p, [](int64_t) {});
       positions.push_back(p);
       values.push_back(value);

@@ -558,11 +558,15 @@ def _parse_refused(path: str, line: int, item: bytes) -> tuple[object, bool]:
         ) from None
 
 
+_CONTAINERS = frozenset((dict, list))
+
+
 def _holds_containers(value: object) -> bool:
-    """True for an array, or an object with an array or object among its values."""
-    if isinstance(value, dict):
-        return any(isinstance(v, (dict, list)) for v in value.values())
-    return isinstance(value, list)
+    """True for an array, or an object with an array or object among its values (JSON parsers
+    give exactly these types)."""
+    if type(value) is dict:
+        return not _CONTAINERS.isdisjoint(map(type, value.values()))
+    return type(value) is list
 
 
 def _too_deep(path: str, line: int) -> InputError:
