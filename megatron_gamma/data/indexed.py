@@ -75,7 +75,7 @@ class ChunkWriter:
             sequence_lengths: (S,) int32, tokens per sequence; sums to T.
             document_sequences: (D,) int64, sequences per document; sums to S.
         """
-        data = np.ascontiguousarray(tokens, dtype=self.dtype).tobytes()
+        data = memoryview(np.ascontiguousarray(tokens, dtype=self.dtype)).cast("B")  # no copy
         self.builder.data_file.write(data)
         self._sha.update(data)
         self.builder.sequence_lengths.frombytes(sequence_lengths.astype(np.int32).tobytes())
