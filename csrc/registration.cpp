@@ -37,17 +37,15 @@ TORCH_LIBRARY(megatron_gamma, m) {
   m.def("counter_normal_(Tensor(a!) out, int start, int stride, int key, float sigma) -> ()");
   // moments(x) -> float64 [sum, sum of squares] of every element of contiguous x (CPU only).
   m.def("moments(Tensor x) -> Tensor");
-  // positions, values, status = token_cut_characters(ids, table): the tokens of the int32 ids
-  // whose last character is cut, and that character's code point, from the (8, V) int64
-  // vocabulary table of megatron_gamma/data/token_stats.py; status 0, or why the ids are not
-  // UTF-8 (CPU only, single-threaded).
-  m.def("token_cut_characters(Tensor ids, Tensor table) -> (Tensor, Tensor, int)");
-  // token_document_stats(ids, offsets, table, positions, classes): (D, 3) int64 [Han
-  // characters, Latin words, visible characters] of each document ids[offsets[d]:offsets[d+1]],
-  // given the classes of the cut characters at positions (CPU only, single-threaded).
+  // counts, status, unclassified = token_document_stats(ids, offsets, table, classes,
+  // extra_values, extra_classes): (D, 3) int64 [Han characters, Latin words, visible
+  // characters] of each document ids[offsets[d]:offsets[d + 1]] of the int32 ids, from the
+  // (8, V) int64 vocabulary table and the classes of code points (uint8 below len(classes), then
+  // extra_values -> extra_classes) of megatron_gamma/data/token_stats.py; status 0, 4 with the
+  // code points it could not classify, or why the ids are not UTF-8 (CPU only, one thread).
   m.def(
-      "token_document_stats(Tensor ids, Tensor offsets, Tensor table, Tensor positions,"
-      " Tensor classes) -> Tensor");
+      "token_document_stats(Tensor ids, Tensor offsets, Tensor table, Tensor classes,"
+      " Tensor extra_values, Tensor extra_classes) -> (Tensor, int, Tensor)");
 }
 
 static struct PyModuleDef mg_module = {

@@ -1,17 +1,15 @@
-// Per-document text statistics from byte-level BPE token ids, in two passes over the ids.
+// Per-document text statistics from byte-level BPE token ids, in one pass over the ids.
 //
 // Implements, step for step, TokenTextStats.documents of megatron_gamma/data/token_stats.py
 // (whose numpy form runs where the extension is not built; tests/test_data_token_stats.py checks
-// both against the text):
-//   token_cut_characters  finds each token whose last character is cut and finishes that
-//                         character from the continuation bytes the next tokens start with
-//                         (the caller classifies the characters: Han, Latin, visible);
-//   token_document_stats  adds each token's table code (visible characters, Han characters,
-//                         Latin words starting in it: three 21-bit fields of one int64) to its
-//                         document's sum, with the cut characters as classified, fixes the
-//                         first/last-Latin flags of the tokens a cut character spans, and
-//                         subtracts a Latin word running on from the previous token of the same
-//                         document.
+// both against the text): each token's table code (visible characters, Han characters, Latin
+// words starting in it: three 21-bit fields of one int64) is added to its document's sum; a
+// token whose last character is cut finishes that character from the continuation bytes the
+// next tokens start with, adds it as the caller's code-point classes say (Han, Latin, visible),
+// and fixes the first/last-Latin flags of the tokens the character spans; a Latin word running
+// on from the previous token of the same document is subtracted once. The caller's table covers
+// the low code points; a cut character above it that the caller has not classified yet is
+// returned, and the caller runs the pass again with its class (token_stats.py).
 // Single-threaded on purpose: preprocessing runs one per worker process, and forked workers
 // must not start an OpenMP pool.
 #include <ATen/core/Tensor.h>
@@ -46,8 +44,9 @@ enum Row : int64_t {
 };
 // Bits of a cut character's class (token_stats.py).
 constexpr int64_t kVisible = 1, kHan = 2, kLatin = 4;
-// Statuses of token_cut_characters; token_stats.py raises the matching ValueError.
-constexpr int64_t kOk = 0, kEndsInside = 1, kNotContinued = 2, kBadId = 3;
+// Statuses; token_stats.py raises the matching ValueError, or classifies the characters
+// returned with kNeedClasses and runs the pass again.
+constexpr int64_t kOk = 0, kEndsInside = 1, kNotContinued = 2, kBadId = 3, kNeedClasses = 4;
 
 struct Vocab {
   const int64_t* table;
@@ -83,64 +82,46 @@ std::pair<int64_t, int64_t> finish_cut(const int32_t* id, int64_t n, const Vocab
   return {value, kOk};
 }
 
-// (positions (K,) int64 of the tokens whose last character is cut, that character's code
-// point (K,) int64, status).
-std::tuple<at::Tensor, at::Tensor, int64_t> token_cut_characters_cpu(const at::Tensor& ids,
-                                                                     const at::Tensor& table) {
+// (counts (D, 3) int64 [Han characters, Latin words, visible characters] per document, status,
+// the code points (int64, sorted) of cut characters that neither classes (uint8, by code point
+// below its length) nor extra_values / extra_classes (int64, sorted by value) classify).
+std::tuple<at::Tensor, int64_t, at::Tensor> token_document_stats_cpu(
+    const at::Tensor& ids, const at::Tensor& offsets, const at::Tensor& table,
+    const at::Tensor& classes, const at::Tensor& extra_values, const at::Tensor& extra_classes) {
   const Vocab vocab = checked_vocab(ids, table);
-  const int64_t n = ids.size(0);
+  TORCH_CHECK(offsets.dim() == 1 && offsets.scalar_type() == at::kLong &&
+                  offsets.is_contiguous() && offsets.size(0) >= 1,
+              "token_document_stats: offsets must be contiguous 1-D int64 with D + 1 entries");
+  TORCH_CHECK(classes.dim() == 1 && classes.scalar_type() == at::kByte && classes.is_contiguous(),
+              "token_document_stats: classes must be contiguous 1-D uint8");
+  TORCH_CHECK(extra_values.dim() == 1 && extra_classes.sizes() == extra_values.sizes() &&
+                  extra_values.scalar_type() == at::kLong &&
+                  extra_classes.scalar_type() == at::kLong && extra_values.is_contiguous() &&
+                  extra_classes.is_contiguous(),
+              "token_document_stats: extra_values and extra_classes must be contiguous (K,) int64");
+  const int64_t n = ids.size(0), docs = offsets.size(0) - 1;
+  at::Tensor counts = at::zeros({docs, 3}, offsets.options());
   const int32_t* id = ids.data_ptr<int32_t>();
-  std::vector<int64_t> positions, values;
-  int64_t status = kOk;
-  // One byte per token id (L1-resident) and the ids' range checked once: the scan for cut
-  // tokens is then a load and a branch per id.
-  std::vector<uint8_t> cut(vocab);
-  for (int64_t t = 0; t < vocab; ++t) cut[t] = (vocab(kFlags, static_cast<int32_t>(t)) & kCut) != 0;
+  const int64_t* off = offsets.data_ptr<int64_t>();
+  const uint8_t* low = classes.data_ptr<uint8_t>();
+  const int64_t lows = classes.size(0), extras = extra_values.size(0);
+  const int64_t* extra_value = extra_values.data_ptr<int64_t>();
+  const int64_t* extra_class = extra_classes.data_ptr<int64_t>();
+  int64_t* out = counts.data_ptr<int64_t>();
+  std::vector<int64_t> missing;
+  const auto fail = [&](int64_t status) {
+    return std::make_tuple(counts, status, at::empty({0}, offsets.options()));
+  };
   int32_t lo = 0, hi = 0;
   for (int64_t p = 0; p < n; ++p) {
     lo = std::min(lo, id[p]);
     hi = std::max(hi, id[p]);
   }
-  if (n > 0 && (lo < 0 || hi >= vocab.size)) status = kBadId;
-  for (int64_t p = 0; p < n && status == kOk; ++p) {
-    if (cut[id[p]]) {
-      const auto [value, why] = finish_cut(id, n, vocab, p, [](int64_t) {});
-      positions.push_back(p);
-      values.push_back(value);
-      status = why;
-    }
-  }
-  const auto k = static_cast<int64_t>(positions.size());
-  at::Tensor pos = at::empty({k}, table.options()), val = at::empty({k}, table.options());
-  std::copy(positions.begin(), positions.end(), pos.data_ptr<int64_t>());
-  std::copy(values.begin(), values.end(), val.data_ptr<int64_t>());
-  return {pos, val, status};
-}
-
-// (D, 3) int64 [Han characters, Latin words, visible characters] per document, given the
-// classes (K,) int64 (kVisible | kHan | kLatin bits) of the cut characters at positions (K,).
-at::Tensor token_document_stats_cpu(const at::Tensor& ids, const at::Tensor& offsets,
-                                    const at::Tensor& table, const at::Tensor& positions,
-                                    const at::Tensor& classes) {
-  const Vocab vocab = checked_vocab(ids, table);
-  TORCH_CHECK(offsets.dim() == 1 && offsets.scalar_type() == at::kLong &&
-                  offsets.is_contiguous() && offsets.size(0) >= 1,
-              "token_document_stats: offsets must be contiguous 1-D int64 with D + 1 entries");
-  TORCH_CHECK(positions.dim() == 1 && classes.sizes() == positions.sizes() &&
-                  positions.scalar_type() == at::kLong && classes.scalar_type() == at::kLong &&
-                  positions.is_contiguous() && classes.is_contiguous(),
-              "token_document_stats: positions and classes must be contiguous (K,) int64");
-  const int64_t n = ids.size(0), docs = offsets.size(0) - 1, cuts = positions.size(0);
-  at::Tensor counts = at::zeros({docs, 3}, offsets.options());
-  const int32_t* id = ids.data_ptr<int32_t>();
-  const int64_t* off = offsets.data_ptr<int64_t>();
-  const int64_t* cut_at = positions.data_ptr<int64_t>();
-  const int64_t* cut_class = classes.data_ptr<int64_t>();
-  int64_t* out = counts.data_ptr<int64_t>();
+  if (n > 0 && (lo < 0 || hi >= vocab.size)) return fail(kBadId);
   // The last token a cut character's bytes reach, and whether it is Latin: the bare
   // continuation tokens up to there end with that character. (The ids of a text, valid UTF-8,
   // give chains that never overlap.)
-  int64_t carry_until = -1, next_cut = 0;
+  int64_t carry_until = -1;
   bool carry_latin = false;
   for (int64_t d = 0; d < docs; ++d) {
     TORCH_CHECK(off[d] >= 0 && off[d] <= off[d + 1] && off[d + 1] <= n,
@@ -148,25 +129,31 @@ at::Tensor token_document_stats_cpu(const at::Tensor& ids, const at::Tensor& off
     int64_t sum = 0, glued = 0, prev_flags = 0;  // no word runs on into a document
     for (int64_t p = off[d]; p < off[d + 1]; ++p) {
       const int32_t t = id[p];
-      TORCH_CHECK(vocab.has(t), "token_document_stats: id ", t, " outside the vocabulary of ",
-                  vocab.size);
       int64_t code = vocab(kCode, t), flags = vocab(kFlags, t);
       if (p <= carry_until && vocab(kLeads, t) == 0) {
         flags = carry_latin ? (flags | kLastLatin) : (flags & ~kLastLatin);
       }
-      while (next_cut < cuts && cut_at[next_cut] < p) ++next_cut;
-      if (next_cut < cuts && cut_at[next_cut] == p) {
-        const int64_t c = cut_class[next_cut];
+      if (flags & kCut) {
+        const auto [value, why] =
+            finish_cut(id, n, vocab, p, [&carry_until](int64_t j) { carry_until = j; });
+        if (why != kOk) return fail(why);
+        int64_t c = 0;
+        if (value < lows) {
+          c = low[value];
+        } else {
+          const int64_t* at = std::lower_bound(extra_value, extra_value + extras, value);
+          if (at != extra_value + extras && *at == value) {
+            c = extra_class[at - extra_value];
+          } else {
+            missing.push_back(value);
+          }
+        }
         const bool latin = c & kLatin, only = vocab(kOnlyPartial, t);
         const bool starts_word = latin && (only || !(flags & kLastLatin));
         code += int64_t{(c & kVisible) != 0} + (int64_t{(c & kHan) != 0} << kField) +
                 (int64_t{starts_word} << (2 * kField));
         if (only && latin) flags |= kFirstLatin;
         flags = latin ? (flags | kLastLatin) : (flags & ~kLastLatin);
-        const int64_t why =
-            finish_cut(id, n, vocab, p, [&carry_until](int64_t j) { carry_until = j; }).second;
-        TORCH_CHECK(why == kOk, "token_document_stats: the cut character at ", p,
-                    " is not UTF-8 (token_cut_characters status ", why, ")");
         carry_latin = latin;
       }
       sum += code;
@@ -177,13 +164,16 @@ at::Tensor token_document_stats_cpu(const at::Tensor& ids, const at::Tensor& off
     out[3 * d + 1] = (sum >> (2 * kField)) - glued;
     out[3 * d + 2] = sum & kFieldMask;
   }
-  return counts;
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+  at::Tensor unknown = at::empty({static_cast<int64_t>(missing.size())}, offsets.options());
+  std::copy(missing.begin(), missing.end(), unknown.data_ptr<int64_t>());
+  return {counts, missing.empty() ? kOk : kNeedClasses, unknown};
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(megatron_gamma, CPU, m) {
-  m.impl("token_cut_characters", &token_cut_characters_cpu);
   m.impl("token_document_stats", &token_document_stats_cpu);
 }
 

@@ -113,7 +113,7 @@ def test_ids_that_are_not_utf8_are_refused(stats, backend):
     with pytest.raises(ValueError, match="not continued by the next"):
         stats.documents(np.array([cut, ascii_a], np.uint32), offsets)
     outside = np.array([ascii_a, len(stats.code)], np.uint32)
-    with pytest.raises(IndexError if stats.kernels is None else ValueError):
+    with pytest.raises(IndexError if stats.kernel is None else ValueError):
         stats.documents(outside, offsets)
 
 

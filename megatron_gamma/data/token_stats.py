@@ -14,8 +14,8 @@ boundaries:
 
 The counts equal those of the text (``tests/test_data_token_stats.py`` compares them with
 :func:`~megatron_gamma.data.langid.script_units_batch` on the Debian corpus and on adversarial
-texts). Where the extension ``megatron_gamma._C`` is built, two passes of its C++ kernels
-(``csrc/token_stats_cpu.cpp``) over the token ids do the work; elsewhere a dozen numpy passes do,
+texts). Where the extension ``megatron_gamma._C`` is built, one pass of its C++ kernel
+(``csrc/token_stats_cpu.cpp``) over the token ids does the work; elsewhere a dozen numpy passes do,
 with the same results (the tests compare both).
 """
 
@@ -36,23 +36,32 @@ _FIRST_LATIN, _LAST_LATIN, _CUT = 1, 2, 4
 
 
 _VISIBLE, _HAN, _LATIN = 1, 2, 4
+_NEED_CLASSES = 4
 _UTF8_ERRORS = {
     1: "token ids end inside a UTF-8 character. Fix: valid UTF-8 text",
     2: "a UTF-8 character cut by a token is not continued by the next",
 }
+_LOW_CODE_POINTS = 0x10000
+"""Code points the compiled kernel classifies from a table (the Basic Multilingual Plane); a cut
+character above is classified when it occurs."""
 
 
-def _compiled_kernels():
-    """``(token_cut_characters, token_document_stats)`` of ``megatron_gamma._C``, or None when
-    the extension is not built (it imports torch)."""
+def _compiled_kernel():
+    """``token_document_stats`` of ``megatron_gamma._C``, or None when the extension is not
+    built (it imports torch)."""
     try:
         import torch
 
         from megatron_gamma import _C  # noqa: F401  (registers torch.ops.megatron_gamma.*)
     except ImportError:
         return None
-    ops = torch.ops.megatron_gamma
-    return ops.token_cut_characters, ops.token_document_stats
+    return torch.ops.megatron_gamma.token_document_stats
+
+
+def _char_classes(cp: np.ndarray) -> np.ndarray:
+    """(N,) int64 class bits of code points ``cp``: visible 1, Han 2, Latin 4 (the masks of the
+    numpy path)."""
+    return _visible(cp) * _VISIBLE + han_mask(cp) * _HAN + latin_mask(cp) * _LATIN
 
 
 def _visible(cp: np.ndarray) -> np.ndarray:
@@ -77,7 +86,7 @@ class TokenTextStats:
 
     Args:
         vocab: token id -> the token's bytes, for ids 0..V-1 (gigatoken's ``Tokenizer.vocab``).
-        compiled: count with the C++ kernels of ``megatron_gamma._C``: None where it is built
+        compiled: count with the C++ kernel of ``megatron_gamma._C``: None where it is built
             (else numpy), False never, True always.
 
     Raises:
@@ -88,8 +97,8 @@ class TokenTextStats:
     def __init__(self, vocab: dict[int, bytes], compiled: bool | None = None):
         if sorted(vocab) != list(range(len(vocab))):
             raise ValueError("vocab ids are not 0..V-1. Fix: pass Tokenizer.vocab of gigatoken")
-        self.kernels = None if compiled is False else _compiled_kernels()
-        if compiled and self.kernels is None:
+        self.kernel = None if compiled is False else _compiled_kernel()
+        if compiled and self.kernel is None:
             raise RuntimeError(
                 "compiled=True but megatron_gamma._C is not built. Fix: pip install "
                 "--no-build-isolation -e . (or compiled=None for numpy)"
@@ -169,10 +178,13 @@ class TokenTextStats:
             for byte in pieces[t][: self.head_count[t]]:
                 value = (value << 6) | (byte & 0x3F)
             self.head_value[t] = value
-        # The compiled kernels' (8, V) table, rows as csrc/token_stats_cpu.cpp names them.
+        # The compiled kernel's (8, V) table, rows as csrc/token_stats_cpu.cpp names them, and
+        # its classes of the low code points.
         rows = (self.code, self.flags, self.leads, self.partial, self.need)
         rows += (self.only_partial, self.head_count, self.head_value)
         self.table = np.stack(rows).astype(np.int64)
+        if self.kernel is not None:
+            self.classes = _char_classes(np.arange(_LOW_CODE_POINTS)).astype(np.uint8)
 
     @classmethod
     def for_backend(cls, backend, tokenizer_path: str) -> TokenTextStats | None:
@@ -214,15 +226,13 @@ class TokenTextStats:
 
         Raises:
             ValueError: the ids' bytes are not valid UTF-8 (a character cut and not continued),
-                or (compiled kernels) an id outside the vocabulary, where numpy raises
+                or (compiled kernel) an id outside the vocabulary, where numpy raises
                 IndexError.
         """
-        if self.kernels is None:
+        if self.kernel is None:
             return self._documents_numpy(ids, offsets)
         import torch
 
-        cut_characters, document_stats = self.kernels
-        table = torch.from_numpy(self.table)
         ids = np.ascontiguousarray(ids)
         if ids.dtype in (np.uint32, np.int32):
             # uint32 ids (gigatoken's) are read as int32 in place: one >= 2**31 reads negative
@@ -232,20 +242,19 @@ class TokenTextStats:
             raise ValueError(self._outside_vocabulary())
         else:
             ids32 = torch.from_numpy(ids.astype(np.int32))
-        positions, values, status = cut_characters(ids32, table)
+        args = (ids32, torch.from_numpy(np.ascontiguousarray(offsets, dtype=np.int64)))
+        args += (torch.from_numpy(self.table), torch.from_numpy(self.classes))
+        extra = np.zeros(0, np.int64)
+        counts, status, unclassified = self.kernel(
+            *args, torch.from_numpy(extra), torch.from_numpy(extra)
+        )
+        if status == _NEED_CLASSES:  # cut characters above the table: classify, count again
+            values = unclassified.numpy()
+            classes = torch.from_numpy(_char_classes(values).astype(np.int64))
+            counts, status, _ = self.kernel(*args, unclassified, classes)
         if status:
             raise ValueError(_UTF8_ERRORS.get(status) or self._outside_vocabulary())
-        value = values.numpy()
-        classes = (
-            _visible(value) * _VISIBLE + han_mask(value) * _HAN + latin_mask(value) * _LATIN
-        ).astype(np.int64)
-        counts = document_stats(
-            ids32,
-            torch.from_numpy(np.ascontiguousarray(offsets, dtype=np.int64)),
-            table,
-            positions,
-            torch.from_numpy(classes),
-        ).numpy()
+        counts = counts.numpy()
         return {"han": counts[:, 0], "words": counts[:, 1], "visible": counts[:, 2]}
 
     def _outside_vocabulary(self) -> str:
