@@ -48,7 +48,7 @@ import torch
 (lib,) = glob.glob(f"{sys.argv[1]}/megatron_gamma/_C*.so")
 torch.ops.load_library(lib)
 ops = ("rms_norm_fwd", "rms_norm_bwd", "sigmoid_gate_fwd", "sigmoid_gate_bwd")
-cpu_only = ("counter_normal_", "moments")  # the gamma-init's CPU kernels
+cpu_only = ("counter_normal_", "moments", "token_document_stats")  # gamma-init, preprocessing
 wanted = [(op, key) for op in ops for key in ("CPU", "CUDA")] + [(op, "CPU") for op in cpu_only]
 missing = [
     f"{op}[{key}]"
