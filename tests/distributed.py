@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import socket
 import traceback
 from collections.abc import Callable
@@ -37,7 +38,10 @@ def _child(fn: Callable, rank: int, world: int, port: int, args: tuple, queue) -
         OMP_NUM_THREADS="1",
     )
     try:
-        queue.put((rank, True, fn(*args)))
+        # Plain pickle copies tensor storage into the bytes. The queue's own pickler would share
+        # it through a file descriptor served by this process, which may have exited by the
+        # time the parent reads the result (FileNotFoundError on the resource sharer's socket).
+        queue.put((rank, True, pickle.dumps(fn(*args))))
     except BaseException:  # report any failure, with its traceback, to the parent
         queue.put((rank, False, traceback.format_exc()))
 
@@ -68,7 +72,7 @@ def run_distributed(fn: Callable[..., Any], nproc: int, *args, timeout: float = 
         for _ in range(nproc):
             rank, ok, value = queue.get(timeout=timeout)
             if ok:
-                results[rank] = value
+                results[rank] = pickle.loads(value)
             else:
                 failures.append(f"rank {rank}:\n{value}")
                 break
