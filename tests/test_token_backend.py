@@ -1,6 +1,7 @@
 """Tokenizer backends of preprocessing: gigatoken's ids against HF ``tokenizers`` (the reference)
-on the demo corpus, the Debian corpus and adversarial text; ``auto``'s fallback and its message;
-output bytes identical across backends, workers and shards."""
+on the demo corpus, the Debian corpus and adversarial text, also when gigatoken is rebuilt to
+empty its cache; ``auto``'s fallback and its message; output bytes identical across backends,
+workers and shards."""
 
 import gzip
 import json
@@ -13,7 +14,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from megatron_gamma.config import ConfigError
-from megatron_gamma.data import demo_dir
+from megatron_gamma.data import demo_dir, token_backend
 from megatron_gamma.data.encode import EncodeOptions
 from megatron_gamma.data.filters import Filters
 from megatron_gamma.data.preprocess import preprocess
@@ -216,3 +217,36 @@ def test_outputs_identical_across_backends_workers_and_shards(tmp_path, options)
         assert r.stats["languages"] == base.stats["languages"], name
         for key in base.prefixes:
             assert read(r.prefixes[key]) == read(base.prefixes[key]), (name, key)
+
+
+def test_gigatoken_rebuilt_after_every_batch_keeps_the_ids_of_hf():
+    texts = list(PROBE_TEXTS) + adversarial(60, seed=2)
+    batches = [texts[i : i + 9] for i in range(0, len(texts), 9)]
+    rebuilt = GigatokenBackend(TOKENIZER, cache_mib=0)
+    got = [ids for batch in batches for ids in split(*rebuilt.encode_batch(batch))]
+    assert got == hf_ids(texts)
+    assert rebuilt.rebuilds == len(batches)
+    assert GigatokenBackend(TOKENIZER).cache_bytes == token_backend.CACHE_MIB * 2**20
+
+
+def test_a_negative_cache_budget_is_refused():
+    with pytest.raises(ValueError, match=r"cache_mib=-1: must be >= 0"):
+        GigatokenBackend(TOKENIZER, cache_mib=-1)
+
+
+@pytest.mark.slow
+def test_outputs_identical_when_every_worker_rebuilds_gigatoken(tmp_path, monkeypatch):
+    records = []
+    for lang in ("zh", "en"):
+        with open(os.path.join(demo_dir(), f"{lang}.jsonl"), encoding="utf-8") as f:
+            records += [json.loads(line) for line in f]
+    records += [{"text": t} for t in adversarial(40, seed=3)]
+    path = tmp_path / "in.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    hf = preprocess([str(path)], TOKENIZER, str(tmp_path / "hf" / "out"), progress=False,
+                    tokenizer_backend="hf")  # fmt: skip
+    monkeypatch.setattr(token_backend, "CACHE_MIB", 0)  # forked workers inherit it
+    giga = preprocess([str(path)], TOKENIZER, str(tmp_path / "giga" / "out"), progress=False,
+                      tokenizer_backend="gigatoken", workers=2, chunk_size=5)  # fmt: skip
+    assert giga.tokens == hf.tokens > 0
+    assert read(giga.prefix) == read(hf.prefix)

@@ -43,6 +43,8 @@ PROBE_TEXTS = (
     "",
 )
 MAX_SAMPLE_CHARS = 64 * 1024
+CACHE_MIB = 128
+"""Memory growth (MiB) after which :class:`GigatokenBackend` rebuilds its tokenizer."""
 
 
 def _hf_tokenizer(path: str):
@@ -83,26 +85,52 @@ class GigatokenBackend:
     """``gigatoken`` (PyPI) on the same ``tokenizer.json``, special added tokens removed.
 
     Encodes on the calling thread (``parallel=False``): one core per preprocessing worker.
+    ``gigatoken`` keeps every distinct pretoken it has encoded in a cache with no size limit
+    (about 90 bytes each, measured: 4.1 M distinct words grew a process by 363 MiB), so on a
+    long run of fresh text memory would grow with the input. When the process's resident memory
+    has grown by ``cache_mib`` since the tokenizer was built, it is built again, which empties
+    the cache; the ids do not change (``tests/test_token_backend.py``), only the next texts'
+    encoding starts cold.
 
     Args:
         tokenizer_path: a ``tokenizer.json``.
+        cache_mib: growth of resident memory (MiB) after which the tokenizer is rebuilt
+            (default :data:`CACHE_MIB`; 0 rebuilds after every batch).
+
+    Attributes:
+        rebuilds: how many times this process rebuilt the tokenizer.
 
     Raises:
         ImportError: gigatoken is not installed.
+        ValueError: ``cache_mib`` < 0.
         Exception: whatever gigatoken raises for a tokenizer.json it does not support.
     """
 
     name = "gigatoken"
 
-    def __init__(self, tokenizer_path: str):
+    def __init__(self, tokenizer_path: str, cache_mib: float | None = None):
         import awkward
         import gigatoken
+        import psutil
 
+        cache_mib = CACHE_MIB if cache_mib is None else cache_mib
+        if cache_mib < 0:
+            raise ValueError(f"cache_mib={cache_mib}: must be >= 0. Fix: e.g. {CACHE_MIB}")
         with open(tokenizer_path, encoding="utf-8") as f:
             doc = json.load(f)
         doc["added_tokens"] = [t for t in doc.get("added_tokens") or [] if not t.get("special")]
-        self._ak = awkward
-        self.tok = gigatoken.Tokenizer.from_json(json.dumps(doc))
+        self._ak, self._psutil = awkward, psutil
+        self._from_json, self._json = gigatoken.Tokenizer.from_json, json.dumps(doc)
+        self.cache_bytes, self.rebuilds = cache_mib * 2**20, 0
+        self._build()
+
+    def _rss(self) -> int:
+        return self._psutil.Process().memory_info().rss  # this process's: a forked worker's own
+
+    def _build(self) -> None:
+        self.tok = None  # the old cache is freed before the new tokenizer is made
+        self.tok = self._from_json(self._json)
+        self._rss_mark = self._rss()
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Same contract as :meth:`HFBackend.encode_batch`."""
@@ -111,6 +139,9 @@ class GigatokenBackend:
         layout = self._ak.to_layout(self.tok.encode_batch(list(texts), parallel=False))
         offsets = np.asarray(layout.offsets.data, dtype=np.int64)
         ids = np.asarray(layout.content.data)[offsets[0] : offsets[-1]]
+        if not self.cache_bytes or self._rss() - self._rss_mark >= self.cache_bytes:
+            self._build()
+            self.rebuilds += 1
         return ids.astype(np.uint32, copy=False), offsets - offsets[0]
 
 
