@@ -36,7 +36,10 @@ median of the per-round ratios against ``mlm-fast`` (and, with ``--megatron-lm``
 ``mlm-real`` on a line of its own). Peak memory is ``ru_maxrss`` of the main
 process and of the largest worker. All paths that write must write identical bytes (checked).
 With a large corpus, ``ours-gigatoken`` also runs over the corpus repeated ``--memory-copies``
-times (symlinks) to show that peak memory does not grow with the input.
+times (symlinks) to show that peak memory does not grow with the input; repeated text holds no
+new word, so ``--fresh-documents K`` also runs it over K and then 2K generated documents of 250
+random 5-12-letter words each (seeded; every word new, the worst case for ``gigatoken``'s
+pretoken cache, which :class:`~megatron_gamma.data.token_backend.GigatokenBackend` bounds).
 """
 
 from __future__ import annotations
@@ -489,6 +492,34 @@ def bench_memory(name: str, files: list[str], tokenizer: str, tmp: str, copies: 
     )
 
 
+def _fresh_text(path: str, documents: int, seed: int) -> None:
+    """``documents`` JSON lines of 250 random lowercase words of 5-12 letters (gzip level 1)."""
+    import gzip
+    import random
+    import string
+
+    rng = random.Random(seed)
+    with gzip.open(path, "wt", encoding="utf-8", compresslevel=1) as f:
+        for _ in range(documents):
+            words = (
+                "".join(rng.choices(string.ascii_lowercase, k=rng.randint(5, 12)))
+                for _ in range(250)
+            )
+            f.write(json.dumps({"text": " ".join(words)}) + "\n")
+
+
+def bench_fresh_memory(tokenizer: str, tmp: str, documents: int) -> None:
+    """Peak RSS of ``ours-gigatoken`` (1 worker) on ``documents`` and 2 x ``documents`` documents
+    of fresh random words (module docstring)."""
+    print(f"\n== fresh text: {documents:,d} and {2 * documents:,d} documents of random words")
+    for n in (documents, 2 * documents):
+        path = os.path.join(tmp, f"fresh-{n}.jsonl.gz")
+        _fresh_text(path, n, seed=n)
+        r = _run_child("ours-gigatoken", [path], tokenizer, os.path.join(tmp, f"fresh-{n}"), 1)
+        print(f"  peak RSS, ours-gigatoken, 1 worker: {r['rss_main_mib']:.0f} MiB for "
+              f"{r['tokens']:,d} tokens, {r['cpu']:.2f} CPU-s")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--corpus", nargs="*", default=None, help="directories of zh/en jsonl(.gz)")
@@ -509,6 +540,13 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         default=3,
         help="the peak-memory run's input repeats (0: no memory run)",
+    )
+    p.add_argument(
+        "--fresh-documents",
+        type=int,
+        default=20000,
+        help="documents of random words for the fresh-text memory run, then twice as many "
+        "(0: no such run)",
     )
     p.add_argument(
         "--megatron-lm",
@@ -560,8 +598,11 @@ def main(argv: list[str] | None = None) -> None:
             result["wall"] = time.time() - start
         print(json.dumps(result | after))
         return
-    if args.rounds < 1 or args.memory_copies < 0:
-        p.error(f"--rounds {args.rounds} --memory-copies {args.memory_copies}: need >= 1, >= 0")
+    if args.rounds < 1 or args.memory_copies < 0 or args.fresh_documents < 0:
+        p.error(
+            f"--rounds {args.rounds} --memory-copies {args.memory_copies} --fresh-documents "
+            f"{args.fresh_documents}: need >= 1, >= 0, >= 0"
+        )
     if args.megatron_lm:
         script = os.path.join(args.megatron_lm, "tools", "preprocess_data_fast.py")
         if not os.path.isfile(script):
@@ -588,6 +629,8 @@ def main(argv: list[str] | None = None) -> None:
             bench_corpus(name, files, args.tokenizer, args.workers, args.rounds, tmp, paths)
             if sum(map(os.path.getsize, files)) > 5e6 and args.memory_copies:
                 bench_memory(name, files, args.tokenizer, tmp, args.memory_copies)
+        if args.fresh_documents:
+            bench_fresh_memory(args.tokenizer, tmp, args.fresh_documents)
 
 
 if __name__ == "__main__":
