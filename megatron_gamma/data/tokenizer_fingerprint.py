@@ -56,6 +56,15 @@ def describe(doc: dict) -> str:
     return f"{doc['tokenizer_type']} {', '.join(doc['source'])} (sha256 {doc['sha256'][:12]})"
 
 
+def tokenizer_flags(doc: dict) -> str:
+    """The Megatron-LM flags that select the tokenizer of fingerprint ``doc`` (:func:`fingerprint`),
+    for the fix in an error message."""
+    files = doc["source"]
+    if doc["tokenizer_type"] == "GPT2BPETokenizer":
+        return f"--tokenizer-type GPT2BPETokenizer --vocab-file {files[0]} --merge-file {files[-1]}"
+    return f"--tokenizer-type {doc['tokenizer_type']} --tokenizer-model {files[0]}"
+
+
 def merged_fingerprint(prefixes: list[str]) -> dict | None:
     """The common fingerprint of datasets to concatenate, or None if any has none.
 
@@ -97,15 +106,9 @@ def check_datasets(prefixes: list[str], tok: BilingualTokenizer) -> list[str]:
                 f"tokenized with {describe(mine)}"
             )
         elif doc["sha256"] != mine["sha256"]:
-            fix = (
-                f"--vocab-file {doc['source'][0]} --merge-file {doc['source'][-1]}"
-                if doc["tokenizer_type"] == "GPT2BPETokenizer"
-                else f"--tokenizer-model {doc['source'][0]}"
-            )
             raise ConfigError(
                 f"data_path={prefix!r}: tokenized with {describe(doc)}, but this run's tokenizer "
                 f"is {describe(mine)}. Fix: pass the tokenizer the data was made with "
-                f"(--tokenizer-type {doc['tokenizer_type']} {fix}), or preprocess the data "
-                "again with this one"
+                f"({tokenizer_flags(doc)}), or preprocess the data again with this one"
             )
     return warnings

@@ -151,15 +151,6 @@ def tokenizer_path(cfg: Config) -> str:
     return cfg.data.tokenizer_model or os.path.join(demo_dir(), "tokenizer.json")
 
 
-def tokenizer_flags(doc: dict) -> str:
-    """The Megatron-LM flags that select the tokenizer of fingerprint ``doc``
-    (:func:`megatron_gamma.data.tokenizer_fingerprint.fingerprint`), for messages."""
-    files = doc["source"]
-    if doc["tokenizer_type"] == "GPT2BPETokenizer":
-        return f"--tokenizer-type GPT2BPETokenizer --vocab-file {files[0]} --merge-file {files[-1]}"
-    return f"--tokenizer-type {doc['tokenizer_type']} --tokenizer-model {files[0]}"
-
-
 def check_tokenizer(ckpt: str, cfg: Config, fix: str) -> Optional[str]:
     """Check that checkpoint ``ckpt`` was trained with ``cfg``'s tokenizer: the fingerprint in
     its common state (:func:`layout.describe`) must have the SHA-256 of the tokenizer ``cfg``
@@ -170,7 +161,8 @@ def check_tokenizer(ckpt: str, cfg: Config, fix: str) -> Optional[str]:
         ckpt: an ``iter_N`` checkpoint directory.
         cfg: the config whose tokenizer will read or write the checkpoint's token ids.
         fix: what the caller's user does to pass the checkpoint's tokenizer; ``{flags}`` in it
-            is replaced with the flags that select it (:func:`tokenizer_flags`).
+            is replaced with the flags that select it
+            (:func:`megatron_gamma.data.tokenizer_fingerprint.tokenizer_flags`).
 
     Returns:
         A warning line when the checkpoint carries no fingerprint (saved before checkpoints
@@ -181,7 +173,7 @@ def check_tokenizer(ckpt: str, cfg: Config, fix: str) -> Optional[str]:
         ConfigError: the checkpoint was trained with another tokenizer (both named, with
             ``fix``); ``cfg``'s tokenizer files are missing.
     """
-    from megatron_gamma.data.tokenizer_fingerprint import describe, fingerprint
+    from megatron_gamma.data.tokenizer_fingerprint import describe, fingerprint, tokenizer_flags
     from megatron_gamma.data.tokenizer_types import load_tokenizer
 
     saved = layout.saved_description(ckpt)[1]
