@@ -73,6 +73,23 @@ def test_preprocess_and_merge_input_errors_come_before_megatron_core(tmp_path):
     assert rc != 0 and imported == []
 
 
+def test_a_bad_record_met_while_encoding_is_reported_before_megatron_core(tmp_path):
+    """The writer imports megatron-core only to write the index, after the last chunk: a
+    malformed record past the backend check's sample stops the run without that import."""
+    corpus = tmp_path / "corpus.jsonl"
+    good = json.dumps({"text": "a sentence of plain words. " * 40}) + "\n"
+    corpus.write_text(good * 200 + '{"text": "unterminated\n' + good)
+    args = ["preprocess", "--input", str(corpus), "--tokenizer-model", demo_dir(),
+            "--output-prefix", str(tmp_path / "x"), "--no-progress"]  # fmt: skip
+    rc, imported, _ = _run(args)
+    assert rc != 0 and "megatron.core" not in imported
+    args[-3:-1] = ["--output-prefix", str(tmp_path / "y")]
+    corpus.write_text(good * 201)
+    rc, imported, _ = _run(args)
+    assert rc == 0 and "megatron.core" in imported  # the index is megatron-core's
+    assert os.path.getsize(tmp_path / "y_text_document.idx") > 0
+
+
 def test_tokenizer_metadata_is_megatron_cores_bytes(tmp_path):
     """``write_metadata`` writes tokenizer_metadata.json itself (no megatron-core import): the
     bytes must be those of megatron-core's ``MegatronTokenizer.write_metadata``."""

@@ -1,19 +1,24 @@
-"""Write Megatron ``.bin/.idx`` pairs chunk by chunk through megatron-core's
+"""Write Megatron ``.bin/.idx`` pairs chunk by chunk; the ``.idx`` through megatron-core's
 ``IndexedDatasetBuilder``.
 
 ``IndexedDatasetBuilder.add_document`` takes one document at a time; here a whole chunk of
 documents (one numpy array of ids, its sequence lengths and sequences per document) goes to the
-builder's ``.bin`` file in one write, and the index columns are kept in compact ``array``
-buffers (4 bytes per sequence, 8 per document) instead of Python lists (about 36 bytes per
-entry). ``finalize`` is megatron-core's own, so the ``.idx`` bytes are exactly those of
+``.bin`` file in one write, and the index columns are kept in compact ``array`` buffers (4 bytes
+per sequence, 8 per document) instead of Python lists (about 36 bytes per entry). The index is
+written by megatron-core's ``finalize``, so the ``.idx`` bytes are exactly those of
 ``add_document`` for the same documents (the tests compare them). Its index writer builds one
 Python list of sequence offsets while it writes (about 40 bytes per sequence, briefly), which is
 the only memory that grows with the size of one output.
+
+megatron-core (and with it torch and, where installed, wandb: about 190 MiB and 3-5 CPU-s) is
+imported only when an index is written, after the last chunk, so it is not resident while the
+chunks are encoded, nor in the worker processes forked for that.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from array import array
 from typing import TYPE_CHECKING
 
@@ -23,11 +28,22 @@ if TYPE_CHECKING:
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 
+def token_dtype(vocab_size: int) -> type:
+    """numpy dtype of the token ids of a vocabulary of ``vocab_size`` ids: ``uint16`` below
+    65,500, else ``int32``.
+
+    megatron-core's rule (``DType.optimal_dtype``), taken here so that the chunks can be encoded
+    before megatron-core is imported; :meth:`ChunkWriter.finalize` checks it against
+    megatron-core's own before it writes an index.
+    """
+    return np.uint16 if vocab_size < 65500 else np.int32
+
+
 def compact_builder(bin_path: str, dtype: type) -> IndexedDatasetBuilder:
     """An ``IndexedDatasetBuilder`` writing ``bin_path`` with its index columns in arrays.
 
-    megatron-core (and with it torch) is imported here, where the first writer is built, not
-    when this module is: the data commands start without it (``tests/test_cli_imports.py``).
+    megatron-core (and with it torch) is imported here, where a builder is needed, not when this
+    module is: the data commands start without it (``tests/test_cli_imports.py``).
     """
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
@@ -51,17 +67,22 @@ class ChunkWriter:
 
     Args:
         prefix: path without extension.
-        dtype: token dtype (megatron-core ``DType.optimal_dtype(vocab_size)``).
+        vocab_size: the tokenizer's vocabulary size; the ids are written as
+            :func:`token_dtype` of it.
 
     Attributes:
+        dtype: numpy dtype of the ids written.
         documents, sequences, tokens: running totals.
         bin_sha256: SHA-256 of the ``.bin`` bytes written (computed while writing).
     """
 
-    def __init__(self, prefix: str, dtype: type):
+    def __init__(self, prefix: str, vocab_size: int):
         self.prefix = prefix
-        self.dtype = np.dtype(dtype).type
-        self.builder = compact_builder(prefix + ".bin", self.dtype)
+        self.vocab_size = vocab_size
+        self.dtype = token_dtype(vocab_size)
+        self._bin = open(prefix + ".bin", "wb")
+        self._sequence_lengths = array("i")
+        self._document_indices = array("q", [0])
         self._sha = hashlib.sha256()
         self.documents = self.sequences = self.tokens = 0
 
@@ -76,11 +97,11 @@ class ChunkWriter:
             document_sequences: (D,) int64, sequences per document; sums to S.
         """
         data = memoryview(np.ascontiguousarray(tokens, dtype=self.dtype)).cast("B")  # no copy
-        self.builder.data_file.write(data)
+        self._bin.write(data)
         self._sha.update(data)
-        self.builder.sequence_lengths.frombytes(sequence_lengths.astype(np.int32).tobytes())
-        ends = self.builder.document_indices[-1] + np.cumsum(document_sequences, dtype=np.int64)
-        self.builder.document_indices.frombytes(ends.tobytes())
+        self._sequence_lengths.frombytes(sequence_lengths.astype(np.int32).tobytes())
+        ends = self._document_indices[-1] + np.cumsum(document_sequences, dtype=np.int64)
+        self._document_indices.frombytes(ends.tobytes())
         self.documents += len(document_sequences)
         self.sequences += len(sequence_lengths)
         self.tokens += len(tokens)
@@ -90,9 +111,31 @@ class ChunkWriter:
         return self._sha.hexdigest()
 
     def finalize(self) -> None:
-        """Close the ``.bin`` and write the ``.idx`` (megatron-core ``finalize``)."""
-        self.builder.finalize(self.prefix + ".idx")
+        """Close the ``.bin`` and write the ``.idx`` with megatron-core's
+        ``IndexedDatasetBuilder.finalize``.
+
+        The builder is opened on ``os.devnull`` (the ``.bin`` is written and closed already:
+        ``finalize`` only closes that file, then writes the index of the columns given).
+
+        Raises:
+            RuntimeError: megatron-core's ``DType.optimal_dtype`` gives another dtype than
+                :func:`token_dtype` for this vocabulary; no index is written.
+        """
+        from megatron.core.datasets.indexed_dataset import DType
+
+        self._bin.close()
+        expected = DType.optimal_dtype(self.vocab_size)
+        if expected is not self.dtype:
+            raise RuntimeError(
+                f"{self.prefix}.bin holds {self.dtype.__name__} ids, but this megatron-core's "
+                f"DType.optimal_dtype({self.vocab_size}) is {expected.__name__}. Fix: install the "
+                "megatron-core that setup.py pins, or report the new rule"
+            )
+        builder = compact_builder(os.devnull, self.dtype)
+        builder.sequence_lengths = self._sequence_lengths
+        builder.document_indices = self._document_indices
+        builder.finalize(self.prefix + ".idx")
 
     def abort(self) -> None:
         """Close the ``.bin`` without writing an index (the caller removes the files)."""
-        self.builder.data_file.close()
+        self._bin.close()

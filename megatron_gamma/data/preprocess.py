@@ -39,7 +39,7 @@ from tqdm import tqdm
 
 from megatron_gamma.config import ConfigError, DataConfig
 from megatron_gamma.data.encode import ChunkEncoder, EncodeOptions, filtered_texts
-from megatron_gamma.data.indexed import ChunkWriter
+from megatron_gamma.data.indexed import ChunkWriter, token_dtype
 from megatron_gamma.data.merge import merge_shards
 from megatron_gamma.data.readers import (
     MAX_MESSAGES,
@@ -222,9 +222,7 @@ def _run_unit(
             log.info("%s: complete (done-marker verified), skipped", base)
             return read_json(unit.stats), True
         unit.begin()
-        from megatron.core.datasets.indexed_dataset import DType  # the writer's: imports torch
-
-        dtype = DType.optimal_dtype(tok.vocab_size)
+        dtype = token_dtype(tok.vocab_size)
         counts: dict = {}
         messages: list[str] = []
         writers: dict[str, ChunkWriter] = {}
@@ -237,8 +235,9 @@ def _run_unit(
         )  # fmt: skip
         env = os.environ.get("TOKENIZERS_PARALLELISM")
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker
-        # The ~0.5M objects of the torch and megatron-core imports leave the collector's reach
-        # while chunks are encoded: each full collection over them cost ~0.3 CPU-s (measured).
+        # The ~0.5M objects of the torch import (the token statistics kernel) leave the
+        # collector's reach while chunks are encoded: each full collection over them cost ~0.3
+        # CPU-s (measured).
         gc.freeze()
         try:
             chunks = _read_chunks(files, options, chunk_size, counts, messages)
@@ -249,7 +248,7 @@ def _run_unit(
                 for r in pool.map(chunks, 4 * workers):
                     for name, out in r.outputs.items():
                         if name not in writers:
-                            writers[name] = ChunkWriter(unit.temp(f"_{name}"), dtype)
+                            writers[name] = ChunkWriter(unit.temp(f"_{name}"), tok.vocab_size)
                         writers[name].add(out.tokens, out.sequence_lengths, out.document_sequences)
                         docs += len(out.document_sequences)
                         tokens += len(out.tokens)

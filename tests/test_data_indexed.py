@@ -1,0 +1,62 @@
+"""The chunk writer of ``preprocess`` (``megatron_gamma/data/indexed.py``) against megatron-core's
+own per-document ``IndexedDatasetBuilder.add_document``: same ``.bin`` and ``.idx`` bytes."""
+
+import os
+
+import numpy as np
+import pytest
+from megatron.core.datasets.indexed_dataset import DType, IndexedDataset, IndexedDatasetBuilder
+
+from megatron_gamma.data.indexed import ChunkWriter, token_dtype
+
+
+def _documents(seed: int, vocab_size: int) -> list[list[np.ndarray]]:
+    """Documents of 1-3 sequences of 1-50 random ids each."""
+    rng = np.random.default_rng(seed)
+    return [
+        [rng.integers(0, vocab_size, rng.integers(1, 51)) for _ in range(rng.integers(1, 4))]
+        for _ in range(40)
+    ]
+
+
+@pytest.mark.parametrize("vocab_size", [1000, 70000])
+def test_chunks_write_the_bytes_of_add_document(tmp_path, vocab_size):
+    docs = _documents(vocab_size, vocab_size)
+    reference = str(tmp_path / "reference")
+    builder = IndexedDatasetBuilder(reference + ".bin", dtype=DType.optimal_dtype(vocab_size))
+    for doc in docs:
+        builder.add_document(np.concatenate(doc), [len(s) for s in doc])
+    builder.finalize(reference + ".idx")
+
+    ours = str(tmp_path / "ours")
+    writer = ChunkWriter(ours, vocab_size)
+    for chunk in (docs[:7], docs[7:8], docs[8:]):  # uneven chunks
+        seqs = [s for doc in chunk for s in doc]
+        writer.add(
+            np.concatenate(seqs),
+            np.array([len(s) for s in seqs], np.int32),
+            np.array([len(doc) for doc in chunk], np.int64),
+        )
+    writer.finalize()
+
+    for ext in (".bin", ".idx"):
+        with open(reference + ext, "rb") as a, open(ours + ext, "rb") as b:
+            assert a.read() == b.read(), ext
+    assert (writer.documents, writer.sequences) == (40, sum(map(len, docs)))
+    assert writer.tokens == sum(len(s) for doc in docs for s in doc)
+    assert IndexedDataset(ours).index.dtype is DType.optimal_dtype(vocab_size)
+
+
+@pytest.mark.parametrize("vocab_size", [1, 255, 65499, 65500, 65536, 10**6])
+def test_token_dtype_is_megatron_cores_rule(vocab_size):
+    assert token_dtype(vocab_size) is DType.optimal_dtype(vocab_size)
+
+
+def test_finalize_refuses_a_megatron_core_with_another_rule(tmp_path, monkeypatch):
+    monkeypatch.setattr(DType, "optimal_dtype", staticmethod(lambda cardinality: np.int64))
+    prefix = str(tmp_path / "x")
+    writer = ChunkWriter(prefix, 1000)
+    writer.add(np.arange(5), np.array([5], np.int32), np.array([1], np.int64))
+    with pytest.raises(RuntimeError, match=r"uint16 ids.*optimal_dtype\(1000\) is int64.*Fix"):
+        writer.finalize()
+    assert not os.path.exists(prefix + ".idx")
