@@ -119,6 +119,9 @@ def _estimate(args: argparse.Namespace) -> None:
     print(report(cfg, vocab, world, cfg.cluster.gpu_memory_gb))
 
 
+EVAL_EXTRA_MODULES = ("transformers", "safetensors", "lm_eval", "accelerate")
+"""Import names of setup.py's ``eval`` extra (``EVAL_REQUIRES``): ``export-hf``, ``import-hf``
+and ``evaluate --tasks`` need them; the default install leaves them out."""
 _LOSS_FLAGS = ("data_path", "eval_tokens", "seq_length", "micro_batch_size")
 _TASK_FLAGS = (
     "compare",
@@ -594,6 +597,16 @@ def main(argv: list[str] | None = None) -> int:
         args.func(args)
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"megatron-gamma {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in EVAL_EXTRA_MODULES:
+            raise
+        print(
+            f"megatron-gamma {args.command}: error: {e.name} is not installed, and "
+            f"{args.command} needs it (the eval extra). Fix: pip install --no-build-isolation "
+            '-e ".[eval]"',
+            file=sys.stderr,
+        )
         return 2
     return 0
 

@@ -1,5 +1,6 @@
-"""The data and sizing commands start without torch or megatron-core (issue 29, item 3): each
-command runs in a fresh interpreter and reports which of the two it imported."""
+"""What the commands import. The data and sizing commands start without torch or megatron-core
+(issue 29, item 3): each command runs in a fresh interpreter and reports which of the two it
+imported. The commands that need the ``eval`` extra name it when it is not installed."""
 
 import json
 import os
@@ -107,3 +108,31 @@ def test_tokenizer_metadata_is_megatron_cores_bytes(tmp_path):
     )  # fmt: skip
     assert str(tmp_path / "tokenizer_metadata.json") in written
     assert (tmp_path / "tokenizer_metadata.json").read_bytes() == theirs.read_bytes()
+
+
+def test_the_eval_extra_is_named_when_it_is_missing(tmp_path):
+    """export-hf, import-hf and evaluate --tasks without ``transformers`` (the default install)
+    stop with the install command, not a traceback; ``EVAL_EXTRA_MODULES`` is setup.py's extra."""
+    import ast
+
+    from megatron_gamma.cli import EVAL_EXTRA_MODULES
+
+    tree = ast.parse(Path(ROOT, "setup.py").read_text())
+    pins = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "EVAL_REQUIRES"
+    )
+    assert sorted(EVAL_EXTRA_MODULES) == sorted(p.split("==")[0].replace("-", "_") for p in pins)
+
+    blocked = "import sys; sys.modules['transformers'] = None\n"
+    for args in (["export-hf", str(tmp_path / "ckpt"), str(tmp_path / "hf")],
+                 ["import-hf", str(tmp_path / "hf"), str(tmp_path / "run")]):  # fmt: skip
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+        proc = subprocess.run(
+            [sys.executable, "-c", blocked + PROBE, json.dumps(args)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+        assert json.loads(proc.stdout.rstrip("\n").split("\n")[-1])["rc"] == 2, proc.stderr
+        assert f"{args[0]}: error: transformers is not installed" in proc.stderr
+        assert 'Fix: pip install --no-build-isolation -e ".[eval]"' in proc.stderr
