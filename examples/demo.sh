@@ -13,4 +13,4 @@ megatron-gamma preprocess --input "$DEMO/zh.jsonl" "$DEMO/en.jsonl" \
   --tokenizer-model "$RUN/tokenizer.json" --output-prefix "$RUN/data/demo" --workers 2
 megatron-gamma pretrain --config examples/configs/demo.yaml \
   --tokenizer-model "$RUN/tokenizer.json" --data-path "$RUN/data/demo_text_document" \
-  --save "$RUN/checkpoints" "$@"
+  --save "$RUN/checkpoints" --overwrite "$@"  # a rerun replaces the previous demo's checkpoints
