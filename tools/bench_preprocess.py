@@ -33,8 +33,11 @@ order every round so that load changes hit them alike:
 workers), which depends little on how busy the machine is; wall tokens/s and the 1 -> 2 worker
 scaling need an idle machine. Each path's figure is its median over rounds; each ratio is the
 median of the per-round ratios against ``mlm-fast`` (and, with ``--megatron-lm``, ours against
-``mlm-real`` on a line of its own). Peak memory is ``ru_maxrss`` of the main
-process and of the largest worker. All paths that write must write identical bytes (checked).
+``mlm-real`` on a line of its own). Peak memory is ``ru_maxrss`` of the main process and the
+largest ``VmHWM`` of its forked workers (its direct children whose command line is its own, read
+from ``/proc`` every 0.1 s while it runs; "—" when it forks none), not ``RUSAGE_CHILDREN``, which
+also holds the parent's RSS inherited by the ``git`` that GitPython runs when megatron-core's
+import imports ``wandb``. All paths that write must write identical bytes (checked).
 With a large corpus, ``ours-gigatoken`` also runs over the corpus repeated ``--memory-copies``
 times (symlinks) to show that peak memory does not grow with the input; repeated text holds no
 new word, so ``--fresh-documents K`` also runs it over K and then 2K generated documents of 250
@@ -53,6 +56,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,8 +87,87 @@ def _usage() -> dict:
     return {
         "cpu": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
         "rss_main_mib": me.ru_maxrss / 1024,
-        "rss_worker_mib": kids.ru_maxrss / 1024,
     }
+
+
+def _peak_kib(pid: int) -> int | None:
+    """``VmHWM`` (peak RSS, KiB) of ``pid``, or None once it has exited."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+_PROC_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+"""The kernel lists a thread's children (CONFIG_PROC_CHILDREN): ~20 us a poll, where psutil's
+``children()`` scans all of ``/proc`` (~1 ms)."""
+
+
+class _WorkerPeak(threading.Thread):
+    """Polls, every ``interval`` s, the peak RSS of the forked workers of benchmark child ``pid``:
+    its direct children whose command line is ``cmd`` on two polls (a fork keeps its parent's;
+    the ``git`` that GitPython runs at import has it only until its exec). Runs in this process,
+    so that its CPU is not the child's; ``VmHWM`` only grows, so polling misses only a worker's
+    last ``interval`` s (and a worker that lives less than two polls)."""
+
+    def __init__(self, pid: int, cmd: list[str], interval: float = 0.1):
+        super().__init__(daemon=True)
+        self.pid, self.cmdline, self.interval = pid, ("\0".join(cmd) + "\0").encode(), interval
+        self.workers: dict[int, int] = {}  # child pid -> polls it had our command line; -1: not
+        self.peaks: dict[int, int] = {}  # child pid -> largest VmHWM (KiB) read
+        self.done = threading.Event()
+
+    def _children(self) -> list[int]:
+        if not _PROC_CHILDREN:
+            import psutil
+
+            try:
+                return [c.pid for c in psutil.Process(self.pid).children()]
+            except psutil.Error:
+                return []
+        pids = []
+        try:
+            tasks = os.listdir(f"/proc/{self.pid}/task")
+        except OSError:
+            return []
+        for task in tasks:  # a thread may end meanwhile
+            try:
+                with open(f"/proc/{self.pid}/task/{task}/children", encoding="ascii") as f:
+                    pids += map(int, f.read().split())
+            except OSError:
+                pass
+        return pids
+
+    def _poll(self) -> None:
+        for pid in self._children():
+            if 0 <= self.workers.get(pid, 0) < 2:  # a fork + exec has our command line till exec
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        same = f.read() == self.cmdline
+                except OSError:
+                    continue
+                self.workers[pid] = self.workers.get(pid, 0) + 1 if same else -1
+            if self.workers[pid] > 0:
+                self.peaks[pid] = max(self.peaks.get(pid, 0), _peak_kib(pid) or 0)
+
+    def peak_mib(self) -> float | None:
+        """The largest peak RSS (MiB) of the children seen as forks on two polls, or None."""
+        peaks = [kib for pid, kib in self.peaks.items() if self.workers[pid] >= 2]
+        return max(peaks) / 1024 if peaks and max(peaks) else None
+
+    def run(self) -> None:
+        while not self.done.wait(self.interval):
+            self._poll()
+
+    def stop(self) -> float | None:
+        """Stop polling; the largest worker's peak RSS in MiB, None if no worker was seen."""
+        self.done.set()
+        self.join()
+        return self.peak_mib()
 
 
 def _open_lines(path: str):
@@ -253,18 +336,22 @@ def _start_child(
     before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.time()
     proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE if hold else None, **pipes)
     proc.whole_process = (before, start)
+    proc.worker_peak = _WorkerPeak(proc.pid, cmd)
+    proc.worker_peak.start()
     return proc, mode, prefix
 
 
 def _finish_child(child: tuple[subprocess.Popen, str, str]) -> dict:
     proc, mode, prefix = child
     stdout, stderr = proc.communicate()
+    rss_worker = proc.worker_peak.stop()
     if proc.returncode != 0:
         raise SystemExit(f"{mode} run failed:\n{stderr[-3000:]}")
     before, start = proc.whole_process
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = json.loads(stdout.strip().splitlines()[-1])
     result.setdefault("prefix", prefix)
+    result["rss_worker_mib"] = rss_worker
     result["process_wall"] = time.time() - start
     result["process_cpu"] = sum(
         getattr(after, f) - getattr(before, f) for f in ("ru_utime", "ru_stime")
@@ -272,6 +359,11 @@ def _finish_child(child: tuple[subprocess.Popen, str, str]) -> dict:
     if "encode_cpu" in result:  # the raw ceiling counts the encode calls only
         result["cpu"] = result["encode_cpu"]
     return result
+
+
+def _max_or_none(values) -> float | None:
+    """The largest of ``values`` that are not None; None if all are."""
+    return max((v for v in values if v is not None), default=None)
 
 
 def _run_child(mode: str, files: list[str], tokenizer: str, prefix: str, workers: int) -> dict:
@@ -306,7 +398,7 @@ def _run_side_by_side(files: list[str], tokenizer: str, prefix: str, copies: int
         ),
         "process_wall": max(r["process_wall"] for r in results),
         "rss_main_mib": max(r["rss_main_mib"] for r in results),
-        "rss_worker_mib": max(r["rss_worker_mib"] for r in results),
+        "rss_worker_mib": _max_or_none(r["rss_worker_mib"] for r in results),
         "prefix": results[0]["prefix"],
     }
 
@@ -410,10 +502,11 @@ def bench_corpus(
             for x, m in zip(rs, ref, strict=True)
         )
         rss_main = max(x["rss_main_mib"] for x in rs)
-        rss_worker = max(x["rss_worker_mib"] for x in rs)
+        rss_worker = _max_or_none(x["rss_worker_mib"] for x in rs)
+        worker_txt = f"{rss_worker:>4.0f} MiB" if rss_worker is not None else f"{'—':>8s}"
         print(
             f"  {mode:16s} {w:>7d} {per_cpu:>11,.0f} {cpu_ratio:>9.2f}x {wall_txt} "
-            f"{process:>11,.0f} {process_ratio:>9.2f}x {rss_main:>5.0f} MiB {rss_worker:>4.0f} MiB"
+            f"{process:>11,.0f} {process_ratio:>9.2f}x {rss_main:>5.0f} MiB {worker_txt}"
         )
     if ("mlm-real", 1) in results:
         real = results[("mlm-real", 1)]
