@@ -14,6 +14,10 @@ raises, not against a power loss.)
 - :func:`atomic_dir`: a whole directory (an exported model, an imported run).
 - :func:`move`: publish a temporary that was completed elsewhere (a checkpoint that every rank
   wrote into ``iter_N.partial``, the files of a data unit).
+
+What is published carries the permissions a plain ``open``/``mkdir`` gives under the process's
+umask (a temporary made by ``tempfile`` would be owner-only); :func:`new_file_mode` is that mode
+for a file, for writers that cannot choose it (``safetensors`` writes owner-only files).
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from typing import IO
 
@@ -31,6 +34,18 @@ def temp_path(path: str) -> str:
     extension (``x.npz`` -> ``x.npz.tmp123.npz``), so writers that choose the format by the
     extension, or append one, keep working."""
     return f"{path}.tmp{os.getpid()}{os.path.splitext(path)[1]}"
+
+
+def new_file_mode() -> int:
+    """The permission bits ``open(path, "w")`` gives a new file: ``0o666`` less the umask (read
+    from ``/proc/self/status`` on Linux, which leaves it unchanged; elsewhere set and restored)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            mask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return 0o666 & ~mask
 
 
 def _remove(path: str) -> None:
@@ -88,10 +103,11 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
 
 @contextlib.contextmanager
 def atomic_dir(path: str) -> Iterator[str]:
-    """Yield a new empty directory beside ``path`` (``.NAME.XXXX``, parents created) for the
-    caller to fill; when the block ends without an error, move it to ``path``. An empty
-    directory at ``path`` is replaced; on an error the temporary directory is removed and
-    ``path`` is left as it was.
+    """Yield a new empty directory beside ``path`` (``.NAME.tmpPID``, parents created; made by
+    ``mkdir``, so with the umask's permissions) for the caller to fill; when the block ends
+    without an error, move it to ``path``. An empty directory at ``path`` is replaced; on an
+    error the temporary directory is removed and ``path`` is left as it was; a leftover
+    temporary of a killed writer with the same pid is removed first.
 
     Raises:
         OSError: ``path`` exists and is not an empty directory (callers check that first, with
@@ -99,7 +115,9 @@ def atomic_dir(path: str) -> Iterator[str]:
     """
     parent = os.path.dirname(os.path.abspath(path))
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.abspath(path))}.", dir=parent)
+    tmp = os.path.join(parent, f".{os.path.basename(os.path.abspath(path))}.tmp{os.getpid()}")
+    _remove(tmp)
+    os.mkdir(tmp)
     try:
         yield tmp
         if os.path.isdir(path):

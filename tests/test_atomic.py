@@ -133,3 +133,23 @@ def test_only_the_helper_renames_files():
     files += sorted(TOOLS.rglob("*.py"))
     assert [hit for p in files for hit in _renames(p)] == []
     assert _renames(PACKAGE / "atomic.py") != []  # the scan sees the calls it looks for
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o077])
+def test_published_directories_and_files_have_the_umasks_permissions(tmp_path, umask):
+    """An exported model or imported run is as readable as anything ``open``/``mkdir`` make
+    (not owner-only, as ``tempfile.mkdtemp`` and ``safetensors`` make theirs)."""
+    old = os.umask(umask)
+    try:
+        with open(tmp_path / "plain", "w"):
+            pass
+        os.mkdir(tmp_path / "plain_dir")
+        with atomic.atomic_dir(str(tmp_path / "out")) as tmp:
+            with open(os.path.join(tmp, "config.json"), "w") as f:
+                f.write("{}")
+        mode = atomic.new_file_mode()
+    finally:
+        os.umask(old)
+    assert mode == (tmp_path / "plain").stat().st_mode & 0o777 == 0o666 & ~umask
+    published = (tmp_path / "out").stat().st_mode & 0o777
+    assert published == (tmp_path / "plain_dir").stat().st_mode & 0o777 == 0o777 & ~umask

@@ -19,6 +19,7 @@ import torch
 import yaml
 from helpers import pretrain, read_metrics, run_cli
 
+from megatron_gamma import atomic
 from megatron_gamma.checkpoint_trust import CheckpointError
 from megatron_gamma.config import ConfigError, load_config
 from megatron_gamma.evaluation.bootstrap import paired_bootstrap
@@ -152,6 +153,8 @@ def test_round_trip_is_bit_identical(runs, name, tmp_path, demo_prefix):
     export_hf(runs[name], str(tmp_path / "hf"), max_shard_size="200KB")
     with open(tmp_path / "hf" / "model.safetensors.index.json") as f:
         assert len(set(json.load(f)["weight_map"].values())) > 1  # sharded
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "hf").iterdir()}
+    assert set(modes.values()) == {atomic.new_file_mode()}, modes  # safetensors: not owner-only
     imported = import_hf(str(tmp_path / "hf"), str(tmp_path / "imported"))
     states = []
     for run in (runs[name], imported["run_dir"]):

@@ -23,7 +23,7 @@ from typing import Optional
 
 import torch
 
-from megatron_gamma.atomic import atomic_dir
+from megatron_gamma.atomic import atomic_dir, new_file_mode
 from megatron_gamma.config import Config, ConfigError, redacted_dict
 from megatron_gamma.hf import mapping, register_auto_classes
 from megatron_gamma.hf.hf_model import GammaGPTConfig, GammaGPTForCausalLM
@@ -138,6 +138,9 @@ def export_hf(
     hf = _hf_model(mapping.to_hf(mc_sd, run.cfg), run.cfg, vocab, model_type, tok)
     with atomic_dir(out_dir) as tmp:
         hf.save_pretrained(tmp, max_shard_size=max_shard_size)
+        for name in os.listdir(tmp):  # safetensors writes its files owner-only (0600)
+            if name.endswith(".safetensors"):
+                os.chmod(os.path.join(tmp, name), new_file_mode())
         shutil.copyfile(run.tokenizer, os.path.join(tmp, "tokenizer.json"))
         write_metadata(os.path.join(tmp, "tokenizer.json"))
         if model_type == "gamma_gpt":
