@@ -1,7 +1,8 @@
 """The run-directory room (:mod:`megatron_gamma.rundir`): ``metrics.jsonl`` with a torn last
 line, checkpoints that carry their config and tokenizer fingerprint (read from a bare ``--save``
 directory outside the run directory), the ``config.yaml`` fallback for checkpoints written
-before, ``--config`` as the override, and ``evaluate``'s ranks from the launcher.
+before, ``--config`` as the override, ``evaluate``'s ranks from the launcher, and a checkpoint
+read's console without torch's deprecations of megatron-core's calls.
 
 References: the run's own ``config.yaml`` and the tokenizer file's SHA-256 (what the checkpoint
 must carry), the pre-existing explicit-config path (same loss, same logits), fp64 stable ranks of
@@ -302,3 +303,15 @@ def test_a_checkpoint_loads_only_with_its_tokenizer(bare, demo_prefix, tmp_path,
     )
     assert preflight(train_config(old)).sha256 == ours["sha256"]
     assert "carries no tokenizer fingerprint" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_a_checkpoint_read_prints_no_library_deprecation(bare, demo_prefix, tmp_path):
+    """torch's FutureWarnings on the APIs megatron-core's checkpoint loading calls say nothing
+    the user can act on; the console leaves them out (``warnings_summary._LIBRARY_NOISE``)."""
+    run, save = bare
+    args = ["evaluate", save, "--config", os.path.join(run, "config.yaml")]
+    args += ["--data-path", demo_prefix, "--eval-tokens", str(6 * 64)]
+    proc = run_cli([*args, "--output-dir", str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "Warning" not in proc.stderr, proc.stderr[-4000:]
