@@ -102,11 +102,6 @@ def _peak_kib(pid: int) -> int | None:
     return None
 
 
-_PROC_CHILDREN = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
-"""The kernel lists a thread's children (CONFIG_PROC_CHILDREN): ~20 us a poll, where psutil's
-``children()`` scans all of ``/proc`` (~1 ms)."""
-
-
 class _WorkerPeak(threading.Thread):
     """Polls, every ``interval`` s, the peak RSS of the forked workers of benchmark child ``pid``:
     its direct children whose command line is ``cmd`` on two polls (a fork keeps its parent's;
@@ -115,40 +110,27 @@ class _WorkerPeak(threading.Thread):
     last ``interval`` s (and a worker that lives less than two polls)."""
 
     def __init__(self, pid: int, cmd: list[str], interval: float = 0.1):
+        import psutil
+
         super().__init__(daemon=True)
-        self.pid, self.cmdline, self.interval = pid, ("\0".join(cmd) + "\0").encode(), interval
+        self.process, self.cmd, self.interval = psutil.Process(pid), list(cmd), interval
         self.workers: dict[int, int] = {}  # child pid -> polls it had our command line; -1: not
         self.peaks: dict[int, int] = {}  # child pid -> largest VmHWM (KiB) read
         self.done = threading.Event()
 
-    def _children(self) -> list[int]:
-        if not _PROC_CHILDREN:
-            import psutil
-
-            try:
-                return [c.pid for c in psutil.Process(self.pid).children()]
-            except psutil.Error:
-                return []
-        pids = []
-        try:
-            tasks = os.listdir(f"/proc/{self.pid}/task")
-        except OSError:
-            return []
-        for task in tasks:  # a thread may end meanwhile
-            try:
-                with open(f"/proc/{self.pid}/task/{task}/children", encoding="ascii") as f:
-                    pids += map(int, f.read().split())
-            except OSError:
-                pass
-        return pids
-
     def _poll(self) -> None:
-        for pid in self._children():
+        import psutil
+
+        try:
+            children = self.process.children()
+        except psutil.Error:
+            return
+        for child in children:
+            pid = child.pid
             if 0 <= self.workers.get(pid, 0) < 2:  # a fork + exec has our command line till exec
                 try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        same = f.read() == self.cmdline
-                except OSError:
+                    same = child.cmdline() == self.cmd
+                except psutil.Error:
                     continue
                 self.workers[pid] = self.workers.get(pid, 0) + 1 if same else -1
             if self.workers[pid] > 0:
