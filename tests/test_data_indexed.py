@@ -1,7 +1,10 @@
 """The chunk writer of ``preprocess`` (``megatron_gamma/data/indexed.py``) against megatron-core's
 own per-document ``IndexedDatasetBuilder.add_document``: same ``.bin`` and ``.idx`` bytes."""
 
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -60,3 +63,46 @@ def test_finalize_refuses_a_megatron_core_with_another_rule(tmp_path, monkeypatc
     with pytest.raises(RuntimeError, match=r"uint16 ids.*optimal_dtype\(1000\) is int64.*Fix"):
         writer.finalize()
     assert not os.path.exists(prefix + ".idx")
+
+
+WANDB_PROBE = """
+import json, sys
+{before}
+from megatron_gamma.data.indexed import indexed_dataset
+module = indexed_dataset()
+import megatron.core.timers as timers
+seen = {{"during": timers.wandb is not None, "after": "wandb" in sys.modules}}
+import wandb
+seen["later"] = wandb.__file__
+print(json.dumps(seen))
+"""
+
+
+def _wandb_probe(tmp_path, before: str = "") -> dict:
+    """Run :func:`indexed_dataset` in a fresh interpreter that finds a stand-in ``wandb`` module
+    first on its path; report whether megatron-core's timers got it, whether it is in
+    ``sys.modules`` after the call, and which file a later ``import wandb`` loads."""
+    fake = tmp_path / "site"
+    fake.mkdir(exist_ok=True)
+    (fake / "wandb.py").write_text("")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.pathsep.join([str(fake), root, os.environ.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-c", WANDB_PROBE.format(before=before)],
+        env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return dict(json.loads(proc.stdout.rstrip("\n").split("\n")[-1]), fake=str(fake / "wandb.py"))
+
+
+def test_megatron_core_is_imported_without_wandb_and_wandb_stays_importable(tmp_path):
+    seen = _wandb_probe(tmp_path)
+    assert seen["during"] is False and seen["after"] is False
+    assert seen["later"] == seen["fake"]
+
+
+def test_an_imported_wandb_is_left_to_megatron_core(tmp_path):
+    """The control: where the process holds wandb already, megatron-core's own import takes it,
+    so the stand-in module is on the path the probe's megatron-core sees."""
+    seen = _wandb_probe(tmp_path, before="import wandb")
+    assert seen["during"] is True and seen["later"] == seen["fake"]

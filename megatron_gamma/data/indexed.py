@@ -10,22 +10,51 @@ written by megatron-core's ``finalize``, so the ``.idx`` bytes are exactly those
 Python list of sequence offsets while it writes (about 40 bytes per sequence, briefly), which is
 the only memory that grows with the size of one output.
 
-megatron-core (and with it torch and, where installed, wandb: about 190 MiB and 3-5 CPU-s) is
+megatron-core (about 130 MiB and 3 CPU-s on top of torch, which the token statistics load) is
 imported only when an index is written, after the last chunk, so it is not resident while the
-chunks are encoded, nor in the worker processes forked for that.
+chunks are encoded, nor in the worker processes forked for that. It is imported without Weights
+& Biases (:func:`indexed_dataset`), which megatron-core's package import would otherwise load
+when it is installed: another 1.7 s and 42 MiB that writing an index never uses.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from array import array
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+
+def indexed_dataset() -> ModuleType:
+    """megatron-core's ``megatron.core.datasets.indexed_dataset`` module, imported without
+    ``wandb`` when this process has imported neither yet.
+
+    Importing any part of megatron-core runs its package ``__init__``, whose inference context
+    and timers try ``import wandb`` (logging that index writing never calls). With wandb
+    installed that import costs about 1.7 s and 42 MiB (measured on this project's CI machine).
+    Here ``sys.modules["wandb"]`` is None during megatron-core's first import, so its
+    ``try: import wandb`` takes the ``except ImportError`` branch, and the entry is removed
+    afterwards, so a later ``import wandb`` (this project's ``--wandb-project`` telemetry) works.
+    What stays: in this process megatron-core's ``Timers.write`` cannot write to wandb and its
+    dynamic inference context does not log to it; megatron-gamma uses neither. Where megatron-core
+    or wandb is already imported (training, a notebook), the import is left as it is.
+    """
+    hide = "megatron.core" not in sys.modules and "wandb" not in sys.modules
+    if hide:
+        sys.modules["wandb"] = None
+    try:
+        from megatron.core.datasets import indexed_dataset as module
+    finally:
+        if hide and sys.modules.get("wandb") is None:
+            sys.modules.pop("wandb", None)
+    return module
 
 
 def token_dtype(vocab_size: int) -> type:
@@ -42,12 +71,11 @@ def token_dtype(vocab_size: int) -> type:
 def compact_builder(bin_path: str, dtype: type) -> IndexedDatasetBuilder:
     """An ``IndexedDatasetBuilder`` writing ``bin_path`` with its index columns in arrays.
 
-    megatron-core (and with it torch) is imported here, where a builder is needed, not when this
-    module is: the data commands start without it (``tests/test_cli_imports.py``).
+    megatron-core (and with it torch) is imported here (:func:`indexed_dataset`), where a builder
+    is needed, not when this module is: the data commands start without it
+    (``tests/test_cli_imports.py``).
     """
-    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
-
-    builder = IndexedDatasetBuilder(bin_path, dtype=dtype)
+    builder = indexed_dataset().IndexedDatasetBuilder(bin_path, dtype=dtype)
     builder.sequence_lengths = array("i")
     builder.document_indices = array("q", [0])
     return builder
@@ -121,10 +149,8 @@ class ChunkWriter:
             RuntimeError: megatron-core's ``DType.optimal_dtype`` gives another dtype than
                 :func:`token_dtype` for this vocabulary; no index is written.
         """
-        from megatron.core.datasets.indexed_dataset import DType
-
         self._bin.close()
-        expected = DType.optimal_dtype(self.vocab_size)
+        expected = indexed_dataset().DType.optimal_dtype(self.vocab_size)
         if expected is not self.dtype:
             raise RuntimeError(
                 f"{self.prefix}.bin holds {self.dtype.__name__} ids, but this megatron-core's "

@@ -25,7 +25,7 @@ import os
 from tqdm import tqdm
 
 from megatron_gamma.config import ConfigError
-from megatron_gamma.data.indexed import compact_builder
+from megatron_gamma.data.indexed import compact_builder, indexed_dataset
 from megatron_gamma.data.resume import UnitOutput, read_marker
 from megatron_gamma.data.sharding import find_num_shards, shard_prefix
 from megatron_gamma.data.stats import (
@@ -42,9 +42,7 @@ log = logging.getLogger(__name__)
 
 
 def _dtype(prefix: str) -> type:
-    from megatron.core.datasets.indexed_dataset import IndexedDataset
-
-    return IndexedDataset(prefix).index.dtype
+    return indexed_dataset().IndexedDataset(prefix).index.dtype
 
 
 def _concat(prefixes: list[str], out_prefix: str, progress: bool, desc: str) -> None:
