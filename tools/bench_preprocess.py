@@ -37,7 +37,9 @@ median of the per-round ratios against ``mlm-fast`` (and, with ``--megatron-lm``
 largest ``VmHWM`` of its forked workers (its direct children whose command line is its own, read
 from ``/proc`` every 0.1 s while it runs; "—" when it forks none), not ``RUSAGE_CHILDREN``, which
 also holds the parent's RSS inherited by the ``git`` that GitPython runs when megatron-core's
-import imports ``wandb``. All paths that write must write identical bytes (checked).
+import imports ``wandb``. Each child imports megatron-core as its path does: the ``ours`` paths
+without ``wandb`` (:func:`~megatron_gamma.data.indexed.indexed_dataset`), the others with it where
+it is installed. All paths that write must write identical bytes (checked).
 With a large corpus, ``ours-gigatoken`` also runs over the corpus repeated ``--memory-copies``
 times (symlinks) to show that peak memory does not grow with the input; repeated text holds no
 new word, so ``--fresh-documents K`` also runs it over K and then 2K generated documents of 250
@@ -645,10 +647,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         import awkward  # noqa: F401  (imports are not timed)
         import gigatoken  # noqa: F401
-        import megatron.core.datasets.indexed_dataset  # noqa: F401  (torch, for every writer)
         import tokenizers  # noqa: F401
 
         import megatron_gamma.data.preprocess  # noqa: F401
+        from megatron_gamma.data.indexed import indexed_dataset
+
+        if args.child.startswith("ours"):
+            indexed_dataset()  # as preprocess imports megatron-core: without wandb
+        else:
+            import megatron.core.datasets.indexed_dataset  # noqa: F401  (torch, for every writer)
 
         if args.child == "mlm-fast":
             # The real script imports it (megatron-core's huggingface_tokenizer.py does, at module
