@@ -2,18 +2,18 @@
 in parallel, sharded, resumable.
 
 Pipeline: the main process reads the input files in order (:mod:`.readers`) and cuts them into
-bounded chunks of raw records, which are decoded, normalized, tagged, filtered, split and
-tokenized (:mod:`.encode`): with ``workers`` = N > 1, by the main process and N - 1 forked
-worker processes (:mod:`.workers`: a chunk goes to a worker with room, else the main process
-encodes it, so N processes share N cores); the main process writes the results in input order
-through megatron-core's ``IndexedDatasetBuilder`` (:mod:`.indexed`). At most ``4 x workers``
-chunks are in flight, so memory does not grow with the input. The tokenizer backend
-(``gigatoken`` or HF ``tokenizers``) is chosen once per call, before any shard, by
-:func:`~megatron_gamma.data.token_backend.resolve_backend` on the first texts of up to
-:data:`SAMPLE_FILES` input files, so every shard and worker uses the same one, loaded once (the
-check's). Each document is handled on its own, so the bytes written do not depend on the worker
-count, and the file list is split into contiguous shards (:mod:`.sharding`), so merging shard
-outputs in order gives the bytes of one run.
+bounded chunks of raw records, which are decoded, normalized, tagged, filtered, split and tokenized
+(:mod:`.encode`): with ``workers`` = N > 1, by the main process and N - 1 forked worker processes
+(:mod:`.workers`: a chunk goes to a worker with room, else the main process encodes it, so N
+processes share N cores); the main process writes the results in input order (:mod:`.indexed`: the
+``.bin`` chunk by chunk, the ``.idx`` at the end by megatron-core's
+``IndexedDatasetBuilder.finalize``). At most ``4 x workers`` chunks are in flight, so memory does
+not grow with the input. The tokenizer backend (``gigatoken`` or HF ``tokenizers``) is chosen once
+per call, before any shard, by :func:`~megatron_gamma.data.token_backend.resolve_backend` on the
+first texts of up to :data:`SAMPLE_FILES` input files, so every shard and worker uses the same one,
+loaded once (the check's). Each document is handled on its own, so the bytes written do not depend
+on the worker count, and the file list is split into contiguous shards (:mod:`.sharding`), so
+merging shard outputs in order gives the bytes of one run.
 
 Layout (Megatron-LM's names): each output is ``{output_prefix}_{key}_{level}`` (``level`` is
 ``document``, or ``sentence`` with sentence splitting), or ``{output_prefix}_{lang}_{key}_{level}``
