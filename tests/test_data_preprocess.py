@@ -211,7 +211,7 @@ BAD_CASES = [
      r"a\.jsonl:1: malformed JSON \(Invalid control character at column 12\)"),
     ("a.jsonl", b'{"text": "ok"}\n{"body": "x"}\n', "missing_key", r"a\.jsonl:2: no key 'text'"),
     ("a.jsonl", b'{"text": null}\n', "missing_key", r"a\.jsonl:1: no key 'text'"),
-    ("a.jsonl", b'{"text": 5}\n', "bad_value", r"a\.jsonl:1: 'text' is a int, not a string"),
+    ("a.jsonl", b'{"text": 5}\n', "bad_value", r"a\.jsonl:1: 'text' is an int, not a string"),
     ("a.jsonl", b'{"text": "ok"}\n{"text": "\xff\xfe"}\n', "invalid_utf8",
      r"a\.jsonl:2: invalid UTF-8 \(byte 0xff at byte 11"),
     ("a.jsonl", b'{"text": "a\\ud800b"}\n', "invalid_utf8", r"a\.jsonl:1: 'text' holds a lone"),
@@ -255,8 +255,10 @@ def test_the_first_bad_record_is_reported_whichever_process_encodes_it(tmp_path,
 def test_truncated_gzip_and_broken_link_are_unreadable(tmp_path):
     data = gzip.compress(b"".join(b'{"text": "line %d"}\n' % i for i in range(5000)))
     (tmp_path / "cut.jsonl.gz").write_bytes(data[: len(data) // 2])
-    with pytest.raises(InputError, match=r"cut\.jsonl\.gz: unreadable after line [1-9]"):
+    with pytest.raises(InputError, match=r"cut\.jsonl\.gz: unreadable after line ([1-9]\d*)") as e:
         preprocess([str(tmp_path / "cut.jsonl.gz")], TOKENIZER, str(tmp_path / "o"), progress=False)
+    lines = e.value.stopped["records"]
+    assert f"or --on-error skip to keep its {lines} complete lines before the break" in str(e.value)
     os.symlink(tmp_path / "gone.jsonl", tmp_path / "link.jsonl")
     with pytest.raises(InputError, match=r"link\.jsonl: cannot be read") as e:
         preprocess([str(tmp_path / "link.jsonl")], TOKENIZER, str(tmp_path / "o"), progress=False)
@@ -302,6 +304,18 @@ def test_empty_inputs_are_clear_errors_and_write_nothing(tmp_path):
         preprocess([str(tmp_path / "in" / "*.zst")], TOKENIZER, str(out / "x"), progress=False)
     with pytest.raises(ConfigError, match="num_shards=3: more shards than the 2 input files"):
         preprocess([str(tmp_path / "in")], TOKENIZER, str(out / "x"), num_shards=3)
+    with pytest.raises(ConfigError, match=r"--shard-index 1 without --num-shards.*--num-shards N"):
+        preprocess([str(tmp_path / "in")], TOKENIZER, str(out / "x"), shard_index=1)
+
+
+def test_merge_names_a_prefix_without_shards_and_several_shard_counts(tmp_path, parts):
+    out = str(tmp_path / "s")
+    with pytest.raises(ConfigError, match=r"no shard done-marker .*Fix: give the --output-prefix"):
+        merge_shards(out)
+    for n in (2, 3):
+        preprocess(parts, TOKENIZER, out, shard_index=0, num_shards=n, progress=False)
+    with pytest.raises(ConfigError, match=r"shard counts 2, 3\. Fix: pass --num-shards N"):
+        merge_shards(out)
 
 
 def test_rerun_skips_completed_redoes_damaged_and_refuses_other_settings(tmp_path, parts, caplog):

@@ -279,7 +279,8 @@ def add_data_commands(sub) -> None:
     )  # fmt: skip
     p.add_argument(
         "--input", nargs="+", default=None,
-        help="instead: dataset prefixes or directories to concatenate in this order",
+        help="instead: dataset prefixes or directories to concatenate in this order into the one "
+        "pair OUTPUT_PREFIX.bin/.idx (Megatron-LM's merge_datasets.py naming; no .stats.json)",
     )  # fmt: skip
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_merge)

@@ -355,8 +355,8 @@ def iter_chunks(
     except errors as e:
         broken = InputError(
             "unreadable_file",
-            f"{path}: unreadable after line {lineno} (uncompressed byte {offset}; the "
-            f"{lineno} complete lines before are kept) ({e}). Fix: re-fetch it",
+            f"{path}: unreadable after line {lineno} (uncompressed byte {offset}) ({e}). Fix: "
+            f"re-fetch it, or --on-error skip to keep its {lineno} complete lines before the break",
             {"records": lineno, "byte": offset},
         )
     if chunk.items:  # the complete lines read before a break are kept
@@ -398,7 +398,8 @@ def _iter_parquet(path: str, chunk_docs: int, columns: list[str] | None) -> Iter
     except (OSError, pyarrow.ArrowException) as e:
         raise InputError(
             "unreadable_file",
-            f"{path}: unreadable after row {row - 1} ({row - 1} rows kept) ({e}). Fix: re-fetch it",
+            f"{path}: unreadable after row {row - 1} ({e}). Fix: re-fetch it, or --on-error "
+            f"skip to keep its {row - 1} rows before the break",
             {"records": row - 1, "byte": 0},
         ) from e
 
@@ -522,8 +523,8 @@ def _parse_line(path: str, line: int, item: bytes | LongLine) -> tuple[dict | No
     if not isinstance(fields, dict):
         raise InputError(
             "malformed_json",
-            f"{path}:{line}: malformed JSON (a {type(fields).__name__}, not an object). "
-            "Fix: one JSON object per line",
+            f"{path}:{line}: malformed JSON ({_article(type(fields).__name__)}, not an object). "
+            "Fix: one JSON object per line, or --on-error skip",
         )
     return fields, plain
 
@@ -544,7 +545,7 @@ def _parse_refused(path: str, line: int, item: bytes) -> tuple[object, bool]:
         raise InputError(
             "invalid_utf8",
             f"{path}:{line}: invalid UTF-8 (byte 0x{item[e.start]:02x} at byte "
-            f"{e.start + 1} of the line). Fix: re-encode the file as UTF-8",
+            f"{e.start + 1} of the line). Fix: re-encode the file as UTF-8, or --on-error skip",
         ) from None
     if not text.strip():
         return None, False
@@ -554,7 +555,7 @@ def _parse_refused(path: str, line: int, item: bytes) -> tuple[object, bool]:
         raise InputError(
             "malformed_json",
             f"{path}:{line}: malformed JSON ({e.msg.removesuffix(' at')} at column "
-            f"{e.colno}). Fix: one JSON object per line",
+            f"{e.colno}). Fix: one JSON object per line, or --on-error skip",
         ) from None
 
 
@@ -577,6 +578,11 @@ def _too_deep(path: str, line: int) -> InputError:
     )
 
 
+def _article(noun: str) -> str:
+    """``noun`` with its indefinite article: 'an int', 'a list'."""
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
 def record_text(path: str, record: Record, key: str) -> str:
     """``record.fields[key]`` as a string.
 
@@ -595,7 +601,7 @@ def record_text(path: str, record: Record, key: str) -> str:
     if not isinstance(value, str):
         raise InputError(
             "bad_value",
-            f"{path}:{record.line}: {key!r} is a {type(value).__name__}, not a string. "
+            f"{path}:{record.line}: {key!r} is {_article(type(value).__name__)}, not a string. "
             "Fix: store the text as a JSON string, or --on-error skip",
         )
     return value

@@ -26,6 +26,11 @@ def check_shards(num_files: int, shard_index: int | None, num_shards: int) -> No
     """
     if num_shards < 1:
         raise ConfigError(f"num_shards={num_shards}: must be >= 1. Fix: --num-shards 1")
+    if shard_index is not None and shard_index > 0 and num_shards == 1:
+        raise ConfigError(
+            f"--shard-index {shard_index} without --num-shards: one shard has only index 0. Fix: "
+            "pass --num-shards N, the number of tasks that share the input"
+        )
     if shard_index is not None and not 0 <= shard_index < num_shards:
         raise ConfigError(
             f"shard_index={shard_index}: must lie in [0, {num_shards}). Fix: with SLURM arrays use "
@@ -64,11 +69,17 @@ def find_num_shards(output_prefix: str) -> int:
         for name in os.listdir(folder):
             if m := pattern.match(name):
                 counts.add(int(m.group(2)))
-    if len(counts) != 1:
-        found = "none" if not counts else ", ".join(str(c) for c in sorted(counts))
+    expected = f"{os.path.basename(output_prefix)}-shardIIIII-of-NNNNN.done.json"
+    if not counts:
         raise ConfigError(
-            f"output_prefix={output_prefix!r}: expected the done-markers of one sharded run "
-            f"({os.path.basename(output_prefix)}-shardIIIII-of-NNNNN.done.json), found shard "
-            f"counts: {found}. Fix: pass --num-shards N"
+            f"output_prefix={output_prefix!r}: no shard done-marker ({expected}) in "
+            f"{os.path.abspath(folder)!r}. Fix: give the --output-prefix that the sharded "
+            "preprocess (--num-shards N) was given, or --input PREFIX... to merge datasets"
+        )
+    if len(counts) > 1:
+        found = ", ".join(str(c) for c in sorted(counts))
+        raise ConfigError(
+            f"output_prefix={output_prefix!r}: done-markers ({expected}) of several sharded runs, "
+            f"with shard counts {found}. Fix: pass --num-shards N to choose one"
         )
     return counts.pop()
