@@ -21,8 +21,9 @@ def check_shards(num_files: int, shard_index: int | None, num_shards: int) -> No
     """Validate the shard flags against the number of input files.
 
     Raises:
-        ConfigError: ``num_shards < 1``, ``shard_index`` outside ``[0, num_shards)``, or more
-            shards than files (a shard would be empty).
+        ConfigError: ``num_shards < 1``, ``shard_index`` outside ``[0, num_shards)`` (named
+            as a missing ``--num-shards`` when that is 1), or more shards than files (a shard
+            would be empty).
     """
     if num_shards < 1:
         raise ConfigError(f"num_shards={num_shards}: must be >= 1. Fix: --num-shards 1")
