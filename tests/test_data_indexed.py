@@ -65,30 +65,38 @@ def test_finalize_refuses_a_megatron_core_with_another_rule(tmp_path, monkeypatc
     assert not os.path.exists(prefix + ".idx")
 
 
-WANDB_PROBE = """
+IMPORT_PROBE = """
 import json, sys
 {before}
 from megatron_gamma.data.indexed import indexed_dataset
 module = indexed_dataset()
+import torch
+import megatron.core.jit as jit
 import megatron.core.timers as timers
+from megatron.core.fusions.fused_bias_geglu import geglu
 seen = {{"during": timers.wandb is not None, "after": "wandb" in sys.modules}}
+seen["compiled"] = hasattr(geglu, "_torchdynamo_orig_callable")
+seen["dynamo"] = "torch._dynamo" in sys.modules
+seen["fuser"] = jit.jit_fuser is torch.compile
 import wandb
 seen["later"] = wandb.__file__
 print(json.dumps(seen))
 """
 
 
-def _wandb_probe(tmp_path, before: str = "") -> dict:
+def _import_probe(tmp_path, before: str = "") -> dict:
     """Run :func:`indexed_dataset` in a fresh interpreter that finds a stand-in ``wandb`` module
     first on its path; report whether megatron-core's timers got it, whether it is in
-    ``sys.modules`` after the call, and which file a later ``import wandb`` loads."""
+    ``sys.modules`` after the call, whether megatron-core's GeGLU fusion went through
+    ``torch.compile`` and TorchDynamo was imported, whether megatron-core's ``jit_fuser`` is
+    ``torch.compile`` afterwards, and which file a later ``import wandb`` loads."""
     fake = tmp_path / "site"
     fake.mkdir(exist_ok=True)
     (fake / "wandb.py").write_text("")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = os.pathsep.join([str(fake), root, os.environ.get("PYTHONPATH", "")])
     proc = subprocess.run(
-        [sys.executable, "-c", WANDB_PROBE.format(before=before)],
+        [sys.executable, "-c", IMPORT_PROBE.format(before=before)],
         env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -96,13 +104,26 @@ def _wandb_probe(tmp_path, before: str = "") -> dict:
 
 
 def test_megatron_core_is_imported_without_wandb_and_wandb_stays_importable(tmp_path):
-    seen = _wandb_probe(tmp_path)
+    seen = _import_probe(tmp_path)
     assert seen["during"] is False and seen["after"] is False
     assert seen["later"] == seen["fake"]
+
+
+def test_megatron_core_is_imported_without_torch_compile_and_its_fuser_is_restored(tmp_path):
+    seen = _import_probe(tmp_path)
+    assert seen["compiled"] is False and seen["dynamo"] is False
+    assert seen["fuser"] is True
 
 
 def test_an_imported_wandb_is_left_to_megatron_core(tmp_path):
     """The control: where the process holds wandb already, megatron-core's own import takes it,
     so the stand-in module is on the path the probe's megatron-core sees."""
-    seen = _wandb_probe(tmp_path, before="import wandb")
+    seen = _import_probe(tmp_path, before="import wandb")
     assert seen["during"] is True and seen["later"] == seen["fake"]
+
+
+def test_an_imported_megatron_core_keeps_its_compiled_fusions(tmp_path):
+    """The control: megatron-core imported before the call compiles its GeGLU fusion through
+    ``torch.compile`` (so the probe sees a compiled function where one was made)."""
+    seen = _import_probe(tmp_path, before="import megatron.core")
+    assert seen["compiled"] is True and seen["dynamo"] is True
