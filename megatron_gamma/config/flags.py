@@ -9,7 +9,6 @@ import dataclasses
 import functools
 import inspect
 import re
-import textwrap
 import typing
 from typing import Any
 
@@ -18,15 +17,26 @@ from megatron_gamma.config.loading import field_index, section_types
 
 
 @functools.cache
+def _class_definitions(path: str) -> dict[str, ast.ClassDef]:
+    """{name: definition} of the top-level classes of one source file, parsed once per file
+    (``inspect.getsource`` of a class parses its whole module again on every call)."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    return {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
+@functools.cache
 def field_docs(cls: type) -> dict[str, str]:
     """{field name: its docstring} of a config dataclass, read from the string literal under
     each field in the source (as Megatron-LM's ``argument_utils`` does); empty when the source
-    is unavailable."""
+    is unavailable or the class is not defined at its module's top level."""
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        definition = _class_definitions(inspect.getsourcefile(cls)).get(cls.__qualname__)
     except (OSError, TypeError):
         return {}
-    body = tree.body[0].body
+    if definition is None:
+        return {}
+    body = definition.body
     docs = {}
     for node, after in zip(body, body[1:], strict=False):
         if (

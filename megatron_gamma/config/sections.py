@@ -701,8 +701,11 @@ class OptimizerConfig:
     weight_decay: float = 0.1
     """Decoupled weight decay."""
     adam_beta1: float = 0.9
+    """Adam's first-moment decay (beta1)."""
     adam_beta2: float = 0.95
+    """Adam's second-moment decay (beta2)."""
     adam_eps: float = 1e-8
+    """Adam's epsilon, added to the square root of the second moment in the denominator."""
     clip_grad: float = 1.0
     """Gradient clipping by global norm (0 disables)."""
     override_opt_param_scheduler: bool = False
