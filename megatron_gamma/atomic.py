@@ -14,6 +14,8 @@ raises, not against a power loss.)
 - :func:`atomic_dir`: a whole directory (an exported model, an imported run).
 - :func:`move`: publish a temporary that was completed elsewhere (a checkpoint that every rank
   wrote into ``iter_N.partial``, the files of a data unit).
+- :func:`output_dirs`: the output directories of a run, created for it and removed again when it
+  fails before writing anything into them.
 
 What is published carries the permissions a plain ``open``/``mkdir`` gives under the process's
 umask (a temporary made by ``tempfile`` would be owner-only); :func:`new_file_mode` is that mode
@@ -132,3 +134,26 @@ def move(src: str, dst: str) -> None:
     existing file ``dst`` is replaced; an existing directory must be empty). ``src`` must lie
     on ``dst``'s file system (in practice: the same directory)."""
     os.replace(src, dst)
+
+
+@contextlib.contextmanager
+def output_dirs(path: str) -> Iterator[None]:
+    """``os.makedirs(path, exist_ok=True)`` for the block. When the block raises, the directories
+    this call created are removed again, innermost first, as long as they are empty, so a run
+    that fails leaves no empty directory behind; directories that existed before, or that hold
+    anything (a finished shard, a file written by someone else), are kept."""
+    created = []
+    parent = os.path.abspath(path)
+    while not os.path.isdir(parent):
+        created.append(parent)
+        parent = os.path.dirname(parent)
+    os.makedirs(path, exist_ok=True)
+    try:
+        yield
+    except BaseException:
+        for folder in created:
+            try:
+                os.rmdir(folder)
+            except OSError:
+                break
+        raise

@@ -107,6 +107,22 @@ def test_a_directory_appears_whole_or_not_at_all(tmp_path):
     assert _listing(tmp_path) == ["export"]
 
 
+def test_output_dirs_are_removed_on_an_error_unless_they_hold_something(tmp_path):
+    (tmp_path / "existing").mkdir()
+    out = tmp_path / "existing" / "a" / "b"
+    with pytest.raises(Midway), atomic.output_dirs(str(out)):
+        assert out.is_dir()
+        raise Midway
+    assert _listing(tmp_path) == ["existing"] and _listing(tmp_path / "existing") == []
+    with pytest.raises(Midway), atomic.output_dirs(str(out)):
+        (out.parent / "kept.txt").write_text("x")
+        raise Midway
+    assert _listing(tmp_path / "existing" / "a") == ["kept.txt"]
+    with atomic.output_dirs(str(out)):
+        pass
+    assert out.is_dir()
+
+
 def _renames(path) -> list[str]:
     """``os.replace`` / ``os.rename`` calls and ``from os import replace/rename`` in ``path``."""
     found = []

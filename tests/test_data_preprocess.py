@@ -234,7 +234,7 @@ def test_bad_input_stops_with_file_and_line_and_writes_nothing(
     with pytest.raises(InputError, match=message) as e:
         preprocess([str(bad)], TOKENIZER, str(tmp_path / "out" / "x"), options=opts, progress=False)
     assert e.value.kind == kind
-    assert listing(tmp_path / "out") == []
+    assert not (tmp_path / "out").exists()  # nor the directory it would have made
 
 
 @pytest.mark.parametrize("workers", [2, 3])
@@ -249,7 +249,7 @@ def test_the_first_bad_record_is_reported_whichever_process_encodes_it(tmp_path,
             [str(bad)], TOKENIZER, str(tmp_path / "out" / "x"), workers=workers, chunk_size=1,
             progress=False,
         )  # fmt: skip
-    assert listing(tmp_path / "out") == []
+    assert not (tmp_path / "out").exists()  # nor the directory it would have made
 
 
 def test_truncated_gzip_and_broken_link_are_unreadable(tmp_path):
@@ -299,13 +299,29 @@ def test_empty_inputs_are_clear_errors_and_write_nothing(tmp_path):
     opts = EncodeOptions(filters=Filters(min_chars=10))
     with pytest.raises(ValueError, match=r"every record .* dropped .*empty: 1, min_chars: 1"):
         preprocess([str(short)], TOKENIZER, str(out / "x"), options=opts, progress=False)
-    assert listing(out) == []
+    assert not out.exists()
     with pytest.raises(InputError, match="no such file and no glob match"):
         preprocess([str(tmp_path / "in" / "*.zst")], TOKENIZER, str(out / "x"), progress=False)
     with pytest.raises(ConfigError, match="num_shards=3: more shards than the 2 input files"):
         preprocess([str(tmp_path / "in")], TOKENIZER, str(out / "x"), num_shards=3)
     with pytest.raises(ConfigError, match=r"--shard-index 1 without --num-shards.*--num-shards N"):
         preprocess([str(tmp_path / "in")], TOKENIZER, str(out / "x"), shard_index=1)
+    assert not out.exists()
+
+
+def test_a_failed_shard_keeps_the_finished_ones_and_their_directory(tmp_path):
+    """Shard 0 of 2 is written, shard 1 stops at a bad line: shard 0's outputs stay, and so does
+    the directory made for them (the hf backend: no start-up check reads the bad line first)."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.jsonl").write_text('{"text": "fine"}\n')
+    (tmp_path / "in" / "b.jsonl").write_text("{not json\n")
+    out = tmp_path / "out" / "deep"
+    with pytest.raises(InputError, match=r"b\.jsonl:1: malformed JSON"):
+        preprocess(
+            [str(tmp_path / "in")], TOKENIZER, str(out / "x"), num_shards=2, progress=False,
+            tokenizer_backend="hf",
+        )  # fmt: skip
+    assert "x-shard00000-of-00002_text_document.bin" in listing(out)
 
 
 def test_merge_names_a_prefix_without_shards_and_several_shard_counts(tmp_path, parts):

@@ -37,6 +37,7 @@ from itertools import zip_longest
 
 from tqdm import tqdm
 
+from megatron_gamma.atomic import output_dirs
 from megatron_gamma.config import ConfigError, DataConfig
 from megatron_gamma.data.encode import ChunkEncoder, EncodeOptions, filtered_texts
 from megatron_gamma.data.indexed import ChunkWriter, token_dtype
@@ -366,24 +367,24 @@ def preprocess(
         vocab_file=vocab_file,
         merge_file=merge_file,
     )
-    tok = load_tokenizer(tokenizer, out_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    backend, reason = _choose_backend(files, tok, options, tokenizer_backend)
-    run = {"tok": tok, "options": options, "workers": workers, "chunk_size": chunk_size}
-    run["backend"] = backend
-    if num_shards == 1 or shard_index is not None:
-        i = shard_index or 0
-        base = shard_prefix(output_prefix, i, num_shards)
-        part = shard_files(files, i, num_shards)
-        doc, skipped = _run_unit(part, base, shard=(i, num_shards), progress=progress, **run)
-        return _result(base, doc, time.time() - start, int(skipped), reason)
-    skipped = 0
-    for i in range(num_shards):
-        base = shard_prefix(output_prefix, i, num_shards)
-        part = shard_files(files, i, num_shards)
-        skipped += _run_unit(part, base, shard=(i, num_shards), progress=progress, **run)[1]
-    doc = merge_shards(output_prefix, num_shards, progress=progress)
-    return _result(output_prefix, doc, time.time() - start, skipped, reason, num_shards)
+    with output_dirs(out_dir):
+        tok = load_tokenizer(tokenizer, out_dir)
+        backend, reason = _choose_backend(files, tok, options, tokenizer_backend)
+        run = {"tok": tok, "options": options, "workers": workers, "chunk_size": chunk_size}
+        run["backend"] = backend
+        if num_shards == 1 or shard_index is not None:
+            i = shard_index or 0
+            base = shard_prefix(output_prefix, i, num_shards)
+            part = shard_files(files, i, num_shards)
+            doc, skipped = _run_unit(part, base, shard=(i, num_shards), progress=progress, **run)
+            return _result(base, doc, time.time() - start, int(skipped), reason)
+        skipped = 0
+        for i in range(num_shards):
+            base = shard_prefix(output_prefix, i, num_shards)
+            part = shard_files(files, i, num_shards)
+            skipped += _run_unit(part, base, shard=(i, num_shards), progress=progress, **run)[1]
+        doc = merge_shards(output_prefix, num_shards, progress=progress)
+        return _result(output_prefix, doc, time.time() - start, skipped, reason, num_shards)
 
 
 def format_summary(result: PreprocessStats) -> str:
