@@ -287,6 +287,17 @@ def test_on_error_skip_counts_each_kind_and_keeps_the_good_documents(tmp_path):
                  "--output-prefix", str(tmp_path / "cli"), "--no-progress"]) == 2  # fmt: skip
 
 
+def test_skip_warnings_come_in_line_order_across_kinds(tmp_path, caplog):
+    """Parse errors and key/value errors of one chunk are logged by line, not by kind."""
+    bad = tmp_path / "a.jsonl"
+    bad.write_bytes(b'{"text": "ok"}\n{"nokey": 1}\n{bad\n{"text": 5}\n{bad2\n{"text": "x"}\n')
+    opts = EncodeOptions(on_error="skip")
+    with caplog.at_level("WARNING"):
+        preprocess([str(bad)], TOKENIZER, str(tmp_path / "x"), options=opts, progress=False)
+    lines = [int(m.split("a.jsonl:")[1].split(":")[0]) for m in caplog.messages if "skipped" in m]
+    assert lines == [2, 3, 4, 5]
+
+
 def test_empty_inputs_are_clear_errors_and_write_nothing(tmp_path):
     (tmp_path / "in").mkdir()
     empty = tmp_path / "in" / "empty.jsonl"

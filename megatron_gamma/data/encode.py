@@ -25,7 +25,7 @@ from megatron_gamma.data.readers import (
     MAX_MESSAGES,
     Chunk,
     InputError,
-    parse_chunk,
+    iter_records,
     record_language,
     record_text,
 )
@@ -199,7 +199,7 @@ def decoded_texts(
         InputError: a bad record, with ``opt.on_error`` 'stop'.
     """
     errors = counts.setdefault("errors", {})
-    records = parse_chunk(chunk, opt.on_error, errors, messages)
+    records = iter_records(chunk, opt.on_error, errors, messages)
     kept = []  # (key, normalized text, control characters, truncated, label), in order
     for rec in records:
         try:

@@ -440,7 +440,16 @@ class Record:
 def parse_chunk(
     chunk: Chunk, on_error: str, errors: dict[str, int], messages: list[str]
 ) -> list[Record]:
-    """Decode a chunk's items into records (blank jsonl lines are skipped).
+    """Decode a chunk's items into records (blank jsonl lines are skipped): the list of
+    :func:`iter_records`."""
+    return list(iter_records(chunk, on_error, errors, messages))
+
+
+def iter_records(
+    chunk: Chunk, on_error: str, errors: dict[str, int], messages: list[str]
+) -> Iterator[Record]:
+    """Decode a chunk's items into records one at a time (blank jsonl lines are skipped), so that
+    a caller checking each record adds its own messages in line order with these.
 
     Args:
         chunk: from :func:`iter_chunks`.
@@ -453,11 +462,10 @@ def parse_chunk(
         InputError: 'line_too_long', 'json_too_deep', 'malformed_json' or 'invalid_utf8',
             naming ``path:line``, when ``on_error='stop'``.
     """
-    out: list[Record] = []
     for offset, item in enumerate(chunk.items):
         line = chunk.first_line + offset
         if isinstance(item, dict):
-            out.append(Record(line, item))
+            yield Record(line, item)
             continue
         try:
             fields, plain = _parse_line(chunk.path, line, item)
@@ -469,8 +477,7 @@ def parse_chunk(
                 messages.append(str(e))
             continue
         if fields is not None:
-            out.append(Record(line, fields, plain))
-    return out
+            yield Record(line, fields, plain)
 
 
 _CONTROL_ESCAPE = re.compile(rb"\\(?:u00|b|f)")
