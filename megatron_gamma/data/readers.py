@@ -556,8 +556,8 @@ def _parse_refused(path: str, line: int, item: bytes) -> tuple[object, bool]:
         ) from None
     if not text.strip():
         return None, False
-    try:
-        return json.loads(text), False
+    try:  # without the line's end, which an unterminated string would report as a control char
+        return json.loads(text.rstrip("\r\n")), False
     except json.JSONDecodeError as e:
         raise InputError(
             "malformed_json",
