@@ -136,17 +136,25 @@ def move(src: str, dst: str) -> None:
     os.replace(src, dst)
 
 
+def missing_dirs(path: str) -> list[str]:
+    """The absolute paths, innermost first, that are not directories from ``path`` up to its
+    nearest existing directory: what ``os.makedirs(path)`` would create (or, where one of them
+    is a file, fail on)."""
+    missing = []
+    parent = os.path.abspath(path)
+    while not os.path.isdir(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    return missing
+
+
 @contextlib.contextmanager
 def output_dirs(path: str) -> Iterator[None]:
     """``os.makedirs(path, exist_ok=True)`` for the block. When the block raises, the directories
     this call created are removed again, innermost first, as long as they are empty, so a run
     that fails leaves no empty directory behind; directories that existed before, or that hold
     anything (a finished shard, a file written by someone else), are kept."""
-    created = []
-    parent = os.path.abspath(path)
-    while not os.path.isdir(parent):
-        created.append(parent)
-        parent = os.path.dirname(parent)
+    created = missing_dirs(path)
     os.makedirs(path, exist_ok=True)
     try:
         yield

@@ -207,6 +207,8 @@ def test_filters_drop_and_count_like_an_independent_check(tmp_path, parts):
 BAD_CASES = [
     ("a.jsonl", b'{"text": "ok"}\n{not json\n', "malformed_json", r"a\.jsonl:2: malformed JSON"),
     ("a.jsonl", b'{"text": "ok"}\n\n[1, 2]\n', "malformed_json", r"a\.jsonl:3: malformed JSON"),
+    ("a.jsonl", b'{"text": "ok"}\n{"text": "abc\n{"text": "x"}\n', "malformed_json",
+     r"a\.jsonl:2: malformed JSON \(Unterminated string starting at column 10\)"),
     ("a.jsonl", b'{"text": "a\x01"}\n', "malformed_json",
      r"a\.jsonl:1: malformed JSON \(Invalid control character at column 12\)"),
     ("a.jsonl", b'{"text": "ok"}\n{"body": "x"}\n', "missing_key", r"a\.jsonl:2: no key 'text'"),
@@ -318,6 +320,31 @@ def test_empty_inputs_are_clear_errors_and_write_nothing(tmp_path):
     with pytest.raises(ConfigError, match=r"--shard-index 1 without --num-shards.*--num-shards N"):
         preprocess([str(tmp_path / "in")], TOKENIZER, str(out / "x"), shard_index=1)
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "prefix,message",
+    [
+        ("out/", r"'.*/out/' names a directory.*Fix: a name inside it, e.g. .*/out/corpus"),
+        ("out/..", r"names a directory"),
+        ("afile/sub/x", r"'.*afile' is a file, not a directory. Fix: an --output-prefix in an"),
+        ("afile/x", r"'.*afile' is a file, not a directory"),
+        ("/proc/megatron-gamma-none/x", r"cannot write into '/proc/megatron-gamma-none'.*Fix"),
+    ],
+)  # fmt: skip
+def test_an_unwritable_output_prefix_is_refused_before_any_work(tmp_path, prefix, message):
+    """Refused by preprocess and both merges before reading input, and nothing is created."""
+    (tmp_path / "afile").write_text("")
+    (tmp_path / "a.jsonl").write_text('{"text": "fine"}\n')
+    prefix = prefix if prefix.startswith("/") else f"{tmp_path}/{prefix}"  # keeps a final "/"
+    before = listing(tmp_path)
+    with pytest.raises(ConfigError, match=message):
+        preprocess([str(tmp_path / "missing.jsonl")], TOKENIZER, prefix, progress=False)
+    with pytest.raises(ConfigError, match=message):
+        merge_datasets([str(tmp_path / "missing")], prefix, progress=False)
+    with pytest.raises(ConfigError, match=message):
+        merge_shards(prefix, 2, progress=False)
+    assert listing(tmp_path) == before
 
 
 def test_a_failed_shard_keeps_the_finished_ones_and_their_directory(tmp_path):

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from megatron_gamma.config import ConfigError
 from megatron_gamma.data.indexed import compact_builder, indexed_dataset
-from megatron_gamma.data.resume import UnitOutput, read_marker
+from megatron_gamma.data.resume import UnitOutput, check_output_prefix, read_marker
 from megatron_gamma.data.sharding import find_num_shards, shard_prefix
 from megatron_gamma.data.stats import (
     add_counts,
@@ -107,8 +107,10 @@ def merge_shards(output_prefix: str, num_shards: int | None = None, progress: bo
         The merged statistics (the ``{output_prefix}.stats.json`` document).
 
     Raises:
-        ConfigError: a shard is not complete (named, with the command that finishes it).
+        ConfigError: a shard is not complete (named, with the command that finishes it), or
+            ``output_prefix`` names a directory or cannot be written (:func:`check_output_prefix`).
     """
+    check_output_prefix(output_prefix)
     n = num_shards if num_shards is not None else find_num_shards(output_prefix)
     bases = [shard_prefix(output_prefix, i, n) for i in range(n)]
     markers = []
@@ -185,7 +187,12 @@ def merge_datasets(inputs: list[str], output_prefix: str, progress: bool = True)
 
     Returns:
         ``output_prefix``.
+
+    Raises:
+        ConfigError: nothing to merge, or ``output_prefix`` names a directory or cannot be
+            written (:func:`check_output_prefix`).
     """
+    check_output_prefix(output_prefix)
     prefixes = dataset_prefixes(inputs)
     if not prefixes:
         raise ConfigError("nothing to merge. Fix: pass --input PREFIX|DIR [...]")

@@ -52,7 +52,7 @@ from megatron_gamma.data.readers import (
     iter_chunks,
     line_cap,
 )
-from megatron_gamma.data.resume import UnitOutput
+from megatron_gamma.data.resume import UnitOutput, check_output_prefix
 from megatron_gamma.data.sharding import check_shards, shard_files, shard_prefix
 from megatron_gamma.data.stats import add_counts, read_json, stats_document, write_json
 from megatron_gamma.data.token_backend import (
@@ -343,9 +343,11 @@ def preprocess(
     Raises:
         InputError: a missing input, or (with ``on_error='stop'``) a bad record or unreadable
             file, named by file and line (a ``ValueError``).
-        ConfigError: bad shard flags, an output prefix holding a run with other settings, an
-            unknown ``tokenizer_backend``, 'gigatoken' when it cannot give HF's ids, a missing
-            tokenizer file, or tokenizer flags that do not fit the tokenizer type.
+        ConfigError: bad shard flags, an output prefix that names a directory or cannot be
+            written (:func:`~megatron_gamma.data.resume.check_output_prefix`) or holds a run
+            with other settings, an unknown ``tokenizer_backend``, 'gigatoken' when it cannot
+            give HF's ids, a missing tokenizer file, or tokenizer flags that do not fit the
+            tokenizer type.
         ValueError: no document to write, ``workers < 1`` or ``chunk_size < 1``.
     """
     if workers < 1:
@@ -356,6 +358,7 @@ def preprocess(
         raise ConfigError(
             f"tokenizer_backend={tokenizer_backend!r}: unknown. Fix: one of {', '.join(BACKENDS)}"
         )
+    check_output_prefix(output_prefix)
     options = options or EncodeOptions(json_keys=(json_key,))
     start = time.time()
     files = expand_inputs(inputs)

@@ -21,6 +21,7 @@ by the kernel when the process ends, however it ends) and refuses a second write
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -28,13 +29,53 @@ import os
 import shutil
 from collections.abc import Iterator
 
-from megatron_gamma.atomic import move
+from megatron_gamma.atomic import missing_dirs, move
 from megatron_gamma.config import ConfigError, changed_fields
 from megatron_gamma.data.indexed import sha256_file
 from megatron_gamma.data.stats import read_json, write_json
 
 MARKER_FORMAT = "megatron-gamma-done/1"
 log = logging.getLogger(__name__)
+
+
+def check_output_prefix(prefix: str) -> None:
+    """Refuse, before any work, an ``--output-prefix`` whose files could not be written: one that
+    names a directory (it ends in ``/``, or is ``.`` or ``..``; a prefix names files, ``DIR/NAME``),
+    or whose directory cannot be made or written into (an ancestor that is a file, no permission,
+    a read-only file system). Directories made to find out are removed again.
+
+    Raises:
+        ConfigError: naming the prefix, the reason and the fix.
+    """
+    if os.path.basename(prefix) in ("", ".", ".."):
+        raise ConfigError(
+            f"--output-prefix {prefix!r} names a directory, but a prefix names files "
+            "(PREFIX_text_document.bin/.idx, PREFIX.stats.json). Fix: a name inside it, e.g. "
+            f"--output-prefix {os.path.join(prefix, 'corpus')}"
+        )
+    folder = os.path.dirname(os.path.abspath(prefix))
+    missing = missing_dirs(folder)
+    blocker = next((path for path in missing if os.path.exists(path)), None)
+    if blocker is not None:
+        raise ConfigError(
+            f"--output-prefix {prefix!r}: {blocker!r} is a file, not a directory. Fix: an "
+            "--output-prefix in another directory"
+        )
+    try:
+        os.makedirs(folder, exist_ok=True)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), folder)
+    except OSError as e:
+        raise ConfigError(
+            f"--output-prefix {prefix!r}: cannot write into {folder!r} ({e.strerror}: "
+            f"{e.filename!r}). Fix: an --output-prefix in a directory you can write"
+        ) from None
+    finally:
+        for path in missing:
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
 
 
 def verify_marker(base: str, marker: dict) -> bool:
