@@ -271,8 +271,18 @@ def add_data_commands(sub) -> None:
     )
     p.set_defaults(func=_preprocess)
 
-    p = sub.add_parser("merge", help="merge shard outputs (or any datasets) in a fixed order")
-    p.add_argument("--output-prefix", required=True)
+    p = sub.add_parser(
+        "merge",
+        help="merge shard outputs (or any datasets) in a fixed order",
+        description="Merge the shards of a sharded preprocess run into its --output-prefix "
+        "(outputs, statistics and blend), or, with --input, concatenate any datasets in the "
+        "given order into one .bin/.idx pair (as Megatron-LM's tools/merge_datasets.py).",
+    )  # fmt: skip
+    p.add_argument(
+        "--output-prefix", required=True,
+        help="the sharded run's --output-prefix (its shards are found beside it), or with "
+        "--input the merged dataset's prefix",
+    )  # fmt: skip
     p.add_argument(
         "--num-shards", type=int, default=None,
         help="merge the shards of --output-prefix (default: found from the done-markers)",
@@ -282,5 +292,5 @@ def add_data_commands(sub) -> None:
         help="instead: dataset prefixes or directories to concatenate in this order into the one "
         "pair OUTPUT_PREFIX.bin/.idx (Megatron-LM's merge_datasets.py naming; no .stats.json)",
     )  # fmt: skip
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_merge)
