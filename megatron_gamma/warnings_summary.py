@@ -5,6 +5,7 @@ Imports no torch."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -26,6 +27,16 @@ _LIBRARY_NOISE = (
     r"`load_state_dict` is deprecated and will be removed in future versions",
     r"Please use DTensor instead and we are deprecating ShardedTensor",
 )
+
+
+@contextlib.contextmanager
+def accelerator_warnings_ignored():
+    """For the block (megatron-core imported by a data command, which builds no model and no
+    optimizer), megatron-core's warnings about missing accelerators are not shown: its torch
+    fallbacks for norms and optimizers say nothing about writing or reading a dataset."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*" + _ACCELERATOR_WARNING.pattern)
+        yield
 
 
 def silence_library_noise() -> None:

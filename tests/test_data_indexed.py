@@ -1,6 +1,7 @@
 """The chunk writer of ``preprocess`` (``megatron_gamma/data/indexed.py``) against megatron-core's
 own per-document ``IndexedDatasetBuilder.add_document``: same ``.bin`` and ``.idx`` bytes."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -66,10 +67,12 @@ def test_finalize_refuses_a_megatron_core_with_another_rule(tmp_path, monkeypatc
 
 
 IMPORT_PROBE = """
-import json, sys
-{before}
-from megatron_gamma.data.indexed import indexed_dataset
-module = indexed_dataset()
+import json, sys, warnings
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    {before}
+    from megatron_gamma.data.indexed import indexed_dataset
+    module = indexed_dataset()
 import torch
 import megatron.core.jit as jit
 import megatron.core.timers as timers
@@ -78,6 +81,7 @@ seen = {{"during": timers.wandb is not None, "after": "wandb" in sys.modules}}
 seen["compiled"] = hasattr(geglu, "_torchdynamo_orig_callable")
 seen["dynamo"] = "torch._dynamo" in sys.modules
 seen["fuser"] = jit.jit_fuser is torch.compile
+seen["accelerator_warnings"] = sum("not installed" in str(w.message) for w in caught)
 import wandb
 seen["later"] = wandb.__file__
 print(json.dumps(seen))
@@ -89,7 +93,8 @@ def _import_probe(tmp_path, before: str = "") -> dict:
     first on its path; report whether megatron-core's timers got it, whether it is in
     ``sys.modules`` after the call, whether megatron-core's GeGLU fusion went through
     ``torch.compile`` and TorchDynamo was imported, whether megatron-core's ``jit_fuser`` is
-    ``torch.compile`` afterwards, and which file a later ``import wandb`` loads."""
+    ``torch.compile`` afterwards, how many warnings about missing accelerators were raised, and
+    which file a later ``import wandb`` loads."""
     fake = tmp_path / "site"
     fake.mkdir(exist_ok=True)
     (fake / "wandb.py").write_text("")
@@ -122,8 +127,15 @@ def test_an_imported_wandb_is_left_to_megatron_core(tmp_path):
     assert seen["during"] is True and seen["later"] == seen["fake"]
 
 
-def test_an_imported_megatron_core_keeps_its_compiled_fusions(tmp_path):
+def test_an_imported_megatron_core_keeps_its_compiled_fusions_and_warnings(tmp_path):
     """The control: megatron-core imported before the call compiles its GeGLU fusion through
-    ``torch.compile`` (so the probe sees a compiled function where one was made)."""
+    ``torch.compile`` (so the probe sees a compiled function where one was made) and, where
+    Transformer Engine and Apex are missing, warns about them (so the probe sees such warnings)."""
     seen = _import_probe(tmp_path, before="import megatron.core")
     assert seen["compiled"] is True and seen["dynamo"] is True
+    if importlib.util.find_spec("transformer_engine") is None:
+        assert seen["accelerator_warnings"] > 0
+
+
+def test_megatron_core_imported_for_data_shows_no_accelerator_warning(tmp_path):
+    assert _import_probe(tmp_path)["accelerator_warnings"] == 0

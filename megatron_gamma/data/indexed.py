@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from megatron_gamma.warnings_summary import accelerator_warnings_ignored
+
 if TYPE_CHECKING:
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
@@ -79,8 +81,10 @@ def indexed_dataset() -> ModuleType:
       routing-map padding, the flex dispatcher's preprocessing) run eagerly in this process, with
       the same math. megatron-gamma's models turn these fusions off.
 
-    Where megatron-core is already imported (training, a notebook), nothing changes; where only
-    wandb is, wandb is left to megatron-core.
+    Its warnings that Transformer Engine and Apex are missing are not shown
+    (:func:`~megatron_gamma.warnings_summary.accelerator_warnings_ignored`): the fallbacks they
+    announce are for models and optimizers. Where megatron-core is already imported (training, a
+    notebook), nothing changes; where only wandb is, wandb is left to megatron-core.
     """
     if "megatron.core" in sys.modules:
         from megatron.core.datasets import indexed_dataset as module
@@ -92,7 +96,8 @@ def indexed_dataset() -> ModuleType:
     finder = _EagerJitFuser()
     sys.meta_path.insert(0, finder)
     try:
-        from megatron.core.datasets import indexed_dataset as module
+        with accelerator_warnings_ignored():
+            from megatron.core.datasets import indexed_dataset as module
     finally:
         if finder in sys.meta_path:
             sys.meta_path.remove(finder)
