@@ -296,8 +296,21 @@ def test_skip_warnings_come_in_line_order_across_kinds(tmp_path, caplog):
     opts = EncodeOptions(on_error="skip")
     with caplog.at_level("WARNING"):
         preprocess([str(bad)], TOKENIZER, str(tmp_path / "x"), options=opts, progress=False)
-    lines = [int(m.split("a.jsonl:")[1].split(":")[0]) for m in caplog.messages if "skipped" in m]
-    assert lines == [2, 3, 4, 5]
+    skipped = [m for m in caplog.messages if m.startswith("skipped")]
+    assert [int(m.split("a.jsonl:")[1].split(":")[0]) for m in skipped] == [2, 3, 4, 5]
+    assert all("--on-error skip" not in m and "Fix: " in m for m in skipped)
+
+
+def test_a_skipped_broken_stream_says_which_lines_were_kept(tmp_path, caplog):
+    whole = gzip.compress(b'{"text": "one"}\n{"text": "two"}\n' * 2000)
+    (tmp_path / "b.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    opts = EncodeOptions(on_error="skip")
+    with caplog.at_level("WARNING"):
+        r = preprocess([str(tmp_path / "b.jsonl.gz")], TOKENIZER, str(tmp_path / "x"),
+                       options=opts, progress=False)  # fmt: skip
+    kept = r.stats["unreadable_files"][str(tmp_path / "b.jsonl.gz")]["records"]
+    [message] = [m for m in caplog.messages if m.startswith("skipped")]
+    assert message.endswith(f"re-fetch it (its {kept} complete lines before the break are kept)")
 
 
 def test_empty_inputs_are_clear_errors_and_write_nothing(tmp_path):

@@ -46,6 +46,7 @@ from megatron_gamma.data.readers import (
     MAX_MESSAGES,
     Chunk,
     InputError,
+    as_skipped,
     check_readable,
     expand_inputs,
     file_size,
@@ -264,7 +265,7 @@ def _run_unit(
                         refresh=False,
                     )
             for msg in messages[: 4 * MAX_MESSAGES]:
-                log.warning("skipped: %s", msg)
+                log.warning("skipped: %s", as_skipped(msg))
             if not writers:
                 raise _empty_error(files, counts)
             for writer in writers.values():
