@@ -21,7 +21,6 @@ by the kernel when the process ends, however it ends) and refuses a second write
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import logging
@@ -41,8 +40,9 @@ log = logging.getLogger(__name__)
 def check_output_prefix(prefix: str) -> None:
     """Refuse, before any work, an ``--output-prefix`` whose files could not be written: one that
     names a directory (it ends in ``/``, or is ``.`` or ``..``; a prefix names files, ``DIR/NAME``),
-    or whose directory cannot be made or written into (an ancestor that is a file, no permission,
-    a read-only file system). Directories made to find out are removed again.
+    or whose directory could not be made or written into (an ancestor that is a file; the nearest
+    existing directory not writable by this user, or on a read-only file system). Nothing is
+    created here (shards of one run start at once and share the directory).
 
     Raises:
         ConfigError: naming the prefix, the reason and the fix.
@@ -53,29 +53,19 @@ def check_output_prefix(prefix: str) -> None:
             "(PREFIX_text_document.bin/.idx, PREFIX.stats.json). Fix: a name inside it, e.g. "
             f"--output-prefix {os.path.join(prefix, 'corpus')}"
         )
-    folder = os.path.dirname(os.path.abspath(prefix))
-    missing = missing_dirs(folder)
+    missing = missing_dirs(os.path.dirname(os.path.abspath(prefix)))
     blocker = next((path for path in missing if os.path.exists(path)), None)
     if blocker is not None:
         raise ConfigError(
             f"--output-prefix {prefix!r}: {blocker!r} is a file, not a directory. Fix: an "
             "--output-prefix in another directory"
         )
-    try:
-        os.makedirs(folder, exist_ok=True)
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), folder)
-    except OSError as e:
+    existing = os.path.dirname(missing[-1]) if missing else os.path.dirname(os.path.abspath(prefix))
+    if os.statvfs(existing).f_flag & os.ST_RDONLY or not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(
-            f"--output-prefix {prefix!r}: cannot write into {folder!r} ({e.strerror}: "
-            f"{e.filename!r}). Fix: an --output-prefix in a directory you can write"
-        ) from None
-    finally:
-        for path in missing:
-            try:
-                os.rmdir(path)
-            except OSError:
-                break
+            f"--output-prefix {prefix!r}: {existing!r} is not writable (read-only file system or "
+            "no permission). Fix: an --output-prefix in a directory you can write"
+        )
 
 
 def verify_marker(base: str, marker: dict) -> bool:
