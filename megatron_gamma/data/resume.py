@@ -53,14 +53,15 @@ def check_output_prefix(prefix: str) -> None:
             "(PREFIX_text_document.bin/.idx, PREFIX.stats.json). Fix: a name inside it, e.g. "
             f"--output-prefix {os.path.join(prefix, 'corpus')}"
         )
-    missing = missing_dirs(os.path.dirname(os.path.abspath(prefix)))
+    folder = os.path.dirname(os.path.abspath(prefix))
+    missing = missing_dirs(folder)
     blocker = next((path for path in missing if os.path.exists(path)), None)
     if blocker is not None:
         raise ConfigError(
             f"--output-prefix {prefix!r}: {blocker!r} is a file, not a directory. Fix: an "
             "--output-prefix in another directory"
         )
-    existing = os.path.dirname(missing[-1]) if missing else os.path.dirname(os.path.abspath(prefix))
+    existing = os.path.dirname(missing[-1]) if missing else folder
     if os.statvfs(existing).f_flag & os.ST_RDONLY or not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(
             f"--output-prefix {prefix!r}: {existing!r} is not writable (read-only file system or "
