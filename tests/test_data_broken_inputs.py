@@ -72,14 +72,18 @@ def _parquet_cut(path) -> int:
     [("a.jsonl.gz", _gzip_cut), ("a.jsonl.zst", _zstd_cut), ("a.parquet", _parquet_cut)],
 )
 @pytest.mark.parametrize("chunk_size", [1, 64, 1000])
-def test_truncated_file_keeps_every_complete_record(tmp_path, name, cut, chunk_size):
+def test_truncated_file_keeps_every_complete_record(tmp_path, caplog, name, cut, chunk_size):
     path = tmp_path / name
     complete = cut(path)
     assert 0 < complete < len(TEXTS)
-    stats = preprocess(
-        [str(path)], DEMO_TOKENIZER, str(tmp_path / "out"), chunk_size=chunk_size,
-        progress=False, options=EncodeOptions(on_error="skip"),
-    )  # fmt: skip
+    with caplog.at_level("WARNING"):
+        stats = preprocess(
+            [str(path)], DEMO_TOKENIZER, str(tmp_path / "out"), chunk_size=chunk_size,
+            progress=False, options=EncodeOptions(on_error="skip"),
+        )  # fmt: skip
+    [skipped] = [m for m in caplog.messages if m.startswith("skipped")]
+    records = "rows" if name.endswith(".parquet") else "complete lines"
+    assert skipped.endswith(f"re-fetch it (its {complete} {records} before the break are kept)")
     doc = read_json(stats.stats_path)
     assert sum(o["documents"] for o in doc["outputs"].values()) == complete
     assert doc["errors"]["unreadable_file"] == 1

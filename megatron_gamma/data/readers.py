@@ -116,14 +116,17 @@ class InputError(ValueError):
         return InputError, (self.kind, str(self), self.stopped)
 
 
-_KEEP_LINES = re.compile(r", or --on-error skip to keep its (\d+) complete lines before the break$")
+_KEEP_RECORDS = re.compile(
+    r", or --on-error skip to keep its (\d+ (?:complete lines|rows)) before the break$"
+)
 
 
 def as_skipped(message: str) -> str:
     """An :class:`InputError`'s message as logged once ``--on-error skip`` has skipped it:
-    without the advice to pass that flag (a broken stream's says which lines were kept)."""
+    without the advice to pass that flag (a broken stream's or parquet file's says which lines
+    or rows were kept)."""
     message = message.removesuffix(", or --on-error skip")
-    return _KEEP_LINES.sub(r" (its \1 complete lines before the break are kept)", message)
+    return _KEEP_RECORDS.sub(r" (its \1 before the break are kept)", message)
 
 
 def input_format(path: str) -> str | None:
