@@ -6,8 +6,9 @@ ratios from alternated rounds, worker scaling, peak memory, core-hours for 1e12 
 
 The corpus is read as one file (several are first concatenated into one, gzip if they all
 are), as the real script takes one ``--input``. Paths, each run in a fresh process per round
-(imports not timed; the whole process, imports included, is reported beside), in the same
-order every round so that load changes hit them alike:
+(imports not timed; the whole process, imports included, is reported beside), in one order in
+even rounds and the reverse order in odd rounds, so that neither a drift in load within a round
+nor a path's place in it favours one path:
 
 * ``ours-gigatoken`` / ``ours-hf``: ``megatron_gamma.data.preprocess.preprocess`` with
   ``--tokenizer-backend gigatoken`` / ``hf`` (reading, checks, language tags, filters, packing,
@@ -31,15 +32,19 @@ order every round so that load changes hit them alike:
 
 "Per core" is tokens per CPU-second (user + system time of the process, its threads and its
 workers), which depends little on how busy the machine is; wall tokens/s and the 1 -> 2 worker
-scaling need an idle machine. Each path's figure is its median over rounds; each ratio is the
-median of the per-round ratios against ``mlm-fast`` (and, with ``--megatron-lm``, ours against
-``mlm-real`` on a line of its own). Peak memory is ``ru_maxrss`` of the main process and the
-largest ``VmHWM`` of its forked workers (its direct children whose command line is its own, read
-from ``/proc`` every 0.1 s while it runs; "—" when it forks none), not ``RUSAGE_CHILDREN``, which
-also holds the parent's RSS inherited by the ``git`` that GitPython runs when megatron-core's
-import imports ``wandb``. Each child imports megatron-core as its path does: the ``ours`` paths
-without ``wandb`` (:func:`~megatron_gamma.data.indexed.indexed_dataset`), the others with it where
-it is installed. All paths that write must write identical bytes (checked).
+scaling need an idle machine. Each path's figure is its median over rounds. Each ratio is the
+geometric mean of the per-round ratios against ``mlm-fast`` (and, with ``--megatron-lm``, ours
+against ``mlm-real`` on a line of its own); on those lines it comes with its 95 % Student-t
+interval, rounds being the unit of replication (df = rounds - 1), and each target is called met
+only when the whole interval clears it, not met when the whole interval misses it, and
+inconclusive otherwise (:func:`rounds_ratio`, :func:`against`). Peak memory is ``ru_maxrss`` of
+the main process and the largest ``VmHWM`` of its forked workers (its direct children whose
+command line is its own, read from ``/proc`` every 0.1 s while it runs; "—" when it forks none),
+not ``RUSAGE_CHILDREN``, which also holds the parent's RSS inherited by the ``git`` that GitPython
+runs when megatron-core's import imports ``wandb``. Each child imports megatron-core as its path
+does: the ``ours`` paths without ``wandb`` (:func:`~megatron_gamma.data.indexed.indexed_dataset`),
+the others with it where it is installed. All paths that write must write identical bytes
+(checked).
 With a large corpus, ``ours-gigatoken`` also runs over the corpus repeated ``--memory-copies``
 times (symlinks) to show that peak memory does not grow with the input; repeated text holds no
 new word, so ``--fresh-documents K`` also runs it over K and then 2K generated documents of 250
@@ -52,6 +57,7 @@ from __future__ import annotations
 import argparse
 import filecmp
 import json
+import math
 import os
 import resource
 import statistics
@@ -60,6 +66,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRILLION = 1e12
@@ -70,6 +77,53 @@ REFERENCES = ("mlm-fast", "mlm-real")
 REFERENCE = {"dir": None, "pythonpath": [], "commit": None}
 """The Megatron-LM checkout of ``--megatron-lm`` (set by :func:`main`)."""
 PATHS = ("mlm-fast", "gigatoken-raw", "per-doc-hf", "ours-gigatoken", "ours-hf", SIDE_BY_SIDE)
+
+
+def rounds_ratio(ratios: Sequence[float]):
+    """Geometric mean of per-round ratios (one per round, A/B measured in the same round), with
+    the 95 % Student-t interval of their logarithms mapped back (rounds are the unit of
+    replication: df = rounds - 1; no interval from one round).
+
+    Returns:
+        :class:`megatron_gamma.study.fits.Interval` of ratios (unit 'rounds').
+
+    Raises:
+        ValueError: no ratios, or one that is not positive.
+    """
+    from megatron_gamma.study.fits import Interval, t_interval  # scipy: the parent's only
+
+    if not ratios or min(ratios) <= 0:
+        raise ValueError(f"ratios {list(ratios)}: need at least one, all > 0")
+    logs = t_interval([math.log(r) for r in ratios], unit="rounds")
+    return Interval(
+        math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high), logs.n, logs.df, "rounds"
+    )
+
+
+def ratio_text(iv) -> str:
+    """``1.08x [0.99, 1.18] (df 3, 4 rounds)``, or ``1.08x (1 round: no interval)``."""
+    if not iv.has_interval:
+        return f"{iv.mean:.2f}x ({iv.n} round: no interval)"
+    return f"{iv.mean:.2f}x [{iv.low:.2f}, {iv.high:.2f}] (df {iv.df:.0f}, {iv.n} rounds)"
+
+
+def against(iv, low: float, high: float = math.inf) -> str:
+    """'met' when ``iv``'s whole interval lies in [``low``, ``high``], 'not met' when it lies
+    wholly outside, else 'inconclusive' (also without an interval)."""
+    if not iv.has_interval:
+        return "inconclusive (no interval)"
+    if low <= iv.low and iv.high <= high:
+        return "met"
+    if iv.high < low or iv.low > high:
+        return "not met"
+    return "inconclusive"
+
+
+def _per_round(runs: list[dict], refs: list[dict], clock: str) -> list[float]:
+    """Per round: tokens per ``clock`` second of ``runs``' run over that of ``refs``' run."""
+    return [
+        (x["tokens"] / x[clock]) / (m["tokens"] / m[clock]) for x, m in zip(runs, refs, strict=True)
+    ]
 
 
 def _tokens_written(prefix: str, tokenizer_path: str) -> int:
@@ -430,8 +484,8 @@ def bench_corpus(
     tmp: str,
     paths: tuple[str, ...] = PATHS,
 ) -> dict:
-    """Run ``paths`` (and ``mlm-fast``, the reference) ``rounds`` times in a fixed order; print
-    medians and ratios."""
+    """Run ``paths`` (and ``mlm-fast``, the reference) ``rounds`` times, in reverse order every
+    other round; print medians and ratios."""
     size = sum(map(os.path.getsize, files))
     print(f"\n== {name}: {len(files)} files, {size / 1e6:.1f} MB on disk, {rounds} rounds")
     runs = [("mlm-fast", 1)] + [("mlm-real", 1)] * bool(REFERENCE["dir"])
@@ -441,7 +495,7 @@ def bench_corpus(
     runs += [(SIDE_BY_SIDE, w) for w in workers[1:] if SIDE_BY_SIDE in paths]
     results: dict = {run: [] for run in runs}
     for r in range(rounds):
-        for mode, w in runs:
+        for mode, w in runs if r % 2 == 0 else runs[::-1]:
             prefix = os.path.join(tmp, f"{name}-{mode}-w{w}-r{r}")
             if mode == SIDE_BY_SIDE:
                 results[(mode, w)].append(_run_side_by_side(files, tokenizer, prefix, w))
@@ -465,26 +519,16 @@ def bench_corpus(
     summary = {}
     for (mode, w), rs in results.items():
         per_cpu = statistics.median(x["tokens"] / x["cpu"] for x in rs)
-        cpu_ratio = statistics.median(
-            (x["tokens"] / x["cpu"]) / (m["tokens"] / m["cpu"])
-            for x, m in zip(rs, ref, strict=True)
-        )
+        cpu_ratio = rounds_ratio(_per_round(rs, ref, "cpu")).mean
         walls = [x["tokens"] / x["wall"] for x in rs if "wall" in x]
-        wall_ratio = [
-            (x["tokens"] / x["wall"]) / (m["tokens"] / m["wall"])
-            for x, m in zip(rs, ref, strict=True)
-            if "wall" in x
-        ]
         summary[(mode, w)] = {"per_cpu": per_cpu, "wall": statistics.median(walls or [0])}
         wall_txt = (
-            f"{statistics.median(walls):>11,.0f} {statistics.median(wall_ratio):>9.2f}x"
+            f"{statistics.median(walls):>11,.0f} "
+            f"{rounds_ratio(_per_round(rs, ref, 'wall')).mean:>9.2f}x"
             if walls else f"{'-':>11s} {'-':>10s}"
         )  # fmt: skip
         process = statistics.median(x["tokens"] / x["process_cpu"] for x in rs)
-        process_ratio = statistics.median(
-            (x["tokens"] / x["process_cpu"]) / (m["tokens"] / m["process_cpu"])
-            for x, m in zip(rs, ref, strict=True)
-        )
+        process_ratio = rounds_ratio(_per_round(rs, ref, "process_cpu")).mean
         rss_main = max(x["rss_main_mib"] for x in rs)
         rss_worker = _max_or_none(x["rss_worker_mib"] for x in rs)
         worker_txt = f"{rss_worker:>4.0f} MiB" if rss_worker is not None else f"{'—':>8s}"
@@ -494,50 +538,47 @@ def bench_corpus(
         )
     if ("mlm-real", 1) in results:
         real = results[("mlm-real", 1)]
-        gap = statistics.median(
-            (f["cpu"] / f["tokens"]) / (m["cpu"] / m["tokens"])
-            for f, m in zip(ref, real, strict=True)
-        )
-        ok = "yes" if abs(gap - 1) <= 0.10 else "NO"
-        print(f"  mlm-fast re-creation vs the real script: CPU per token {gap:.2f}x "
-              f"(within 10 %: {ok})")  # fmt: skip
+        gap = rounds_ratio([1 / r for r in _per_round(ref, real, "cpu")])
+        print(f"  mlm-fast re-creation vs the real script: CPU per token {ratio_text(gap)}; "
+              f"within 10 % (0.90-1.10x): {against(gap, 0.9, 1.1)}")  # fmt: skip
         for mode, w in runs:
             if mode in ("ours-gigatoken", "ours-hf"):
                 ours = results[(mode, w)]
                 per_cpu, whole = (
-                    statistics.median(
-                        (x["tokens"] / x[cpu]) / (m["tokens"] / m[cpu])
-                        for x, m in zip(ours, real, strict=True)
-                    )
-                    for cpu in ("cpu", "process_cpu")
+                    rounds_ratio(_per_round(ours, real, cpu)) for cpu in ("cpu", "process_cpu")
                 )
-                print(f"  {mode} workers={w} vs the real script: {per_cpu:.2f}x tokens per "
-                      f"CPU-second (imports excluded), {whole:.2f}x whole process")  # fmt: skip
+                print(f"  {mode} workers={w} vs the real script, tokens per CPU-second (imports "
+                      f"excluded): {ratio_text(per_cpu)}; >= 1.0x: {against(per_cpu, 1.0)}, "
+                      f">= 1.3x: {against(per_cpu, 1.3)}; whole process: "
+                      f"{ratio_text(whole)}")  # fmt: skip
     reference = results[("mlm-fast", 1)][-1]["prefix"]
     for mode, w in runs[1:]:
         if mode in WRITERS:
             same = _same_bytes(results[(mode, w)][-1]["prefix"], reference)
             print(f"  {mode} workers={w}: bytes identical to mlm-fast: {'yes' if same else 'NO'}")
+    speedups: dict = {}
     for mode in ("ours-gigatoken", "ours-hf", SIDE_BY_SIDE):
         base = ("ours-gigatoken" if mode == SIDE_BY_SIDE else mode, workers[0])
         for w in workers[1:]:
             if base not in results or (mode, w) not in results:
                 continue
             one, many = results[base], results[(mode, w)]
-            scale = statistics.median(
-                (b["tokens"] / b["wall"]) / (a["tokens"] / a["wall"])
-                for a, b in zip(one, many, strict=True)
-            )
-            cpu = statistics.median(
-                (b["cpu"] / b["tokens"]) / (a["cpu"] / a["tokens"])
-                for a, b in zip(one, many, strict=True)
-            )
+            speedups[(mode, w)] = _per_round(many, one, "wall")
+            scale = rounds_ratio(speedups[(mode, w)])
+            cpu = rounds_ratio([1 / r for r in _per_round(many, one, "cpu")])
             what = (
                 f"{w} independent 1-worker ours-gigatoken runs at once (this machine's ceiling)"
                 if mode == SIDE_BY_SIDE
                 else f"{mode}: {workers[0]} -> {w} workers"
             )
-            print(f"  {what}: speed-up {scale:.2f}x (wall tokens/s), CPU per token {cpu:.2f}x")
+            print(f"  {what}: speed-up {ratio_text(scale)} (wall tokens/s), CPU per token "
+                  f"{cpu.mean:.2f}x")  # fmt: skip
+    for w in workers[1:]:
+        if ("ours-gigatoken", w) in speedups and (SIDE_BY_SIDE, w) in speedups:
+            ours, ceiling = speedups[("ours-gigatoken", w)], speedups[(SIDE_BY_SIDE, w)]
+            share = rounds_ratio([a / b for a, b in zip(ours, ceiling, strict=True)])
+            print(f"  ours-gigatoken {workers[0]} -> {w} workers' speed-up over the ceiling's, "
+                  f"same rounds: {ratio_text(share)}")  # fmt: skip
     tokens = results[("mlm-fast", 1)][-1]["tokens"]
     if tokens < SMALL_CORPUS_TOKENS:
         print(f"  no core-hour projection: {tokens:,} tokens are too few (fixed start-up costs "

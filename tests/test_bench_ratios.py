@@ -1,0 +1,73 @@
+"""The preprocessing benchmark's ratio statistics (``tools/bench_preprocess.py``): the geometric
+mean of per-round ratios with its Student-t interval, checked against scipy's own interval of
+the logarithms, and the met / not met / inconclusive calls against a target."""
+
+import importlib.util
+import math
+import os
+
+import numpy as np
+import pytest
+from scipy import stats
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location(
+        "bench_preprocess", os.path.join(ROOT, "tools", "bench_preprocess.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rounds_ratio_is_scipys_t_interval_of_the_logs_mapped_back(bench):
+    ratios = [1.11, 0.93, 1.04, 1.19, 0.98]
+    logs = np.log(ratios)
+    low, high = stats.t.interval(0.95, len(logs) - 1, loc=logs.mean(), scale=stats.sem(logs))
+    iv = bench.rounds_ratio(ratios)
+    assert iv.mean == pytest.approx(stats.gmean(ratios), rel=1e-12)
+    assert (iv.low, iv.high) == pytest.approx((math.exp(low), math.exp(high)), rel=1e-12)
+    assert (iv.n, iv.df, iv.unit) == (5, 4, "rounds")
+    assert bench.ratio_text(iv) == (
+        f"{iv.mean:.2f}x [{math.exp(low):.2f}, {math.exp(high):.2f}] (df 4, 5 rounds)"
+    )
+
+
+def test_the_ratio_of_inverted_rounds_is_the_inverse(bench):
+    ratios = [1.3, 0.8, 1.1]
+    iv, inv = bench.rounds_ratio(ratios), bench.rounds_ratio([1 / r for r in ratios])
+    assert inv.mean == pytest.approx(1 / iv.mean, rel=1e-12)
+    assert (inv.low, inv.high) == pytest.approx((1 / iv.high, 1 / iv.low), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "ratios, low, high, call",
+    [
+        ([1.10, 1.12, 1.11, 1.09], 1.0, math.inf, "met"),
+        ([0.90, 0.92, 0.91, 0.89], 1.0, math.inf, "not met"),
+        ([0.90, 1.12, 1.02, 0.97], 1.0, math.inf, "inconclusive"),
+        ([1.01, 0.99, 1.00, 1.02], 0.9, 1.1, "met"),
+        ([1.25, 1.22, 1.24, 1.23], 0.9, 1.1, "not met"),
+        ([1.05, 1.25, 1.10, 0.95], 0.9, 1.1, "inconclusive"),
+    ],
+)
+def test_against_calls_a_target_met_only_when_the_whole_interval_clears_it(
+    bench, ratios, low, high, call
+):
+    assert bench.against(bench.rounds_ratio(ratios), low, high) == call
+
+
+def test_one_round_gives_no_interval_and_no_verdict(bench):
+    iv = bench.rounds_ratio([1.4])
+    assert iv.mean == pytest.approx(1.4) and not iv.has_interval
+    assert bench.ratio_text(iv) == "1.40x (1 round: no interval)"
+    assert bench.against(iv, 1.0) == "inconclusive (no interval)"
+
+
+@pytest.mark.parametrize("ratios", [[], [1.0, 0.0], [1.0, -2.0]])
+def test_rounds_ratio_refuses_empty_or_non_positive_ratios(bench, ratios):
+    with pytest.raises(ValueError, match="need at least one, all > 0"):
+        bench.rounds_ratio(ratios)
