@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib.util
 import os
 import subprocess
 import sys
@@ -41,6 +42,14 @@ TINY_MODEL = [
 """The same-sized model for CLI runs on the demo corpus (flags)."""
 
 _in_slow_test = True
+
+
+def load_tool(name: str):
+    """``tools/{name}.py`` imported as a module (the tools are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "tools", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def set_slow_test(slow: bool) -> None:

@@ -2,25 +2,17 @@
 mean of per-round ratios with its Student-t interval, checked against scipy's own interval of
 the logarithms, and the met / not met / inconclusive calls against a target."""
 
-import importlib.util
 import math
-import os
 
 import numpy as np
 import pytest
+from helpers import load_tool
 from scipy import stats
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_preprocess", os.path.join(ROOT, "tools", "bench_preprocess.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("bench_preprocess")
 
 
 def test_rounds_ratio_is_scipys_t_interval_of_the_logs_mapped_back(bench):

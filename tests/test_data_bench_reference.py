@@ -8,29 +8,19 @@ script's own builder calls (its ``process_key`` at d98e8a64dd, with ``--append-e
 The real script need not be present: a recording builder stands in for megatron-core's, and the
 documents it is given are checked against HF ``tokenizers`` (one ``encode`` per document)."""
 
-import importlib.util
 import json
 import os
 
 import awkward as ak
 import pytest
+from helpers import load_tool
 from megatron.core.datasets import indexed_dataset
 from tokenizers import Tokenizer
 
 from megatron_gamma.data import demo_dir
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOKENIZER = os.path.join(demo_dir(), "tokenizer.json")
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_preprocess", os.path.join(ROOT, "tools", "bench_preprocess.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 class RecordingBuilder:
@@ -59,7 +49,7 @@ def test_mlm_fast_recreation_calls_the_builder_as_the_real_script(tmp_path, monk
     RecordingBuilder.calls = []
     src = os.path.join(demo_dir(), "en.jsonl")
     prefix = str(tmp_path / "out")
-    result = load_bench()._child_mlm_fast([src], TOKENIZER, prefix, 1)
+    result = load_tool("bench_preprocess")._child_mlm_fast([src], TOKENIZER, prefix, 1)
 
     tok = BilingualTokenizer(TOKENIZER)
     dtype = indexed_dataset.DType.optimal_dtype(tok.vocab_size)
@@ -90,4 +80,4 @@ def test_mlm_fast_refuses_a_megatron_core_without_add_documents(tmp_path, monkey
     monkeypatch.setattr(indexed_dataset, "IndexedDatasetBuilder", OldBuilder)
     src = os.path.join(demo_dir(), "en.jsonl")
     with pytest.raises(SystemExit, match="add_documents.*Fix: --megatron-lm DIR"):
-        load_bench()._child_mlm_fast([src], TOKENIZER, str(tmp_path / "out"), 1)
+        load_tool("bench_preprocess")._child_mlm_fast([src], TOKENIZER, str(tmp_path / "out"), 1)
