@@ -1,7 +1,7 @@
 """What the tests share: tiny model sizes, the one CLI launcher, run-directory readers, the ops
 helpers, the loader of ``tools/`` scripts, the guard that keeps multi-process tests in the
-``slow`` tier, and the import walker
-(``runtime_imports``, ``import_graph``, ``cycles``) that reads the package's imports with ``ast``.
+``slow`` tier, and the import walker (``runtime_imports``, ``import_graph``, ``cycles``) that reads
+the package's imports with ``ast``.
 
 Training runs go through the real CLI in a fresh process (``python -m megatron_gamma.cli`` or
 ``torchrun``), as a user runs them: megatron-core's process-wide state and our CPU shims never
