@@ -664,11 +664,7 @@ def bench_fresh_memory(tokenizer: str, tmp: str, documents: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0],
-        allow_abbrev=False,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument(
         "--corpus",
         nargs="*",
@@ -677,41 +673,50 @@ def main(argv: list[str] | None = None) -> None:
         "../shared/data/debian-docs-bilingual beside the checkout when it exists)",
     )
     p.add_argument(
-        "--workers", nargs="+", type=int, default=[1, 2], help="worker counts to run ours at"
+        "--workers",
+        nargs="+",
+        type=int,
+        default=[1, 2],
+        help="worker counts to run ours at (default: 1 2)",
     )
     p.add_argument(
-        "--rounds", type=int, default=3, help="rounds per path (the unit of the intervals)"
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds per path, the unit of the intervals (default: 3)",
     )
     p.add_argument(
         "--tokenizer",
         default=os.path.join(ROOT, "megatron_gamma/data/demo/tokenizer.json"),
-        help="a tokenizer.json; its directory is what the Megatron-LM paths load",
+        help="a tokenizer.json; its directory is what the Megatron-LM paths load (default: the "
+        "demo tokenizer)",
     )
     p.add_argument(
         "--paths",
         nargs="+",
         choices=PATHS,
         default=list(PATHS),
-        help="paths to run (mlm-fast, and mlm-real with --megatron-lm, always run)",
+        help="paths to run (default: all; mlm-fast, and mlm-real with --megatron-lm, always run)",
     )
     p.add_argument(
         "--memory-copies",
         type=int,
         default=3,
-        help="the peak-memory run's input repeats (0: no memory run)",
+        help="the peak-memory run's input repeats (default: 3; 0: no memory run)",
     )
     p.add_argument(
         "--fresh-documents",
         type=int,
         default=20000,
         help="documents of random words for the fresh-text memory run, then twice as many "
-        "(0: no such run)",
+        "(default: 20000; 0: no such run)",
     )
     p.add_argument(
         "--megatron-lm",
         metavar="DIR",
         help="a Megatron-LM source tree: also run its tools/preprocess_data_fast.py (mlm-real), "
-        "and run mlm-fast with its megatron-core",
+        "and run mlm-fast with its megatron-core (needed while the installed megatron-core "
+        "lacks IndexedDatasetBuilder.add_documents, as the released wheel does)",
     )
     p.add_argument(
         "--reference-pythonpath",
