@@ -128,13 +128,13 @@ def _merge(args: argparse.Namespace) -> None:
 
 
 def _train_punkt(args: argparse.Namespace) -> None:
-    from megatron_gamma.data.readers import expand_inputs, iter_chunks, parse_chunk, record_text
+    from megatron_gamma.data.readers import expand_inputs, iter_chunks, iter_records, record_text
     from megatron_gamma.data.sentences import save_punkt_params, train_punkt
 
     def texts():
         for path in expand_inputs(args.input):
             for chunk in iter_chunks(path, columns=[args.json_key]):
-                for rec in parse_chunk(chunk, "stop", {}, []):
+                for rec in iter_records(chunk, "stop", {}, []):
                     yield record_text(path, rec, args.json_key)
 
     params = train_punkt(texts())

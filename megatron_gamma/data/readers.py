@@ -5,7 +5,7 @@ A UTF-8 byte-order mark at the start of a jsonl file is stripped and counted
 
 Reading happens in the main process and only moves raw bytes (jsonl) or column values (parquet);
 JSON decoding (``orjson``, with the standard library's parser for what orjson refuses, so the
-values are the same), UTF-8 validation and key lookup run in the workers (:func:`parse_chunk`),
+values are the same), UTF-8 validation and key lookup run in the workers (:func:`iter_records`),
 so the reader is never the bottleneck. Memory is bounded by one chunk per worker in flight,
 whatever the size of the input: a jsonl line is read at most ``max_line_bytes`` at a time
 (:func:`line_cap`, from ``--max-document-chars``), and a longer line is skipped unread, even in
@@ -326,7 +326,7 @@ def iter_chunks(
             chunk).
         columns: parquet columns to read (the json keys and language key that exist).
         max_line_bytes: a jsonl line longer than this (newline excluded) is read in pieces of
-            this size and dropped, a :class:`LongLine` in its place (:func:`parse_chunk` names
+            this size and dropped, a :class:`LongLine` in its place (:func:`iter_records` names
             or counts it), so memory stays bounded whatever the line.
 
     Raises:
@@ -448,14 +448,6 @@ class Record:
     line: int
     fields: dict
     plain: bool = False
-
-
-def parse_chunk(
-    chunk: Chunk, on_error: str, errors: dict[str, int], messages: list[str]
-) -> list[Record]:
-    """Decode a chunk's items into records (blank jsonl lines are skipped): the list of
-    :func:`iter_records`."""
-    return list(iter_records(chunk, on_error, errors, messages))
 
 
 def iter_records(

@@ -33,7 +33,7 @@ from megatron_gamma.data.readers import (
     InputError,
     check_readable,
     iter_chunks,
-    parse_chunk,
+    iter_records,
     record_language,
     record_text,
 )
@@ -155,7 +155,7 @@ def sample_corpus(
             try:
                 check_readable(path)
                 for chunk in iter_chunks(path, columns=columns):
-                    for rec in parse_chunk(chunk, on_error, sample.errors, messages):
+                    for rec in iter_records(chunk, on_error, sample.errors, messages):
                         for k in json_keys:
                             try:
                                 text = record_text(path, rec, k)
