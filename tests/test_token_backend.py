@@ -229,6 +229,20 @@ def test_gigatoken_rebuilt_after_every_batch_keeps_the_ids_of_hf():
     assert GigatokenBackend(TOKENIZER).cache_bytes == token_backend.CACHE_MIB * 2**20
 
 
+def test_only_growth_during_encode_calls_counts_towards_the_cache_budget(monkeypatch):
+    """An import between two batches (torch, after the start-up check) grew a process by ~200 MiB
+    and emptied a warm cache; now only the resident memory gained inside encode calls counts."""
+    backend = GigatokenBackend(TOKENIZER, cache_mib=1)
+    rss = iter([100, 100 + 2**19, 500 * 2**20, 500 * 2**20 + 2**19 + 1])  # (before, after) x 2
+    monkeypatch.setattr(backend, "_rss", lambda: next(rss))
+    texts = ["Hello, world!", "你好，世界！"]
+    first = split(*backend.encode_batch(texts))
+    assert (backend.rebuilds, backend.grown) == (0, 2**19)  # 0.5 MiB grown inside the call
+    second = split(*backend.encode_batch(texts))  # ~500 MiB grew between the calls: not counted
+    assert (backend.rebuilds, backend.grown) == (1, 0)  # 0.5 MiB + 0.5 MiB + 1 byte > 1 MiB
+    assert first == second == hf_ids(texts)
+
+
 def test_a_negative_cache_budget_is_refused():
     with pytest.raises(ValueError, match=r"cache_mib=-1: must be >= 0"):
         GigatokenBackend(TOKENIZER, cache_mib=-1)
