@@ -12,9 +12,10 @@ re-creation agrees with the real script (below).
 
 The corpus is read as one file (several are first concatenated into one, gzip if they all
 are), as the real script takes one ``--input``. Paths, each run in a fresh process per round
-(imports not timed; the whole process, imports included, is reported beside), in one order in
-even rounds and the reverse order in odd rounds, so that neither a drift in load within a round
-nor a path's place in it favours one path:
+(imports not timed, including those a path makes lazily on first use, which are imported
+first; any module still imported inside a clock is printed; the whole process, imports
+included, is reported beside), in one order in even rounds and the reverse order in odd rounds,
+so that neither a drift in load within a round nor a path's place in it favours one path:
 
 * ``ours-gigatoken`` / ``ours-hf``: ``megatron_gamma.data.preprocess.preprocess`` with
   ``--tokenizer-backend gigatoken`` / ``hf`` (reading, checks, language tags, filters, packing,
@@ -546,6 +547,10 @@ def bench_corpus(
             f"  {mode:16s} {w:>7d} {per_cpu:>11,.0f} {cpu_ratio:>9.2f}x {wall_txt} "
             f"{process:>11,.0f} {process_ratio:>9.2f}x {rss_main:>5.0f} MiB {worker_txt}"
         )
+    for (mode, w), rs in results.items():
+        late = sorted({m for x in rs for m in x.get("imported_in_clock", ())})
+        if late:
+            print(f"  {mode} workers={w} imported inside its clock (timed): {', '.join(late)}")
     tokens = results[("mlm-fast", 1)][-1]["tokens"]
     if ("mlm-real", 1) in results:
         real = results[("mlm-real", 1)]
@@ -734,6 +739,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         import awkward  # noqa: F401  (imports are not timed)
         import gigatoken  # noqa: F401
+        import numpy.ma  # noqa: F401  (gigatoken's awkward output imports it on first use)
         import tokenizers  # noqa: F401
 
         import megatron_gamma.data.preprocess  # noqa: F401
@@ -741,6 +747,9 @@ def main(argv: list[str] | None = None) -> None:
 
         if args.child.startswith("ours"):
             indexed_dataset()  # as preprocess imports megatron-core: without wandb
+            import psutil  # noqa: F401  (the pretoken-cache budget reads the RSS)
+
+            from megatron_gamma import _C  # noqa: F401  (the token-statistics kernel)
         else:
             import megatron.core.datasets.indexed_dataset  # noqa: F401  (torch, for every writer)
 
@@ -748,6 +757,7 @@ def main(argv: list[str] | None = None) -> None:
             # Both build their tokenizer through it (megatron-core's huggingface_tokenizer.py);
             # `transformers` resolves it lazily, on first access, which must not fall inside
             # either clock (seen inside the real script's main() in a fresh install).
+            import transformers.tokenization_python  # noqa: F401
             from transformers import AutoTokenizer  # noqa: F401
 
         child = CHILDREN[args.child]
@@ -756,6 +766,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.hold:
             print("ready", flush=True)
             sys.stdin.readline()
+        modules = set(sys.modules)
         before, start = _usage(), time.time()
         if prepared is None:
             result = child(*call)
@@ -764,6 +775,7 @@ def main(argv: list[str] | None = None) -> None:
             result = prepared | {"tokens": _tokens_written(prepared["prefix"], args.tokenizer)}
         after = _usage()
         after["cpu"] -= before["cpu"]
+        after["imported_in_clock"] = sorted(set(sys.modules) - modules)
         if args.child != "gigatoken-raw":
             result["wall"] = time.time() - start
         print(json.dumps(result | after))
