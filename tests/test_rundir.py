@@ -1,5 +1,6 @@
 """The run-directory room (:mod:`megatron_gamma.rundir`): ``metrics.jsonl`` with a torn last
-line, checkpoints that carry their config and tokenizer fingerprint (read from a bare ``--save``
+line, and continued by a resumed or restarted run without the earlier run's later records,
+checkpoints that carry their config and tokenizer fingerprint (read from a bare ``--save``
 directory outside the run directory), the ``config.yaml`` fallback for checkpoints written
 before, ``--config`` as the override, ``evaluate``'s ranks from the launcher, and a checkpoint
 read's console without torch's deprecations of megatron-core's calls.
@@ -30,6 +31,68 @@ from megatron_gamma.rundir import layout, loader
 from megatron_gamma.study.rundir import read_run
 
 ITERS = ["--train-iters", "2", "--eval-interval", "100", "--log-diagnostics-interval", "0"]
+
+
+def _metrics(run_dir, lines: list[str]) -> bytes:
+    text = "".join(lines).encode()
+    (run_dir / "metrics.jsonl").write_bytes(text)
+    return text
+
+
+def _rows(iterations) -> list[dict]:
+    return [{"iteration": i, "split": "train", "loss": 9.0 - i} for i in iterations]
+
+
+def test_a_resumed_run_moves_the_earlier_runs_later_records_aside(tmp_path):
+    rows = _rows(range(1, 11)) + [{"iteration": 10, "split": "valid", "loss": 0.5}]
+    old = _metrics(tmp_path, [json.dumps(r) + "\n" for r in rows])
+    said = layout.continue_metrics(str(tmp_path), 4)
+    assert "7 records past iteration 4 from an earlier run moved to" in said
+    assert layout.read_metrics(str(tmp_path)) == rows[:4]
+    assert (tmp_path / "metrics.superseded-1.jsonl").read_bytes() == old
+    assert layout.continue_metrics(str(tmp_path), 4) is None  # nothing past 4 now: untouched
+    assert layout.read_metrics(str(tmp_path)) == rows[:4]
+
+    said = layout.continue_metrics(str(tmp_path), 0)  # a fresh start (--overwrite) keeps none
+    assert "4 records past iteration 0" in said and "with the 0 records before it" in said
+    assert (tmp_path / "metrics.jsonl").read_bytes() == b""
+    assert (
+        json.loads((tmp_path / "metrics.superseded-2.jsonl").read_text().splitlines()[0])
+        == (rows[0])
+    )
+    assert layout.continue_metrics(str(tmp_path / "absent"), 0) is None
+
+
+def test_a_torn_last_line_is_set_aside_so_that_appended_records_stay_readable(tmp_path):
+    rows = _rows(range(1, 4))
+    _metrics(tmp_path, [json.dumps(r) + "\n" for r in rows] + ['{"iteration": 4, "spl'])
+    said = layout.continue_metrics(str(tmp_path), 3)
+    assert "0 records past iteration 3 and a torn last line" in said
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write(json.dumps(_rows([4])[0]) + "\n")  # as the logger appends
+    assert layout.read_metrics(str(tmp_path)) == _rows(range(1, 5))
+
+    _metrics(tmp_path, ['{"iteration": 1, "spl\n', json.dumps(rows[0]) + "\n"])
+    said = layout.continue_metrics(str(tmp_path), 3)  # a bad middle line: moved whole
+    assert "unreadable" in said and "metrics.jsonl:1: not a JSON object" in said
+    assert (tmp_path / "metrics.jsonl").read_bytes() == b""
+    assert sorted(os.listdir(tmp_path)) == [
+        "metrics.jsonl", "metrics.superseded-1.jsonl", "metrics.superseded-2.jsonl"
+    ]  # fmt: skip
+
+
+def test_the_logger_continues_metrics_of_a_resume_without_the_later_records(tmp_path, capsys):
+    from megatron_gamma.training.metrics import MetricsLogger
+
+    _metrics(tmp_path, [json.dumps(r) + "\n" for r in _rows(range(1, 8))])
+    log = MetricsLogger(str(tmp_path), str(tmp_path / "tb"), True, 6, 2, progress_bar=False)
+    for i in (3, 4):
+        log.train_step(i, {"loss": 9.0 - i, "lr": 1e-3})
+    log.close()
+    assert [(r["iteration"], r["loss"]) for r in layout.read_metrics(str(tmp_path))] == [
+        (i, 9.0 - i) for i in range(1, 5)
+    ]
+    assert "5 records past iteration 2" in capsys.readouterr().out
 
 
 @pytest.fixture(scope="module")

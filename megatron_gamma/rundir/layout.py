@@ -17,6 +17,7 @@ from typing import Optional
 import yaml
 
 from megatron_gamma import checkpoint_trust
+from megatron_gamma.atomic import atomic_write_text
 from megatron_gamma.config import Config, ConfigError, redacted_dict
 
 CONFIG = "config.yaml"
@@ -176,6 +177,53 @@ def saved_description(path: str) -> tuple[Optional[dict], Optional[dict]]:
     common = read_common(path)
     text = common.get(RUN_CONFIG_KEY)
     return (yaml.safe_load(text) if text else None), common.get(TOKENIZER_KEY)
+
+
+def continue_metrics(run_dir: str, start_iter: int) -> str | None:
+    """Make ``RUN/metrics.jsonl`` hold only what a run starting after iteration ``start_iter``
+    continues: the records up to ``start_iter`` when it resumes there, none when it starts at 0.
+
+    Its readers keep the last value of each iteration, so the records of an earlier run beyond
+    that point (a longer run that ``--overwrite`` replaces, or the iterations a crashed run went on
+    to after its last checkpoint) would otherwise mix into this run's curves; and a torn last line
+    (a run killed mid-write) would become a middle line that :func:`read_metrics` refuses once
+    this run appends. Nothing is deleted: the old file moves to ``RUN/metrics.superseded-N.jsonl``
+    (N the first free number) and the kept records are written back atomically. A file
+    :func:`read_metrics` refuses moves whole.
+
+    Args:
+        run_dir: the run directory.
+        start_iter: the iteration this run resumes after (0: a fresh start).
+
+    Returns:
+        A line saying what moved where, or None when nothing did (no file, or nothing past
+        ``start_iter`` and no torn last line).
+    """
+    path = os.path.join(run_dir, METRICS)
+    if not os.path.isfile(path):
+        return None
+    try:
+        records = read_metrics(run_dir)
+    except ValueError as e:
+        kept, why = [], f"unreadable ({e})"
+    else:
+        kept = [r for r in records if start_iter and r.get("iteration", 0) <= start_iter]
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            torn = size > 0 and f.seek(size - 1) >= 0 and f.read(1) != b"\n"
+        if len(kept) == len(records) and not torn:
+            return None
+        why = f"{len(records) - len(kept)} records past iteration {start_iter}"
+        why += " and a torn last line" if torn else ""
+    n = 1
+    while os.path.exists(aside := os.path.join(run_dir, f"metrics.superseded-{n}.jsonl")):
+        n += 1
+    os.replace(path, aside)
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
+    return (
+        f"{path}: {why} from an earlier run moved to {aside}; this run continues from "
+        f"iteration {start_iter} with the {len(kept)} records before it"
+    )
 
 
 def read_metrics(run_dir: str) -> list[dict]:

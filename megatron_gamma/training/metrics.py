@@ -12,6 +12,8 @@ import time
 
 from tqdm import tqdm
 
+from megatron_gamma.rundir.layout import METRICS, continue_metrics
+
 
 class MetricsLogger:
     """Writes what the loop reports; a no-op on every rank but the one that logs.
@@ -21,7 +23,9 @@ class MetricsLogger:
         tensorboard_dir: TensorBoard event directory.
         active: True on the logging rank.
         total_iters: length of the progress bar.
-        start_iter: first iteration of this run (after a resume).
+        start_iter: the iteration this run resumes after (0: a fresh start); the records of
+            ``metrics.jsonl`` past it, from an earlier run, are moved aside
+            (:func:`~megatron_gamma.rundir.layout.continue_metrics`).
         progress_bar: show tqdm (only when stderr is a terminal: a SLURM log gets the summary
             lines alone).
         tensorboard_log_interval: write per-iteration training scalars to TensorBoard every
@@ -54,7 +58,8 @@ class MetricsLogger:
         if not active:
             return
         os.makedirs(run_dir, exist_ok=True)
-        self._jsonl = open(os.path.join(run_dir, "metrics.jsonl"), "a", encoding="utf-8")
+        moved = continue_metrics(run_dir, start_iter)
+        self._jsonl = open(os.path.join(run_dir, METRICS), "a", encoding="utf-8")
         from torch.utils.tensorboard import SummaryWriter
 
         self._tb = SummaryWriter(tensorboard_dir)
@@ -66,6 +71,8 @@ class MetricsLogger:
             disable=not (progress_bar and sys.stderr.isatty()),
             file=sys.stderr,
         )
+        if moved:
+            self.message(moved)
 
     def _scalar(self, tag: str, value: float, step: int) -> None:
         self._tb.add_scalar(tag, value, step)
