@@ -4,6 +4,7 @@ A run directory, as ``pretrain`` writes it (Megatron-LM's checkpoint layout insi
 
     RUN/config.yaml                                   the resolved config (rewritten at start)
     RUN/metrics.jsonl                                 one JSON object per record
+    RUN/metrics.superseded-N.jsonl                    an earlier run's, set aside at a restart
     RUN/checkpoints/iter_0000010/                     one complete torch_dist checkpoint
     RUN/checkpoints/latest_checkpointed_iteration.txt the tracker: newest complete iteration
 
