@@ -64,6 +64,7 @@ pretoken cache, which :class:`~megatron_gamma.data.token_backend.GigatokenBacken
 from __future__ import annotations
 
 import argparse
+import contextlib
 import filecmp
 import importlib.util
 import json
@@ -757,8 +758,10 @@ def main(argv: list[str] | None = None) -> None:
             # Both build their tokenizer through it (megatron-core's huggingface_tokenizer.py);
             # `transformers` resolves it lazily, on first access, which must not fall inside
             # either clock (seen inside the real script's main() in a fresh install).
-            import transformers.tokenization_python  # noqa: F401
             from transformers import AutoTokenizer  # noqa: F401
+
+            with contextlib.suppress(ImportError):  # transformers 5 loads it on first use
+                import transformers.tokenization_python  # noqa: F401
 
         child = CHILDREN[args.child]
         call = (args.files, args.tokenizer, args.prefix, args.workers[0])

@@ -209,8 +209,8 @@ def continue_metrics(run_dir: str, start_iter: int) -> str | None:
     else:
         kept = [r for r in records if start_iter and r.get("iteration", 0) <= start_iter]
         with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            torn = size > 0 and f.seek(size - 1) >= 0 and f.read(1) != b"\n"
+            f.seek(max(os.path.getsize(path) - 1, 0))
+            torn = f.read(1) not in (b"", b"\n")
         if len(kept) == len(records) and not torn:
             return None
         why = f"{len(records) - len(kept)} records past iteration {start_iter}"
