@@ -48,13 +48,14 @@ def test_a_resumed_run_moves_the_earlier_runs_later_records_aside(tmp_path):
     old = _metrics(tmp_path, [json.dumps(r) + "\n" for r in rows])
     said = layout.continue_metrics(str(tmp_path), 4)
     assert "7 records past iteration 4 from an earlier run moved to" in said
+    assert said.endswith("this run resumes after iteration 4 with the 4 records up to it")
     assert layout.read_metrics(str(tmp_path)) == rows[:4]
     assert (tmp_path / "metrics.superseded-1.jsonl").read_bytes() == old
     assert layout.continue_metrics(str(tmp_path), 4) is None  # nothing past 4 now: untouched
     assert layout.read_metrics(str(tmp_path)) == rows[:4]
 
     said = layout.continue_metrics(str(tmp_path), 0)  # a fresh start (--overwrite) keeps none
-    assert "4 records past iteration 0" in said and "with the 0 records before it" in said
+    assert "4 records past iteration 0" in said and said.endswith("this run starts afresh")
     assert (tmp_path / "metrics.jsonl").read_bytes() == b""
     assert (
         json.loads((tmp_path / "metrics.superseded-2.jsonl").read_text().splitlines()[0])

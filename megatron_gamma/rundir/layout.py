@@ -220,10 +220,12 @@ def continue_metrics(run_dir: str, start_iter: int) -> str | None:
         n += 1
     os.replace(path, aside)
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
-    return (
-        f"{path}: {why} from an earlier run moved to {aside}; this run continues from "
-        f"iteration {start_iter} with the {len(kept)} records before it"
+    now = (
+        f"resumes after iteration {start_iter} with the {len(kept)} records up to it"
+        if start_iter
+        else "starts afresh"
     )
+    return f"{path}: {why} from an earlier run moved to {aside}; this run {now}"
 
 
 def read_metrics(run_dir: str) -> list[dict]:
