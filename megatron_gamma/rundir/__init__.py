@@ -25,6 +25,7 @@ the ``config.yaml`` in or above them.
 - :mod:`~megatron_gamma.rundir.checkpoint`: one checkpoint and its run resolved for a single-rank
   read (``evaluate``, ``export-hf``), its failures as named errors.
 
-Imports: ``config``, ``data`` (tokenizer), ``model``, ``parallel``; never ``training``,
-``diagnostics``, ``evaluation`` or ``study`` (they import this room).
+Imports: ``atomic``, ``checkpoint_trust``, ``config``, ``data`` (tokenizer), ``model``,
+``parallel``; never ``training``, ``diagnostics``, ``evaluation`` or ``study`` (they import this
+room).
 """

@@ -17,7 +17,7 @@ from typing import Optional
 import yaml
 
 from megatron_gamma import checkpoint_trust
-from megatron_gamma.atomic import atomic_write_text
+from megatron_gamma.atomic import atomic_write_text, move
 from megatron_gamma.config import Config, ConfigError, redacted_dict
 
 CONFIG = "config.yaml"
@@ -218,7 +218,7 @@ def continue_metrics(run_dir: str, start_iter: int) -> str | None:
     n = 1
     while os.path.exists(aside := os.path.join(run_dir, f"metrics.superseded-{n}.jsonl")):
         n += 1
-    os.replace(path, aside)
+    move(path, aside)
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
     now = (
         f"resumes after iteration {start_iter} with the {len(kept)} records up to it"
