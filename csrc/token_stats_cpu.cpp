@@ -7,7 +7,8 @@
 // token whose last character is cut finishes that character from the continuation bytes the
 // next tokens start with, adds it as the caller's code-point classes say (Han, Latin, visible),
 // and fixes the first/last-Latin flags of the tokens the character spans; a Latin word running
-// on from the previous token of the same document is subtracted once. The caller's table covers
+// on from the previous token of the same document is subtracted once; the tokens holding a control
+// character (flag kControl) are counted. The caller's table covers
 // the low code points; a cut character above it that the caller has not classified yet is
 // returned, and the caller runs the pass again with its class (token_stats.py).
 // Single-threaded on purpose: preprocessing runs one per worker process, and forked workers
@@ -28,7 +29,7 @@ namespace {
 
 constexpr int64_t kField = 21;
 constexpr int64_t kFieldMask = (int64_t{1} << kField) - 1;
-constexpr int64_t kFirstLatin = 1, kLastLatin = 2, kCut = 4;
+constexpr int64_t kFirstLatin = 1, kLastLatin = 2, kCut = 4, kControl = 8;
 // Rows of the vocabulary table (token_stats.py, TokenTextStats.table): one column per token id,
 // so that the pass over the ids reads the code and flags rows (2 x 8 bytes x V) from cache.
 enum Row : int64_t {
@@ -82,7 +83,8 @@ std::pair<int64_t, int64_t> finish_cut(const int32_t* id, int64_t n, const Vocab
   return {value, kOk};
 }
 
-// (counts (D, 3) int64 [Han characters, Latin words, visible characters] per document, status,
+// (counts (D, 4) int64 [Han characters, Latin words, visible characters, tokens holding a control
+// character] per document, status,
 // the code points (int64, sorted) of cut characters that neither classes (uint8, by code point
 // below its length) nor extra_values / extra_classes (int64, sorted by value) classify).
 std::tuple<at::Tensor, int64_t, at::Tensor> token_document_stats_cpu(
@@ -100,7 +102,7 @@ std::tuple<at::Tensor, int64_t, at::Tensor> token_document_stats_cpu(
                   extra_classes.is_contiguous(),
               "token_document_stats: extra_values and extra_classes must be contiguous (K,) int64");
   const int64_t n = ids.size(0), docs = offsets.size(0) - 1;
-  at::Tensor counts = at::zeros({docs, 3}, offsets.options());
+  at::Tensor counts = at::zeros({docs, 4}, offsets.options());
   const int32_t* id = ids.data_ptr<int32_t>();
   const int64_t* off = offsets.data_ptr<int64_t>();
   const uint8_t* low = classes.data_ptr<uint8_t>();
@@ -126,7 +128,7 @@ std::tuple<at::Tensor, int64_t, at::Tensor> token_document_stats_cpu(
   for (int64_t d = 0; d < docs; ++d) {
     TORCH_CHECK(off[d] >= 0 && off[d] <= off[d + 1] && off[d + 1] <= n,
                 "token_document_stats: offsets out of order or past the ids at document ", d);
-    int64_t sum = 0, glued = 0, prev_flags = 0;  // no word runs on into a document
+    int64_t sum = 0, glued = 0, controls = 0, prev_flags = 0;  // no word runs on into a document
     for (int64_t p = off[d]; p < off[d + 1]; ++p) {
       const int32_t t = id[p];
       int64_t code = vocab(kCode, t), flags = vocab(kFlags, t);
@@ -158,11 +160,13 @@ std::tuple<at::Tensor, int64_t, at::Tensor> token_document_stats_cpu(
       }
       sum += code;
       glued += flags & (prev_flags >> 1) & kFirstLatin;  // branch-free: half the tokens
+      controls += (flags & kControl) >> 3;
       prev_flags = flags;
     }
-    out[3 * d] = (sum >> kField) & kFieldMask;
-    out[3 * d + 1] = (sum >> (2 * kField)) - glued;
-    out[3 * d + 2] = sum & kFieldMask;
+    out[4 * d] = (sum >> kField) & kFieldMask;
+    out[4 * d + 1] = (sum >> (2 * kField)) - glued;
+    out[4 * d + 2] = sum & kFieldMask;
+    out[4 * d + 3] = controls;
   }
   std::sort(missing.begin(), missing.end());
   missing.erase(std::unique(missing.begin(), missing.end()), missing.end());

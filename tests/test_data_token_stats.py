@@ -14,6 +14,7 @@ from megatron_gamma.data import demo_dir
 from megatron_gamma.data.encode import ChunkEncoder, EncodeOptions
 from megatron_gamma.data.filters import INVISIBLE, Filters
 from megatron_gamma.data.langid import script_units_batch
+from megatron_gamma.data.normalize import CONTROL_CHARACTERS
 from megatron_gamma.data.readers import Chunk
 from megatron_gamma.data.token_backend import GigatokenBackend, HFBackend
 from megatron_gamma.data.token_stats import TokenTextStats
@@ -66,12 +67,14 @@ def stats(backend, request):
 def reference(texts: list[str]) -> dict[str, list[int]]:
     han, words = script_units_batch(texts)
     visible = [sum(c not in INVISIBLE for c in t) for t in texts]
-    return {"han": han.tolist(), "words": words.tolist(), "visible": visible}
+    controls = [any(ord(c) in CONTROL_CHARACTERS for c in t) for t in texts]
+    return {"han": han.tolist(), "words": words.tolist(), "visible": visible, "controls": controls}
 
 
 def counted(stats: TokenTextStats, backend, texts: list[str]) -> dict[str, list[int]]:
     got = stats.documents(*backend.encode_batch(texts))
-    return {k: got[k].tolist() for k in ("han", "words", "visible")}
+    counts = {k: got[k].tolist() for k in ("han", "words", "visible")}
+    return counts | {"controls": (got["controls"] > 0).tolist()}
 
 
 def adversarial_edges(n: int, seed: int) -> list[str]:
@@ -99,7 +102,9 @@ def test_counts_equal_the_text_on_adversarial_text(stats, backend, seed):
     from tests.test_token_backend import adversarial
 
     texts = adversarial_edges(400, seed) + adversarial(30, seed=seed)
-    assert counted(stats, backend, texts) == reference(texts)
+    expected = reference(texts)
+    assert 0 < sum(expected["controls"]) < len(texts)
+    assert counted(stats, backend, texts) == expected
 
 
 def test_ids_that_are_not_utf8_are_refused(stats, backend):
@@ -131,6 +136,18 @@ def _line(record: dict) -> bytes:
     return (json.dumps(record) + "\n").encode("utf-8")
 
 
+def assert_same(by_tokens, by_text) -> None:
+    """Two EncodedChunks hold the same counts, messages and arrays."""
+    assert by_tokens.counts == by_text.counts
+    assert by_tokens.messages == by_text.messages
+    assert sorted(by_tokens.outputs) == sorted(by_text.outputs)
+    for name, out in by_text.outputs.items():
+        other = by_tokens.outputs[name]
+        for field in ("tokens", "sequence_lengths", "document_sequences"):
+            a, b = getattr(out, field), getattr(other, field)
+            assert a.dtype == b.dtype and np.array_equal(a, b), (name, field)
+
+
 @pytest.mark.parametrize(
     "options",
     [
@@ -157,16 +174,29 @@ def test_encoder_by_tokens_equals_by_text(stats, backend, options):
     by_text = ChunkEncoder(backend, options, np.uint16, 0)(chunk)
     encoder = ChunkEncoder(backend, options, np.uint16, 0, stats)
     assert encoder.token_stats is stats
-    by_tokens = encoder(chunk)
-    assert by_tokens.counts == by_text.counts
-    assert by_tokens.messages == by_text.messages
-    assert sorted(by_tokens.outputs) == sorted(by_text.outputs)
-    for name, out in by_text.outputs.items():
-        other = by_tokens.outputs[name]
-        for field in ("tokens", "sequence_lengths", "document_sequences"):
-            a, b = getattr(out, field), getattr(other, field)
-            assert a.dtype == b.dtype and np.array_equal(a, b), (name, field)
+    assert_same(encoder(chunk), by_text)
+    assert encoder.scan_escapes  # the texts hold control characters: decoded again, scanned
     languages = by_text.counts["languages"]  # the cases the two ways must agree on occurred
     assert languages["en"]["dropped"]["empty"] > 0
     assert sum(lang["control_characters"] for lang in languages.values()) > 0
     assert sum(by_text.counts["errors"].values()) >= 4
+
+
+def test_encoder_by_tokens_scans_escapes_once_a_chunk_holds_control_characters(stats, backend):
+    """By tokens, a chunk is decoded without scanning its lines for control-character escapes
+    while none of its texts holds one; the first chunk whose texts do is decoded again with the
+    scan, and so is every chunk after it. Each chunk gives what the text path gives."""
+    options = EncodeOptions(on_error="skip")
+    texts = adversarial_edges(200, seed=5)
+    clean = [t for t in texts if not any(ord(c) in CONTROL_CHARACTERS for c in t)]
+    assert len(clean) < len(texts)
+    chunks = []
+    for i, batch in enumerate((clean, texts, clean)):
+        items = [_line({"text": t}) for t in batch] + [b"{not json\n"]
+        chunks.append(Chunk(f"part{i}.jsonl", 1, items, sum(map(len, items)), 0))
+    encoder = ChunkEncoder(backend, options, np.uint16, 0, stats)
+    scanned = []
+    for chunk in chunks:
+        assert_same(encoder(chunk), ChunkEncoder(backend, options, np.uint16, 0)(chunk))
+        scanned.append(encoder.scan_escapes)
+    assert scanned == [False, True, True]

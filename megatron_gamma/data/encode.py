@@ -30,6 +30,7 @@ from megatron_gamma.data.readers import (
     record_text,
 )
 from megatron_gamma.data.sentences import split_sentences
+from megatron_gamma.data.stats import add_counts
 from megatron_gamma.data.token_backend import GigatokenBackend, HFBackend
 from megatron_gamma.data.token_stats import MAX_CHARS, TokenTextStats
 
@@ -183,7 +184,7 @@ def _pack(
 
 
 def decoded_texts(
-    chunk: Chunk, opt: EncodeOptions, counts: dict, messages: list[str]
+    chunk: Chunk, opt: EncodeOptions, counts: dict, messages: list[str], escapes: bool = True
 ) -> list[tuple[str, str, int, bool, str | None]]:
     """(key, text, control characters removed, truncated, language label or None) of each
     ``--json-keys`` text of ``chunk``'s good records, in order: checked, cleaned of control
@@ -194,12 +195,15 @@ def decoded_texts(
         opt: text handling and filters.
         counts: receives the error counts.
         messages: receives up to ``MAX_MESSAGES`` skipped-record messages.
+        escapes: as :func:`~megatron_gamma.data.readers.iter_records` takes it; with False, the
+            control characters of a line parsed by orjson are neither counted nor removed (the
+            caller finds them in the tokens and decodes the chunk again).
 
     Raises:
         InputError: a bad record, with ``opt.on_error`` 'stop'.
     """
     errors = counts.setdefault("errors", {})
-    records = iter_records(chunk, opt.on_error, errors, messages)
+    records = iter_records(chunk, opt.on_error, errors, messages, escapes)
     kept = []  # (key, normalized text, control characters, truncated, label), in order
     for rec in records:
         try:
@@ -263,7 +267,12 @@ class ChunkEncoder:
     options need no text but what the tokens carry (:meth:`EncodeOptions.stats_from_tokens`):
     tokenize every decoded text, then read the language tags and the ``empty`` filter off the
     ids (:class:`~megatron_gamma.data.token_stats.TokenTextStats`), which costs a few passes
-    over the ids instead of several over the code points.
+    over the ids instead of several over the code points. By tokens, the lines are not scanned
+    for the escapes of control characters either (a regex over every byte, ~5 % of a run): the
+    ids show whether a text holds one, and a chunk whose texts do is decoded again with the
+    scan, which removes and counts them, and tokenized again. After such a chunk the encoder
+    scans every chunk first (``scan_escapes``), so input full of control characters costs no
+    second tokenization per chunk; the result is the same either way.
 
     Args:
         backend: the tokenizer backend
@@ -288,6 +297,7 @@ class ChunkEncoder:
         self.dtype = dtype
         self.eod = eod
         self.token_stats = token_stats if options.stats_from_tokens else None
+        self.scan_escapes = False
 
     def _by_text(self, chunk: Chunk, counts: dict, messages: list[str]):
         opt = self.options
@@ -297,11 +307,24 @@ class ChunkEncoder:
         doc_pieces = np.fromiter(map(len, pieces), np.int64, len(pieces))
         return docs, ids, offsets[:-1], np.diff(offsets), doc_pieces
 
+    def _tokenized(self, chunk: Chunk, counts: dict, messages: list[str], escapes: bool):
+        kept = decoded_texts(chunk, self.options, counts, messages, escapes)
+        ids, offsets = self.backend.encode_batch([text for _, text, _, _, _ in kept])
+        return kept, ids, offsets, self.token_stats.documents(ids, offsets)
+
     def _by_tokens(self, chunk: Chunk, counts: dict, messages: list[str]):
         opt = self.options
-        kept = decoded_texts(chunk, opt, counts, messages)
-        ids, offsets = self.backend.encode_batch([text for _, text, _, _, _ in kept])
-        units = self.token_stats.documents(ids, offsets)
+        if not self.scan_escapes:
+            first_counts: dict = {}
+            first_messages: list[str] = []
+            kept, ids, offsets, units = self._tokenized(chunk, first_counts, first_messages, False)
+            if units["controls"].any():
+                self.scan_escapes = True
+            else:
+                add_counts(counts, first_counts)
+                messages += first_messages
+        if self.scan_escapes:
+            kept, ids, offsets, units = self._tokenized(chunk, counts, messages, True)
         tags = tags_from_units(units["han"], units["words"])
         langs = [label or tag for (_, _, _, _, label), tag in zip(kept, tags, strict=True)]
         hygiene: dict[str, list[int]] = {}  # language -> [control characters, truncated]

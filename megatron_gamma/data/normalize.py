@@ -39,7 +39,9 @@ _TO_FULL = {",": "，", "!": "！", "?": "？", ";": "；", ":": "："}
 _AFTER_HAN = re.compile(r"(?<=[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff])[,!?;:]")
 
 
-_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f]")
+CONTROL_CHARACTERS = frozenset((*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20)))
+"""Code points of the C0 control characters removed before tokenization (all but tab, LF, CR)."""
+_CONTROLS = re.compile("[" + "".join(re.escape(chr(c)) for c in sorted(CONTROL_CHARACTERS)) + "]")
 
 
 def remove_control_characters(text: str) -> tuple[str, int]:

@@ -440,10 +440,10 @@ def check_readable(path: str) -> None:
 class Record:
     """One parsed input record: its line (or row) number and its ``{key: value}`` fields.
 
-    ``plain``: its strings can hold no C0 control character and no lone surrogate (parsed by
-    orjson, which refuses lone surrogates, from a line without a ``\\u00``, ``\\b`` or
-    ``\\f`` escape; JSON strings cannot hold raw control characters), so the per-text checks
-    for them can be skipped."""
+    ``plain``: its strings can hold no lone surrogate (parsed by orjson, which refuses them) and,
+    when the escapes were scanned (:func:`iter_records`), no C0 control character either (a line
+    without a ``\\u00``, ``\\b`` or ``\\f`` escape; JSON strings cannot hold raw control
+    characters), so the per-text checks for them can be skipped."""
 
     line: int
     fields: dict
@@ -451,7 +451,11 @@ class Record:
 
 
 def iter_records(
-    chunk: Chunk, on_error: str, errors: dict[str, int], messages: list[str]
+    chunk: Chunk,
+    on_error: str,
+    errors: dict[str, int],
+    messages: list[str],
+    escapes: bool = True,
 ) -> Iterator[Record]:
     """Decode a chunk's items into records one at a time (blank jsonl lines are skipped), so that
     a caller checking each record adds its own messages in line order with these.
@@ -462,6 +466,9 @@ def iter_records(
             and goes on.
         errors: skip counters, updated in place.
         messages: the first few skipped problems' messages, appended in place.
+        escapes: scan each line for the escapes of control characters, so that ``plain`` also
+            rules them out; False leaves that to a caller that finds them in the text itself
+            (:class:`~megatron_gamma.data.encode.ChunkEncoder`, by tokens).
 
     Raises:
         InputError: 'line_too_long', 'json_too_deep', 'malformed_json' or 'invalid_utf8',
@@ -473,7 +480,7 @@ def iter_records(
             yield Record(line, item)
             continue
         try:
-            fields, plain = _parse_line(chunk.path, line, item)
+            fields, plain = _parse_line(chunk.path, line, item, escapes)
         except InputError as e:
             if on_error != "skip":
                 raise
@@ -507,8 +514,11 @@ def _nested_too_deep(item: bytes) -> bool:
     return int(np.cumsum(step).max()) > MAX_JSON_DEPTH
 
 
-def _parse_line(path: str, line: int, item: bytes | LongLine) -> tuple[dict | None, bool]:
-    """One jsonl line's object (None for a blank line) and whether it is plain (:class:`Record`).
+def _parse_line(
+    path: str, line: int, item: bytes | LongLine, escapes: bool
+) -> tuple[dict | None, bool]:
+    """One jsonl line's object (None for a blank line) and whether it is plain (:class:`Record`;
+    ``escapes`` as :func:`iter_records` takes it).
 
     Raises:
         InputError: 'line_too_long', 'json_too_deep', 'invalid_utf8' or 'malformed_json'.
@@ -531,7 +541,7 @@ def _parse_line(path: str, line: int, item: bytes | LongLine) -> tuple[dict | No
         # deeper than MAX_JSON_DEPTH, so only such a record's brackets are counted.
         if _holds_containers(fields) and _nested_too_deep(item):
             raise _too_deep(path, line)
-        plain = _CONTROL_ESCAPE.search(item) is None
+        plain = not escapes or _CONTROL_ESCAPE.search(item) is None
     if not isinstance(fields, dict):
         raise InputError(
             "malformed_json",

@@ -3,9 +3,10 @@
 With a byte-level BPE and no normalizer, the bytes of a document's tokens, concatenated, are the
 UTF-8 bytes of its text. So what preprocessing's language tags and ``empty`` filter count on
 the text (the script units of :mod:`megatron_gamma.data.langid`, the characters outside
-:data:`~megatron_gamma.data.filters.INVISIBLE`) follows from per-token tables built once from
-the vocabulary, summed per document with ``np.add.reduceat``, plus two corrections at token
-boundaries:
+:data:`~megatron_gamma.data.filters.INVISIBLE`), and whether it holds a control character that
+preprocessing removes (:data:`~megatron_gamma.data.normalize.CONTROL_CHARACTERS`), follow from
+per-token tables built once from the vocabulary, summed per document with ``np.add.reduceat``,
+plus two corrections at token boundaries:
 
 - a character whose UTF-8 bytes are split over two or more tokens (byte-level BPE splits rare
   Han characters) is decoded from the partial code point its first token ends with and the
@@ -27,12 +28,13 @@ import numpy as np
 
 from megatron_gamma.data.filters import INVISIBLE
 from megatron_gamma.data.langid import han_mask, latin_mask
+from megatron_gamma.data.normalize import CONTROL_CHARACTERS
 from megatron_gamma.data.token_backend import PROBE_TEXTS
 
 _FIELD = 21
 MAX_CHARS = 1 << _FIELD
 """Documents must be shorter than this (characters): each count is a 21-bit field of one int64."""
-_FIRST_LATIN, _LAST_LATIN, _CUT = 1, 2, 4
+_FIRST_LATIN, _LAST_LATIN, _CUT, _CONTROL = 1, 2, 4, 8
 
 
 _VISIBLE, _HAN, _LATIN = 1, 2, 4
@@ -160,9 +162,10 @@ class TokenTextStats:
         last_lead = np.full(len(pieces), -1)
         last_lead[token[lead_pos]] = lead_pos
         cut = (last_lead >= 0) & ~complete[np.maximum(last_lead, 0)]
-        self.flags = (first_latin * _FIRST_LATIN | last_latin * _LAST_LATIN | cut * _CUT).astype(
-            np.uint8
-        )
+        control = per_token(np.isin(head, list(CONTROL_CHARACTERS))) > 0
+        self.flags = (
+            first_latin * _FIRST_LATIN | last_latin * _LAST_LATIN | cut * _CUT | control * _CONTROL
+        ).astype(np.uint8)
         self.partial = np.zeros(len(pieces), np.int64)
         self.need = np.zeros(len(pieces), np.int64)
         for t in np.flatnonzero(cut):
@@ -215,7 +218,8 @@ class TokenTextStats:
         return cls(vocab)
 
     def documents(self, ids: np.ndarray, offsets: np.ndarray) -> dict[str, np.ndarray]:
-        """Script units and visibility of each document's text from its token ids.
+        """Script units, visibility and control characters of each document's text from its
+        token ids.
 
         Args:
             ids: (T,) token ids (any integer dtype), documents one after another.
@@ -224,7 +228,9 @@ class TokenTextStats:
 
         Returns:
             ``han`` (Han characters), ``words`` (Latin words), ``visible`` (characters outside
-            INVISIBLE): (D,) int64.
+            INVISIBLE), ``controls`` (tokens holding one of
+            :data:`~megatron_gamma.data.normalize.CONTROL_CHARACTERS`; 0 when the text has
+            none): (D,) int64.
 
         Raises:
             ValueError: the ids' bytes are not valid UTF-8 (a character cut and not continued),
@@ -257,7 +263,10 @@ class TokenTextStats:
         if status:
             raise ValueError(_UTF8_ERRORS.get(status) or self._outside_vocabulary())
         counts = counts.numpy()
-        return {"han": counts[:, 0], "words": counts[:, 1], "visible": counts[:, 2]}
+        return {
+            "han": counts[:, 0], "words": counts[:, 1], "visible": counts[:, 2],
+            "controls": counts[:, 3],
+        }  # fmt: skip
 
     def _outside_vocabulary(self) -> str:
         return (
@@ -309,14 +318,17 @@ class TokenTextStats:
         glued &= _FIRST_LATIN
         glued[offsets[:-1][offsets[:-1] < len(idx)]] = 0
         d = len(offsets) - 1
-        sums, words = np.zeros(d, np.int64), np.zeros(d, np.int64)
+        sums, words, controls = (np.zeros(d, np.int64) for _ in range(3))
         nonempty = np.flatnonzero(offsets[1:] > offsets[:-1])
         if nonempty.size:
-            sums[nonempty] = np.add.reduceat(code, offsets[:-1][nonempty])
-            words[nonempty] = np.add.reduceat(glued, offsets[:-1][nonempty], dtype=np.int64)
+            starts = offsets[:-1][nonempty]
+            sums[nonempty] = np.add.reduceat(code, starts)
+            words[nonempty] = np.add.reduceat(glued, starts, dtype=np.int64)
+            controls[nonempty] = np.add.reduceat((flags & _CONTROL) > 0, starts, dtype=np.int64)
         mask = (1 << _FIELD) - 1
         return {
             "han": (sums >> _FIELD) & mask,
             "words": (sums >> (2 * _FIELD)) - words,
             "visible": sums & mask,
+            "controls": controls,
         }
