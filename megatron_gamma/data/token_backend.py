@@ -20,11 +20,11 @@ a run's resume fingerprint.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from itertools import chain
 
 import numpy as np
+import orjson
 
 from megatron_gamma.config import ConfigError
 
@@ -117,11 +117,11 @@ class GigatokenBackend:
         cache_mib = CACHE_MIB if cache_mib is None else cache_mib
         if cache_mib < 0:
             raise ValueError(f"cache_mib={cache_mib}: must be >= 0. Fix: e.g. {CACHE_MIB}")
-        with open(tokenizer_path, encoding="utf-8") as f:
-            doc = json.load(f)
+        with open(tokenizer_path, "rb") as f:
+            doc = orjson.loads(f.read())
         doc["added_tokens"] = [t for t in doc.get("added_tokens") or [] if not t.get("special")]
         self._psutil = psutil
-        self._from_json, self._json = gigatoken.Tokenizer.from_json, json.dumps(doc)
+        self._from_json, self._json = gigatoken.Tokenizer.from_json, orjson.dumps(doc)
         self.cache_bytes, self.rebuilds = cache_mib * 2**20, 0
         self._build()
 

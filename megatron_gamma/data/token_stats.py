@@ -22,9 +22,8 @@ with the same results (the tests compare both).
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
+import orjson
 
 from megatron_gamma.data.filters import INVISIBLE
 from megatron_gamma.data.langid import han_mask, latin_mask
@@ -205,8 +204,8 @@ class TokenTextStats:
         """
         if getattr(backend, "name", None) != "gigatoken":
             return None
-        with open(tokenizer_path, encoding="utf-8") as f:
-            if not is_byte_level_bpe(json.load(f)):
+        with open(tokenizer_path, "rb") as f:
+            if not is_byte_level_bpe(orjson.loads(f.read())):
                 return None
         vocab = backend.tok.vocab
         ids, offsets = backend.encode_batch(PROBE_TEXTS)
