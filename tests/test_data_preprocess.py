@@ -32,7 +32,7 @@ from megatron_gamma.data.encode import EncodeOptions
 from megatron_gamma.data.filters import Filters
 from megatron_gamma.data.merge import merge_datasets, merge_shards
 from megatron_gamma.data.normalize import normalize
-from megatron_gamma.data.preprocess import format_summary, preprocess
+from megatron_gamma.data.preprocess import UNCHECKED, format_summary, preprocess
 from megatron_gamma.data.readers import InputError
 from megatron_gamma.data.sentences import split_sentences
 from megatron_gamma.data.tokenizer import BilingualTokenizer
@@ -393,13 +393,18 @@ def test_merge_names_a_prefix_without_shards_and_several_shard_counts(tmp_path, 
         merge_shards(out)
 
 
-def test_rerun_skips_completed_redoes_damaged_and_refuses_other_settings(tmp_path, parts, caplog):
+def test_rerun_skips_completed_redoes_damaged_and_refuses_other_settings(
+    tmp_path, parts, caplog, monkeypatch
+):
     out = str(tmp_path / "r")
     first = preprocess(parts, TOKENIZER, out, num_shards=2, progress=False)
     shard1 = f"{out}-shard00001-of-00002_text_document.bin"
     mtime = os.stat(first.prefix + ".bin").st_mtime_ns
-    again = preprocess(parts, TOKENIZER, out, num_shards=2, progress=False)
+    with monkeypatch.context() as m:  # nothing to tokenize: no tokenizer backend is chosen
+        m.setattr("megatron_gamma.data.preprocess.resolve_backend", "not callable")
+        again = preprocess(parts, TOKENIZER, out, num_shards=2, progress=False)
     assert again.skipped == 2 and os.stat(first.prefix + ".bin").st_mtime_ns == mtime
+    assert again.tokenizer_backend == UNCHECKED
     assert format_summary(first).startswith("wrote ") and " tokens/s; " in format_summary(first)
     summary = format_summary(again)
     assert summary.startswith(f"already complete, nothing redone: {out}_text_document.bin/.idx")

@@ -9,11 +9,13 @@ processes share N cores); the main process writes the results in input order (:m
 ``.bin`` chunk by chunk, the ``.idx`` at the end by megatron-core's
 ``IndexedDatasetBuilder.finalize``). At most ``4 x workers`` chunks are in flight, so memory does
 not grow with the input. The tokenizer backend (``gigatoken`` or HF ``tokenizers``) is chosen once
-per call, before any shard, by :func:`~megatron_gamma.data.token_backend.resolve_backend` on the
-first texts of up to :data:`SAMPLE_FILES` input files, so every shard and worker uses the same one,
-loaded once (the check's). Each document is handled on its own, so the bytes written do not depend
-on the worker count, and the file list is split into contiguous shards (:mod:`.sharding`), so
-merging shard outputs in order gives the bytes of one run.
+per call, when the first shard that is not complete starts, by
+:func:`~megatron_gamma.data.token_backend.resolve_backend` on the first texts of up to
+:data:`SAMPLE_FILES` input files, so every shard and worker uses the same one, loaded once (the
+check's); a call that finds every shard complete loads no tokenizer backend. Each document is
+handled on its own, so the bytes written do not depend on the worker count, and the file list is
+split into contiguous shards (:mod:`.sharding`), so merging shard outputs in order gives the bytes
+of one run.
 
 Layout (Megatron-LM's names): each output is ``{output_prefix}_{key}_{level}`` (``level`` is
 ``document``, or ``sentence`` with sentence splitting), or ``{output_prefix}_{lang}_{key}_{level}``
@@ -89,7 +91,8 @@ class PreprocessStats:
         skipped: shards found complete and not redone.
         units: shards this call covered (1 without sharding).
         stats_path: the ``.stats.json`` written.
-        tokenizer_backend: 'gigatoken' or 'hf', with the reason it was chosen.
+        tokenizer_backend: 'gigatoken' or 'hf', with the reason it was chosen (:data:`UNCHECKED`
+            when every shard was complete).
     """
 
     prefix: str
@@ -139,6 +142,22 @@ def _fingerprint(
         "shard": list(shard),
     }
     return json.loads(json.dumps(fp))  # tuples -> lists, as read back from the marker
+
+
+UNCHECKED = "not chosen: every output was complete, nothing was tokenized"
+"""``PreprocessStats.tokenizer_backend`` of a call that tokenized nothing."""
+
+
+class _Backend:
+    """The run's tokenizer backend, chosen (:func:`_choose_backend`) on first use."""
+
+    def __init__(self, *choice):
+        self._choice, self.reason, self._backend = choice, UNCHECKED, None
+
+    def get(self) -> HFBackend | GigatokenBackend:
+        if self._backend is None:
+            self._backend, self.reason = _choose_backend(*self._choice)
+        return self._backend
 
 
 def _choose_backend(
@@ -215,7 +234,7 @@ def _run_unit(
     workers: int,
     chunk_size: int,
     progress: bool,
-    backend: HFBackend | GigatokenBackend,
+    backend: _Backend,
 ) -> tuple[dict, bool]:
     """Preprocess ``files`` into the outputs under ``base``; return (stats doc, was skipped)."""
     unit = UnitOutput(base, _fingerprint(files, options, tok, shard))
@@ -223,6 +242,7 @@ def _run_unit(
         if unit.completed() is not None:
             log.info("%s: complete (done-marker verified), skipped", base)
             return read_json(unit.stats), True
+        chosen = backend.get()  # before begin(): a refused backend leaves the unit as it was
         unit.begin()
         dtype = token_dtype(tok.vocab_size)
         counts: dict = {}
@@ -243,8 +263,8 @@ def _run_unit(
         gc.freeze()
         try:
             chunks = _read_chunks(files, options, chunk_size, counts, messages)
-            stats = TokenTextStats.for_backend(backend, tok.path)
-            encoder = ChunkEncoder(backend, options, dtype, tok.eod, stats)
+            stats = TokenTextStats.for_backend(chosen, tok.path)
+            encoder = ChunkEncoder(chosen, options, dtype, tok.eod, stats)
             start, raw, docs, tokens = time.time(), 0, 0, 0
             with SharedMap(workers, encoder) as pool:
                 for r in pool.map(chunks, 4 * workers):
@@ -373,7 +393,7 @@ def preprocess(
     )
     with output_dirs(out_dir):
         tok = load_tokenizer(tokenizer, out_dir)
-        backend, reason = _choose_backend(files, tok, options, tokenizer_backend)
+        backend = _Backend(files, tok, options, tokenizer_backend)
         run = {"tok": tok, "options": options, "workers": workers, "chunk_size": chunk_size}
         run["backend"] = backend
         if num_shards == 1 or shard_index is not None:
@@ -381,14 +401,14 @@ def preprocess(
             base = shard_prefix(output_prefix, i, num_shards)
             part = shard_files(files, i, num_shards)
             doc, skipped = _run_unit(part, base, shard=(i, num_shards), progress=progress, **run)
-            return _result(base, doc, time.time() - start, int(skipped), reason)
+            return _result(base, doc, time.time() - start, int(skipped), backend.reason)
         skipped = 0
         for i in range(num_shards):
             base = shard_prefix(output_prefix, i, num_shards)
             part = shard_files(files, i, num_shards)
             skipped += _run_unit(part, base, shard=(i, num_shards), progress=progress, **run)[1]
         doc = merge_shards(output_prefix, num_shards, progress=progress)
-        return _result(output_prefix, doc, time.time() - start, skipped, reason, num_shards)
+        return _result(output_prefix, doc, time.time() - start, skipped, backend.reason, num_shards)
 
 
 def format_summary(result: PreprocessStats) -> str:
