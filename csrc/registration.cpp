@@ -39,10 +39,11 @@ TORCH_LIBRARY(megatron_gamma, m) {
   m.def("moments(Tensor x) -> Tensor");
   // counts, status, unclassified = token_document_stats(ids, offsets, table, classes,
   // extra_values, extra_classes): (D, 4) int64 [Han characters, Latin words, visible
-  // characters, tokens holding a control character] of each document ids[offsets[d]:offsets[d + 1]] of the int32 ids, from the
-  // (8, V) int64 vocabulary table and the classes of code points (uint8 below len(classes), then
-  // extra_values -> extra_classes) of megatron_gamma/data/token_stats.py; status 0, 4 with the
-  // code points it could not classify, or why the ids are not UTF-8 (CPU only, one thread).
+  // characters, tokens holding a control character] of each document
+  // ids[offsets[d]:offsets[d + 1]] of the int32 ids, from the (8, V) int64 vocabulary table and
+  // the classes of code points (uint8 below len(classes), then extra_values -> extra_classes) of
+  // megatron_gamma/data/token_stats.py; status 0, 4 with the code points it could not classify,
+  // or why the ids are not UTF-8 (CPU only, one thread).
   m.def(
       "token_document_stats(Tensor ids, Tensor offsets, Tensor table, Tensor classes,"
       " Tensor extra_values, Tensor extra_classes) -> (Tensor, int, Tensor)");

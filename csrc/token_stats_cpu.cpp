@@ -8,9 +8,9 @@
 // next tokens start with, adds it as the caller's code-point classes say (Han, Latin, visible),
 // and fixes the first/last-Latin flags of the tokens the character spans; a Latin word running
 // on from the previous token of the same document is subtracted once; the tokens holding a control
-// character (flag kControl) are counted. The caller's table covers
-// the low code points; a cut character above it that the caller has not classified yet is
-// returned, and the caller runs the pass again with its class (token_stats.py).
+// character (flag kControl) are counted. The caller's table covers the low code points; a cut
+// character above it that the caller has not classified yet is returned, and the caller runs the
+// pass again with its class (token_stats.py).
 // Single-threaded on purpose: preprocessing runs one per worker process, and forked workers
 // must not start an OpenMP pool.
 #include <ATen/core/Tensor.h>

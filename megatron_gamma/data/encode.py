@@ -268,7 +268,7 @@ class ChunkEncoder:
     tokenize every decoded text, then read the language tags and the ``empty`` filter off the
     ids (:class:`~megatron_gamma.data.token_stats.TokenTextStats`), which costs a few passes
     over the ids instead of several over the code points. By tokens, the lines are not scanned
-    for the escapes of control characters either (a regex over every byte, ~5 % of a run): the
+    for the escapes of control characters either (a regex over every byte, about 4 % of a run): the
     ids show whether a text holds one, and a chunk whose texts do is decoded again with the
     scan, which removes and counts them, and tokenized again. After such a chunk the encoder
     scans every chunk first (``scan_escapes``), so input full of control characters costs no
