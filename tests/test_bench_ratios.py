@@ -1,6 +1,7 @@
 """The preprocessing benchmark's ratio statistics (``tools/bench_preprocess.py``): the geometric
 mean of per-round ratios with its Student-t interval, checked against scipy's own interval of
-the logarithms, and the met / not met / inconclusive calls against a target."""
+the logarithms, the met / not met / inconclusive calls against a target, and the user / system
+split of the CPU clocks."""
 
 import math
 
@@ -63,3 +64,29 @@ def test_one_round_gives_no_interval_and_no_verdict(bench):
 def test_rounds_ratio_refuses_empty_or_non_positive_ratios(bench, ratios):
     with pytest.raises(ValueError, match="need at least one, all > 0"):
         bench.rounds_ratio(ratios)
+
+
+def test_usage_splits_the_cpu_clock_into_getrusages_user_and_system_time(bench):
+    before = bench._usage()
+    total = sum(i * i for i in range(2_000_000))  # user time
+    assert total > 0
+    after = bench._usage()
+    assert after["cpu"] == pytest.approx(after["user"] + after["system"], abs=1e-9)
+    assert after["user"] - before["user"] > 0.01
+    assert after["system"] >= before["system"]
+
+
+def test_cpu_split_gives_each_clocks_own_median_and_the_system_share_of_the_total(bench):
+    runs = [
+        {"user": 1.0, "system": 0.5, "cpu": 1.5},
+        {"user": 3.0, "system": 0.1, "cpu": 3.1},
+        {"user": 2.0, "system": 0.3, "cpu": 2.3},
+        {"user": 0.5, "system": 0.9, "cpu": 1.4},
+    ]
+    user, system, total = (
+        float(np.median([r[k] for r in runs])) for k in ("user", "system", "cpu")
+    )
+    assert (user, system, total) == (1.5, 0.4, 1.9)  # medians of even counts: the middle pair
+    assert bench.cpu_split(runs) == (
+        f"user {user:.3f}, system {system:.3f}, total {total:.3f} CPU-s (system 21 %)"
+    )
