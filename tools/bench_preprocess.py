@@ -84,6 +84,7 @@ TRILLION = 1e12
 SIDE_BY_SIDE = "side-by-side"
 WRITERS = ("ours-gigatoken", "ours-hf", "mlm-fast", "mlm-real", "per-doc-hf", SIDE_BY_SIDE)
 SMALL_CORPUS_TOKENS = 1_000_000
+CPU_CLOCKS = ("cpu", "user", "system")  # each run's, in CPU-seconds (_usage): cpu = user + system
 REFERENCES = ("mlm-fast", "mlm-real")
 REFERENCE = {"dir": None, "pythonpath": [], "commit": None}
 """The Megatron-LM checkout of ``--megatron-lm`` (set by :func:`main`)."""
@@ -141,10 +142,10 @@ def cpu_split(runs: list[dict]) -> str:
     """'user U, system S, total T CPU-s (system P %)': the median of each over ``runs`` (dicts
     with ``user``, ``system`` and ``cpu`` in CPU-seconds), so U + S need not be T; the share is
     S of T."""
-    user, system, total = (statistics.median(x[k] for x in runs) for k in ("user", "system", "cpu"))
+    cpu, user, system = (statistics.median(x[k] for x in runs) for k in CPU_CLOCKS)
     return (
-        f"user {user:.3f}, system {system:.3f}, total {total:.3f} CPU-s "
-        f"(system {100 * system / total:.0f} %)"
+        f"user {user:.3f}, system {system:.3f}, total {cpu:.3f} CPU-s "
+        f"(system {100 * system / cpu:.0f} %)"
     )
 
 
@@ -456,7 +457,7 @@ def _run_side_by_side(files: list[str], tokenizer: str, prefix: str, copies: int
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
         "tokens": sum(r["tokens"] for r in results),
-        **{clock: sum(r[clock] for r in results) for clock in ("cpu", "user", "system")},
+        **{clock: sum(r[clock] for r in results) for clock in CPU_CLOCKS},
         "wall": max(r["wall"] for r in results),
         "process_cpu": sum(
             getattr(after, f) - getattr(before, f) for f in ("ru_utime", "ru_stime")
@@ -800,7 +801,7 @@ def main(argv: list[str] | None = None) -> None:
             prepared.pop("main")()
             result = prepared | {"tokens": _tokens_written(prepared["prefix"], args.tokenizer)}
         after = _usage()
-        for clock in ("cpu", "user", "system"):
+        for clock in CPU_CLOCKS:
             after[clock] -= before[clock]
         after["imported_in_clock"] = sorted(set(sys.modules) - modules)
         if args.child != "gigatoken-raw":
