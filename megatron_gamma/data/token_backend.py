@@ -20,6 +20,7 @@ a run's resume fingerprint.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from itertools import chain
 
@@ -120,13 +121,16 @@ class GigatokenBackend:
         with open(tokenizer_path, "rb") as f:
             doc = orjson.loads(f.read())
         doc["added_tokens"] = [t for t in doc.get("added_tokens") or [] if not t.get("special")]
-        self._psutil = psutil
+        self._psutil, self._process = psutil, None
         self._from_json, self._json = gigatoken.Tokenizer.from_json, orjson.dumps(doc)
         self.cache_bytes, self.rebuilds = cache_mib * 2**20, 0
         self._build()
 
     def _rss(self) -> int:
-        return self._psutil.Process().memory_info().rss  # this process's: a forked worker's own
+        pid = os.getpid()
+        if self._process is None or self._process.pid != pid:  # a forked worker measures its own
+            self._process = self._psutil.Process(pid)
+        return self._process.memory_info().rss
 
     def _build(self) -> None:
         self.tok = None  # the old cache is freed before the new tokenizer is made
