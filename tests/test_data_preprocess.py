@@ -368,6 +368,17 @@ def test_an_output_prefix_in_a_directory_without_write_permission_is_refused(tmp
     assert listing(tmp_path) == []
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
+def test_an_output_prefix_under_proc_is_refused_even_where_os_access_says_writable():
+    """/proc takes no new entries, even from root, for whom ``os.access`` says it is writable:
+    the error names /proc and the fix, where it once was a bare '[Errno 2]' from the mkdir."""
+    with pytest.raises(ConfigError, match=r"nothing can be created in '/proc' \(.+\)\. Fix: an"):
+        preprocess(["/nonexistent.jsonl"], TOKENIZER, "/proc/megatron-gamma-test/x")
+    with pytest.raises(ConfigError, match=r"nothing can be created in '/proc'"):
+        merge_shards("/proc/megatron-gamma-test/x", 2, progress=False)
+    assert not os.path.exists("/proc/megatron-gamma-test")
+
+
 def test_a_failed_shard_keeps_the_finished_ones_and_their_directory(tmp_path):
     """Shard 0 of 2 is written, shard 1 stops at a bad line: shard 0's outputs stay, and so does
     the directory made for them (the hf backend: no start-up check reads the bad line first)."""

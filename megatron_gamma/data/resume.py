@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 
 from megatron_gamma.atomic import missing_dirs, move
@@ -41,8 +42,10 @@ def check_output_prefix(prefix: str) -> None:
     """Refuse, before any work, an ``--output-prefix`` whose files could not be written: one that
     names a directory (it ends in ``/``, or is ``.`` or ``..``; a prefix names files, ``DIR/NAME``),
     or whose directory could not be made or written into (an ancestor that is a file; the nearest
-    existing directory not writable by this user, or on a read-only file system). Nothing is
-    created here (shards of one run start at once and share the directory).
+    existing directory not writable by this user, on a read-only file system, or refusing new
+    entries, as ``/proc`` does even for root: an empty directory of a unique name is made there
+    and removed at once). Nothing else is created here (shards of one run start at once and share
+    the directory).
 
     Raises:
         ConfigError: naming the prefix, the reason and the fix.
@@ -67,6 +70,13 @@ def check_output_prefix(prefix: str) -> None:
             f"--output-prefix {prefix!r}: {existing!r} is not writable (read-only file system or "
             "no permission). Fix: an --output-prefix in a directory you can write"
         )
+    try:  # what os.access cannot tell: root under /proc or /sys, a mount refusing new entries
+        os.rmdir(tempfile.mkdtemp(prefix=".megatron-gamma-probe-", dir=existing))
+    except OSError as e:
+        raise ConfigError(
+            f"--output-prefix {prefix!r}: nothing can be created in {existing!r} ({e.strerror}). "
+            "Fix: an --output-prefix in a directory you can write"
+        ) from None
 
 
 def verify_marker(base: str, marker: dict) -> bool:
