@@ -46,7 +46,10 @@ geometric mean of the per-round ratios against ``mlm-real`` (``mlm-fast`` withou
 ``--megatron-lm``); on the lines below the table it comes with its 95 % Student-t
 interval, rounds being the unit of replication (df = rounds - 1), and each target is called met
 only when the whole interval clears it, not met when the whole interval misses it, and
-inconclusive otherwise (:func:`rounds_ratio`, :func:`against`). Peak memory is ``ru_maxrss`` of
+inconclusive otherwise (:func:`rounds_ratio`, :func:`against`). Such a call speaks for this
+machine at this hour: both paths' rates have moved between runs on one host by more than one
+run's interval, so a claim for a machine takes several runs, each run's ratio one observation
+(docs/preprocess-benchmark.md, "Runs 29-32"). Peak memory is ``ru_maxrss`` of
 the main process and the largest ``VmHWM`` of its forked workers (its direct children whose
 command line is its own, read from ``/proc`` every 0.1 s while it runs; "—" when it forks none),
 not ``RUSAGE_CHILDREN``, which also holds the parent's RSS inherited by the ``git`` that GitPython
@@ -536,7 +539,9 @@ def bench_corpus(
     if REFERENCE["dir"]:
         print(f"  mlm-real: {REFERENCE['dir']}/tools/preprocess_data_fast.py itself, Megatron-LM "
               f"{REFERENCE['commit']}, main() timed")  # fmt: skip
-    print(f"  x {base}: the geometric mean of the per-round ratios to {base}")
+    print(f"  x {base}: the geometric mean of the per-round ratios to {base}; its interval and "
+          "targets below are this run's (this machine, this hour): for a machine, repeat the run "
+          "and take each run's ratio as one observation")  # fmt: skip
     print("  tok/CPU-s and tok/s wall: imports excluded; whole proc: the whole process, imports "
           "included")  # fmt: skip
     if SIDE_BY_SIDE in paths:
