@@ -73,6 +73,7 @@ import importlib.util
 import json
 import math
 import os
+import platform
 import resource
 import statistics
 import subprocess
@@ -94,13 +95,17 @@ REFERENCE = {"dir": None, "pythonpath": [], "commit": None}
 PATHS = ("mlm-fast", "gigatoken-raw", "per-doc-hf", "ours-gigatoken", "ours-hf", SIDE_BY_SIDE)
 
 
-def rounds_ratio(ratios: Sequence[float]):
-    """Geometric mean of per-round ratios (one per round, A/B measured in the same round), with
-    the 95 % Student-t interval of their logarithms mapped back (rounds are the unit of
-    replication: df = rounds - 1; no interval from one round).
+def rounds_ratio(ratios: Sequence[float], unit: str = "rounds"):
+    """Geometric mean of ratios, each one observation (per round: A/B measured in the same round;
+    per run: one run's geometric mean, :func:`summarize_runs`), with the 95 % Student-t interval
+    of their logarithms mapped back (df = observations - 1; no interval from one).
+
+    Args:
+        ratios: the positive ratios.
+        unit: what one ratio is ('rounds', 'runs', 'hosts'), for the printed text.
 
     Returns:
-        :class:`megatron_gamma.study.fits.Interval` of ratios (unit 'rounds').
+        :class:`megatron_gamma.study.fits.Interval` of ratios.
 
     Raises:
         ValueError: no ratios, or one that is not positive.
@@ -109,17 +114,17 @@ def rounds_ratio(ratios: Sequence[float]):
 
     if not ratios or min(ratios) <= 0:
         raise ValueError(f"ratios {list(ratios)}: need at least one, all > 0")
-    logs = t_interval([math.log(r) for r in ratios], unit="rounds")
+    logs = t_interval([math.log(r) for r in ratios], unit=unit)
     return Interval(
-        math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high), logs.n, logs.df, "rounds"
+        math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high), logs.n, logs.df, unit
     )
 
 
 def ratio_text(iv) -> str:
     """``1.08x [0.99, 1.18] (df 3, 4 rounds)``, or ``1.08x (1 round: no interval)``."""
     if not iv.has_interval:
-        return f"{iv.mean:.2f}x ({iv.n} round: no interval)"
-    return f"{iv.mean:.2f}x [{iv.low:.2f}, {iv.high:.2f}] (df {iv.df:.0f}, {iv.n} rounds)"
+        return f"{iv.mean:.2f}x ({iv.n} {iv.unit.removesuffix('s')}: no interval)"
+    return f"{iv.mean:.2f}x [{iv.low:.2f}, {iv.high:.2f}] (df {iv.df:.0f}, {iv.n} {iv.unit})"
 
 
 def against(iv, low: float, high: float = math.inf) -> str:
@@ -150,6 +155,169 @@ def cpu_split(runs: list[dict]) -> str:
         f"user {user:.3f}, system {system:.3f}, total {cpu:.3f} CPU-s "
         f"(system {100 * system / cpu:.0f} %)"
     )
+
+
+RUNS_LOG_FIELDS = {
+    "time": str,
+    "source": str,
+    "host": str,
+    "corpus": str,
+    "tokens": int,
+    "path": str,
+    "workers": int,
+    "against": str,
+    "rounds": int,
+    "ratio": (int, float),
+}
+"""The fields every line of a ``--runs-log`` must hold, and their JSON types."""
+RECREATION_BAND = (0.9, 1.1)
+"""The re-creation's CPU per token over the real script's must lie here (issue 29)."""
+
+
+def host_key() -> str:
+    """``'hostname / CPU model / N CPUs / boot 1a2b3c4d'``: the machine a run ran on and its boot
+    (Linux's boot id; 'unknown' where there is none). A reboot counts as another host: nothing
+    says that a machine's rates survive one."""
+    cpu = platform.processor() or "unknown CPU"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    boot = "unknown"
+    with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as f:
+        boot = f.read().strip()[:8]
+    return f"{platform.node()} / {cpu} / {os.cpu_count()} CPUs / boot {boot}"
+
+
+def _code_version() -> tuple[str, str]:
+    """(HEAD's commit, the git tree ids of ``megatron_gamma/data`` and ``csrc`` at HEAD, which
+    commits changing only docs or tools share), '+ uncommitted changes' added where either folder
+    differs from HEAD; 'unknown (not a git checkout)' outside one."""
+    git = ["git", "-C", ROOT]
+    try:
+        ids = subprocess.run(
+            [*git, "rev-parse", "HEAD", "HEAD:megatron_gamma/data", "HEAD:csrc"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--", "megatron_gamma/data", "csrc"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return ("unknown (not a git checkout)",) * 2
+    code = f"data {ids[1][:10]}, csrc {ids[2][:10]}" + (" + uncommitted changes" * bool(dirty))
+    return ids[0], code
+
+
+def read_runs_log(path: str) -> list[dict]:
+    """The records of a ``--runs-log`` file (JSON lines, blank lines skipped), each checked.
+
+    Returns:
+        one dict per run and path, with at least :data:`RUNS_LOG_FIELDS`.
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: a line that is not a JSON object with those fields of those types, a ratio
+            that is not a positive finite number, or tokens, workers or rounds below 1; the
+            message names the line.
+    """
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path} line {number}"
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not JSON ({e}). Fix: one JSON object per line, as "
+                                 "--runs-log writes them") from None  # fmt: skip
+            if not isinstance(record, dict):
+                raise ValueError(f"{where}: a {type(record).__name__}, not a JSON object. Fix: "
+                                 "one object per line, as --runs-log writes them")  # fmt: skip
+            bad = [
+                k
+                for k, kind in RUNS_LOG_FIELDS.items()
+                if not isinstance(record.get(k), kind) or isinstance(record.get(k), bool)
+            ]
+            if not bad and not (math.isfinite(record["ratio"]) and record["ratio"] > 0):
+                bad = ["ratio"]
+            bad += [k for k in ("tokens", "workers", "rounds") if k not in bad and record[k] < 1]
+            if bad:
+                shown = {k: record.get(k) for k in bad}
+                raise ValueError(
+                    f"{where}: bad or missing {', '.join(bad)} ({shown}). Fix: each line a JSON "
+                    "object as --runs-log writes it: time, source, host, corpus, path and against "
+                    "strings; tokens, workers and rounds integers >= 1; ratio a number > 0"
+                )
+            records.append(record)
+    return records
+
+
+def _calls(iv, recreation: bool, tokens: int) -> str:
+    """The target calls of a pooled ratio (:func:`summarize_runs`); none on a corpus of fewer
+    than :data:`SMALL_CORPUS_TOKENS` tokens, as in a run."""
+    if tokens < SMALL_CORPUS_TOKENS:
+        return "not called: too few tokens (start-up dominates)"
+    if recreation:
+        return f"within 10 % (0.90-1.10x): {against(iv, *RECREATION_BAND)}"
+    return f">= 1.0x: {against(iv, 1.0)}, >= 1.3x: {against(iv, 1.3)}"
+
+
+def summarize_runs(records: Sequence[dict]) -> list[str]:
+    """Each run's ratio as one observation, per corpus, path, worker count and reference, per
+    host (Student-t over runs, df = runs - 1), then across hosts (each host's geometric mean
+    one observation, df = hosts - 1): the lines to print.
+
+    A run's rounds share the machine and the hour, and both paths' rates move between runs on
+    one host by more than one run's interval (docs/preprocess-benchmark.md, "Runs 29-32"), so a
+    claim for a host takes its runs as the unit, and a claim beyond the hosts measured takes the
+    hosts. ``ours`` paths are called against 1.0x and 1.3x tokens per CPU-second; ``mlm-fast``
+    (the re-creation) is shown as CPU per token over the reference and called against
+    :data:`RECREATION_BAND`.
+    """
+    groups: dict = {}
+    for r in records:
+        key = (r["corpus"], r["tokens"], r["path"], r["workers"], r["against"])
+        groups.setdefault(key, {}).setdefault(r["host"], []).append(r)
+    lines = []
+    for (corpus, tokens, path, workers, ref), hosts in groups.items():
+        recreation = path == "mlm-fast"
+        measure = "CPU per token" if recreation else "tokens per CPU-second"
+
+        lines.append(f"{corpus} ({tokens:,} tokens), {path}, workers={workers}, x {ref}, "
+                     f"{measure} (imports excluded):")  # fmt: skip
+        means = []
+        for host, rs in hosts.items():
+            ratios = [1 / r["ratio"] if recreation else r["ratio"] for r in rs]
+            iv = rounds_ratio(ratios, unit="runs")
+            means.append(iv.mean)
+            codes = {r.get("code") or "not recorded" for r in rs}
+            lines.append(f"  {host}: {ratio_text(iv)}; {_calls(iv, recreation, tokens)}")
+            lines.append(
+                f"    {sum(r['rounds'] for r in rs)} rounds, {min(r['time'] for r in rs)} to "
+                f"{max(r['time'] for r in rs)}; code: {'; '.join(sorted(codes))}"
+            )
+            users = [u for r in rs if isinstance(u := r.get("user_ratio"), (int, float)) and u > 0]
+            if not recreation and users:
+                user = ratio_text(rounds_ratio(users, unit="runs"))
+                lines.append(f"    user time alone (no target; the {len(users)} of {len(rs)} runs "
+                             f"that recorded it): {user}")  # fmt: skip
+        if len(means) > 1:
+            iv = rounds_ratio(means, unit="hosts")
+            lines.append(f"  across hosts (each host's mean one observation): {ratio_text(iv)}; "
+                         f"{_calls(iv, recreation, tokens)}")  # fmt: skip
+        else:
+            lines.append("  across hosts: one host measured; nothing is said beyond it")
+    return lines
+
+
+def append_runs(path: str, records: Sequence[dict]) -> None:
+    """Append ``records`` to the ``--runs-log`` file ``path``, one JSON line each, in one write
+    flushed to disk."""
+    text = "".join(json.dumps(r, sort_keys=True) + "\n" for r in records)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _tokens_written(prefix: str, tokenizer_path: str) -> int:
@@ -514,9 +682,13 @@ def bench_corpus(
     rounds: int,
     tmp: str,
     paths: tuple[str, ...] = PATHS,
+    log: list | None = None,
 ) -> dict:
     """Run ``paths`` (and ``mlm-fast``, and ``mlm-real`` with a checkout) ``rounds`` times, in
-    reverse order every other round; print medians and ratios."""
+    reverse order every other round; print medians and ratios. With ``log``, append to it one
+    record per path compared with the reference (``ours`` paths and the re-creation): this run's
+    geometric-mean ratio of tokens per CPU-second and what :func:`summarize_runs` needs."""
+    started, load = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), os.getloadavg()[0]
     size = sum(map(os.path.getsize, files))
     print(f"\n== {name}: {len(files)} files, {size / 1e6:.1f} MB on disk, {rounds} rounds")
     runs = [("mlm-fast", 1)] + [("mlm-real", 1)] * bool(REFERENCE["dir"])
@@ -540,8 +712,9 @@ def bench_corpus(
         print(f"  mlm-real: {REFERENCE['dir']}/tools/preprocess_data_fast.py itself, Megatron-LM "
               f"{REFERENCE['commit']}, main() timed")  # fmt: skip
     print(f"  x {base}: the geometric mean of the per-round ratios to {base}; its interval and "
-          "targets below are this run's (this machine, this hour): for a machine, repeat the run "
-          "and take each run's ratio as one observation")  # fmt: skip
+          "targets below are this run's (this machine, this hour): for a machine, repeat the "
+          "run with --runs-log and read --summarize, which takes each run as one "
+          "observation")  # fmt: skip
     print("  tok/CPU-s and tok/s wall: imports excluded; whole proc: the whole process, imports "
           "included")  # fmt: skip
     if SIDE_BY_SIDE in paths:
@@ -613,10 +786,30 @@ def bench_corpus(
                       f"{ratio_text(whole)}; user time alone (no target): "
                       f"{ratio_text(user)}")  # fmt: skip
     reference = results[("mlm-fast", 1)][-1]["prefix"]
-    for mode, w in runs[1:]:
-        if mode in WRITERS:
-            same = _same_bytes(results[(mode, w)][-1]["prefix"], reference)
-            print(f"  {mode} workers={w}: bytes identical to mlm-fast: {'yes' if same else 'NO'}")
+    same = {
+        (mode, w): _same_bytes(results[(mode, w)][-1]["prefix"], reference)
+        for mode, w in runs[1:]
+        if mode in WRITERS
+    }
+    for (mode, w), identical in same.items():
+        print(f"  {mode} workers={w}: bytes identical to mlm-fast: {'yes' if identical else 'NO'}")
+    if log is not None:
+        commit, code = _code_version()
+        for mode, w in runs:
+            if mode not in ("ours-gigatoken", "ours-hf", "mlm-fast") or mode == base:
+                continue
+            iv = rounds_ratio(_per_round(results[(mode, w)], ref, "cpu"))
+            user = rounds_ratio(_per_round(results[(mode, w)], ref, "user")).mean
+            log.append({
+                "time": started, "source": "tools/bench_preprocess.py", "host": host_key(),
+                "commit": commit, "code": code, "reference": REFERENCE["commit"],
+                "corpus": name, "tokens": tokens, "path": mode, "workers": w, "against": base,
+                "rounds": rounds, "ratio": iv.mean,
+                "low": iv.low if iv.has_interval else None,
+                "high": iv.high if iv.has_interval else None,
+                "user_ratio": user, "identical": same.get((mode, w), same.get((base, 1), True)),
+                "load": [load, os.getloadavg()[0]],
+            })  # fmt: skip
     speedups: dict = {}
     for mode in ("ours-gigatoken", "ours-hf", SIDE_BY_SIDE):
         base = ("ours-gigatoken" if mode == SIDE_BY_SIDE else mode, workers[0])
@@ -761,6 +954,18 @@ def main(argv: list[str] | None = None) -> None:
         help="extra PYTHONPATH entries for mlm-fast/mlm-real only (e.g. a pip --target folder "
         "with triton, which the checkout's megatron.core imports)",
     )
+    p.add_argument(
+        "--runs-log",
+        metavar="FILE",
+        help="append this run's ratios to FILE (JSON lines; created if missing), one record per "
+        "path compared with the reference, for --summarize",
+    )
+    p.add_argument(
+        "--summarize",
+        metavar="FILE",
+        help="run nothing: read a --runs-log FILE and print each host's ratio with each run as "
+        "one observation, and the hosts' with each host as one",
+    )
     p.add_argument("--child", choices=sorted(CHILDREN), help=argparse.SUPPRESS)
     p.add_argument("--prefix", help=argparse.SUPPRESS)
     p.add_argument("--files", nargs="*", help=argparse.SUPPRESS)
@@ -813,6 +1018,28 @@ def main(argv: list[str] | None = None) -> None:
             result["wall"] = time.time() - start
         print(json.dumps(result | after))
         return
+    if args.summarize:
+        try:
+            records = read_runs_log(args.summarize)
+        except (OSError, ValueError) as e:
+            p.error(f"--summarize {args.summarize}: {e}")
+        if not records:
+            p.error(f"--summarize {args.summarize}: no runs in it. Fix: a file that --runs-log "
+                    "wrote")  # fmt: skip
+        print(f"{args.summarize}: {len(records)} records; 95 % Student-t intervals")
+        print("\n".join(summarize_runs(records)))
+        return
+    if args.runs_log:
+        log_dir = os.path.dirname(os.path.abspath(args.runs_log))
+        if os.path.isdir(args.runs_log) or not os.access(log_dir, os.W_OK):
+            p.error(f"--runs-log {args.runs_log}: not a file that can be written in "
+                    f"{log_dir!r}. Fix: a file path in a writable folder")  # fmt: skip
+        if os.path.exists(args.runs_log):
+            try:
+                read_runs_log(args.runs_log)
+            except (OSError, ValueError) as e:
+                p.error(f"--runs-log {args.runs_log}: appending to it would mix runs into a file "
+                        f"that is not a runs log: {e}")  # fmt: skip
     if args.rounds < 1 or args.memory_copies < 0 or args.fresh_documents < 0:
         p.error(
             f"--rounds {args.rounds} --memory-copies {args.memory_copies} --fresh-documents "
@@ -860,7 +1087,11 @@ def main(argv: list[str] | None = None) -> None:
             name = os.path.basename(corpus.rstrip("/"))
             files = _one_file(expand_inputs([corpus]), os.path.join(tmp, name))
             paths = tuple(args.paths)
-            bench_corpus(name, files, args.tokenizer, args.workers, args.rounds, tmp, paths)
+            log: list | None = [] if args.runs_log else None
+            bench_corpus(name, files, args.tokenizer, args.workers, args.rounds, tmp, paths, log)
+            if log:
+                append_runs(args.runs_log, log)
+                print(f"  {len(log)} records appended to {args.runs_log}")
             if sum(map(os.path.getsize, files)) > 5e6 and args.memory_copies:
                 bench_memory(name, files, args.tokenizer, tmp, args.memory_copies)
         if args.fresh_documents:

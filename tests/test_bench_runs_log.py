@@ -1,0 +1,188 @@
+"""The preprocessing benchmark's runs log (``tools/bench_preprocess.py --runs-log`` and
+``--summarize``): what a run records, checked against the per-round ratios it was given; the
+pooled intervals, checked against scipy's Student-t interval of the logarithms with runs (within a
+host) and hosts (across hosts) as the unit; and the refusal of a file that is not a runs log."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from helpers import load_tool
+from scipy import stats
+
+
+@pytest.fixture(scope="module")
+def bench():
+    return load_tool("bench_preprocess")
+
+
+def record(**fields) -> dict:
+    base = {
+        "time": "2026-12-04T09:01:00Z",
+        "source": "test",
+        "host": "host A",
+        "corpus": "debian",
+        "tokens": 11_770_299,
+        "path": "ours-gigatoken",
+        "workers": 1,
+        "against": "mlm-real",
+        "rounds": 12,
+        "ratio": 1.0,
+    }
+    return base | fields
+
+
+def scipy_ratio_interval(ratios: list[float]) -> tuple[float, float, float]:
+    logs = np.log(ratios)
+    low, high = stats.t.interval(0.95, len(logs) - 1, loc=logs.mean(), scale=stats.sem(logs))
+    return float(stats.gmean(ratios)), math.exp(low), math.exp(high)
+
+
+def test_a_hosts_runs_are_its_observations_and_hosts_are_the_unit_across_hosts(bench):
+    a, b = [1.23, 1.08, 0.99, 1.09, 1.16], [1.01, 0.96, 0.92, 0.84]
+    records = [record(ratio=r, user_ratio=0.8) for r in a]
+    records += [record(ratio=r, host="host B", time="2026-12-03T21:10:00Z") for r in b]
+    lines = bench.summarize_runs(records)
+    mean_a, low_a, high_a = scipy_ratio_interval(a)
+    mean_b, low_b, high_b = scipy_ratio_interval(b)
+    assert low_a > 1.0 and low_b < 1.0 < high_b  # the calls below are the ones these imply
+    assert (
+        f"  host A: {mean_a:.2f}x [{low_a:.2f}, {high_a:.2f}] (df 4, 5 runs); >= 1.0x: met, "
+        ">= 1.3x: not met" in lines
+    )
+    assert (
+        f"  host B: {mean_b:.2f}x [{low_b:.2f}, {high_b:.2f}] (df 3, 4 runs); >= 1.0x: "
+        "inconclusive, >= 1.3x: not met" in lines
+    )
+    assert "    60 rounds, 2026-12-04T09:01:00Z to 2026-12-04T09:01:00Z; code: not recorded" in lines
+    assert any(
+        line.startswith("    user time alone (no target; the 5 of 5 runs that recorded it): 0.80x")
+        for line in lines
+    )
+    mean, low, high = scipy_ratio_interval([mean_a, mean_b])
+    assert (
+        f"  across hosts (each host's mean one observation): {mean:.2f}x [{low:.2f}, {high:.2f}] "
+        "(df 1, 2 hosts); >= 1.0x: inconclusive, >= 1.3x: inconclusive" in lines
+    )
+
+
+def test_the_recreation_is_pooled_as_cpu_per_token_against_the_10_percent_band(bench):
+    cpu_per_token = [0.94, 0.93, 0.94, 0.97, 0.98, 1.03, 0.98]
+    records = [record(path="mlm-fast", ratio=1 / c) for c in cpu_per_token]
+    lines = bench.summarize_runs(records)
+    mean, low, high = scipy_ratio_interval(cpu_per_token)
+    assert 0.9 <= low and high <= 1.1
+    assert lines[0].endswith("mlm-fast, workers=1, x mlm-real, CPU per token (imports excluded):")
+    assert lines[1] == (
+        f"  host A: {mean:.2f}x [{low:.2f}, {high:.2f}] (df 6, 7 runs); within 10 % "
+        "(0.90-1.10x): met"
+    )
+    assert lines[-1] == "  across hosts: one host measured; nothing is said beyond it"
+
+
+def test_corpora_paths_and_worker_counts_are_never_pooled_together(bench):
+    records = [record(ratio=1.1), record(ratio=1.2, workers=2), record(ratio=2.0, tokens=47)]
+    heads = [line for line in bench.summarize_runs(records) if not line.startswith(" ")]
+    assert heads == [
+        "debian (11,770,299 tokens), ours-gigatoken, workers=1, x mlm-real, tokens per "
+        "CPU-second (imports excluded):",
+        "debian (11,770,299 tokens), ours-gigatoken, workers=2, x mlm-real, tokens per "
+        "CPU-second (imports excluded):",
+        "debian (47 tokens), ours-gigatoken, workers=1, x mlm-real, tokens per CPU-second "
+        "(imports excluded):",
+    ]
+    small = bench.summarize_runs([record(tokens=47, ratio=r) for r in (2.0, 2.1, 2.2)])
+    assert small[1].endswith("; not called: too few tokens (start-up dominates)")
+
+
+def test_a_run_records_its_geometric_mean_ratio_of_tokens_per_cpu_second(
+    bench, tmp_path, monkeypatch
+):
+    ours_cpu = [0.70, 0.66, 0.74, 0.69]
+    real_cpu = [0.81, 0.76, 0.83, 0.79]
+    ours_user, real_user = [0.62, 0.60, 0.65, 0.61], [0.50, 0.49, 0.52, 0.50]
+    tokens = 11_770_299
+    calls = {"ours-gigatoken": 0, "mlm-real": 0, "mlm-fast": 0}
+
+    def fake_child(mode, files, tokenizer, prefix, workers):
+        i = calls[mode]
+        calls[mode] += 1
+        cpu, user = {
+            "ours-gigatoken": (ours_cpu[i], ours_user[i]),
+            "mlm-real": (real_cpu[i], real_user[i]),
+            "mlm-fast": (real_cpu[i] * 1.02, real_user[i]),
+        }[mode]
+        return {
+            "tokens": tokens, "cpu": cpu, "user": user, "system": cpu - user,
+            "process_cpu": cpu + 5, "wall": cpu, "rss_main_mib": 400.0,
+            "rss_worker_mib": None, "prefix": prefix,
+        }  # fmt: skip
+
+    monkeypatch.setattr(bench, "_run_child", fake_child)
+    monkeypatch.setattr(bench, "_same_bytes", lambda a, b: True)
+    monkeypatch.setitem(bench.REFERENCE, "dir", str(tmp_path))
+    monkeypatch.setitem(bench.REFERENCE, "commit", "d98e8a64dd")
+    corpus = tmp_path / "all.jsonl.gz"
+    corpus.write_bytes(b"x")
+    log: list = []
+    bench.bench_corpus(
+        "debian", [str(corpus)], "tok.json", [1], 4, str(tmp_path), ("ours-gigatoken",), log
+    )
+    assert [(r["path"], r["workers"]) for r in log] == [("mlm-fast", 1), ("ours-gigatoken", 1)]
+    ours = log[1]
+    expected = stats.gmean([r / o for o, r in zip(ours_cpu, real_cpu, strict=True)])
+    user = stats.gmean([r / o for o, r in zip(ours_user, real_user, strict=True)])
+    assert ours["ratio"] == pytest.approx(expected, rel=1e-12)
+    assert ours["user_ratio"] == pytest.approx(user, rel=1e-12)
+    assert log[0]["ratio"] == pytest.approx(1 / 1.02, rel=1e-12)
+    assert (ours["against"], ours["rounds"], ours["tokens"], ours["reference"]) == (
+        "mlm-real", 4, tokens, "d98e8a64dd"
+    )
+    assert ours["host"] == bench.host_key() and ours["identical"] is True
+    path = tmp_path / "runs.jsonl"
+    bench.append_runs(str(path), log)
+    bench.append_runs(str(path), log)
+    assert bench.read_runs_log(str(path)) == [json.loads(json.dumps(r)) for r in log + log]
+
+
+@pytest.mark.parametrize(
+    "line, named",
+    [
+        ("{not json", "line 2: not JSON"),
+        ("[1, 2]", "line 2: a list, not a JSON object"),
+        (json.dumps(record(ratio=0)), "line 2: bad or missing ratio"),
+        (json.dumps(record(ratio=True)), "line 2: bad or missing ratio"),
+        (json.dumps(record(workers=0)), "line 2: bad or missing workers"),
+        (json.dumps({k: v for k, v in record().items() if k != "host"}), "missing host"),
+    ],
+)
+def test_a_bad_line_is_refused_by_its_number(bench, tmp_path, line, named):
+    path = tmp_path / "runs.jsonl"
+    path.write_text(json.dumps(record()) + "\n" + line + "\n")
+    with pytest.raises(ValueError, match=named):
+        bench.read_runs_log(str(path))
+
+
+def test_runs_log_refuses_a_file_that_is_not_one_before_any_run(bench, tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    with pytest.raises(SystemExit) as e:
+        bench.main(["--runs-log", str(notes), "--corpus", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "appending to it would mix runs into a file that is not a runs log" in err
+    assert "line 1: not JSON" in err
+    assert notes.read_text() == "my notes\n"
+
+
+def test_summarize_refuses_a_missing_or_empty_log(bench, tmp_path, capsys):
+    for path, why in [(tmp_path / "none.jsonl", "No such file"), (tmp_path, "Is a directory")]:
+        with pytest.raises(SystemExit):
+            bench.main(["--summarize", str(path)])
+        assert why in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(SystemExit):
+        bench.main(["--summarize", str(empty)])
+    assert "no runs in it. Fix: a file that --runs-log wrote" in capsys.readouterr().err
