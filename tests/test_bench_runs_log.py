@@ -55,7 +55,8 @@ def test_a_hosts_runs_are_its_observations_and_hosts_are_the_unit_across_hosts(b
         f"  host B: {mean_b:.2f}x [{low_b:.2f}, {high_b:.2f}] (df 3, 4 runs); >= 1.0x: "
         "inconclusive, >= 1.3x: not met" in lines
     )
-    assert "    60 rounds, 2026-12-04T09:01:00Z to 2026-12-04T09:01:00Z; code: not recorded" in lines
+    span = "2026-12-04T09:01:00Z to 2026-12-04T09:01:00Z"
+    assert f"    60 rounds, {span}; code: not recorded" in lines
     assert any(
         line.startswith("    user time alone (no target; the 5 of 5 runs that recorded it): 0.80x")
         for line in lines
@@ -136,9 +137,8 @@ def test_a_run_records_its_geometric_mean_ratio_of_tokens_per_cpu_second(
     assert ours["ratio"] == pytest.approx(expected, rel=1e-12)
     assert ours["user_ratio"] == pytest.approx(user, rel=1e-12)
     assert log[0]["ratio"] == pytest.approx(1 / 1.02, rel=1e-12)
-    assert (ours["against"], ours["rounds"], ours["tokens"], ours["reference"]) == (
-        "mlm-real", 4, tokens, "d98e8a64dd"
-    )
+    expected_fields = ("mlm-real", 4, tokens, "d98e8a64dd")
+    assert (ours["against"], ours["rounds"], ours["tokens"], ours["reference"]) == expected_fields
     assert ours["host"] == bench.host_key() and ours["identical"] is True
     path = tmp_path / "runs.jsonl"
     bench.append_runs(str(path), log)
@@ -186,3 +186,15 @@ def test_summarize_refuses_a_missing_or_empty_log(bench, tmp_path, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--summarize", str(empty)])
     assert "no runs in it. Fix: a file that --runs-log wrote" in capsys.readouterr().err
+
+
+def test_runs_log_refuses_a_path_it_cannot_append_to_before_any_run(bench, tmp_path, capsys):
+    for path, why in [
+        (tmp_path / "missing" / "runs.jsonl", "cannot be appended to"),
+        (tmp_path, "cannot be read"),
+    ]:
+        with pytest.raises(SystemExit) as e:
+            bench.main(["--runs-log", str(path), "--corpus", str(tmp_path)])
+        assert e.value.code == 2
+        assert f"--runs-log {path}: {why}" in capsys.readouterr().err
+    assert not (tmp_path / "missing").exists()

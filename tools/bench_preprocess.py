@@ -1030,16 +1030,20 @@ def main(argv: list[str] | None = None) -> None:
         print("\n".join(summarize_runs(records)))
         return
     if args.runs_log:
-        log_dir = os.path.dirname(os.path.abspath(args.runs_log))
-        if os.path.isdir(args.runs_log) or not os.access(log_dir, os.W_OK):
-            p.error(f"--runs-log {args.runs_log}: not a file that can be written in "
-                    f"{log_dir!r}. Fix: a file path in a writable folder")  # fmt: skip
         if os.path.exists(args.runs_log):
             try:
                 read_runs_log(args.runs_log)
-            except (OSError, ValueError) as e:
+            except ValueError as e:
                 p.error(f"--runs-log {args.runs_log}: appending to it would mix runs into a file "
                         f"that is not a runs log: {e}")  # fmt: skip
+            except OSError as e:
+                p.error(f"--runs-log {args.runs_log}: cannot be read ({e}). Fix: a runs log "
+                        "file, or a new path in a writable folder")  # fmt: skip
+        try:  # before any run: a log that cannot be appended to must not cost the runs
+            open(args.runs_log, "a", encoding="utf-8").close()
+        except OSError as e:
+            p.error(f"--runs-log {args.runs_log}: cannot be appended to ({e}). Fix: a new path "
+                    "in a writable folder")  # fmt: skip
     if args.rounds < 1 or args.memory_copies < 0 or args.fresh_documents < 0:
         p.error(
             f"--rounds {args.rounds} --memory-copies {args.memory_copies} --fresh-documents "
