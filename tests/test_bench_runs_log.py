@@ -5,6 +5,7 @@ host) and hosts (across hosts) as the unit; and the refusal of a file that is no
 
 import json
 import math
+import platform
 
 import numpy as np
 import pytest
@@ -41,7 +42,8 @@ def scipy_ratio_interval(ratios: list[float]) -> tuple[float, float, float]:
 
 def test_a_hosts_runs_are_its_observations_and_hosts_are_the_unit_across_hosts(bench):
     a, b = [1.23, 1.08, 0.99, 1.09, 1.16], [1.01, 0.96, 0.92, 0.84]
-    records = [record(ratio=r, user_ratio=0.8) for r in a]
+    versions = {"gigatoken": "0.10.0", "python": "3.11.7"}
+    records = [record(ratio=r, user_ratio=0.8, versions=versions, code="c1") for r in a]
     records += [record(ratio=r, host="host B", time="2026-12-03T21:10:00Z") for r in b]
     lines = bench.summarize_runs(records)
     mean_a, low_a, high_a = scipy_ratio_interval(a)
@@ -56,15 +58,18 @@ def test_a_hosts_runs_are_its_observations_and_hosts_are_the_unit_across_hosts(b
         "inconclusive, >= 1.3x: not met" in lines
     )
     span = "2026-12-04T09:01:00Z to 2026-12-04T09:01:00Z"
-    assert f"    60 rounds, {span}; code: not recorded" in lines
+    assert f"    60 rounds, {span}; code: c1; packages: gigatoken 0.10.0, python 3.11.7" in lines
+    span = "2026-12-03T21:10:00Z to 2026-12-03T21:10:00Z"
+    assert f"    48 rounds, {span}; code: not recorded; packages: not recorded" in lines
     assert any(
         line.startswith("    user time alone (no target; the 5 of 5 runs that recorded it): 0.80x")
         for line in lines
     )
     mean, low, high = scipy_ratio_interval([mean_a, mean_b])
     assert (
-        f"  across hosts (each host's mean one observation): {mean:.2f}x [{low:.2f}, {high:.2f}] "
-        "(df 1, 2 hosts); >= 1.0x: inconclusive, >= 1.3x: inconclusive" in lines
+        "  across hosts (each host's mean one observation; a host is one boot, so a machine "
+        f"rebooted counts twice): {mean:.2f}x [{low:.2f}, {high:.2f}] (df 1, 2 hosts); >= 1.0x: "
+        "inconclusive, >= 1.3x: inconclusive" in lines
     )
 
 
@@ -97,25 +102,26 @@ def test_corpora_paths_and_worker_counts_are_never_pooled_together(bench):
     assert small[1].endswith("; not called: too few tokens (start-up dominates)")
 
 
-def test_a_run_records_its_geometric_mean_ratio_of_tokens_per_cpu_second(
-    bench, tmp_path, monkeypatch
-):
-    ours_cpu = [0.70, 0.66, 0.74, 0.69]
-    real_cpu = [0.81, 0.76, 0.83, 0.79]
-    ours_user, real_user = [0.62, 0.60, 0.65, 0.61], [0.50, 0.49, 0.52, 0.50]
-    tokens = 11_770_299
+OURS_CPU, REAL_CPU = [0.70, 0.66, 0.74, 0.69], [0.81, 0.76, 0.83, 0.79]
+OURS_USER, REAL_USER = [0.62, 0.60, 0.65, 0.61], [0.50, 0.49, 0.52, 0.50]
+TOKENS = 11_770_299
+
+
+def logged_run(bench, tmp_path, monkeypatch, recreation: float) -> list[dict]:
+    """``bench_corpus``'s log of a 4-round run whose children report the CPU times above (the
+    re-creation's CPU ``recreation`` times the real script's)."""
     calls = {"ours-gigatoken": 0, "mlm-real": 0, "mlm-fast": 0}
 
     def fake_child(mode, files, tokenizer, prefix, workers):
         i = calls[mode]
         calls[mode] += 1
         cpu, user = {
-            "ours-gigatoken": (ours_cpu[i], ours_user[i]),
-            "mlm-real": (real_cpu[i], real_user[i]),
-            "mlm-fast": (real_cpu[i] * 1.02, real_user[i]),
+            "ours-gigatoken": (OURS_CPU[i], OURS_USER[i]),
+            "mlm-real": (REAL_CPU[i], REAL_USER[i]),
+            "mlm-fast": (REAL_CPU[i] * recreation, REAL_USER[i]),
         }[mode]
         return {
-            "tokens": tokens, "cpu": cpu, "user": user, "system": cpu - user,
+            "tokens": TOKENS, "cpu": cpu, "user": user, "system": cpu - user,
             "process_cpu": cpu + 5, "wall": cpu, "rss_main_mib": 400.0,
             "rss_worker_mib": None, "prefix": prefix,
         }  # fmt: skip
@@ -130,20 +136,39 @@ def test_a_run_records_its_geometric_mean_ratio_of_tokens_per_cpu_second(
     bench.bench_corpus(
         "debian", [str(corpus)], "tok.json", [1], 4, str(tmp_path), ("ours-gigatoken",), log
     )
+    return log
+
+
+def test_a_run_records_its_geometric_mean_ratio_of_tokens_per_cpu_second(
+    bench, tmp_path, monkeypatch
+):
+    log = logged_run(bench, tmp_path, monkeypatch, recreation=1.02)
     assert [(r["path"], r["workers"]) for r in log] == [("mlm-fast", 1), ("ours-gigatoken", 1)]
     ours = log[1]
-    expected = stats.gmean([r / o for o, r in zip(ours_cpu, real_cpu, strict=True)])
-    user = stats.gmean([r / o for o, r in zip(ours_user, real_user, strict=True)])
+    expected = stats.gmean([r / o for o, r in zip(OURS_CPU, REAL_CPU, strict=True)])
+    user = stats.gmean([r / o for o, r in zip(OURS_USER, REAL_USER, strict=True)])
     assert ours["ratio"] == pytest.approx(expected, rel=1e-12)
     assert ours["user_ratio"] == pytest.approx(user, rel=1e-12)
     assert log[0]["ratio"] == pytest.approx(1 / 1.02, rel=1e-12)
-    expected_fields = ("mlm-real", 4, tokens, "d98e8a64dd")
+    expected_fields = ("mlm-real", 4, TOKENS, "d98e8a64dd")
     assert (ours["against"], ours["rounds"], ours["tokens"], ours["reference"]) == expected_fields
     assert ours["host"] == bench.host_key() and ours["identical"] is True
+    assert ours["withheld"] is None
+    assert ours["versions"]["python"] == platform.python_version()
     path = tmp_path / "runs.jsonl"
     bench.append_runs(str(path), log)
     bench.append_runs(str(path), log)
     assert bench.read_runs_log(str(path)) == [json.loads(json.dumps(r)) for r in log + log]
+
+
+def test_a_run_whose_recreation_disagrees_is_logged_as_withheld_and_left_out(
+    bench, tmp_path, monkeypatch
+):
+    log = logged_run(bench, tmp_path, monkeypatch, recreation=1.5)
+    assert log[1]["withheld"].startswith("the re-creation and the real script disagree")
+    lines = bench.summarize_runs(log)
+    assert lines[1].startswith("  ") and "1 of 1 runs left out: targets withheld" in lines[1]
+    assert not any("x [" in line for line in lines)
 
 
 @pytest.mark.parametrize(
@@ -180,7 +205,8 @@ def test_summarize_refuses_a_missing_or_empty_log(bench, tmp_path, capsys):
     for path, why in [(tmp_path / "none.jsonl", "No such file"), (tmp_path, "Is a directory")]:
         with pytest.raises(SystemExit):
             bench.main(["--summarize", str(path)])
-        assert why in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert why in err and "Fix: the path of a file that --runs-log wrote" in err
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     with pytest.raises(SystemExit):
@@ -188,13 +214,52 @@ def test_summarize_refuses_a_missing_or_empty_log(bench, tmp_path, capsys):
     assert "no runs in it. Fix: a file that --runs-log wrote" in capsys.readouterr().err
 
 
+def fake_checkout(tmp_path) -> str:
+    """A folder that passes ``--megatron-lm``'s check (it holds the script's path)."""
+    tools = tmp_path / "megatron-lm" / "tools"
+    tools.mkdir(parents=True)
+    (tools / "preprocess_data_fast.py").write_text("")
+    return str(tmp_path / "megatron-lm")
+
+
 def test_runs_log_refuses_a_path_it_cannot_append_to_before_any_run(bench, tmp_path, capsys):
+    checkout = fake_checkout(tmp_path)
     for path, why in [
         (tmp_path / "missing" / "runs.jsonl", "cannot be appended to"),
         (tmp_path, "cannot be read"),
     ]:
         with pytest.raises(SystemExit) as e:
-            bench.main(["--runs-log", str(path), "--corpus", str(tmp_path)])
+            bench.main(["--runs-log", str(path), "--corpus", str(tmp_path), "--megatron-lm",
+                        checkout])  # fmt: skip
         assert e.value.code == 2
         assert f"--runs-log {path}: {why}" in capsys.readouterr().err
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_run_refused_for_another_flag_leaves_no_runs_log_behind(bench, tmp_path, capsys):
+    log = tmp_path / "new.jsonl"
+    with pytest.raises(SystemExit):
+        bench.main(["--runs-log", str(log), "--workers", "0", "--corpus", str(tmp_path)])
+    assert "--workers 0: each must be >= 1" in capsys.readouterr().err
+    assert not log.exists()
+
+
+def test_runs_whose_bytes_differed_or_that_withheld_their_targets_are_left_out(bench):
+    kept = [1.10, 1.12, 1.08]
+    records = [record(ratio=r) for r in kept]
+    records += [record(ratio=5.0, identical=False), record(ratio=0.2, withheld="disagree")]
+    lines = bench.summarize_runs(records)
+    mean, low, high = scipy_ratio_interval(kept)
+    assert lines[1] == (
+        "  host A: 2 of 5 runs left out: bytes differed; targets withheld (disagree)"
+    )
+    assert lines[2].startswith(f"  host A: {mean:.2f}x [{low:.2f}, {high:.2f}] (df 2, 3 runs)")
+
+
+def test_another_megatron_lm_commit_is_another_group(bench):
+    records = [record(ratio=1.1, reference="a" * 40), record(ratio=0.9, reference="b" * 40)]
+    heads = [line for line in bench.summarize_runs(records) if not line.startswith(" ")]
+    assert [h.split(", x ")[1].split(",")[0] for h in heads] == [
+        "mlm-real (Megatron-LM aaaaaaaaaa)",
+        "mlm-real (Megatron-LM bbbbbbbbbb)",
+    ]

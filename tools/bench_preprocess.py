@@ -176,8 +176,9 @@ RECREATION_BAND = (0.9, 1.1)
 
 def host_key() -> str:
     """``'hostname / CPU model / N CPUs / boot 1a2b3c4d'``: the machine a run ran on and its boot
-    (Linux's boot id; 'unknown' where there is none). A reboot counts as another host: nothing
-    says that a machine's rates survive one."""
+    (Linux's boot id; 'unknown' where there is none). Machines of one kind may share a hostname
+    and CPU model, so the boot id is what tells them apart; a machine rebooted therefore counts as
+    two hosts, which :func:`summarize_runs` says beside every interval across hosts."""
     cpu = platform.processor() or "unknown CPU"
     with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
@@ -188,23 +189,37 @@ def host_key() -> str:
 
 
 def _code_version() -> tuple[str, str]:
-    """(HEAD's commit, the git tree ids of ``megatron_gamma/data`` and ``csrc`` at HEAD, which
-    commits changing only docs or tools share), '+ uncommitted changes' added where either folder
+    """(HEAD's commit, the git tree ids of ``megatron_gamma`` and ``csrc`` at HEAD, which commits
+    changing only docs, tests or tools share), '+ uncommitted changes' added where either folder
     differs from HEAD; 'unknown (not a git checkout)' outside one."""
     git = ["git", "-C", ROOT]
     try:
         ids = subprocess.run(
-            [*git, "rev-parse", "HEAD", "HEAD:megatron_gamma/data", "HEAD:csrc"],
+            [*git, "rev-parse", "HEAD", "HEAD:megatron_gamma", "HEAD:csrc"],
             capture_output=True, text=True, check=True,
         ).stdout.split()  # fmt: skip
         dirty = subprocess.run(
-            [*git, "status", "--porcelain", "--", "megatron_gamma/data", "csrc"],
+            [*git, "status", "--porcelain", "--", "megatron_gamma", "csrc"],
             capture_output=True, text=True, check=True,
         ).stdout.strip()  # fmt: skip
     except (OSError, subprocess.CalledProcessError):
         return ("unknown (not a git checkout)",) * 2
-    code = f"data {ids[1][:10]}, csrc {ids[2][:10]}" + (" + uncommitted changes" * bool(dirty))
-    return ids[0], code
+    code = f"megatron_gamma {ids[1][:10]}, csrc {ids[2][:10]}"
+    return ids[0], code + " + uncommitted changes" * bool(dirty)
+
+
+def _versions() -> dict:
+    """Python's and the installed versions of the packages both sides' speed depends on
+    (``gigatoken`` encodes for both; 'not installed' where one is missing)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version()}
+    for name in ("gigatoken", "tokenizers", "isal", "orjson", "numpy", "torch", "awkward"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "not installed"
+    return found
 
 
 def read_runs_log(path: str) -> list[dict]:
@@ -220,19 +235,24 @@ def read_runs_log(path: str) -> list[dict]:
             message names the line.
     """
     records = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path} line {number}: not UTF-8 text ({e}). Fix: a file that "
+                                 "--runs-log wrote") from None  # fmt: skip
             if not line.strip():
                 continue
             where = f"{path} line {number}"
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not JSON ({e}). Fix: one JSON object per line, as "
-                                 "--runs-log writes them") from None  # fmt: skip
+                raise ValueError(f"{where}: not JSON ({e}). Fix: a file that --runs-log wrote, "
+                                 "or a new path") from None  # fmt: skip
             if not isinstance(record, dict):
                 raise ValueError(f"{where}: a {type(record).__name__}, not a JSON object. Fix: "
-                                 "one object per line, as --runs-log writes them")  # fmt: skip
+                                 "a file that --runs-log wrote, or a new path")  # fmt: skip
             bad = [
                 k
                 for k, kind in RUNS_LOG_FIELDS.items()
@@ -262,39 +282,64 @@ def _calls(iv, recreation: bool, tokens: int) -> str:
     return f">= 1.0x: {against(iv, 1.0)}, >= 1.3x: {against(iv, 1.3)}"
 
 
+def _left_out(record: dict) -> str | None:
+    """Why a run's ratio must not be pooled: its paths wrote different bytes, or the run withheld
+    its targets (the re-creation and the real script disagreed); else None."""
+    if record.get("identical") is False:
+        return "bytes differed"
+    if record.get("withheld"):
+        return f"targets withheld ({record['withheld']})"
+    return None
+
+
 def summarize_runs(records: Sequence[dict]) -> list[str]:
-    """Each run's ratio as one observation, per corpus, path, worker count and reference, per
-    host (Student-t over runs, df = runs - 1), then across hosts (each host's geometric mean
-    one observation, df = hosts - 1): the lines to print.
+    """Each run's ratio as one observation, per corpus, path, worker count and reference (the
+    Megatron-LM commit), per host (Student-t over runs, df = runs - 1), then across hosts (each
+    host's geometric mean one observation, df = hosts - 1): the lines to print.
 
     A run's rounds share the machine and the hour, and both paths' rates move between runs on
     one host by more than one run's interval (docs/preprocess-benchmark.md, "Runs 29-32"), so a
     claim for a host takes its runs as the unit, and a claim beyond the hosts measured takes the
     hosts. ``ours`` paths are called against 1.0x and 1.3x tokens per CPU-second; ``mlm-fast``
-    (the re-creation) is shown as CPU per token over the reference and called against
-    :data:`RECREATION_BAND`.
+    (the re-creation) is shown as CPU per token over the reference, the inverse of its logged
+    ratio, and called against :data:`RECREATION_BAND`. Runs whose paths wrote different bytes or
+    that withheld their targets are left out, and counted. Each host's runs are listed with the
+    code and package versions they ran ("not recorded" for runs entered by hand).
     """
     groups: dict = {}
     for r in records:
-        key = (r["corpus"], r["tokens"], r["path"], r["workers"], r["against"])
+        key = (r["corpus"], r["tokens"], r["path"], r["workers"], r["against"], r.get("reference"))
         groups.setdefault(key, {}).setdefault(r["host"], []).append(r)
     lines = []
-    for (corpus, tokens, path, workers, ref), hosts in groups.items():
+    for (corpus, tokens, path, workers, against_, commit), hosts in groups.items():
         recreation = path == "mlm-fast"
         measure = "CPU per token" if recreation else "tokens per CPU-second"
-
-        lines.append(f"{corpus} ({tokens:,} tokens), {path}, workers={workers}, x {ref}, "
+        reference = f"{against_} (Megatron-LM {str(commit)[:10]})" if commit else against_
+        lines.append(f"{corpus} ({tokens:,} tokens), {path}, workers={workers}, x {reference}, "
                      f"{measure} (imports excluded):")  # fmt: skip
         means = []
-        for host, rs in hosts.items():
+        for host, every in hosts.items():
+            why = [w for r in every if (w := _left_out(r))]
+            if why:
+                lines.append(f"  {host}: {len(why)} of {len(every)} runs left out: "
+                             f"{'; '.join(sorted(set(why)))}")  # fmt: skip
+            rs = [r for r in every if not _left_out(r)]
+            if not rs:
+                continue
             ratios = [1 / r["ratio"] if recreation else r["ratio"] for r in rs]
             iv = rounds_ratio(ratios, unit="runs")
             means.append(iv.mean)
             codes = {r.get("code") or "not recorded" for r in rs}
+            versions = {
+                ", ".join(f"{k} {v}" for k, v in sorted(r["versions"].items()))
+                if isinstance(r.get("versions"), dict) else "not recorded"
+                for r in rs
+            }  # fmt: skip
             lines.append(f"  {host}: {ratio_text(iv)}; {_calls(iv, recreation, tokens)}")
             lines.append(
                 f"    {sum(r['rounds'] for r in rs)} rounds, {min(r['time'] for r in rs)} to "
-                f"{max(r['time'] for r in rs)}; code: {'; '.join(sorted(codes))}"
+                f"{max(r['time'] for r in rs)}; code: {'; '.join(sorted(codes))}; packages: "
+                f"{'; '.join(sorted(versions))}"
             )
             users = [u for r in rs if isinstance(u := r.get("user_ratio"), (int, float)) and u > 0]
             if not recreation and users:
@@ -303,7 +348,8 @@ def summarize_runs(records: Sequence[dict]) -> list[str]:
                              f"that recorded it): {user}")  # fmt: skip
         if len(means) > 1:
             iv = rounds_ratio(means, unit="hosts")
-            lines.append(f"  across hosts (each host's mean one observation): {ratio_text(iv)}; "
+            lines.append(f"  across hosts (each host's mean one observation; a host is one boot, "
+                         f"so a machine rebooted counts twice): {ratio_text(iv)}; "
                          f"{_calls(iv, recreation, tokens)}")  # fmt: skip
         else:
             lines.append("  across hosts: one host measured; nothing is said beyond it")
@@ -753,6 +799,7 @@ def bench_corpus(
         if late:
             print(f"  {mode} workers={w} imported inside its clock (timed): {', '.join(late)}")
     tokens = results[("mlm-fast", 1)][-1]["tokens"]
+    withheld = None
     if ("mlm-real", 1) in results:
         real = results[("mlm-real", 1)]
         gap = rounds_ratio([1 / r for r in _per_round(results[("mlm-fast", 1)], real, "cpu")])
@@ -794,7 +841,7 @@ def bench_corpus(
     for (mode, w), identical in same.items():
         print(f"  {mode} workers={w}: bytes identical to mlm-fast: {'yes' if identical else 'NO'}")
     if log is not None:
-        commit, code = _code_version()
+        (commit, code), versions = _code_version(), _versions()
         for mode, w in runs:
             if mode not in ("ours-gigatoken", "ours-hf", "mlm-fast") or mode == base:
                 continue
@@ -807,8 +854,10 @@ def bench_corpus(
                 "rounds": rounds, "ratio": iv.mean,
                 "low": iv.low if iv.has_interval else None,
                 "high": iv.high if iv.has_interval else None,
+                "measure": "tokens per CPU-second, imports excluded: path / against",
                 "user_ratio": user, "identical": same.get((mode, w), same.get((base, 1), True)),
-                "load": [load, os.getloadavg()[0]],
+                "withheld": withheld if tokens >= SMALL_CORPUS_TOKENS else None,
+                "versions": versions, "load": [load, os.getloadavg()[0]],
             })  # fmt: skip
     speedups: dict = {}
     for mode in ("ours-gigatoken", "ours-hf", SIDE_BY_SIDE):
@@ -1021,8 +1070,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.summarize:
         try:
             records = read_runs_log(args.summarize)
-        except (OSError, ValueError) as e:
+        except ValueError as e:
             p.error(f"--summarize {args.summarize}: {e}")
+        except OSError as e:
+            p.error(f"--summarize {args.summarize}: cannot be read ({e}). Fix: the path of a file "
+                    "that --runs-log wrote")  # fmt: skip
         if not records:
             p.error(f"--summarize {args.summarize}: no runs in it. Fix: a file that --runs-log "
                     "wrote")  # fmt: skip
@@ -1039,11 +1091,6 @@ def main(argv: list[str] | None = None) -> None:
             except OSError as e:
                 p.error(f"--runs-log {args.runs_log}: cannot be read ({e}). Fix: a runs log "
                         "file, or a new path in a writable folder")  # fmt: skip
-        try:  # before any run: a log that cannot be appended to must not cost the runs
-            open(args.runs_log, "a", encoding="utf-8").close()
-        except OSError as e:
-            p.error(f"--runs-log {args.runs_log}: cannot be appended to ({e}). Fix: a new path "
-                    "in a writable folder")  # fmt: skip
     if args.rounds < 1 or args.memory_copies < 0 or args.fresh_documents < 0:
         p.error(
             f"--rounds {args.rounds} --memory-copies {args.memory_copies} --fresh-documents "
@@ -1077,6 +1124,12 @@ def main(argv: list[str] | None = None) -> None:
                 "Megatron-LM's preprocess_data_fast.py calls (added in 889c909922). Fix: "
                 "--megatron-lm DIR, a Megatron-LM checkout at or after it"
             )
+    if args.runs_log:
+        try:  # after every other check, before any run: the runs must not be lost at the end
+            open(args.runs_log, "a", encoding="utf-8").close()
+        except OSError as e:
+            p.error(f"--runs-log {args.runs_log}: cannot be appended to ({e}). Fix: a new path "
+                    "in a writable folder")  # fmt: skip
     from megatron_gamma.data.readers import expand_inputs
 
     corpora = args.corpus
