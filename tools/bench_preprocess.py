@@ -319,11 +319,12 @@ def summarize_runs(records: Sequence[dict]) -> list[str]:
                      f"{measure} (imports excluded):")  # fmt: skip
         means = []
         for host, every in hosts.items():
-            why = [w for r in every if (w := _left_out(r))]
+            reasons = [_left_out(r) for r in every]
+            why = sorted({w for w in reasons if w})
             if why:
-                lines.append(f"  {host}: {len(why)} of {len(every)} runs left out: "
-                             f"{'; '.join(sorted(set(why)))}")  # fmt: skip
-            rs = [r for r in every if not _left_out(r)]
+                lines.append(f"  {host}: {sum(map(bool, reasons))} of {len(every)} runs left out: "
+                             f"{'; '.join(why)}")  # fmt: skip
+            rs = [r for r, w in zip(every, reasons, strict=True) if not w]
             if not rs:
                 continue
             ratios = [1 / r["ratio"] if recreation else r["ratio"] for r in rs]
@@ -841,14 +842,14 @@ def bench_corpus(
     for (mode, w), identical in same.items():
         print(f"  {mode} workers={w}: bytes identical to mlm-fast: {'yes' if identical else 'NO'}")
     if log is not None:
-        (commit, code), versions = _code_version(), _versions()
+        (commit, code), versions, host = _code_version(), _versions(), host_key()
         for mode, w in runs:
             if mode not in ("ours-gigatoken", "ours-hf", "mlm-fast") or mode == base:
                 continue
             iv = rounds_ratio(_per_round(results[(mode, w)], ref, "cpu"))
             user = rounds_ratio(_per_round(results[(mode, w)], ref, "user")).mean
             log.append({
-                "time": started, "source": "tools/bench_preprocess.py", "host": host_key(),
+                "time": started, "source": "tools/bench_preprocess.py", "host": host,
                 "commit": commit, "code": code, "reference": REFERENCE["commit"],
                 "corpus": name, "tokens": tokens, "path": mode, "workers": w, "against": base,
                 "rounds": rounds, "ratio": iv.mean,
