@@ -3,8 +3,8 @@
 // float32 and bf16/fp16 (bit-identical to c10::BFloat16 / c10::Half).
 #pragma once
 
-#include <bit>
 #include <cstdint>
+#include <cstring>
 
 // With GCC >= 12 on x86-64 a function marked MG_CLONES is compiled three times (AVX-512, AVX2,
 // baseline SSE2) and the best one for the running CPU is picked at load time.
@@ -17,10 +17,20 @@
 
 namespace megatron_gamma {
 
-inline uint32_t bits_of(float f) { return std::bit_cast<uint32_t>(f); }
-inline float float_of(uint32_t u) { return std::bit_cast<float>(u); }
-inline uint64_t bits_of(double d) { return std::bit_cast<uint64_t>(d); }
-inline double double_of(uint64_t u) { return std::bit_cast<double>(u); }
+// memcpy rather than C++20's std::bit_cast: torch 2.11 builds extensions with -std=c++17 (its g++
+// rejected std::bit_cast on the H200; 2.13 passes -std=c++20); compilers make it a register move.
+template <typename To, typename From>
+inline To bit_cast(From from) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast between types of different sizes");
+  To to;
+  std::memcpy(&to, &from, sizeof(To));
+  return to;
+}
+
+inline uint32_t bits_of(float f) { return bit_cast<uint32_t>(f); }
+inline float float_of(uint32_t u) { return bit_cast<float>(u); }
+inline uint64_t bits_of(double d) { return bit_cast<uint64_t>(d); }
+inline double double_of(uint64_t u) { return bit_cast<double>(u); }
 
 inline float bf16_to_float(uint16_t h) { return float_of(uint32_t(h) << 16); }
 

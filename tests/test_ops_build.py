@@ -99,3 +99,25 @@ def test_built_extension_loads():
     if not built and os.environ.get("MEGATRON_GAMMA_REQUIRE_EXT") != "1":
         pytest.skip("extension not built")
     assert ops.backend("cpu") == "extension", ops.extension_status()
+
+
+@pytest.mark.slow
+@needs_source
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("source", sorted(p.name for p in (ROOT / "csrc").glob("*.cpp")))
+def test_cpu_sources_compile_as_cxx17(source):
+    """torch 2.11 (the lent H200's) builds extensions with -std=c++17 and 2.13 with -std=c++20;
+    setup.py supports torch 2.6-2.14, so a C++20-only construct (std::bit_cast, which broke the
+    first GPU build) must fail here. torch's own headers only warn under C++17."""
+    from torch.utils.cpp_extension import include_paths
+
+    cxx = os.environ.get("CXX", "c++")
+    if subprocess.run([cxx, "--version"], capture_output=True).returncode != 0:
+        pytest.skip(f"no C++ compiler ({cxx})")
+    import sysconfig
+
+    cmd = [cxx, "-std=c++17", "-fsyntax-only", "-w", "-fopenmp", "-DTORCH_EXTENSION_NAME=_C",
+           "-DTORCH_API_INCLUDE_EXTENSION_H", f"-I{sysconfig.get_paths()['include']}",
+           *(f"-I{p}" for p in include_paths()), str(ROOT / "csrc" / source)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
