@@ -113,12 +113,14 @@ def test_fp16_epsilon_warning_states_what_is_measured():
 
 
 def _fp16_runs(runs: list[dict]) -> list[dict]:
-    """Train each config in turn in this process; return its losses and loss-scaler state."""
-    from megatron_gamma.training.loop import Trainer
+    """Train each config in turn in this process, with the run's callbacks (checkpointing among
+    them), as ``pretrain`` does; return its losses and loss-scaler state."""
+    from megatron_gamma.training.loop import Trainer, run_callbacks
 
     out = []
     for overrides in runs:
         trainer = Trainer(load_config(None, overrides))
+        trainer.callbacks = run_callbacks(trainer.cfg, trainer.preemption)
         try:
             losses = trainer.train().train_losses
             optimizer = getattr(trainer.optimizer, "chained_optimizers", [trainer.optimizer])[0]
