@@ -5,12 +5,15 @@ parsed into tokens/s and TFLOP/s; budgets, the TE skip and the gate-fusion decis
 
 import glob
 import json
+import math
 import os
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
+from scipy import stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -154,28 +157,56 @@ def test_transformer_engine_steps_report_not_installed(tmp_path, monkeypatch):
     )
 
 
-def _train(name: str, tokens_per_s: float) -> gpu_acceptance.Step:
+def _train(name: str, tokens_per_s: list[float]) -> gpu_acceptance.Step:
     step = gpu_acceptance.Step(f"train-{name}", [])
-    step.figures = {"tokens_per_s": tokens_per_s}
+    step.figures = {"interval_tokens_per_s": tokens_per_s}
     return step
 
 
-def test_gate_fusion_decision_from_the_share_of_the_step():
+def _welch_share(gated: list[float], ungated: list[float]) -> tuple[float, float, float, float]:
+    """fp64 Welch interval on mean log tokens/s, written out (not scipy's ttest_ind)."""
+    a, b = np.log(gated), np.log(ungated)
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    df = (va + vb) ** 2 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+    d, half = a.mean() - b.mean(), stats.t.ppf(0.975, df) * math.sqrt(va + vb)
+    return 1 - math.exp(d), 1 - math.exp(d + half), 1 - math.exp(d - half), df
+
+
+def test_gate_share_is_welchs_interval_on_log_tokens_per_s():
+    # the H200's second run (docs/gpu-acceptance.md): defaults vs --gated-attention none
+    gated, ungated = [258582, 228987, 257744, 224473], [249573, 207758, 218415, 270835]
+    iv = gpu_acceptance.gate_share(gated, ungated)
+    share, low, high, df = _welch_share(gated, ungated)
+    assert (iv.mean, iv.low, iv.high, iv.df) == pytest.approx((share, low, high, df), rel=1e-9)
+    assert iv.n == 8 and low < 0 < high
+    assert not gpu_acceptance.gate_share([990], [1000]).has_interval
+    with pytest.raises(ValueError, match="positive"):
+        gpu_acceptance.gate_share([0, 1], [1, 1])
+
+
+def test_gate_fusion_decision_needs_the_whole_interval_on_one_side_of_1_percent():
     def decide(*steps):
         return gpu_acceptance.gate_decision({s.name: s for s in steps})
 
+    ungated = [1000.0, 1002.0, 998.0, 1001.0]
     assert decide() == ""
-    # 1 - 990 / 1000 = 1.00%: not above 1%
-    assert decide(_train("defaults", 990), _train("gated-attention-none", 1000)) == (
-        "gate's share of the step on the local spec: 1.00% (not above 1%): do not fuse the gate "
-        "rows into the QKV projection"
-    )
-    # 1 - 970 / 1000 = 3%; TE's figures, when both TE variants ran, decide instead
-    local = [_train("defaults", 970), _train("gated-attention-none", 1000)]
-    assert decide(*local).startswith("gate's share of the step on the local spec: 3.00% (above")
-    assert decide(*local).endswith(": FUSE the gate rows into the QKV projection")
-    te = [
-        _train("transformer-engine", 995),
-        _train("transformer-engine-gated-attention-none", 1000),
+    three = [
+        _train("defaults", [x * 0.97 for x in ungated]),
+        _train("gated-attention-none", ungated),
     ]
-    assert decide(*local, *te).startswith("gate's share of the step on Transformer Engine: 0.50%")
+    assert decide(*three).startswith("gate's share of the step on the local spec: 3.00% [")
+    assert decide(*three).endswith("above 1%: FUSE the gate rows into the QKV projection")
+    half = [
+        _train("defaults", [x * 0.995 for x in ungated]),
+        _train("gated-attention-none", ungated),
+    ]
+    assert decide(*half).endswith("not above 1%: do not fuse the gate rows into the QKV projection")
+    noisy = [_train("defaults", [258582, 228987, 257744, 224473]),
+             _train("gated-attention-none", [249573, 207758, 218415, 270835])]  # fmt: skip
+    assert "inconclusive, the interval spans 1%: the gate rows stay unfused" in decide(*noisy)
+    single = [_train("defaults", [970.0]), _train("gated-attention-none", [1000.0])]
+    assert "(2 logged intervals of 10 steps: no interval): inconclusive" in decide(*single)
+    # TE's figures, when both TE variants ran, decide instead
+    te = [_train("transformer-engine", [x * 0.995 for x in ungated]),
+          _train("transformer-engine-gated-attention-none", ungated)]  # fmt: skip
+    assert decide(*three, *te).startswith("gate's share of the step on Transformer Engine: 0.50% [")
