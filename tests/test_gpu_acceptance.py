@@ -25,7 +25,8 @@ SHRINK = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "
           "--eval-interval", "20", "--micro-batch-size", "2",
           "--global-batch-size", "2"]  # fmt: skip
 STEPS = ["install-wheels", "build-extension", "kernel-tests", "bench-rmsnorm", "init-parity",
-         "init-time", "data"] + [f"train-{v}" for v in gpu_acceptance.TRAIN_VARIANTS]  # fmt: skip
+         "init-time", "gate-cost", "data",
+         *(f"train-{v}" for v in gpu_acceptance.TRAIN_VARIANTS)]  # fmt: skip
 
 
 @pytest.mark.slow
@@ -112,9 +113,13 @@ def test_rehearsal_installs_from_the_wheelhouse_in_an_offline_venv(tmp_path):
     assert glob.glob(f"{out}/site/megatron_core-0.16.1.dist-info")
     venv_site = glob.glob(f"{out}/rehearsal-venv/lib/python3.*/site-packages")[0]
     assert os.path.islink(f"{venv_site}/torch") and not os.path.exists(f"{venv_site}/megatron")
-    parity = doc["steps"][4]["figures"]
+    figures = {s["name"]: s["figures"] for s in doc["steps"]}
+    parity = figures["init-parity"]
     assert parity["bit_identical"] and len(parity["tensors"]) == 6
-    assert doc["steps"][7]["figures"]["tokens_per_s"] > 0  # train-defaults, tiny, parsed
+    gate = figures["gate-cost"]
+    assert len(gate["round_shares"]) == gate["share"]["n"] == gpu_acceptance.GATE_ROUNDS
+    assert gate["share"]["low"] <= gate["share"]["mean"] <= gate["share"]["high"]
+    assert figures["train-defaults"]["tokens_per_s"] > 0  # tiny, parsed
 
 
 def test_wheelhouse_without_wheels_for_this_python_is_refused(tmp_path):
@@ -206,7 +211,18 @@ def test_gate_fusion_decision_needs_the_whole_interval_on_one_side_of_1_percent(
     assert "inconclusive, the interval spans 1%: the gate rows stay unfused" in decide(*noisy)
     single = [_train("defaults", [970.0]), _train("gated-attention-none", [1000.0])]
     assert "(2 logged intervals of 10 steps: no interval): inconclusive" in decide(*single)
+    # the gate-cost step's paired rounds decide before the training runs' intervals
+    probe = gpu_acceptance.Step("gate-cost", [])
+    probe.figures = {"share": {"mean": 0.02, "low": 0.015, "high": 0.025, "n": 12, "df": 11,
+                               "unit": "rounds"}}  # fmt: skip
+    assert decide(*noisy, probe) == (
+        "gate's share of the step on the local spec, forward+backward alternated in one process: "
+        "2.00% [1.50, 2.50] (df 11.0, 12 rounds): above 1%: FUSE the gate rows into the QKV "
+        "projection"
+    )
     # TE's figures, when both TE variants ran, decide instead
     te = [_train("transformer-engine", [x * 0.995 for x in ungated]),
           _train("transformer-engine-gated-attention-none", ungated)]  # fmt: skip
-    assert decide(*three, *te).startswith("gate's share of the step on Transformer Engine: 0.50% [")
+    assert decide(*three, probe, *te).startswith(
+        "gate's share of the step on Transformer Engine: 0.50% ["
+    )
