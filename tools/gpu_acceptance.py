@@ -42,7 +42,7 @@ none``, with its interval, decides whether the gate rows are fused into the QKV 
 when it lies at or below, else inconclusive; the decision is printed and written. It is taken
 on TE when both TE variants ran (Welch over the logged intervals, :func:`gate_share`), else from
 the gate-cost step (paired rounds), else from the local-spec training runs (:func:`gate_share`):
-on the H200 their 10-step intervals swung by +-10 %, too much to resolve 1 %.
+on the H200 their 10-step intervals lay up to 11 % below and 16 % above their medians.
 
 Targets (printed next to the figures, not enforced): fused RMSNorm >= 85% of copy bandwidth and
 >= 1.2x TE/apex; our additions <= 3% slower than the same model without them (defaults vs
