@@ -560,10 +560,26 @@ def test_slurm_passes_account_qos_dependency(tmp_path):
         assert f"#SBATCH {directive}" in lines
     assert "#SBATCH --array=0-19" in lines  # 12 shared + 8 grid runs; confirm runs come later
     assert any(ln.startswith("#   base: ") for ln in lines)  # GPU-hours per arm
+
     assert not (tmp_path / "o").exists()
 
 
 # ---- the GPU studies --------------------------------------------------------------------------
+
+
+def test_gpu_hours_are_also_given_at_the_measured_mfu(tmp_path):
+    study = os.path.join(ROOT, "examples", "studies", "paper-gpu.yaml")
+    result = submit_study(study, str(tmp_path / "o"), ClusterOptions(), dry_run=True,
+                          out=sys.stderr)  # fmt: skip
+    lines = result.script.splitlines()
+    total = next(ln for ln in lines if ln.startswith("#   total: ")).split()
+    now, later = float(total[2]), float(total[-2])
+    measured = next(ln for ln in lines if "MFU measured for the 0.1B recipe on one H200" in ln)
+    at_measured = [float(x) for x in measured.split("): ")[1].split(" + ")]
+    scale = 0.4 / 0.116  # ASSUMED_MFU / MEASURED_MFU, written out
+    rounding = 0.005 * scale + 0.005
+    assert now > 0 and later > 0
+    assert at_measured == pytest.approx([now * scale, later * scale], abs=rounding)
 
 
 @pytest.mark.parametrize("name, world_size", [("paper-gpu.yaml", 1), ("paper-0.1b-1.5b.yaml", 8)])

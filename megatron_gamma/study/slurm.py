@@ -41,6 +41,10 @@ ASSUMED_MFU = 0.4
 """Model FLOPs utilization assumed for the GPU-hours of a plan (dense bf16 training)."""
 ASSUMED_PEAK_TFLOPS = _PEAK_BF16_TFLOPS["H100"]
 """Dense bf16 peak assumed for the GPU-hours of a plan (H100/H200: 989 TFLOP/s)."""
+MEASURED_MFU = 0.116
+"""MFU measured for the 0.1B recipe (bf16, sequence 2048, micro-batch 8, local spec, no
+Transformer Engine) on one H200 on 2026-12-04 (docs/gpu-acceptance.md): the plan's total is
+also given at it, since small models run far below :data:`ASSUMED_MFU`."""
 
 
 def gpu_hours(study: Study, todo: list[Run], runs: list[Run]) -> list[str]:
@@ -62,6 +66,11 @@ def gpu_hours(study: Study, todo: list[Run], runs: list[Run]) -> list[str]:
     total = sum(h[0] for h in hours.values())
     later = sum(h[1] for h in hours.values())
     lines.append(f"  total: {total:,.2f} GPU-hours in this array + {later:,.2f} pending")
+    scale = ASSUMED_MFU / MEASURED_MFU
+    lines.append(
+        f"  at the {MEASURED_MFU:.1%} MFU measured for the 0.1B recipe on one H200 "
+        f"(docs/gpu-acceptance.md): {scale * total:,.2f} + {scale * later:,.2f}"
+    )
     if study.pending:
         lines.append(
             "confirm runs pending their LR grid: rerun `megatron-gamma sweep --slurm` once the "
