@@ -205,7 +205,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         f"input scale {args.scale:g}, {args.clock} clock; {ops.extension_status()}"
     )
     cases = [(h, d) for h in args.hidden for d in args.dtypes]
-    for hidden, dtype_name in tqdm(cases, desc="shapes", file=sys.stderr):
+    for hidden, dtype_name in tqdm(cases, desc="shapes", file=sys.stderr, disable=None):
         t_copy, rows = bench_case(args.tokens, hidden, DTYPES[dtype_name], device, args)
         tqdm.write("\n".join(format_case(args.tokens, hidden, dtype_name, t_copy, rows)))
 
