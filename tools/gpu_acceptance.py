@@ -517,7 +517,7 @@ def _comparisons(steps: dict[str, Step]) -> list[str]:
     for a, b, key, what in pairs:
         x, y = fig(a, key), fig(b, key)
         if x and y:
-            lines.append(f"- {what}: {a} / {b} = {x / y:.3f} ({key})")
+            lines.append(f"- {what}: {a} / {b} = {x / y:.3f} ({key}; medians, one run each)")
     if decision := gate_decision(steps):
         lines.append(f"- decision: {decision}")
     return lines
