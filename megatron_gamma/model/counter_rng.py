@@ -38,8 +38,9 @@ Contract:
   CPU (tested); on CUDA the torch implementation runs the same correctly rounded operations, so
   CPU and GPU weights are the same bits by construction; verified on an H200 (torch 2.11, CUDA
   13) against the C++ kernel on six tensors, whole, sharded, SwiGLU halves, 1-D and bf16
-  (``tools/gpu_acceptance.py``'s init-parity step, docs/gpu-acceptance.md). Against exact arithmetic (fp64 ``math.log``/``cos``/``sin`` in the tests) every
-  value is within one float32 ulp.
+  (``tools/gpu_acceptance.py``'s init-parity step, docs/gpu-acceptance.md). Against exact
+  arithmetic (fp64 ``math.log``/``cos``/``sin`` in the tests) every value is within one float32
+  ulp.
 * **Work and memory.** O(shard) operations. The C++ kernel's working set is 16 KiB per thread;
   the torch implementation's a few float64 / int64 arrays of at most ``chunk`` elements
   (:data:`CHUNK` per CPU thread, :data:`CUDA_CHUNK` on a GPU). No tensor of the global size is
