@@ -117,8 +117,17 @@ def test_rehearsal_installs_from_the_wheelhouse_in_an_offline_venv(tmp_path):
     parity = figures["init-parity"]
     assert parity["bit_identical"] and len(parity["tensors"]) == 6
     gate = figures["gate-cost"]
-    assert len(gate["round_shares"]) == gate["share"]["n"] == gpu_acceptance.GATE_ROUNDS
-    assert gate["share"]["low"] <= gate["share"]["mean"] <= gate["share"]["high"]
+    assert sorted(gate["seconds"]) == sorted(gpu_acceptance.GATE_ARMS)
+    rounds = {arm: len(t) for arm, t in gate["seconds"].items()}
+    assert set(rounds.values()) == {gpu_acceptance.GATE_ROUNDS}
+    t = gate["seconds"]
+    for key, slower, faster in (("share", "separate", "none"), ("fused_share", "fused", "none"),
+                                ("fusion_saving", "separate", "fused")):  # fmt: skip
+        logs = np.log(np.asarray(t[faster]) / np.asarray(t[slower]))
+        half = stats.t.ppf(0.975, logs.size - 1) * logs.std(ddof=1) / math.sqrt(logs.size)
+        expected = [1 - math.exp(logs.mean() + d) for d in (0, half, -half)]
+        got = gate[key]
+        assert [got["mean"], got["low"], got["high"]] == pytest.approx(expected, rel=1e-9)
     assert figures["train-defaults"]["tokens_per_s"] > 0  # tiny, parsed
 
 
@@ -189,40 +198,54 @@ def test_gate_share_is_welchs_interval_on_log_tokens_per_s():
         gpu_acceptance.gate_share([0, 1], [1, 1])
 
 
-def test_gate_fusion_decision_needs_the_whole_interval_on_one_side_of_1_percent():
+def _probe(**intervals: tuple[float, float, float]) -> gpu_acceptance.Step:
+    step = gpu_acceptance.Step("gate-cost", [])
+    step.figures = {key: {"mean": m, "low": lo, "high": hi, "n": 12, "df": 11, "unit": "rounds"}
+                    for key, (m, lo, hi) in intervals.items()}  # fmt: skip
+    return step
+
+
+def test_gate_fusion_is_decided_by_the_measured_saving_and_never_by_the_share_alone():
     def decide(*steps):
         return gpu_acceptance.gate_decision({s.name: s for s in steps})
 
     ungated = [1000.0, 1002.0, 998.0, 1001.0]
     assert decide() == ""
-    three = [
-        _train("defaults", [x * 0.97 for x in ungated]),
-        _train("gated-attention-none", ungated),
-    ]
+    three = [_train("defaults", [x * 0.97 for x in ungated]),
+             _train("gated-attention-none", ungated)]  # fmt: skip
+    # the gate's share bounds the saving from above: above 1% it cannot decide for fusing
     assert decide(*three).startswith("gate's share of the step on the local spec: 3.00% [")
-    assert decide(*three).endswith("above 1%: FUSE the gate rows into the QKV projection")
-    half = [
-        _train("defaults", [x * 0.995 for x in ungated]),
-        _train("gated-attention-none", ungated),
-    ]
-    assert decide(*half).endswith("not above 1%: do not fuse the gate rows into the QKV projection")
-    noisy = [_train("defaults", [258582, 228987, 257744, 224473]),
-             _train("gated-attention-none", [249573, 207758, 218415, 270835])]  # fmt: skip
-    assert "inconclusive, the interval spans 1%: the gate rows stay unfused" in decide(*noisy)
-    single = [_train("defaults", [970.0]), _train("gated-attention-none", [1000.0])]
-    assert "(2 logged intervals of 10 steps: no interval): inconclusive" in decide(*single)
-    # the gate-cost step's paired rounds decide before the training runs' intervals
-    probe = gpu_acceptance.Step("gate-cost", [])
-    probe.figures = {"share": {"mean": 0.02, "low": 0.015, "high": 0.025, "n": 12, "df": 11,
-                               "unit": "rounds"}}  # fmt: skip
-    assert decide(*noisy, probe) == (
-        "gate's share of the step on the local spec, forward+backward alternated in one process: "
-        "2.00% [1.50, 2.50] (df 11.0, 12 rounds): above 1%: FUSE the gate rows into the QKV "
-        "projection"
+    assert decide(*three).endswith(
+        "inconclusive, fusing saves at most the gate's share and the fused layout was not "
+        "measured: the gate rows stay unfused"
     )
-    # TE's figures, when both TE variants ran, decide instead
+    half = [_train("defaults", [x * 0.995 for x in ungated]),
+            _train("gated-attention-none", ungated)]  # fmt: skip
+    assert decide(*half).endswith("not above 1%: do not fuse the gate rows into the QKV projection")
+    single = [_train("defaults", [996.0]), _train("gated-attention-none", [1000.0])]
+    assert "(2 logged intervals of 10 steps: no interval): inconclusive" in decide(*single)
+    # the gate-cost step's share comes before the training runs', TE's before both
+    share_only = _probe(share=(0.10, 0.066, 0.138))
+    assert decide(*half, share_only).startswith(
+        "gate's share of the step on the local spec, forward+backward alternated in one process: "
+        "10.00% [6.60, 13.80] (df 11.0, 12 rounds): inconclusive"
+    )
     te = [_train("transformer-engine", [x * 0.995 for x in ungated]),
           _train("transformer-engine-gated-attention-none", ungated)]  # fmt: skip
-    assert decide(*three, probe, *te).startswith(
+    assert decide(*three, share_only, *te).startswith(
         "gate's share of the step on Transformer Engine: 0.50% ["
+    )
+    # the measured saving decides over everything else, on its whole interval
+    saving = "fusing the gate rows into the QKV projection (megatron-core's attention_output_gate)"
+    fuse = _probe(share=(0.10, 0.07, 0.14), fusion_saving=(0.02, 0.015, 0.025))
+    assert decide(*half, *te, fuse) == (
+        f"{saving} saves 2.00% [1.50, 2.50] (df 11.0, 12 rounds) of a forward+backward pass "
+        "against the separate gate projection: above 1%: FUSE the gate rows into the QKV "
+        "projection"
+    )
+    keep = _probe(share=(0.10, 0.07, 0.14), fusion_saving=(0.002, -0.004, 0.008))
+    assert decide(keep).endswith("not above 1%: do not fuse the gate rows into the QKV projection")
+    unsure = _probe(share=(0.10, 0.07, 0.14), fusion_saving=(0.01, -0.01, 0.03))
+    assert decide(unsure).endswith(
+        "inconclusive, the interval spans 1%: the gate rows stay unfused"
     )

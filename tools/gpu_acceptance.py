@@ -25,8 +25,9 @@ whole run: 540 s) and the time left:
 6. ``init-time``: the 1.5B recipe's weights (``examples/configs/gpt-1.5b.yaml``, one rank)
    built on the GPU with the gamma rule (megatron-core allocates, ``apply_gamma_init`` draws) and
    with ``--init-method normal`` (megatron-core's own GPU init), and ``apply_gamma_init`` alone.
-7. ``gate-cost``: the gate's share of a forward+backward pass of the 0.1B recipe, the gated and
-   ungated models alternated in one process (:func:`probe_gate_cost`).
+7. ``gate-cost``: the gate's share of a forward+backward pass of the 0.1B recipe and what fusing
+   its rows into the QKV projection saves: our separate gate, no gate and megatron-core's fused
+   gate alternated in one process (:func:`probe_gate_cost`).
 8. ``data``: the packaged demo corpus preprocessed with the demo tokenizer.
 9. ``train-*``: the 0.1B recipe (``examples/configs/gpt-0.1b.yaml``) in bf16 at sequence 2048,
    :data:`TRAIN_ITERS` steps, micro-batch = global batch = :data:`MICRO_BATCH`, for: defaults;
@@ -36,13 +37,11 @@ whole run: 540 s) and the time left:
    installed on this machine" where it is not. Reported: tokens/s, TFLOP/s per device and MFU,
    medians over the log intervals after the first (warm-up).
 
-The gate's share of the step, 1 - tokens/s with the gate / tokens/s with ``--gated-attention
-none``, with its interval, decides whether the gate rows are fused into the QKV projection
-(issue 18: only above :data:`FUSE_GATE_ABOVE`): fuse when the whole interval lies above, not
-when it lies at or below, else inconclusive; the decision is printed and written. It is taken
-on TE when both TE variants ran (Welch over the logged intervals, :func:`gate_share`), else from
-the gate-cost step (paired rounds), else from the local-spec training runs (:func:`gate_share`):
-on the H200 their 10-step intervals lay up to 11 % below and 16 % above their medians.
+Whether the gate rows are fused into the QKV projection (issue 18: only if the separate
+projection costs more than :data:`FUSE_GATE_ABOVE` of the step) is decided by
+:func:`gate_decision` from the gate-cost step's measured saving, with its interval; without it
+only "do not fuse" (the gate's whole share at or below the threshold) or "inconclusive" can be
+said. The decision is printed and written.
 
 Targets (printed next to the figures, not enforced): fused RMSNorm >= 85% of copy bandwidth and
 >= 1.2x TE/apex; our additions <= 3% slower than the same model without them (defaults vs
@@ -457,45 +456,57 @@ def gate_share(gated: list[float], ungated: list[float]) -> Interval:
                     INTERVAL_UNIT)  # fmt: skip
 
 
+def _interval_text(iv: Interval) -> str:
+    if not iv.has_interval:
+        return f"{100 * iv.mean:.2f}% ({iv.n} {iv.unit}: no interval)"
+    return (f"{100 * iv.mean:.2f}% [{100 * iv.low:.2f}, {100 * iv.high:.2f}] "
+            f"(df {iv.df:.1f}, {iv.n} {iv.unit})")  # fmt: skip
+
+
 def gate_decision(steps: dict[str, Step]) -> str:
-    """Whether to fuse the gate rows into the QKV projection, from the gate's share of the step
-    with its interval: on TE when both TE variants ran (:func:`gate_share`), else from the
-    gate-cost step (alternated passes, paired rounds), else from the local-spec training runs
-    (:func:`gate_share`). FUSE when the whole interval lies above :data:`FUSE_GATE_ABOVE`, do not
-    fuse when it lies at or below, else inconclusive (the rows stay unfused, today's layout).
-    '' without figures."""
+    """Whether to fuse the gate rows into the QKV projection: only if that saves more than
+    :data:`FUSE_GATE_ABOVE` of the step. From the gate-cost step's ``fusion_saving`` (megatron-
+    core's fused gate against our separate projection, paired rounds) when it ran: FUSE when the
+    whole interval lies above, do not fuse when it lies at or below, else inconclusive. Without
+    it, from the gate's whole share of the step, an upper bound on the saving (on TE when both TE
+    variants ran, else the gate-cost step's ``share``, else the local-spec training runs,
+    :func:`gate_share`): do not fuse when the whole interval lies at or below, else
+    inconclusive. The rows stay unfused (today's layout) unless the verdict is FUSE. '' without
+    figures."""
 
     def intervals(name: str) -> list[float] | None:
         return steps.get(f"train-{name}", Step(name, [])).figures.get("interval_tokens_per_s")
 
     from megatron_gamma.study.fits import Interval
 
+    at = f"{100 * FUSE_GATE_ABOVE:.0f}%"
+    probe = steps.get("gate-cost", Step("gate-cost", [])).figures
+    if saving := probe.get("fusion_saving"):
+        iv = Interval(**saving)
+        head = (f"fusing the gate rows into the QKV projection (megatron-core's "
+                f"attention_output_gate) saves {_interval_text(iv)} of a forward+backward pass "
+                f"against the separate gate projection")  # fmt: skip
+        if iv.has_interval and iv.low > FUSE_GATE_ABOVE:
+            return f"{head}: above {at}: FUSE the gate rows into the QKV projection"
+        if iv.has_interval and iv.high <= FUSE_GATE_ABOVE:
+            return f"{head}: not above {at}: do not fuse the gate rows into the QKV projection"
+        return f"{head}: inconclusive, the interval spans {at}: the gate rows stay unfused"
     te = intervals("transformer-engine"), intervals("transformer-engine-gated-attention-none")
-    probe = steps.get("gate-cost", Step("gate-cost", [])).figures.get("share")
     local = intervals("defaults"), intervals("gated-attention-none")
     if all(te):
         on, iv = "Transformer Engine", gate_share(*te)
-    elif probe:
+    elif probe.get("share"):
         on = "the local spec, forward+backward alternated in one process"
-        iv = Interval(**probe)
+        iv = Interval(**probe["share"])
     elif all(local):
         on, iv = "the local spec", gate_share(*local)
     else:
         return ""
-    at = f"{100 * FUSE_GATE_ABOVE:.0f}%"
-    if not iv.has_interval:
-        text = f"{100 * iv.mean:.2f}% ({iv.n} {iv.unit}: no interval)"
-    else:
-        text = (f"{100 * iv.mean:.2f}% [{100 * iv.low:.2f}, {100 * iv.high:.2f}] "
-                f"(df {iv.df:.1f}, {iv.n} {iv.unit})")  # fmt: skip
-    if iv.has_interval and iv.low > FUSE_GATE_ABOVE:
-        verdict = f"above {at}: FUSE the gate rows into the QKV projection"
-    elif iv.has_interval and iv.high <= FUSE_GATE_ABOVE:
-        verdict = f"not above {at}: do not fuse the gate rows into the QKV projection"
-    else:
-        verdict = (f"inconclusive, the interval spans {at}: the gate rows stay unfused; "
-                   "a longer measurement is needed to decide")  # fmt: skip
-    return f"gate's share of the step on {on}: {text}: {verdict}"
+    head = f"gate's share of the step on {on}: {_interval_text(iv)}"
+    if iv.has_interval and iv.high <= FUSE_GATE_ABOVE:
+        return f"{head}: not above {at}: do not fuse the gate rows into the QKV projection"
+    return (f"{head}: inconclusive, fusing saves at most the gate's share and the fused layout "
+            "was not measured: the gate rows stay unfused")  # fmt: skip
 
 
 def _comparisons(steps: dict[str, Step]) -> list[str]:
@@ -645,14 +656,26 @@ def probe_init_time(device: str, tiny: bool) -> dict:
     return figures
 
 
+GATE_ARMS = {"separate": ("elementwise", False), "none": ("none", False), "fused": ("none", True)}
+"""The gate-cost step's models: name -> (``gated_attention``, megatron-core's
+``attention_output_gate``): ours (a separate ``linear_gate``, the ``sigmoid_gate`` op), no gate,
+and megatron-core's fused elementwise gate (gate rows in ``linear_qkv``, its own sigmoid and
+product)."""
+
+
 def probe_gate_cost(device: str, tiny: bool) -> dict:
-    """The gate's share of a forward+backward pass of the 0.1B recipe (step 7 of the module
-    docstring): the defaults and ``--gated-attention none`` built side by side in one process
-    (bf16 on the GPU, sequence 2048, micro-batch :data:`MICRO_BATCH`, the recipe's vocabulary,
-    random tokens), :data:`GATE_ROUNDS` rounds of :data:`GATE_PASSES` passes of each, the order
-    swapped every round. Each round gives ``1 - t(none) / t(gated)``; the interval is Student's
-    over the rounds' logarithms (paired rounds, df = rounds - 1). The optimizer step is not
-    timed. ``tiny``: a 2-layer, 64-wide model at sequence 64, in fp32, for the CPU dry run."""
+    """The gate's share of a forward+backward pass of the 0.1B recipe, and what fusing its rows
+    into the QKV projection saves (step 7 of the module docstring): the :data:`GATE_ARMS` built
+    side by side in one process (bf16 on the GPU, sequence 2048, micro-batch
+    :data:`MICRO_BATCH`, the recipe's vocabulary, random tokens), :data:`GATE_ROUNDS` rounds of
+    :data:`GATE_PASSES` passes of each, the order cycling through every permutation. Each round
+    gives ``share = 1 - t(none) / t(separate)``, ``fused_share = 1 - t(none) / t(fused)`` and
+    ``fusion_saving = 1 - t(fused) / t(separate)``; each interval is Student's over the rounds'
+    logarithms (paired rounds, df = rounds - 1). The optimizer step is not timed. ``tiny``: a
+    2-layer, 64-wide model at sequence 64, in fp32, for the CPU dry run."""
+    import dataclasses
+    import itertools
+
     import torch
 
     from megatron_gamma import parallel
@@ -671,13 +694,15 @@ def probe_gate_cost(device: str, tiny: bool) -> dict:
         base |= {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
                  "ffn_hidden_size": 128, "vocab_size": 1024}  # fmt: skip
     models, vocab = {}, 0
-    for arm in ("elementwise", "none"):
-        cfg = load_config(RECIPE, {**base, "gated_attention": arm})
+    for arm, (gated, fused) in GATE_ARMS.items():
+        cfg = load_config(RECIPE, {**base, "gated_attention": gated})
         if not models:
             parallel.initialize(cfg)
         vocab = padded_vocab_size(cfg.model.vocab_size, cfg)
-        model, _ = build_model_chunk(cfg, transformer_config(cfg, on_gpu=on_gpu), vocab)
-        models[arm] = model.to(device)
+        tcfg = dataclasses.replace(
+            transformer_config(cfg, on_gpu=on_gpu), attention_output_gate=fused
+        )
+        models[arm] = build_model_chunk(cfg, tcfg, vocab)[0].to(device)
     gen = torch.Generator().manual_seed(1234)
     tokens = torch.randint(0, vocab, (batch, seq + 1), generator=gen).to(device)
     position_ids = torch.arange(seq, device=device).expand(batch, seq)
@@ -696,26 +721,31 @@ def probe_gate_cost(device: str, tiny: bool) -> dict:
 
     for model in models.values():  # warm-up: allocator, kernels' first launches
         passes(model)
-    logs, seconds = [], {"elementwise": [], "none": []}
-    for r in range(GATE_ROUNDS):
-        order = ("elementwise", "none") if r % 2 == 0 else ("none", "elementwise")
-        t = {arm: passes(models[arm]) for arm in order}
-        for arm in t:
-            seconds[arm].append(t[arm])
-        logs.append(math.log(t["none"] / t["elementwise"]))
-    iv = t_interval(logs, unit="rounds")
+    orders = itertools.cycle(itertools.permutations(GATE_ARMS))
+    seconds: dict[str, list[float]] = {arm: [] for arm in GATE_ARMS}
+    for _ in range(GATE_ROUNDS):
+        for arm in next(orders):
+            seconds[arm].append(passes(models[arm]))
     parallel.destroy()
+
+    def paired(slower: str, faster: str) -> dict:
+        logs = [math.log(f / s) for s, f in zip(seconds[slower], seconds[faster], strict=True)]
+        iv = t_interval(logs, unit="rounds")
+        return {"mean": 1 - math.exp(iv.mean), "low": 1 - math.exp(iv.high),
+                "high": 1 - math.exp(iv.low), "n": iv.n, "df": iv.df, "unit": iv.unit}  # fmt: skip
+
     return {
         "device": device,
         "recipe": os.path.relpath(RECIPE, ROOT) + (" (tiny)" if tiny else ""),
         "tokens_per_pass": batch * seq,
-        "ms_per_pass_gated": round(1e3 * statistics.median(seconds["elementwise"]) / GATE_PASSES,
-                                   3),
-        "ms_per_pass_none": round(1e3 * statistics.median(seconds["none"]) / GATE_PASSES, 3),
-        "share": {"mean": 1 - math.exp(iv.mean), "low": 1 - math.exp(iv.high),
-                  "high": 1 - math.exp(iv.low), "n": iv.n, "df": iv.df, "unit": iv.unit},
-        "round_shares": [round(1 - math.exp(x), 5) for x in logs],
-    }  # fmt: skip
+        "ms_per_pass": {
+            arm: round(1e3 * statistics.median(t) / GATE_PASSES, 3) for arm, t in seconds.items()
+        },  # fmt: skip
+        "share": paired("separate", "none"),
+        "fused_share": paired("fused", "none"),
+        "fusion_saving": paired("separate", "fused"),
+        "seconds": seconds,
+    }
 
 
 PROBES = {"parity": probe_init_parity, "time": probe_init_time, "gate": probe_gate_cost}
