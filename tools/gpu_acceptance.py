@@ -74,7 +74,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -446,14 +446,23 @@ def gate_share(gated: list[float], ungated: list[float]) -> Interval:
     a, b = np.log(np.asarray(gated, float)), np.log(np.asarray(ungated, float))
     if a.size == 0 or b.size == 0 or not (np.isfinite(a).all() and np.isfinite(b).all()):
         raise ValueError(f"tokens/s {gated} and {ungated}: need positive values on both sides")
-    share = 1 - math.exp(a.mean() - b.mean())
-    n = a.size + b.size
+    diff, n = a.mean() - b.mean(), a.size + b.size
     if min(a.size, b.size) < 2:
-        return Interval(share, math.nan, math.nan, n, 0, INTERVAL_UNIT)
+        return _share(Interval(diff, math.nan, math.nan, n, 0, INTERVAL_UNIT))
     res = stats.ttest_ind(a, b, equal_var=False)
     ci = res.confidence_interval(0.95)
-    return Interval(share, 1 - math.exp(ci.high), 1 - math.exp(ci.low), n, float(res.df),
-                    INTERVAL_UNIT)  # fmt: skip
+    return _share(Interval(diff, ci.low, ci.high, n, float(res.df), INTERVAL_UNIT))
+
+
+def _share(log_ratio: Interval) -> Interval:
+    """An interval on a mean log time (or tokens/s) ratio as a share, ``1 - exp(.)`` of the mean
+    and of each bound (which swap)."""
+    return replace(
+        log_ratio,
+        mean=1 - math.exp(log_ratio.mean),
+        low=1 - math.exp(log_ratio.high),
+        high=1 - math.exp(log_ratio.low),
+    )
 
 
 def _interval_text(iv: Interval) -> str:
@@ -673,7 +682,6 @@ def probe_gate_cost(device: str, tiny: bool) -> dict:
     ``fusion_saving = 1 - t(fused) / t(separate)``; each interval is Student's over the rounds'
     logarithms (paired rounds, df = rounds - 1). The optimizer step is not timed. ``tiny``: a
     2-layer, 64-wide model at sequence 64, in fp32, for the CPU dry run."""
-    import dataclasses
     import itertools
 
     import torch
@@ -699,9 +707,7 @@ def probe_gate_cost(device: str, tiny: bool) -> dict:
         if not models:
             parallel.initialize(cfg)
         vocab = padded_vocab_size(cfg.model.vocab_size, cfg)
-        tcfg = dataclasses.replace(
-            transformer_config(cfg, on_gpu=on_gpu), attention_output_gate=fused
-        )
+        tcfg = replace(transformer_config(cfg, on_gpu=on_gpu), attention_output_gate=fused)
         models[arm] = build_model_chunk(cfg, tcfg, vocab)[0].to(device)
     gen = torch.Generator().manual_seed(1234)
     tokens = torch.randint(0, vocab, (batch, seq + 1), generator=gen).to(device)
@@ -730,9 +736,7 @@ def probe_gate_cost(device: str, tiny: bool) -> dict:
 
     def paired(slower: str, faster: str) -> dict:
         logs = [math.log(f / s) for s, f in zip(seconds[slower], seconds[faster], strict=True)]
-        iv = t_interval(logs, unit="rounds")
-        return {"mean": 1 - math.exp(iv.mean), "low": 1 - math.exp(iv.high),
-                "high": 1 - math.exp(iv.low), "n": iv.n, "df": iv.df, "unit": iv.unit}  # fmt: skip
+        return _share(t_interval(logs, unit="rounds")).as_dict()
 
     return {
         "device": device,
