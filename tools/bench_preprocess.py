@@ -179,13 +179,12 @@ def host_key() -> str:
     (Linux's boot id; 'unknown' where there is none). Machines of one kind may share a hostname
     and CPU model, so the boot id is what tells them apart; a machine rebooted therefore counts as
     two hosts, which :func:`summarize_runs` says beside every interval across hosts."""
-    cpu = platform.processor() or "unknown CPU"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    from megatron_gamma.host import cpu_model
+
     boot = "unknown"
     with contextlib.suppress(OSError), open("/proc/sys/kernel/random/boot_id") as f:
         boot = f.read().strip()[:8]
-    return f"{platform.node()} / {cpu} / {os.cpu_count()} CPUs / boot {boot}"
+    return f"{platform.node()} / {cpu_model()} / {os.cpu_count()} CPUs / boot {boot}"
 
 
 def _code_version() -> tuple[str, str]:

@@ -24,6 +24,7 @@ import numpy as np
 
 from megatron_gamma.atomic import atomic_open, atomic_write_text
 from megatron_gamma.config import ConfigError
+from megatron_gamma.host import cpu_model
 from megatron_gamma.study import plots, rundir
 from megatron_gamma.study.analysis import (
     StudyData,
@@ -112,13 +113,6 @@ def _git_state() -> str:
 
 
 def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            names = [ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")]
-        cpu = names[0] if names else cpu
-    except OSError:
-        pass
     import torch
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
@@ -129,7 +123,7 @@ def _machine() -> str:
     except Exception:  # noqa: BLE001 - version lookup only
         mcore = "unknown"
     return (
-        f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} logical CPUs, "
+        f"{platform.system()} {platform.machine()}, {cpu_model()}, {os.cpu_count()} logical CPUs, "
         f"{gpu}; Python {platform.python_version()}, torch {torch.__version__}, "
         f"megatron-core {mcore}"
     )
