@@ -34,6 +34,15 @@ def _check_matrix(w: torch.Tensor) -> None:
         )
 
 
+def _unit_rows(w: torch.Tensor) -> torch.Tensor:
+    """float64 (rows, cols): each row of the checked matrix ``w`` scaled to unit norm, a zero
+    row left zero."""
+    _check_matrix(w)
+    x = w.detach().double()
+    norms = x.norm(dim=1, keepdim=True)
+    return torch.where(norms > 0, x / norms.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
+
+
 def sample_rows(num_rows: int, max_rows: Optional[int], seed: int = 0) -> torch.Tensor:
     """A fixed, sorted, seeded subset of row indices (all rows when ``max_rows`` is None or
     at least ``num_rows``). The same arguments always give the same rows, so scores of one
@@ -63,10 +72,7 @@ def row_cosine_similarity(w: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: ``w`` not 2-D with at least 2 rows.
     """
-    _check_matrix(w)
-    x = w.detach().double()
-    norms = x.norm(dim=1, keepdim=True)
-    unit = torch.where(norms > 0, x / norms.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
+    unit = _unit_rows(w)
     return (unit @ unit.T).clamp_(-1.0, 1.0)
 
 
@@ -131,10 +137,7 @@ def condensation_order(w: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: ``w`` not 2-D with at least 2 rows.
     """
-    _check_matrix(w)
-    x = w.detach().double()
-    norms = x.norm(dim=1, keepdim=True)
-    unit = torch.where(norms > 0, x / norms.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
+    unit = _unit_rows(w)
     _, _, vh = torch.linalg.svd(unit, full_matrices=False)
     proj = unit @ vh[: min(2, vh.size(0))].T
     if proj.size(1) == 1:
