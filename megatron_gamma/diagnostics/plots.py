@@ -125,15 +125,16 @@ def _run_legend(fig, runs) -> None:
     fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(runs)))
 
 
-def _band(ax, runs, keys_of_run, color_index=None, label=None) -> None:
-    """Per run: mean over ``keys_of_run(run)`` series (solid) and min-max band."""
+def _band(ax, runs, keys_of_run, color_index=None, label=None, scale: float = 1.0) -> None:
+    """Per run: mean over ``keys_of_run(run)`` series (solid) and min-max band, the values
+    multiplied by ``scale`` (100 for a percentage)."""
     for i, run in enumerate(runs):
         series = [_series(run, k) for k in keys_of_run(run)]
         series = [s for s in series if len(s[0])]
         if not series:
             continue
         x = series[0][0]
-        ys = np.stack([s[1] for s in series if len(s[1]) == len(x)])
+        ys = scale * np.stack([s[1] for s in series if len(s[1]) == len(x)])
         c = run_color(i if color_index is None else color_index)
         ax.plot(x, ys.mean(0), color=c, marker="o", ms=3, label=label)
         if len(ys) > 1:
@@ -367,6 +368,13 @@ def _norm_style(role: str) -> str:
     return NORM_STYLES.get(role, "-.")
 
 
+def _norm_quantile(run, saturated_keys: list[str], q: str) -> np.ndarray:
+    """(norms, points): the ``norm_log10_ms_{q}`` series of the norms whose
+    ``norm_saturated`` keys are ``saturated_keys``."""
+    keys = [k.replace("norm_saturated", f"norm_log10_ms_{q}") for k in saturated_keys]
+    return np.stack([_series(run, k)[1] for k in keys])
+
+
 def plot_norms(runs, path: str, hist_edges: Sequence[float]) -> Optional[str]:
     """RMSNorm saturation: saturated share (a), median sigma^2(h) vs eps (b), distribution (c)."""
     if not any(_keys(r, "norm_saturated") for r in runs):
@@ -386,36 +394,10 @@ def plot_norms(runs, path: str, hist_edges: Sequence[float]) -> Optional[str]:
                 x, y = _series(run, p["key"].replace("norm_saturated", "norm_log10_ms_p50"))
                 ax_b.plot(x, y, color=c, ls=_norm_style(p["role"]), marker="o", ms=2)
         else:
-            xs = [_series(run, p["key"]) for p in sat]
-            x = xs[0][0]
-            ys = 100 * np.stack([s[1] for s in xs])
-            ax_a.plot(
-                x,
-                ys.mean(0),
-                color=run_color(i),
-                marker="o",
-                ms=3,
-                label=run_label(run),
-            )
-            ax_a.fill_between(x, ys.min(0), ys.max(0), color=run_color(i), alpha=0.18, lw=0)
-            med = np.stack(
-                [
-                    _series(run, p["key"].replace("norm_saturated", "norm_log10_ms_p50"))[1]
-                    for p in sat
-                ]
-            )
-            lo = np.stack(
-                [
-                    _series(run, p["key"].replace("norm_saturated", "norm_log10_ms_p05"))[1]
-                    for p in sat
-                ]
-            )
-            hi = np.stack(
-                [
-                    _series(run, p["key"].replace("norm_saturated", "norm_log10_ms_p95"))[1]
-                    for p in sat
-                ]
-            )
+            keys = [p["key"] for p in sat]
+            _band(ax_a, [run], lambda r, keys=keys: keys, i, run_label(run), 100.0)
+            x = _series(run, keys[0])[0]
+            med, lo, hi = (_norm_quantile(run, keys, q) for q in ("p50", "p05", "p95"))
             ax_b.plot(x, np.median(med, 0), color=run_color(i), marker="o", ms=3)
             ax_b.fill_between(x, lo.min(0), hi.max(0), color=run_color(i), alpha=0.15, lw=0)
         eps = float(run.summary["norm_epsilon"])
@@ -530,19 +512,8 @@ def plot_gates(runs, path: str) -> Optional[str]:
                 )
         else:
             for i, run in enumerate(runs):
-                ks = [p["key"] for p in _keys(run, metric)]
-                if ks:
-                    ys = np.stack([_series(run, k)[1] for k in ks]) * scale
-                    x = _series(run, ks[0])[0]
-                    ax.plot(
-                        x,
-                        ys.mean(0),
-                        color=run_color(i),
-                        marker="o",
-                        ms=3,
-                        label=run_label(run),
-                    )
-                    ax.fill_between(x, ys.min(0), ys.max(0), color=run_color(i), alpha=0.18, lw=0)
+                keys = [p["key"] for p in _keys(run, metric)]
+                _band(ax, [run], lambda r, keys=keys: keys, i, run_label(run), scale)
         ax.set_xlabel(X_LABEL)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)

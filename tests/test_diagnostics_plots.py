@@ -1,0 +1,81 @@
+"""The comparison plots of several runs: each run's line is the mean over its layers (norm
+inputs: the median of the layers' medians) of the values it was given, and its band the
+layers' range, computed here with numpy from the same inputs."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pytest
+
+from megatron_gamma.diagnostics import plots
+from megatron_gamma.diagnostics.analyze import RunAnalysis
+from megatron_gamma.diagnostics.norm import HIST_EDGES
+
+ITERATIONS = [0, 10, 20]
+
+
+def _run(name: str, seed: int) -> tuple[RunAnalysis, dict]:
+    rng = np.random.default_rng(seed)
+    values = {}
+    for layer in (0, 1, 2):
+        values[f"gate_mean/layer_{layer:02d}"] = rng.uniform(0, 1, 3)
+        values[f"gate_closed/layer_{layer:02d}"] = rng.uniform(0, 1, 3)
+        for norm in ("input_layernorm", "pre_mlp_layernorm"):
+            base = f"{norm}/layer_{layer:02d}"
+            values[f"norm_saturated/{base}"] = rng.uniform(0, 1, 3)
+            for q in ("p05", "p50", "p95"):
+                values[f"norm_log10_ms_{q}/{base}"] = rng.uniform(-14, 0, 3)
+    hist = {it: rng.integers(0, 50, len(HIST_EDGES) - 1).tolist() for it in ITERATIONS}
+    summary = {"gamma": 1.0, "norm_epsilon": 1e-12, "gated_attention": "elementwise"}
+    run = RunAnalysis(
+        name=name, run_dir="/nonexistent", summary=summary, iterations=list(ITERATIONS),
+        metrics={k: v.tolist() for k, v in values.items()},
+        norm_histograms={"input_layernorm/layer_00": hist},
+    )  # fmt: skip
+    return run, values
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    saved = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: saved.append(fig) or path)
+    return saved
+
+
+def _stack(values: dict, metric: str) -> np.ndarray:
+    return np.stack([v for k, v in values.items() if k.startswith(metric + "/")])
+
+
+def test_gate_lines_of_several_runs_are_the_layer_means(figures):
+    runs = [_run("a", 0), _run("b", 1)]
+    plots.plot_gates([r for r, _ in runs], "unused.png")
+    (fig,) = figures
+    for ax, metric, scale in zip(fig.axes, ("gate_mean", "gate_closed"), (1.0, 100.0), strict=True):
+        assert len(ax.lines) == 2
+        for line, band, (_, values) in zip(ax.lines, ax.collections, runs, strict=True):
+            layers = scale * _stack(values, metric)
+            np.testing.assert_array_equal(line.get_xdata(), ITERATIONS)
+            np.testing.assert_allclose(line.get_ydata(), layers.mean(0), rtol=1e-12)
+            y = band.get_paths()[0].vertices[:, 1]
+            assert y.min() == pytest.approx(layers.min()) and y.max() == pytest.approx(layers.max())
+
+
+def test_norm_lines_of_several_runs_are_the_layer_means_and_medians(figures):
+    runs = [_run("a", 2), _run("b", 3)]
+    plots.plot_norms([r for r, _ in runs], "unused.png", HIST_EDGES)
+    (fig,) = figures
+    ax_a, ax_b, _ = fig.axes
+    for i, (_, values) in enumerate(runs):
+        saturated = 100 * _stack(values, "norm_saturated")
+        np.testing.assert_allclose(ax_a.lines[i].get_ydata(), saturated.mean(0), rtol=1e-12)
+        y = ax_a.collections[i].get_paths()[0].vertices[:, 1]
+        assert y.min() == pytest.approx(saturated.min())
+        assert y.max() == pytest.approx(saturated.max())
+        medians = _stack(values, "norm_log10_ms_p50")
+        line_b = [ln for ln in ax_b.lines if ln.get_marker() == "o"][i]
+        np.testing.assert_allclose(line_b.get_ydata(), np.median(medians, 0), rtol=1e-12)
+        y = ax_b.collections[i].get_paths()[0].vertices[:, 1]
+        assert y.min() == pytest.approx(_stack(values, "norm_log10_ms_p05").min())
+        assert y.max() == pytest.approx(_stack(values, "norm_log10_ms_p95").max())
