@@ -263,3 +263,56 @@ def test_another_megatron_lm_commit_is_another_group(bench):
         "mlm-real (Megatron-LM aaaaaaaaaa)",
         "mlm-real (Megatron-LM bbbbbbbbbb)",
     ]
+
+
+def test_hosts_that_ran_one_code_get_no_code_lines(bench):
+    records = [record(ratio=r, code="c1") for r in (1.1, 1.2)]
+    records += [record(ratio=r, code="c1", host="host B") for r in (0.9, 1.0)]
+    lines = bench.summarize_runs(records)
+    assert lines[-1].startswith("  across hosts (each host's mean")
+
+
+def test_hosts_on_different_code_are_said_to_be_confounded(bench):
+    records = [record(ratio=r, code="c1") for r in (1.1, 1.2)]
+    records += [record(ratio=r, code="c2", host="host B") for r in (0.9, 1.0)]
+    lines = bench.summarize_runs(records)
+    assert lines[-2:] == [
+        "    the runs did not all run the same code: each host's is listed above",
+        "    no code ran on every host, so host and code are confounded in this interval: the "
+        "hosts are not compared on the same code",
+    ]
+
+
+def test_hosts_are_also_compared_on_the_code_every_host_ran(bench):
+    a1, a2, b1 = [1.10, 1.25, 1.18], [0.80, 0.85], [0.95, 1.05]
+    records = [record(ratio=r, code="c1") for r in a1] + [record(ratio=r, code="c2") for r in a2]
+    records += [record(ratio=r, code="c1", host="host B") for r in b1]
+    records += [record(ratio=0.7, host="host B")]  # code not recorded
+    lines = bench.summarize_runs(records)
+    mean, low, high = scipy_ratio_interval([stats.gmean(a1), stats.gmean(b1)])
+    assert lines[-2:] == [
+        "    the runs did not all run the same code (or did not record it): each host's is listed "
+        "above",
+        f"    on the code every host ran (c1): {mean:.2f}x [{low:.2f}, {high:.2f}] (df 1, "
+        "2 hosts); >= 1.0x: inconclusive, >= 1.3x: inconclusive",
+    ]
+
+
+def test_a_runs_code_is_read_from_its_commit_where_the_history_holds_it(bench, tmp_path):
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], capture_output=True,
+                              text=True, check=True).stdout  # fmt: skip
+
+    git("init", "-q")
+    for folder, name in (("megatron_gamma", "a.py"), ("csrc", "b.cpp")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_text(f"{name}\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "code")
+    commit = git("rev-parse", "HEAD").strip()
+    trees = {line.split()[3]: line.split()[2] for line in git("ls-tree", "HEAD").splitlines()}
+    codes = bench.commit_codes([commit, "0" * 40], root=str(tmp_path))
+    expected = f"megatron_gamma {trees['megatron_gamma'][:10]}, csrc {trees['csrc'][:10]}"
+    assert codes == {commit: expected}

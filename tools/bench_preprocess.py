@@ -291,6 +291,47 @@ def _left_out(record: dict) -> str | None:
     return None
 
 
+def commit_codes(commits, root: str = ROOT) -> dict[str, str]:
+    """``{commit: 'megatron_gamma <tree>, csrc <tree>'}``: the code each commit of ``root``'s git
+    history holds, as :func:`_code_version` names it (the first 10 hex digits of each tree id);
+    commits git cannot resolve there (another clone's, a shallow one's) are left out."""
+    codes = {}
+    for commit in commits:
+        with contextlib.suppress(OSError, subprocess.CalledProcessError):
+            trees = subprocess.run(
+                ["git", "-C", root, "rev-parse", f"{commit}:megatron_gamma", f"{commit}:csrc"],
+                capture_output=True, text=True, check=True,
+            ).stdout.split()  # fmt: skip
+            codes[commit] = f"megatron_gamma {trees[0][:10]}, csrc {trees[1][:10]}"
+    return codes
+
+
+def _across_code(per_host: dict, code_of, recreation: bool, tokens: int) -> list[str]:
+    """The lines after the across-hosts interval when its runs did not all run one recorded
+    code: that it mixes code versions; that host and code are confounded where no code ran on
+    every host; else the interval over the runs of the code every host ran."""
+    ran = {host: {code_of(r) for r in rs} for host, rs in per_host.items()}
+    codes = set().union(*ran.values())
+    if len(codes) == 1 and "not recorded" not in codes:
+        return []
+    unknown = " (or did not record it)" if "not recorded" in codes else ""
+    lines = [f"    the runs did not all run the same code{unknown}: each host's is listed above"]
+    common = set.intersection(*ran.values()) - {"not recorded"}
+    if not common:
+        lines.append("    no code ran on every host, so host and code are confounded in this "
+                     "interval: the hosts are not compared on the same code")  # fmt: skip
+    elif common != codes:
+        means = []
+        for rs in per_host.values():
+            same = [r for r in rs if code_of(r) in common]
+            means.append(rounds_ratio([1 / r["ratio"] if recreation else r["ratio"] for r in same],
+                                      unit="runs").mean)  # fmt: skip
+        iv = rounds_ratio(means, unit="hosts")
+        lines.append(f"    on the code every host ran ({'; '.join(sorted(common))}): "
+                     f"{ratio_text(iv)}; {_calls(iv, recreation, tokens)}")  # fmt: skip
+    return lines
+
+
 def summarize_runs(records: Sequence[dict]) -> list[str]:
     """Each run's ratio as one observation, per corpus, path, worker count and reference (the
     Megatron-LM commit), per host (Student-t over runs, df = runs - 1), then across hosts (each
@@ -303,8 +344,17 @@ def summarize_runs(records: Sequence[dict]) -> list[str]:
     (the re-creation) is shown as CPU per token over the reference, the inverse of its logged
     ratio, and called against :data:`RECREATION_BAND`. Runs whose paths wrote different bytes or
     that withheld their targets are left out, and counted. Each host's runs are listed with the
-    code and package versions they ran ("not recorded" for runs entered by hand).
+    code and package versions they ran: the code of the run's commit where this checkout's
+    history holds it (:func:`commit_codes`), else the code it recorded ("not recorded" for runs
+    entered by hand). Where the hosts did not all run the same code, the across-hosts interval
+    says so and is followed by the one over the code every host ran (:func:`_across_code`).
     """
+    known = commit_codes({r["commit"] for r in records if r.get("commit")})
+
+    def code_of(r: dict) -> str:
+        recorded = r.get("code") or "not recorded"
+        return recorded if "uncommitted" in recorded else known.get(r.get("commit"), recorded)
+
     groups: dict = {}
     for r in records:
         key = (r["corpus"], r["tokens"], r["path"], r["workers"], r["against"], r.get("reference"))
@@ -316,7 +366,7 @@ def summarize_runs(records: Sequence[dict]) -> list[str]:
         reference = f"{against_} (Megatron-LM {str(commit)[:10]})" if commit else against_
         lines.append(f"{corpus} ({tokens:,} tokens), {path}, workers={workers}, x {reference}, "
                      f"{measure} (imports excluded):")  # fmt: skip
-        means = []
+        means, per_host = [], {}
         for host, every in hosts.items():
             reasons = [_left_out(r) for r in every]
             why = sorted({w for w in reasons if w})
@@ -329,7 +379,8 @@ def summarize_runs(records: Sequence[dict]) -> list[str]:
             ratios = [1 / r["ratio"] if recreation else r["ratio"] for r in rs]
             iv = rounds_ratio(ratios, unit="runs")
             means.append(iv.mean)
-            codes = {r.get("code") or "not recorded" for r in rs}
+            per_host[host] = rs
+            codes = {code_of(r) for r in rs}
             versions = {
                 ", ".join(f"{k} {v}" for k, v in sorted(r["versions"].items()))
                 if isinstance(r.get("versions"), dict) else "not recorded"
@@ -351,6 +402,7 @@ def summarize_runs(records: Sequence[dict]) -> list[str]:
             lines.append(f"  across hosts (each host's mean one observation; a host is one boot, "
                          f"so a machine rebooted counts twice): {ratio_text(iv)}; "
                          f"{_calls(iv, recreation, tokens)}")  # fmt: skip
+            lines += _across_code(per_host, code_of, recreation, tokens)
         else:
             lines.append("  across hosts: one host measured; nothing is said beyond it")
     return lines
