@@ -370,13 +370,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n({self.prog} --help lists every flag)\n")
 
 
+def _stem(flag: str) -> str:
+    """A flag without ``--`` and a ``no-`` prefix: ``--no-load-optim`` -> ``load-optim``."""
+    name = flag[2:]
+    return name[3:] if name.startswith("no-") else name
+
+
 def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
-    """'unrecognized arguments: --lr-warmup 5 (did you mean --lr-warmup-iters?)'."""
+    """'unrecognized arguments: --lr-warmup 5 (did you mean --lr-warmup-iters?)'. A suggestion
+    must also be close without the shared ``--`` / ``--no-`` prefix (ratio >= 0.75), which alone
+    made ``--no-bias-gelu-fusion`` look like ``--no-add-bias-linear``."""
     known = [o for o in parser._option_string_actions if o.startswith("--")]
     hints = []
     for arg in unknown:
         flag = arg.split("=", 1)[0]
-        close = difflib.get_close_matches(flag, known, n=1) if flag.startswith("--") else []
+        close = difflib.get_close_matches(flag, known, n=3) if flag.startswith("--") else []
+        close = [
+            k for k in close if difflib.SequenceMatcher(None, _stem(flag), _stem(k)).ratio() >= 0.75
+        ]
         if close:
             hints.append(f"{flag}: did you mean {close[0]}?")
     message = f"unrecognized arguments: {' '.join(unknown)}"

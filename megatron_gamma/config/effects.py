@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from megatron_gamma.config.loading import REDACTED, Config, field_index, read_yaml
-from megatron_gamma.config.megatron_lm import moe_layer_pattern
+from megatron_gamma.config.megatron_lm import FUSIONS, moe_layer_pattern
 
 
 def _has_validation(cfg: Config) -> bool:
@@ -190,6 +190,10 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
         "--reset-attention-mask)",
     ),
     "ckpt_format": (lambda c: False, "nothing: checkpoints are always torch_dist"),
+    **{
+        key: (lambda c: False, "nothing: megatron-gamma builds every model with this fusion off")
+        for key in FUSIONS
+    },
     "grad_reduce_in_bf16": (lambda c: c.training.bf16, "--bf16"),
     "manual_gc_interval": (lambda c: c.training.manual_gc, "--manual-gc"),
     "manual_gc_eval": (lambda c: c.training.manual_gc, "--manual-gc"),

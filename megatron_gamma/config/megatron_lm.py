@@ -110,6 +110,38 @@ def check_megatron_model_flags(m: Any) -> None:
         )
 
 
+# ModelConfig field of a Megatron-LM fusion switch -> megatron-core TransformerConfig field.
+FUSIONS: dict[str, str] = {
+    "masked_softmax_fusion": "masked_softmax_fusion",
+    "bias_gelu_fusion": "bias_activation_fusion",
+    "bias_swiglu_fusion": "bias_activation_fusion",
+    "bias_dropout_fusion": "bias_dropout_fusion",
+    "gradient_accumulation_fusion": "gradient_accumulation_fusion",
+    "rope_fusion": "apply_rope_fusion",
+    "persist_layer_norm": "persist_layer_norm",
+}
+
+
+def check_fusions(m: Any) -> None:
+    """Megatron-LM's fusion switches of a ModelConfig: megatron-gamma builds its models with
+    every megatron-core fusion off, so the ``--no-...`` flags say what already happens and a
+    switch turned on is refused.
+
+    Raises:
+        ConfigError: a fusion switch set to True.
+    """
+    for key in FUSIONS:
+        if getattr(m, key):
+            flag = "--" + key.replace("_", "-")
+            fail(
+                key,
+                True,
+                "megatron-gamma builds every model with megatron-core's fusions off (the unfused "
+                "paths run on CPU and GPU alike, and the diagnostics read their outputs)",
+                f"drop {flag} (--no-{flag[2:]} states the default)",
+            )
+
+
 def moe_layer_pattern(freq: str, num_layers: int) -> list[int]:
     """Megatron-LM's ``--moe-layer-freq`` as one 1 (MoE) or 0 (dense) per layer.
 

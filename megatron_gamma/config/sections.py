@@ -36,6 +36,7 @@ from megatron_gamma.config.choices import (
 )
 from megatron_gamma.config.errors import fail, resolve
 from megatron_gamma.config.megatron_lm import (
+    check_fusions,
     check_megatron_model_flags,
     moe_layer_pattern,
     resolve_megatron_aliases,
@@ -164,6 +165,31 @@ class ModelConfig:
     """Megatron-LM's grouped GEMM for the experts: refused (see the README's MoE section)."""
     moe_router_dtype: Optional[MoeRouterDtype] = None
     """Precision of the router's scores and auxiliary losses; None: the model's dtype."""
+    masked_softmax_fusion: bool = False
+    """megatron-core's fused scale-mask-softmax kernel
+    (``TransformerConfig.masked_softmax_fusion``). Always off: attention runs torch SDPA or
+    megatron-core's unfused softmax. Megatron-LM's --no-masked-softmax-fusion is accepted (a
+    no-effect notice); True is refused."""
+    bias_gelu_fusion: bool = False
+    """Fused bias + GeLU (``TransformerConfig.bias_activation_fusion`` without --swiglu). Always
+    off; Megatron-LM's --no-bias-gelu-fusion is accepted (a no-effect notice); True is refused."""
+    bias_swiglu_fusion: bool = False
+    """Fused bias + SwiGLU (``TransformerConfig.bias_activation_fusion`` with --swiglu). Always
+    off; Megatron-LM's --no-bias-swiglu-fusion is accepted (a no-effect notice); True is refused."""
+    bias_dropout_fusion: bool = False
+    """Fused bias + dropout + residual add (``TransformerConfig.bias_dropout_fusion``). Always off;
+    Megatron-LM's --no-bias-dropout-fusion is accepted (a no-effect notice); True is refused."""
+    gradient_accumulation_fusion: bool = False
+    """Weight gradients accumulated into main_grad by a fused kernel
+    (``TransformerConfig.gradient_accumulation_fusion``, CUDA + APEX/TE). Always off; Megatron-LM's
+    --no-gradient-accumulation-fusion is accepted (a no-effect notice); True is refused."""
+    rope_fusion: bool = False
+    """Fused RoPE kernel (``TransformerConfig.apply_rope_fusion``, Megatron-LM's dest of
+    --no-rope-fusion). Always off; --no-rope-fusion is accepted (a no-effect notice); True is
+    refused."""
+    persist_layer_norm: bool = False
+    """Persistent fused LayerNorm kernel (``TransformerConfig.persist_layer_norm``). Always off;
+    Megatron-LM's --no-persist-layer-norm is accepted (a no-effect notice); True is refused."""
 
     def __post_init__(self) -> None:
         check_choices(self)
@@ -222,6 +248,7 @@ class ModelConfig:
             if not 0.0 <= getattr(self, key) < 1.0:
                 fail(key, getattr(self, key), "must lie in [0, 1)", f"set {key} to e.g. 0.0")
         check_megatron_model_flags(self)
+        check_fusions(self)
 
 
 def _check_moe(m: ModelConfig) -> None:

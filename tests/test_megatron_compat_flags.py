@@ -1,0 +1,59 @@
+"""Megatron-LM flags found missing by a new user: the fusion switches, the optimizer, data and
+determinism flags, ``--split`` as megatron-core reads it, and Megatron-LM's preprocess flags.
+Each is checked against the megatron-core field it sets or the refusal naming it."""
+
+import pytest
+
+from megatron_gamma import cli
+from megatron_gamma.config import ConfigError, load_config, overrides_from_args
+from megatron_gamma.model.builder import transformer_config
+
+# Megatron-LM flag -> the megatron-core TransformerConfig field it turns off there.
+FUSION_FLAGS = {
+    "--no-masked-softmax-fusion": "masked_softmax_fusion",
+    "--no-bias-gelu-fusion": "bias_activation_fusion",
+    "--no-bias-swiglu-fusion": "bias_activation_fusion",
+    "--no-bias-dropout-fusion": "bias_dropout_fusion",
+    "--no-gradient-accumulation-fusion": "gradient_accumulation_fusion",
+    "--no-rope-fusion": "apply_rope_fusion",
+    "--no-persist-layer-norm": "persist_layer_norm",
+}
+
+
+def _config(argv: list[str]):
+    return load_config(None, overrides_from_args(cli.parse_args(["pretrain", *argv])))
+
+
+@pytest.mark.parametrize("flag", sorted(FUSION_FLAGS))
+@pytest.mark.parametrize("swiglu", ["--swiglu", "--no-swiglu"])
+def test_megatron_lm_fusion_switches_are_accepted_and_the_fusion_is_off(flag, swiglu):
+    tcfg = transformer_config(_config([flag, swiglu]), on_gpu=False)
+    assert getattr(tcfg, FUSION_FLAGS[flag]) is False
+
+
+@pytest.mark.parametrize("flag", sorted(FUSION_FLAGS))
+def test_a_fusion_switched_on_is_refused_naming_the_flag(flag):
+    on = "--" + flag[len("--no-") :]
+    key = on[2:].replace("-", "_")
+    with pytest.raises(ConfigError) as e:
+        _config([on])
+    assert str(e.value).startswith(f"{key}=True: megatron-gamma builds every model with")
+    assert f"Fix: drop {on}" in str(e.value)
+
+
+def _unknown_flag_error(flag: str, capsys) -> str:
+    with pytest.raises(SystemExit):
+        cli.parse_args(["pretrain", flag])
+    return capsys.readouterr().err
+
+
+def test_an_unknown_no_flag_is_not_matched_to_an_unrelated_flag_by_its_prefix(capsys):
+    err = _unknown_flag_error("--no-async-tensor-model-parallel-allreduce", capsys)
+    assert "unrecognized arguments: --no-async-tensor-model-parallel-allreduce" in err
+    assert "did you mean" not in err
+
+
+def test_a_misspelt_no_flag_still_gets_its_suggestion(capsys):
+    assert "--no-load-optm: did you mean --no-load-optim?" in _unknown_flag_error(
+        "--no-load-optm", capsys
+    )
