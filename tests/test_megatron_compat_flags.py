@@ -57,3 +57,22 @@ def test_a_misspelt_no_flag_still_gets_its_suggestion(capsys):
     assert "--no-load-optm: did you mean --no-load-optim?" in _unknown_flag_error(
         "--no-load-optm", capsys
     )
+
+
+@pytest.mark.parametrize("split", ["90,10", "1,2", "100", "90/5/5", "949,50,1", " 3 , 1 ", "0,1"])
+def test_split_takes_what_megatron_core_takes_with_the_same_shares(split, demo_prefix, tmp_path):
+    from megatron.core.datasets.blended_megatron_dataset_config import parse_and_normalize_split
+
+    from megatron_gamma.config.sections import split_shares
+
+    cfg = load_config(None, {"split": split, "data_path": [demo_prefix]})
+    shares = split_shares(cfg.data.split)
+    assert [s / sum(shares) for s in shares] == pytest.approx(parse_and_normalize_split(split))
+
+
+@pytest.mark.parametrize("split", ["-1,2", "a,b", "0,0,0", "1,1,1,1", "1e3", "1.2.3", "", "1,,1"])
+def test_a_split_megatron_core_would_misread_is_an_error_naming_it(split):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, {"split": split})
+    assert str(e.value).startswith(f"split={split!r}: needs one to three non-negative numbers")
+    assert "Fix: use e.g." in str(e.value)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from megatron_gamma.config.loading import REDACTED, Config, field_index, read_yaml
 from megatron_gamma.config.megatron_lm import FUSIONS, moe_layer_pattern
+from megatron_gamma.config.sections import split_shares
 
 
 def _has_validation(cfg: Config) -> bool:
@@ -24,7 +25,7 @@ def _has_validation(cfg: Config) -> bool:
         return True  # megatron-core's mock split is "1,1,1"
     if d.train_data_path:
         return bool(d.valid_data_path)
-    return float(d.split.replace("/", ",").split(",")[1]) > 0
+    return split_shares(d.split)[1] > 0
 
 
 def _moe(cfg: Config) -> bool:

@@ -535,7 +535,8 @@ class DataConfig:
     test_data_path: list = field(default_factory=list)
     """Per-split blend for testing (--test-data-path)."""
     split: str = "949,50,1"
-    """train,valid,test proportions of the documents (with data_path only)."""
+    """train,valid,test proportions of the documents (with data_path only); missing ones are 0,
+    as megatron-core reads it ('90,10' is 90% train, 10% valid, no test)."""
     tokenizer_model: Optional[str] = None
     """Path to a HF tokenizer.json, or a directory holding one (default: the packaged demo
     tokenizer)."""
@@ -600,13 +601,7 @@ class DataConfig:
                 "per-split paths need a training blend",
                 "add --train-data-path PREFIX (or W1 P1 W2 P2 ...)",
             )
-        parts = self.split.replace("/", ",").split(",")
-        try:
-            vals = [float(p) for p in parts]
-        except ValueError:
-            vals = []
-        if len(vals) != 3 or min(vals) < 0 or sum(vals) <= 0:
-            fail("split", self.split, "needs three non-negative numbers", "use e.g. '949,50,1'")
+        split_shares(self.split)
         if self.num_workers < 0:
             fail("num_workers", self.num_workers, "must be >= 0", "use 0 (no worker) or more")
         if self.mock_data and (self.data_path or given):
@@ -680,6 +675,35 @@ class DataConfig:
         return [
             _parse_blend(k, getattr(self, k)) if getattr(self, k) else None for k in _SPLIT_KEYS
         ]
+
+
+def split_shares(split: str) -> list[float]:
+    """The train, valid, test weights of ``--split`` as megatron-core's
+    ``parse_and_normalize_split`` reads them before normalizing: one to three numbers separated
+    by ``,`` or ``/``, the missing ones 0 (``'90,10'`` is ``[90, 10, 0]``). The string itself
+    goes to megatron-core's ``GPTDatasetConfig(split=...)`` unchanged.
+
+    Raises:
+        ConfigError: a part that is not a non-negative number, more than three parts, or all 0
+            (megatron-core would read a minus sign or a stray character as a separator).
+    """
+    parts = str(split).replace("/", ",").split(",")
+    values = []
+    # digits and a point only: the characters megatron-core reads as one number
+    if all(re.fullmatch(r"\s*[0-9.]+\s*", p) for p in parts):
+        try:
+            values = [float(p) for p in parts]
+        except ValueError:  # two points
+            values = []
+    if not values or len(values) > 3 or min(values) < 0 or sum(values) <= 0:
+        fail(
+            "split",
+            split,
+            "needs one to three non-negative numbers (train,valid,test; missing ones are 0), "
+            "not all 0",
+            "use e.g. '949,50,1' or '90,10'",
+        )
+    return values + [0.0] * (3 - len(values))
 
 
 def _parse_blend(key: str, items: list[str]) -> tuple[list[str], Optional[list[float]]]:
