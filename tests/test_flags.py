@@ -296,6 +296,11 @@ CASES = {
         None,
     ),
     "ckpt_format": ({"ckpt_format": "torch_dist"}, "always torch_dist", None),
+    "sgd_momentum": (
+        {"sgd_momentum": 0.5},
+        "--optimizer sgd",
+        {"sgd_momentum": 0.5, "optimizer": "sgd"},
+    ),
     **{
         key: ({key: False}, "builds every model with this fusion off", None)
         for key in (

@@ -76,3 +76,50 @@ def test_a_split_megatron_core_would_misread_is_an_error_naming_it(split):
         load_config(None, {"split": split})
     assert str(e.value).startswith(f"split={split!r}: needs one to three non-negative numbers")
     assert "Fix: use e.g." in str(e.value)
+
+
+def test_sgd_momentum_reaches_megatron_cores_optimizer_config():
+    from types import SimpleNamespace
+
+    import torch
+
+    from megatron_gamma.training.loop import Trainer
+
+    cfg = _config(["--optimizer", "sgd", "--sgd-momentum", "0.5"])
+    fake = SimpleNamespace(cfg=cfg, tcfg=SimpleNamespace(params_dtype=torch.float32))
+    ocfg = Trainer._optimizer_config(fake)
+    assert (ocfg.optimizer, ocfg.sgd_momentum) == ("sgd", 0.5)
+    with pytest.raises(ConfigError, match=r"^sgd_momentum=1\.5: must lie in \[0, 1\)"):
+        _config(["--optimizer", "sgd", "--sgd-momentum", "1.5"])
+
+
+def test_num_dataset_builder_threads_reaches_gpt_dataset_config(demo_prefix, monkeypatch, tmp_path):
+    from megatron_gamma.data import datasets
+    from megatron_gamma.data.tokenizer_types import load_tokenizer
+
+    built = []
+
+    class Builder:
+        def __init__(self, cls, sizes, is_built_on_rank, config):
+            built.append(config)
+
+        def build(self):
+            raise RuntimeError("config captured")
+
+    monkeypatch.setattr(datasets, "BlendedMegatronDatasetBuilder", Builder)
+    argv = ["--num-dataset-builder-threads", "3", "--data-path", demo_prefix]
+    cfg = _config([*argv, "--run-dir", str(tmp_path)])
+    with pytest.raises(RuntimeError, match="config captured"):
+        datasets.build_datasets(cfg, load_tokenizer(cfg.data, cfg.logging.run_dir))
+    assert built[0].num_dataset_builder_threads == 3
+
+
+@pytest.mark.parametrize(
+    "flag", ["--encoder-seq-length", "--deterministic-mode", "--dist-ckpt-strictness"]
+)
+def test_megatron_lm_flags_we_cannot_honour_are_refused_by_name(flag, capsys):
+    from megatron_gamma.config.megatron_lm import REFUSED
+
+    err = _unknown_flag_error(flag, capsys)
+    why, fix = REFUSED[flag]
+    assert f"{flag}: refused: {why}. Fix: {fix}" in err

@@ -196,6 +196,7 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
         for key in FUSIONS
     },
     "grad_reduce_in_bf16": (lambda c: c.training.bf16, "--bf16"),
+    "sgd_momentum": (lambda c: c.optimizer.optimizer == "sgd", "--optimizer sgd"),
     "manual_gc_interval": (lambda c: c.training.manual_gc, "--manual-gc"),
     "manual_gc_eval": (lambda c: c.training.manual_gc, "--manual-gc"),
     "reset_position_ids": (
@@ -227,7 +228,7 @@ ALWAYS_EFFECTIVE = frozenset(
     virtual_pipeline_model_parallel_size overlap_param_gather distributed_timeout_minutes
     context_parallel_size num_workers reset_attention_mask eod_mask_loss mock_data tokenizer_type
     vocab_file merge_file num_virtual_stages_per_pipeline_rank
-    mmap_bin_files manual_gc""".split()
+    mmap_bin_files manual_gc num_dataset_builder_threads""".split()
 )
 
 _NEVER = "nothing: "

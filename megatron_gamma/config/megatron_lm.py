@@ -374,6 +374,21 @@ REFUSED: dict[str, tuple[str, str]] = {
         "drop the flag",
     ),
     "--defer-embedding-wgrad-compute": (f"this overlap {_NO_TE}", "drop the flag"),
+    "--encoder-seq-length": (
+        "Megatron-LM's encoder-decoder name of the sequence length; a GPT model has --seq-length",
+        "use --seq-length",
+    ),
+    "--deterministic-mode": (
+        "megatron-gamma does not switch torch, cuBLAS, NCCL and Transformer Engine to their "
+        "deterministic algorithms (torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG, "
+        "NCCL_ALGO=Ring, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0)",
+        "drop the flag",
+    ),
+    "--dist-ckpt-strictness": (
+        "checkpoints load with megatron-core's default key handling (assume_ok_unexpected, "
+        "Megatron-LM's default), then into the model strictly",
+        "drop the flag",
+    ),
     "--non-persistent-save-interval": (
         "non-persistent (local) checkpoints are not supported",
         "use --save-interval with --save-retain-last",

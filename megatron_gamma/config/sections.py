@@ -572,6 +572,9 @@ class DataConfig:
     """Memory-map the .bin token files (megatron-core ``GPTDatasetConfig.mmap_bin_files``);
     ``--no-mmap-bin-files`` reads each sample with a file read instead (Megatron-LM's flag, for
     filesystems where mmap is slow)."""
+    num_dataset_builder_threads: int = 1
+    """Threads per rank that build the datasets' indices (megatron-core
+    ``GPTDatasetConfig.num_dataset_builder_threads``); the samples do not depend on it."""
     create_attention_mask_in_dataloader: bool = False
     """Megatron-LM's switch (default on there) for a causal mask built by the data loader. Here
     the causal mask is implicit in the attention kernel and a mask is built only for
@@ -602,6 +605,13 @@ class DataConfig:
                 "add --train-data-path PREFIX (or W1 P1 W2 P2 ...)",
             )
         split_shares(self.split)
+        if self.num_dataset_builder_threads < 1:
+            fail(
+                "num_dataset_builder_threads",
+                self.num_dataset_builder_threads,
+                "must be >= 1",
+                "use 1 (Megatron-LM's default) or more",
+            )
         if self.num_workers < 0:
             fail("num_workers", self.num_workers, "must be >= 0", "use 0 (no worker) or more")
         if self.mock_data and (self.data_path or given):
@@ -757,6 +767,9 @@ class OptimizerConfig:
     """Adam's second-moment decay (beta2)."""
     adam_eps: float = 1e-8
     """Adam's epsilon, added to the square root of the second moment in the denominator."""
+    sgd_momentum: float = 0.9
+    """Momentum of --optimizer sgd (megatron-core ``OptimizerConfig.sgd_momentum``; Megatron-LM's
+    default 0.9)."""
     clip_grad: float = 1.0
     """Gradient clipping by global norm (0 disables)."""
     override_opt_param_scheduler: bool = False
@@ -808,6 +821,8 @@ class OptimizerConfig:
             fail("lr", self.lr, "must be > 0", "use e.g. 3e-4")
         if not 0 <= self.min_lr <= self.lr:
             fail("min_lr", self.min_lr, f"must lie in [0, lr={self.lr}]", "lower min_lr")
+        if not 0 <= self.sgd_momentum < 1:
+            fail("sgd_momentum", self.sgd_momentum, "must lie in [0, 1)", "use e.g. 0.9")
         for key in ("lr_warmup_iters", "lr_warmup_samples"):
             if getattr(self, key) < 0:
                 fail(key, getattr(self, key), "must be >= 0", "use 0 or more")
