@@ -123,3 +123,36 @@ def test_megatron_lm_flags_we_cannot_honour_are_refused_by_name(flag, capsys):
     err = _unknown_flag_error(flag, capsys)
     why, fix = REFUSED[flag]
     assert f"{flag}: refused: {why}. Fix: {fix}" in err
+
+
+@pytest.mark.parametrize("flag", ["--partitions", "--log-interval"])
+def test_megatron_lm_preprocess_flags_we_do_not_honour_are_refused_by_name(flag, capsys):
+    from megatron_gamma.config.megatron_lm import PREPROCESS_REFUSED
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.parse_args(["preprocess", "--input", "x.jsonl", "--output-prefix", "o", flag, "4"])
+    assert exit_.value.code == 2
+    why, fix = PREPROCESS_REFUSED[flag]
+    assert f"{flag}: refused: {why}. Fix: {fix}" in capsys.readouterr().err
+
+
+def test_keep_newlines_and_sequential_samples_change_no_byte(tmp_path):
+    """--split-sentences keeps the newlines between sentences already (what --keep-newlines asks
+    of Megatron-LM), and the output keeps the input order (--keep-sequential-samples)."""
+    from pathlib import Path
+
+    from megatron_gamma.data.sentences import split_sentences
+
+    text = "First sentence here.\nSecond one follows.\n\nThird after a blank line."
+    assert "".join(split_sentences(text)) == text
+    corpus = Path(cli.__file__).parent / "data" / "demo" / "en.jsonl"
+    tok = Path(cli.__file__).parent / "data" / "demo"
+    base = ["preprocess", "--input", str(corpus), "--tokenizer-model", str(tok), "--no-progress"]
+    base += ["--split-sentences"]
+    outputs = []
+    for name, extra in (("plain", []), ("kept", ["--keep-newlines", "--keep-sequential-samples"])):
+        prefix = tmp_path / name / "d"
+        assert cli.main([*base, "--output-prefix", str(prefix), *extra]) == 0
+        outputs.append(sorted(p.name for p in (tmp_path / name).glob("d_*.bin")))
+        outputs.append([p.read_bytes() for p in sorted((tmp_path / name).glob("d_*.bin"))])
+    assert outputs[0] == outputs[2] and outputs[1] == outputs[3] and outputs[0]

@@ -396,14 +396,30 @@ REFUSED: dict[str, tuple[str, str]] = {
 }
 
 
-def refused_flags(unknown: list[str]) -> list[str]:
-    """One line per refused Megatron-LM flag among ``unknown`` (arguments argparse did not
-    recognize), in order: ``--flag: refused: why. Fix: ...``. ``--flag=value`` counts as
-    ``--flag``; other unknown arguments are left to argparse's message."""
+# Flags of Megatron-LM's tools/preprocess_data.py that ``preprocess`` refuses -> (why, fix).
+PREPROCESS_REFUSED: dict[str, tuple[str, str]] = {
+    "--partitions": (
+        "input files are not split into partition files; preprocess parallelizes with worker "
+        "processes and shards",
+        "drop it and use --workers N, or --num-shards N --shard-index I per task and "
+        "`megatron-gamma merge` (README, Preprocessing at scale)",
+    ),
+    "--log-interval": (
+        "progress is a bar updated after every chunk (docs/s, MB/s, tok/s), not a line every N "
+        "documents",
+        "drop the flag (--no-progress hides the bar)",
+    ),
+}
+
+
+def refused_flags(unknown: list[str], table: dict[str, tuple[str, str]] = REFUSED) -> list[str]:
+    """One line per refused Megatron-LM flag of ``table`` among ``unknown`` (arguments argparse
+    did not recognize), in order: ``--flag: refused: why. Fix: ...``. ``--flag=value`` counts
+    as ``--flag``; other unknown arguments are left to argparse's message."""
     lines = []
     for arg in unknown:
         flag = arg.split("=", 1)[0]
-        if flag in REFUSED:
-            why, fix = REFUSED[flag]
+        if flag in table:
+            why, fix = table[flag]
             lines.append(f"{flag}: refused: {why}. Fix: {fix}")
     return list(dict.fromkeys(lines))
