@@ -32,7 +32,7 @@ import sys
 
 from megatron_gamma.atomic import atomic_open
 from megatron_gamma.config import ConfigError
-from megatron_gamma.config.megatron_lm import REFUSED, refused_flags
+from megatron_gamma.config.megatron_lm import PREPROCESS_REFUSED, REFUSED, refused_flags
 from megatron_gamma.warnings_summary import silence_library_noise, summarize_accelerator_warnings
 
 
@@ -370,13 +370,24 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n({self.prog} --help lists every flag)\n")
 
 
+def _stem(flag: str) -> str:
+    """A flag without ``--`` and a ``no-`` prefix: ``--no-load-optim`` -> ``load-optim``."""
+    name = flag[2:]
+    return name[3:] if name.startswith("no-") else name
+
+
 def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
-    """'unrecognized arguments: --lr-warmup 5 (did you mean --lr-warmup-iters?)'."""
+    """'unrecognized arguments: --lr-warmup 5 (did you mean --lr-warmup-iters?)'. A suggestion
+    must also be close without the shared ``--`` / ``--no-`` prefix (ratio >= 0.75), which alone
+    made ``--no-bias-gelu-fusion`` look like ``--no-add-bias-linear``."""
     known = [o for o in parser._option_string_actions if o.startswith("--")]
     hints = []
     for arg in unknown:
         flag = arg.split("=", 1)[0]
-        close = difflib.get_close_matches(flag, known, n=1) if flag.startswith("--") else []
+        close = difflib.get_close_matches(flag, known, n=3) if flag.startswith("--") else []
+        close = [
+            k for k in close if difflib.SequenceMatcher(None, _stem(flag), _stem(k)).ratio() >= 0.75
+        ]
         if close:
             hints.append(f"{flag}: did you mean {close[0]}?")
     message = f"unrecognized arguments: {' '.join(unknown)}"
@@ -385,15 +396,17 @@ def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line; an unknown flag exits 2 naming the closest known flag, and a
-    Megatron-LM flag megatron-gamma refuses (:data:`~megatron_gamma.config.megatron_lm.REFUSED`)
-    exits 2 with one line per such flag: why, and the fix."""
+    Megatron-LM flag megatron-gamma refuses (:data:`~megatron_gamma.config.megatron_lm.REFUSED`,
+    for ``preprocess`` ``PREPROCESS_REFUSED``) exits 2 with one line per such flag: why, and
+    the fix."""
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         command = parser._subparsers._group_actions[0].choices[args.command]
-        refused = refused_flags(unknown)
+        table = PREPROCESS_REFUSED if args.command == "preprocess" else REFUSED
+        refused = refused_flags(unknown, table)
         if refused:
-            others = [a for a in unknown if a.startswith("-") and a.split("=")[0] not in REFUSED]
+            others = [a for a in unknown if a.startswith("-") and a.split("=")[0] not in table]
             if others:
                 refused.append(_did_you_mean(command, others))
             command.error("Megatron-LM flags megatron-gamma refuses:\n  " + "\n  ".join(refused))

@@ -296,6 +296,23 @@ CASES = {
         None,
     ),
     "ckpt_format": ({"ckpt_format": "torch_dist"}, "always torch_dist", None),
+    "sgd_momentum": (
+        {"sgd_momentum": 0.5},
+        "--optimizer sgd",
+        {"sgd_momentum": 0.5, "optimizer": "sgd"},
+    ),
+    **{
+        key: ({key: False}, "builds every model with this fusion off", None)
+        for key in (
+            "masked_softmax_fusion",
+            "bias_gelu_fusion",
+            "bias_swiglu_fusion",
+            "bias_dropout_fusion",
+            "gradient_accumulation_fusion",
+            "rope_fusion",
+            "persist_layer_norm",
+        )
+    },
     "grad_reduce_in_bf16": (
         {"grad_reduce_in_bf16": True},
         "--bf16",

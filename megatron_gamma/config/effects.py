@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from megatron_gamma.config.loading import REDACTED, Config, field_index, read_yaml
-from megatron_gamma.config.megatron_lm import moe_layer_pattern
+from megatron_gamma.config.megatron_lm import FUSIONS, moe_layer_pattern
+from megatron_gamma.config.sections import split_shares
 
 
 def _has_validation(cfg: Config) -> bool:
@@ -24,7 +25,7 @@ def _has_validation(cfg: Config) -> bool:
         return True  # megatron-core's mock split is "1,1,1"
     if d.train_data_path:
         return bool(d.valid_data_path)
-    return float(d.split.replace("/", ",").split(",")[1]) > 0
+    return split_shares(d.split)[1] > 0
 
 
 def _moe(cfg: Config) -> bool:
@@ -190,7 +191,12 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
         "--reset-attention-mask)",
     ),
     "ckpt_format": (lambda c: False, "nothing: checkpoints are always torch_dist"),
+    **{
+        key: (lambda c: False, "nothing: megatron-gamma builds every model with this fusion off")
+        for key in FUSIONS
+    },
     "grad_reduce_in_bf16": (lambda c: c.training.bf16, "--bf16"),
+    "sgd_momentum": (lambda c: c.optimizer.optimizer == "sgd", "--optimizer sgd"),
     "manual_gc_interval": (lambda c: c.training.manual_gc, "--manual-gc"),
     "manual_gc_eval": (lambda c: c.training.manual_gc, "--manual-gc"),
     "reset_position_ids": (
@@ -222,7 +228,7 @@ ALWAYS_EFFECTIVE = frozenset(
     virtual_pipeline_model_parallel_size overlap_param_gather distributed_timeout_minutes
     context_parallel_size num_workers reset_attention_mask eod_mask_loss mock_data tokenizer_type
     vocab_file merge_file num_virtual_stages_per_pipeline_rank
-    mmap_bin_files manual_gc""".split()
+    mmap_bin_files manual_gc num_dataset_builder_threads""".split()
 )
 
 _NEVER = "nothing: "

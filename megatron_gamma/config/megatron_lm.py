@@ -110,6 +110,38 @@ def check_megatron_model_flags(m: Any) -> None:
         )
 
 
+# ModelConfig field of a Megatron-LM fusion switch -> megatron-core TransformerConfig field.
+FUSIONS: dict[str, str] = {
+    "masked_softmax_fusion": "masked_softmax_fusion",
+    "bias_gelu_fusion": "bias_activation_fusion",
+    "bias_swiglu_fusion": "bias_activation_fusion",
+    "bias_dropout_fusion": "bias_dropout_fusion",
+    "gradient_accumulation_fusion": "gradient_accumulation_fusion",
+    "rope_fusion": "apply_rope_fusion",
+    "persist_layer_norm": "persist_layer_norm",
+}
+
+
+def check_fusions(m: Any) -> None:
+    """Megatron-LM's fusion switches of a ModelConfig: megatron-gamma builds its models with
+    every megatron-core fusion off, so the ``--no-...`` flags say what already happens and a
+    switch turned on is refused.
+
+    Raises:
+        ConfigError: a fusion switch set to True.
+    """
+    for key in FUSIONS:
+        if getattr(m, key):
+            flag = "--" + key.replace("_", "-")
+            fail(
+                key,
+                True,
+                "megatron-gamma builds every model with megatron-core's fusions off (the unfused "
+                "paths run on CPU and GPU alike, and the diagnostics read their outputs)",
+                f"drop {flag} (--no-{flag[2:]} states the default)",
+            )
+
+
 def moe_layer_pattern(freq: str, num_layers: int) -> list[int]:
     """Megatron-LM's ``--moe-layer-freq`` as one 1 (MoE) or 0 (dense) per layer.
 
@@ -342,6 +374,21 @@ REFUSED: dict[str, tuple[str, str]] = {
         "drop the flag",
     ),
     "--defer-embedding-wgrad-compute": (f"this overlap {_NO_TE}", "drop the flag"),
+    "--encoder-seq-length": (
+        "Megatron-LM's encoder-decoder name of the sequence length; a GPT model has --seq-length",
+        "use --seq-length",
+    ),
+    "--deterministic-mode": (
+        "megatron-gamma does not switch torch, cuBLAS, NCCL and Transformer Engine to their "
+        "deterministic algorithms (torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG, "
+        "NCCL_ALGO=Ring, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0)",
+        "drop the flag",
+    ),
+    "--dist-ckpt-strictness": (
+        "checkpoints load with megatron-core's default key handling (assume_ok_unexpected, "
+        "Megatron-LM's default), then into the model strictly",
+        "drop the flag",
+    ),
     "--non-persistent-save-interval": (
         "non-persistent (local) checkpoints are not supported",
         "use --save-interval with --save-retain-last",
@@ -349,14 +396,30 @@ REFUSED: dict[str, tuple[str, str]] = {
 }
 
 
-def refused_flags(unknown: list[str]) -> list[str]:
-    """One line per refused Megatron-LM flag among ``unknown`` (arguments argparse did not
-    recognize), in order: ``--flag: refused: why. Fix: ...``. ``--flag=value`` counts as
-    ``--flag``; other unknown arguments are left to argparse's message."""
+# Flags of Megatron-LM's tools/preprocess_data.py that ``preprocess`` refuses -> (why, fix).
+PREPROCESS_REFUSED: dict[str, tuple[str, str]] = {
+    "--partitions": (
+        "input files are not split into partition files; preprocess parallelizes with worker "
+        "processes and shards",
+        "drop it and use --workers N, or --num-shards N --shard-index I per task and "
+        "`megatron-gamma merge` (README, Preprocessing at scale)",
+    ),
+    "--log-interval": (
+        "progress is a bar updated after every chunk (docs/s, MB/s, tok/s), not a line every N "
+        "documents",
+        "drop the flag (--no-progress hides the bar)",
+    ),
+}
+
+
+def refused_flags(unknown: list[str], table: dict[str, tuple[str, str]] = REFUSED) -> list[str]:
+    """One line per refused Megatron-LM flag of ``table`` among ``unknown`` (arguments argparse
+    did not recognize), in order: ``--flag: refused: why. Fix: ...``. ``--flag=value`` counts
+    as ``--flag``; other unknown arguments are left to argparse's message."""
     lines = []
     for arg in unknown:
         flag = arg.split("=", 1)[0]
-        if flag in REFUSED:
-            why, fix = REFUSED[flag]
+        if flag in table:
+            why, fix = table[flag]
             lines.append(f"{flag}: refused: {why}. Fix: {fix}")
     return list(dict.fromkeys(lines))

@@ -36,6 +36,7 @@ from megatron_gamma.config.choices import (
 )
 from megatron_gamma.config.errors import fail, resolve
 from megatron_gamma.config.megatron_lm import (
+    check_fusions,
     check_megatron_model_flags,
     moe_layer_pattern,
     resolve_megatron_aliases,
@@ -164,6 +165,31 @@ class ModelConfig:
     """Megatron-LM's grouped GEMM for the experts: refused (see the README's MoE section)."""
     moe_router_dtype: Optional[MoeRouterDtype] = None
     """Precision of the router's scores and auxiliary losses; None: the model's dtype."""
+    masked_softmax_fusion: bool = False
+    """megatron-core's fused scale-mask-softmax kernel
+    (``TransformerConfig.masked_softmax_fusion``). Always off: attention runs torch SDPA or
+    megatron-core's unfused softmax. Megatron-LM's --no-masked-softmax-fusion is accepted (a
+    no-effect notice); True is refused."""
+    bias_gelu_fusion: bool = False
+    """Fused bias + GeLU (``TransformerConfig.bias_activation_fusion`` without --swiglu). Always
+    off; Megatron-LM's --no-bias-gelu-fusion is accepted (a no-effect notice); True is refused."""
+    bias_swiglu_fusion: bool = False
+    """Fused bias + SwiGLU (``TransformerConfig.bias_activation_fusion`` with --swiglu). Always
+    off; Megatron-LM's --no-bias-swiglu-fusion is accepted (a no-effect notice); True is refused."""
+    bias_dropout_fusion: bool = False
+    """Fused bias + dropout + residual add (``TransformerConfig.bias_dropout_fusion``). Always off;
+    Megatron-LM's --no-bias-dropout-fusion is accepted (a no-effect notice); True is refused."""
+    gradient_accumulation_fusion: bool = False
+    """Weight gradients accumulated into main_grad by a fused kernel
+    (``TransformerConfig.gradient_accumulation_fusion``, CUDA + APEX/TE). Always off; Megatron-LM's
+    --no-gradient-accumulation-fusion is accepted (a no-effect notice); True is refused."""
+    rope_fusion: bool = False
+    """Fused RoPE kernel (``TransformerConfig.apply_rope_fusion``, Megatron-LM's dest of
+    --no-rope-fusion). Always off; --no-rope-fusion is accepted (a no-effect notice); True is
+    refused."""
+    persist_layer_norm: bool = False
+    """Persistent fused LayerNorm kernel (``TransformerConfig.persist_layer_norm``). Always off;
+    Megatron-LM's --no-persist-layer-norm is accepted (a no-effect notice); True is refused."""
 
     def __post_init__(self) -> None:
         check_choices(self)
@@ -222,6 +248,7 @@ class ModelConfig:
             if not 0.0 <= getattr(self, key) < 1.0:
                 fail(key, getattr(self, key), "must lie in [0, 1)", f"set {key} to e.g. 0.0")
         check_megatron_model_flags(self)
+        check_fusions(self)
 
 
 def _check_moe(m: ModelConfig) -> None:
@@ -508,7 +535,8 @@ class DataConfig:
     test_data_path: list = field(default_factory=list)
     """Per-split blend for testing (--test-data-path)."""
     split: str = "949,50,1"
-    """train,valid,test proportions of the documents (with data_path only)."""
+    """train,valid,test proportions of the documents (with data_path only); missing ones are 0,
+    as megatron-core reads it ('90,10' is 90% train, 10% valid, no test)."""
     tokenizer_model: Optional[str] = None
     """Path to a HF tokenizer.json, or a directory holding one (default: the packaged demo
     tokenizer)."""
@@ -544,6 +572,9 @@ class DataConfig:
     """Memory-map the .bin token files (megatron-core ``GPTDatasetConfig.mmap_bin_files``);
     ``--no-mmap-bin-files`` reads each sample with a file read instead (Megatron-LM's flag, for
     filesystems where mmap is slow)."""
+    num_dataset_builder_threads: int = 1
+    """Threads per rank that build the datasets' indices (megatron-core
+    ``GPTDatasetConfig.num_dataset_builder_threads``); the samples do not depend on it."""
     create_attention_mask_in_dataloader: bool = False
     """Megatron-LM's switch (default on there) for a causal mask built by the data loader. Here
     the causal mask is implicit in the attention kernel and a mask is built only for
@@ -573,13 +604,14 @@ class DataConfig:
                 "per-split paths need a training blend",
                 "add --train-data-path PREFIX (or W1 P1 W2 P2 ...)",
             )
-        parts = self.split.replace("/", ",").split(",")
-        try:
-            vals = [float(p) for p in parts]
-        except ValueError:
-            vals = []
-        if len(vals) != 3 or min(vals) < 0 or sum(vals) <= 0:
-            fail("split", self.split, "needs three non-negative numbers", "use e.g. '949,50,1'")
+        split_shares(self.split)
+        if self.num_dataset_builder_threads < 1:
+            fail(
+                "num_dataset_builder_threads",
+                self.num_dataset_builder_threads,
+                "must be >= 1",
+                "use 1 (Megatron-LM's default) or more",
+            )
         if self.num_workers < 0:
             fail("num_workers", self.num_workers, "must be >= 0", "use 0 (no worker) or more")
         if self.mock_data and (self.data_path or given):
@@ -655,6 +687,35 @@ class DataConfig:
         ]
 
 
+def split_shares(split: str) -> list[float]:
+    """The train, valid, test weights of ``--split`` as megatron-core's
+    ``parse_and_normalize_split`` reads them before normalizing: one to three numbers separated
+    by ``,`` or ``/``, the missing ones 0 (``'90,10'`` is ``[90, 10, 0]``). The string itself
+    goes to megatron-core's ``GPTDatasetConfig(split=...)`` unchanged.
+
+    Raises:
+        ConfigError: a part that is not a non-negative number, more than three parts, or all 0
+            (megatron-core would read a minus sign or a stray character as a separator).
+    """
+    parts = str(split).replace("/", ",").split(",")
+    values = []
+    # digits and a point only: the characters megatron-core reads as one number
+    if all(re.fullmatch(r"\s*[0-9.]+\s*", p) for p in parts):
+        try:
+            values = [float(p) for p in parts]
+        except ValueError:  # two points
+            values = []
+    if not values or len(values) > 3 or min(values) < 0 or sum(values) <= 0:
+        fail(
+            "split",
+            split,
+            "needs one to three non-negative numbers (train,valid,test; missing ones are 0), "
+            "not all 0",
+            "use e.g. '949,50,1' or '90,10'",
+        )
+    return values + [0.0] * (3 - len(values))
+
+
 def _parse_blend(key: str, items: list[str]) -> tuple[list[str], Optional[list[float]]]:
     """Megatron's blend list 'PREFIX' or 'W1 P1 W2 P2 ...' -> (prefixes, weights or None)."""
     if len(items) == 1:
@@ -706,6 +767,9 @@ class OptimizerConfig:
     """Adam's second-moment decay (beta2)."""
     adam_eps: float = 1e-8
     """Adam's epsilon, added to the square root of the second moment in the denominator."""
+    sgd_momentum: float = 0.9
+    """Momentum of --optimizer sgd (megatron-core ``OptimizerConfig.sgd_momentum``; Megatron-LM's
+    default 0.9)."""
     clip_grad: float = 1.0
     """Gradient clipping by global norm (0 disables)."""
     override_opt_param_scheduler: bool = False
@@ -757,6 +821,8 @@ class OptimizerConfig:
             fail("lr", self.lr, "must be > 0", "use e.g. 3e-4")
         if not 0 <= self.min_lr <= self.lr:
             fail("min_lr", self.min_lr, f"must lie in [0, lr={self.lr}]", "lower min_lr")
+        if not 0 <= self.sgd_momentum < 1:
+            fail("sgd_momentum", self.sgd_momentum, "must lie in [0, 1)", "use e.g. 0.9")
         for key in ("lr_warmup_iters", "lr_warmup_samples"):
             if getattr(self, key) < 0:
                 fail(key, getattr(self, key), "must be >= 0", "use 0 or more")

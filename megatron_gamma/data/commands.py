@@ -247,6 +247,17 @@ def add_data_commands(sub) -> None:
         "GPTDataset would treat each sentence as a document",
     )  # fmt: skip
     p.add_argument(
+        "--keep-newlines", action="store_true",
+        help="Megatron-LM's flag to keep the newlines between split sentences; accepted and "
+        "changes nothing: --split-sentences always keeps the text between sentences (pieces "
+        "join back to the document; the whitespace opens the next sentence)",
+    )  # fmt: skip
+    p.add_argument(
+        "--keep-sequential-samples", action="store_true",
+        help="Megatron-LM's flag to keep the documents' order across partitions; accepted and "
+        "changes nothing: the output is always in input order, whatever the workers or shards",
+    )  # fmt: skip
+    p.add_argument(
         "--append-eod", action=argparse.BooleanOptionalAction, default=True,
         help="end each document with EOD (default on)",
     )  # fmt: skip

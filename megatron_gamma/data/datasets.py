@@ -81,6 +81,7 @@ def build_datasets(
         eod_mask_loss=d.eod_mask_loss,
         create_attention_mask=d.reset_attention_mask,
         mmap_bin_files=d.mmap_bin_files,
+        num_dataset_builder_threads=d.num_dataset_builder_threads,
     )
     cls = MockGPTDataset if d.mock_data else GPTDataset
     eval_samples = t.eval_iters * t.global_batch_size

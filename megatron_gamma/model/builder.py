@@ -42,8 +42,10 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
     tensor anywhere). With ``'normal'`` megatron-core initializes as usual from
     ``init_method_std`` (and scales the output layers of each block by 1/sqrt(2 num_layers)):
     on GPU from its model-parallel RNG, on CPU through ``use_cpu_initialization`` (each rank
-    draws the global tensor and keeps its shard, as in Megatron-LM without a GPU). Fusions that
-    need CUDA kernels are enabled only on GPU; on CPU the pipeline p2p ops are unbatched
+    draws the global tensor and keeps its shard, as in Megatron-LM without a GPU). Every
+    megatron-core fusion is off, on CPU and GPU (the Megatron-LM fusion switches of ModelConfig
+    can only be off: :func:`~megatron_gamma.config.megatron_lm.check_fusions`); on CPU the
+    pipeline p2p ops are unbatched
     (batched send/recv with virtual pipelining swaps messages on gloo: silently wrong
     gradients). Experts are split by expert parallelism and ``--expert-tensor-parallel-size``.
     ``--sequence-parallel`` at TP = 1 is dropped, as Megatron-LM does (a no-effect warning says
@@ -124,12 +126,12 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
         fp16=t.fp16,
         batch_p2p_comm=on_gpu,
         batch_p2p_sync=on_gpu,
-        bias_activation_fusion=False,
-        bias_dropout_fusion=False,
-        masked_softmax_fusion=False,
-        gradient_accumulation_fusion=False,
-        apply_rope_fusion=False,
-        persist_layer_norm=False,
+        bias_activation_fusion=m.bias_swiglu_fusion if m.swiglu else m.bias_gelu_fusion,
+        bias_dropout_fusion=m.bias_dropout_fusion,
+        masked_softmax_fusion=m.masked_softmax_fusion,
+        gradient_accumulation_fusion=m.gradient_accumulation_fusion,
+        apply_rope_fusion=m.rope_fusion,
+        persist_layer_norm=m.persist_layer_norm,
         finalize_model_grads_func=finalize_model_grads,
         **moe,
         **recompute,

@@ -347,6 +347,7 @@ class Trainer:
             adam_beta1=o.adam_beta1,
             adam_beta2=o.adam_beta2,
             adam_eps=o.adam_eps,
+            sgd_momentum=o.sgd_momentum,
             clip_grad=o.clip_grad,
             bf16=self.cfg.training.bf16,
             **loss_scaling(self.cfg),
