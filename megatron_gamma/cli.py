@@ -214,6 +214,27 @@ def _export_hf(args: argparse.Namespace) -> None:
     print(f"exported iteration {out['iteration']} as {out['model_type']}: {out['out_dir']}")
 
 
+def _shard_size(value: str) -> int | str:
+    """``--max-shard-size``: bytes as an integer, or a string that ``save_pretrained`` reads
+    (checked by the function it hands the value to, huggingface_hub's
+    ``split_torch_state_dict_into_shards``, on no tensors: before any loading)."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        split_torch_state_dict_into_shards({}, max_shard_size=value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: not a size save_pretrained reads (bytes as an integer, "
+            "or a number with the unit TB, GB, MB or KB). Fix: pass e.g. --max-shard-size 5GB "
+            "(the default), 500MB or 2000000000"
+        ) from None
+    return value
+
+
 def _import_hf(args: argparse.Namespace) -> None:
     from megatron_gamma.hf.hf_import import import_hf
 
@@ -564,7 +585,13 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto: stock Llama when it fits exactly, else GammaGPT (trust_remote_code)",
     )
-    p.add_argument("--max-shard-size", default="5GB", help="safetensors shard size")
+    p.add_argument(
+        "--max-shard-size",
+        type=_shard_size,
+        default="5GB",
+        help="largest safetensors file: bytes (e.g. 2000000000) or a number with TB, GB, MB or KB "
+        "(e.g. 5GB, 500MB; default 5GB); a larger model is sharded with an index",
+    )
     p.set_defaults(func=_export_hf)
 
     p = sub.add_parser("import-hf", help="Hugging Face model directory -> run directory")

@@ -70,6 +70,10 @@ warnings   ``warnings.showwarning`` prints the first         megatron-core warns
            warning as one line on rank 0 and drops the       every rank) that it falls back to
            rest; other warnings pass through                 its torch implementations
 =========  ================================================  ===================================
+
+The same hook folds megatron-core's advice to set ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (raised by the
+first tensor- or sequence-parallel forward pass of every process) into one line on rank 0, with
+the fix, on a GPU run, and drops it on a CPU run, where the variable orders no CUDA queue.
 """
 
 from __future__ import annotations

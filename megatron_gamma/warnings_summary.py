@@ -1,6 +1,8 @@
 """Library warnings on the console: megatron-core's import-time warnings about missing
 accelerators folded into one line (the ``warnings`` row of :mod:`megatron_gamma.compat`'s
-table), and warnings about the libraries' own code that say nothing about the run silenced.
+table), its advice to set ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (raised by every tensor- or
+sequence-parallel process) folded into one line with the fix on a GPU run and not shown on a CPU
+run, and warnings about the libraries' own code that say nothing about the run silenced.
 Imports no torch."""
 
 from __future__ import annotations
@@ -13,6 +15,12 @@ import sys
 import warnings
 
 _ACCELERATOR_WARNING = re.compile(r"(Transformer Engine|Apex) (and Apex )?(is|are) not installed")
+# megatron-core's tensor-parallel linear layers, on their first forward pass in each process
+# (``tensor_parallel/layers.py``): the variable orders CUDA kernels on one hardware queue, so
+# that its communication overlaps compute; a CPU run has no CUDA queue for it to order.
+_CUDA_CONNECTIONS_WARNING = re.compile(
+    r"recommended to set the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1"
+)
 
 
 # Warnings about a library's own definitions or defaults, not about the user's settings:
@@ -45,31 +53,50 @@ def silence_library_noise() -> None:
         warnings.filterwarnings("ignore", message=pattern)
 
 
+def _folded(message: str) -> str | None:
+    """The console line of a warning this module folds, or None where it says nothing about the
+    run (the CUDA_DEVICE_MAX_CONNECTIONS advice on a CPU run)."""
+    if _ACCELERATOR_WARNING.search(message):
+        missing = [
+            name
+            for name, module in (("Transformer Engine", "transformer_engine"), ("apex", "apex"))
+            if importlib.util.find_spec(module) is None
+        ]
+        return (
+            f"megatron-core: {' and '.join(missing) or 'an accelerator'} not installed: "
+            "using its torch fallbacks (norms, optimizers, multi-tensor ops)"
+        )
+    torch = sys.modules.get("torch")  # imported by megatron-core, which warned
+    if torch is not None and not torch.cuda.is_available():
+        return None
+    return (
+        f"megatron-core: CUDA_DEVICE_MAX_CONNECTIONS is "
+        f"{os.environ.get('CUDA_DEVICE_MAX_CONNECTIONS', 'unset')}, not the 1 it recommends for "
+        "tensor- and sequence-parallel communication (maximum speedup). Fix: export "
+        "CUDA_DEVICE_MAX_CONNECTIONS=1 before the launch (megatron-gamma submit does so under "
+        "tensor or sequence parallelism)"
+    )
+
+
 def summarize_accelerator_warnings() -> None:
-    """Show megatron-core's "Transformer Engine / Apex ... not installed" warnings as one line
-    on stderr, on rank 0 only (``RANK`` or ``SLURM_PROCID``), and pass every other warning to
-    the previous ``warnings.showwarning``. Idempotent per hook installed."""
+    """Fold megatron-core's warnings about the accelerator into one line each on stderr, on
+    rank 0 only (``RANK`` or ``SLURM_PROCID``): its "Transformer Engine / Apex ... not
+    installed" warnings, and its advice to set ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (with the fix;
+    not shown on a CPU run, which has no CUDA queue). Every other warning goes to the previous
+    ``warnings.showwarning``. Idempotent per hook installed."""
     previous = warnings.showwarning
-    shown = False
+    shown: set[str] = set()
 
     def show(message, category, filename, lineno, file=None, line=None):
-        nonlocal shown
-        if not _ACCELERATOR_WARNING.search(str(message)):
+        kinds = (_ACCELERATOR_WARNING, _CUDA_CONNECTIONS_WARNING)
+        kind = next((k.pattern for k in kinds if k.search(str(message))), None)
+        if kind is None:
             previous(message, category, filename, lineno, file, line)
             return
         rank = os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))
-        if not shown and rank == "0":
-            missing = [
-                name
-                for name, module in (("Transformer Engine", "transformer_engine"), ("apex", "apex"))
-                if importlib.util.find_spec(module) is None
-            ]
-            print(
-                f"megatron-core: {' and '.join(missing) or 'an accelerator'} not installed: "
-                "using its torch fallbacks (norms, optimizers, multi-tensor ops)",
-                file=sys.stderr,
-                flush=True,
-            )
-        shown = True
+        folded = _folded(str(message))
+        if kind not in shown and rank == "0" and folded:
+            print(folded, file=sys.stderr, flush=True)
+        shown.add(kind)
 
     warnings.showwarning = show

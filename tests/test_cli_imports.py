@@ -136,3 +136,31 @@ def test_the_eval_extra_is_named_when_it_is_missing(tmp_path):
         assert json.loads(proc.stdout.rstrip("\n").split("\n")[-1])["rc"] == 2, proc.stderr
         assert f"{args[0]}: error: transformers is not installed" in proc.stderr
         assert 'Fix: pip install --no-build-isolation -e ".[eval]"' in proc.stderr
+
+
+def test_export_hf_refuses_a_bad_shard_size_before_loading(tmp_path, capsys):
+    """``--max-shard-size`` takes what ``save_pretrained`` hands to huggingface_hub's shard
+    splitter (its own parser the reference); a bad value is refused at parsing, before torch."""
+    from huggingface_hub.serialization._base import parse_size_to_int
+
+    from megatron_gamma.cli import parse_args
+
+    def parsed(value):
+        return parse_args(["export-hf", "RUN", "OUT", "--max-shard-size", value]).max_shard_size
+
+    for value in ("5GB", "500MB", "0.5gb", " 2 TB"):
+        assert parsed(value) == value and parse_size_to_int(value) > 0
+    assert parsed("2000000000") == 2_000_000_000
+    assert parse_args(["export-hf", "RUN", "OUT"]).max_shard_size == "5GB"
+    for value in ("lots", "5GiB", "5G", "GB"):
+        with pytest.raises(ValueError):
+            parse_size_to_int(value)
+        with pytest.raises(SystemExit):
+            parsed(value)
+        err = capsys.readouterr().err
+        assert f"argument --max-shard-size: {value!r}: not a size save_pretrained reads" in err
+        assert "Fix: pass e.g. --max-shard-size 5GB (the default)" in err
+    rc, imported, _ = _run(
+        ["export-hf", str(tmp_path), str(tmp_path / "hf"), "--max-shard-size", "lots"]
+    )
+    assert rc == 2 and imported == []

@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from megatron_gamma.config import ConfigError, GatedAttention, load_config
+from megatron_gamma.config import ConfigError, GatedAttention, OptimizerConfig, load_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(REPO, "megatron_gamma")
@@ -295,3 +295,60 @@ def test_distributed_timeout_minutes_reaches_init_process_group():
     from distributed import run_distributed
 
     assert run_distributed(_timeout_of_the_process_group, 1)[0] == 180.0
+
+
+def test_yaml_setting_at_the_top_level_names_its_section(tmp_path):
+    path = tmp_path / "flat.yaml"
+    path.write_text("optimizer:\n  min_lr: 0.0001\nlr: 0.001\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    assert "lr" in {f.name for f in dataclasses.fields(OptimizerConfig)}
+    assert f"config={str(path)!r}: lr: a setting of the optimizer section" in str(e.value)
+    assert "Fix: move it into its section, 'lr: 0.001' indented under 'optimizer:'" in str(e.value)
+    path.write_text("optimizer:\n  min_lr: 0.0001\n  lr: 0.001\n")
+    assert load_config(str(path)).optimizer.lr == 0.001
+
+
+def test_yaml_key_given_twice_in_one_mapping_is_refused_at_its_line(tmp_path):
+    text = "model:\n  hidden_size: 32\n  num_layers: 2\n  hidden_size: 64\ntraining:\n  seed: 3\n"
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    lines = text.splitlines()
+    first, repeat = [i + 1 for i, line in enumerate(lines) if "hidden_size" in line]
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    assert f"config={str(path)!r}: line {repeat}: hidden_size is given twice" in str(e.value)
+    assert f"(first on line {first};" in str(e.value) and "Fix: keep one hidden_size" in str(
+        e.value
+    )
+    path.write_text("model: {num_layers: 2, num_layers: 4}\n")
+    with pytest.raises(ConfigError, match="line 1: num_layers is given twice"):
+        load_config(str(path))
+    # the same key in two mappings, and a merged key given again, are not repeats
+    path.write_text(
+        "model:\n  <<: {num_layers: 2}\n  num_layers: 4\ncluster:\n  env: {num_layers: '1'}\n"
+    )
+    cfg = load_config(str(path))
+    assert (cfg.model.num_layers, cfg.cluster.env) == (4, {"num_layers": "1"})
+    # still a safe loader: no Python object is built from a tag
+    path.write_text("model: !!python/object/apply:os.getcwd []\n")
+    with pytest.raises(ConfigError, match="not valid YAML.*could not determine a constructor"):
+        load_config(str(path))
+
+
+def test_mock_data_conflict_says_where_the_data_path_was_set(tmp_path):
+    demo_prefix = str(tmp_path / "demo_text_document")
+    path = tmp_path / "data.yaml"
+    path.write_text(f"data:\n  data_path: [{demo_prefix}]\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path), {"mock_data": True})
+    assert "--data-path" not in str(e.value)
+    assert (
+        f"mock_data from the flag --mock-data, data_path from data.data_path of the YAML file "
+        f"{str(path)!r}" in str(e.value)
+    )
+    assert "Fix: remove mock_data to train on the dataset, or remove data_path" in str(e.value)
+    with pytest.raises(ConfigError, match="data_path from the flag --data-path"):
+        load_config(None, {"mock_data": True, "data_path": [demo_prefix]})
+    path.write_text("data:\n  num_workers: 0\n")  # the fix: data_path removed from the file
+    assert load_config(str(path), {"mock_data": True}).data.data_path == []

@@ -8,11 +8,18 @@ from typing import Any
 
 
 class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the key, the value and the fix."""
+    """A configuration value is invalid; the message names the key, the value and the fix.
+
+    ``keys``: the settings whose removal the fix asks for; where each was set (a YAML file or a
+    flag) is added to the message by :func:`~megatron_gamma.config.loading.load_config`."""
+
+    def __init__(self, message: str, keys: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.keys = keys
 
 
-def fail(key: str, value: Any, why: str, fix: str) -> None:
-    raise ConfigError(f"{key}={value!r}: {why}. Fix: {fix}")
+def fail(key: str, value: Any, why: str, fix: str, keys: tuple[str, ...] = ()) -> None:
+    raise ConfigError(f"{key}={value!r}: {why}. Fix: {fix}", keys)
 
 
 def resolve(section: Any, key: str, value: Any) -> None:

@@ -190,16 +190,69 @@ def config_from_dict(raw: dict) -> Config:
     return Config(**kwargs)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader (plain data only) that refuses a key given twice in one mapping,
+    where PyYAML keeps the last value silently."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        first: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # '<<: *base': its keys may be given again, as YAML intends
+            key = self.construct_object(key_node, deep=deep)
+            if not isinstance(key, typing.Hashable):
+                continue  # PyYAML's own construct_mapping names the unhashable key
+            line = key_node.start_mark.line + 1
+            if key in first:
+                raise ConfigError(
+                    f"config={self.name!r}: line {line}: {key} is given twice in one mapping "
+                    f"(first on line {first[key]}; YAML would keep the last silently). "
+                    f"Fix: keep one {key} there"
+                )
+            first[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def read_yaml(path: str) -> dict:
+    """The sections of a YAML config file, each a mapping (or empty).
+
+    Raises:
+        ConfigError: a missing file, bad YAML, a key given twice in one mapping (its line), or a
+            top-level entry that is not a section (a setting named with its section)."""
     if not os.path.isfile(path):
         fail("config", path, "file not found", "pass an existing YAML file to --config")
     with open(path, encoding="utf-8") as f:
         try:
-            raw = yaml.safe_load(f) or {}
+            raw = yaml.load(f, Loader=_UniqueKeyLoader) or {}
         except yaml.YAMLError as e:
             raise ConfigError(f"config={path!r}: not valid YAML ({e}). Fix: the syntax") from e
-    if not isinstance(raw, dict) or not all(isinstance(v, dict | None) for v in raw.values()):
-        raise ConfigError(f"config={path!r}: expected a mapping of sections. Fix: see demo.yaml")
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            f"config={path!r}: expected a mapping of sections, got {type(raw).__name__}. "
+            "Fix: see examples/configs/demo.yaml"
+        )
+    sections, index = section_types(), field_index()
+    for key, value in raw.items():
+        if isinstance(value, dict | None):
+            continue
+        if key in sections:
+            raise ConfigError(
+                f"config={path!r}: section {key}: expected a mapping of its settings, got "
+                f"{value!r}. Fix: write each setting on its own indented line under '{key}:'"
+            )
+        if key in index:
+            section = index[key][0]
+            raise ConfigError(
+                f"config={path!r}: {key}: a setting of the {section} section, given at the top "
+                f"level. Fix: move it into its section, '{key}: {value}' indented under "
+                f"'{section}:' ({section}.{key})"
+            )
+        named = {**{s: s for s in sections}, **{k: f"{index[k][0]}.{k}" for k in index}}
+        close = difflib.get_close_matches(str(key), list(named), n=1)
+        hint = f"did you mean {named[close[0]]!r}?" if close else f"sections: {', '.join(sections)}"
+        raise ConfigError(
+            f"config={path!r}: {key}: unknown key. Fix: remove it or correct it; {hint}"
+        )
     return raw
 
 
@@ -221,17 +274,29 @@ def load_config(path: Optional[str | list[str]], overrides: Optional[dict] = Non
     """
     raw: dict = {}
     index = field_index()
-    layers = [read_yaml(one) for one in ([path] if isinstance(path, str) else path or [])]
+    origin: dict[str, str] = {}
+    layers = []
+    for one in [path] if isinstance(path, str) else path or []:
+        layers.append(read_yaml(one))
+        for section, values in layers[-1].items():
+            origin.update({k: f"{section}.{k} of the YAML file {one!r}" for k in values or {}})
     flags: dict = {}
     for key, value in (overrides or {}).items():
         if key not in index:
             _unknown(key, list(index), "")
         flags.setdefault(index[key][0], {})[key] = value
+        origin[key] = f"the flag --{key.replace('_', '-')}"
     for layer in [*layers, flags]:
         drop_alternatives(raw, layer)
         for section, values in layer.items():
             raw.setdefault(section, {}).update(values or {})
-    return config_from_dict(raw)
+    try:
+        return config_from_dict(raw)
+    except ConfigError as e:
+        where = ", ".join(f"{k} from {origin[k]}" for k in e.keys if k in origin)
+        if not where:
+            raise
+        raise ConfigError(f"{e} ({where})", e.keys) from e
 
 
 REDACTED = "<redacted>"

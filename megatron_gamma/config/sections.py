@@ -620,7 +620,8 @@ class DataConfig:
                 "mock_data",
                 True,
                 f"synthetic data and {key}={getattr(self, key)} exclude each other",
-                f"drop --mock-data to train on the dataset, or drop --{key.replace('_', '-')}",
+                f"remove mock_data to train on the dataset, or remove {key}",
+                keys=("mock_data", key),
             )
         if self.tokenizer_type is None:
             gpt2 = self.vocab_file or self.merge_file

@@ -102,7 +102,7 @@ def export_hf(
     *,
     config: Optional[str] = None,
     hf_format: str = "auto",
-    max_shard_size: str = "5GB",
+    max_shard_size: int | str = "5GB",
 ) -> dict:
     """Export one checkpoint as a Hugging Face model directory (module docstring).
 
@@ -114,7 +114,7 @@ def export_hf(
             directory).
         hf_format: 'auto', 'llama' (stock class only; error if it cannot express the model) or
             'gamma_gpt' (always megatron-gamma's class).
-        max_shard_size: safetensors shard limit, e.g. '5GB' (``save_pretrained``).
+        max_shard_size: safetensors shard limit, bytes or e.g. '5GB' (``save_pretrained``).
 
     Returns:
         {'out_dir', 'model_type', 'iteration', 'checkpoint'}.
