@@ -158,6 +158,57 @@ def test_a_bad_recorded_save_names_the_file_the_value_and_the_fix(tmp_path, sect
         layout.resolve_checkpoint(str(tmp_path / "run"))
 
 
+def _scalars(tb_dir) -> dict[str, list[tuple[int, float]]]:
+    """Every non-empty scalar series TensorBoard shows for ``tb_dir`` (its own reader, with its
+    purging of the events a restart supersedes)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tb_dir))
+    acc.Reload()
+    series = {
+        t: [(e.step, round(e.value, 6)) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]
+    }
+    return {tag: points for tag, points in series.items() if points}
+
+
+def _earlier_run_events(tb_dir) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tb_dir))
+    for it in range(1, 6):
+        writer.add_scalar("train/loss", 100.0 + it, it)
+    writer.add_scalar("valid/loss", 50.0, 5)
+    writer.close()
+
+
+def test_a_fresh_start_moves_the_earlier_tensorboard_events_aside(tmp_path, capsys):
+    from megatron_gamma.training.metrics import MetricsLogger
+
+    tb = tmp_path / "tensorboard"
+    _earlier_run_events(tb)
+    earlier = _scalars(tb)
+    log = MetricsLogger(str(tmp_path), str(tb), True, 2, 0, progress_bar=False)
+    for it in (1, 2):
+        log.train_step(it, {"loss": 9.0 - it})
+    log.close()
+    assert _scalars(tb) == {"train/loss": [(1, 8.0), (2, 7.0)]}
+    assert _scalars(tmp_path / "tensorboard.superseded-1") == earlier
+    assert "moved to " + str(tmp_path / "tensorboard.superseded-1") in capsys.readouterr().out
+
+
+def test_a_resume_hides_the_earlier_events_past_its_iteration(tmp_path):
+    from megatron_gamma.training.metrics import MetricsLogger
+
+    tb = tmp_path / "tensorboard"
+    _earlier_run_events(tb)
+    log = MetricsLogger(str(tmp_path), str(tb), True, 4, 3, progress_bar=False)
+    log.train_step(4, {"loss": 5.0})
+    log.close()
+    # as metrics.jsonl keeps the records up to 3: the valid/loss of iteration 5 is gone too
+    assert _scalars(tb) == {"train/loss": [(1, 101.0), (2, 102.0), (3, 103.0), (4, 5.0)]}
+    assert sorted(os.listdir(tmp_path)) == ["metrics.jsonl", "tensorboard"]
+
+
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory, demo_prefix) -> tuple[str, str]:
     """(run directory, checkpoint directory) of a gated run saved outside its run directory."""

@@ -331,6 +331,47 @@ def continue_metrics(run_dir: str, start_iter: int) -> str | None:
     return f"{path}: {why} from an earlier run moved to {aside}; this run {now}"
 
 
+EVENTS_PREFIX = "events.out.tfevents."
+"""How TensorBoard's event files are named (``SummaryWriter``)."""
+
+
+def continue_tensorboard(tensorboard_dir: str, start_iter: int) -> tuple[Optional[str], int | None]:
+    """Make the TensorBoard directory show only what a run starting after ``start_iter``
+    continues, as :func:`continue_metrics` does for ``metrics.jsonl``.
+
+    A fresh start (``start_iter`` 0) in a directory that holds event files moves the whole
+    directory aside to ``TENSORBOARD_DIR.superseded-N`` (N the first free number; nothing is
+    deleted), so that this run's curves do not mix with an earlier model's. A resume keeps the
+    event files and returns the purge step ``start_iter + 1`` for ``SummaryWriter(purge_step=)``:
+    its first event tells TensorBoard to drop the earlier files' events at later steps (those
+    of the iterations a crashed run went on to after its last checkpoint), as the records past
+    ``start_iter`` leave ``metrics.jsonl``.
+
+    Args:
+        tensorboard_dir: the run's TensorBoard event directory.
+        start_iter: the iteration this run resumes after (0: a fresh start).
+
+    Returns:
+        (a line saying what moved where, or None when nothing did; the purge step, or None for
+        a fresh start).
+    """
+    if start_iter:
+        return None, start_iter + 1
+    if not os.path.isdir(tensorboard_dir) or not any(
+        name.startswith(EVENTS_PREFIX) for name in os.listdir(tensorboard_dir)
+    ):
+        return None, None
+    base = os.path.normpath(tensorboard_dir)
+    n = 1
+    while os.path.exists(aside := f"{base}.superseded-{n}"):
+        n += 1
+    move(base, aside)
+    return (
+        f"{base}: the event files of an earlier run moved to {aside}; this run starts afresh",
+        None,
+    )
+
+
 def read_metrics(run_dir: str) -> list[dict]:
     """The records of ``RUN/metrics.jsonl`` in file order (empty without the file).
 
