@@ -266,6 +266,49 @@ def find_run_config(path: str) -> Optional[str]:
     return None
 
 
+def check_takeover(run_dir: str, load: Optional[str]) -> None:
+    """Refuse a run that would take over ``run_dir`` from another run: the directory already
+    holds a run's ``config.yaml`` and records (a non-empty ``metrics.jsonl``, or checkpoints in
+    ``RUN/checkpoints``), and this run does not continue it, i.e. ``load`` is neither the
+    ``save`` that ``config.yaml`` records (:func:`run_save_dir`) nor ``RUN/checkpoints``. Its
+    config.yaml would no longer describe that run's checkpoints, and its curves would end.
+    ``--overwrite`` skips this check (the caller's choice).
+
+    Args:
+        run_dir: the run directory this run writes.
+        load: this run's ``--load`` (None: a fresh start).
+
+    Raises:
+        ConfigError: naming the directory, the earlier run's records and the fixes
+            (``--run-dir NEW_DIR``, ``--load SAVE``, ``--overwrite``); a ``config.yaml`` whose
+            ``save`` is unreadable (:func:`run_save_dir`).
+    """
+    config = os.path.join(run_dir, CONFIG)
+    if not os.path.isfile(config):
+        return
+    metrics = os.path.join(run_dir, METRICS)
+    records = []
+    if os.path.isfile(metrics) and os.path.getsize(metrics):
+        records.append(METRICS)
+    own = os.path.join(run_dir, CHECKPOINTS)
+    if saved_iterations(own):
+        records.append(f"{CHECKPOINTS}/iter_{saved_iterations(own)[-1]:07d}")
+    if not records:
+        return
+    save = run_save_dir(run_dir)
+    continued = [os.path.realpath(p) for p in (save, own) if p is not None]
+    if load is not None and os.path.realpath(load) in continued:
+        return
+    resume = f"add --load {save} to resume that run, " if save is not None else ""
+    raise ConfigError(
+        f"run_dir={run_dir!r}: holds another run ({CONFIG}, {' and '.join(records)}) and this "
+        f"run does not resume from its checkpoints (load={load!r}); starting here would replace "
+        f"its {CONFIG}. Fix: give this run its own --run-dir NEW_DIR, {resume}or add "
+        f"--overwrite to start afresh here (its {METRICS} and tensorboard/ are moved aside to "
+        "*.superseded-N)"
+    )
+
+
 def describe(cfg: Config, tokenizer_fingerprint: Optional[dict]) -> dict:
     """The common-state entries that make a checkpoint self-describing: the resolved config as
     YAML text (``config.yaml``'s content, ``cluster.env`` values redacted; plain text, so reading
