@@ -1,14 +1,17 @@
-"""Damaged or contested checkpoint directories: a torn tracker file is named with the fix; a run
-without --load does not write into another run's checkpoints unless --overwrite; a second
-writer of the same --save is refused while the first holds its lock."""
+"""Damaged or contested checkpoint and run directories: a torn tracker file is named with the fix;
+a run without --load does not write into another run's checkpoints, nor take over another run's
+directory, unless --overwrite; a second writer of the same --save or --run-dir is refused while
+the first holds its lock."""
 
 import fcntl
 import os
 
 import pytest
 from helpers import TINY_MODEL, run_cli
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from megatron_gamma.checkpoint_trust import CheckpointError
+from megatron_gamma.rundir import layout
 from megatron_gamma.training.checkpointing import TRACKER, latest_iteration
 
 
@@ -66,3 +69,67 @@ def test_second_writer_of_a_save_dir_is_refused(tmp_path, demo_prefix):
         second.stderr
     )
     assert sorted(os.listdir(save)) == [".lock"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_second_run_in_a_live_run_dir_is_refused(tmp_path, demo_prefix):
+    run = tmp_path / "run"
+    os.makedirs(run)
+    with open(run / ".run.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.write("pid 1 on the-first-run\n")
+        held.flush()
+        second = _pretrain(tmp_path, demo_prefix, tmp_path / "ckpt")
+    assert second.returncode == 2, second.stderr[-3000:]
+    assert (
+        f"run_dir={str(run)!r}: another run is writing into it (pid 1 on the-first-run holds "
+        f"{run / '.run.lock'}). Fix: give this run its own --run-dir DIR"
+    ) in second.stderr
+    assert sorted(os.listdir(run)) == [".run.lock"]  # refused before anything was written
+    assert not os.path.exists(tmp_path / "ckpt")
+
+
+def _train_losses(tb_dir) -> list[int]:
+    acc = EventAccumulator(str(tb_dir))
+    acc.Reload()
+    return [e.step for e in acc.Scalars("train/loss")]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_fresh_run_does_not_take_over_another_runs_directory(tmp_path, demo_prefix):
+    run, save = tmp_path / "run", tmp_path / "run" / "ckpt"
+    first = _pretrain(tmp_path, demo_prefix, save, "--train-iters", "4", "--exit-interval", "3")
+    assert first.returncode == 0, first.stderr[-3000:]
+    config, metrics = (run / "config.yaml").read_bytes(), (run / "metrics.jsonl").read_bytes()
+    for flags in ([], ["--load", str(tmp_path / "other")]):  # a fresh start; another run's load
+        refused = _pretrain(tmp_path, demo_prefix, tmp_path / "ckpt2", "--seed", "7", *flags)
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert f"run_dir={str(run)!r}: holds another run (config.yaml, metrics.jsonl)" in (
+            refused.stderr
+        )
+        assert f"Fix: give this run its own --run-dir NEW_DIR, add --load {save} to" in (
+            refused.stderr
+        )
+        assert (run / "config.yaml").read_bytes() == config
+        assert (run / "metrics.jsonl").read_bytes() == metrics
+    assert not os.path.exists(run / "tensorboard.superseded-1")
+    assert layout.latest_iteration(str(save)) == 3
+
+    # the same run resuming from its checkpoints (--load its save) continues in it
+    resumed = _pretrain(tmp_path, demo_prefix, save, "--train-iters", "4", "--load", str(save))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed at iteration 3" in resumed.stdout
+    assert _train_losses(run / "tensorboard") == [1, 2, 3, 4]
+
+    # --overwrite starts afresh: the earlier records and events are moved aside, not mixed in
+    afresh = _pretrain(tmp_path, demo_prefix, tmp_path / "ckpt2", "--overwrite")
+    assert afresh.returncode == 0, afresh.stderr[-3000:]
+    assert [r["iteration"] for r in layout.read_metrics(str(run)) if r["split"] == "train"] == [
+        1,
+        2,
+    ]
+    assert _train_losses(run / "tensorboard") == [1, 2]
+    assert _train_losses(run / "tensorboard.superseded-1") == [1, 2, 3, 4]
+    assert layout.resolve_checkpoint(str(run)) == layout.checkpoint_dir(str(tmp_path / "ckpt2"), 2)

@@ -31,11 +31,6 @@ CASES = {
         {"load_optim": False, "load": "ck"},
     ),
     "load_rng": ({"load_rng": False}, "--load", {"load_rng": False, "load": "ck"}),
-    "overwrite": (
-        {"overwrite": True, "save": "ck", "load": "ck"},
-        "--save without --load",
-        {"overwrite": True, "save": "ck"},
-    ),
     "ffn_hidden_size": (
         {"num_experts": 4, "moe_ffn_hidden_size": 64, "ffn_hidden_size": 256},
         "--num-experts",

@@ -96,6 +96,119 @@ def test_the_logger_continues_metrics_of_a_resume_without_the_later_records(tmp_
     assert "5 records past iteration 2" in capsys.readouterr().out
 
 
+def _fake_checkpoints(root, iterations) -> None:
+    """``iter_N`` directories that :func:`layout.is_checkpoint` accepts, and the tracker."""
+    for it in iterations:
+        os.makedirs(layout.checkpoint_dir(str(root), it))
+        (root / f"iter_{it:07d}" / "metadata.json").write_text("{}")
+    (root / layout.TRACKER).write_text(str(iterations[-1]))
+
+
+def _run_config(run, **sections) -> str:
+    os.makedirs(run, exist_ok=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(sections))
+    return str(run / "config.yaml")
+
+
+def test_a_run_directory_finds_its_checkpoints_where_config_yaml_records_save(
+    tmp_path, monkeypatch
+):
+    launch, run = tmp_path / "launch", tmp_path / "launch" / "runs" / "x"
+    _fake_checkpoints(launch / "ck" / "x", [1, 3])  # --run-dir runs/x --save ck/x from launch/
+    _run_config(run, logging={"run_dir": "runs/x"}, checkpoint={"save": "ck/x"})
+    os.makedirs(tmp_path / "elsewhere")
+    monkeypatch.chdir(tmp_path / "elsewhere")  # not where the run was launched from
+    want = str(launch / "ck" / "x" / "iter_0000003")
+    assert layout.run_save_dir(str(run)) == str(launch / "ck" / "x")
+    assert layout.resolve_checkpoint(str(run)) == want
+    assert [it for it, _ in layout.list_checkpoints(str(run))] == [1, 3]
+    assert layout.list_checkpoints(str(run))[-1][1] == want
+
+    monkeypatch.chdir(launch)  # a relative run_dir given from launch/ resolves the same
+    assert layout.resolve_checkpoint("runs/x") == want
+
+    other = tmp_path / "other"  # an absolute save, and RUN/checkpoints when none is recorded
+    _run_config(
+        other, logging={"run_dir": str(other)}, checkpoint={"save": str(launch / "ck" / "x")}
+    )
+    assert layout.resolve_checkpoint(str(other)) == want
+    _fake_checkpoints(tmp_path / "own" / "checkpoints", [2])
+    _run_config(tmp_path / "own", checkpoint={"save": None})
+    assert layout.resolve_checkpoint(str(tmp_path / "own")).endswith("checkpoints/iter_0000002")
+
+
+@pytest.mark.parametrize(
+    "sections, message",
+    [
+        ({"checkpoint": {"save": 5}}, "checkpoint.save=5: not a directory path"),
+        ({"checkpoint": {"save": ""}}, "checkpoint.save='': not a directory path"),
+        ({"checkpoint": ["save"]}, "checkpoint=['save']: not a mapping of keys"),
+        ({"checkpoint": {"save": "gone/ck"}}, "checkpoint.save='gone/ck': no such directory"),
+    ],
+)
+def test_a_bad_recorded_save_names_the_file_the_value_and_the_fix(tmp_path, sections, message):
+    config = _run_config(tmp_path / "run", **sections)
+    for read in (layout.resolve_checkpoint, layout.list_checkpoints):
+        with pytest.raises(ConfigError) as err:
+            read(str(tmp_path / "run"))
+        assert str(err.value).startswith(f"{config}: {message}"), str(err.value)
+        assert "Fix: " in str(err.value)
+    (tmp_path / "run" / "config.yaml").write_text("checkpoint: [save\n")
+    with pytest.raises(ConfigError, match=r"(?s)config.yaml: cannot be read as YAML .*Fix: "):
+        layout.resolve_checkpoint(str(tmp_path / "run"))
+
+
+def _scalars(tb_dir) -> dict[str, list[tuple[int, float]]]:
+    """Every non-empty scalar series TensorBoard shows for ``tb_dir`` (its own reader, with its
+    purging of the events a restart supersedes)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(tb_dir))
+    acc.Reload()
+    series = {
+        t: [(e.step, round(e.value, 6)) for e in acc.Scalars(t)] for t in acc.Tags()["scalars"]
+    }
+    return {tag: points for tag, points in series.items() if points}
+
+
+def _earlier_run_events(tb_dir) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tb_dir))
+    for it in range(1, 6):
+        writer.add_scalar("train/loss", 100.0 + it, it)
+    writer.add_scalar("valid/loss", 50.0, 5)
+    writer.close()
+
+
+def test_a_fresh_start_moves_the_earlier_tensorboard_events_aside(tmp_path, capsys):
+    from megatron_gamma.training.metrics import MetricsLogger
+
+    tb = tmp_path / "tensorboard"
+    _earlier_run_events(tb)
+    earlier = _scalars(tb)
+    log = MetricsLogger(str(tmp_path), str(tb), True, 2, 0, progress_bar=False)
+    for it in (1, 2):
+        log.train_step(it, {"loss": 9.0 - it})
+    log.close()
+    assert _scalars(tb) == {"train/loss": [(1, 8.0), (2, 7.0)]}
+    assert _scalars(tmp_path / "tensorboard.superseded-1") == earlier
+    assert "moved to " + str(tmp_path / "tensorboard.superseded-1") in capsys.readouterr().out
+
+
+def test_a_resume_hides_the_earlier_events_past_its_iteration(tmp_path):
+    from megatron_gamma.training.metrics import MetricsLogger
+
+    tb = tmp_path / "tensorboard"
+    _earlier_run_events(tb)
+    log = MetricsLogger(str(tmp_path), str(tb), True, 4, 3, progress_bar=False)
+    log.train_step(4, {"loss": 5.0})
+    log.close()
+    # as metrics.jsonl keeps the records up to 3: the valid/loss of iteration 5 is gone too
+    assert _scalars(tb) == {"train/loss": [(1, 101.0), (2, 102.0), (3, 103.0), (4, 5.0)]}
+    assert sorted(os.listdir(tmp_path)) == ["metrics.jsonl", "tensorboard"]
+
+
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory, demo_prefix) -> tuple[str, str]:
     """(run directory, checkpoint directory) of a gated run saved outside its run directory."""
@@ -184,6 +297,27 @@ def test_export_evaluate_analyze_from_a_bare_checkpoint_directory(bare, demo_pre
     for role, want_rank in ref_ranks.items():
         (value,) = result["metrics"][f"stable_rank/{role}/layer_01"]
         assert value == pytest.approx(want_rank, rel=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_evaluate_export_analyze_a_run_directory_whose_save_lies_elsewhere(
+    bare, demo_prefix, tmp_path
+):
+    from megatron_gamma.diagnostics.analyze import analyze
+    from megatron_gamma.evaluation.evaluate import evaluate
+    from megatron_gamma.hf.hf_export import export_hf
+
+    run, save = bare  # --run-dir RUN --save ELSEWHERE: RUN/checkpoints does not exist
+    assert layout.resolve_checkpoint(run) == layout.checkpoint_dir(save, 2)
+    got = evaluate(run, [demo_prefix], eval_tokens=4 * 64)
+    want = evaluate(save, [demo_prefix], eval_tokens=4 * 64)
+    assert (got["iteration"], got["loss"]) == (2, want["loss"])
+    assert export_hf(run, str(tmp_path / "hf"))["iteration"] == 2
+    written = analyze([run], str(tmp_path / "analysis"), progress=False)
+    with open(written["json"], encoding="utf-8") as f:
+        (result,) = json.load(f)["runs"]
+    assert result["iterations"] == [0, 2]
 
 
 @pytest.mark.slow

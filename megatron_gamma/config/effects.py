@@ -101,10 +101,6 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
     "save_interval": (lambda c: bool(c.checkpoint.save), "--save"),
     "save_optim": (lambda c: bool(c.checkpoint.save), "--save"),
     "save_retain_last": (lambda c: bool(c.checkpoint.save), "--save"),
-    "overwrite": (
-        lambda c: bool(c.checkpoint.save) and not c.checkpoint.load,
-        "--save without --load",
-    ),
     "save_retain_interval": (
         lambda c: bool(c.checkpoint.save and c.checkpoint.save_retain_last),
         "--save with --save-retain-last",
@@ -217,7 +213,7 @@ ALWAYS_EFFECTIVE = frozenset(
     clip_grad micro_batch_size global_batch_size train_iters seed bf16
     exit_interval exit_duration_in_mins recompute_granularity save load run_dir log_interval
     tensorboard_dir progress_bar log_diagnostics_interval layer_spec exit_signal_handler finetune
-    pretrained_checkpoint async_save init_audit
+    pretrained_checkpoint async_save init_audit overwrite
     qk_layernorm apply_layernorm_1p transformer_impl fp8_format
     lr_warmup_fraction lr_warmup_samples weight_decay_incr_style start_weight_decay
     end_weight_decay train_samples rampup_batch_size fp16

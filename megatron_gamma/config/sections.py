@@ -1203,7 +1203,10 @@ class CheckpointConfig:
     overwrite: bool = False
     """Let a run without ``load`` start in a ``save`` directory that already holds checkpoints
     (of another run): they are deleted when the run starts. Without it such a run is refused,
-    as its saves would mix with those checkpoints and its retention delete them."""
+    as its saves would mix with those checkpoints and its retention delete them. Also lets a
+    run that does not resume from ``run_dir``'s checkpoints start afresh in a ``run_dir`` that
+    holds another run's config.yaml and records (refused without it): its metrics.jsonl and
+    TensorBoard directory are moved aside to ``*.superseded-N``."""
 
     def __post_init__(self) -> None:
         if self.ckpt_format != "torch_dist":
@@ -1242,7 +1245,12 @@ class LoggingConfig:
     """Run directory, console, TensorBoard."""
 
     run_dir: str = "runs/demo"
-    """Everything a run writes (config, logs, TensorBoard, checkpoints) goes here."""
+    """Where the run writes its config.yaml, metrics.jsonl, TensorBoard events (unless
+    tensorboard_dir) and init audit. Checkpoints go to ``save`` (e.g. ``--save
+    RUN_DIR/checkpoints``, or anywhere), which config.yaml records: evaluate, export-hf and
+    analyze find them from RUN_DIR. One live run per directory (RUN_DIR/.run.lock); a run that
+    does not resume from its checkpoints is refused in a directory holding another run's
+    records unless ``--overwrite``."""
     log_interval: int = 5
     """One summary line every this many iterations."""
     tensorboard_dir: Optional[str] = None

@@ -5,13 +5,18 @@ A run directory, as ``pretrain`` writes it (Megatron-LM's checkpoint layout insi
     RUN/config.yaml                                   the resolved config (rewritten at start)
     RUN/metrics.jsonl                                 one JSON object per record
     RUN/metrics.superseded-N.jsonl                    an earlier run's, set aside at a restart
-    RUN/checkpoints/iter_0000010/                     one complete torch_dist checkpoint
+    RUN/tensorboard/                                  TensorBoard events
+    RUN/tensorboard.superseded-N/                     an earlier run's, set aside at a fresh start
+    RUN/.run.lock                                     held (flock) by the live run
+    RUN/checkpoints/iter_0000010/                     one complete torch_dist checkpoint (--save)
     RUN/checkpoints/latest_checkpointed_iteration.txt the tracker: newest complete iteration
 
 ``--save`` may lie anywhere (Megatron-LM users keep checkpoints apart from logs): every
 checkpoint carries the resolved config and the tokenizer fingerprint in its common state, so a
 bare ``iter_N`` directory describes itself; checkpoints written before that are described by
-the ``config.yaml`` in or above them.
+the ``config.yaml`` in or above them. A run directory's checkpoints are found where its
+``config.yaml`` records ``save`` (:func:`~megatron_gamma.rundir.layout.run_save_dir`), then in
+``RUN/checkpoints``.
 
 - :mod:`~megatron_gamma.rundir.layout`: file names, the tracker, checkpoint discovery, the
   checkpoint's self-description, every read of a checkpoint's files

@@ -105,12 +105,19 @@ def checkpoint_iteration(path: str) -> int:
 def list_checkpoints(root: str) -> list[tuple[int, str]]:
     """Complete checkpoints under ``root`` as (iteration, directory), oldest first.
 
-    ``root`` may be a run directory (with ``checkpoints/``), a checkpoint root (with
-    ``iter_N`` directories) or one checkpoint. ``.partial`` saves are ignored.
+    ``root`` may be one checkpoint, a checkpoint root (with ``iter_N`` directories) or a run
+    directory: its checkpoints are looked for where its ``config.yaml`` records ``save``
+    (:func:`run_save_dir`), then in ``RUN/checkpoints``. ``.partial`` saves are ignored.
+
+    Raises:
+        ConfigError: ``root`` is a run directory whose ``config.yaml`` is unreadable or records
+            a ``save`` that is not a path, or whose recorded ``save`` does not exist while no
+            other place holds a checkpoint (:func:`run_save_dir`; names the file, the value and
+            the fix).
     """
     if is_checkpoint(root):
         return [(checkpoint_iteration(root), root)]
-    for base in (root, os.path.join(root, CHECKPOINTS)):
+    for base in _checkpoint_roots(root):
         if not os.path.isdir(base):
             continue
         found = []
@@ -121,23 +128,29 @@ def list_checkpoints(root: str) -> list[tuple[int, str]]:
                 found.append((int(m.group(1)), path))
         if found:
             return sorted(found)
+    _check_recorded_save(root)
     return []
 
 
 def resolve_checkpoint(path: str) -> str:
     """One checkpoint directory from a checkpoint, a checkpoint root or a run directory (the
-    newest complete checkpoint, per Megatron's tracker file).
+    newest complete checkpoint, per Megatron's tracker file). A run directory's checkpoints are
+    looked for where its ``config.yaml`` records ``save`` (:func:`run_save_dir`), then in
+    ``RUN/checkpoints``.
 
     Raises:
-        ConfigError: nothing that looks like a checkpoint at ``path``.
+        ConfigError: nothing that looks like a checkpoint at ``path``; a run directory whose
+            ``config.yaml`` is unreadable, records a ``save`` that is not a path, or records
+            one that does not exist (names the file, the value and the fix).
     """
     if is_checkpoint(path):
         return path
-    for base in (path, os.path.join(path, CHECKPOINTS)):
+    for base in _checkpoint_roots(path):
         if os.path.isdir(base):
             it = latest_iteration(base)
             if it is not None and is_checkpoint(checkpoint_dir(base, it)):
                 return checkpoint_dir(base, it)
+    _check_recorded_save(path)
     raise ConfigError(
         f"checkpoint={path!r}: no complete checkpoint found. Fix: pass SAVE/iter_NNNNNNN, a "
         "checkpoint directory with latest_checkpointed_iteration.txt, or a run directory"
@@ -151,6 +164,96 @@ def final_checkpoint(run_dir: str) -> Optional[str]:
     return None if it is None else checkpoint_dir(ckpts, it)
 
 
+def _recorded_save(run_dir: str) -> tuple[Optional[str], Optional[str]]:
+    """(``checkpoint.save`` as ``RUN/config.yaml`` records it, that directory resolved as the
+    run resolved it): (None, None) without the file or without ``save``.
+
+    ``pretrain`` opens a relative ``save`` (and ``run_dir``) from its working directory. That
+    directory is ``run_dir`` with the recorded relative ``run_dir`` taken off its end (the run
+    launched from ``/work`` with ``--run-dir runs/x --save ckpt/x`` saved into
+    ``/work/ckpt/x``); else this process's working directory. Of those, the first where the
+    directory exists (the first of all when none does).
+
+    Raises:
+        ConfigError: ``config.yaml`` is not valid YAML, or ``checkpoint.save`` (or the
+            ``checkpoint`` section) is not a path, naming the file, the value and the fix.
+    """
+    config = os.path.join(run_dir, CONFIG)
+    if not os.path.isfile(config):
+        return None, None
+    fix = (
+        "Fix: correct it in that file, or pass the checkpoint directory itself "
+        "(SAVE or SAVE/iter_NNNNNNN) instead of the run directory"
+    )
+    try:
+        with open(config, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"{config}: cannot be read as YAML ({e}). {fix}") from e
+    section = raw.get("checkpoint") if isinstance(raw, dict) else None
+    if section is not None and not isinstance(section, dict):
+        raise ConfigError(f"{config}: checkpoint={section!r}: not a mapping of keys. {fix}")
+    save = (section or {}).get("save")
+    if save is None:
+        return None, None
+    if not isinstance(save, str) or not save.strip():
+        raise ConfigError(f"{config}: checkpoint.save={save!r}: not a directory path. {fix}")
+    if os.path.isabs(save):
+        return save, save
+    bases = []
+    recorded = (raw.get("logging") or {}).get("run_dir")
+    if isinstance(recorded, str) and recorded and not os.path.isabs(recorded):
+        parts = os.path.normpath(recorded).split(os.sep)
+        here = os.path.abspath(run_dir).split(os.sep)
+        if ".." not in parts and here[-len(parts) :] == parts:
+            bases.append(os.sep.join(here[: -len(parts)]) or os.sep)
+    bases.append(os.getcwd())
+    candidates = [os.path.normpath(os.path.join(base, save)) for base in bases]
+    return save, next((c for c in candidates if os.path.isdir(c)), candidates[0])
+
+
+def run_save_dir(run_dir: str) -> Optional[str]:
+    """The checkpoint directory (``save``) that ``RUN/config.yaml`` records, resolved as the
+    run resolved it (a relative one from the directory the run was launched from:
+    :func:`_recorded_save`).
+
+    Args:
+        run_dir: a run directory.
+
+    Returns:
+        The directory (it may not exist), or None without ``config.yaml`` or without ``save``.
+
+    Raises:
+        ConfigError: ``config.yaml`` is not valid YAML, or its ``checkpoint.save`` is not a
+            path (names the file, the value and the fix).
+    """
+    return _recorded_save(run_dir)[1]
+
+
+def _checkpoint_roots(path: str) -> list[str]:
+    """Where the checkpoints of ``path`` may lie, in order: ``path`` itself (a checkpoint root),
+    the ``save`` its ``config.yaml`` records (a run directory), ``path/checkpoints``."""
+    roots = [path]
+    save = run_save_dir(path)
+    if save is not None:
+        roots.append(save)
+    roots.append(os.path.join(path, CHECKPOINTS))
+    return list(dict.fromkeys(os.path.normpath(r) for r in roots))
+
+
+def _check_recorded_save(run_dir: str) -> None:
+    """Raise when ``RUN/config.yaml`` records a ``save`` that does not exist (and so could not
+    be searched): the run directory was moved, or the run was launched from elsewhere."""
+    value, save = _recorded_save(run_dir)
+    if save is not None and not os.path.isdir(save):
+        raise ConfigError(
+            f"{os.path.join(run_dir, CONFIG)}: checkpoint.save={value!r}: no such directory "
+            f"({save!r}), and {os.path.join(run_dir, CHECKPOINTS)!r} holds no checkpoint. "
+            "Fix: pass the checkpoint directory itself (SAVE or SAVE/iter_NNNNNNN), or run "
+            "this command from the directory the run was launched from"
+        )
+
+
 def find_run_config(path: str) -> Optional[str]:
     """``config.yaml`` of the run that wrote ``path``: in ``path`` or up to three levels up
     (``RUN/checkpoints/iter_N``); None when there is none."""
@@ -161,6 +264,49 @@ def find_run_config(path: str) -> Optional[str]:
             return candidate
         here = os.path.dirname(here)
     return None
+
+
+def check_takeover(run_dir: str, load: Optional[str]) -> None:
+    """Refuse a run that would take over ``run_dir`` from another run: the directory already
+    holds a run's ``config.yaml`` and records (a non-empty ``metrics.jsonl``, or checkpoints in
+    ``RUN/checkpoints``), and this run does not continue it, i.e. ``load`` is neither the
+    ``save`` that ``config.yaml`` records (:func:`run_save_dir`) nor ``RUN/checkpoints``. Its
+    config.yaml would no longer describe that run's checkpoints, and its curves would end.
+    ``--overwrite`` skips this check (the caller's choice).
+
+    Args:
+        run_dir: the run directory this run writes.
+        load: this run's ``--load`` (None: a fresh start).
+
+    Raises:
+        ConfigError: naming the directory, the earlier run's records and the fixes
+            (``--run-dir NEW_DIR``, ``--load SAVE``, ``--overwrite``); a ``config.yaml`` whose
+            ``save`` is unreadable (:func:`run_save_dir`).
+    """
+    config = os.path.join(run_dir, CONFIG)
+    if not os.path.isfile(config):
+        return
+    metrics = os.path.join(run_dir, METRICS)
+    records = []
+    if os.path.isfile(metrics) and os.path.getsize(metrics):
+        records.append(METRICS)
+    own = os.path.join(run_dir, CHECKPOINTS)
+    if saved_iterations(own):
+        records.append(f"{CHECKPOINTS}/iter_{saved_iterations(own)[-1]:07d}")
+    if not records:
+        return
+    save = run_save_dir(run_dir)
+    continued = [os.path.realpath(p) for p in (save, own) if p is not None]
+    if load is not None and os.path.realpath(load) in continued:
+        return
+    resume = f"add --load {save} to resume that run, " if save is not None else ""
+    raise ConfigError(
+        f"run_dir={run_dir!r}: holds another run ({CONFIG}, {' and '.join(records)}) and this "
+        f"run does not resume from its checkpoints (load={load!r}); starting here would replace "
+        f"its {CONFIG}. Fix: give this run its own --run-dir NEW_DIR, {resume}or add "
+        f"--overwrite to start afresh here (its {METRICS} and tensorboard/ are moved aside to "
+        "*.superseded-N)"
+    )
 
 
 def describe(cfg: Config, tokenizer_fingerprint: Optional[dict]) -> dict:
@@ -226,6 +372,47 @@ def continue_metrics(run_dir: str, start_iter: int) -> str | None:
         else "starts afresh"
     )
     return f"{path}: {why} from an earlier run moved to {aside}; this run {now}"
+
+
+EVENTS_PREFIX = "events.out.tfevents."
+"""How TensorBoard's event files are named (``SummaryWriter``)."""
+
+
+def continue_tensorboard(tensorboard_dir: str, start_iter: int) -> tuple[Optional[str], int | None]:
+    """Make the TensorBoard directory show only what a run starting after ``start_iter``
+    continues, as :func:`continue_metrics` does for ``metrics.jsonl``.
+
+    A fresh start (``start_iter`` 0) in a directory that holds event files moves the whole
+    directory aside to ``TENSORBOARD_DIR.superseded-N`` (N the first free number; nothing is
+    deleted), so that this run's curves do not mix with an earlier model's. A resume keeps the
+    event files and returns the purge step ``start_iter + 1`` for ``SummaryWriter(purge_step=)``:
+    its first event tells TensorBoard to drop the earlier files' events at later steps (those
+    of the iterations a crashed run went on to after its last checkpoint), as the records past
+    ``start_iter`` leave ``metrics.jsonl``.
+
+    Args:
+        tensorboard_dir: the run's TensorBoard event directory.
+        start_iter: the iteration this run resumes after (0: a fresh start).
+
+    Returns:
+        (a line saying what moved where, or None when nothing did; the purge step, or None for
+        a fresh start).
+    """
+    if start_iter:
+        return None, start_iter + 1
+    if not os.path.isdir(tensorboard_dir) or not any(
+        name.startswith(EVENTS_PREFIX) for name in os.listdir(tensorboard_dir)
+    ):
+        return None, None
+    base = os.path.normpath(tensorboard_dir)
+    n = 1
+    while os.path.exists(aside := f"{base}.superseded-{n}"):
+        n += 1
+    move(base, aside)
+    return (
+        f"{base}: the event files of an earlier run moved to {aside}; this run starts afresh",
+        None,
+    )
 
 
 def read_metrics(run_dir: str) -> list[dict]:

@@ -55,6 +55,7 @@ from megatron_gamma.compat import patch_distributed_optimizer_load
 from megatron_gamma.config import ConfigError
 from megatron_gamma.rundir.layout import (
     TRACKER,
+    check_takeover,
     checkpoint_dir,
     latest_iteration,
     read_common,
@@ -100,7 +101,7 @@ LOCK = ".lock"
 
 def claim_save_dir(save: str | None, delete_existing: bool) -> IO | None:
     """Make this run the only writer of ``save``: rank 0 takes an exclusive ``fcntl.flock`` of
-    ``SAVE/.lock`` (held until the returned file is passed to :func:`release_save_dir`, or the
+    ``SAVE/.lock`` (held until the returned file is passed to :func:`release_lock`, or the
     process ends), then with ``delete_existing`` (``--overwrite`` without ``--load``) deletes
     the checkpoints already there (every ``iter_N``, ``*.partial``, ``*.deleting`` and the
     tracker). The outcome is broadcast, so that every rank stops together. Collective over the
@@ -143,6 +144,60 @@ def claim_save_dir(save: str | None, delete_existing: bool) -> IO | None:
     return handle
 
 
+RUN_LOCK = ".run.lock"
+
+
+def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
+    """Make this run the only one writing ``run_dir``: rank 0 (the process that writes the run
+    directory) takes an exclusive ``fcntl.flock`` of ``RUN/.run.lock`` (held until the returned
+    file is passed to :func:`release_lock`, or the process ends), then, without ``overwrite``,
+    refuses to take over a directory that holds another run's records
+    (:func:`~megatron_gamma.rundir.layout.check_takeover`). The outcome is broadcast, so that
+    every rank stops together. Collective over the world group; call it before anything is
+    written into ``run_dir`` or ``save``.
+
+    Args:
+        run_dir: the run directory (``--run-dir``).
+        load: the run's ``--load`` (None: a fresh start).
+        overwrite: ``--overwrite``: start afresh in a directory another run wrote.
+
+    Returns:
+        The open lock file on rank 0 (None on the other ranks, and where the file system
+        cannot lock: a warning is printed).
+
+    Raises:
+        ConfigError: on every rank, when another live process holds the lock (naming the
+            directory, the holder and the fix), or when the run would take over another run's
+            directory.
+    """
+    handle, outcome = None, [None]
+    if dist.get_rank() == 0:
+        os.makedirs(run_dir, exist_ok=True)
+        try:
+            handle = _lock(os.path.join(run_dir, RUN_LOCK))
+        except BlockingIOError as e:
+            outcome[0] = (
+                f"run_dir={run_dir!r}: another run is writing into it ({e}). Fix: give this run "
+                "its own --run-dir DIR, or wait for that run to end"
+            )
+        except OSError as e:  # a file system without flock (some NFS / Lustre mounts)
+            print(
+                f"WARNING: run_dir={run_dir!r}: cannot be locked ({e}); a second run writing "
+                "into it would not be refused",
+                flush=True,
+            )
+        if outcome[0] is None and not overwrite:
+            try:
+                check_takeover(run_dir, load)
+            except ConfigError as e:
+                release_lock(handle)
+                handle, outcome[0] = None, str(e)
+    dist.broadcast_object_list(outcome, src=0)
+    if outcome[0] is not None:
+        raise ConfigError(outcome[0])
+    return handle
+
+
 def _lock(path: str) -> IO:
     """``path`` opened and exclusively flock'ed, recording this process; retried when the file
     was replaced between the open and the lock (a previous holder removing it on release).
@@ -170,8 +225,9 @@ def _lock(path: str) -> IO:
     return handle
 
 
-def release_save_dir(handle: IO | None) -> None:
-    """Remove and unlock the lock file of :func:`claim_save_dir` (no-op for None)."""
+def release_lock(handle: IO | None) -> None:
+    """Remove and unlock the lock file of :func:`claim_save_dir` or :func:`claim_run_dir`
+    (no-op for None)."""
     if handle is None:
         return
     with contextlib.suppress(FileNotFoundError):

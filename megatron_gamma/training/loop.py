@@ -56,11 +56,12 @@ from megatron_gamma.training.checkpointing import (
     TrainState,
     check_loadable,
     check_save_dir,
+    claim_run_dir,
     claim_save_dir,
     latest_iteration,
     load_checkpoint,
     load_weights,
-    release_save_dir,
+    release_lock,
     save_checkpoint,
     saved_schedule,
 )
@@ -223,6 +224,7 @@ class Trainer:
         self._stop = False
         self.dp_size = parallel.initialize(cfg)
         ck = cfg.checkpoint
+        self.run_lock = claim_run_dir(cfg.logging.run_dir, ck.load, ck.overwrite)
         self.save_lock = claim_save_dir(ck.save, ck.overwrite and not ck.load)
         load = cfg.checkpoint.load
         resume = load and not cfg.checkpoint.finetune
@@ -516,8 +518,10 @@ class Trainer:
         return log
 
     def close(self) -> None:
-        """Release the ``--save`` lock, megatron-core globals and the process group."""
-        release_save_dir(self.save_lock)
+        """Release the ``--save`` and run-directory locks, megatron-core globals and the process
+        group."""
+        release_lock(self.save_lock)
+        release_lock(self.run_lock)
         destroy_num_microbatches_calculator()
         parallel.destroy()
 

@@ -12,7 +12,7 @@ import time
 
 from tqdm import tqdm
 
-from megatron_gamma.rundir.layout import METRICS, continue_metrics
+from megatron_gamma.rundir.layout import METRICS, continue_metrics, continue_tensorboard
 
 
 class MetricsLogger:
@@ -25,7 +25,9 @@ class MetricsLogger:
         total_iters: length of the progress bar.
         start_iter: the iteration this run resumes after (0: a fresh start); the records of
             ``metrics.jsonl`` past it, from an earlier run, are moved aside
-            (:func:`~megatron_gamma.rundir.layout.continue_metrics`).
+            (:func:`~megatron_gamma.rundir.layout.continue_metrics`), and so are the event files
+            of an earlier run on a fresh start; on a resume TensorBoard drops the earlier
+            events past it (:func:`~megatron_gamma.rundir.layout.continue_tensorboard`).
         progress_bar: show tqdm (only when stderr is a terminal: a SLURM log gets the summary
             lines alone).
         tensorboard_log_interval: write per-iteration training scalars to TensorBoard every
@@ -58,11 +60,13 @@ class MetricsLogger:
         if not active:
             return
         os.makedirs(run_dir, exist_ok=True)
-        moved = continue_metrics(run_dir, start_iter)
+        moved = [continue_metrics(run_dir, start_iter)]
         self._jsonl = open(os.path.join(run_dir, METRICS), "a", encoding="utf-8")
         from torch.utils.tensorboard import SummaryWriter
 
-        self._tb = SummaryWriter(tensorboard_dir)
+        tb_moved, purge_step = continue_tensorboard(tensorboard_dir, start_iter)
+        moved.append(tb_moved)
+        self._tb = SummaryWriter(tensorboard_dir, purge_step=purge_step)
         self._bar = tqdm(
             total=total_iters,
             initial=start_iter,
@@ -71,8 +75,8 @@ class MetricsLogger:
             disable=not (progress_bar and sys.stderr.isatty()),
             file=sys.stderr,
         )
-        if moved:
-            self.message(moved)
+        for line in filter(None, moved):
+            self.message(line)
 
     def _scalar(self, tag: str, value: float, step: int) -> None:
         self._tb.add_scalar(tag, value, step)
