@@ -188,7 +188,7 @@ def test_training_from_the_imported_checkpoint_matches_the_original(runs, tmp_pa
     }
     losses = {}
     for label, flags in starts.items():
-        run = tmp_path / label
+        run = tmp_path / f"{label}-trained"  # not import-hf's run directory: another run's
         losses[label] = pretrain(run, demo_prefix, *ITERS, *VARIANTS[name], *flags)["train"]
     assert sorted(losses["original"]) == [1, 2, 3]
     assert losses["imported"] == losses["original"]

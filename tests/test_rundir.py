@@ -137,6 +137,18 @@ def test_a_run_directory_finds_its_checkpoints_where_config_yaml_records_save(
     assert layout.resolve_checkpoint(str(tmp_path / "own")).endswith("checkpoints/iter_0000002")
 
 
+def test_a_copied_run_directory_reads_the_checkpoints_it_holds(tmp_path):
+    """Its config.yaml still records the original's absolute save; its own checkpoints/ wins."""
+    original, copy = tmp_path / "run", tmp_path / "copy"
+    _fake_checkpoints(original / "checkpoints", [1, 2])
+    _run_config(original, checkpoint={"save": str(original / "checkpoints")})
+    shutil.copytree(original, copy)
+    _fake_checkpoints(original / "checkpoints", [3])  # the original trains on
+    assert layout.resolve_checkpoint(str(copy)) == str(copy / "checkpoints" / "iter_0000002")
+    assert [it for it, _ in layout.list_checkpoints(str(copy))] == [1, 2]
+    assert layout.resolve_checkpoint(str(original)).endswith("run/checkpoints/iter_0000003")
+
+
 @pytest.mark.parametrize(
     "sections, message",
     [

@@ -106,8 +106,8 @@ def list_checkpoints(root: str) -> list[tuple[int, str]]:
     """Complete checkpoints under ``root`` as (iteration, directory), oldest first.
 
     ``root`` may be one checkpoint, a checkpoint root (with ``iter_N`` directories) or a run
-    directory: its checkpoints are looked for where its ``config.yaml`` records ``save``
-    (:func:`run_save_dir`), then in ``RUN/checkpoints``. ``.partial`` saves are ignored.
+    directory: its checkpoints are looked for in ``RUN/checkpoints``, then where its
+    ``config.yaml`` records ``save`` (:func:`run_save_dir`). ``.partial`` saves are ignored.
 
     Raises:
         ConfigError: ``root`` is a run directory whose ``config.yaml`` is unreadable or records
@@ -135,8 +135,8 @@ def list_checkpoints(root: str) -> list[tuple[int, str]]:
 def resolve_checkpoint(path: str) -> str:
     """One checkpoint directory from a checkpoint, a checkpoint root or a run directory (the
     newest complete checkpoint, per Megatron's tracker file). A run directory's checkpoints are
-    looked for where its ``config.yaml`` records ``save`` (:func:`run_save_dir`), then in
-    ``RUN/checkpoints``.
+    looked for in ``RUN/checkpoints``, then where its ``config.yaml`` records ``save``
+    (:func:`run_save_dir`).
 
     Raises:
         ConfigError: nothing that looks like a checkpoint at ``path``; a run directory whose
@@ -232,12 +232,13 @@ def run_save_dir(run_dir: str) -> Optional[str]:
 
 def _checkpoint_roots(path: str) -> list[str]:
     """Where the checkpoints of ``path`` may lie, in order: ``path`` itself (a checkpoint root),
-    the ``save`` its ``config.yaml`` records (a run directory), ``path/checkpoints``."""
-    roots = [path]
+    ``path/checkpoints`` (a run directory's own: a copied or moved run directory reads the
+    checkpoints it holds, not those at the path its ``config.yaml`` records), then the ``save``
+    its ``config.yaml`` records."""
+    roots = [path, os.path.join(path, CHECKPOINTS)]
     save = run_save_dir(path)
     if save is not None:
         roots.append(save)
-    roots.append(os.path.join(path, CHECKPOINTS))
     return list(dict.fromkeys(os.path.normpath(r) for r in roots))
 
 
