@@ -12,7 +12,34 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from megatron_gamma.checkpoint_trust import CheckpointError
 from megatron_gamma.rundir import layout
+from megatron_gamma.training import checkpointing
 from megatron_gamma.training.checkpointing import TRACKER, latest_iteration
+
+
+def test_a_held_lock_is_refused_and_an_unlockable_file_system_warned_about(
+    tmp_path, monkeypatch, capsys
+):
+    run = tmp_path / "run"
+    handle, refused = checkpointing._exclusive("run_dir", str(run), ".run.lock", "busy", "wait")
+    assert refused is None and handle is not None
+    with open(run / ".run.lock") as other:  # a second open file description: its own flock
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    again, refused = checkpointing._exclusive("run_dir", str(run), ".run.lock", "busy", "wait")
+    assert again is None and refused.startswith(f"run_dir={str(run)!r}: busy (")
+    assert refused.endswith("). Fix: wait")
+    checkpointing.release_lock(handle)
+
+    def no_flock(path):
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(checkpointing, "_lock", no_flock)
+    assert checkpointing._exclusive("save", str(tmp_path / "s"), ".lock", "busy", "wait") == (
+        None,
+        None,
+    )
+    assert "WARNING: save=" in capsys.readouterr().out
+    assert (tmp_path / "s").is_dir()
 
 
 @pytest.mark.parametrize("content", ["", "\n", "12\x00\x00", "iter_0000002"])

@@ -99,6 +99,31 @@ def check_save_dir(save: str | None, load: str | None, overwrite: bool) -> None:
 LOCK = ".lock"
 
 
+def _exclusive(
+    key: str, directory: str, lock_name: str, busy: str, fix: str
+) -> tuple[IO | None, str | None]:
+    """On rank 0: make ``directory`` and take an exclusive ``fcntl.flock`` of its
+    ``lock_name``.
+
+    Returns:
+        (the open lock file, None); (None, the refusal ``'KEY=DIR: BUSY (...). Fix: FIX'``) when
+        another process holds the lock; (None, None) where the file system cannot lock (some
+        NFS / Lustre mounts), after a printed warning that a second run would not be refused.
+    """
+    os.makedirs(directory, exist_ok=True)
+    try:
+        return _lock(os.path.join(directory, lock_name)), None
+    except BlockingIOError as e:
+        return None, f"{key}={directory!r}: {busy} ({e}). Fix: {fix}"
+    except OSError as e:
+        print(
+            f"WARNING: {key}={directory!r}: cannot be locked ({e}); a second run writing into it "
+            "would not be refused",
+            flush=True,
+        )
+        return None, None
+
+
 def claim_save_dir(save: str | None, delete_existing: bool) -> IO | None:
     """Make this run the only writer of ``save``: rank 0 takes an exclusive ``fcntl.flock`` of
     ``SAVE/.lock`` (held until the returned file is passed to :func:`release_lock`, or the
@@ -117,20 +142,10 @@ def claim_save_dir(save: str | None, delete_existing: bool) -> IO | None:
         return None
     handle, outcome = None, [None]
     if dist.get_rank() == 0:
-        os.makedirs(save, exist_ok=True)
-        try:
-            handle = _lock(os.path.join(save, LOCK))
-        except BlockingIOError as e:
-            outcome[0] = (
-                f"save={save!r}: another process is writing checkpoints into it ({e}). Fix: "
-                "wait for it to end, or give this run another --save"
-            )
-        except OSError as e:  # a file system without flock (some NFS / Lustre mounts)
-            print(
-                f"WARNING: save={save!r}: cannot be locked ({e}); a second run writing into it "
-                "would not be refused",
-                flush=True,
-            )
+        handle, outcome[0] = _exclusive(
+            "save", save, LOCK, "another process is writing checkpoints into it",
+            "wait for it to end, or give this run another --save",
+        )  # fmt: skip
         if outcome[0] is None and delete_existing:
             for name in os.listdir(save):
                 path = os.path.join(save, name)
@@ -172,20 +187,10 @@ def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
     """
     handle, outcome = None, [None]
     if dist.get_rank() == 0:
-        os.makedirs(run_dir, exist_ok=True)
-        try:
-            handle = _lock(os.path.join(run_dir, RUN_LOCK))
-        except BlockingIOError as e:
-            outcome[0] = (
-                f"run_dir={run_dir!r}: another run is writing into it ({e}). Fix: give this run "
-                "its own --run-dir DIR, or wait for that run to end"
-            )
-        except OSError as e:  # a file system without flock (some NFS / Lustre mounts)
-            print(
-                f"WARNING: run_dir={run_dir!r}: cannot be locked ({e}); a second run writing "
-                "into it would not be refused",
-                flush=True,
-            )
+        handle, outcome[0] = _exclusive(
+            "run_dir", run_dir, RUN_LOCK, "another run is writing into it",
+            "give this run its own --run-dir DIR, or wait for that run to end",
+        )  # fmt: skip
         if outcome[0] is None and not overwrite:
             try:
                 check_takeover(run_dir, load)
