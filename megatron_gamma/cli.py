@@ -39,11 +39,12 @@ from megatron_gamma.warnings_summary import silence_library_noise, summarize_acc
 def _pretrain(args: argparse.Namespace) -> None:
     from megatron_gamma.config import load_config, overrides_from_args
     from megatron_gamma.config.effects import given_keys, no_effect_warnings
+
+    overrides = overrides_from_args(args)
+    cfg = load_config(args.config, overrides)  # a config error before torch and megatron-core
     from megatron_gamma.parallel import read_dist_env
     from megatron_gamma.training.loop import pretrain
 
-    overrides = overrides_from_args(args)
-    cfg = load_config(args.config, overrides)
     if read_dist_env().rank == 0:
         for line in no_effect_warnings(cfg, given_keys(args.config, overrides)):
             print(f"megatron-gamma pretrain: warning: {line}", file=sys.stderr, flush=True)

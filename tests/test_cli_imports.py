@@ -74,6 +74,16 @@ def test_preprocess_and_merge_input_errors_come_before_megatron_core(tmp_path):
     assert rc != 0 and imported == []
 
 
+def test_a_pretrain_config_error_comes_before_torch_and_megatron_core(tmp_path):
+    """A bad flag value or YAML key stops ``pretrain`` without the seconds of those imports."""
+    rc, imported, _ = _run(["pretrain", "--config", DEMO_CONFIG, "--lr", "-1"])
+    assert rc != 0 and imported == []
+    config = tmp_path / "bad.yaml"
+    config.write_text("model:\n  hidden_size: 32\n  hidden_size: 64\n")
+    rc, imported, _ = _run(["pretrain", "--config", str(config)])
+    assert rc != 0 and imported == []
+
+
 def test_a_bad_record_met_while_encoding_is_reported_before_megatron_core(tmp_path):
     """The writer imports megatron-core only to write the index, after the last chunk: a
     malformed record past the backend check's sample stops the run without that import."""
