@@ -298,6 +298,25 @@ def test_hosts_are_also_compared_on_the_code_every_host_ran(bench):
     ]
 
 
+def test_hosts_that_shared_a_code_are_compared_on_it_when_not_every_host_ran_it(bench):
+    a, b2, c1, c2 = [0.90, 0.95], [1.10, 1.20, 1.15], [1.30], [1.00, 1.06]
+    records = [record(ratio=r, code="c1") for r in a]
+    records += [record(ratio=r, code="c2", host="host B") for r in b2]
+    records += [record(ratio=r, code=code, host="host C") for r, code in
+                [(c1[0], "c1"), (c2[0], "c2"), (c2[1], "c2")]]  # fmt: skip
+    lines = bench.summarize_runs(records)
+    on_c1 = scipy_ratio_interval([stats.gmean(a), stats.gmean(c1)])
+    on_c2 = scipy_ratio_interval([stats.gmean(b2), stats.gmean(c2)])
+    assert lines[-3:] == [
+        "    no code ran on every host, so host and code are confounded in this interval: the "
+        "hosts are not compared on the same code",
+        f"    on the code 2 of the 3 hosts ran (c1): {on_c1[0]:.2f}x [{on_c1[1]:.2f}, "
+        f"{on_c1[2]:.2f}] (df 1, 2 hosts); >= 1.0x: inconclusive, >= 1.3x: inconclusive",
+        f"    on the code 2 of the 3 hosts ran (c2): {on_c2[0]:.2f}x [{on_c2[1]:.2f}, "
+        f"{on_c2[2]:.2f}] (df 1, 2 hosts); >= 1.0x: inconclusive, >= 1.3x: inconclusive",
+    ]
+
+
 def test_a_runs_code_is_read_from_its_commit_where_the_history_holds_it(bench, tmp_path):
     import subprocess
 

@@ -309,26 +309,32 @@ def commit_codes(commits, root: str = ROOT) -> dict[str, str]:
 def _across_code(per_host: dict, code_of, recreation: bool, tokens: int) -> list[str]:
     """The lines after the across-hosts interval when its runs did not all run one recorded
     code: that it mixes code versions; that host and code are confounded where no code ran on
-    every host; else the interval over the runs of the code every host ran."""
+    every host; then, for each code that ran on two hosts or more, the interval over those hosts'
+    runs of that code alone (each host's mean one observation), which compares hosts like with
+    like."""
     ran = {host: {code_of(r) for r in rs} for host, rs in per_host.items()}
     codes = set().union(*ran.values())
     if len(codes) == 1 and "not recorded" not in codes:
         return []
     unknown = " (or did not record it)" if "not recorded" in codes else ""
     lines = [f"    the runs did not all run the same code{unknown}: each host's is listed above"]
-    common = set.intersection(*ran.values()) - {"not recorded"}
-    if not common:
+    if not set.intersection(*ran.values()) - {"not recorded"}:
         lines.append("    no code ran on every host, so host and code are confounded in this "
                      "interval: the hosts are not compared on the same code")  # fmt: skip
-    elif common != codes:
-        means = []
-        for rs in per_host.values():
-            same = [r for r in rs if code_of(r) in common]
-            means.append(rounds_ratio([1 / r["ratio"] if recreation else r["ratio"] for r in same],
-                                      unit="runs").mean)  # fmt: skip
+    for code in sorted(codes - {"not recorded"}):
+        hosts = [host for host in per_host if code in ran[host]]
+        if len(hosts) < 2:
+            continue
+        means = [
+            rounds_ratio([1 / r["ratio"] if recreation else r["ratio"]
+                          for r in per_host[host] if code_of(r) == code], unit="runs").mean
+            for host in hosts
+        ]  # fmt: skip
         iv = rounds_ratio(means, unit="hosts")
-        lines.append(f"    on the code every host ran ({'; '.join(sorted(common))}): "
-                     f"{ratio_text(iv)}; {_calls(iv, recreation, tokens)}")  # fmt: skip
+        which = ("the code every host ran" if len(hosts) == len(per_host)
+                 else f"the code {len(hosts)} of the {len(per_host)} hosts ran")  # fmt: skip
+        lines.append(f"    on {which} ({code}): {ratio_text(iv)}; "
+                     f"{_calls(iv, recreation, tokens)}")  # fmt: skip
     return lines
 
 
@@ -347,7 +353,8 @@ def summarize_runs(records: Sequence[dict]) -> list[str]:
     code and package versions they ran: the code of the run's commit where this checkout's
     history holds it (:func:`commit_codes`), else the code it recorded ("not recorded" for runs
     entered by hand). Where the hosts did not all run the same code, the across-hosts interval
-    says so and is followed by the one over the code every host ran (:func:`_across_code`).
+    says so and is followed by one over each code that two hosts or more ran
+    (:func:`_across_code`).
     """
     known = commit_codes({r["commit"] for r in records if r.get("commit")})
 
