@@ -157,13 +157,6 @@ def resolve_checkpoint(path: str) -> str:
     )
 
 
-def final_checkpoint(run_dir: str) -> Optional[str]:
-    """Path of the newest complete checkpoint of a run (``RUN/checkpoints/iter_N``), or None."""
-    ckpts = os.path.join(run_dir, CHECKPOINTS)
-    it = latest_iteration(ckpts) if os.path.isdir(ckpts) else None
-    return None if it is None else checkpoint_dir(ckpts, it)
-
-
 def _recorded_save(run_dir: str) -> tuple[Optional[str], Optional[str]]:
     """(``checkpoint.save`` as ``RUN/config.yaml`` records it, that directory resolved as the
     run resolved it): (None, None) without the file or without ``save``.

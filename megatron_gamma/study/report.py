@@ -69,10 +69,13 @@ def run_compare(data: StudyData, out_dir: str, table: list[dict]) -> Optional[di
         best = min(rows, key=lambda r: r["mean"])
         result = {"arm": best["arm"], "size": size, "seeds": {}, "runs": {}}
         for seed in sorted(set(data.losses(best["arm"], size)) & set(base)):
-            ckpts = [
-                rundir.final_checkpoint(os.path.join(data.dir, arm, size, f"seed-{seed}"))
-                for arm in (best["arm"], data.baseline)
-            ]
+            try:
+                ckpts = [
+                    rundir.resolve_checkpoint(os.path.join(data.dir, arm, size, f"seed-{seed}"))
+                    for arm in (best["arm"], data.baseline)
+                ]
+            except ConfigError as e:
+                return {"error": str(e), "arm": best["arm"], "size": size}
             target = os.path.join(out_dir, "compare", f"seed-{seed}")
             cmd = [
                 sys.executable, "-m", "megatron_gamma.cli", "compare", *ckpts,

@@ -20,19 +20,19 @@ import numpy as np
 from megatron_gamma.rundir.layout import (
     CHECKPOINTS,
     METRICS,
-    final_checkpoint,
     latest_iteration,
     read_metrics,
+    resolve_checkpoint,
 )
 
 __all__ = [
     "CHECKPOINTS",
     "METRICS",
     "RunRecord",
-    "final_checkpoint",
     "is_finished",
     "latest_iteration",
     "read_run",
+    "resolve_checkpoint",
 ]
 
 
