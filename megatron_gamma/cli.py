@@ -42,6 +42,10 @@ def _pretrain(args: argparse.Namespace) -> None:
 
     overrides = overrides_from_args(args)
     cfg = load_config(args.config, overrides)  # a config error before torch and megatron-core
+    if cfg.training.deterministic_mode:
+        from megatron_gamma.determinism import check_determinism_env
+
+        check_determinism_env(os.environ)
     from megatron_gamma.parallel import read_dist_env
     from megatron_gamma.training.loop import pretrain
 

@@ -20,6 +20,7 @@ import torch.distributed as dist
 from megatron.core import parallel_state, tensor_parallel
 
 from megatron_gamma.config import Config, ConfigError, validate_layout, virtual_stages
+from megatron_gamma.determinism import apply_deterministic_mode
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,10 @@ def initialize(cfg: Config) -> int:
     """
     env = read_dist_env()
     dp = validate_layout(cfg, env.world_size)
+    if cfg.training.deterministic_mode:
+        line = apply_deterministic_mode(os.environ)  # before NCCL, cuBLAS and TE read them
+        if env.rank == 0:
+            print(line, flush=True)
     try:
         import psutil  # noqa: F401  (dist_checkpointing's async writer dies silently without it)
     except ImportError as e:

@@ -115,7 +115,7 @@ def test_num_dataset_builder_threads_reaches_gpt_dataset_config(demo_prefix, mon
 
 
 @pytest.mark.parametrize(
-    "flag", ["--encoder-seq-length", "--deterministic-mode", "--dist-ckpt-strictness"]
+    "flag", ["--encoder-seq-length", "--dist-ckpt-strictness"]
 )
 def test_megatron_lm_flags_we_cannot_honour_are_refused_by_name(flag, capsys):
     from megatron_gamma.config.megatron_lm import REFUSED

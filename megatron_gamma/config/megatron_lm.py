@@ -378,12 +378,6 @@ REFUSED: dict[str, tuple[str, str]] = {
         "Megatron-LM's encoder-decoder name of the sequence length; a GPT model has --seq-length",
         "use --seq-length",
     ),
-    "--deterministic-mode": (
-        "megatron-gamma does not switch torch, cuBLAS, NCCL and Transformer Engine to their "
-        "deterministic algorithms (torch.use_deterministic_algorithms, CUBLAS_WORKSPACE_CONFIG, "
-        "NCCL_ALGO=Ring, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0)",
-        "drop the flag",
-    ),
     "--dist-ckpt-strictness": (
         "checkpoints load with megatron-core's default key handling (assume_ok_unexpected, "
         "Megatron-LM's default), then into the model strictly",

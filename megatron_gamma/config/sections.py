@@ -998,6 +998,12 @@ class TrainingConfig:
     evaluations with manual_gc_eval)."""
     manual_gc_eval: bool = True
     """With manual_gc: collect after each evaluation."""
+    deterministic_mode: bool = False
+    """Bit-exact reruns (Megatron-LM's ``--deterministic-mode``): before torch.distributed
+    starts, ``torch.use_deterministic_algorithms(True)`` and, where unset, ``NCCL_ALGO=Ring``,
+    ``CUBLAS_WORKSPACE_CONFIG=:4096:8``, ``NVTE_ALLOW_NONDETERMINISTIC_ALGO=0`` (a value set
+    otherwise that is not deterministic is refused before the run starts); megatron-core's
+    ``TransformerConfig.deterministic_mode`` (:mod:`megatron_gamma.determinism`)."""
 
     def __post_init__(self) -> None:
         check_choices(self)

@@ -132,6 +132,7 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
         gradient_accumulation_fusion=m.gradient_accumulation_fusion,
         apply_rope_fusion=m.rope_fusion,
         persist_layer_norm=m.persist_layer_norm,
+        deterministic_mode=t.deterministic_mode,
         finalize_model_grads_func=finalize_model_grads,
         **moe,
         **recompute,
