@@ -34,7 +34,9 @@ whole run: 540 s) and the time left:
    ``--gated-attention none``; ``MEGATRON_GAMMA_OPS=reference``; megatron-core's stock local
    spec (``--layer-spec local --gated-attention none``); and ``--transformer-impl
    transformer_engine`` with and without the gate, which report "Transformer Engine not
-   installed on this machine" where it is not. Reported: tokens/s, TFLOP/s per device and MFU,
+   installed on this machine" where it is not; and ``--deterministic-mode`` (every op of the
+   step has a deterministic CUDA kernel, else torch's error names the op; its cost against
+   defaults, no target). Reported: tokens/s, TFLOP/s per device and MFU,
    medians over the log intervals after the first (warm-up).
 
 Whether the gate rows are fused into the QKV projection (issue 18: only if the separate
@@ -110,7 +112,7 @@ BUDGET_S = {
     "data": 20,
     "train": 40,
 }
-"""Seconds each step may take on the H200 (``train``: each variant); 585 s for the steps that run
+"""Seconds each step may take on the H200 (``train``: each variant); 625 s for the steps that run
 without Transformer Engine, capped by the run's ``--budget-s`` (default 540 s; the steps took
 258 s in all on the H200 on 2026-12-04, docs/gpu-acceptance.md)."""
 TINY = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "2",
@@ -128,6 +130,7 @@ TRAIN_VARIANTS = {
         ["--transformer-impl", "transformer_engine", "--gated-attention", "none"],
         {},
     ),
+    "deterministic-mode": (["--deterministic-mode"], {}),
 }
 
 
@@ -533,6 +536,8 @@ def _comparisons(steps: dict[str, Step]) -> list[str]:
         ("transformer-engine", "transformer-engine-gated-attention-none", "tokens_per_s",
          "gate cost on TE"),
         ("transformer-engine", "defaults", "tokens_per_s", "TE backend vs local backend"),
+        ("deterministic-mode", "defaults", "tokens_per_s",
+         "--deterministic-mode's cost (no target)"),
     ]  # fmt: skip
     for a, b, key, what in pairs:
         x, y = fig(a, key), fig(b, key)
