@@ -224,7 +224,7 @@ ALWAYS_EFFECTIVE = frozenset(
     virtual_pipeline_model_parallel_size overlap_param_gather distributed_timeout_minutes
     context_parallel_size num_workers reset_attention_mask eod_mask_loss mock_data tokenizer_type
     vocab_file merge_file num_virtual_stages_per_pipeline_rank
-    mmap_bin_files manual_gc num_dataset_builder_threads""".split()
+    mmap_bin_files manual_gc num_dataset_builder_threads deterministic_mode""".split()
 )
 
 _NEVER = "nothing: "
