@@ -250,7 +250,7 @@ def _named(e: CheckpointException) -> CheckpointError | None:
     return None
 
 
-def load(sharded_state_dict: dict, checkpoint: str) -> dict:
+def load(sharded_state_dict: dict, checkpoint: str, strict: str = "assume_ok_unexpected") -> dict:
     """``dist_checkpointing.load`` through the trusted readers (collective, every rank).
     ``.metadata`` is read once before the load too, because torch DCP turns a failed metadata
     read into an ``AssertionError`` that hides which file and class were refused.
@@ -258,9 +258,13 @@ def load(sharded_state_dict: dict, checkpoint: str) -> dict:
     Args:
         sharded_state_dict: megatron-core sharded state dict to fill.
         checkpoint: one ``iter_N`` directory.
+        strict: megatron-core's key-mismatch handling (a ``StrictHandling`` value; the
+            run's choices are :class:`~megatron_gamma.config.choices.DistCkptStrictness`).
 
     Returns:
-        The loaded state dict (megatron-core's ``load``).
+        The loaded state dict (megatron-core's ``load``); with a ``return_*`` ``strict``, also
+        the keys only the checkpoint holds and those only the request holds: ``(state dict,
+        missing keys, unexpected keys)`` in megatron-core's naming.
 
     Raises:
         CheckpointError: a refused class in any pickled part (every rank raises it).
@@ -271,7 +275,10 @@ def load(sharded_state_dict: dict, checkpoint: str) -> dict:
     read_metadata(os.path.join(checkpoint, METADATA_FILE))
     try:
         return dist_checkpointing.load(
-            sharded_state_dict, checkpoint, common_strategy=TrustedCommonLoadStrategy()
+            sharded_state_dict,
+            checkpoint,
+            common_strategy=TrustedCommonLoadStrategy(),
+            strict=strict,
         )
     except CheckpointException as e:
         named = _named(e)

@@ -31,6 +31,11 @@ CASES = {
         {"load_optim": False, "load": "ck"},
     ),
     "load_rng": ({"load_rng": False}, "--load", {"load_rng": False, "load": "ck"}),
+    "dist_ckpt_strictness": (
+        {"dist_ckpt_strictness": "raise_all"},
+        "--load or --pretrained-checkpoint",
+        {"dist_ckpt_strictness": "raise_all", "pretrained_checkpoint": "ck"},
+    ),
     "ffn_hidden_size": (
         {"num_experts": 4, "moe_ffn_hidden_size": 64, "ffn_hidden_size": 256},
         "--num-experts",

@@ -201,6 +201,53 @@ class WeightDecayIncrStyle(Choice):
     COSINE = "cosine", "half cosine from start_weight_decay up to end_weight_decay"
 
 
+class DistCkptStrictness(Choice):
+    """What a checkpoint load does when the keys do not match (Megatron-LM
+    ``--dist-ckpt-strictness``, megatron-core ``dist_checkpointing.StrictHandling``). In
+    megatron-core's words, "unexpected" keys are those this run's model and optimizer ask for and
+    the checkpoint lacks; "missing" keys are those the checkpoint holds and this run does not ask
+    for (a checkpoint with gates loaded into a model without them). It governs the read from
+    storage only: the loaded weights then go into the model strictly, so a key the checkpoint
+    lacks still stops the load there."""
+
+    ASSUME_OK_UNEXPECTED = (
+        "assume_ok_unexpected",
+        "no check before the read (default, as Megatron-LM's): a key the checkpoint lacks fails "
+        "inside torch's reader; keys only the checkpoint holds are not read, and not reported",
+    )
+    LOG_UNEXPECTED = (
+        "log_unexpected",
+        "check the checkpoint's keys first and log (warning) those it lacks, which are not read",
+    )
+    LOG_ALL = (
+        "log_all",
+        "also log the keys only the checkpoint holds, less the optimizer and RNG states the load "
+        "leaves unread on purpose (every rank exchanges its keys first)",
+    )
+    RAISE_UNEXPECTED = (
+        "raise_unexpected",
+        "stop, before reading, on a key the checkpoint lacks, naming it",
+    )
+    RAISE_ALL = (
+        "raise_all",
+        "stop on either kind, naming them, once the checkpoint is read (megatron-core's own "
+        "check, before the read, would count the optimizer and RNG states a weights-only load "
+        "leaves unread)",
+    )
+    IGNORE_ALL = "ignore_all", "check the checkpoint's keys and drop every mismatch silently"
+
+
+# Megatron-LM --dist-ckpt-strictness values megatron-gamma does not take: value -> (why, fix).
+REFUSED_DIST_CKPT_STRICTNESS: dict[str, tuple[str, str]] = {
+    name: (
+        "megatron-core returns the mismatched keys to the caller of dist_checkpointing.load; a "
+        "training run has no caller to hand them to",
+        "use log_unexpected / log_all to see them, or raise_unexpected / raise_all to stop on them",
+    )
+    for name in ("return_unexpected", "return_all")
+}
+
+
 class TokenizerType(Choice):
     """Tokenizer kind (Megatron-LM ``--tokenizer-type``; megatron_gamma.data.tokenizer_types)."""
 
@@ -255,7 +302,10 @@ REFUSED_TOKENIZER_TYPES: dict[str, tuple[str, str]] = {
 }
 
 # Values of a Choice that are known (Megatron-LM's) but refused, with why and the fix.
-REFUSED_CHOICES: dict[type, dict[str, tuple[str, str]]] = {TokenizerType: REFUSED_TOKENIZER_TYPES}
+REFUSED_CHOICES: dict[type, dict[str, tuple[str, str]]] = {
+    TokenizerType: REFUSED_TOKENIZER_TYPES,
+    DistCkptStrictness: REFUSED_DIST_CKPT_STRICTNESS,
+}
 
 
 class RecomputeGranularity(Choice):

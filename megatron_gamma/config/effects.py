@@ -113,6 +113,10 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
         lambda c: bool(c.checkpoint.load) and not c.checkpoint.finetune,
         "--load (without --finetune)",
     ),
+    "dist_ckpt_strictness": (
+        lambda c: bool(c.checkpoint.load or c.checkpoint.pretrained_checkpoint),
+        "--load or --pretrained-checkpoint",
+    ),
     "slurm_nodes": (lambda c: False, "megatron-gamma estimate / submit"),
     "slurm_gpus_per_node": (lambda c: False, "megatron-gamma estimate / submit"),
     "gpu_memory_gb": (lambda c: False, "megatron-gamma estimate"),

@@ -378,11 +378,6 @@ REFUSED: dict[str, tuple[str, str]] = {
         "Megatron-LM's encoder-decoder name of the sequence length; a GPT model has --seq-length",
         "use --seq-length",
     ),
-    "--dist-ckpt-strictness": (
-        "checkpoints load with megatron-core's default key handling (assume_ok_unexpected, "
-        "Megatron-LM's default), then into the model strictly",
-        "drop the flag",
-    ),
     "--non-persistent-save-interval": (
         "non-persistent (local) checkpoints are not supported",
         "use --save-interval with --save-retain-last",

@@ -12,6 +12,7 @@ from typing import Any, Optional
 
 from megatron_gamma.config.choices import (
     AttentionBackend,
+    DistCkptStrictness,
     EmbeddingFanIn,
     Fp8Format,
     Fp8Recipe,
@@ -1206,6 +1207,11 @@ class CheckpointConfig:
     ckpt_format: str = "torch_dist"
     """Checkpoint format (Megatron-LM's ``--ckpt-format``): megatron-core dist_checkpointing's
     torch_dist, the only one written and read; any other value is refused."""
+    dist_ckpt_strictness: DistCkptStrictness = DistCkptStrictness.ASSUME_OK_UNEXPECTED
+    """What a load from ``load`` or ``pretrained_checkpoint`` does when the checkpoint's keys
+    and the run's do not match (Megatron-LM's ``--dist-ckpt-strictness``; each member of
+    :class:`~megatron_gamma.config.choices.DistCkptStrictness` says what it does);
+    return_unexpected and return_all are refused."""
     overwrite: bool = False
     """Let a run without ``load`` start in a ``save`` directory that already holds checkpoints
     (of another run): they are deleted when the run starts. Without it such a run is refused,
@@ -1215,6 +1221,7 @@ class CheckpointConfig:
     TensorBoard directory are moved aside to ``*.superseded-N``."""
 
     def __post_init__(self) -> None:
+        check_choices(self)
         if self.ckpt_format != "torch_dist":
             fail(
                 "ckpt_format",

@@ -14,6 +14,7 @@ import os
 import re
 from typing import Optional
 
+import torch.distributed as dist
 import yaml
 
 from megatron_gamma import checkpoint_trust
@@ -89,11 +90,59 @@ def read_tensors_metadata(path: str) -> dict:
     return checkpoint_trust.load_tensors_metadata(path)
 
 
-def read_state(sharded: dict, path: str) -> dict:
+NOT_LOADED_OPTIMIZER = "optimizer."
+"""Prefix of the checkpoint keys of the optimizer state (megatron-core's sharded keys)."""
+NOT_LOADED_RNG = "rng_state"
+"""Checkpoint key of the per-rank RNG states."""
+_SHOWN_KEYS = 8
+
+
+def read_state(
+    sharded: dict,
+    path: str,
+    strict: str = "assume_ok_unexpected",
+    not_loaded: tuple[str, ...] = (),
+) -> dict:
     """Load checkpoint ``path`` into the sharded state dict ``sharded`` (megatron-core
     ``dist_checkpointing.load``: resharded to this process's layout); returns the loaded dict
-    with the common state merged in."""
-    return checkpoint_trust.load(sharded, path)
+    with the common state merged in.
+
+    Key mismatches are handled as ``strict`` says (``--dist-ckpt-strictness``;
+    :class:`~megatron_gamma.config.choices.DistCkptStrictness`). For ``log_all`` and
+    ``raise_all`` the keys only the checkpoint holds are reported here rather than by
+    megatron-core, less those the caller leaves unread on purpose (``not_loaded``: key
+    prefixes, e.g. :data:`NOT_LOADED_OPTIMIZER` for a weights-only load), which megatron-core
+    would report on every such load; ``raise_all`` stops once the checkpoint is read, since
+    megatron-core's own check, which stops before, cannot leave them out.
+
+    Raises:
+        ConfigError: with ``raise_all``, keys the checkpoint holds and the load does not take,
+            or keys the load asks for and the checkpoint lacks, named with the fix.
+    """
+    if strict not in ("log_all", "raise_all"):
+        return checkpoint_trust.load(sharded, path, strict)
+    state, extra, absent = checkpoint_trust.load(sharded, path, "return_all")
+    extra = sorted(k for k in extra if not k.startswith(not_loaded))
+    absent = sorted(absent)
+    if not extra and not absent:
+        return state
+    what = "; ".join(
+        f"{len(keys)} {label}: {', '.join(keys[:_SHOWN_KEYS])}{', ...' * (len(keys) > _SHOWN_KEYS)}"
+        for keys, label in (
+            (extra, "held by the checkpoint and not taken by this run's model"),
+            (absent, "asked for by this run and absent from the checkpoint"),
+        )
+        if keys
+    )
+    if strict == "raise_all":
+        raise ConfigError(
+            f"dist_ckpt_strictness='raise_all': {path} does not match this run's model: {what}. "
+            "Fix: build the model as the checkpoint was (its config.yaml), or "
+            "--dist-ckpt-strictness log_all to load it anyway"
+        )
+    if not (dist.is_initialized() and dist.get_rank()):
+        _log.warning("dist_ckpt_strictness='log_all': %s does not match: %s", path, what)
+    return state
 
 
 def checkpoint_iteration(path: str) -> int:

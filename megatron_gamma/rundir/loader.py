@@ -226,10 +226,15 @@ def build_model(cfg: Config, vocab_size: int) -> torch.nn.Module:
     return model.eval()
 
 
-def load_model_weights(models: Sequence[torch.nn.Module], ckpt: str) -> int:
+def load_model_weights(
+    models: Sequence[torch.nn.Module], ckpt: str, strict: str = "assume_ok_unexpected"
+) -> int:
     """Load the model weights of checkpoint ``ckpt`` (any saved layout, resharded by
     dist_checkpointing) into ``models``: one GPTModel, or this rank's virtual-pipeline chunks
-    in order (keys ``model`` / ``model0``, ``model1``, ... as the checkpoint was saved).
+    in order (keys ``model`` / ``model0``, ``model1``, ... as the checkpoint was saved); key
+    mismatches of the read handled as ``strict`` says (``--dist-ckpt-strictness``: the
+    checkpoint's optimizer and RNG states are left unread on purpose, not mismatches), the load
+    into the models strict.
 
     Returns:
         The checkpoint's iteration.
@@ -240,7 +245,8 @@ def load_model_weights(models: Sequence[torch.nn.Module], ckpt: str) -> int:
     """
     keys = ["model"] if len(models) == 1 else [f"model{i}" for i in range(len(models))]
     sharded = {key: m.sharded_state_dict() for key, m in zip(keys, models, strict=True)}
-    loaded = layout.read_state(sharded, ckpt)
+    not_loaded = (layout.NOT_LOADED_OPTIMIZER, layout.NOT_LOADED_RNG)
+    loaded = layout.read_state(sharded, ckpt, strict, not_loaded)
     for key, m in zip(keys, models, strict=True):
         m.load_state_dict(loaded[key], strict=True)
     return int(loaded["iteration"])

@@ -54,6 +54,8 @@ from megatron_gamma.atomic import atomic_write_text, move
 from megatron_gamma.compat import patch_distributed_optimizer_load
 from megatron_gamma.config import ConfigError
 from megatron_gamma.rundir.layout import (
+    NOT_LOADED_OPTIMIZER,
+    NOT_LOADED_RNG,
     TRACKER,
     check_takeover,
     checkpoint_dir,
@@ -478,22 +480,29 @@ def check_loadable(root: str, weights_only: bool, load_optim: bool, flag: str = 
         )
 
 
-def load_weights(root: str, chunks, optimizer) -> int:
+def load_weights(root: str, chunks, optimizer, strict: str = "assume_ok_unexpected") -> int:
     """Load only the model weights of the newest checkpoint under ``root`` (any layout, also
     ``import-hf`` output) into ``chunks``, and refresh the optimizer's main parameters from them
     (megatron-core ``reload_model_params``). The optimizer state, schedule and RNG stay fresh.
+    ``strict``: key-mismatch handling of the read (``--dist-ckpt-strictness``).
 
     Returns:
         The iteration the weights were saved at.
     """
     iteration = latest_iteration(root)
-    load_model_weights([chunk.module for chunk in chunks], checkpoint_dir(root, iteration))
+    load_model_weights([chunk.module for chunk in chunks], checkpoint_dir(root, iteration), strict)
     optimizer.reload_model_params()
     return iteration
 
 
 def load_checkpoint(
-    root: str, chunks, optimizer, scheduler, load_optim: bool = True, load_rng: bool = True
+    root: str,
+    chunks,
+    optimizer,
+    scheduler,
+    load_optim: bool = True,
+    load_rng: bool = True,
+    strict: str = "assume_ok_unexpected",
 ) -> TrainState | None:
     """Resume from the newest complete checkpoint under ``root``.
 
@@ -504,6 +513,7 @@ def load_checkpoint(
         load_optim: restore the optimizer state; False (``--no-load-optim``) keeps the fresh
             optimizer and refreshes its main parameters from the loaded weights.
         load_rng: restore the RNG states (``--no-load-rng``: False).
+        strict: key-mismatch handling of the read (``--dist-ckpt-strictness``).
 
     Returns:
         The restored progress, or None when ``root`` holds no complete checkpoint.
@@ -528,7 +538,8 @@ def load_checkpoint(
     sd = _state_dict(
         chunks, optimizer, scheduler, TrainState(), template, loading=True, with_optim=load_optim
     )
-    loaded = read_state(sd, path)
+    not_loaded = (NOT_LOADED_OPTIMIZER,) * (not load_optim) + (NOT_LOADED_RNG,) * (not restore_rng)
+    loaded = read_state(sd, path, strict, not_loaded)
     for i, chunk in enumerate(chunks):
         chunk.module.load_state_dict(loaded["model" if len(chunks) == 1 else f"model{i}"])
     if load_optim:

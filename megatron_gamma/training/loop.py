@@ -256,14 +256,20 @@ class Trainer:
 
     def _load(self) -> TrainState:
         """Progress after loading what ``--load`` / ``--finetune`` / ``--pretrained-checkpoint``
-        / ``--no-load-optim`` / ``--no-load-rng`` ask for (preflight has checked that the
-        checkpoint holds it)."""
+        / ``--no-load-optim`` / ``--no-load-rng`` / ``--dist-ckpt-strictness`` ask for
+        (preflight has checked that the checkpoint holds it)."""
         ck = self.cfg.checkpoint
         weights_from = None
         if ck.load and latest_iteration(ck.load) is not None:
             if not ck.finetune:
                 restored = load_checkpoint(
-                    ck.load, self.chunks, self.optimizer, self.scheduler, ck.load_optim, ck.load_rng
+                    ck.load,
+                    self.chunks,
+                    self.optimizer,
+                    self.scheduler,
+                    ck.load_optim,
+                    ck.load_rng,
+                    ck.dist_ckpt_strictness,
                 )
                 return restored or TrainState()
             weights_from = ck.load
@@ -271,7 +277,7 @@ class Trainer:
             weights_from = ck.pretrained_checkpoint
         if weights_from is None:
             return TrainState()
-        iteration = load_weights(weights_from, self.chunks, self.optimizer)
+        iteration = load_weights(weights_from, self.chunks, self.optimizer, ck.dist_ckpt_strictness)
         if self.rank == 0:
             print(
                 f"loaded the weights of {weights_from} (iteration {iteration}); starting at "

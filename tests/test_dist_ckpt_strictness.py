@@ -1,0 +1,117 @@
+"""``--dist-ckpt-strictness`` (Megatron-LM's flag): megatron-core's handling of key mismatches
+when a checkpoint is read, for ``--load`` and ``--pretrained-checkpoint``. A checkpoint of a
+gated model read into a model without gates holds keys that model does not ask for (its
+``linear_gate`` weights): the default drops them without a word, as Megatron-LM's default does;
+``log_all`` names them and goes on; ``raise_all`` stops the run naming them. The values are
+megatron-core's own ``StrictHandling`` members, less the two that return keys to a caller."""
+
+import pytest
+from helpers import TINY_MODEL, pretrain, run_cli
+from megatron.core.dist_checkpointing.validation import StrictHandling
+
+from megatron_gamma import cli
+from megatron_gamma.config import ConfigError, load_config, overrides_from_args
+from megatron_gamma.config.choices import REFUSED_DIST_CKPT_STRICTNESS, DistCkptStrictness
+
+
+def _config(argv: list[str]):
+    return load_config(None, overrides_from_args(cli.parse_args(["pretrain", *argv])))
+
+
+def test_the_values_are_megatron_cores_less_the_refused_ones():
+    ours = {m.value for m in DistCkptStrictness}
+    assert ours | set(REFUSED_DIST_CKPT_STRICTNESS) == {s.value for s in StrictHandling}
+    assert not ours & set(REFUSED_DIST_CKPT_STRICTNESS)
+    assert DistCkptStrictness.ASSUME_OK_UNEXPECTED.value == "assume_ok_unexpected"
+
+
+@pytest.mark.parametrize("value", [m.value for m in DistCkptStrictness])
+def test_each_value_reaches_the_checkpoint_config_as_a_plain_string(value):
+    cfg = _config(["--dist-ckpt-strictness", value, "--load", "ckpt"])
+    assert cfg.checkpoint.dist_ckpt_strictness == value
+    assert type(cfg.checkpoint.dist_ckpt_strictness) is str
+
+
+def test_the_default_is_megatron_lms():
+    assert _config([]).checkpoint.dist_ckpt_strictness == "assume_ok_unexpected"
+
+
+@pytest.mark.parametrize("value", sorted(REFUSED_DIST_CKPT_STRICTNESS))
+def test_the_returning_values_are_refused_with_the_reason_and_the_fix(value):
+    with pytest.raises(ConfigError) as e:
+        _config(["--dist-ckpt-strictness", value, "--load", "ckpt"])
+    why, fix = REFUSED_DIST_CKPT_STRICTNESS[value]
+    assert f"dist_ckpt_strictness={value!r}" in str(e.value)
+    assert why in str(e.value) and fix in str(e.value)
+
+
+def test_an_unknown_value_is_refused_naming_the_values():
+    with pytest.raises(ConfigError) as e:
+        _config(["--dist-ckpt-strictness", "strict", "--load", "ckpt"])
+    assert "dist_ckpt_strictness='strict'" in str(e.value)
+    for m in DistCkptStrictness:
+        assert f"'{m.value}'" in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def gated_checkpoint(tmp_path_factory, demo_prefix) -> str:
+    run = tmp_path_factory.mktemp("strictness") / "gated"
+    pretrain(run, demo_prefix, "--train-iters", "2", "--eval-interval", "100",
+             "--log-diagnostics-interval", "0", "--save", str(run / "checkpoints"))  # fmt: skip
+    return str(run / "checkpoints")
+
+
+def _start(run_dir, demo_prefix: str, *flags: str):
+    return run_cli(["pretrain", "--data-path", demo_prefix, "--run-dir", str(run_dir),
+                    *TINY_MODEL, "--eval-interval", "100", "--log-diagnostics-interval", "0",
+                    *flags])  # fmt: skip
+
+
+def _without_gates(run_dir, demo_prefix: str, checkpoint: str, *flags: str):
+    return _start(run_dir, demo_prefix, "--gated-attention", "none", "--train-iters", "1",
+                  "--pretrained-checkpoint", checkpoint, *flags)  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_checkpoint_keys_the_model_does_not_take_pass_silently_by_default_are_logged_or_stop(
+    tmp_path, demo_prefix, gated_checkpoint
+):
+    silent = _without_gates(tmp_path / "default", demo_prefix, gated_checkpoint)
+    assert silent.returncode == 0, silent.stderr[-3000:]
+    assert "linear_gate" not in silent.stdout + silent.stderr
+
+    logged = _without_gates(
+        tmp_path / "log", demo_prefix, gated_checkpoint, "--dist-ckpt-strictness", "log_all"
+    )
+    assert logged.returncode == 0, logged.stderr[-3000:]
+    [warning] = [line for line in logged.stderr.splitlines() if "log_all" in line]
+    assert "self_attention.linear_gate.weight" in warning
+    assert "optimizer." not in warning and "rng_state" not in warning  # unread on purpose
+
+    stopped = _without_gates(
+        tmp_path / "raise", demo_prefix, gated_checkpoint, "--dist-ckpt-strictness", "raise_all"
+    )
+    assert stopped.returncode != 0
+    assert "dist_ckpt_strictness='raise_all'" in stopped.stderr
+    assert "self_attention.linear_gate.weight" in stopped.stderr
+    assert "optimizer.state" not in stopped.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    "load",
+    [
+        ["--pretrained-checkpoint"],  # weights only: optimizer and RNG states left unread
+        ["--use-checkpoint-opt-param-scheduler", "--no-load-optim", "--load"],  # no optimizer
+        ["--use-checkpoint-opt-param-scheduler", "--load"],  # everything read
+    ],
+    ids=["weights-only", "no-load-optim", "resume"],
+)
+def test_a_matching_checkpoint_passes_raise_all_however_it_is_loaded(
+    tmp_path, demo_prefix, gated_checkpoint, load
+):
+    proc = _start(tmp_path / "run", demo_prefix, "--train-iters", "3",
+                  "--dist-ckpt-strictness", "raise_all", *load, gated_checkpoint)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
