@@ -250,9 +250,7 @@ def _named(e: CheckpointException) -> CheckpointError | None:
     return None
 
 
-def load(
-    sharded_state_dict: dict, checkpoint: str, strict: str = "assume_ok_unexpected"
-) -> dict | tuple[dict, set, set]:
+def load(sharded_state_dict: dict, checkpoint: str, strict: str) -> dict | tuple[dict, set, set]:
     """``dist_checkpointing.load`` through the trusted readers (collective, every rank).
     ``.metadata`` is read once before the load too, because torch DCP turns a failed metadata
     read into an ``AssertionError`` that hides which file and class were refused.

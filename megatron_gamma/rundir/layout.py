@@ -100,7 +100,7 @@ _SHOWN_KEYS = 8
 def read_state(
     sharded: dict,
     path: str,
-    strict: str = "assume_ok_unexpected",
+    strict: str,
     not_loaded: tuple[str, ...] = (),
 ) -> dict:
     """Load checkpoint ``path`` into the sharded state dict ``sharded`` (megatron-core

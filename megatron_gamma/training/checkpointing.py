@@ -480,7 +480,7 @@ def check_loadable(root: str, weights_only: bool, load_optim: bool, flag: str = 
         )
 
 
-def load_weights(root: str, chunks, optimizer, strict: str = "assume_ok_unexpected") -> int:
+def load_weights(root: str, chunks, optimizer, strict: str) -> int:
     """Load only the model weights of the newest checkpoint under ``root`` (any layout, also
     ``import-hf`` output) into ``chunks``, and refresh the optimizer's main parameters from them
     (megatron-core ``reload_model_params``). The optimizer state, schedule and RNG stay fresh.
@@ -500,9 +500,9 @@ def load_checkpoint(
     chunks,
     optimizer,
     scheduler,
-    load_optim: bool = True,
-    load_rng: bool = True,
-    strict: str = "assume_ok_unexpected",
+    load_optim: bool,
+    load_rng: bool,
+    strict: str,
 ) -> TrainState | None:
     """Resume from the newest complete checkpoint under ``root``.
 
