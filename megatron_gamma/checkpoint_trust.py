@@ -300,6 +300,22 @@ def load_common_state_dict(checkpoint: str) -> dict:
     return common.load_common(checkpoint)
 
 
+def load_sharded_metadata(checkpoint: str) -> dict:
+    """Every tensor and object ``checkpoint`` holds, without data, by key (megatron-core's
+    ``load_sharded_metadata``: ``ShardedTensor`` with the global shape, ``ShardedObject``), from
+    ``.metadata`` read by :func:`read_metadata`; no tensor or object is read.
+
+    Raises:
+        CheckpointError: see :func:`read_metadata`.
+    """
+    from megatron.core.dist_checkpointing.serialization import load_sharded_metadata
+
+    from megatron_gamma.compat import patch_checkpoint_reader
+
+    patch_checkpoint_reader()
+    return load_sharded_metadata(checkpoint, common_strategy=TrustedCommonLoadStrategy())
+
+
 def load_tensors_metadata(checkpoint: str) -> dict:
     """Global names and shapes of the tensors of ``checkpoint`` (megatron-core's
     ``load_tensors_metadata``), from ``.metadata`` read by :func:`read_metadata`.

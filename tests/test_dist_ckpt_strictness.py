@@ -2,7 +2,9 @@
 when a checkpoint is read, for ``--load`` and ``--pretrained-checkpoint``. A checkpoint of a
 gated model read into a model without gates holds keys that model does not ask for (its
 ``linear_gate`` weights): the default drops them without a word, as Megatron-LM's default does;
-``log_all`` names them and goes on; ``raise_all`` stops the run naming them. The values are
+``log_all`` names them and goes on; ``raise_all`` stops the run naming them. A checkpoint
+without gates read into a gated model lacks keys the model asks for: every value stops before the
+read with a named error, the keys those megatron-core's ``raise_unexpected`` names. The values are
 megatron-core's own ``StrictHandling`` members, less the two that return keys to a caller."""
 
 import pytest
@@ -61,10 +63,10 @@ def gated_checkpoint(tmp_path_factory, demo_prefix) -> str:
     return str(run / "checkpoints")
 
 
-def _start(run_dir, demo_prefix: str, *flags: str):
+def _start(run_dir, demo_prefix: str, *flags: str, nproc: int = 1):
     return run_cli(["pretrain", "--data-path", demo_prefix, "--run-dir", str(run_dir),
                     *TINY_MODEL, "--eval-interval", "100", "--log-diagnostics-interval", "0",
-                    *flags])  # fmt: skip
+                    *flags], nproc=nproc)  # fmt: skip
 
 
 def _without_gates(run_dir, demo_prefix: str, checkpoint: str, *flags: str):
@@ -96,6 +98,50 @@ def test_checkpoint_keys_the_model_does_not_take_pass_silently_by_default_are_lo
     assert "dist_ckpt_strictness='raise_all'" in stopped.stderr
     assert "self_attention.linear_gate.weight" in stopped.stderr
     assert "optimizer.state" not in stopped.stderr
+
+
+@pytest.fixture(scope="module")
+def ungated_checkpoint(tmp_path_factory, demo_prefix) -> str:
+    run = tmp_path_factory.mktemp("strictness") / "ungated"
+    pretrain(run, demo_prefix, "--gated-attention", "none", "--train-iters", "2",
+             "--eval-interval", "100", "--log-diagnostics-interval", "0",
+             "--save", str(run / "checkpoints"))  # fmt: skip
+    return str(run / "checkpoints")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("value", [m.value for m in DistCkptStrictness])
+def test_keys_the_checkpoint_lacks_stop_every_value_before_the_read_naming_them(
+    tmp_path, demo_prefix, ungated_checkpoint, value
+):
+    proc = _start(tmp_path / "run", demo_prefix, "--train-iters", "1", "--pretrained-checkpoint",
+                  ungated_checkpoint, "--dist-ckpt-strictness", value)  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]  # a ConfigError, not a traceback
+    assert "Traceback" not in proc.stderr
+    [error] = [line for line in proc.stderr.splitlines() if "lacks keys this run asks for" in line]
+    assert (
+        "(2: decoder.layers.self_attention.linear_gate._extra_state, "
+        "decoder.layers.self_attention.linear_gate.weight)" in error
+    )
+    assert "Fix: build the model as the checkpoint was" in error
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    "parallel", ["--tensor-model-parallel-size", "--pipeline-model-parallel-size"]
+)
+def test_keys_the_checkpoint_lacks_stop_every_rank_of_a_resharded_load(
+    tmp_path, demo_prefix, ungated_checkpoint, parallel
+):
+    proc = _start(tmp_path / "run", demo_prefix, "--train-iters", "1", parallel, "2",
+                  "--pretrained-checkpoint", ungated_checkpoint, nproc=2)  # fmt: skip
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if "lacks keys this run asks for" in line]
+    assert errors, proc.stderr[-3000:]  # torchrun may stop the other rank before it prints
+    assert all("linear_gate.weight" in line for line in errors)
+    assert "KeyError" not in proc.stderr and "CheckpointingException" not in proc.stderr
 
 
 @pytest.mark.slow

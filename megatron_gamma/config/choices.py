@@ -206,35 +206,38 @@ class DistCkptStrictness(Choice):
     ``--dist-ckpt-strictness``, megatron-core ``dist_checkpointing.StrictHandling``). In
     megatron-core's words, "unexpected" keys are those this run's model and optimizer ask for and
     the checkpoint lacks; "missing" keys are those the checkpoint holds and this run does not ask
-    for (a checkpoint with gates loaded into a model without them). It governs the read from
-    storage only: the loaded weights then go into the model strictly, so a key the checkpoint
-    lacks still stops the load there."""
+    for (a checkpoint with gates loaded into a model without them). Keys the checkpoint lacks
+    stop every load before the read, whatever the value, naming them
+    (:func:`megatron_gamma.rundir.layout.absent_keys`): the loaded weights go into the model
+    strictly, so no value could load such a checkpoint. The values differ in what they do with
+    the keys only the checkpoint holds."""
 
     ASSUME_OK_UNEXPECTED = (
         "assume_ok_unexpected",
-        "no check before the read (default, as Megatron-LM's): a key the checkpoint lacks fails "
-        "inside torch's reader; keys only the checkpoint holds are not read, and not reported",
+        "keys only the checkpoint holds are not read, and not reported (default, as Megatron-LM's)",
     )
     LOG_UNEXPECTED = (
         "log_unexpected",
-        "check the checkpoint's keys first and log (warning) those it lacks, which are not read",
+        "as assume_ok_unexpected: the keys the checkpoint lacks, which megatron-core would log, "
+        "have already stopped the load",
     )
     LOG_ALL = (
         "log_all",
-        "also log the keys only the checkpoint holds, less the optimizer and RNG states the load "
-        "leaves unread on purpose (every rank exchanges its keys first)",
+        "log (warning) the keys only the checkpoint holds, less the optimizer and RNG states the "
+        "load leaves unread on purpose (every rank exchanges its keys first), and go on",
     )
     RAISE_UNEXPECTED = (
         "raise_unexpected",
-        "stop, before reading, on a key the checkpoint lacks, naming it",
+        "as assume_ok_unexpected: the keys the checkpoint lacks, on which megatron-core would "
+        "stop, have already stopped the load",
     )
     RAISE_ALL = (
         "raise_all",
-        "stop on either kind, naming them, once the checkpoint is read (megatron-core's own "
-        "check, before the read, would count the optimizer and RNG states a weights-only load "
-        "leaves unread)",
+        "stop on the keys only the checkpoint holds, naming them, once the checkpoint is read "
+        "(megatron-core's own check, before the read, would count the optimizer and RNG states "
+        "a weights-only load leaves unread)",
     )
-    IGNORE_ALL = "ignore_all", "check the checkpoint's keys and drop every mismatch silently"
+    IGNORE_ALL = "ignore_all", "as assume_ok_unexpected: drop the keys only the checkpoint holds"
 
 
 # Megatron-LM --dist-ckpt-strictness values megatron-gamma does not take: value -> (why, fix).
@@ -242,7 +245,8 @@ REFUSED_DIST_CKPT_STRICTNESS: dict[str, tuple[str, str]] = {
     name: (
         "megatron-core returns the mismatched keys to the caller of dist_checkpointing.load; a "
         "training run has no caller to hand them to",
-        "use log_unexpected / log_all to see them, or raise_unexpected / raise_all to stop on them",
+        "log_all to see the keys only the checkpoint holds, or raise_all to stop on them (keys "
+        "it lacks stop every load)",
     )
     for name in ("return_unexpected", "return_all")
 }

@@ -97,6 +97,44 @@ NOT_LOADED_RNG = "rng_state"
 _SHOWN_KEYS = 8
 
 
+def _keys_text(keys: list[str]) -> str:
+    """``'3: a, b, c'``, at most :data:`_SHOWN_KEYS` keys named."""
+    more = ", ..." * (len(keys) > _SHOWN_KEYS)
+    return f"{len(keys)}: {', '.join(keys[:_SHOWN_KEYS])}{more}"
+
+
+def absent_keys(sharded: dict, path: str) -> list[str]:
+    """The keys of the sharded state dict ``sharded`` that checkpoint ``path`` lacks on any rank
+    (megatron-core's "unexpected" keys), sorted; found from the checkpoint's metadata alone,
+    before any tensor is read, as megatron-core's ``load`` finds them (its ``load_preprocess``
+    and ``validate_integrity_and_strict_load``; ``sharded`` is not changed). Collective when
+    torch.distributed is initialized: every rank returns the same list.
+
+    Raises:
+        CheckpointError: ``path``'s metadata is refused (:func:`checkpoint_trust.read_metadata`).
+    """
+    from megatron.core.dist_checkpointing.state_dict_utils import load_preprocess
+    from megatron.core.dist_checkpointing.utils import extract_sharded_base
+    from megatron.core.dist_checkpointing.validation import (
+        StrictHandling,
+        validate_integrity_and_strict_load,
+    )
+
+    asked, _, _ = load_preprocess(sharded)
+    asked, _ = extract_sharded_base(asked)
+    _, _, absent = validate_integrity_and_strict_load(
+        asked,
+        StrictHandling.RETURN_UNEXPECTED,
+        validate_access_integrity=False,
+        ckpt_sharded_metadata=checkpoint_trust.load_sharded_metadata(path),
+    )
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        every: list = [None] * dist.get_world_size()
+        dist.all_gather_object(every, sorted(absent))
+        absent = set().union(*every)
+    return sorted(absent)
+
+
 def read_state(
     sharded: dict,
     path: str,
@@ -107,41 +145,46 @@ def read_state(
     ``dist_checkpointing.load``: resharded to this process's layout); returns the loaded dict
     with the common state merged in.
 
-    Key mismatches are handled as ``strict`` says (``--dist-ckpt-strictness``;
+    Keys this run asks for and the checkpoint lacks stop the load before anything is read,
+    whatever ``strict`` is (:func:`absent_keys`): the model and optimizer are then loaded
+    strictly, so no strictness could load it, and megatron-core would otherwise stop inside
+    torch's reader or the model's ``load_state_dict``. Keys only the checkpoint holds are
+    handled as ``strict`` says (``--dist-ckpt-strictness``;
     :class:`~megatron_gamma.config.choices.DistCkptStrictness`). For ``log_all`` and
-    ``raise_all`` the keys only the checkpoint holds are reported here rather than by
-    megatron-core, less those the caller leaves unread on purpose (``not_loaded``: key
-    prefixes, e.g. :data:`NOT_LOADED_OPTIMIZER` for a weights-only load), which megatron-core
-    would report on every such load; ``raise_all`` stops once the checkpoint is read, since
-    megatron-core's own check, which stops before, cannot leave them out.
+    ``raise_all`` they are reported here rather than by megatron-core, less those the caller
+    leaves unread on purpose (``not_loaded``: key prefixes, e.g. :data:`NOT_LOADED_OPTIMIZER`
+    for a weights-only load), which megatron-core would report on every such load; ``raise_all``
+    stops once the checkpoint is read, since megatron-core's own check, which stops before,
+    cannot leave them out.
 
     Raises:
-        ConfigError: with ``raise_all``, keys the checkpoint holds and the load does not take,
-            or keys the load asks for and the checkpoint lacks, named with the fix.
+        ConfigError: keys this run asks for and the checkpoint lacks; with ``raise_all``, keys
+            the checkpoint holds and the load does not take; named with the fix.
+        CheckpointError: the checkpoint's files are refused (:mod:`checkpoint_trust`).
     """
+    absent = absent_keys(sharded, path)
+    if absent:
+        raise ConfigError(
+            f"{path} lacks keys this run asks for ({_keys_text(absent)}): it was saved from "
+            "another model, and no --dist-ckpt-strictness loads it, since the model is loaded "
+            "strictly. Fix: build the model as the checkpoint was (its run's config.yaml, e.g. "
+            "--gated-attention), or another checkpoint"
+        )
     if strict not in ("log_all", "raise_all"):
         return checkpoint_trust.load(sharded, path, strict)
-    state, extra, absent = checkpoint_trust.load(sharded, path, "return_all")
+    state, extra, _ = checkpoint_trust.load(sharded, path, "return_all")
     extra = sorted(k for k in extra if not k.startswith(not_loaded))
-    absent = sorted(absent)
-    if not extra and not absent:
+    if not extra:
         return state
-    what = "; ".join(
-        f"{len(keys)} {label}: {', '.join(keys[:_SHOWN_KEYS])}{', ...' * (len(keys) > _SHOWN_KEYS)}"
-        for keys, label in (
-            (extra, "held by the checkpoint and not taken by this run's model"),
-            (absent, "asked for by this run and absent from the checkpoint"),
-        )
-        if keys
-    )
+    what = f"held by the checkpoint and not taken by this run's model ({_keys_text(extra)})"
     if strict == "raise_all":
         raise ConfigError(
-            f"dist_ckpt_strictness='raise_all': {path} does not match this run's model: {what}. "
-            "Fix: build the model as the checkpoint was (its config.yaml), or "
-            "--dist-ckpt-strictness log_all to load it anyway"
+            f"dist_ckpt_strictness='raise_all': {path} holds keys {what}. Fix: build the model "
+            "as the checkpoint was (its run's config.yaml), or --dist-ckpt-strictness log_all to "
+            "load it without them"
         )
     if not (dist.is_initialized() and dist.get_rank()):
-        _log.warning("dist_ckpt_strictness='log_all': %s does not match: %s", path, what)
+        _log.warning("dist_ckpt_strictness='log_all': %s holds keys %s", path, what)
     return state
 
 
