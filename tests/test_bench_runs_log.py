@@ -73,6 +73,56 @@ def test_a_hosts_runs_are_its_observations_and_hosts_are_the_unit_across_hosts(b
     )
 
 
+def test_runs_hours_apart_on_one_host_are_windows_and_the_windows_are_its_unit(bench):
+    early = {
+        "2026-12-04T19:41:00Z": 0.93,
+        "2026-12-04T20:00:00Z": 0.96,
+        "2026-12-04T20:40:59Z": 0.99,
+    }
+    late = {
+        "2026-12-04T22:01:00Z": 1.20,
+        "2026-12-04T22:06:00Z": 1.14,
+        "2026-12-04T22:38:00Z": 1.12,
+    }
+    other = [1.01, 1.05, 1.09]
+    records = [record(time=t, ratio=r) for t, r in (late | early).items()]  # not in time order
+    records += [record(host="host B", ratio=r) for r in other]
+    lines = bench.summarize_runs(records)
+
+    every = [*early.values(), *late.values()]
+    mean, low, high = scipy_ratio_interval(every)
+    assert (
+        f"  host A: {mean:.2f}x [{low:.2f}, {high:.2f}] (df 5, 6 runs) with the runs taken as "
+        "independent, but they fall in 2 windows, so the windows are the unit of the calls" in lines
+    )
+    by_window = [scipy_ratio_interval(list(w.values())) for w in (early, late)]
+    mean, low, high = scipy_ratio_interval([m for m, _, _ in by_window])
+    assert low < 1.0 < high  # the runs alone (above) would have called >= 1.0x met
+    assert (
+        "    over windows (each window's mean one observation; a window is runs started under 1 h "
+        f"apart): {mean:.2f}x [{low:.2f}, {high:.2f}] (df 1, 2 windows); >= 1.0x: inconclusive, "
+        ">= 1.3x: inconclusive" in lines
+    )
+    (m1, l1, h1), (m2, l2, h2) = by_window
+    assert (
+        f"    windows: 2026-12-04T19:41:00Z to 2026-12-04T20:40:59Z {m1:.2f}x [{l1:.2f}, {h1:.2f}] "
+        f"(df 2, 3 runs); 2026-12-04T22:01:00Z to 2026-12-04T22:38:00Z {m2:.2f}x [{l2:.2f}, "
+        f"{h2:.2f}] (df 2, 3 runs)" in lines
+    )
+    across, lo, hi = scipy_ratio_interval([mean, scipy_ratio_interval(other)[0]])
+    assert any(f"{across:.2f}x [{lo:.2f}, {hi:.2f}] (df 1, 2 hosts)" in line for line in lines)
+    assert any(line.startswith("  host B: ") and "windows" not in line for line in lines)
+
+
+def test_a_window_is_cut_at_a_gap_of_an_hour_or_more_between_starts(bench):
+    times = ["2026-12-04T10:00:00Z", "2026-12-04T10:59:59Z", "2026-12-04T11:59:59Z",
+             "2026-12-04T13:00:00+01:00", "2026-12-04T13:00:00Z"]  # fmt: skip
+    cut = bench.windows([record(time=t, ratio=i + 1) for i, t in enumerate(times)])
+    assert [[r["ratio"] for r in w] for w in cut] == [[1, 2], [3, 4], [5]]  # +01:00 is 12:00Z
+    with pytest.raises(ValueError, match="time 'noon': not an ISO 8601 UTC time. Fix: e.g."):
+        bench.windows([record(time="noon")])
+
+
 def test_the_recreation_is_pooled_as_cpu_per_token_against_the_10_percent_band(bench):
     cpu_per_token = [0.94, 0.93, 0.94, 0.97, 0.98, 1.03, 0.98]
     records = [record(path="mlm-fast", ratio=1 / c) for c in cpu_per_token]
@@ -179,6 +229,8 @@ def test_a_run_whose_recreation_disagrees_is_logged_as_withheld_and_left_out(
         (json.dumps(record(ratio=0)), "line 2: bad or missing ratio"),
         (json.dumps(record(ratio=True)), "line 2: bad or missing ratio"),
         (json.dumps(record(workers=0)), "line 2: bad or missing workers"),
+        (json.dumps(record(time="yesterday")), "line 2: bad or missing time"),
+        (json.dumps(record(time="2026-12-04T09:01:00")), "line 2: bad or missing time"),  # no zone
         (json.dumps({k: v for k, v in record().items() if k != "host"}), "missing host"),
     ],
 )

@@ -88,6 +88,9 @@ TRILLION = 1e12
 SIDE_BY_SIDE = "side-by-side"
 WRITERS = ("ours-gigatoken", "ours-hf", "mlm-fast", "mlm-real", "per-doc-hf", SIDE_BY_SIDE)
 SMALL_CORPUS_TOKENS = 1_000_000
+WINDOW_GAP_S = 3600
+"""Runs on one host are one window while each starts less than this many seconds after the one
+before (:func:`windows`)."""
 CPU_CLOCKS = ("cpu", "user", "system")  # each run's, in CPU-seconds (_usage): cpu = user + system
 REFERENCES = ("mlm-fast", "mlm-real")
 REFERENCE = {"dir": None, "pythonpath": [], "commit": None}
@@ -259,16 +262,57 @@ def read_runs_log(path: str) -> list[dict]:
             ]
             if not bad and not (math.isfinite(record["ratio"]) and record["ratio"] > 0):
                 bad = ["ratio"]
+            if not bad:
+                try:
+                    run_start(record["time"])
+                except ValueError:
+                    bad = ["time"]
             bad += [k for k in ("tokens", "workers", "rounds") if k not in bad and record[k] < 1]
             if bad:
                 shown = {k: record.get(k) for k in bad}
                 raise ValueError(
                     f"{where}: bad or missing {', '.join(bad)} ({shown}). Fix: each line a JSON "
-                    "object as --runs-log writes it: time, source, host, corpus, path and against "
-                    "strings; tokens, workers and rounds integers >= 1; ratio a number > 0"
+                    "object as --runs-log writes it: time (ISO 8601 UTC), source, host, corpus, "
+                    "path and against strings; tokens, workers and rounds integers >= 1; ratio a "
+                    "number > 0"
                 )
             records.append(record)
     return records
+
+
+def run_start(text: str) -> float:
+    """Seconds since the epoch of a runs-log ``time`` (ISO 8601, UTC: ``2026-12-04T22:01:42Z``).
+
+    Raises:
+        ValueError: ``text`` is not such a time, naming it and the fix.
+    """
+    from datetime import datetime, timezone
+
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise ValueError(f"time {text!r}: not an ISO 8601 UTC time. Fix: e.g. "
+                         "'2026-12-04T22:01:42Z', as --runs-log writes it")  # fmt: skip
+    return when.astimezone(timezone.utc).timestamp()
+
+
+def windows(runs: Sequence[dict], gap_s: float = WINDOW_GAP_S) -> list[list[dict]]:
+    """``runs`` (one host's records) in time order, cut where one starts ``gap_s`` seconds or
+    more after the one before: the windows of :func:`summarize_runs`, runs that shared the
+    machine's state of the hour.
+
+    Raises:
+        ValueError: a ``time`` that is not ISO 8601 (``2026-12-04T22:01:42Z``), naming it.
+    """
+    timed = sorted(((run_start(r["time"]), r) for r in runs), key=lambda tr: tr[0])
+    cut: list[list[dict]] = []
+    for i, (t, r) in enumerate(timed):
+        if not i or t - timed[i - 1][0] >= gap_s:
+            cut.append([])
+        cut[-1].append(r)
+    return cut
 
 
 def _calls(iv, recreation: bool, tokens: int) -> str:
@@ -326,8 +370,8 @@ def _across_code(per_host: dict, code_of, recreation: bool, tokens: int) -> list
         if len(hosts) < 2:
             continue
         means = [
-            rounds_ratio([1 / r["ratio"] if recreation else r["ratio"]
-                          for r in per_host[host] if code_of(r) == code], unit="runs").mean
+            rounds_ratio([_pooled(r, recreation) for r in per_host[host] if code_of(r) == code],
+                         unit="runs").mean
             for host in hosts
         ]  # fmt: skip
         iv = rounds_ratio(means, unit="hosts")
@@ -338,23 +382,33 @@ def _across_code(per_host: dict, code_of, recreation: bool, tokens: int) -> list
     return lines
 
 
+def _pooled(record: dict, recreation: bool) -> float:
+    """A run's ratio as :func:`summarize_runs` pools it: the re-creation's as CPU per token over
+    the reference (the inverse of its logged ratio), every other path's as logged."""
+    return 1 / record["ratio"] if recreation else record["ratio"]
+
+
 def summarize_runs(records: Sequence[dict]) -> list[str]:
     """Each run's ratio as one observation, per corpus, path, worker count and reference (the
-    Megatron-LM commit), per host (Student-t over runs, df = runs - 1), then across hosts (each
-    host's geometric mean one observation, df = hosts - 1): the lines to print.
+    Megatron-LM commit), per host (Student-t over runs, df = runs - 1; where the host's runs fall
+    in several :func:`windows`, also over windows, each window's geometric mean one observation,
+    df = windows - 1), then across hosts (each host's geometric mean, over its windows where it
+    has several, one observation, df = hosts - 1): the lines to print.
 
     A run's rounds share the machine and the hour, and both paths' rates move between runs on
     one host by more than one run's interval (docs/preprocess-benchmark.md, "Runs 29-32"), so a
-    claim for a host takes its runs as the unit, and a claim beyond the hosts measured takes the
-    hosts. ``ours`` paths are called against 1.0x and 1.3x tokens per CPU-second; ``mlm-fast``
-    (the re-creation) is shown as CPU per token over the reference, the inverse of its logged
-    ratio, and called against :data:`RECREATION_BAND`. Runs whose paths wrote different bytes or
-    that withheld their targets are left out, and counted. Each host's runs are listed with the
-    code and package versions they ran: the code of the run's commit where this checkout's
-    history holds it (:func:`commit_codes`), else the code it recorded ("not recorded" for runs
-    entered by hand). Where the hosts did not all run the same code, the across-hosts interval
-    says so and is followed by one over each code that two hosts or more ran
-    (:func:`_across_code`).
+    claim for a host takes its runs as the unit; runs of one hour share the machine's state too,
+    and one host's windows hours apart have differed by more than their runs' intervals ("Runs
+    45-53"), so where a host has several windows its calls take the windows as the unit; a
+    claim beyond the hosts measured takes the hosts. ``ours`` paths are called against 1.0x and
+    1.3x tokens per CPU-second; ``mlm-fast`` (the re-creation) is shown as CPU per token over the
+    reference (:func:`_pooled`) and called against :data:`RECREATION_BAND`. Runs whose paths
+    wrote different bytes or that withheld their targets are left out, and counted. Each host's
+    runs are listed with the code and package versions they ran: the code of the run's commit
+    where this checkout's history holds it (:func:`commit_codes`), else the code it recorded
+    ("not recorded" for runs entered by hand). Where the hosts did not all run the same code, the
+    across-hosts interval says so and is followed by one over each code that two hosts or more
+    ran (:func:`_across_code`).
     """
     known = commit_codes({r["commit"] for r in records if r.get("commit")})
 
@@ -383,17 +437,34 @@ def summarize_runs(records: Sequence[dict]) -> list[str]:
             rs = [r for r, w in zip(every, reasons, strict=True) if not w]
             if not rs:
                 continue
-            ratios = [1 / r["ratio"] if recreation else r["ratio"] for r in rs]
-            iv = rounds_ratio(ratios, unit="runs")
-            means.append(iv.mean)
+            iv = rounds_ratio([_pooled(r, recreation) for r in rs], unit="runs")
+            cut = windows(rs)
             per_host[host] = rs
+            if len(cut) == 1:
+                means.append(iv.mean)
+                lines.append(f"  {host}: {ratio_text(iv)}; {_calls(iv, recreation, tokens)}")
+            else:
+                by_window = [rounds_ratio([_pooled(r, recreation) for r in w], unit="runs")
+                             for w in cut]  # fmt: skip
+                host_iv = rounds_ratio([w.mean for w in by_window], unit="windows")
+                means.append(host_iv.mean)
+                lines.append(f"  {host}: {ratio_text(iv)} with the runs taken as independent, "
+                             f"but they fall in {len(cut)} windows, so the windows are the unit "
+                             "of the calls")  # fmt: skip
+                lines.append(
+                    f"    over windows (each window's mean one observation; a window is runs "
+                    f"started under {WINDOW_GAP_S / 3600:g} h apart): {ratio_text(host_iv)}; "
+                    f"{_calls(host_iv, recreation, tokens)}"
+                )
+                lines.append("    windows: " + "; ".join(
+                    f"{w[0]['time']} to {w[-1]['time']} {ratio_text(m)}"
+                    for w, m in zip(cut, by_window, strict=True)))  # fmt: skip
             codes = {code_of(r) for r in rs}
             versions = {
                 ", ".join(f"{k} {v}" for k, v in sorted(r["versions"].items()))
                 if isinstance(r.get("versions"), dict) else "not recorded"
                 for r in rs
             }  # fmt: skip
-            lines.append(f"  {host}: {ratio_text(iv)}; {_calls(iv, recreation, tokens)}")
             lines.append(
                 f"    {sum(r['rounds'] for r in rs)} rounds, {min(r['time'] for r in rs)} to "
                 f"{max(r['time'] for r in rs)}; code: {'; '.join(sorted(codes))}; packages: "
