@@ -47,6 +47,14 @@ class Config:
 
     def __post_init__(self) -> None:
         check_schedule_units(self)
+        if self.parallel.use_distributed_optimizer and self.optimizer.optimizer == "sgd":
+            fail(
+                "use_distributed_optimizer",
+                True,
+                "megatron-core's DistributedOptimizer shards Adam's state only, and refuses "
+                "optimizer='sgd' when it is built",
+                "--optimizer adam, or leave out --use-distributed-optimizer",
+            )
 
     def to_dict(self) -> dict:
         """Plain nested dict (what ``load_config`` reads back)."""

@@ -313,6 +313,26 @@ def _prime_torch_adam_state(optimizer) -> None:
                     state["step"] = torch.tensor(0.0)
 
 
+def _sgd_init_state(opt: torch.optim.SGD, config=None) -> None:
+    """The ``init_state_fn`` megatron-core 0.16 leaves out for torch SGD (it passes None, which
+    its FP32 and float16 optimizers call while building the *loading* state dict): the momentum
+    buffers a first step would create, zeros (none where momentum is 0). The load then
+    overwrites every value."""
+    for group in opt.param_groups:
+        if group["momentum"]:
+            for p in group["params"]:
+                opt.state[p].setdefault("momentum_buffer", torch.zeros_like(p.data))
+
+
+def _prime_sgd_state(optimizer) -> None:
+    """Give each megatron-core optimizer that wraps torch SGD without an ``init_state_fn``
+    :func:`_sgd_init_state`, so that an SGD run can resume with its optimizer state."""
+    for inner in getattr(optimizer, "chained_optimizers", [optimizer]):
+        wrapped = getattr(inner, "optimizer", None)
+        if isinstance(wrapped, torch.optim.SGD) and getattr(inner, "init_state_fn", 0) is None:
+            inner.init_state_fn = _sgd_init_state
+
+
 def _model_state_dict(chunks) -> dict:
     return {
         "model" if len(chunks) == 1 else f"model{i}": chunk.module.sharded_state_dict()
@@ -534,6 +554,7 @@ def load_checkpoint(
     template = _rng_state() if restore_rng else None
     if load_optim:
         _prime_torch_adam_state(optimizer)
+        _prime_sgd_state(optimizer)
         patch_distributed_optimizer_load()
     sd = _state_dict(
         chunks, optimizer, scheduler, TrainState(), template, loading=True, with_optim=load_optim
