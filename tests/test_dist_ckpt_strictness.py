@@ -128,6 +128,26 @@ def test_keys_the_checkpoint_lacks_stop_every_value_before_the_read_naming_them(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_optimizer_state_the_checkpoint_lacks_stops_a_resume_offering_no_load_optim(
+    tmp_path, demo_prefix
+):
+    sgd = tmp_path / "sgd"
+    pretrain(sgd, demo_prefix, "--optimizer", "sgd", "--train-iters", "2",
+             "--eval-interval", "100", "--log-diagnostics-interval", "0",
+             "--save", str(sgd / "checkpoints"))  # fmt: skip
+    resume = ["--train-iters", "3", "--use-checkpoint-opt-param-scheduler", "--load",
+              str(sgd / "checkpoints")]  # fmt: skip
+    adam = _start(tmp_path / "adam", demo_prefix, *resume)  # Adam asks for exp_avg, exp_avg_sq
+    assert adam.returncode == 2, adam.stderr[-3000:]
+    [error] = [line for line in adam.stderr.splitlines() if "lacks keys this run asks for" in line]
+    assert "optimizer.state.exp_avg." in error and "it was saved from another optimizer" in error
+    assert "Fix: --no-load-optim to start the optimizer afresh" in error
+    fresh = _start(tmp_path / "fresh", demo_prefix, *resume, "--no-load-optim")
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(
     "parallel", ["--tensor-model-parallel-size", "--pipeline-model-parallel-size"]

@@ -164,11 +164,14 @@ def read_state(
     """
     absent = absent_keys(sharded, path)
     if absent:
+        if all(k.startswith(NOT_LOADED_OPTIMIZER) for k in absent):
+            what, fix = "optimizer", "--no-load-optim to start the optimizer afresh"
+        else:
+            what, fix = "model", "build the model as the checkpoint was (its run's config.yaml)"
         raise ConfigError(
             f"{path} lacks keys this run asks for ({_keys_text(absent)}): it was saved from "
-            "another model, and no --dist-ckpt-strictness loads it, since the model is loaded "
-            "strictly. Fix: build the model as the checkpoint was (its run's config.yaml, e.g. "
-            "--gated-attention), or another checkpoint"
+            f"another {what}, and no --dist-ckpt-strictness loads it, since the model and "
+            f"optimizer are loaded strictly. Fix: {fix}, or another checkpoint"
         )
     if strict not in ("log_all", "raise_all"):
         return checkpoint_trust.load(sharded, path, strict)
