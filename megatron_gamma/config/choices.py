@@ -206,9 +206,9 @@ class DistCkptStrictness(Choice):
     ``--dist-ckpt-strictness``, megatron-core ``dist_checkpointing.StrictHandling``). In
     megatron-core's words, "unexpected" keys are those this run's model and optimizer ask for and
     the checkpoint lacks; "missing" keys are those the checkpoint holds and this run does not ask
-    for (a checkpoint with gates loaded into a model without them). Keys the checkpoint lacks
-    stop every load before the read, whatever the value, naming them
-    (:func:`megatron_gamma.rundir.layout.absent_keys`): the loaded weights go into the model
+    for (a checkpoint with gates loaded into a model without them). Keys the checkpoint lacks,
+    and tensors of other shapes, stop every load before the read, whatever the value, naming them
+    (:func:`megatron_gamma.rundir.layout.check_loadable`): the loaded weights go into the model
     strictly, so no value could load such a checkpoint. The values differ in what they do with
     the keys only the checkpoint holds."""
 

@@ -103,16 +103,29 @@ def _keys_text(keys: list[str]) -> str:
     return f"{len(keys)}: {', '.join(keys[:_SHOWN_KEYS])}{more}"
 
 
-def absent_keys(sharded: dict, path: str) -> list[str]:
-    """The keys of the sharded state dict ``sharded`` that checkpoint ``path`` lacks on any rank
-    (megatron-core's "unexpected" keys), sorted; found from the checkpoint's metadata alone,
-    before any tensor is read, as megatron-core's ``load`` finds them (its ``load_preprocess``
-    and ``validate_integrity_and_strict_load``; ``sharded`` is not changed). Collective when
-    torch.distributed is initialized: every rank returns the same list.
+def _shape(tensor) -> str:
+    """``'4x512x64'``: a sharded tensor's global shape."""
+    return "x".join(map(str, tensor.global_shape))
+
+
+def check_loadable(sharded: dict, path: str) -> None:
+    """Stop, before any tensor is read, a load of checkpoint ``path`` into the sharded state dict
+    ``sharded`` that no ``--dist-ckpt-strictness`` could complete: keys ``sharded`` asks for and
+    the checkpoint lacks (megatron-core's "unexpected" keys, found as its ``load`` finds them:
+    its ``load_preprocess`` and ``validate_integrity_and_strict_load``), or tensors whose global
+    shape differs from the checkpoint's (the check of megatron-core's torch_dist load planner,
+    less the tensors it lets differ, ``allow_shape_mismatch``). Both come from the checkpoint's
+    metadata alone; ``sharded`` is not changed. Collective when torch.distributed is
+    initialized: every rank raises the same error, naming what any rank found.
 
     Raises:
+        ConfigError: such keys or shapes, named (at most :data:`_SHOWN_KEYS` of each), with the
+            fix: the model as the checkpoint was built, or ``--no-load-optim`` where only the
+            optimizer's keys are absent.
         CheckpointError: ``path``'s metadata is refused (:func:`checkpoint_trust.read_metadata`).
     """
+    from megatron.core.dist_checkpointing import ShardedTensor
+    from megatron.core.dist_checkpointing.dict_utils import nested_values
     from megatron.core.dist_checkpointing.state_dict_utils import load_preprocess
     from megatron.core.dist_checkpointing.utils import extract_sharded_base
     from megatron.core.dist_checkpointing.validation import (
@@ -120,19 +133,49 @@ def absent_keys(sharded: dict, path: str) -> list[str]:
         validate_integrity_and_strict_load,
     )
 
+    held = checkpoint_trust.load_sharded_metadata(path)
     asked, _, _ = load_preprocess(sharded)
     asked, _ = extract_sharded_base(asked)
     _, _, absent = validate_integrity_and_strict_load(
         asked,
         StrictHandling.RETURN_UNEXPECTED,
         validate_access_integrity=False,
-        ckpt_sharded_metadata=checkpoint_trust.load_sharded_metadata(path),
+        ckpt_sharded_metadata=held,
     )
+    shapes = {
+        f"{t.key}: checkpoint {_shape(held[t.key])}, this run {_shape(t)}"
+        for t in nested_values(asked)
+        if isinstance(t, ShardedTensor)
+        and not t.allow_shape_mismatch
+        and isinstance(held.get(t.key), ShardedTensor)
+        and tuple(held[t.key].global_shape) != tuple(t.global_shape)
+    }
     if dist.is_initialized() and dist.get_world_size() > 1:
         every: list = [None] * dist.get_world_size()
-        dist.all_gather_object(every, sorted(absent))
-        absent = set().union(*every)
-    return sorted(absent)
+        dist.all_gather_object(every, (sorted(absent), sorted(shapes)))
+        absent = set().union(*(a for a, _ in every))
+        shapes = set().union(*(sh for _, sh in every))
+    absent, shapes = sorted(absent), sorted(shapes)
+    if not absent and not shapes:
+        return
+    found = []
+    if absent:
+        found.append(f"it lacks keys this run asks for ({_keys_text(absent)})")
+    if shapes:
+        found.append(f"it holds tensors of other shapes ({_keys_text(shapes)})")
+    if not shapes and all(k.startswith(NOT_LOADED_OPTIMIZER) for k in absent):
+        what, fix = "optimizer", "--no-load-optim to start the optimizer afresh"
+    else:
+        what = "model"
+        fix = (
+            "build the model as the checkpoint was (its run's config.yaml: e.g. --hidden-size, "
+            "--num-layers, --ffn-hidden-size, --gated-attention)"
+        )
+    raise ConfigError(
+        f"{path} cannot be loaded into this run: {'; '.join(found)}. It was saved from another "
+        f"{what}, and no --dist-ckpt-strictness loads it, since the model and optimizer are "
+        f"loaded strictly. Fix: {fix}, or another checkpoint"
+    )
 
 
 def read_state(
@@ -145,10 +188,11 @@ def read_state(
     ``dist_checkpointing.load``: resharded to this process's layout); returns the loaded dict
     with the common state merged in.
 
-    Keys this run asks for and the checkpoint lacks stop the load before anything is read,
-    whatever ``strict`` is (:func:`absent_keys`): the model and optimizer are then loaded
-    strictly, so no strictness could load it, and megatron-core would otherwise stop inside
-    torch's reader or the model's ``load_state_dict``. Keys only the checkpoint holds are
+    Keys this run asks for and the checkpoint lacks, and tensors of other shapes, stop the load
+    before anything is read, whatever ``strict`` is (:func:`check_loadable`): the model and
+    optimizer are then loaded strictly, so no strictness could load it, and megatron-core would
+    otherwise stop inside torch's reader or the model's ``load_state_dict``. Keys only the
+    checkpoint holds are
     handled as ``strict`` says (``--dist-ckpt-strictness``;
     :class:`~megatron_gamma.config.choices.DistCkptStrictness`). For ``log_all`` and
     ``raise_all`` they are reported here rather than by megatron-core, less those the caller
@@ -158,21 +202,12 @@ def read_state(
     cannot leave them out.
 
     Raises:
-        ConfigError: keys this run asks for and the checkpoint lacks; with ``raise_all``, keys
-            the checkpoint holds and the load does not take; named with the fix.
+        ConfigError: keys this run asks for and the checkpoint lacks, or tensors of other
+            shapes; with ``raise_all``, keys the checkpoint holds and the load does not take;
+            named with the fix.
         CheckpointError: the checkpoint's files are refused (:mod:`checkpoint_trust`).
     """
-    absent = absent_keys(sharded, path)
-    if absent:
-        if all(k.startswith(NOT_LOADED_OPTIMIZER) for k in absent):
-            what, fix = "optimizer", "--no-load-optim to start the optimizer afresh"
-        else:
-            what, fix = "model", "build the model as the checkpoint was (its run's config.yaml)"
-        raise ConfigError(
-            f"{path} lacks keys this run asks for ({_keys_text(absent)}): it was saved from "
-            f"another {what}, and no --dist-ckpt-strictness loads it, since the model and "
-            f"optimizer are loaded strictly. Fix: {fix}, or another checkpoint"
-        )
+    check_loadable(sharded, path)
     if strict not in ("log_all", "raise_all"):
         return checkpoint_trust.load(sharded, path, strict)
     state, extra, _ = checkpoint_trust.load(sharded, path, "return_all")
