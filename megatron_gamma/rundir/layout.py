@@ -191,9 +191,8 @@ def read_state(
     Keys this run asks for and the checkpoint lacks, and tensors of other shapes, stop the load
     before anything is read, whatever ``strict`` is (:func:`check_loadable`): the model and
     optimizer are then loaded strictly, so no strictness could load it, and megatron-core would
-    otherwise stop inside torch's reader or the model's ``load_state_dict``. Keys only the
-    checkpoint holds are
-    handled as ``strict`` says (``--dist-ckpt-strictness``;
+    otherwise stop inside torch's reader, its load planner or the model's ``load_state_dict``.
+    Keys only the checkpoint holds are handled as ``strict`` says (``--dist-ckpt-strictness``;
     :class:`~megatron_gamma.config.choices.DistCkptStrictness`). For ``log_all`` and
     ``raise_all`` they are reported here rather than by megatron-core, less those the caller
     leaves unread on purpose (``not_loaded``: key prefixes, e.g. :data:`NOT_LOADED_OPTIMIZER`
