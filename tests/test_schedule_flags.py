@@ -21,6 +21,7 @@ from megatron_gamma.training.schedule import (
     build_scheduler,
     reconcile_schedule,
     schedule_differences,
+    warmup_warning,
 )
 
 LR, MIN_LR = 3e-3, 3e-4
@@ -152,6 +153,38 @@ def test_weight_decay_schedule_follows_the_closed_form(style):
         assert wd == pytest.approx(closed_wd(it * 8, 160, style, 0.01, 0.1), rel=1e-12), it
     _, constant = scheduled({"weight_decay": 0.05}, 5)
     assert {wd for _, wd in constant.values()} == {0.05}
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"train_iters": 5, "lr_warmup_iters": 20, "lr_warmup_init": 1e-4},
+        {"train_iters": 5, "lr_warmup_iters": 5},
+        {"train_samples": 40, "lr_warmup_samples": 33, "lr_warmup_fraction": None},
+    ],
+)
+def test_a_warmup_that_outlasts_training_is_named_with_the_last_learning_rate(flags):
+    cfg, got = scheduled(flags, 5)
+    last = got[5][0]
+    assert max(lr for lr, _ in got.values()) == last < LR
+    warning = warmup_warning(cfg)
+    assert "no iteration trains at lr=0.003" in warning
+    assert f"(the last trains at {last:.3g})" in warning
+    assert "--lr-warmup-iters" in warning
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"train_iters": 5, "lr_warmup_iters": 4},
+        {"train_samples": 40, "lr_warmup_samples": 32, "lr_warmup_fraction": None},
+    ],
+)
+def test_a_warmup_that_ends_by_the_last_iteration_is_not_warned_about(flags):
+    cfg, got = scheduled(flags, 5)
+    assert got[5][0] == pytest.approx(LR, rel=1e-12)
+    assert warmup_warning(cfg) is None
+    assert warmup_warning(load_config(None, {"train_iters": 5, "lr_warmup_iters": 0})) is None
 
 
 @pytest.mark.parametrize(

@@ -87,7 +87,7 @@ from megatron_gamma.training.run_callbacks import (
     MetricsCallback,
     PreemptionCallback,
 )
-from megatron_gamma.training.schedule import build_scheduler, reconcile_schedule
+from megatron_gamma.training.schedule import build_scheduler, reconcile_schedule, warmup_warning
 from megatron_gamma.training.telemetry import (
     ProfilerCallback,
     WandbWriter,
@@ -239,8 +239,9 @@ class Trainer:
         if self.rank == 0:
             os.makedirs(run_dir, exist_ok=True)
             save_config(cfg, os.path.join(run_dir, CONFIG))
-            if warning := fp16_epsilon_warning(cfg):
-                print(f"WARNING: {warning}", flush=True)
+            for warning in (fp16_epsilon_warning(cfg), warmup_warning(cfg)):
+                if warning:
+                    print(f"WARNING: {warning}", flush=True)
         self.vocab_size = model_vocab_size(cfg, self.tokenizer.vocab_size)
         self.datasets = build_datasets(cfg, self.tokenizer)
         t = cfg.training

@@ -79,6 +79,34 @@ def scheduler_args(cfg: Config) -> dict:
     )
 
 
+def warmup_warning(cfg: Config) -> str | None:
+    """The warning for a learning-rate warmup that outlasts training, or None.
+
+    megatron-core's ``OptimizerParamScheduler`` raises the learning rate linearly from
+    ``lr_warmup_init`` to ``lr`` over the warmup samples, and is stepped after each iteration by
+    the samples it trained, so iteration ``i`` trains at the rate of ``(i - 1) x
+    global_batch_size`` samples. When the last iteration starts before the warmup ends (warmup >
+    samples - global_batch_size, samples = ``train_iters x global_batch_size`` or
+    ``train_samples``), no iteration trains at ``lr`` and the decay never starts; the last trains
+    at ``lr_warmup_init + (lr - lr_warmup_init) x (samples - global_batch_size) / warmup`` (less
+    with a batch-size ramp-up, which trains fewer samples).
+    """
+    o, t = cfg.optimizer, cfg.training
+    warmup = scheduler_args(cfg)["lr_warmup_steps"]
+    gbs = t.global_batch_size
+    samples = t.train_samples if t.train_samples is not None else t.train_iters * gbs
+    last_start = max(samples - gbs, 0)
+    if not warmup or warmup <= last_start:
+        return None
+    last = o.lr_warmup_init + (o.lr - o.lr_warmup_init) * last_start / warmup
+    return (
+        f"the learning-rate warmup ({warmup:g} samples) outlasts training ({samples} samples): "
+        f"no iteration trains at lr={o.lr:g} (the last trains at {last:.3g}) and the "
+        f"{o.lr_decay_style} decay never starts. Fix: shorten the warmup (--lr-warmup-iters, "
+        "--lr-warmup-samples or --lr-warmup-fraction) or train longer"
+    )
+
+
 def in_samples(saved: dict, global_batch_size: int) -> dict:
     """A checkpoint's scheduler state with its step counts in samples: states saved before the
     schedule counted samples (no ``steps_unit`` key) counted iterations, which are multiplied
