@@ -11,6 +11,8 @@ tests/test_evaluation.py.)
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import shutil
 
@@ -56,10 +58,13 @@ def _start_states(config_path: str, starts: dict[str, dict]) -> dict[str, dict]:
 
     out = {}
     for name, overrides in starts.items():
-        trainer = Trainer(load_config(config_path, overrides))
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            trainer = Trainer(load_config(config_path, overrides))
         try:
             model = trainer.chunks[0].module
             out[name] = {
+                "audit": next(x for x in printed.getvalue().splitlines() if "init audit (" in x),
                 "weights": {
                     k: v.detach().clone()
                     for k, v in model.state_dict().items()
@@ -114,6 +119,12 @@ def test_weights_only_and_partial_loads_start_where_promised(source, tmp_path):
     (got,) = run_distributed(_start_states, 1, config, starts)
     want = _reference_weights(checkpoint_dir(root, SOURCE_ITERS))
     samples = SOURCE_ITERS * 8  # global batch size 8
+
+    # the init audit measures the config's initialization and says when a checkpoint replaces it
+    assert "replace" not in got["fresh"]["audit"]
+    for name in ("resume", "finetune", "pretrained"):
+        replaced = f"the weights of {root}, loaded next, replace this initialization"
+        assert replaced in got[name]["audit"], name
 
     # a full resume restores everything: the reference for what the partial loads keep
     resume = got["resume"]

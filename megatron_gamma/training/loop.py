@@ -260,24 +260,20 @@ class Trainer:
         / ``--no-load-optim`` / ``--no-load-rng`` / ``--dist-ckpt-strictness`` ask for
         (preflight has checked that the checkpoint holds it)."""
         ck = self.cfg.checkpoint
-        weights_from = None
-        if ck.load and latest_iteration(ck.load) is not None:
-            if not ck.finetune:
-                restored = load_checkpoint(
-                    ck.load,
-                    self.chunks,
-                    self.optimizer,
-                    self.scheduler,
-                    ck.load_optim,
-                    ck.load_rng,
-                    ck.dist_ckpt_strictness,
-                )
-                return restored or TrainState()
-            weights_from = ck.load
-        elif ck.pretrained_checkpoint:
-            weights_from = ck.pretrained_checkpoint
+        weights_from = self._weights_source()
         if weights_from is None:
             return TrainState()
+        if weights_from == ck.load and not ck.finetune:
+            restored = load_checkpoint(
+                ck.load,
+                self.chunks,
+                self.optimizer,
+                self.scheduler,
+                ck.load_optim,
+                ck.load_rng,
+                ck.dist_ckpt_strictness,
+            )
+            return restored or TrainState()
         iteration = load_weights(weights_from, self.chunks, self.optimizer, ck.dist_ckpt_strictness)
         if self.rank == 0:
             print(
@@ -287,18 +283,36 @@ class Trainer:
             )
         return TrainState()
 
+    def _weights_source(self) -> str | None:
+        """The checkpoint whose weights replace the initialization: ``--load`` when it holds a
+        checkpoint (resumed, or its weights only with ``--finetune``), else
+        ``--pretrained-checkpoint``; None when the run trains from its initialization."""
+        ck = self.cfg.checkpoint
+        if ck.load and latest_iteration(ck.load) is not None:
+            return ck.load
+        return ck.pretrained_checkpoint or None
+
     def _audit_init(self, run_dir: str) -> list[dict]:
         """The start-up init audit of ``--init-audit`` (none for 'off'); rank 0 prints the
         per-role summary (:func:`~.init_audit.summarize_audit`) and the flagged parameters'
-        rows, and writes the full per-parameter table to init_audit.json."""
+        rows, and writes the full per-parameter table to init_audit.json. It measures the
+        initialization this config gives; when a checkpoint's weights replace it
+        (:meth:`_weights_source`), the header says so."""
         scope = self.cfg.init.init_audit
         if scope == "off":
             return []
         rows = audit_init([c.module for c in self.chunks], self.cfg, self.vocab_size, scope=scope)
         if self.rank == 0:
             path = write_audit(rows, run_dir)
+            source = self._weights_source()
+            replaced = (
+                f"; the weights of {source}, loaded next, replace this initialization, so it "
+                "does not describe the weights trained"
+                if source
+                else ""
+            )
             print(
-                f"init audit ({scope}): {len(rows)} parameters, full table in {path}\n"
+                f"init audit ({scope}): {len(rows)} parameters, full table in {path}{replaced}\n"
                 + format_summary(summarize_audit(rows)),
                 flush=True,
             )
