@@ -4,16 +4,19 @@ gated model read into a model without gates holds keys that model does not ask f
 ``linear_gate`` weights): the default drops them without a word, as Megatron-LM's default does;
 ``log_all`` names them and goes on; ``raise_all`` stops the run naming them. A checkpoint
 without gates read into a gated model lacks keys the model asks for: every value stops before the
-read with a named error, the keys those megatron-core's ``raise_unexpected`` names. The values are
+read with a named error, the keys those megatron-core's ``raise_unexpected`` names, and what any
+one rank finds stops every rank with the same error. The values are
 megatron-core's own ``StrictHandling`` members, less the two that return keys to a caller."""
 
 import pytest
+from distributed import run_distributed
 from helpers import TINY_MODEL, pretrain, run_cli
 from megatron.core.dist_checkpointing.validation import StrictHandling
 
 from megatron_gamma import cli
 from megatron_gamma.config import ConfigError, load_config, overrides_from_args
 from megatron_gamma.config.choices import REFUSED_DIST_CKPT_STRICTNESS, DistCkptStrictness
+from megatron_gamma.training.checkpointing import checkpoint_dir, latest_iteration
 
 
 def _config(argv: list[str]):
@@ -182,6 +185,45 @@ def test_keys_the_checkpoint_lacks_stop_every_rank_of_a_resharded_load(
     assert errors, proc.stderr[-3000:]  # torchrun may stop the other rank before it prints
     assert all("linear_gate.weight" in line for line in errors)
     assert "KeyError" not in proc.stderr and "CheckpointingException" not in proc.stderr
+
+
+def _check_loadable_per_rank(path: str, key: str, shape: tuple[int, int]) -> str:
+    """Rank 0 asks for ``key`` one column wider than the checkpoint's ``shape``, rank 1 for a
+    key the checkpoint lacks; returns the ConfigError this rank raised."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core.dist_checkpointing import ShardedTensor
+
+    from megatron_gamma.rundir.layout import check_loadable
+
+    dist.init_process_group("gloo")
+    try:
+        if dist.get_rank() == 0:
+            wide = torch.zeros(shape[0], shape[1] + 1)
+            asked = {"wide": ShardedTensor.from_rank_offsets(key, wide)}
+        else:
+            asked = {"absent": ShardedTensor.from_rank_offsets("decoder.absent", torch.zeros(2))}
+        check_loadable(asked, path)
+    except ConfigError as e:
+        return str(e)
+    finally:
+        dist.destroy_process_group()
+    return "loadable"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_what_one_rank_finds_stops_every_rank_with_the_same_error(ungated_checkpoint):
+    from megatron_gamma.checkpoint_trust import load_tensors_metadata
+
+    path = checkpoint_dir(ungated_checkpoint, latest_iteration(ungated_checkpoint))
+    key = "embedding.word_embeddings.weight"
+    rows, cols = load_tensors_metadata(path)[key].global_shape
+    errors = run_distributed(_check_loadable_per_rank, 2, path, key, (rows, cols))
+    assert errors[0] == errors[1]
+    assert "it lacks keys this run asks for (1: decoder.absent)" in errors[0]
+    want = f"(1: {key}: checkpoint {rows}x{cols}, this run {rows}x{cols + 1})"
+    assert f"it holds tensors of other shapes {want}" in errors[0]
 
 
 @pytest.mark.slow
