@@ -90,3 +90,22 @@ def test_cpu_split_gives_each_clocks_own_median_and_the_system_share_of_the_tota
     assert bench.cpu_split(runs) == (
         f"user {user:.3f}, system {system:.3f}, total {total:.3f} CPU-s (system 21 %)"
     )
+
+
+@pytest.mark.parametrize(
+    "low, high, text",
+    [
+        (1.0009, 1.2312, "[1.001, 1.23]"),  # met by the third decimal, shown so
+        (0.9996, 1.2312, "[0.9996, 1.23]"),  # not met: 1.00 would hide it
+        (1.0, 1.2954, "[1.00, 1.295]"),  # a bound on the target prints as it
+        (0.8962, 1.1047, "[0.896, 1.105]"),  # the re-creation's band edges
+        (1.0312, 1.1844, "[1.03, 1.18]"),
+    ],
+)
+def test_a_bound_that_two_decimals_would_round_onto_a_target_gets_more(bench, low, high, text):
+    from megatron_gamma.study.fits import Interval
+
+    iv = Interval(1.1, low, high, 5, 4, "windows")
+    assert bench.ratio_text(iv) == f"1.10x {text} (df 4, 5 windows)"
+    call = bench.against(iv, 1.0)
+    assert call == ("met" if low >= 1.0 else "inconclusive")

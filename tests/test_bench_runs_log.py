@@ -40,6 +40,12 @@ def scipy_ratio_interval(ratios: list[float]) -> tuple[float, float, float]:
     return float(stats.gmean(ratios)), math.exp(low), math.exp(high)
 
 
+def interval_text(bench, low: float, high: float) -> str:
+    """``[low, high]`` as the summary prints an interval (two decimals unless that would round a
+    bound onto a target: ``_bound``, tested in test_bench_ratios.py)."""
+    return f"[{bench._bound(low)}, {bench._bound(high)}]"
+
+
 def test_a_hosts_runs_are_its_observations_and_hosts_are_the_unit_across_hosts(bench):
     a, b = [1.23, 1.08, 0.99, 1.09, 1.16], [1.01, 0.96, 0.92, 0.84]
     versions = {"gigatoken": "0.10.0", "python": "3.11.7"}
@@ -50,11 +56,12 @@ def test_a_hosts_runs_are_its_observations_and_hosts_are_the_unit_across_hosts(b
     mean_b, low_b, high_b = scipy_ratio_interval(b)
     assert low_a > 1.0 and low_b < 1.0 < high_b  # the calls below are the ones these imply
     assert (
-        f"  host A: {mean_a:.2f}x [{low_a:.2f}, {high_a:.2f}] (df 4, 5 runs); >= 1.0x: met, "
+        f"  host A: {mean_a:.2f}x {interval_text(bench, low_a, high_a)} "
+        "(df 4, 5 runs); >= 1.0x: met, "
         ">= 1.3x: not met" in lines
     )
     assert (
-        f"  host B: {mean_b:.2f}x [{low_b:.2f}, {high_b:.2f}] (df 3, 4 runs); >= 1.0x: "
+        f"  host B: {mean_b:.2f}x {interval_text(bench, low_b, high_b)} (df 3, 4 runs); >= 1.0x: "
         "inconclusive, >= 1.3x: not met" in lines
     )
     span = "2026-12-04T09:01:00Z to 2026-12-04T09:01:00Z"
@@ -68,7 +75,8 @@ def test_a_hosts_runs_are_its_observations_and_hosts_are_the_unit_across_hosts(b
     mean, low, high = scipy_ratio_interval([mean_a, mean_b])
     assert (
         "  across hosts (each host's mean one observation; a host is one boot, so a machine "
-        f"rebooted counts twice): {mean:.2f}x [{low:.2f}, {high:.2f}] (df 1, 2 hosts); >= 1.0x: "
+        f"rebooted counts twice): {mean:.2f}x {interval_text(bench, low, high)} "
+        "(df 1, 2 hosts); >= 1.0x: "
         "inconclusive, >= 1.3x: inconclusive" in lines
     )
 
@@ -92,7 +100,8 @@ def test_runs_hours_apart_on_one_host_are_windows_and_the_windows_are_its_unit(b
     every = [*early.values(), *late.values()]
     mean, low, high = scipy_ratio_interval(every)
     assert (
-        f"  host A: {mean:.2f}x [{low:.2f}, {high:.2f}] (df 5, 6 runs) with the runs taken as "
+        f"  host A: {mean:.2f}x {interval_text(bench, low, high)} "
+        "(df 5, 6 runs) with the runs taken as "
         "independent, but they fall in 2 windows, so the windows are the unit of the calls" in lines
     )
     by_window = [scipy_ratio_interval(list(w.values())) for w in (early, late)]
@@ -100,7 +109,8 @@ def test_runs_hours_apart_on_one_host_are_windows_and_the_windows_are_its_unit(b
     assert low < 1.0 < high  # the runs alone (above) would have called >= 1.0x met
     assert (
         "    over windows (each window's mean one observation; a window is runs started under 1 h "
-        f"apart): {mean:.2f}x [{low:.2f}, {high:.2f}] (df 1, 2 windows); >= 1.0x: inconclusive, "
+        f"apart): {mean:.2f}x {interval_text(bench, low, high)} "
+        "(df 1, 2 windows); >= 1.0x: inconclusive, "
         ">= 1.3x: inconclusive" in lines
     )
     (m1, l1, h1), (m2, l2, h2) = by_window
@@ -131,7 +141,7 @@ def test_the_recreation_is_pooled_as_cpu_per_token_against_the_10_percent_band(b
     assert 0.9 <= low and high <= 1.1
     assert lines[0].endswith("mlm-fast, workers=1, x mlm-real, CPU per token (imports excluded):")
     assert lines[1] == (
-        f"  host A: {mean:.2f}x [{low:.2f}, {high:.2f}] (df 6, 7 runs); within 10 % "
+        f"  host A: {mean:.2f}x {interval_text(bench, low, high)} (df 6, 7 runs); within 10 % "
         "(0.90-1.10x): met"
     )
     assert lines[-1] == "  across hosts: one host measured; nothing is said beyond it"
@@ -305,7 +315,9 @@ def test_runs_whose_bytes_differed_or_that_withheld_their_targets_are_left_out(b
     assert lines[1] == (
         "  host A: 2 of 5 runs left out: bytes differed; targets withheld (disagree)"
     )
-    assert lines[2].startswith(f"  host A: {mean:.2f}x [{low:.2f}, {high:.2f}] (df 2, 3 runs)")
+    assert lines[2].startswith(
+        f"  host A: {mean:.2f}x {interval_text(bench, low, high)} (df 2, 3 runs)"
+    )
 
 
 def test_another_megatron_lm_commit_is_another_group(bench):
@@ -345,7 +357,8 @@ def test_hosts_are_also_compared_on_the_code_every_host_ran(bench):
     assert lines[-2:] == [
         "    the runs did not all run the same code (or did not record it): each host's is listed "
         "above",
-        f"    on the code every host ran (c1): {mean:.2f}x [{low:.2f}, {high:.2f}] (df 1, "
+        f"    on the code every host ran (c1): {mean:.2f}x {interval_text(bench, low, high)} "
+        "(df 1, "
         "2 hosts); >= 1.0x: inconclusive, >= 1.3x: inconclusive",
     ]
 
