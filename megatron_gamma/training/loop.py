@@ -205,7 +205,8 @@ class Trainer:
     ``self.callbacks`` get the hooks of :class:`~.callback.Callback`; empty here,
     :func:`pretrain` sets the run's list (:func:`run_callbacks`). The trainer owns its logger,
     ``self.log`` (:class:`~.metrics.MetricsLogger`, written on rank 0), open from just before
-    ``on_train_start`` to just after ``on_train_end``.
+    ``on_train_start`` to just after ``on_train_end``. ``self.weights_from`` is the checkpoint
+    whose weights replace the initialization (:meth:`_weights_source`), or None.
 
     Args:
         cfg: validated run config.
@@ -250,6 +251,7 @@ class Trainer:
         )
         self.tcfg = transformer_config(cfg, on_gpu=parallel.uses_gpu())
         self.chunks, self.init_plan = self._build_model()
+        self.weights_from = self._weights_source()
         self.init_audit = self._audit_init(run_dir)
         self.optimizer = get_megatron_optimizer(self._optimizer_config(), self.chunks)
         self.scheduler = build_scheduler(self.optimizer, cfg)
@@ -260,7 +262,7 @@ class Trainer:
         / ``--no-load-optim`` / ``--no-load-rng`` / ``--dist-ckpt-strictness`` ask for
         (preflight has checked that the checkpoint holds it)."""
         ck = self.cfg.checkpoint
-        weights_from = self._weights_source()
+        weights_from = self.weights_from
         if weights_from is None:
             return TrainState()
         if weights_from == ck.load and not ck.finetune:
@@ -297,18 +299,17 @@ class Trainer:
         per-role summary (:func:`~.init_audit.summarize_audit`) and the flagged parameters'
         rows, and writes the full per-parameter table to init_audit.json. It measures the
         initialization this config gives; when a checkpoint's weights replace it
-        (:meth:`_weights_source`), the header says so."""
+        (``self.weights_from``), the header says so."""
         scope = self.cfg.init.init_audit
         if scope == "off":
             return []
         rows = audit_init([c.module for c in self.chunks], self.cfg, self.vocab_size, scope=scope)
         if self.rank == 0:
             path = write_audit(rows, run_dir)
-            source = self._weights_source()
             replaced = (
-                f"; the weights of {source}, loaded next, replace this initialization, so it "
-                "does not describe the weights trained"
-                if source
+                f"; the weights of {self.weights_from}, loaded next, replace this "
+                "initialization, so it does not describe the weights trained"
+                if self.weights_from
                 else ""
             )
             print(
