@@ -16,6 +16,7 @@ from __future__ import annotations
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
 from megatron_gamma.config import Config, ConfigError
+from megatron_gamma.config.schedule import trained_samples
 
 # Scheduler state key -> the config key a user sets for it.
 _CONFIG_KEY = {
@@ -84,18 +85,17 @@ def warmup_warning(cfg: Config) -> str | None:
 
     megatron-core's ``OptimizerParamScheduler`` raises the learning rate linearly from
     ``lr_warmup_init`` to ``lr`` over the warmup samples, and is stepped after each iteration by
-    the samples it trained, so iteration ``i`` trains at the rate of ``(i - 1) x
-    global_batch_size`` samples. When the last iteration starts before the warmup ends (warmup >
-    samples - global_batch_size, samples = ``train_iters x global_batch_size`` or
-    ``train_samples``), no iteration trains at ``lr`` and the decay never starts; the last trains
-    at ``lr_warmup_init + (lr - lr_warmup_init) x (samples - global_batch_size) / warmup`` (less
-    with a batch-size ramp-up, which trains fewer samples).
+    the samples it trained, so iteration ``i`` trains at the rate of the samples consumed before
+    it. When the last iteration starts before the warmup ends (warmup > samples -
+    global_batch_size, samples as :func:`~megatron_gamma.config.schedule.trained_samples` counts
+    them, a batch-size ramp-up included), no iteration trains at ``lr`` and the decay never
+    starts; the last trains at ``lr_warmup_init + (lr - lr_warmup_init) x (samples -
+    global_batch_size) / warmup``.
     """
     o, t = cfg.optimizer, cfg.training
     warmup = scheduler_args(cfg)["lr_warmup_steps"]
-    gbs = t.global_batch_size
-    samples = t.train_samples if t.train_samples is not None else t.train_iters * gbs
-    last_start = max(samples - gbs, 0)
+    samples = trained_samples(t)
+    last_start = max(samples - t.global_batch_size, 0)
     if not warmup or warmup <= last_start:
         return None
     last = o.lr_warmup_init + (o.lr - o.lr_warmup_init) * last_start / warmup
