@@ -183,15 +183,18 @@ def test_report_on_smoke_study(smoke_dir):
     with open(os.path.join(out, "report.json"), encoding="utf-8") as f:
         summary = json.load(f)
     verdicts = summary["verdicts"]
-    assert len(verdicts) == 8
+    assert len(verdicts) == 11
     for v in verdicts:
         assert v["verdict"] in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_MEASURABLE)
         assert v["numbers"] and v["rule"], v
         if v["verdict"] != INCONCLUSIVE:
             assert any(ch.isdigit() for ch in v["numbers"]), v
-    # two arms, one seed: no γ = 1 arm without fixes and no interval, so claims 1-3 stay open
-    assert [v["verdict"] for v in verdicts[:3]] == [INCONCLUSIVE] * 3
+    # two arms, one seed: no γ = 1 arm without fixes and no interval, so claims 1-3 stay open,
+    # at the shared LR and at the best LR (not measured: no LR grid)
+    assert [v["verdict"] for v in verdicts[:6]] == [INCONCLUSIVE] * 6
+    assert [v["lr"] for v in verdicts[:6]] == ["shared LR", "best LR"] * 3
     assert "no γ = 1 arm with the baseline's ε and gate" in verdicts[0]["numbers"]
+    assert verdicts[1]["numbers"].startswith("not measured: this study has no LR grid")
     assert "1 seed" in verdicts[-1]["numbers"]  # Δsym needs >= 2 seeds
     losses = _final_losses(smoke_dir)
     table = {(r["arm"], r["size"]): r for r in summary["losses"]}
@@ -203,7 +206,8 @@ def test_report_on_smoke_study(smoke_dir):
     # the trajectories start at initialization (diagnostics logged at iteration 0)
     for mech in summary["mechanisms"].values():
         assert min(int(it) for it in mech["series"]["stable_rank"]) == 0
-    # the Δsym row comes from `compare` between the best arm and the baseline, per seed
+    # the Δsym row comes from `compare` between γ = 1 + both fixes and the baseline, per seed
+    assert summary["compare"]["arm"] == "gamma1+eps+gate"
     with open(os.path.join(out, "compare", "seed-1", "compare.json"), encoding="utf-8") as f:
         cmp = json.load(f)
     assert sum(b["count"] for b in cmp["bins"]) == cmp["tokens"] > 0
@@ -213,5 +217,6 @@ def test_report_on_smoke_study(smoke_dir):
         assert head.startswith(PNG_MAGIC) and len(head) > 5000, name
     with open(os.path.join(smoke_dir, "report.md"), encoding="utf-8") as f:
         md = f.read()
-    assert md.count("| **") == 8 and "megatron-gamma sweep" in md
+    assert md.count("| **") == 11 and "megatron-gamma sweep" in md
+    assert "The table decides 11 rows" in md and "no adjustment for multiplicity" in md
     assert "- code: megatron-gamma commit " in md and "No LR grid in this study" in md

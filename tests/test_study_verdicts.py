@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from megatron_gamma.study.analysis import StudyData, gamma_grid, loss_table, scaling_fits
+from megatron_gamma.study.analysis import (
+    StudyData,
+    gamma_grid,
+    loss_table,
+    multiplier_text,
+    scaling_fits,
+)
 from megatron_gamma.study.fits import Interval, trend_interval
 from megatron_gamma.study.rundir import RunRecord
 from megatron_gamma.study.verdicts import (
@@ -28,6 +34,7 @@ from megatron_gamma.study.verdicts import (
     claim6,
     claim7,
     claim8,
+    concentration_arm,
     decide,
     delta_sym_concentration,
     verdicts,
@@ -196,15 +203,27 @@ def test_artefact_loss_rising_with_size_is_never_reproduced():
     assert f"[{(b - half) * span:+.4f}, {(b + half) * span:+.4f}] (df 1, 3 sizes)" in v.numbers
 
 
-def test_trend_with_two_sizes_uses_welch_over_seeds():
-    a, b = [0.5, 0.52, 0.47], [0.2, 0.25, 0.22]
-    iv = trend_interval([0.0, 2.0], [a, b])
-    va, vb = np.var(a, ddof=1) / 3, np.var(b, ddof=1) / 3
-    df = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)
-    half = stats.t.ppf(0.975, df) * math.sqrt(va + vb) / 2
-    slope = (np.mean(b) - np.mean(a)) / 2
-    assert iv.mean == pytest.approx(slope) and iv.df == pytest.approx(df)
-    assert (iv.low, iv.high) == pytest.approx((slope - half, slope + half))
+def test_a_trend_needs_three_sizes_not_seeds_across_two():
+    """Two sizes, three seeds, the advantage 0.30 -> 0.10 nats: seeds within a size say nothing
+    about size-to-size variation, so claim 2 gives no trend verdict (a Welch test over seeds
+    once called it reproduced, [-0.2068, -0.1932]), while claim 1 on the same data has sizes as
+    units, df 1."""
+    losses = {}
+    for s, base, adv in (("s1", 6.0, 0.30), ("s2", 5.5, 0.10)):
+        for k, e in ((1, 0.0), (2, 0.01), (3, -0.01)):
+            losses[("baseline", s, k)] = base + e
+            losses[("gamma1", s, k)] = base - adv + e + 0.003 * k
+    data = make_study(losses, {"s1": 256, "s2": 512})
+    v = claim2(data, data.losses, "shared LR")
+    assert v.verdict == INCONCLUSIVE and "paired at 2 size(s)" in v.numbers
+    assert "needs >= 3 (df = sizes − 2)" in v.numbers and "advantage s1: +0.2940" in v.numbers
+    per_size = [np.mean([0.003 * k for k in (1, 2, 3)]) - adv for adv in (0.30, 0.10)]
+    lo, hi = _t_interval(per_size)
+    assert f"across sizes {np.mean(per_size):+.4f} [{lo:+.4f}, {hi:+.4f}] (df 1, 2 sizes)" in (
+        claim1(data, data.losses, "shared LR").numbers
+    )
+    with pytest.raises(ValueError, match="need >= 3 sizes"):
+        trend_interval([0.0, 2.0], [[0.5, 0.52, 0.47], [0.2, 0.25, 0.22]])
 
 
 def test_eps_that_cannot_act_is_not_measurable():
@@ -220,7 +239,7 @@ def test_eps_that_cannot_act_is_not_measurable():
     assert [round(r, 1) for r in ratios] == [97.7, 24.4, 10.9]
     v = claim2(data, data.losses, "shared LR")
     assert v.verdict == NOT_MEASURABLE
-    assert "d32 97.7, d64 24.4, d96 10.9" in v.numbers and "= 316" in v.numbers
+    assert "d32 97.7, d64 24.4, d96 10.9" in v.numbers and "(10ε)^(−1/(2γ)) = 100" in v.numbers
     losses |= {("gamma1+eps", s, k): x for (a, s, k), x in losses.items() if a == "gamma1"}
     v4 = claim4(make_study(losses, widths))
     assert v4.verdict == NOT_MEASURABLE and "d96 10.9" in v4.numbers
@@ -241,26 +260,84 @@ def test_eps_that_cannot_act_is_not_measurable_without_the_small_eps_arm():
     assert f"d512 {512**-2 / 1e-5:.3g}" in v.numbers
 
 
-def _sink_study(share: float):
-    """Baseline, γ = 1 and γ = 1+ε+gate (no γ = 1+ε arm), 2 seeds, the same sink share."""
+SINK_NOISE = {1: 0.0, 2: 0.004, 3: -0.003}
+
+
+def _sink(shares: dict[str, float], arm: str, seed: int) -> float:
+    """The final sink share of ``arm`` at ``seed``: its level plus a seed offset that differs
+    between arms (by the arm's position in ``shares``), so paired differences vary by seed."""
+    return shares[arm] + SINK_NOISE[seed] * (1 + list(shares).index(arm))
+
+
+def _sink_study(shares: dict[str, float], arms=None):
+    """One size, 3 seeds, each arm's final sink share from :func:`_sink`."""
     losses, diag = {}, {}
-    for arm in ("baseline", "gamma1", "gamma1+eps+gate"):
-        for seed in (1, 2):
+    for arm in shares:
+        for seed in SINK_NOISE:
             losses[(arm, "s1", seed)] = 5.0
+            x = _sink(shares, arm, seed)
             diag[(arm, "s1", seed)] = {
-                it: {"sink_share/layer_00": share, "sink_share/layer_01": share} for it in (0, 100)
+                it: {"sink_share/layer_00": x, "sink_share/layer_01": x} for it in (0, 100)
             }
-    return make_study(losses, {"s1": 256}, diagnostics=diag)
+    return make_study(losses, {"s1": 256}, diagnostics=diag, arms=arms)
+
+
+def _sink_effect(shares: dict[str, float], arm: str, ref: str) -> str:
+    d = [_sink(shares, arm, k) - _sink(shares, ref, k) for k in SINK_NOISE]
+    lo, hi = _t_interval(d)
+    return f"({arm} − {ref}) {np.mean(d):+.4f} [{lo:+.4f}, {hi:+.4f}] (df 2, 3 seeds)"
+
+
+UNIFORM_128 = float(np.mean([1 / (i + 1) for i in range(1, 128)]))
+"""Sequence length 128: uniform causal attention's sink share, mean(1/(i+1), i = 1..127)."""
 
 
 def test_no_sink_is_not_measurable_even_without_the_small_eps_arm():
-    """Sequence length 128: uniform causal attention's share is mean(1/(i+1), i = 1..127)."""
-    uniform = float(np.mean([1 / (i + 1) for i in range(1, 128)]))
-    v = claim5(_sink_study(0.5 * uniform))
-    assert v.verdict == NOT_MEASURABLE and f"(uniform attention {uniform:.4f})" in v.numbers
-    v = claim5(_sink_study(3 * uniform))  # a sink has formed: the gate's part needs both ε arms
+    low = 0.5 * UNIFORM_128
+    v = claim5(_sink_study({"baseline": low, "gamma1": low, "gamma1+eps+gate": low}))
+    assert v.verdict == NOT_MEASURABLE and f"(uniform attention {UNIFORM_128:.4f})" in v.numbers
+    shares = {"baseline": 3 * UNIFORM_128, "gamma1": 3 * UNIFORM_128 + 0.05}
+    shares["gamma1+eps+gate"] = 3 * UNIFORM_128
+    v = claim5(_sink_study(shares))
+    assert v.verdict == INCONCLUSIVE  # a sink has formed; the gate's part has no ungated twin
+    assert "effect of the gate: needs γ = 1+ε+gate and the same arm without the gate" in v.numbers
+    assert f"effect of γ {_sink_effect(shares, 'gamma1', 'baseline')}" in v.numbers
+
+
+def test_sink_effects_compare_arms_that_differ_in_one_setting():
+    """Without a γ = 1 arm, γ = 1+ε − baseline differs in γ and ε: it is not credited to γ
+    (the engine once called this row reproduced). The gate's effect is γ = 1+ε+gate minus the
+    same arm without the gate, and only where its ε matches."""
+    shares = {"baseline": 0.10, "gamma1+eps": 0.20, "gamma1+eps+gate": 0.12}
+    v = claim5(_sink_study(shares))
     assert v.verdict == INCONCLUSIVE
-    assert v.numbers.startswith("needs the γ = 1+ε and γ = 1+ε+gate arms")
+    assert "effect of γ: needs a γ = 1 arm with the baseline's ε and gate" in v.numbers
+    gate = _sink_effect(shares, "gamma1+eps+gate", "gamma1+eps")
+    assert f"effect of the gate {gate}: the interval lies beyond -0.01" in v.numbers
+    full = _sink_study({**shares, "gamma1": 0.16})
+    assert claim5(full).verdict == REPRODUCED  # +0.06 from γ, −0.08 from the gate, both beyond δ
+    other_eps = dict(ARMS, **{"gamma1+eps": (1.0, 1e-8, "none")})
+    v = claim5(_sink_study({**shares, "gamma1": 0.16}, arms=other_eps))
+    assert v.verdict == INCONCLUSIVE and "effect of the gate: needs" in v.numbers
+
+
+def test_saturation_is_measured_where_the_diagnostic_can_see_it():
+    """Width 256, γ = 1, ε = 1e-5: σ²_emb/ε = 1.53, within the diagnostic's own threshold
+    (σ² <= 10 ε is saturated), so claim 4 is judged on the measured shares; at width 64 (24.4)
+    it is not measurable, and the measured difference is still printed."""
+    losses, diag = {}, {}
+    for arm, sat in (("baseline", 0.0), ("gamma1", 0.6), ("gamma1+eps", 0.0)):
+        for k, e in ((1, 0.0), (2, 0.02), (3, -0.01)):
+            losses[(arm, "s1", k)] = 5.0
+            value = sat + e if sat else 0.0
+            diag[(arm, "s1", k)] = {it: {"norm_saturated/layer_00": value} for it in (0, 100)}
+    d = np.array([0.6, 0.62, 0.59])
+    lo, hi = _t_interval(d)
+    v = claim4(make_study(losses, {"s1": 256}, diagnostics=diag))
+    assert v.verdict == REPRODUCED
+    assert f"s1: Δ max saturated share {d.mean():+.4f} [{lo:+.4f}, {hi:+.4f}] (df 2" in v.numbers
+    v = claim4(make_study(losses, {"s1": 64}, diagnostics=diag))
+    assert v.verdict == NOT_MEASURABLE and f"[{lo:+.4f}, {hi:+.4f}]" in v.numbers
 
 
 # --- claim 3: the interaction ---------------------------------------------------------------
@@ -339,19 +416,36 @@ def test_gamma_grid_compares_matched_seeds_only():
     assert grid["s1"]["seeds"] == [1] and grid["s1"]["mean"][2] == pytest.approx(4.98)
     v = claim6(data, grid)
     assert v.verdict == INCONCLUSIVE and "1 seed: no interval" in v.numbers
-    assert (
-        "best γ = 1, ahead of the runner-up by 0.0089" in v.numbers and "(shared LR)" in v.numbers
-    )
+    assert "best γ = 1; γ=0.75 − γ=1 +0.0089 (1 seed: no interval)" in v.numbers
+    assert "γ=1.25 − γ=1 +0.0530 (1 seed: no interval)" in v.numbers and "(shared LR)" in v.numbers
 
 
-def test_gamma_grid_interval_from_seed_resampling():
+def _neighbour_text(data, near: float) -> str:
+    """γ = near − γ = 1 paired by the matched seeds, with its t interval computed here."""
+    g = gamma_grid(data)["s1"]
+    d = np.subtract(g["per_seed"][near], g["per_seed"][1.0])
+    lo, hi = _t_interval(d)
+    return f"γ={near:g} − γ=1 {d.mean():+.4f} [{lo:+.4f}, {hi:+.4f}] (df {d.size - 1}"
+
+
+def test_gamma_grid_neighbours_paired_by_seed():
     clear = _grid_study({g: [1, 2, 3, 4, 5] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1) ** 2 + 5)
     v = claim6(clear, gamma_grid(clear))
-    assert v.verdict == REPRODUCED and "[1, 1]" in v.numbers
+    assert v.verdict == REPRODUCED
+    assert _neighbour_text(clear, 0.5) in v.numbers and _neighbour_text(clear, 1.5) in v.numbers
     elsewhere = _grid_study({g: [1, 2, 3, 4] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1.5) ** 2)
     assert claim6(elsewhere, gamma_grid(elsewhere)).verdict == NOT_REPRODUCED
     flat = _grid_study({g: [1, 2, 3, 4] for g in (0.75, 1.0, 1.25)}, lambda g: 5.0, noise=0.02)
     assert claim6(flat, gamma_grid(flat)).verdict == INCONCLUSIVE
+
+
+def test_gamma_grid_without_a_gamma_above_one_cannot_show_worse_above():
+    """Grid {0.5, 1}, 2 seeds, γ = 1 ahead by 1e-4 nats (seed sd 0.02): the engine once read
+    the best γ's resampling interval [1, 1] as reproduced."""
+    data = _grid_study({0.5: [1, 2], 1.0: [1, 2]}, lambda g: 5.0 + 1e-4 * (g < 1), noise=0.02)
+    v = claim6(data, gamma_grid(data))
+    assert v.verdict == INCONCLUSIVE and "no γ above 1 in the grid: not measured" in v.numbers
+    assert _neighbour_text(data, 0.5) in v.numbers
 
 
 # --- claim 7: condensation from iteration 0 against the matched control -------------------
@@ -383,40 +477,83 @@ def test_condensation_needs_iteration_zero_and_the_matched_control():
     assert "gamma1 vs baseline" in v.numbers  # same ε and gate, γ = 0.5
     assert claim7(_rank_study(first_iteration=0, arm_dip=0.8)).verdict == REPRODUCED
     assert claim7(_rank_study(first_iteration=0, arm_dip=0.02)).verdict == NOT_REPRODUCED
+    clear = _rank_study(first_iteration=0, arm_dip=0.8)
+    unlogged = {(r["arm"], r["size"], r["seed"]): r["loss"] for r in clear.runs}
+    unlogged |= {("gamma1+eps+gate", "s1", k): 4.9 for k in (1, 2, 3)}
+    unlogged |= {("gamma0.5+eps+gate", "s1", k): 4.95 for k in (1, 2, 3)}
+    diag = {(r["arm"], r["size"], r["seed"]): r["record"].diagnostics for r in clear.runs}
+    v = claim7(make_study(unlogged, {"s1": 256}, diagnostics=diag))
+    assert v.verdict == INCONCLUSIVE  # a pair it cannot judge is said, not skipped
+    assert "gamma1+eps+gate vs gamma0.5+eps+gate: no size where both logged" in v.numbers
 
 
 # --- claim 8: Δsym by difficulty ------------------------------------------------------------
 
 
-def _tokens(rng, concentrated: bool, docs=40, per_doc=50):
+def _tokens(rng, extra: float, docs=40, per_doc=50):
+    """Tokens of one seed: log-prob gain 0.1 nats plus ``extra`` on the tokens harder than 3."""
     n = docs * per_doc
     difficulty = rng.uniform(0, 10, n)
-    gain = 0.1 + (0.4 * (difficulty > 3) if concentrated else 0.0)
-    dlogp = gain + rng.normal(0, 0.3, n)
-    return {
-        "delta": np.tanh(dlogp / 2),
-        "difficulty": difficulty,
-        "document": np.repeat(np.arange(docs), per_doc),
-        "dlogp": dlogp,
-    }
+    dlogp = 0.1 + extra * (difficulty > 3) + rng.normal(0, 0.3, n)
+    return {"delta": np.tanh(dlogp / 2), "difficulty": difficulty, "dlogp": dlogp}
 
 
 def test_delta_sym_against_the_uniform_improvement_profile():
     rng = np.random.default_rng(0)
-    uniform = {s: _tokens(rng, False) for s in (1, 2)}
+    uniform = {s: _tokens(rng, 0.0) for s in (1, 2, 3)}
     r = delta_sym_concentration(uniform)
-    assert r["low"] < 0 < r["high"]
     for s, t in uniform.items():  # a uniform shift c gives tanh(c/2) on every token
         assert r["null"][s] == pytest.approx(np.tanh(t["dlogp"].mean() / 2), abs=1e-9)
         easy = t["difficulty"] <= np.quantile(t["difficulty"], 0.3)
         expected = t["delta"][~easy].mean() - t["delta"][easy].mean()
         assert r["per_seed"][s] == pytest.approx(expected, abs=1e-12)
+    lo, hi = _t_interval(list(r["per_seed"].values()))
+    assert (r["interval"].low, r["interval"].high) == pytest.approx((lo, hi))
+    assert r["interval"].df == 2 and lo < 0 < hi
     data = make_study({("baseline", "s1", 1): 5.0}, {"s1": 256})
-    cmp = {"arm": "gamma1", "size": "s1", "seeds": {s: _tokens(rng, True) for s in (1, 2)}}
+    cmp = {"arm": "gamma1", "size": "s1", "seeds": {s: _tokens(rng, 0.4) for s in (1, 2, 3)}}
     assert claim8(data, cmp).verdict == REPRODUCED
-    one = {"arm": "gamma1", "size": "s1", "seeds": {1: _tokens(rng, True)}}
+    one = {"arm": "gamma1", "size": "s1", "seeds": {1: _tokens(rng, 0.4)}}
     v = claim8(data, one)
     assert v.verdict == INCONCLUSIVE and "needs >= 2 seeds" in v.numbers
+
+
+def test_delta_sym_seeds_are_the_unit_not_documents():
+    """Two seeds whose hard − easy values have opposite signs, 400 documents each: resampling
+    documents within seeds once gave a narrow interval above 0 (reproduced); over seeds it is
+    t with df 1."""
+    rng = np.random.default_rng(0)
+    seeds = {1: _tokens(rng, 0.2, docs=400), 2: _tokens(rng, -0.12, docs=400)}
+    r = delta_sym_concentration(seeds)
+    assert r["per_seed"][1] > 0 > r["per_seed"][2]
+    lo, hi = _t_interval(list(r["per_seed"].values()))
+    v = claim8(make_study({("baseline", "s1", 1): 5.0}, {"s1": 256}), {
+        "arm": "gamma1+eps+gate", "size": "s1", "seeds": seeds
+    })  # fmt: skip
+    assert v.verdict == INCONCLUSIVE and f"[{lo:+.4f}, {hi:+.4f}] (df 1, 2 seeds)" in v.numbers
+
+
+def test_the_concentration_arm_is_fixed_before_losses_are_read():
+    """The engine once compared whichever arm had the lowest loss: here γ = 0.5 with both fixes,
+    which would have judged a small-initialization claim on a γ = 0.5 model."""
+    losses = {}
+    for k in (1, 2):
+        losses |= {("baseline", "s1", k): 5.0, ("gamma1", "s1", k): 4.95}
+        losses |= {("gamma1+eps+gate", "s1", k): 4.8, ("gamma0.5+eps+gate", "s1", k): 4.7}
+    assert concentration_arm(make_study(losses, {"s1": 256})) == "gamma1+eps+gate"
+    two = {key: x for key, x in losses.items() if key[0] in ("baseline", "gamma1")}
+    assert concentration_arm(make_study(two, {"s1": 256})) == "gamma1"
+
+
+def test_roles_pair_arms_that_differ_in_one_setting():
+    """A γ = 0.5 + gate arm at ε = 1e-8 is not the control of γ = 1 + gate at ε = 1e-12: the
+    interaction would mix in ε, and the engine once reported it as reproduced."""
+    arms = dict(ARMS, **{"gamma0.5+eps+gate": (0.5, 1e-8, "elementwise")})
+    data, losses = _four_arms(fix_at_1=0.4, fix_at_05=0.05)
+    mixed = make_study(losses, {"s1": 256, "s2": 512}, arms=arms)
+    assert mixed.role("gamma0.5+eps+gate") is None and data.role("gamma0.5+eps+gate")
+    v = claim3(mixed, mixed.losses, "shared LR")
+    assert v.verdict == INCONCLUSIVE and "the study has no γ = 0.5 + fixes arm" in v.numbers
 
 
 # --- LR grid, old manifests, fits -----------------------------------------------------------
@@ -452,7 +589,19 @@ def test_lr_grid_best_lr_rows_and_old_manifest_defaults():
     assert diffs[("gamma1", "s1")].mean == pytest.approx(4.73 - 5.03)
     old = make_study({("baseline", "s1", 1): 5.0, ("gamma1", "s1", 1): 4.9}, widths)
     assert old.margin == 0.01 and not old.has_lr_grid
-    assert [r.lr for r in verdicts(old, {}, None)[:3]] == ["shared LR"] * 3
+
+
+def test_without_an_lr_grid_the_best_lr_rows_say_not_measured():
+    """One shared LR: γ = 1 ahead by 0.2 nats on 3 seeds is reproduced at that LR, and the
+    best-LR row says the arms' own best LRs were not measured instead of being left out."""
+    losses = {}
+    for k, e in ((1, 0.0), (2, 0.01), (3, -0.01)):
+        losses |= {("baseline", "s1", k): 5.0 + e, ("gamma1", "s1", k): 4.8 + e + 0.002 * k}
+    rows = verdicts(make_study(losses, {"s1": 256}, manifest={"shared_lr": 3e-3}), {}, None)
+    assert [r.lr for r in rows[:6]] == ["shared LR", "best LR"] * 3
+    assert rows[0].verdict == REPRODUCED
+    assert rows[1].verdict == INCONCLUSIVE and rows[1].claim == rows[0].claim
+    assert rows[1].numbers.startswith("not measured: this study has no LR grid")
 
 
 def _lr_grid_study(best: dict[str, float], grid=(1e-3, 2e-3, 4e-3, 8e-3), shared_lr=2e-3):
@@ -522,6 +671,26 @@ def test_fits_only_where_identified_and_sizes_from_the_baseline():
     )
     assert fits["gamma1+eps+gate"]["multiplier"] == {}
     assert "no identified baseline fit" in fits["gamma1+eps+gate"]["multiplier_reason"]["s0"]
+
+
+def test_scaling_fits_take_sizes_as_units():
+    """4 sizes × 3 seeds whose seed offsets cancel in each size's mean, on an exact power law:
+    the fit has one point per size (df 1), recovers E, A, α, and the multiplier is printed as a
+    point estimate."""
+    widths = {f"s{i}": w for i, w in enumerate((64, 128, 256, 512))}
+    losses = {}
+    for s, w in widths.items():
+        law = 2.0 + 50 * (1000 * w**2) ** -0.3
+        for seed, e in ((1, 0.02), (2, -0.03), (3, 0.01)):
+            losses[("baseline", s, seed)] = law + e
+            losses[("gamma1+eps+gate", s, seed)] = law - 0.05 + e
+    fits = scaling_fits(make_study(losses, widths))
+    fit = fits["baseline"]["fit"]
+    assert fit.points == 4
+    assert (fit.e, fit.alpha) == pytest.approx((2.0, 0.3), rel=1e-5)
+    assert fit.a == pytest.approx(50, rel=1e-4)
+    text = multiplier_text(fits["gamma1+eps+gate"])
+    assert "x (point estimate, no interval)" in text
 
 
 def test_loss_table_delta_prints_its_interval_and_degrees_of_freedom():

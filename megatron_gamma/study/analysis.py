@@ -4,10 +4,11 @@ effective model-size multipliers where they are identified; the γ grid at match
 mechanism trajectories from the live diagnostics.
 
 Arms are recognized by their settings, not their names (:meth:`StudyData.role`): the
-**baseline** is the study's ``baseline`` arm; **γ=1** has init_gamma 1 and the baseline's ε and
-gate; **γ=1+ε** has init_gamma 1, a smaller ε and no gate; **γ=1+ε+gate** has init_gamma 1, a
-smaller ε and a gate; **γ=0.5+ε+gate** has the baseline's γ, a smaller ε and a gate (the control
-that separates the fixes' main effect from their interaction with γ).
+**baseline** is the study's ``baseline`` arm; **γ=1** has init_gamma 1 and exactly the
+baseline's ε and gate; **γ=1+ε** has init_gamma 1, a smaller ε and the baseline's gate;
+**γ=1+ε+gate** has init_gamma 1, a smaller ε and a gate; **γ=0.5+ε+gate** has exactly γ=1+ε+gate's
+ε and gate at the baseline's γ (the control that separates the fixes' main effect from their
+interaction with γ).
 
 Learning-rate phases (``study.json``, one per run): ``shared`` (the study's shared LR, every arm
 × size × seed), ``grid`` (the arm's LR grid on the selection seed; a shared run that is also a
@@ -27,7 +28,6 @@ import yaml
 from megatron_gamma.config import ConfigError
 from megatron_gamma.study import rundir
 from megatron_gamma.study.fits import (
-    best_gamma_bootstrap,
     effective_size_multiplier,
     fit_power_law,
     mean_std,
@@ -37,13 +37,6 @@ from megatron_gamma.study.spec import best_lr
 
 DEFAULT_MARGIN = 0.01
 """The pre-registered margin δ (nats) of a manifest that does not set ``margin``."""
-ROLES = {
-    # name: (γ is 1 (else the baseline's γ), ε smaller than the baseline's, gated)
-    "gamma1": (True, False, False),
-    "gamma1+eps": (True, True, False),
-    "gamma1+eps+gate": (True, True, True),
-    "gamma0.5+eps+gate": (False, True, True),
-}
 
 
 def uniform_sink_share(seq_length: int) -> float:
@@ -207,37 +200,50 @@ class StudyData:
         return {k: r[k] for k in ("init_gamma", "norm_epsilon", "gated_attention")}
 
     def role(self, name: str) -> Optional[str]:
-        """The arm playing a named role (see the module docstring), the one with most sizes."""
-        gamma_one, small_eps_wanted, gate_wanted = ROLES[name]
+        """The arm playing a named role (see the module docstring), the one with most sizes.
+
+        ``gamma1`` differs from the baseline in γ alone and ``gamma0.5+eps+gate`` from
+        ``gamma1+eps+gate`` in γ alone (:meth:`matching`), so that each pair a claim compares
+        differs in one setting.
+        """
         base = self.settings(self.baseline)
-        found = []
-        for arm in self.arms:
-            s = self.settings(arm)
-            gamma = 1.0 if gamma_one else base["init_gamma"]
-            if arm == self.baseline or s["init_gamma"] != gamma:
-                continue
-            small_eps = s["norm_epsilon"] < base["norm_epsilon"]
-            gate = s["gated_attention"] != "none"
-            same_gate = s["gated_attention"] == base["gated_attention"]
-            if small_eps == small_eps_wanted and (gate if gate_wanted else same_gate):
-                found.append(arm)
+        if name == "gamma1":
+            return self.matching(self.baseline, init_gamma=1.0)
+        if name == "gamma0.5+eps+gate":
+            fixed = self.role("gamma1+eps+gate")
+            return self.matching(fixed, init_gamma=base["init_gamma"]) if fixed else None
+        gate_wanted = name == "gamma1+eps+gate"
+        found = [
+            arm
+            for arm in self.arms
+            for s in [self.settings(arm)]
+            if s["init_gamma"] == 1.0
+            and s["norm_epsilon"] < base["norm_epsilon"]
+            and (
+                s["gated_attention"] != "none"
+                if gate_wanted
+                else s["gated_attention"] == base["gated_attention"]
+            )
+        ]
+        return max(found, key=lambda a: len(self.arm_sizes(a)), default=None)
+
+    def matching(self, arm: str, **changes) -> Optional[str]:
+        """The arm whose γ, ε and gate are exactly ``arm``'s with ``changes`` applied (keys of
+        :meth:`settings`), the baseline first, else the one with most sizes; None if none."""
+        want = {**self.settings(arm), **changes}
+        found = [
+            other
+            for other in dict.fromkeys([self.baseline, *self.arms])
+            if other != arm and self.settings(other) == want
+        ]
+        if self.baseline in found:
+            return self.baseline
         return max(found, key=lambda a: len(self.arm_sizes(a)), default=None)
 
     def matched_control(self, arm: str) -> Optional[str]:
         """The arm with ``arm``'s ε and gate at the baseline's γ (the baseline itself when ε
         and gate are the baseline's), or None."""
-        want = self.settings(arm)
-        base_gamma = self.settings(self.baseline)["init_gamma"]
-        for other in [self.baseline, *self.arms]:
-            s = self.settings(other)
-            if (
-                other != arm
-                and s["init_gamma"] == base_gamma
-                and s["norm_epsilon"] == want["norm_epsilon"]
-                and s["gated_attention"] == want["gated_attention"]
-            ):
-                return other
-        return None
+        return self.matching(arm, init_gamma=self.settings(self.baseline)["init_gamma"])
 
     def embedding_variance_over_eps(self, arm: str, size: str) -> Optional[float]:
         """σ²_emb / ε at initialization: ``d_in^(−2γ) / norm_epsilon`` with the embedding's
@@ -321,14 +327,17 @@ ALPHA_EDGE = 1e-3
 
 
 def scaling_fits(data: StudyData) -> dict[str, dict]:
-    """Per arm: the power-law fit over every (size, seed) loss where it is identified, the sizes
-    where the seed-mean loss rises with N, and the effective-size multiplier against the
+    """Per arm: the power-law fit to the seed-mean loss at each size where it is identified, the
+    sizes where the seed-mean loss rises with N, and the effective-size multiplier against the
     baseline's fit per size where it needs no extrapolation.
 
-    A fit is identified with more distinct sizes than its 3 parameters and α strictly inside its
-    bounds; otherwise ``fit`` is None and ``error`` says why. A multiplier is given only where
-    the arm's seed-mean loss lies within the baseline's measured seed-mean losses (so N_eff lies
-    within its measured sizes); otherwise ``multiplier_reason`` says why.
+    Sizes are the unit: one point per size (the mean over its seeds), so the fit's standard
+    errors have df = sizes − 3; pooling every (size, seed) loss would count seeds as if they
+    were sizes. A fit is identified with more sizes than its 3 parameters and α strictly inside
+    its bounds; otherwise ``fit`` is None and ``error`` says why. A multiplier is a point
+    estimate (no interval) given only where the arm's seed-mean loss lies within the baseline's
+    measured seed-mean losses (so N_eff lies within its measured sizes); otherwise
+    ``multiplier_reason`` says why.
     """
     out = {}
     for arm in data.arms:
@@ -341,12 +350,11 @@ def scaling_fits(data: StudyData) -> dict[str, dict]:
             "fit": None,
             "error": None,
         }
-        points = [(data.size_n[s], x) for s in sizes for x in data.losses(arm, s).values()]
         if len(sizes) <= 3:
             entry["error"] = f"{len(sizes)} size(s): E, A, α need more sizes than parameters (>= 4)"
         else:
             try:
-                fit = fit_power_law([p[0] for p in points], [p[1] for p in points])
+                fit = fit_power_law(entry["n"], means)
             except ValueError as e:
                 entry["error"] = str(e)
             else:
@@ -379,23 +387,25 @@ def scaling_fits(data: StudyData) -> dict[str, dict]:
 
 
 def multiplier_text(entry: dict) -> str:
-    """``SIZE 1.44x`` per size where the multiplier is identified, else ``SIZE: reason``."""
-    parts = [f"{size} {m:.2f}x" for size, m in entry["multiplier"].items()]
+    """``SIZE 1.44x (point estimate, no interval)`` per size where the multiplier is identified,
+    else ``SIZE: reason``."""
+    parts = [
+        f"{size} {m:.2f}x (point estimate, no interval)" for size, m in entry["multiplier"].items()
+    ]
     parts += [f"{size}: not given, {why}" for size, why in entry["multiplier_reason"].items()]
     return "; ".join(parts)
 
 
 def gamma_grid(data: StudyData) -> dict[str, dict]:
-    """Per grid size: loss against γ at matched seeds (the seeds every γ value finished) and the
-    best γ with its seed-resampling interval (:func:`~.fits.best_gamma_bootstrap`).
+    """Per grid size: loss against γ at matched seeds (the seeds every γ value finished).
 
     Each γ is read at its own best LR (confirm runs) when the study has an LR grid and every γ
     was confirmed at that size, else at the shared LR (``lr`` says which).
 
-    Each entry: ``lr``, ``gamma``, ``mean`` (over matched seeds), ``seeds`` (matched), ``all_seeds``
-    ({γ: seeds finished}), ``best`` (the bootstrap dict, None without matched seeds), ``gap``
-    (runner-up mean − best mean), ``seed_sd`` (pooled sd over seeds of the γ values with >= 2
-    seeds, None if none).
+    Each entry: ``lr``, ``gamma`` (sorted), ``seeds`` (matched), ``all_seeds`` ({γ: seeds
+    finished}), ``mean`` (per γ, over matched seeds), ``per_seed`` ({γ: losses at the matched
+    seeds, in ``seeds`` order}), ``best`` (the γ of the lowest mean; None without matched
+    seeds or with one γ).
     """
     grid = data.manifest.get("gamma_grid")
     if not grid:
@@ -414,25 +424,17 @@ def gamma_grid(data: StudyData) -> dict[str, dict]:
                 per_gamma[data.settings(arm)["init_gamma"]] = losses
         gammas = sorted(per_gamma)
         seeds = sorted(set.intersection(*(set(v) for v in per_gamma.values()))) if gammas else []
-        sds = [np.var(list(v.values()), ddof=1) for v in per_gamma.values() if len(v) > 1]
-        entry = {
+        per_seed = {g: [per_gamma[g][s] for s in seeds] for g in gammas} if seeds else {}
+        means = [float(np.mean(per_seed[g])) for g in gammas] if seeds else []
+        out[size] = {
             "lr": "best LR" if best else "shared LR",
             "gamma": gammas,
             "seeds": seeds,
             "all_seeds": {g: sorted(per_gamma[g]) for g in gammas},
-            "mean": [float(np.mean([per_gamma[g][s] for s in seeds])) for g in gammas]
-            if seeds
-            else [],
-            "best": None,
-            "gap": None,
-            "seed_sd": float(np.sqrt(np.mean(sds))) if sds else None,
+            "mean": means,
+            "per_seed": per_seed,
+            "best": gammas[int(np.argmin(means))] if len(means) >= 2 else None,
         }
-        if seeds and len(gammas) >= 2:
-            matrix = np.array([[per_gamma[g][s] for g in gammas] for s in seeds])
-            entry["best"] = best_gamma_bootstrap(gammas, matrix)
-            ordered = sorted(entry["mean"])
-            entry["gap"] = ordered[1] - ordered[0]
-        out[size] = entry
     return out
 
 

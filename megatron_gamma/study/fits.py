@@ -1,6 +1,6 @@
-"""The statistics of ``megatron-gamma report``: scaling fits, effective model size, the best γ
-by seed resampling, and Student-t intervals (paired seeds, sizes as units, slopes). Pure
-numpy/scipy on float64 arrays; no I/O.
+"""The statistics of ``megatron-gamma report``: scaling fits, effective model size and Student-t
+intervals (paired seeds, sizes as units, slopes over sizes). Pure numpy/scipy on float64 arrays;
+no I/O.
 
 Paper: *Scaling Experiments* (loss against model size per arm; γ = 1 with both fixes matches a
 baseline about 1.44x its size) and the γ sweep (best at γ = 1, worse above).
@@ -153,8 +153,8 @@ class Interval:
         low, high: the ``level`` confidence interval; NaN when ``df < 1``.
         n: number of units averaged.
         df: degrees of freedom of the interval (``n - 1`` for a mean, ``n - 2`` for a slope).
-        unit: what one unit is: ``"seeds"`` (paired seeds within a size), ``"sizes"`` (one
-            per-size mean per size), ``"sizes (Welch over seeds)"``.
+        unit: what one unit is: ``"seeds"`` (paired seeds within a size) or ``"sizes"`` (one
+            per-size mean per size).
         level: confidence level.
     """
 
@@ -229,81 +229,30 @@ def paired_difference(
 def trend_interval(
     x: Sequence[float], groups: Sequence[Sequence[float]], level: float = 0.95
 ) -> Interval:
-    """Slope of a per-unit effect against ``x`` (e.g. ln N), sizes as the unit of replication.
-
-    With >= 3 sizes: least-squares slope of the per-size means on ``x`` with its Student-t
-    interval, df = sizes - 2. With 2 sizes: the difference of the two means over ``x``'s step,
-    Welch's interval from the seeds within each size (df by Welch-Satterthwaite; NaN when a size
-    has one seed). Fewer than 2 sizes: no slope.
+    """Slope of a per-unit effect against ``x`` (e.g. ln N), sizes as the unit of replication:
+    the least-squares slope of the per-size means on ``x`` with its Student-t interval,
+    df = sizes − 2. Seeds enter only through their size's mean: seeds within a size say
+    nothing about how the effect varies between sizes, so two sizes give no trend interval.
 
     Args:
-        x: (k,) the sizes' abscissae, distinct.
+        x: (k,) the sizes' abscissae, distinct, k >= 3.
         groups: k sequences of per-seed effects.
 
     Raises:
-        ValueError: fewer than 2 sizes, mismatched lengths or an empty size.
+        ValueError: fewer than 3 sizes, mismatched lengths or an empty size.
     """
     xs = np.asarray(x, dtype=np.float64)
     gs = [np.asarray(g, dtype=np.float64) for g in groups]
-    if xs.size != len(gs) or xs.size < 2 or any(g.size == 0 for g in gs):
-        raise ValueError(f"need >= 2 sizes with >= 1 value each, got {[g.size for g in gs]}")
+    if xs.size != len(gs) or xs.size < 3 or any(g.size == 0 for g in gs):
+        raise ValueError(f"need >= 3 sizes with >= 1 value each, got {[g.size for g in gs]}")
     means = np.array([g.mean() for g in gs])
-    if xs.size >= 3:
-        xc = xs - xs.mean()
-        sxx = float(xc @ xc)
-        slope = float(xc @ means / sxx)
-        resid = means - means.mean() - slope * xc
-        df = xs.size - 2
-        half = float(stats.t.ppf((1 + level) / 2, df) * math.sqrt(resid @ resid / df / sxx))
-        return Interval(slope, slope - half, slope + half, int(xs.size), df, "sizes", level)
-    step = float(xs[1] - xs[0])
-    slope = float(means[1] - means[0]) / step
-    unit = "sizes (Welch over seeds)"
-    if min(g.size for g in gs) < 2:
-        return Interval(slope, math.nan, math.nan, 2, 0, unit, level)
-    v = [float(g.var(ddof=1) / g.size) for g in gs]
-    se = math.sqrt(sum(v))
-    if se == 0:
-        return Interval(slope, slope, slope, 2, math.inf, unit, level)
-    df = sum(v) ** 2 / sum(vi**2 / (g.size - 1) for vi, g in zip(v, gs, strict=True))
-    half = float(stats.t.ppf((1 + level) / 2, df) * se / abs(step))
-    return Interval(slope, slope - half, slope + half, 2, df, unit, level)
-
-
-def best_gamma_bootstrap(
-    gammas: Sequence[float],
-    losses: np.ndarray,
-    resamples: int = 4000,
-    seed: int = 0,
-) -> dict:
-    """The best γ of a grid and its interval from resampling seeds.
-
-    ``losses[s, j]`` is seed ``s``'s loss at ``gammas[j]`` (matched seeds: every seed has every
-    γ). The best γ is the argmin of the seed-mean; resampling the seeds with replacement
-    ``resamples`` times gives the share of resamples each γ wins and the 2.5 / 97.5 percentiles
-    of the winning γ.
-
-    Returns:
-        {"best": γ, "share": {γ: share of resamples it is best}, "low": γ, "high": γ,
-        "seeds": n}; low/high are NaN with one seed (no interval).
-
-    Raises:
-        ValueError: losses not (seeds, len(gammas)).
-    """
-    g = np.asarray(gammas, dtype=np.float64)
-    y = np.asarray(losses, dtype=np.float64)
-    if y.ndim != 2 or y.shape[1] != g.size or y.shape[0] == 0:
-        raise ValueError(f"losses {y.shape}: need (seeds, {g.size})")
-    best = float(g[np.argmin(y.mean(axis=0))])
-    n = y.shape[0]
-    if n < 2:
-        return {"best": best, "share": {best: 1.0}, "low": math.nan, "high": math.nan, "seeds": n}
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(resamples, n))
-    winners = g[np.argmin(y[idx].mean(axis=1), axis=1)]
-    share = {float(v): float(np.mean(winners == v)) for v in g if np.any(winners == v)}
-    low, high = np.quantile(winners, [(1 - 0.95) / 2, (1 + 0.95) / 2], method="inverted_cdf")
-    return {"best": best, "share": share, "low": float(low), "high": float(high), "seeds": n}
+    xc = xs - xs.mean()
+    sxx = float(xc @ xc)
+    slope = float(xc @ means / sxx)
+    resid = means - means.mean() - slope * xc
+    df = xs.size - 2
+    half = float(stats.t.ppf((1 + level) / 2, df) * math.sqrt(resid @ resid / df / sxx))
+    return Interval(slope, slope - half, slope + half, int(xs.size), df, "sizes", level)
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, Optional[float]]:

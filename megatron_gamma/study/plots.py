@@ -84,11 +84,11 @@ def plot_lr_grid(per_size: dict[str, dict[str, dict[float, float]]], path: str) 
 
 
 def plot_gamma(per_size: dict[str, dict], path: str) -> Optional[str]:
-    """Loss against γ per size at matched seeds, the best γ marked.
+    """Loss against γ per size at matched seeds, the γ of the lowest mean marked.
 
     Args:
         per_size: {size: {"gamma": [γ], "mean": [loss over matched seeds], "seeds": [seed],
-            "best": {"best": γ, ...} or None}} (:func:`~.analysis.gamma_grid`).
+            "best": γ of the lowest mean or None}} (:func:`~.analysis.gamma_grid`).
     """
     per_size = {k: d for k, d in per_size.items() if d["mean"]}
     if not per_size:
@@ -98,10 +98,10 @@ def plot_gamma(per_size: dict[str, dict], path: str) -> Optional[str]:
         c = COLORS[i % len(COLORS)]
         ax.plot(d["gamma"], d["mean"], "o-", color=c, label=f"{size} (seeds {d['seeds']})")
         if d.get("best") is not None:
-            ax.axvline(d["best"]["best"], color=c, alpha=0.4)
+            ax.axvline(d["best"], color=c, alpha=0.4)
     ax.set_xlabel("γ (σ = fan_in^−γ)")
     ax.set_ylabel("final validation loss (nats)")
-    ax.set_title("loss against γ at matched seeds (vertical: best γ)")
+    ax.set_title("loss against γ at matched seeds (vertical: the lowest mean)")
     ax.legend(fontsize=8)
     return _save(fig, path)
 

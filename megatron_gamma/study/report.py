@@ -2,8 +2,9 @@
 
 Reads ``DIR/study.json`` (written by ``sweep``) and every run directory (no retraining), then
 writes ``report.md``, and beside it a folder of the same stem holding ``report.json``,
-``losses.csv``, ``runs.csv``, the PNG plots and the ``megatron-gamma compare`` output of the
-best arm against the baseline (Δsym by difficulty on the held-out split).
+``losses.csv``, ``runs.csv``, the PNG plots and the ``megatron-gamma compare`` output of
+:func:`~.verdicts.concentration_arm` against the baseline (Δsym by difficulty on the held-out
+split).
 
 The numbers come from :mod:`~megatron_gamma.study.analysis`, the verdicts from
 :mod:`~megatron_gamma.study.verdicts`, the figures from :mod:`~megatron_gamma.study.plots`.
@@ -37,7 +38,7 @@ from megatron_gamma.study.analysis import (
     uniform_sink_share,
 )
 from megatron_gamma.study.fits import PowerLawFit, mean_std
-from megatron_gamma.study.verdicts import verdicts
+from megatron_gamma.study.verdicts import concentration_arm, verdicts
 
 
 def _delta_cell(row: dict) -> str:
@@ -52,30 +53,29 @@ def _delta_cell(row: dict) -> str:
     )
 
 
-def run_compare(data: StudyData, out_dir: str, table: list[dict]) -> Optional[dict]:
-    """Run ``megatron-gamma compare`` between the best arm and the baseline at the largest size
-    both finished, once per common seed (``OUT/compare/seed-N``).
+def run_compare(data: StudyData, out_dir: str) -> Optional[dict]:
+    """Run ``megatron-gamma compare`` between :func:`~.verdicts.concentration_arm` (fixed in
+    advance, not chosen by loss) and the baseline at the largest size both finished, once per
+    common seed (``OUT/compare/seed-N``).
 
     Returns:
-        {"arm", "size", "seeds": {seed: {"delta", "difficulty", "document"} arrays},
+        {"arm", "size", "seeds": {seed: {"delta", "difficulty"} arrays},
         "runs": {seed: compare.json}}, or {"error", "arm", "size"}, or None without a pair.
     """
-    for size in reversed(data.sizes):
-        base = data.losses(data.baseline, size)
-        rows = [r for r in table if r["size"] == size and r["arm"] != data.baseline]
-        rows = [r for r in rows if set(data.losses(r["arm"], size)) & set(base)]
-        if not base or not rows:
+    arm = concentration_arm(data)
+    for size in reversed(data.sizes) if arm else []:
+        common = sorted(set(data.losses(arm, size)) & set(data.losses(data.baseline, size)))
+        if not common:
             continue
-        best = min(rows, key=lambda r: r["mean"])
-        result = {"arm": best["arm"], "size": size, "seeds": {}, "runs": {}}
-        for seed in sorted(set(data.losses(best["arm"], size)) & set(base)):
+        result = {"arm": arm, "size": size, "seeds": {}, "runs": {}}
+        for seed in common:
             try:
                 ckpts = [
-                    rundir.resolve_checkpoint(os.path.join(data.dir, arm, size, f"seed-{seed}"))
-                    for arm in (best["arm"], data.baseline)
+                    rundir.resolve_checkpoint(os.path.join(data.dir, a, size, f"seed-{seed}"))
+                    for a in (arm, data.baseline)
                 ]
             except ConfigError as e:
-                return {"error": str(e), "arm": best["arm"], "size": size}
+                return {"error": str(e), "arm": arm, "size": size}
             target = os.path.join(out_dir, "compare", f"seed-{seed}")
             cmd = [
                 sys.executable, "-m", "megatron_gamma.cli", "compare", *ckpts,
@@ -83,15 +83,11 @@ def run_compare(data: StudyData, out_dir: str, table: list[dict]) -> Optional[di
             ]  # fmt: skip
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
-                return {"error": proc.stderr.strip()[-600:], "arm": best["arm"], "size": size}
+                return {"error": proc.stderr.strip()[-600:], "arm": arm, "size": size}
             with open(os.path.join(target, "compare.json"), encoding="utf-8") as f:
                 result["runs"][seed] = json.load(f)
             with np.load(os.path.join(target, "tokens.npz")) as tok:
-                result["seeds"][seed] = {
-                    "delta": tok["delta_sym"],
-                    "difficulty": tok["difficulty"],
-                    "document": tok["document"],
-                }
+                result["seeds"][seed] = {"delta": tok["delta_sym"], "difficulty": tok["difficulty"]}
         return result
     return None
 
@@ -202,7 +198,7 @@ def report(
     fits = scaling_fits(data)
     grid = gamma_grid(data)
     mech = mechanisms(data)
-    cmp = run_compare(data, out_dir, table)
+    cmp = run_compare(data, out_dir)
     rows = verdicts(data, grid, cmp)
     files = {}
     files["scaling_plot"] = plots.plot_scaling(
@@ -327,6 +323,17 @@ def report(
     return files
 
 
+def _multiplicity(rows: list) -> str:
+    """One paragraph on the family of calls the verdict table makes."""
+    n = len(rows)
+    return (
+        f"The table decides {n} rows (some from several sizes or parts), each at 95% with no "
+        "adjustment for multiplicity: where k independent rows test true nulls, the chance that "
+        f"at least one is decided by chance alone is 1 − 0.95^k ({1 - 0.95**n:.0%} for k = {n}). "
+        "Read a decisive row as one 95% result, not the table as a whole."
+    )
+
+
 def _markdown(
     data, table, best_table, fits, grid, mech, cmp, rows, files, rel, command, note, start
 ) -> str:
@@ -355,6 +362,8 @@ def _markdown(
         "degrees of freedom (df) and unit of replication: seeds within a size (paired by seed), "
         "sizes across sizes (one per-size mean each). *Inconclusive*: the interval includes "
         "both the claim and its negation, or there are too few seeds/sizes for an interval.",
+        "",
+        _multiplicity(rows),
         "",
     ]
     if not data.has_lr_grid:
@@ -445,12 +454,13 @@ def _markdown(
         "## Scaling fits L(N) = E + A·N^(−α)",
         "",
         "N = non-embedding parameters of the baseline arm (embedding and output layer "
-        "excluded); fitted by least squares to every finished run's final loss (one point per "
-        "size and seed); ± is one standard error. A fit is shown only where it is identified "
-        "(more sizes than its 3 parameters, α strictly inside [0, 3]); a multiplier (the N at "
-        "which the baseline's fit reaches the arm's seed-mean loss, over the arm's N; paper: "
-        "about 1.44 for γ = 1 with both fixes) only where that loss lies within the baseline's "
-        "measured losses (no extrapolation). Otherwise the reason is printed instead.",
+        "excluded); fitted by least squares to the seed-mean final loss at each size (sizes as "
+        "units: one point per size); ± is one standard error with df = sizes − 3. A fit is "
+        "shown only where it is identified (more sizes than its 3 parameters, α strictly inside "
+        "[0, 3]); a multiplier (the N at which the baseline's fit reaches the arm's seed-mean "
+        "loss, over the arm's N; paper: about 1.44 for γ = 1 with both fixes) only where that "
+        "loss lies within the baseline's measured losses (no extrapolation), and as a point "
+        "estimate without an interval. Otherwise the reason is printed instead.",
         "",
         "| arm | fit | multiplier by size | loss rises with N |",
         "|---|---|---|---|",
@@ -459,7 +469,8 @@ def _markdown(
         fit: Optional[PowerLawFit] = f["fit"]
         text = (
             f"E {fit.e:.3f} ± {fmt(fit.e_err, 3)}, A {fit.a:.3g} ± {fit.a_err:.3g}, α "
-            f"{fit.alpha:.3f} ± {fmt(fit.alpha_err, 3)}, rms residual {fit.rms_residual:.4f}"
+            f"{fit.alpha:.3f} ± {fmt(fit.alpha_err, 3)} (df {fit.points - 3}), rms residual "
+            f"{fit.rms_residual:.4f}"
             if fit is not None
             else f"not identified: {f['error']}"
         )
@@ -467,18 +478,15 @@ def _markdown(
         out.append(f"| {arm} | {text} | {multiplier_text(f) or '—'} | {rises} |")
     out += ["", "## Loss against γ", ""]
     if grid:
-        out.append("Seed-mean loss over the seeds every γ value finished (matched seeds).")
+        out.append(
+            "Seed-mean loss over the seeds every γ value finished (matched seeds); the lowest "
+            "mean is a point estimate, its neighbours' paired differences are in the verdict "
+            "table (claim 6)."
+        )
         for size, g in grid.items():
             pts = ", ".join(f"γ={x:g}: {y:.4f}" for x, y in zip(g["gamma"], g["mean"], strict=True))
             seeds = "; ".join(f"γ={k:g} seeds {v}" for k, v in g["all_seeds"].items())
-            b = g["best"]
-            best = ""
-            if b is not None:
-                best = f"; best γ = {b['best']:g}" + (
-                    f", interval [{b['low']:g}, {b['high']:g}] from resampling seeds"
-                    if b["seeds"] > 1
-                    else ", 1 seed: no interval"
-                )
+            best = f"; lowest at γ = {g['best']:g}" if g["best"] is not None else ""
             out.append(f"- {size} (matched seeds {g['seeds']}): {pts or 'none'}{best} ({seeds})")
         if "gamma_plot" in files:
             out += ["", f"![loss vs gamma]({rel}/loss_vs_gamma.png)"]
@@ -519,8 +527,9 @@ def _markdown(
     out += ["", "## Δsym by token difficulty (held-out)", ""]
     if cmp and cmp.get("runs"):
         out.append(
-            f"A = `{cmp['arm']}`, B = `{data.baseline}`, size {cmp['size']}; Δsym = "
-            "(p_A − p_B)/(p_A + p_B); one table per seed."
+            f"A = `{cmp['arm']}` (fixed in advance: γ = 1 with both fixes, else γ = 1), B = "
+            f"`{data.baseline}`, size {cmp['size']}; Δsym = (p_A − p_B)/(p_A + p_B); one table "
+            "per seed."
         )
         for seed, c in cmp["runs"].items():
             out += [

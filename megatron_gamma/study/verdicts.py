@@ -1,7 +1,7 @@
 """The verdict table of ``megatron-gamma report``: one row per claim of the paper (two for the
-loss claims 1 and 3 when the study has an LR grid: at the shared LR and at each arm's own best
-LR), each with its rule, the measured numbers and intervals it read, and a verdict. Never a
-verdict without its numbers.
+loss claims 1-3: at the shared LR and at each arm's own best LR, the latter inconclusive when
+the study has no LR grid), each with its rule, the measured numbers and intervals it read, and
+a verdict. Never a verdict without its numbers.
 
 Verdicts:
 
@@ -13,18 +13,23 @@ Verdicts:
 - *not measurable at this scale*: the mechanism cannot act in these models (the number why).
 
 Units of replication: seeds within a size (paired by seed); sizes across sizes (the mean of
-per-size mean differences, Student-t with df = sizes − 1); never pooled (size, seed) pairs.
+per-size mean differences, Student-t with df = sizes − 1; a trend needs >= 3 sizes, df =
+sizes − 2); never pooled (size, seed) pairs, and never tokens or documents of one run (claim 8
+is Student-t over per-seed values). Each compared pair differs in one setting
+(:meth:`~.analysis.StudyData.matching`); claim 8's arm is fixed in advance
+(:func:`concentration_arm`), not chosen by loss. Every row is its own 95% call: the table does
+not adjust for multiplicity, and the report says so.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 
+from megatron_gamma.diagnostics.norm import SATURATION_FACTOR
 from megatron_gamma.study.analysis import StudyData, uniform_sink_share
 from megatron_gamma.study.fits import Interval, paired_difference, t_interval, trend_interval
 
@@ -32,16 +37,20 @@ REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive"
 NOT_MEASURABLE = "not measurable at this scale"
-EPS_ACTS_MAX = 1.0
-"""σ²_emb/ε at initialization above which ε cannot act on the first RMSNorm (σ² ≫ ε)."""
+EPS_ACTS_MAX = SATURATION_FACTOR
+"""σ²_emb/ε at initialization above which ε cannot act on the first RMSNorm: the saturation
+diagnostic's own threshold (a token is saturated when σ²(h) <= 10 ε,
+:data:`~megatron_gamma.diagnostics.norm.SATURATION_FACTOR`)."""
 SATURATION_MIN = 0.01
 """Margin on the saturated-token share (1% of tokens) for claim 4."""
+SINK_MIN = 0.01
+"""Margin on the sink share (1% of the attention mass) for claim 5."""
 DIP_MIN = 0.05
 """Margin on the relative stable-rank dip (and recovery) for claim 7."""
 EASY_SHARE = 0.3
 """Share of tokens (easiest first, by difficulty) counted as easy in the Δsym verdict."""
-BOOTSTRAP = 2000
-"""Resamples of the document-level bootstrap of claim 8."""
+CONCENTRATION_MIN = 0.01
+"""Margin on hard − easy mean Δsym (Δsym lies in [−1, 1]) for claim 8."""
 
 
 @dataclass
@@ -140,11 +149,12 @@ def _ratio_text(data: StudyData, arm: str) -> tuple[dict[str, float], str]:
         if (r := data.embedding_variance_over_eps(arm, s)) is not None
     }
     st = data.settings(arm)
-    need = st["norm_epsilon"] ** (-1 / (2 * st["init_gamma"]))
+    need = (EPS_ACTS_MAX * st["norm_epsilon"]) ** (-1 / (2 * st["init_gamma"]))
     text = (
         "σ²_emb/ε at init (γ = {:g}, ε = {:.0e}): ".format(st["init_gamma"], st["norm_epsilon"])
         + ", ".join(f"{s} {r:.3g}" for s, r in ratios.items())
-        + f"; ε acts where σ²_emb ≲ ε, i.e. embedding fan-in ≥ ε^(−1/(2γ)) = {need:.0f}"
+        + f"; ε acts where σ²_emb ≤ {EPS_ACTS_MAX:g}ε (the saturation diagnostic's threshold), "
+        f"i.e. embedding fan-in ≥ ({EPS_ACTS_MAX:g}ε)^(−1/(2γ)) = {need:.0f}"
     )
     return ratios, text
 
@@ -159,9 +169,15 @@ def _loss_rises(data: StudyData, get: Losses, arm: str) -> list[str]:
     ]
 
 
+def _baseline_settings(data: StudyData) -> str:
+    st = data.settings(data.baseline)
+    return f"ε = {st['norm_epsilon']:.0e}, gate {st['gated_attention']}"
+
+
 def claim1(data: StudyData, get: Losses, lr: str) -> Verdict:
-    """γ = 1 beats γ = 0.5 at the baseline's ε and gate."""
-    claim = "γ = 1 beats γ = 0.5 (same ε = baseline's, no gate)"
+    """γ = 1 beats the baseline's γ at the baseline's ε and gate."""
+    gamma = data.settings(data.baseline)["init_gamma"]
+    claim = f"γ = 1 beats γ = {gamma:g} (both with the baseline's {_baseline_settings(data)})"
     rule = (
         f"Δloss = γ=1 − baseline, paired by seed within a size; across sizes the mean of "
         f"per-size means (sizes as units, t with df = sizes − 1): reproduced if the interval "
@@ -180,43 +196,42 @@ def claim1(data: StudyData, get: Losses, lr: str) -> Verdict:
 
 
 def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
-    """The gain of γ = 1 shrinks with size under ε = 1e-5 and no gate."""
-    claim = "the gain of γ = 1 shrinks with size under ε = 1e-5 and no gate"
+    """The gain of γ = 1 shrinks with size under the baseline's ε and gate."""
+    claim = f"the gain of γ = 1 shrinks with size under the baseline's {_baseline_settings(data)}"
     rule = (
         "advantage (baseline − γ=1, paired by seed) against ln N: the change over the measured "
-        "range (slope × ln(N_max/N_min)), sizes as units (df = sizes − 2; Welch over seeds with "
-        "2 sizes), below −δ; both arms' losses must fall with N; not measurable where "
+        "range (slope of the per-size means × ln(N_max/N_min)), sizes as units (df = sizes − 2, "
+        "so >= 3 sizes), below −δ; both arms' losses must fall with N; not measurable where "
         f"σ²_emb/ε > {EPS_ACTS_MAX:g} at every size (ε cannot act)"
     )
     g1 = data.role("gamma1")
     if not g1:
         return Verdict(claim, INCONCLUSIVE, "no γ = 1 arm with the baseline's ε and gate", rule, lr)
     per_size = _paired(get, data, g1, data.baseline)
-    if len(per_size) < 2:
-        return Verdict(
-            claim, INCONCLUSIVE, f"the γ = 1 arm is paired at {len(per_size)} size(s); a trend "
-            "needs >= 2", rule, lr,
-        )  # fmt: skip
-    sizes = list(per_size)
-    groups = []
-    for s in sizes:
+    groups = {}
+    for s in per_size:
         a, b = get(g1, s), get(data.baseline, s)
-        groups.append([b[k] - a[k] for k in sorted(set(a) & set(b))])
-    x = np.log([data.size_n[s] for s in sizes])
-    slope = trend_interval(x, groups)
-    span = float(x[-1] - x[0])
-    change = Interval(
-        slope.mean * span, slope.low * span, slope.high * span, slope.n, slope.df, slope.unit
-    )
-    adv = "; ".join(f"{s}: {np.mean(g):+.4f}" for s, g in zip(sizes, groups, strict=True))
-    nums = f"advantage {adv}; change over the range {change.text()}"
+        groups[s] = [b[k] - a[k] for k in sorted(set(a) & set(b))]
+    adv = "; ".join(f"{s}: {np.mean(g):+.4f}" for s, g in groups.items())
     ratios, rtext = _ratio_text(data, g1)
-    nums += f"; {rtext}"
+    nums = f"advantage {adv or 'none paired'}; {rtext}"
     if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
         return Verdict(
             claim, NOT_MEASURABLE, nums + "; ε cannot act at any size, so whatever shrinks is "
             "not the paper's mechanism", rule, lr,
         )  # fmt: skip
+    if len(groups) < 3:
+        return Verdict(
+            claim, INCONCLUSIVE, f"{nums}; the γ = 1 arm is paired at {len(groups)} size(s): a "
+            "trend across sizes, with sizes as units, needs >= 3 (df = sizes − 2)", rule, lr,
+        )  # fmt: skip
+    x = np.log([data.size_n[s] for s in groups])
+    slope = trend_interval(x, list(groups.values()))
+    span = float(x[-1] - x[0])
+    change = Interval(
+        slope.mean * span, slope.low * span, slope.high * span, slope.n, slope.df, slope.unit
+    )
+    nums = f"advantage {adv}; change over the range {change.text()}; {rtext}"
     verdict, why = decide(change, data.margin, -1)
     rises = _loss_rises(data, get, g1) + _loss_rises(data, get, data.baseline)
     if rises and verdict == REPRODUCED:
@@ -241,7 +256,8 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
         nums = "fixes at γ = 1: " + _per_size_text(fix1) if fix1 else ""
         return Verdict(
             claim, INCONCLUSIVE, "the study has no γ = 0.5 + fixes arm; the gate's main effect "
-            f"cannot be separated. {nums}", rule, lr,
+            "cannot be separated (the control is γ = 1+ε+gate's exact ε and gate at the "
+            f"baseline's γ). {nums}", rule, lr,
         )  # fmt: skip
     per_size, parts = {}, []
     for s in data.sizes:
@@ -280,43 +296,49 @@ def claim4(data: StudyData) -> Verdict:
     """ε = 1e-5 saturates RMSNorm under small initialization."""
     claim = "ε = 1e-5 saturates RMSNorm under small initialization"
     rule = (
-        "max saturated-token share, γ=1 (ε=1e-5) − γ=1+ε (smaller ε), paired by seed at the "
-        f"largest size: reproduced if the interval lies above {SATURATION_MIN:g}; not "
-        f"measurable where σ²_emb/ε > {EPS_ACTS_MAX:g} at every size"
+        "max saturated-token share, γ=1 (the baseline's ε) − γ=1+ε (smaller ε; only ε differs), "
+        f"paired by seed at the largest size: reproduced if the interval lies above "
+        f"{SATURATION_MIN:g}; not measurable where σ²_emb/ε > {EPS_ACTS_MAX:g} at every size"
     )
     g1, g2 = data.role("gamma1"), data.role("gamma1+eps")
     if not g1:
         return Verdict(claim, INCONCLUSIVE, "needs the γ = 1 and γ = 1+ε arms", rule)
     ratios, rtext = _ratio_text(data, g1)
+    size = _largest_with(data, [g1, g2], "norm_saturated") if g2 else None
+    measured, d = "", None
+    if size is not None:
+        a, b = (data.seed_series(x, size, "norm_saturated") for x in (g1, g2))
+        seeds = sorted(set(a) & set(b))
+        d = paired_difference(
+            [max(a[k].values()) for k in seeds], [max(b[k].values()) for k in seeds]
+        )
+        measured = f"{size}: Δ max saturated share {d.text()}"
     if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
-        return Verdict(claim, NOT_MEASURABLE, rtext, rule)  # whatever other arms there are
+        return Verdict(claim, NOT_MEASURABLE, "; ".join(x for x in (measured, rtext) if x), rule)
     if not g2:
         return Verdict(claim, INCONCLUSIVE, f"needs the γ = 1+ε arm; {rtext}", rule)
-    size = _largest_with(data, [g1, g2], "norm_saturated")
-    if size is None:
+    if d is None:
         return Verdict(claim, INCONCLUSIVE, f"no saturation diagnostics; {rtext}", rule)
-    a, b = (data.seed_series(x, size, "norm_saturated") for x in (g1, g2))
-    seeds = sorted(set(a) & set(b))
-    d = paired_difference([max(a[k].values()) for k in seeds], [max(b[k].values()) for k in seeds])
     verdict, why = decide(d, SATURATION_MIN, +1)
-    return Verdict(
-        claim, verdict, f"{size}: Δ max saturated share {d.text()}: {why}; {rtext}", rule
-    )
+    return Verdict(claim, verdict, f"{measured}: {why}; {rtext}", rule)
 
 
 def claim5(data: StudyData) -> Verdict:
-    """Small initialization strengthens the attention sink; gating removes it."""
-    claim = "small initialization strengthens the attention sink; gating removes it"
+    """Small initialization strengthens the attention sink; gating reduces it."""
+    claim = "small initialization strengthens the attention sink; gating reduces it"
     rule = (
-        "final sink share paired by seed at the largest size: γ=1 − baseline > 0 (only γ "
-        "differs) and γ=1+ε+gate − γ=1+ε < 0 (only the gate differs), each interval against 0; "
-        "not measurable when no arm's share exceeds uniform attention's (no sink has formed)"
+        "final sink share paired by seed at the largest size: γ=1 − baseline (only γ differs) "
+        f"above +{SINK_MIN:g}, and γ=1+ε+gate − the same arm ungated (only the gate differs) "
+        f"below −{SINK_MIN:g}; not measurable when no arm's share exceeds uniform attention's "
+        "(no sink has formed)"
     )
-    g1, g2, g3 = data.role("gamma1"), data.role("gamma1+eps"), data.role("gamma1+eps+gate")
-    small = g1 or g2
-    if not small:
-        return Verdict(claim, INCONCLUSIVE, "needs the γ = 1, γ = 1+ε and γ = 1+ε+gate arms", rule)
-    arms = list(dict.fromkeys(a for a in (data.baseline, small, g2, g3) if a))
+    g1, g3 = data.role("gamma1"), data.role("gamma1+eps+gate")
+    ungated = g3 and data.matching(
+        g3, gated_attention=data.settings(data.baseline)["gated_attention"]
+    )
+    arms = [a for a in dict.fromkeys((data.baseline, g1, ungated, g3)) if a]
+    if len(arms) < 2:
+        return Verdict(claim, INCONCLUSIVE, "needs the γ = 1 or the γ = 1+ε+gate arm", rule)
     size = _largest_with(data, arms, "sink_share")
     if size is None:
         return Verdict(claim, INCONCLUSIVE, "no sink diagnostics at a size with all arms", rule)
@@ -331,55 +353,55 @@ def claim5(data: StudyData) -> Verdict:
             claim, NOT_MEASURABLE, nums + "; no sink has formed: every share is at or below "
             "uniform attention's", rule,
         )  # fmt: skip
-    if not (g2 and g3):  # a sink has formed: the gate's part needs both ε arms
-        need = "needs the γ = 1+ε and γ = 1+ε+gate arms"
-        return Verdict(claim, INCONCLUSIVE, f"{need}; {nums}", rule)
     parts, verdicts = [], []
-    for arm, ref, direction, label in ((small, data.baseline, 1, "γ"), (g3, g2, -1, "gate")):
+    for arm, ref, direction, label, need in (
+        (g1, data.baseline, 1, "γ", "a γ = 1 arm with the baseline's ε and gate"),
+        (g3, ungated, -1, "the gate", "γ = 1+ε+gate and the same arm without the gate"),
+    ):
+        if not (arm and ref):
+            parts.append(f"effect of {label}: needs {need}")
+            verdicts.append(INCONCLUSIVE)
+            continue
         seeds = sorted(set(final[arm]) & set(final[ref]))
         d = paired_difference([final[arm][k] for k in seeds], [final[ref][k] for k in seeds])
-        v, why = decide(d, 0.0, direction)
-        parts.append(f"effect of {label} {d.text()}: {why}")
+        v, why = decide(d, SINK_MIN, direction)
+        parts.append(f"effect of {label} ({arm} − {ref}) {d.text()}: {why}")
         verdicts.append(v)
     return Verdict(claim, combine(verdicts), nums + "; " + "; ".join(parts), rule)
 
 
 def claim6(data: StudyData, grid: dict) -> Verdict:
-    """Loss is best at γ = 1 (worse above)."""
-    claim = "loss is best at γ = 1 (worse above)"
+    """Loss is best at γ = 1 (worse above and below)."""
+    claim = "loss is best at γ = 1 (worse below and above)"
     rule = (
-        "at matched seeds only: the best γ (lowest seed-mean loss) with its 95% interval from "
-        "resampling seeds; reproduced if the interval is γ = 1 alone, not reproduced if it "
-        "excludes γ = 1"
+        "at matched seeds only: the loss of the nearest grid γ below 1 and of the nearest above "
+        "1, each minus γ = 1's, paired by seed (t, df = seeds − 1): reproduced if both intervals "
+        f"lie above +δ (δ = {data.margin:g} nats), not reproduced if either lies below +δ; the "
+        "grid needs a γ on each side of 1"
     )
     if not grid:
         return Verdict(claim, INCONCLUSIVE, "no γ grid in this study", rule)
     parts, verdicts = [], []
     for size, g in grid.items():
         seeds = ", ".join(f"γ={k:g} {v}" for k, v in g["all_seeds"].items())
-        b = g["best"]
-        if b is None or 1.0 not in g["gamma"]:
-            parts.append(f"{size}: no seed finished every γ (seeds {seeds})")
+        if not g["seeds"] or 1.0 not in g["gamma"]:
+            parts.append(f"{size}: no seed finished every γ, γ = 1 included (seeds {seeds})")
             verdicts.append(INCONCLUSIVE)
             continue
         pts = ", ".join(f"γ={x:g} {y:.4f}" for x, y in zip(g["gamma"], g["mean"], strict=True))
-        sd = f"{g['seed_sd']:.4f}" if g["seed_sd"] is not None else "n/a"
-        text = (
-            f"{size} ({g['lr']}) at matched seed(s) {g['seeds']}: {pts}; best γ = "
-            f"{b['best']:g}, ahead of the runner-up by {g['gap']:.4f} (seed sd {sd})"
-        )
-        if b["seeds"] < 2:
-            parts.append(f"{text}; 1 seed: no interval")
-            verdicts.append(INCONCLUSIVE)
-            continue
-        share = ", ".join(f"γ={k:g} {v:.0%}" for k, v in sorted(b["share"].items()))
-        parts.append(f"{text}; interval of the best γ [{b['low']:g}, {b['high']:g}] ({share})")
-        if b["low"] == b["high"] == 1.0:
-            verdicts.append(REPRODUCED)
-        elif not b["low"] <= 1.0 <= b["high"]:
-            verdicts.append(NOT_REPRODUCED)
-        else:
-            verdicts.append(INCONCLUSIVE)
+        text = f"{size} ({g['lr']}) at matched seed(s) {g['seeds']}: {pts}; best γ = {g['best']:g}"
+        below = max((x for x in g["gamma"] if x < 1.0), default=None)
+        above = min((x for x in g["gamma"] if x > 1.0), default=None)
+        sides = []
+        for side, near in (("below", below), ("above", above)):
+            if near is None:
+                sides.append((f"no γ {side} 1 in the grid: not measured", INCONCLUSIVE))
+                continue
+            d = paired_difference(g["per_seed"][near], g["per_seed"][1.0])
+            v, why = decide(d, data.margin, +1)
+            sides.append((f"γ={near:g} − γ=1 {d.text()}: {why}", v))
+        parts.append(f"{text}; " + "; ".join(t for t, _ in sides))
+        verdicts.append(combine([v for _, v in sides]))
     return Verdict(claim, combine(verdicts), "; ".join(parts), rule)
 
 
@@ -408,10 +430,14 @@ def claim7(data: StudyData) -> Verdict:
     for arm, ctrl in pairs:
         size = _largest_with(data, [arm, ctrl], "stable_rank")
         if size is None:
+            parts.append(f"{arm} vs {ctrl}: no size where both logged the stable rank")
+            verdicts.append(INCONCLUSIVE)
             continue
         a, b = (data.seed_series(x, size, "stable_rank") for x in (arm, ctrl))
         seeds = sorted(k for k in set(a) & set(b) if len(a[k]) >= 3 and len(b[k]) >= 3)
         if not seeds:
+            parts.append(f"{arm} vs {ctrl} ({size}): no common seed with >= 3 stable-rank points")
+            verdicts.append(INCONCLUSIVE)
             continue
         first = min(min(a[k]) for k in seeds)
         if first != 0:
@@ -431,62 +457,39 @@ def claim7(data: StudyData) -> Verdict:
             f"({why2})"
         )
         verdicts.append(combine([v1, v2]))
-    if not parts:
-        return Verdict(claim, INCONCLUSIVE, "needs >= 3 stable-rank points per arm", rule)
     return Verdict(claim, combine(verdicts), "; ".join(parts), rule)
 
 
-def delta_sym_concentration(
-    seeds: dict[int, dict], resamples: int = BOOTSTRAP, rng_seed: int = 0
-) -> dict:
-    """Hard − easy mean Δsym per seed and averaged over seeds, with a document-level bootstrap.
+def delta_sym_concentration(seeds: dict[int, dict]) -> dict:
+    """Hard − easy mean Δsym per seed, with seeds as the unit of replication.
 
     A uniform improvement (``log p_A = log p_B + c`` on every token) gives Δsym = tanh(c/2) on
     every token, a flat profile: hard − easy = 0 is its null. Easy tokens: difficulty at or
-    below the seed's ``EASY_SHARE`` quantile.
+    below the seed's ``EASY_SHARE`` quantile. Tokens and documents of one seed are not
+    independent replicates of the effect; the interval is Student-t over the per-seed values
+    (df = seeds − 1), so the spread between seeds is in it.
 
     Args:
-        seeds: {seed: {"delta": (n,) Δsym, "difficulty": (n,) nats, "document": (n,) int}}.
+        seeds: {seed: {"delta": (n,) Δsym, "difficulty": (n,) nats}} (float arrays).
 
     Returns:
-        {"per_seed": {seed: stat}, "mean", "low", "high" (percentile 95% interval of the mean
-        over seeds, resampling documents within each seed), "null": {seed: tanh(c/2)}}.
+        {"per_seed": {seed: hard − easy}, "interval": :class:`~.fits.Interval` over seeds,
+        "null": {seed: tanh(c/2), the uniform-improvement level}}.
     """
-    rng = np.random.default_rng(rng_seed)
-    prepared, per_seed, null = [], {}, {}
+    per_seed, null = {}, {}
     for seed, t in seeds.items():
         delta = np.asarray(t["delta"], dtype=np.float64).ravel()
         diff = np.asarray(t["difficulty"], dtype=np.float64).ravel()
-        docs = np.asarray(t["document"]).ravel()
         hard = diff > np.quantile(diff, EASY_SHARE)
-        _, inv = np.unique(docs, return_inverse=True)
-        k = int(inv.max()) + 1
-        sums = np.stack(
-            [
-                np.bincount(inv, weights=delta * hard, minlength=k),
-                np.bincount(inv, weights=hard.astype(float), minlength=k),
-                np.bincount(inv, weights=delta * ~hard, minlength=k),
-                np.bincount(inv, weights=(~hard).astype(float), minlength=k),
-            ]
-        )
-        prepared.append(sums)
-        per_seed[seed] = float(sums[0].sum() / sums[1].sum() - sums[2].sum() / sums[3].sum())
+        per_seed[seed] = float(delta[hard].mean() - delta[~hard].mean())
         null[seed] = float(np.tanh(np.arctanh(np.clip(delta, -0.999999, 0.999999)).mean()))
-    boot = np.zeros(resamples)
-    for sums in prepared:
-        idx = rng.integers(0, sums.shape[1], size=(resamples, sums.shape[1]))
-        s = sums[:, idx].sum(axis=2)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            boot += s[0] / s[1] - s[2] / s[3]
-    boot /= len(prepared)
-    low, high = np.nanquantile(boot, [0.025, 0.975])
-    return {
-        "per_seed": per_seed,
-        "mean": float(np.mean(list(per_seed.values()))),
-        "low": float(low),
-        "high": float(high),
-        "null": null,
-    }
+    return {"per_seed": per_seed, "interval": t_interval(list(per_seed.values())), "null": null}
+
+
+def concentration_arm(data: StudyData) -> Optional[str]:
+    """The arm claim 8 compares with the baseline, fixed before any loss is read: γ = 1 with
+    both fixes (the paper's recipe), else γ = 1 alone; None when the study has neither."""
+    return data.role("gamma1+eps+gate") or data.role("gamma1")
 
 
 def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
@@ -494,12 +497,14 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
     claim = "the gains concentrate on mid/high-difficulty tokens"
     rule = (
         f"mean Δsym on the hardest {1 - EASY_SHARE:.0%} of tokens − on the easiest "
-        f"{EASY_SHARE:.0%} (best arm vs baseline, held-out, >= 2 seeds), against 0 (a uniform "
-        "improvement of the same mean gives a flat profile); 95% interval from a document-level "
-        "bootstrap averaged over seeds"
+        f"{EASY_SHARE:.0%}, held-out, γ=1+ε+gate (else γ=1; fixed in advance, not chosen by "
+        "loss) vs baseline, so the recipe's whole effect, not γ's alone; per seed, then "
+        f"Student-t over seeds (df = seeds − 1): reproduced if the interval lies above "
+        f"+{CONCENTRATION_MIN:g}, not reproduced if it lies below it (a uniform improvement "
+        "gives a flat profile, 0)"
     )
     if not cmp or cmp.get("error"):
-        why = cmp["error"] if cmp else "no pair of finished best-arm and baseline runs"
+        why = cmp["error"] if cmp else "no pair of finished runs of that arm and the baseline"
         return Verdict(claim, INCONCLUSIVE, f"compare: {why}", rule)
     seeds = cmp["seeds"]
     head = f"{cmp['arm']} vs {data.baseline} at {cmp['size']}"
@@ -511,12 +516,10 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
     r = delta_sym_concentration(seeds)
     per = ", ".join(f"seed {k} {v:+.4f}" for k, v in r["per_seed"].items())
     null = ", ".join(f"{v:+.4f}" for v in r["null"].values())
-    iv = Interval(r["mean"], r["low"], r["high"], len(seeds), math.nan, "seeds")
-    verdict, why = decide(iv, 0.0, +1)
+    verdict, why = decide(r["interval"], CONCENTRATION_MIN, +1)
     nums = (
-        f"{head}: hard − easy Δsym {per}; mean {r['mean']:+.4f} [{r['low']:+.4f}, "
-        f"{r['high']:+.4f}] (document bootstrap, {len(seeds)} seeds): {why}; uniform-improvement "
-        f"level tanh(c/2) per seed {null}"
+        f"{head}: hard − easy Δsym {per}; over seeds {r['interval'].text()}: {why}; "
+        f"uniform-improvement level tanh(c/2) per seed {null}"
     )
     return Verdict(claim, verdict, nums, rule)
 
@@ -532,25 +535,36 @@ def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verd
     return Verdict(row.claim, verdict, numbers, row.rule, row.lr)
 
 
+def _unmeasured_best_lr(row: Verdict) -> Verdict:
+    """The best-LR row of a study without an LR grid: not measured, so inconclusive."""
+    why = (
+        "not measured: this study has no LR grid, so each arm's own best LR is unknown and a "
+        "difference at one shared LR may be the arms' different best LRs (add lr_grid to the "
+        "study file)"
+    )
+    return Verdict(row.claim, INCONCLUSIVE, why, row.rule, "best LR")
+
+
 def verdicts(data: StudyData, grid: dict, cmp: Optional[dict]) -> list[Verdict]:
-    """The rows in the paper's order; claims 1–3 at the shared LR and, with an LR grid, again at
-    each arm's own best LR (chosen on the selection seed, compared on the other seeds; a
-    decisive verdict there needs every compared arm's best LR inside its grid).
+    """The rows in the paper's order; claims 1–3 at the shared LR and again at each arm's own
+    best LR (chosen on the selection seed, compared on the other seeds; a decisive verdict there
+    needs every compared arm's best LR inside its grid; without an LR grid that row is
+    inconclusive, not measured).
 
     Args:
         data: the study.
         grid: :func:`~.analysis.gamma_grid`.
-        cmp: the Δsym comparison (:func:`claim8`), or None.
+        cmp: the Δsym comparison of :func:`concentration_arm` against the baseline
+            (:func:`claim8`), or None.
     """
-    comparisons = [("shared LR", lambda a, s: data.losses(a, s))]
-    if data.has_lr_grid:
-        comparisons.append(("best LR", data.confirm_losses))
     pair = [data.role("gamma1"), data.baseline]
     four = [*pair, data.role("gamma1+eps+gate"), data.role("gamma0.5+eps+gate")]
     rows = []
     for claim, arms in ((claim1, pair), (claim2, pair), (claim3, four)):
-        for label, get in comparisons:
-            row = claim(data, get, label)
-            rows.append(_bracketed(data, row, arms) if label == "best LR" else row)
+        rows.append(claim(data, lambda a, s: data.losses(a, s), "shared LR"))
+        if data.has_lr_grid:
+            rows.append(_bracketed(data, claim(data, data.confirm_losses, "best LR"), arms))
+        else:
+            rows.append(_unmeasured_best_lr(rows[-1]))
     rows += [claim4(data), claim5(data), claim6(data, grid), claim7(data), claim8(data, cmp)]
     return rows
