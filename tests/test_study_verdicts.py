@@ -246,7 +246,7 @@ def test_eps_that_cannot_act_is_not_measurable():
 
 
 def test_eps_that_cannot_act_is_not_measurable_without_the_small_eps_arm():
-    """Without a γ = 1+ε arm, claim 4 is still not measurable where σ²_emb/ε > 1 at every size
+    """Without a γ = 1+ε arm, claim 4 is still not measurable where σ²_emb/ε > 10 at every size
     (64, 96: 24.4, 10.9); where ε could act (width 512: 0.381) it needs that arm."""
     losses = {
         (a, s, k): 5.0 + 0.01 * k for a in ("baseline", "gamma1") for s in ("d64", "d96")
@@ -340,6 +340,58 @@ def test_saturation_is_measured_where_the_diagnostic_can_see_it():
     assert v.verdict == NOT_MEASURABLE and f"[{lo:+.4f}, {hi:+.4f}]" in v.numbers
 
 
+def test_saturation_is_judged_only_where_eps_can_act():
+    """Diagnostics at d64 only (σ²_emb/ε 24.4, where ε cannot act) and a d512 size (0.381)
+    without them: the engine once read d64 as "not reproduced"; it now finds no size where ε
+    can act with diagnostics. Saturation logged on disjoint seeds gives no pair, not a crash."""
+    losses, diag = {}, {}
+    for arm, sat in (("baseline", 0.0), ("gamma1", 0.0), ("gamma1+eps", 0.0)):
+        for size in ("d64", "d512"):
+            for k in (1, 2, 3):
+                losses[(arm, size, k)] = 5.0
+        for k in (1, 2, 3):
+            diag[(arm, "d64", k)] = {it: {"norm_saturated/layer_00": sat} for it in (0, 100)}
+    v = claim4(make_study(losses, {"d64": 64, "d512": 512}, diagnostics=diag))
+    assert v.verdict == INCONCLUSIVE
+    assert "no saturation diagnostics on a common seed at a size where ε can act" in v.numbers
+    disjoint = {key: d for key, d in diag.items() if (key[0] == "gamma1") == (key[2] == 1)}
+    disjoint = {(a, "d512", k): d for (a, _, k), d in disjoint.items()}
+    v = claim4(make_study(losses, {"d64": 64, "d512": 512}, diagnostics=disjoint))
+    assert v.verdict == INCONCLUSIVE
+
+
+def test_sink_shares_on_disjoint_seeds_give_no_pair():
+    losses, diag = {}, {}
+    for arm, seeds in (("baseline", (1, 2)), ("gamma1", (3, 4)), ("gamma1+eps+gate", (1, 3))):
+        for k in seeds:
+            losses[(arm, "s1", k)] = 5.0
+            diag[(arm, "s1", k)] = {it: {"sink_share/layer_00": 0.2} for it in (0, 100)}
+    v = claim5(make_study(losses, {"s1": 256}, diagnostics=diag))
+    assert v.verdict == INCONCLUSIVE
+
+
+def test_a_gated_baseline_has_no_gate_fix_to_credit():
+    """Every arm has the baseline's gate: the fixes differ from the baseline in ε alone, so no
+    arm plays γ = 1+ε+gate (the engine once called claim 3 reproduced here)."""
+    arms = {
+        "baseline": (0.5, 1e-5, "elementwise"),
+        "gamma1": (1.0, 1e-5, "elementwise"),
+        "gamma1+eps": (1.0, 1e-12, "elementwise"),
+        "gamma0.5+eps": (0.5, 1e-12, "elementwise"),
+    }
+    losses = {}
+    for i, s in enumerate(("s1", "s2")):
+        for k, e in {1: 0.0, 2: 0.011, 3: -0.007, 4: 0.004}.items():
+            b = 5.5 - 0.3 * i + e
+            losses |= {("baseline", s, k): b, ("gamma1", s, k): b - 0.2 + 0.5 * e}
+            losses |= {("gamma1+eps", s, k): b - 0.6 + 0.3 * e * k}
+            losses |= {("gamma0.5+eps", s, k): b - 0.05 - 0.2 * e}
+    data = make_study(losses, {"s1": 256, "s2": 512}, arms=arms)
+    assert data.role("gamma1+eps") == "gamma1+eps" and data.role("gamma1+eps+gate") is None
+    assert concentration_arm(data) == "gamma1"
+    assert claim3(data, data.losses, "shared LR").verdict == INCONCLUSIVE
+
+
 # --- claim 3: the interaction ---------------------------------------------------------------
 
 
@@ -393,59 +445,91 @@ def test_no_gamma05_fixes_arm_is_inconclusive():
 # --- claim 6: the γ grid at matched seeds -------------------------------------------------
 
 
-def _grid_study(seeds_per_gamma: dict[float, list[int]], curve, noise=0.005):
+def _grid_arm(g: float) -> str:
+    return "gamma1+eps+gate" if g == 1.0 else f"gamma1+eps+gate@gamma={g:g}"
+
+
+def _grid_study(seeds_per_gamma: dict[float, list[int]], curve, noise=0.005, values=None):
+    """A γ grid at one size: (StudyData, {(arm, size, seed): loss}); ``values`` the manifest's
+    grid (default: the γ values given)."""
     arms = dict(ARMS)
     losses = {}
     rng = np.random.default_rng(3)
     for g, seeds in seeds_per_gamma.items():
-        arm = "gamma1+eps+gate" if g == 1.0 else f"gamma1+eps+gate@gamma={g:g}"
+        arm = _grid_arm(g)
         arms[arm] = (g, 1e-12, "elementwise")
         for seed in seeds:
             losses[(arm, "s1", seed)] = curve(g) + rng.normal(0, noise)
     for seed in range(1, 6):
         losses[("baseline", "s1", seed)] = 6.0
-    manifest = {"gamma_grid": {"arm": "gamma1+eps+gate", "sizes": ["s1"]}}
-    return make_study(losses, {"s1": 256}, arms=arms, manifest=manifest)
+    grid = sorted(values or seeds_per_gamma)
+    manifest = {"gamma_grid": {"arm": "gamma1+eps+gate", "values": grid, "sizes": ["s1"]}}
+    return make_study(losses, {"s1": 256}, arms=arms, manifest=manifest), losses
 
 
 def test_gamma_grid_compares_matched_seeds_only():
     """γ = 1 has 2 seeds, the others 1: only seed 1 is matched, so no interval."""
     values = {0.5: 5.4873, 0.75: 4.9889, 1.0: 4.98, 1.25: 5.0330, 1.5: 5.3978}
-    data = _grid_study({0.5: [1], 0.75: [1], 1.0: [1, 2], 1.25: [1], 1.5: [1]}, values.get, 0)
+    data, _ = _grid_study({0.5: [1], 0.75: [1], 1.0: [1, 2], 1.25: [1], 1.5: [1]}, values.get, 0)
     grid = gamma_grid(data)
     assert grid["s1"]["seeds"] == [1] and grid["s1"]["mean"][2] == pytest.approx(4.98)
     v = claim6(data, grid)
     assert v.verdict == INCONCLUSIVE and "1 seed: no interval" in v.numbers
-    assert "best γ = 1; γ=0.75 − γ=1 +0.0089 (1 seed: no interval)" in v.numbers
+    assert "lowest at γ = 1; γ=0.75 − γ=1 +0.0089 (1 seed: no interval)" in v.numbers
     assert "γ=1.25 − γ=1 +0.0530 (1 seed: no interval)" in v.numbers and "(shared LR)" in v.numbers
 
 
-def _neighbour_text(data, near: float) -> str:
-    """γ = near − γ = 1 paired by the matched seeds, with its t interval computed here."""
-    g = gamma_grid(data)["s1"]
-    d = np.subtract(g["per_seed"][near], g["per_seed"][1.0])
+def _neighbour_text(losses: dict, near: float) -> str:
+    """γ = near − γ = 1 paired by the seeds every grid γ finished, with its t interval, from
+    the synthetic losses themselves."""
+    by_arm: dict[str, dict[int, float]] = {}
+    for (arm, _, seed), x in losses.items():
+        if arm.startswith("gamma1+eps+gate"):
+            by_arm.setdefault(arm, {})[seed] = x
+    seeds = sorted(set.intersection(*(set(v) for v in by_arm.values())))
+    d = np.array([by_arm[_grid_arm(near)][k] - by_arm[_grid_arm(1.0)][k] for k in seeds])
     lo, hi = _t_interval(d)
     return f"γ={near:g} − γ=1 {d.mean():+.4f} [{lo:+.4f}, {hi:+.4f}] (df {d.size - 1}"
 
 
 def test_gamma_grid_neighbours_paired_by_seed():
-    clear = _grid_study({g: [1, 2, 3, 4, 5] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1) ** 2 + 5)
+    clear, losses = _grid_study(
+        {g: [1, 2, 3, 4, 5] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1) ** 2 + 5
+    )
     v = claim6(clear, gamma_grid(clear))
     assert v.verdict == REPRODUCED
-    assert _neighbour_text(clear, 0.5) in v.numbers and _neighbour_text(clear, 1.5) in v.numbers
-    elsewhere = _grid_study({g: [1, 2, 3, 4] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1.5) ** 2)
+    assert _neighbour_text(losses, 0.5) in v.numbers and _neighbour_text(losses, 1.5) in v.numbers
+    elsewhere, _ = _grid_study({g: [1, 2, 3, 4] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1.5) ** 2)
     assert claim6(elsewhere, gamma_grid(elsewhere)).verdict == NOT_REPRODUCED
-    flat = _grid_study({g: [1, 2, 3, 4] for g in (0.75, 1.0, 1.25)}, lambda g: 5.0, noise=0.02)
+    flat, _ = _grid_study({g: [1, 2, 3, 4] for g in (0.75, 1.0, 1.25)}, lambda g: 5.0, noise=0.02)
     assert claim6(flat, gamma_grid(flat)).verdict == INCONCLUSIVE
 
 
 def test_gamma_grid_without_a_gamma_above_one_cannot_show_worse_above():
     """Grid {0.5, 1}, 2 seeds, γ = 1 ahead by 1e-4 nats (seed sd 0.02): the engine once read
     the best γ's resampling interval [1, 1] as reproduced."""
-    data = _grid_study({0.5: [1, 2], 1.0: [1, 2]}, lambda g: 5.0 + 1e-4 * (g < 1), noise=0.02)
+    data, losses = _grid_study(
+        {0.5: [1, 2], 1.0: [1, 2]}, lambda g: 5.0 + 1e-4 * (g < 1), noise=0.02
+    )
     v = claim6(data, gamma_grid(data))
     assert v.verdict == INCONCLUSIVE and "no γ above 1 in the grid: not measured" in v.numbers
-    assert _neighbour_text(data, 0.5) in v.numbers
+    assert _neighbour_text(losses, 0.5) in v.numbers
+
+
+def test_gamma_grid_sides_come_from_the_planned_grid():
+    """The grid [0.5, 0.75, 1, 1.5] whose γ = 0.75 never finished: γ = 0.5 is farther from 1 and
+    easier to beat, so the side below is not measured rather than judged on γ = 0.5. A grid
+    where only γ = 1 finished gives no verdict (and no crash)."""
+    curve = lambda g: (g - 1) ** 2 + 5  # noqa: E731
+    data, _ = _grid_study(
+        {g: [1, 2, 3] for g in (0.5, 1.0, 1.5)}, curve, values=[0.5, 0.75, 1.0, 1.5]
+    )
+    v = claim6(data, gamma_grid(data))
+    assert v.verdict == INCONCLUSIVE
+    assert "γ=0.75 (nearest below 1) did not finish: not measured" in v.numbers
+    alone, _ = _grid_study({1.0: [1, 2, 3]}, curve, values=[0.5, 1.0, 1.5])
+    v = claim6(alone, gamma_grid(alone))
+    assert v.verdict == INCONCLUSIVE and "no seed finished γ = 1 and another γ" in v.numbers
 
 
 # --- claim 7: condensation from iteration 0 against the matched control -------------------
@@ -485,6 +569,26 @@ def test_condensation_needs_iteration_zero_and_the_matched_control():
     v = claim7(make_study(unlogged, {"s1": 256}, diagnostics=diag))
     assert v.verdict == INCONCLUSIVE  # a pair it cannot judge is said, not skipped
     assert "gamma1+eps+gate vs gamma0.5+eps+gate: no size where both logged" in v.numbers
+    lone = {k: x for k, x in unlogged.items() if k[0] != "gamma0.5+eps+gate"}
+    v = claim7(make_study(lone, {"s1": 256}, diagnostics=diag))
+    assert v.verdict == REPRODUCED  # gamma1 vs baseline, as above; the lone arm is named
+    assert "gamma1+eps+gate: no matched γ = 0.5 control, not judged" in v.numbers
+
+
+def test_condensation_needs_the_control_logged_from_iteration_zero_too():
+    """The γ = 1 arm logged from iteration 0, its control from 60, after its own dip: the
+    control's dip is unobserved, so the difference of dips is not evidence."""
+    losses, diag = {}, {}
+    for k, e in ((1, 0.0), (2, 0.01), (3, -0.01)):
+        losses |= {("gamma1", "s1", k): 5.0, ("baseline", "s1", k): 5.0}
+        diag[("gamma1", "s1", k)] = {
+            it: {"stable_rank/q": r} for it, r in ((0, 30.0), (50, 30 * (0.5 - e)), (100, 21.0))
+        }
+        diag[("baseline", "s1", k)] = {
+            it: {"stable_rank/q": r} for it, r in ((60, 15.0), (80, 15 * (0.99 + e)), (100, 21.0))
+        }
+    v = claim7(make_study(losses, {"s1": 256}, diagnostics=diag))
+    assert v.verdict == INCONCLUSIVE and "logged at iteration 60" in v.numbers
 
 
 # --- claim 8: Δsym by difficulty ------------------------------------------------------------
@@ -498,16 +602,20 @@ def _tokens(rng, extra: float, docs=40, per_doc=50):
     return {"delta": np.tanh(dlogp / 2), "difficulty": difficulty, "dlogp": dlogp}
 
 
+def _hard_minus_easy(t: dict) -> float:
+    """Mean Δsym above the 30% difficulty quantile minus at or below it, by hand."""
+    easy = t["difficulty"] <= np.quantile(t["difficulty"], 0.3)
+    return float(t["delta"][~easy].mean() - t["delta"][easy].mean())
+
+
 def test_delta_sym_against_the_uniform_improvement_profile():
     rng = np.random.default_rng(0)
     uniform = {s: _tokens(rng, 0.0) for s in (1, 2, 3)}
     r = delta_sym_concentration(uniform)
     for s, t in uniform.items():  # a uniform shift c gives tanh(c/2) on every token
         assert r["null"][s] == pytest.approx(np.tanh(t["dlogp"].mean() / 2), abs=1e-9)
-        easy = t["difficulty"] <= np.quantile(t["difficulty"], 0.3)
-        expected = t["delta"][~easy].mean() - t["delta"][easy].mean()
-        assert r["per_seed"][s] == pytest.approx(expected, abs=1e-12)
-    lo, hi = _t_interval(list(r["per_seed"].values()))
+        assert r["per_seed"][s] == pytest.approx(_hard_minus_easy(t), abs=1e-12)
+    lo, hi = _t_interval([_hard_minus_easy(t) for t in uniform.values()])
     assert (r["interval"].low, r["interval"].high) == pytest.approx((lo, hi))
     assert r["interval"].df == 2 and lo < 0 < hi
     data = make_study({("baseline", "s1", 1): 5.0}, {"s1": 256})
@@ -524,13 +632,34 @@ def test_delta_sym_seeds_are_the_unit_not_documents():
     t with df 1."""
     rng = np.random.default_rng(0)
     seeds = {1: _tokens(rng, 0.2, docs=400), 2: _tokens(rng, -0.12, docs=400)}
-    r = delta_sym_concentration(seeds)
-    assert r["per_seed"][1] > 0 > r["per_seed"][2]
-    lo, hi = _t_interval(list(r["per_seed"].values()))
+    per_seed = [_hard_minus_easy(t) for t in seeds.values()]
+    assert per_seed[0] > 0 > per_seed[1]
+    lo, hi = _t_interval(per_seed)
     v = claim8(make_study({("baseline", "s1", 1): 5.0}, {"s1": 256}), {
         "arm": "gamma1+eps+gate", "size": "s1", "seeds": seeds
     })  # fmt: skip
     assert v.verdict == INCONCLUSIVE and f"[{lo:+.4f}, {hi:+.4f}] (df 1, 2 seeds)" in v.numbers
+
+
+def test_a_profile_without_a_gain_is_not_a_concentrated_gain():
+    """The arm loses 0.4 nats on the easiest tokens and nothing on the rest: hard − easy is
+    well above 0, but there is no gain to concentrate, and the hard-token part says so."""
+    rng = np.random.default_rng(0)
+    seeds = {}
+    for s in (1, 2, 3):
+        difficulty = rng.uniform(0, 10, 2000)
+        dlogp = np.where(difficulty <= 3, -0.4, 0.0) + rng.normal(0, 0.3, 2000)
+        seeds[s] = {"delta": np.tanh(dlogp / 2), "difficulty": difficulty}
+    hard = []
+    for t in seeds.values():
+        cut = np.quantile(t["difficulty"], 0.3)
+        hard.append(t["delta"][t["difficulty"] > cut].mean())
+    lo, hi = _t_interval(hard)
+    data = make_study({("baseline", "s1", 1): 5.0}, {"s1": 256})
+    v = claim8(data, {"arm": "gamma1+eps+gate", "size": "s1", "seeds": seeds})
+    assert min(_hard_minus_easy(t) for t in seeds.values()) > 0.1 and hi < 0.01
+    assert v.verdict == NOT_REPRODUCED
+    assert f"Δsym on the hard tokens {np.mean(hard):+.4f} [{lo:+.4f}, {hi:+.4f}] (df 2" in v.numbers
 
 
 def test_the_concentration_arm_is_fixed_before_losses_are_read():

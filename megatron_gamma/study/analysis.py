@@ -6,9 +6,9 @@ mechanism trajectories from the live diagnostics.
 Arms are recognized by their settings, not their names (:meth:`StudyData.role`): the
 **baseline** is the study's ``baseline`` arm; **γ=1** has init_gamma 1 and exactly the
 baseline's ε and gate; **γ=1+ε** has init_gamma 1, a smaller ε and the baseline's gate;
-**γ=1+ε+gate** has init_gamma 1, a smaller ε and a gate; **γ=0.5+ε+gate** has exactly γ=1+ε+gate's
-ε and gate at the baseline's γ (the control that separates the fixes' main effect from their
-interaction with γ).
+**γ=1+ε+gate** has init_gamma 1, a smaller ε and a gate other than the baseline's (not none);
+**γ=0.5+ε+gate** has exactly γ=1+ε+gate's ε and gate at the baseline's γ (the control that
+separates the fixes' main effect from their interaction with γ).
 
 Learning-rate phases (``study.json``, one per run): ``shared`` (the study's shared LR, every arm
 × size × seed), ``grid`` (the arm's LR grid on the selection seed; a shared run that is also a
@@ -219,11 +219,8 @@ class StudyData:
             for s in [self.settings(arm)]
             if s["init_gamma"] == 1.0
             and s["norm_epsilon"] < base["norm_epsilon"]
-            and (
-                s["gated_attention"] != "none"
-                if gate_wanted
-                else s["gated_attention"] == base["gated_attention"]
-            )
+            and (s["gated_attention"] == base["gated_attention"]) != gate_wanted
+            and (s["gated_attention"] != "none" or not gate_wanted)
         ]
         return max(found, key=lambda a: len(self.arm_sizes(a)), default=None)
 

@@ -38,7 +38,7 @@ from megatron_gamma.study.analysis import (
     uniform_sink_share,
 )
 from megatron_gamma.study.fits import PowerLawFit, mean_std
-from megatron_gamma.study.verdicts import concentration_arm, verdicts
+from megatron_gamma.study.verdicts import concentration_arm, concentration_missing, verdicts
 
 
 def _delta_cell(row: dict) -> str:
@@ -547,6 +547,6 @@ def _markdown(
                 )
             out += ["", f"![delta sym]({rel}/compare/seed-{seed}/delta_sym_by_difficulty.png)"]
     else:
-        out.append(f"Not measured: {cmp['error'] if cmp else 'no finished pair of runs'}.")
+        out.append(f"Not measured: {cmp['error'] if cmp else concentration_missing(data)}.")
     out.append("")
     return "\n".join(out)

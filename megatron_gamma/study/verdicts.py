@@ -285,11 +285,16 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
     return Verdict(claim, verdict, nums, rule, lr)
 
 
-def _largest_with(data: StudyData, arms: list[str], prefix: str) -> Optional[str]:
-    return next(
-        (s for s in reversed(data.sizes) if all(data.seed_series(a, s, prefix) for a in arms)),
-        None,
-    )
+def _largest_with(
+    data: StudyData, arms: list[str], prefix: str, sizes: Optional[list[str]] = None
+) -> Optional[str]:
+    """The largest of ``sizes`` (default: all) where every arm logged ``prefix`` on a common
+    seed, else None."""
+    for s in reversed(sizes if sizes is not None else data.sizes):
+        logged = [set(data.seed_series(a, s, prefix)) for a in arms]
+        if set.intersection(*logged):
+            return s
+    return None
 
 
 def claim4(data: StudyData) -> Verdict:
@@ -297,30 +302,40 @@ def claim4(data: StudyData) -> Verdict:
     claim = "ε = 1e-5 saturates RMSNorm under small initialization"
     rule = (
         "max saturated-token share, γ=1 (the baseline's ε) − γ=1+ε (smaller ε; only ε differs), "
-        f"paired by seed at the largest size: reproduced if the interval lies above "
-        f"{SATURATION_MIN:g}; not measurable where σ²_emb/ε > {EPS_ACTS_MAX:g} at every size"
+        "paired by seed at the largest size where ε can act (σ²_emb/ε <= "
+        f"{EPS_ACTS_MAX:g}) and both arms logged saturation: reproduced if the interval lies "
+        f"above {SATURATION_MIN:g}; not measurable where σ²_emb/ε > {EPS_ACTS_MAX:g} at every size"
     )
     g1, g2 = data.role("gamma1"), data.role("gamma1+eps")
     if not g1:
         return Verdict(claim, INCONCLUSIVE, "needs the γ = 1 and γ = 1+ε arms", rule)
     ratios, rtext = _ratio_text(data, g1)
-    size = _largest_with(data, [g1, g2], "norm_saturated") if g2 else None
-    measured, d = "", None
-    if size is not None:
+
+    def measured(sizes: Optional[list[str]]) -> tuple[str, Optional[Interval]]:
+        size = _largest_with(data, [g1, g2], "norm_saturated", sizes) if g2 else None
+        if size is None:
+            return "", None
         a, b = (data.seed_series(x, size, "norm_saturated") for x in (g1, g2))
         seeds = sorted(set(a) & set(b))
         d = paired_difference(
             [max(a[k].values()) for k in seeds], [max(b[k].values()) for k in seeds]
         )
-        measured = f"{size}: Δ max saturated share {d.text()}"
+        return f"{size}: Δ max saturated share {d.text()}", d
+
     if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
-        return Verdict(claim, NOT_MEASURABLE, "; ".join(x for x in (measured, rtext) if x), rule)
+        text, _ = measured(None)
+        return Verdict(claim, NOT_MEASURABLE, "; ".join(x for x in (text, rtext) if x), rule)
     if not g2:
         return Verdict(claim, INCONCLUSIVE, f"needs the γ = 1+ε arm; {rtext}", rule)
+    acting = [s for s in data.sizes if ratios.get(s, 0.0) <= EPS_ACTS_MAX]
+    text, d = measured(acting)
     if d is None:
-        return Verdict(claim, INCONCLUSIVE, f"no saturation diagnostics; {rtext}", rule)
+        return Verdict(
+            claim, INCONCLUSIVE, "no saturation diagnostics on a common seed at a size where ε "
+            f"can act ({', '.join(acting)}); {rtext}", rule,
+        )  # fmt: skip
     verdict, why = decide(d, SATURATION_MIN, +1)
-    return Verdict(claim, verdict, f"{measured}: {why}; {rtext}", rule)
+    return Verdict(claim, verdict, f"{text}: {why}; {rtext}", rule)
 
 
 def claim5(data: StudyData) -> Verdict:
@@ -363,6 +378,10 @@ def claim5(data: StudyData) -> Verdict:
             verdicts.append(INCONCLUSIVE)
             continue
         seeds = sorted(set(final[arm]) & set(final[ref]))
+        if not seeds:
+            parts.append(f"effect of {label}: {arm} and {ref} share no seed with sink diagnostics")
+            verdicts.append(INCONCLUSIVE)
+            continue
         d = paired_difference([final[arm][k] for k in seeds], [final[ref][k] for k in seeds])
         v, why = decide(d, SINK_MIN, direction)
         parts.append(f"effect of {label} ({arm} − {ref}) {d.text()}: {why}")
@@ -374,32 +393,43 @@ def claim6(data: StudyData, grid: dict) -> Verdict:
     """Loss is best at γ = 1 (worse above and below)."""
     claim = "loss is best at γ = 1 (worse below and above)"
     rule = (
-        "at matched seeds only: the loss of the nearest grid γ below 1 and of the nearest above "
-        "1, each minus γ = 1's, paired by seed (t, df = seeds − 1): reproduced if both intervals "
-        f"lie above +δ (δ = {data.margin:g} nats), not reproduced if either lies below +δ; the "
-        "grid needs a γ on each side of 1"
+        "at matched seeds only: the loss of the grid's nearest γ below 1 and nearest above 1, "
+        "each minus γ = 1's, paired by seed (t, df = seeds − 1): reproduced if both intervals "
+        f"lie above +δ (δ = {data.margin:g} nats), not reproduced if either lies below +δ; a "
+        "side whose grid γ did not finish, or a grid without a γ on that side, is not measured"
     )
     if not grid:
         return Verdict(claim, INCONCLUSIVE, "no γ grid in this study", rule)
+    values = sorted(data.manifest["gamma_grid"].get("values") or [])
     parts, verdicts = [], []
     for size, g in grid.items():
         seeds = ", ".join(f"γ={k:g} {v}" for k, v in g["all_seeds"].items())
-        if not g["seeds"] or 1.0 not in g["gamma"]:
-            parts.append(f"{size}: no seed finished every γ, γ = 1 included (seeds {seeds})")
+        if 1.0 not in (values or g["gamma"]):
+            parts.append(f"{size}: the grid has no γ = 1")
+            verdicts.append(INCONCLUSIVE)
+            continue
+        if g["best"] is None or 1.0 not in g["per_seed"]:
+            parts.append(f"{size}: no seed finished γ = 1 and another γ (seeds {seeds})")
             verdicts.append(INCONCLUSIVE)
             continue
         pts = ", ".join(f"γ={x:g} {y:.4f}" for x, y in zip(g["gamma"], g["mean"], strict=True))
-        text = f"{size} ({g['lr']}) at matched seed(s) {g['seeds']}: {pts}; best γ = {g['best']:g}"
-        below = max((x for x in g["gamma"] if x < 1.0), default=None)
-        above = min((x for x in g["gamma"] if x > 1.0), default=None)
+        text = f"{size} ({g['lr']}) at matched seed(s) {g['seeds']}: {pts}"
+        text += f"; lowest at γ = {g['best']:g}"
+        grid_values = values or g["gamma"]
+        below = max((x for x in grid_values if x < 1.0), default=None)
+        above = min((x for x in grid_values if x > 1.0), default=None)
         sides = []
         for side, near in (("below", below), ("above", above)):
             if near is None:
                 sides.append((f"no γ {side} 1 in the grid: not measured", INCONCLUSIVE))
-                continue
-            d = paired_difference(g["per_seed"][near], g["per_seed"][1.0])
-            v, why = decide(d, data.margin, +1)
-            sides.append((f"γ={near:g} − γ=1 {d.text()}: {why}", v))
+            elif near not in g["per_seed"]:
+                sides.append(
+                    (f"γ={near:g} (nearest {side} 1) did not finish: not measured", INCONCLUSIVE)
+                )
+            else:
+                d = paired_difference(g["per_seed"][near], g["per_seed"][1.0])
+                v, why = decide(d, data.margin, +1)
+                sides.append((f"γ={near:g} − γ=1 {d.text()}: {why}", v))
         parts.append(f"{text}; " + "; ".join(t for t, _ in sides))
         verdicts.append(combine([v for _, v in sides]))
     return Verdict(claim, combine(verdicts), "; ".join(parts), rule)
@@ -419,14 +449,17 @@ def claim7(data: StudyData) -> Verdict:
         "paired by seed at the largest size: dip (1 − min/initial stable rank) of the arm − "
         f"control's above {DIP_MIN:g}, and the arm's recovery (final/min − 1) above {DIP_MIN:g}"
     )
-    pairs = []
-    for name in ("gamma1", "gamma1+eps", "gamma1+eps+gate"):
-        arm = data.role(name)
-        if arm and (ctrl := data.matched_control(arm)):
-            pairs.append((arm, ctrl))
+    names = ("gamma1", "gamma1+eps", "gamma1+eps+gate")
+    arms = [a for a in dict.fromkeys(data.role(n) for n in names) if a]
+    controls = {a: data.matched_control(a) for a in arms}
+    pairs = [(a, c) for a, c in controls.items() if c]
+    parts = [f"{a}: no matched γ = 0.5 control, not judged" for a, c in controls.items() if not c]
     if not pairs:
-        return Verdict(claim, INCONCLUSIVE, "no γ = 1 arm with a matched γ = 0.5 control", rule)
-    parts, verdicts = [], []
+        why = f" ({'; '.join(parts)})" if parts else ""
+        return Verdict(
+            claim, INCONCLUSIVE, f"no γ = 1 arm with a matched γ = 0.5 control{why}", rule
+        )
+    verdicts = []
     for arm, ctrl in pairs:
         size = _largest_with(data, [arm, ctrl], "stable_rank")
         if size is None:
@@ -439,10 +472,10 @@ def claim7(data: StudyData) -> Verdict:
             parts.append(f"{arm} vs {ctrl} ({size}): no common seed with >= 3 stable-rank points")
             verdicts.append(INCONCLUSIVE)
             continue
-        first = min(min(a[k]) for k in seeds)
+        first = max(min(x[k]) for x in (a, b) for k in seeds)
         if first != 0:
             parts.append(
-                f"{arm} vs {ctrl} ({size}): the first stable rank is logged at iteration "
+                f"{arm} vs {ctrl} ({size}): a first stable rank is logged at iteration "
                 f"{first}, not at initialization, so an early collapse is unobserved"
             )
             verdicts.append(INCONCLUSIVE)
@@ -461,29 +494,38 @@ def claim7(data: StudyData) -> Verdict:
 
 
 def delta_sym_concentration(seeds: dict[int, dict]) -> dict:
-    """Hard − easy mean Δsym per seed, with seeds as the unit of replication.
+    """Hard − easy mean Δsym per seed, and mean Δsym on the hard tokens, with seeds as the unit
+    of replication.
 
     A uniform improvement (``log p_A = log p_B + c`` on every token) gives Δsym = tanh(c/2) on
     every token, a flat profile: hard − easy = 0 is its null. Easy tokens: difficulty at or
     below the seed's ``EASY_SHARE`` quantile. Tokens and documents of one seed are not
-    independent replicates of the effect; the interval is Student-t over the per-seed values
-    (df = seeds − 1), so the spread between seeds is in it.
+    independent replicates of the effect; the intervals are Student-t over the per-seed values
+    (df = seeds − 1), so the spread between seeds is in them.
 
     Args:
         seeds: {seed: {"delta": (n,) Δsym, "difficulty": (n,) nats}} (float arrays).
 
     Returns:
-        {"per_seed": {seed: hard − easy}, "interval": :class:`~.fits.Interval` over seeds,
-        "null": {seed: tanh(c/2), the uniform-improvement level}}.
+        {"per_seed": {seed: hard − easy}, "interval": :class:`~.fits.Interval` of hard − easy
+        over seeds, "hard": {seed: mean Δsym on the hard tokens}, "hard_interval": its
+        interval, "null": {seed: tanh(c/2), the uniform-improvement level}}.
     """
-    per_seed, null = {}, {}
+    per_seed, hard_mean, null = {}, {}, {}
     for seed, t in seeds.items():
         delta = np.asarray(t["delta"], dtype=np.float64).ravel()
         diff = np.asarray(t["difficulty"], dtype=np.float64).ravel()
         hard = diff > np.quantile(diff, EASY_SHARE)
-        per_seed[seed] = float(delta[hard].mean() - delta[~hard].mean())
+        hard_mean[seed] = float(delta[hard].mean())
+        per_seed[seed] = hard_mean[seed] - float(delta[~hard].mean())
         null[seed] = float(np.tanh(np.arctanh(np.clip(delta, -0.999999, 0.999999)).mean()))
-    return {"per_seed": per_seed, "interval": t_interval(list(per_seed.values())), "null": null}
+    return {
+        "per_seed": per_seed,
+        "interval": t_interval(list(per_seed.values())),
+        "hard": hard_mean,
+        "hard_interval": t_interval(list(hard_mean.values())),
+        "null": null,
+    }
 
 
 def concentration_arm(data: StudyData) -> Optional[str]:
@@ -492,19 +534,27 @@ def concentration_arm(data: StudyData) -> Optional[str]:
     return data.role("gamma1+eps+gate") or data.role("gamma1")
 
 
+def concentration_missing(data: StudyData) -> str:
+    """Why claim 8 has no comparison when ``compare`` did not run."""
+    arm = concentration_arm(data)
+    if arm is None:
+        return "the study has no γ = 1 arm (γ = 1+ε+gate or γ = 1 with the baseline's ε, gate)"
+    return f"no seed where both {arm} and the baseline finished at one size"
+
+
 def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
     """The gains concentrate on mid/high-difficulty tokens."""
     claim = "the gains concentrate on mid/high-difficulty tokens"
     rule = (
-        f"mean Δsym on the hardest {1 - EASY_SHARE:.0%} of tokens − on the easiest "
-        f"{EASY_SHARE:.0%}, held-out, γ=1+ε+gate (else γ=1; fixed in advance, not chosen by "
-        "loss) vs baseline, so the recipe's whole effect, not γ's alone; per seed, then "
-        f"Student-t over seeds (df = seeds − 1): reproduced if the interval lies above "
-        f"+{CONCENTRATION_MIN:g}, not reproduced if it lies below it (a uniform improvement "
-        "gives a flat profile, 0)"
+        f"held-out, γ=1+ε+gate (else γ=1; fixed in advance, not chosen by loss) vs baseline, so "
+        "the recipe's whole effect, not γ's alone; per seed, then Student-t over seeds (df = "
+        f"seeds − 1): mean Δsym on the hardest {1 - EASY_SHARE:.0%} of tokens − on the easiest "
+        f"{EASY_SHARE:.0%} (a uniform improvement gives a flat profile, 0), and mean Δsym on "
+        f"the hardest {1 - EASY_SHARE:.0%} (a gain there), each against +{CONCENTRATION_MIN:g}: "
+        "reproduced if both intervals lie above it, not reproduced if either lies below it"
     )
     if not cmp or cmp.get("error"):
-        why = cmp["error"] if cmp else "no pair of finished runs of that arm and the baseline"
+        why = cmp["error"] if cmp else concentration_missing(data)
         return Verdict(claim, INCONCLUSIVE, f"compare: {why}", rule)
     seeds = cmp["seeds"]
     head = f"{cmp['arm']} vs {data.baseline} at {cmp['size']}"
@@ -516,12 +566,14 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
     r = delta_sym_concentration(seeds)
     per = ", ".join(f"seed {k} {v:+.4f}" for k, v in r["per_seed"].items())
     null = ", ".join(f"{v:+.4f}" for v in r["null"].values())
-    verdict, why = decide(r["interval"], CONCENTRATION_MIN, +1)
+    v1, why1 = decide(r["interval"], CONCENTRATION_MIN, +1)
+    v2, why2 = decide(r["hard_interval"], CONCENTRATION_MIN, +1)
     nums = (
-        f"{head}: hard − easy Δsym {per}; over seeds {r['interval'].text()}: {why}; "
-        f"uniform-improvement level tanh(c/2) per seed {null}"
+        f"{head}: hard − easy Δsym {per}; over seeds {r['interval'].text()}: {why1}; Δsym on "
+        f"the hard tokens {r['hard_interval'].text()}: {why2}; uniform-improvement level "
+        f"tanh(c/2) per seed {null}"
     )
-    return Verdict(claim, verdict, nums, rule)
+    return Verdict(claim, combine([v1, v2]), nums, rule)
 
 
 def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
