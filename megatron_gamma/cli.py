@@ -94,10 +94,14 @@ def _compare(args: argparse.Namespace) -> None:
         num_bins=args.num_bins,
         progress=not args.no_progress,
     )
+    iv = out["mean_delta_sym_interval"]
+    interval = f" [{iv[0]:+.4f}, {iv[1]:+.4f}] (df {out['documents'] - 1})" if iv else ""
     print(
-        f"{out['tokens']} tokens: loss A {out['a']['mean_loss']:.4f}, loss B "
-        f"{out['b']['mean_loss']:.4f}, mean delta_sym {out['mean_delta_sym']:+.4f}"
+        f"{out['tokens']} tokens of {out['documents']} documents: loss A "
+        f"{out['a']['mean_loss']:.4f}, loss B {out['b']['mean_loss']:.4f}, mean delta_sym "
+        f"{out['mean_delta_sym']:+.4f}{interval}"
     )
+    print(f"note: {out['caveats']}")
     for name, path in out["files"].items():
         print(f"wrote {name}: {path}")
 

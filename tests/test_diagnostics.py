@@ -6,8 +6,10 @@ import json
 import math
 import threading
 
+import numpy as np
 import pytest
 import torch
+from scipy import stats as sp_stats
 
 from megatron_gamma.diagnostics.attention import attention_sink_share
 from megatron_gamma.diagnostics.condensation import (
@@ -23,6 +25,7 @@ from megatron_gamma.diagnostics.norm import rmsnorm_saturation
 from megatron_gamma.diagnostics.probes import metric_key, parse_metric_key
 from megatron_gamma.diagnostics.spectral import spectral_norm, stable_rank, top_singular_values_sq
 from megatron_gamma.diagnostics.tokens import (
+    document_interval,
     gap_by_difficulty,
     symmetric_gap,
     target_log_probs,
@@ -334,6 +337,37 @@ def test_delta_sym_definition_symmetry_and_bins():
 def test_delta_sym_is_exact_where_probabilities_underflow():
     a, b = torch.tensor([-1000.0]), torch.tensor([-1001.0])
     assert float(symmetric_gap(a, b)) == pytest.approx(math.tanh(0.5))
+
+
+def _clustered_by_hand(x: np.ndarray, docs: np.ndarray) -> tuple[float, float, float]:
+    """Mean and 95% interval of x with document-clustered (CR1) variance, one loop per
+    document, fp64: var = G/(G-1) * sum_g (sum_{i in g} (x_i - mean))^2 / n^2, t with G - 1."""
+    mean = sum(x) / len(x)
+    groups = sorted(set(docs.tolist()))
+    total = sum(sum(x[i] - mean for i in range(len(x)) if docs[i] == g) ** 2 for g in groups)
+    se = math.sqrt(len(groups) / (len(groups) - 1) * total) / len(x)
+    half = sp_stats.t.ppf(0.975, len(groups) - 1) * se
+    return mean, mean - half, mean + half
+
+
+def test_intervals_are_clustered_by_document():
+    """Tokens of one document share a shift: the per-token standard error understates the
+    spread; the document-clustered interval is checked against a loop by hand."""
+    rng = np.random.default_rng(5)
+    docs = np.repeat(np.arange(12), 40)
+    x = rng.normal(0, 0.3, 12)[docs] + rng.normal(0, 0.1, docs.size)
+    mean, se, low, high, count = document_interval(x, docs)
+    assert count == 12
+    assert (mean, low, high) == pytest.approx(_clustered_by_hand(x, docs), rel=1e-10)
+    assert se > 3 * x.std(ddof=1) / math.sqrt(x.size)
+    one = document_interval(x[:40], docs[:40])
+    assert one[4] == 1 and all(math.isnan(v) for v in one[1:4])
+    diff = torch.tensor(np.tile(np.linspace(0, 1, 40), 12))
+    bins = gap_by_difficulty(torch.tensor(x), diff, num_bins=2, documents=docs)
+    for b, sel in zip(bins, (diff.numpy() < 0.5, diff.numpy() >= 0.5), strict=True):
+        _, lo, hi = _clustered_by_hand(x[sel], docs[sel])
+        assert b.documents == 12 and (b.low, b.high) == pytest.approx((lo, hi), rel=1e-10)
+    assert gap_by_difficulty(torch.tensor(x), diff, num_bins=2)[0].low is None
 
 
 def test_bins_with_explicit_edges_and_ties():

@@ -8,8 +8,9 @@ windows of an indexed dataset; per token we get
 
 Writes into ``--output-dir``:
 
-- ``delta_sym_by_difficulty.png``: mean Delta_sym per bin with standard errors, and the share of
-  tokens where A is better;
+- ``delta_sym_by_difficulty.png``: mean Delta_sym per bin with its 95% interval clustered by
+  document, coloured for A or B only where the interval excludes 0, and the share of tokens
+  where A is better;
 - ``delta_sym_by_difficulty.csv``: the bin table;
 - ``compare.json``: the table, both losses, the inputs; ``tokens.npz``: per-token arrays
   (tokens, targets, logp_a, logp_b, delta_sym, difficulty, and document: the index of the
@@ -31,12 +32,22 @@ from tqdm import tqdm
 from megatron_gamma.atomic import atomic_open, atomic_path
 from megatron_gamma.config import ConfigError
 from megatron_gamma.diagnostics.tokens import (
+    document_interval,
     gap_by_difficulty,
     symmetric_gap,
     target_log_probs,
     token_difficulty,
 )
 from megatron_gamma.rundir import layout, loader
+
+CAVEATS = (
+    "one checkpoint pair: the intervals cover these token windows (95%, t over documents, "
+    "df = documents - 1), not other seeds or the method in general; difficulty is the mean loss "
+    "of the same two models, so noise alone makes the profile slope towards B on hard tokens "
+    "(regression to the mean): judge where gains sit with difficulty from independent models "
+    "(the study's claim 8 takes it from the other seeds)"
+)
+"""What ``compare``'s numbers do not say, written into compare.json and printed."""
 
 
 def token_windows(prefix: str, num_sequences: int, seq_length: int) -> torch.Tensor:
@@ -196,7 +207,11 @@ def compare(
     logp_a, logp_b = logps
     delta = symmetric_gap(logp_a, logp_b)
     difficulty = token_difficulty(logp_a, logp_b)
-    bins = gap_by_difficulty(delta, difficulty, num_bins=num_bins, logp_a=logp_a, logp_b=logp_b)
+    documents = window_documents(data_path, windows.size(0), seq)
+    bins = gap_by_difficulty(
+        delta, difficulty, num_bins=num_bins, logp_a=logp_a, logp_b=logp_b, documents=documents
+    )
+    mean, _, low, high, count = document_interval(delta.numpy(), documents)
     labels = (_label(paths[0], cfgs[0]), _label(paths[1], cfgs[1]))
     summary = {
         "a": {
@@ -213,11 +228,13 @@ def compare(
         "sequences": int(windows.size(0)),
         "seq_length": seq,
         "tokens": int(delta.numel()),
-        "mean_delta_sym": float(delta.mean()),
+        "documents": count,
+        "mean_delta_sym": mean,
+        "mean_delta_sym_interval": None if count < 2 else [low, high],
         "definition": "delta_sym = (p_A - p_B) / (p_A + p_B); difficulty = (loss_A + loss_B) / 2",
+        "caveats": CAVEATS,
         "bins": [b.as_dict() for b in bins],
     }
-    documents = window_documents(data_path, windows.size(0), seq)
     files = _write(
         summary, bins, labels, windows, logp_a, logp_b, delta, difficulty, documents, output_dir
     )

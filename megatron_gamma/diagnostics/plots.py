@@ -612,7 +612,9 @@ def plot_analysis(runs, out_dir: str) -> dict[str, str]:
 
 
 def plot_compare(bins, labels: tuple[str, str], path: str, title_note: str = "") -> str:
-    """Delta_sym by difficulty bin (top) and each model's mean loss per bin (bottom).
+    """Delta_sym by difficulty bin (top) and each model's mean loss per bin (bottom). A bar is
+    coloured for A or B only where its interval excludes 0 (grey otherwise, and where a bin has
+    no interval).
 
     Args:
         bins: list of :class:`~megatron_gamma.diagnostics.tokens.DifficultyBin`.
@@ -625,9 +627,15 @@ def plot_compare(bins, labels: tuple[str, str], path: str, title_note: str = "")
     )
     x = np.arange(len(bins))
     mean = np.array([b.mean_delta for b in bins])
-    sem = np.array([b.sem_delta for b in bins])
-    colors = [run_color(0) if m >= 0 else run_color(1) for m in mean]
-    ax.bar(x, mean, yerr=sem, color=colors, alpha=0.85, capsize=3, ecolor="black")
+    known = [b.low is not None for b in bins]
+    low = np.array([b.low if k else m for b, k, m in zip(bins, known, mean, strict=True)])
+    high = np.array([b.high if k else m for b, k, m in zip(bins, known, mean, strict=True)])
+    colors = [
+        run_color(0) if k and lo > 0 else run_color(1) if k and hi < 0 else "lightgrey"
+        for k, lo, hi in zip(known, low, high, strict=True)
+    ]
+    yerr = np.vstack([mean - low, high - mean])
+    ax.bar(x, mean, yerr=yerr, color=colors, alpha=0.85, capsize=3, ecolor="black")
     ax.axhline(0, color="black", lw=0.8)
     ax.set_ylabel("mean Δsym = (p_A − p_B)/(p_A + p_B)")
     ax.set_title(f"Symmetric probability gap by token difficulty{title_note}")
@@ -635,8 +643,12 @@ def plot_compare(bins, labels: tuple[str, str], path: str, title_note: str = "")
     handles = [
         plt.Rectangle((0, 0), 1, 1, color=run_color(0), label=f"A better: {labels[0]}"),
         plt.Rectangle((0, 0), 1, 1, color=run_color(1), label=f"B better: {labels[1]}"),
-        plt.Line2D([], [], color="black", marker="|", ls="", ms=10, label="± 1 standard error"),
-    ]
+        plt.Rectangle((0, 0), 1, 1, color="lightgrey", label="interval includes 0"),
+        plt.Line2D(
+            [], [], color="black", marker="|", ls="", ms=10,
+            label="95% interval, clustered by document",
+        ),
+    ]  # fmt: skip
     ax.legend(handles=handles, fontsize=8, loc="best")
     # each model's mean loss per bin, and the share of tokens A wins
     if bins[0].mean_loss_a is not None:

@@ -10,16 +10,27 @@ gap Delta_sym and token difficulty (average loss) without defining them; **our d
   probabilities underflow;
 - difficulty ``d = (loss_A + loss_B) / 2 = -(log p_A + log p_B) / 2`` in nats, the mean loss
   of the two models on the token (symmetric, so swapping A and B changes neither d nor the bins).
+
+Two cautions for reading a profile. Tokens of one document are not independent, so intervals
+are clustered by document (:func:`document_interval`; df = documents − 1), not per token. And
+difficulty computed from the same two models shares their noise with Δsym: where A and B
+differ only by noise, the tokens B happened to get wrong sort into the hard bins, so the
+profile slopes towards "B better on hard tokens" with no real difference (regression to the
+mean). A claim about where the gains sit needs difficulty from models independent of the pair
+(the study's claim 8 takes it from the other seeds' pairs).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Optional
 
+import numpy as np
 import torch
+from scipy import stats
 
 
 def target_log_probs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -72,6 +83,40 @@ def token_difficulty(logp_a: torch.Tensor, logp_b: torch.Tensor) -> torch.Tensor
     return -(logp_a.double() + logp_b.double()) / 2
 
 
+def document_interval(
+    values: torch.Tensor | np.ndarray, documents: torch.Tensor | np.ndarray, level: float = 0.95
+) -> tuple[float, float, float, float, int]:
+    """Mean of per-token ``values`` with a cluster-robust interval, documents as clusters.
+
+    ``SE² = G/(G − 1) · Σ_g (Σ_{i∈g} (x_i − x̄))² / n²`` (the CR1 sandwich estimator of a mean),
+    interval ``x̄ ± t_{(1+level)/2, G−1} · SE``: tokens within a document may be correlated,
+    documents are taken as independent.
+
+    Args:
+        values: (n,) per-token values (any shape, flattened), n >= 1.
+        documents: same shape, the document of each token (any integer labels).
+        level: confidence level in (0, 1).
+
+    Returns:
+        (mean, se, low, high, documents G); se, low and high are NaN for G < 2.
+
+    Raises:
+        ValueError: shape mismatch or no values.
+    """
+    x = np.asarray(values, dtype=np.float64).reshape(-1)
+    g = np.asarray(documents).reshape(-1)
+    if x.shape != g.shape or x.size == 0:
+        raise ValueError(f"values {x.shape} and documents {g.shape}: need equal, non-empty")
+    labels, inverse = np.unique(g, return_inverse=True)
+    mean, count = float(x.mean()), labels.size
+    if count < 2:
+        return mean, math.nan, math.nan, math.nan, count
+    sums = np.bincount(inverse, weights=x - mean, minlength=count)
+    se = math.sqrt(count / (count - 1) * float(sums @ sums)) / x.size
+    half = float(stats.t.ppf((1 + level) / 2, count - 1)) * se
+    return mean, se, mean - half, mean + half, count
+
+
 @dataclass
 class DifficultyBin:
     """Delta_sym over the tokens of one difficulty bin.
@@ -82,7 +127,12 @@ class DifficultyBin:
         count: tokens in the bin.
         mean_difficulty: mean difficulty of those tokens (nats).
         mean_delta: mean Delta_sym.
-        sem_delta: standard error of that mean (0 for fewer than 2 tokens).
+        sem_delta: standard error of that mean: clustered by document when documents were given
+            (:func:`document_interval`), else per token (tokens taken as independent, which
+            understates it); None when it cannot be computed (one document, or one token).
+        low, high: the 95% interval of ``mean_delta`` (t, df = documents − 1) when documents
+            were given and the bin has at least 2; else None.
+        documents: distinct documents in the bin, when documents were given; else None.
         a_better: fraction of tokens with Delta_sym > 0.
         mean_loss_a: A's mean loss on the bin's tokens (nats), when log-probs were given.
         mean_loss_b: B's mean loss on the bin's tokens (nats), when log-probs were given.
@@ -93,10 +143,13 @@ class DifficultyBin:
     count: int
     mean_difficulty: float
     mean_delta: float
-    sem_delta: float
+    sem_delta: Optional[float]
     a_better: float
     mean_loss_a: Optional[float] = None
     mean_loss_b: Optional[float] = None
+    low: Optional[float] = None
+    high: Optional[float] = None
+    documents: Optional[int] = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -109,6 +162,7 @@ def gap_by_difficulty(
     edges: Optional[Sequence[float]] = None,
     logp_a: Optional[torch.Tensor] = None,
     logp_b: Optional[torch.Tensor] = None,
+    documents: Optional[torch.Tensor | np.ndarray] = None,
 ) -> list[DifficultyBin]:
     """Delta_sym aggregated by token difficulty.
 
@@ -124,6 +178,8 @@ def gap_by_difficulty(
         edges: explicit increasing inner edges in nats (overrides ``num_bins``).
         logp_a: optional, same shape: A's log-probabilities, for per-bin mean losses.
         logp_b: optional, same shape: B's log-probabilities.
+        documents: optional, same shape: the document of each token, for intervals clustered
+            by document (:func:`document_interval`).
 
     Returns:
         One :class:`DifficultyBin` per non-empty bin, easiest first; counts sum to n.
@@ -138,6 +194,9 @@ def gap_by_difficulty(
     for lp in (logp_a, logp_b):
         if lp is not None:
             _check_pair(lp, delta)
+    docs = None if documents is None else np.asarray(documents).reshape(-1)
+    if docs is not None and docs.size != x.numel():
+        raise ValueError(f"documents has {docs.size} entries for {x.numel()} tokens")
     if d.numel() == 0:
         raise ValueError("no tokens to bin")
     lo, hi = float(d.min()), float(d.max())
@@ -161,7 +220,12 @@ def gap_by_difficulty(
         if n == 0:
             continue
         xs = x[sel]
-        sem = float(xs.std(unbiased=True) / n**0.5) if n > 1 else 0.0
+        low = high = count = None
+        if docs is not None:
+            _, sem, low, high, count = document_interval(xs.numpy(), docs[sel.numpy()])
+            sem, low, high = (None, None, None) if math.isnan(sem) else (sem, low, high)
+        else:
+            sem = float(xs.std(unbiased=True) / n**0.5) if n > 1 else None
         bins.append(
             DifficultyBin(
                 lo=bounds[i],
@@ -173,6 +237,9 @@ def gap_by_difficulty(
                 a_better=float((xs > 0).double().mean()),
                 mean_loss_a=None if losses[0] is None else float(losses[0][sel].mean()),
                 mean_loss_b=None if losses[1] is None else float(losses[1][sel].mean()),
+                low=low,
+                high=high,
+                documents=count,
             )
         )
     return bins
