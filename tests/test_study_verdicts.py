@@ -594,45 +594,87 @@ def test_condensation_needs_the_control_logged_from_iteration_zero_too():
 # --- claim 8: Δsym by difficulty ------------------------------------------------------------
 
 
-def _tokens(rng, extra: float, docs=40, per_doc=50):
-    """Tokens of one seed: log-prob gain 0.1 nats plus ``extra`` on the tokens harder than 3."""
-    n = docs * per_doc
-    difficulty = rng.uniform(0, 10, n)
-    dlogp = 0.1 + extra * (difficulty > 3) + rng.normal(0, 0.3, n)
-    return {"delta": np.tanh(dlogp / 2), "difficulty": difficulty, "dlogp": dlogp}
+def _pairs(rng, extras: dict[int, float], n=2000, easy_loss=None) -> dict[int, dict]:
+    """Seeds scoring the same n held-out tokens of true difficulty D ~ U(0, 10) nats: B's loss
+    is D plus seed noise; A gains 0.1 nats plus ``extras[seed]`` on tokens with D > 3 (or, with
+    ``easy_loss``, loses that much on tokens with D <= 3 and gains nothing elsewhere), plus
+    seed noise. Each seed's difficulty is its own pair's mean loss, as ``compare`` writes it."""
+    true = rng.uniform(0, 10, n)
+    out = {}
+    for seed, extra in extras.items():
+        logp_b = -true + rng.normal(0, 0.3, n)
+        if easy_loss is None:
+            gain = 0.1 + extra * (true > 3)
+        else:
+            gain = -easy_loss * (true <= 3)
+        dlogp = gain + rng.normal(0, 0.3, n)
+        out[seed] = {
+            "delta": np.tanh(dlogp / 2),
+            "difficulty": -(2 * logp_b + dlogp) / 2,
+            "dlogp": dlogp,
+        }
+    return out
 
 
-def _hard_minus_easy(t: dict) -> float:
-    """Mean Δsym above the 30% difficulty quantile minus at or below it, by hand."""
-    easy = t["difficulty"] <= np.quantile(t["difficulty"], 0.3)
-    return float(t["delta"][~easy].mean() - t["delta"][easy].mean())
+def _hard(seeds: dict[int, dict], seed: int) -> np.ndarray:
+    """Seed ``seed``'s hard tokens by the other seeds' mean difficulty, by hand."""
+    others = np.mean([t["difficulty"] for k, t in seeds.items() if k != seed], axis=0)
+    return others > np.quantile(others, 0.3)
+
+
+def _hard_minus_easy(seeds: dict[int, dict], seed: int) -> float:
+    hard, delta = _hard(seeds, seed), seeds[seed]["delta"]
+    return float(delta[hard].mean() - delta[~hard].mean())
 
 
 def test_delta_sym_against_the_uniform_improvement_profile():
     rng = np.random.default_rng(0)
-    uniform = {s: _tokens(rng, 0.0) for s in (1, 2, 3)}
+    uniform = _pairs(rng, {1: 0.0, 2: 0.0, 3: 0.0})
     r = delta_sym_concentration(uniform)
     for s, t in uniform.items():  # a uniform shift c gives tanh(c/2) on every token
         assert r["null"][s] == pytest.approx(np.tanh(t["dlogp"].mean() / 2), abs=1e-9)
-        assert r["per_seed"][s] == pytest.approx(_hard_minus_easy(t), abs=1e-12)
-    lo, hi = _t_interval([_hard_minus_easy(t) for t in uniform.values()])
+        assert r["per_seed"][s] == pytest.approx(_hard_minus_easy(uniform, s), abs=1e-12)
+    lo, hi = _t_interval([_hard_minus_easy(uniform, s) for s in uniform])
     assert (r["interval"].low, r["interval"].high) == pytest.approx((lo, hi))
     assert r["interval"].df == 2 and lo < 0 < hi
     data = make_study({("baseline", "s1", 1): 5.0}, {"s1": 256})
-    cmp = {"arm": "gamma1", "size": "s1", "seeds": {s: _tokens(rng, 0.4) for s in (1, 2, 3)}}
+    cmp = {"arm": "gamma1", "size": "s1", "seeds": _pairs(rng, {1: 0.4, 2: 0.4, 3: 0.4})}
     assert claim8(data, cmp).verdict == REPRODUCED
-    one = {"arm": "gamma1", "size": "s1", "seeds": {1: _tokens(rng, 0.4)}}
+    one = {"arm": "gamma1", "size": "s1", "seeds": _pairs(rng, {1: 0.4})}
     v = claim8(data, one)
     assert v.verdict == INCONCLUSIVE and "needs >= 2 seeds" in v.numbers
 
 
+def test_difficulty_from_the_pair_itself_makes_a_profile_from_noise():
+    """A and B differ by noise alone (1 nat per token, on true difficulty D ~ U(0, 2)): binned
+    by each seed's own difficulty, hard − easy is clearly negative (B "better on hard tokens");
+    binned by the other seeds' difficulty it is not."""
+    rng = np.random.default_rng(1)
+    true = rng.uniform(0, 2, 4000)
+    seeds = {}
+    for seed in (1, 2, 3, 4):
+        logp_b = -true + rng.normal(0, 0.3, true.size)
+        dlogp = rng.normal(0, 1.0, true.size)
+        seeds[seed] = {"delta": np.tanh(dlogp / 2), "difficulty": -logp_b - dlogp / 2}
+    own = []
+    for t in seeds.values():
+        hard = t["difficulty"] > np.quantile(t["difficulty"], 0.3)
+        own.append(t["delta"][hard].mean() - t["delta"][~hard].mean())
+    assert _t_interval(own)[1] < -0.05  # the artefact, by hand
+    r = delta_sym_concentration(seeds)
+    assert r["interval"].low < 0 < r["interval"].high
+    assert [r["per_seed"][s] for s in seeds] == pytest.approx(
+        [_hard_minus_easy(seeds, s) for s in seeds], abs=1e-12
+    )
+
+
 def test_delta_sym_seeds_are_the_unit_not_documents():
-    """Two seeds whose hard − easy values have opposite signs, 400 documents each: resampling
-    documents within seeds once gave a narrow interval above 0 (reproduced); over seeds it is
-    t with df 1."""
+    """Two seeds whose hard − easy values have opposite signs: tokens or documents taken as
+    replicates once gave a narrow interval above 0 (reproduced); over seeds it is t with
+    df 1."""
     rng = np.random.default_rng(0)
-    seeds = {1: _tokens(rng, 0.2, docs=400), 2: _tokens(rng, -0.12, docs=400)}
-    per_seed = [_hard_minus_easy(t) for t in seeds.values()]
+    seeds = _pairs(rng, {1: 0.2, 2: -0.12}, n=20000)
+    per_seed = [_hard_minus_easy(seeds, s) for s in seeds]
     assert per_seed[0] > 0 > per_seed[1]
     lo, hi = _t_interval(per_seed)
     v = claim8(make_study({("baseline", "s1", 1): 5.0}, {"s1": 256}), {
@@ -645,21 +687,17 @@ def test_a_profile_without_a_gain_is_not_a_concentrated_gain():
     """The arm loses 0.4 nats on the easiest tokens and nothing on the rest: hard − easy is
     well above 0, but there is no gain to concentrate, and the hard-token part says so."""
     rng = np.random.default_rng(0)
-    seeds = {}
-    for s in (1, 2, 3):
-        difficulty = rng.uniform(0, 10, 2000)
-        dlogp = np.where(difficulty <= 3, -0.4, 0.0) + rng.normal(0, 0.3, 2000)
-        seeds[s] = {"delta": np.tanh(dlogp / 2), "difficulty": difficulty}
-    hard = []
-    for t in seeds.values():
-        cut = np.quantile(t["difficulty"], 0.3)
-        hard.append(t["delta"][t["difficulty"] > cut].mean())
+    seeds = _pairs(rng, {1: 0.0, 2: 0.0, 3: 0.0}, easy_loss=0.4)
+    hard = [seeds[s]["delta"][_hard(seeds, s)].mean() for s in seeds]
     lo, hi = _t_interval(hard)
     data = make_study({("baseline", "s1", 1): 5.0}, {"s1": 256})
     v = claim8(data, {"arm": "gamma1+eps+gate", "size": "s1", "seeds": seeds})
-    assert min(_hard_minus_easy(t) for t in seeds.values()) > 0.1 and hi < 0.01
+    assert min(_hard_minus_easy(seeds, s) for s in seeds) > 0.1 and hi < 0.01
     assert v.verdict == NOT_REPRODUCED
     assert f"Δsym on the hard tokens {np.mean(hard):+.4f} [{lo:+.4f}, {hi:+.4f}] (df 2" in v.numbers
+    short = {**seeds, 3: {k: x[:-1] for k, x in seeds[3].items()}}
+    v = claim8(data, {"arm": "gamma1+eps+gate", "size": "s1", "seeds": short})
+    assert v.verdict == INCONCLUSIVE and "scored the same held-out tokens" in v.numbers
 
 
 def test_the_concentration_arm_is_fixed_before_losses_are_read():

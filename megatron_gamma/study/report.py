@@ -529,7 +529,10 @@ def _markdown(
         out.append(
             f"A = `{cmp['arm']}` (fixed in advance: γ = 1 with both fixes, else γ = 1), B = "
             f"`{data.baseline}`, size {cmp['size']}; Δsym = (p_A − p_B)/(p_A + p_B); one table "
-            "per seed."
+            "per seed, binned by that seed's own difficulty (the two models' mean loss) with 95% "
+            "intervals clustered by document. These tables describe one checkpoint pair each; "
+            "their difficulty shares the pair's noise, so the verdict (claim 8) bins each seed "
+            "by the other seeds' difficulty instead."
         )
         for seed, c in cmp["runs"].items():
             out += [
@@ -537,13 +540,14 @@ def _markdown(
                 f"Seed {seed}: {c['tokens']} tokens; mean loss A {c['a']['mean_loss']:.4f}, "
                 f"B {c['b']['mean_loss']:.4f}.",
                 "",
-                "| difficulty (nats) | tokens | mean Δsym ± sem | A better |",
+                "| difficulty (nats) | tokens (documents) | mean Δsym [95% CI] | A better |",
                 "|---|---|---|---|",
             ]
             for b in c["bins"]:
+                iv = f" [{b['low']:+.4f}, {b['high']:+.4f}]" if b.get("low") is not None else ""
                 out.append(
-                    f"| {b['lo']:.2f}–{b['hi']:.2f} | {b['count']} | "
-                    f"{b['mean_delta']:+.4f} ± {b['sem_delta']:.4f} | {b['a_better']:.1%} |"
+                    f"| {b['lo']:.2f}–{b['hi']:.2f} | {b['count']} ({b.get('documents')}) | "
+                    f"{b['mean_delta']:+.4f}{iv} | {b['a_better']:.1%} |"
                 )
             out += ["", f"![delta sym]({rel}/compare/seed-{seed}/delta_sym_by_difficulty.png)"]
     else:

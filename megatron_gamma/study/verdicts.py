@@ -495,27 +495,40 @@ def claim7(data: StudyData) -> Verdict:
 
 def delta_sym_concentration(seeds: dict[int, dict]) -> dict:
     """Hard − easy mean Δsym per seed, and mean Δsym on the hard tokens, with seeds as the unit
-    of replication.
+    of replication and each seed's tokens sorted by the other seeds' difficulty.
 
     A uniform improvement (``log p_A = log p_B + c`` on every token) gives Δsym = tanh(c/2) on
-    every token, a flat profile: hard − easy = 0 is its null. Easy tokens: difficulty at or
-    below the seed's ``EASY_SHARE`` quantile. Tokens and documents of one seed are not
-    independent replicates of the effect; the intervals are Student-t over the per-seed values
-    (df = seeds − 1), so the spread between seeds is in them.
+    every token, a flat profile: hard − easy = 0 is its null. A seed's own difficulty (its two
+    models' mean loss) shares their noise with its Δsym, which alone makes hard − easy negative
+    (regression to the mean); the difficulty of seed s's tokens is therefore the mean over the
+    other seeds' pairs, which scored the same held-out tokens. Easy tokens: that difficulty at
+    or below its ``EASY_SHARE`` quantile. Tokens and documents of one seed are not independent
+    replicates of the effect; the intervals are Student-t over the per-seed values (df =
+    seeds − 1), so the spread between seeds is in them.
 
     Args:
-        seeds: {seed: {"delta": (n,) Δsym, "difficulty": (n,) nats}} (float arrays).
+        seeds: {seed: {"delta": (n,) Δsym, "difficulty": (n,) nats}} (float arrays, the same
+            n tokens in the same order for every seed), at least 2 seeds.
 
     Returns:
         {"per_seed": {seed: hard − easy}, "interval": :class:`~.fits.Interval` of hard − easy
         over seeds, "hard": {seed: mean Δsym on the hard tokens}, "hard_interval": its
         interval, "null": {seed: tanh(c/2), the uniform-improvement level}}.
+
+    Raises:
+        ValueError: fewer than 2 seeds, or seeds that scored different numbers of tokens.
     """
+    deltas = {k: np.asarray(t["delta"], dtype=np.float64).ravel() for k, t in seeds.items()}
+    diffs = {k: np.asarray(t["difficulty"], dtype=np.float64).ravel() for k, t in seeds.items()}
+    sizes = {k: d.size for k, d in deltas.items()} | {k: d.size for k, d in diffs.items()}
+    if len(seeds) < 2 or len(set(sizes.values())) != 1:
+        raise ValueError(
+            f"tokens per seed {sizes}: need >= 2 seeds that scored the same held-out tokens"
+        )
     per_seed, hard_mean, null = {}, {}, {}
-    for seed, t in seeds.items():
-        delta = np.asarray(t["delta"], dtype=np.float64).ravel()
-        diff = np.asarray(t["difficulty"], dtype=np.float64).ravel()
-        hard = diff > np.quantile(diff, EASY_SHARE)
+    for seed, delta in deltas.items():
+        others = np.mean([d for k, d in diffs.items() if k != seed], axis=0)
+        hard = others > np.quantile(others, EASY_SHARE)
         hard_mean[seed] = float(delta[hard].mean())
         per_seed[seed] = hard_mean[seed] - float(delta[~hard].mean())
         null[seed] = float(np.tanh(np.arctanh(np.clip(delta, -0.999999, 0.999999)).mean()))
@@ -547,7 +560,8 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
     claim = "the gains concentrate on mid/high-difficulty tokens"
     rule = (
         f"held-out, γ=1+ε+gate (else γ=1; fixed in advance, not chosen by loss) vs baseline, so "
-        "the recipe's whole effect, not γ's alone; per seed, then Student-t over seeds (df = "
+        "the recipe's whole effect, not γ's alone; per seed, tokens sorted by the other seeds' "
+        "difficulty (a seed's own shares its noise), then Student-t over seeds (df = "
         f"seeds − 1): mean Δsym on the hardest {1 - EASY_SHARE:.0%} of tokens − on the easiest "
         f"{EASY_SHARE:.0%} (a uniform improvement gives a flat profile, 0), and mean Δsym on "
         f"the hardest {1 - EASY_SHARE:.0%} (a gain there), each against +{CONCENTRATION_MIN:g}: "
@@ -563,7 +577,10 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
             claim, INCONCLUSIVE, f"{head}: {len(seeds)} seed ({sorted(seeds)}); the profile "
             "needs >= 2 seeds", rule,
         )  # fmt: skip
-    r = delta_sym_concentration(seeds)
+    try:
+        r = delta_sym_concentration(seeds)
+    except ValueError as e:
+        return Verdict(claim, INCONCLUSIVE, f"{head}: {e}", rule)
     per = ", ".join(f"seed {k} {v:+.4f}" for k, v in r["per_seed"].items())
     null = ", ".join(f"{v:+.4f}" for v in r["null"].values())
     v1, why1 = decide(r["interval"], CONCENTRATION_MIN, +1)
