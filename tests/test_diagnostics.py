@@ -489,3 +489,32 @@ def test_loss_curves_come_from_metrics_jsonl_and_a_run_without_checkpoints_says_
     image = Image.open(written["loss"])
     assert image.info["Title"] == "Training and validation loss (metrics.jsonl)"
     assert image.size[0] > 200 and image.size[1] > 100
+
+
+def test_analyze_checks_every_run_and_value_before_analysing_any(tmp_path, monkeypatch):
+    """A heatmap iteration that only the second run lacks, or fewer than 2 sampled rows, is
+    refused before the first run is analysed, naming the flag or the iterations."""
+    from megatron_gamma.config import ConfigError
+    from megatron_gamma.diagnostics import analyze as analyze_module
+
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run in runs:
+        run.mkdir()
+    ckpts = {str(runs[0]): [(2, "x"), (4, "y")], str(runs[1]): [(2, "x")]}
+    monkeypatch.setattr(analyze_module.loader, "run_config", lambda d, **_: None)
+    monkeypatch.setattr(analyze_module.layout, "list_checkpoints", lambda d: ckpts[str(d)])
+
+    def never(*_, **__):
+        raise AssertionError("a run was analysed before the inputs were checked")
+
+    monkeypatch.setattr(analyze_module, "analyze_run", never)
+    dirs = [str(r) for r in runs]
+    with pytest.raises(ConfigError, match=r"no checkpoint at \[4\]\. Fix: choose among \[0, 2\]"):
+        analyze_module.analyze(dirs, str(tmp_path / "out"), heatmap_iterations=[4])
+    for flag, key in (
+        ("--heatmap-rows", "heatmap_rows"),
+        ("--condensation-rows", "condensation_rows"),
+    ):
+        with pytest.raises(ConfigError, match=f"{flag} 1: need at least 2 rows"):
+            analyze_module.analyze(dirs, str(tmp_path / "out"), **{key: 1})
+    assert not (tmp_path / "out").exists()

@@ -356,16 +356,28 @@ def analyze(
         {artifact name: path} of everything written.
 
     Raises:
-        ConfigError: a missing run directory, or several runs without ``output_dir``.
+        ConfigError: a missing run directory, several runs without ``output_dir``, fewer than 2
+            heatmap or condensation rows, or a heatmap iteration some run has no checkpoint at
+            (all checked before any run is analysed).
     """
     from megatron_gamma.diagnostics import plots
 
     if not run_dirs:
         raise ConfigError("no run directory given. Fix: megatron-gamma analyze RUN_DIR")
+    for key in ("heatmap_rows", "condensation_rows"):
+        if key in kwargs and kwargs[key] < 2:
+            flag = "--" + key.replace("_", "-")
+            raise ConfigError(f"{flag} {kwargs[key]}: need at least 2 rows. Fix: e.g. {flag} 256")
     for d in run_dirs:
         if not os.path.isdir(d):
             raise ConfigError(f"run_dir={d!r}: not a directory. Fix: pass a run directory")
         loader.run_config(d)
+        if kwargs.get("heatmap_iterations"):
+            its = [it for it, _ in layout.list_checkpoints(d)]
+            _pick_iterations(
+                sorted({*its, *([0] if kwargs.get("include_init", True) else [])}),
+                kwargs["heatmap_iterations"],
+            )
     if output_dir is None:
         if len(run_dirs) > 1:
             raise ConfigError("several runs need --output-dir. Fix: add --output-dir DIR")
