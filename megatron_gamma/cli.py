@@ -162,9 +162,9 @@ def _evaluate_loss(args: argparse.Namespace) -> None:
         args.checkpoint,
         args.data_path,
         config=args.config,
-        eval_tokens=args.eval_tokens or 65536,
+        eval_tokens=65536 if args.eval_tokens is None else args.eval_tokens,
         seq_length=args.seq_length,
-        micro_batch_size=args.micro_batch_size or 4,
+        micro_batch_size=4 if args.micro_batch_size is None else args.micro_batch_size,
     )
     if read_dist_env().rank != 0:
         return
@@ -180,7 +180,41 @@ def _evaluate_loss(args: argparse.Namespace) -> None:
         print(f"wrote {path}")
 
 
+def _check_evaluate_values(args: argparse.Namespace) -> None:
+    """Refuse out-of-range ``evaluate`` counts before any checkpoint is read.
+
+    lm-eval reads ``--limit`` below 1 as a fraction of each task's items (rounded up) and from 1
+    on as a count (``int(limit)``, which would drop a fractional part silently).
+
+    Raises:
+        ConfigError: a count below 1 (``--num-fewshot`` below 0), or a ``--limit`` that is neither
+            a fraction in (0, 1) nor a whole number >= 1; the message names the flag and the fix.
+    """
+    counts = ("eval_tokens", "seq_length", "micro_batch_size", "batch_size", "bootstrap_samples")
+    for name in counts:
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(
+                f"{flag}={value}: must be >= 1. Fix: pass a positive count, or drop {flag} for "
+                "its default"
+            )
+    if args.num_fewshot is not None and args.num_fewshot < 0:
+        raise ConfigError(
+            f"--num-fewshot={args.num_fewshot}: must be >= 0. Fix: pass 0 for zero-shot, or drop "
+            "it for each task's default"
+        )
+    limit = args.limit
+    if limit is not None and not (0 < limit < 1 or (limit >= 1 and limit.is_integer())):
+        raise ConfigError(
+            f"--limit={limit!r}: lm-eval reads a value below 1 as a fraction of each task's items "
+            "and one from 1 on as a whole number of items. Fix: pass a fraction in (0, 1), e.g. "
+            "--limit 0.1, or a whole number >= 1, e.g. --limit 100"
+        )
+
+
 def _evaluate(args: argparse.Namespace) -> None:
+    _check_evaluate_values(args)
     if args.tasks is None:
         _evaluate_loss(args)
         return
@@ -201,9 +235,9 @@ def _evaluate(args: argparse.Namespace) -> None:
         include_path=args.include_path,
         num_fewshot=args.num_fewshot,
         limit=args.limit,
-        batch_size=args.batch_size or 1,
+        batch_size=1 if args.batch_size is None else args.batch_size,
         device=args.device or "cpu",
-        bootstrap_samples=args.bootstrap_samples or 10000,
+        bootstrap_samples=10000 if args.bootstrap_samples is None else args.bootstrap_samples,
     )
     with open(report["files"]["markdown"], encoding="utf-8") as f:
         print(f.read(), end="")

@@ -108,7 +108,7 @@ def evaluate(
     """
     run = checkpoint.resolve(ckpt, config)
     m = run.cfg.model
-    seq = seq_length or m.seq_length
+    seq = m.seq_length if seq_length is None else seq_length
     if not 1 <= seq <= m.max_position_embeddings:
         raise ConfigError(
             f"seq_length={seq}: must lie in [1, max_position_embeddings="
