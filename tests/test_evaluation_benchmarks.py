@@ -78,3 +78,185 @@ def test_good_values_reach_the_benchmark_unchanged(monkeypatch, flags, expected)
     assert main(TASKS + ["--compare", "B"] + flags) == 2
     assert {k: seen[k] for k in expected} == expected
     assert type(seen["limit"]) is type(expected["limit"])  # 3, not 3.0
+
+
+LAMBADA_YAML = """
+task: {name}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+test_split: test
+output_type: loglikelihood
+doc_to_text: "{{{{text.split(' ')[:-1]|join(' ')}}}}"
+doc_to_target: "{{{{' '+text.split(' ')[-1]}}}}"
+metric_list:
+{metrics}
+metadata:
+  version: 1.0
+"""
+PERPLEXITY = "  - metric: perplexity\n    aggregation: perplexity\n    higher_is_better: false\n"
+ACC = "  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+
+
+@pytest.fixture(scope="module")
+def lm_eval_tasks(tmp_path_factory):
+    """lm-eval's TaskManager and task objects for local tasks shaped like lambada_openai
+    (perplexity first, then acc), one with perplexity only, and a group."""
+    from lm_eval.tasks import TaskManager
+
+    from megatron_gamma.evaluation.benchmarks import _task_dict
+
+    root = tmp_path_factory.mktemp("lm_eval_tasks")
+    data = root / "words.jsonl"
+    data.write_text("".join(f'{{"text": "the last word is w{i}"}}\n' for i in range(4)))
+    for name, metrics in (("tiny_lambada", PERPLEXITY + ACC), ("tiny_ppl", PERPLEXITY)):
+        (root / f"{name}.yaml").write_text(
+            LAMBADA_YAML.format(name=name, data=data, metrics=metrics)
+        )
+    (root / "tiny_group.yaml").write_text("group: tiny_group\ntask:\n  - tiny_lambada\n")
+    manager = TaskManager(include_path=str(root))
+    names = ["tiny_lambada", "tiny_ppl", "tiny_group"]
+    return manager, _task_dict(names, manager)
+
+
+def test_metric_choice_skips_perplexity(lm_eval_tasks):
+    from megatron_gamma.config import ConfigError
+    from megatron_gamma.evaluation.benchmarks import _choose_metrics
+
+    _, objects = lm_eval_tasks
+    acc = {"name": "acc", "mean": True, "higher_is_better": True}
+    for paired in (False, True):
+        assert _choose_metrics(objects, ["tiny_lambada"], paired) == {"tiny_lambada": acc}
+    ppl = {"name": "perplexity", "mean": False, "higher_is_better": False}
+    assert _choose_metrics(objects, ["tiny_ppl"], paired=False) == {"tiny_ppl": ppl}
+    with pytest.raises(
+        ConfigError, match=r"tasks='tiny_ppl': none of its metrics \['perplexity'\]"
+    ):
+        _choose_metrics(objects, ["tiny_lambada", "tiny_ppl"], paired=True)
+    with pytest.raises(ConfigError, match="tasks='tiny_group': a group of lm-eval tasks"):
+        _choose_metrics(objects, ["tiny_group"], paired=False)
+
+
+def _sample(doc_id: int, filt: str = "none", **values) -> dict:
+    return {"doc_id": doc_id, "filter": filt, "metrics": list(values), **values}
+
+
+# lambada_openai as lm-eval 0.4.13 logs it: per item, 'perplexity' is the target's
+# log-likelihood and 'acc' 1.0/0.0; the task's perplexity is exp(-mean log-likelihood).
+LL_A, ACC_A = [-1.0, -1.0, -1.0, -1.0], [1.0, 0.0, 1.0, 1.0]
+LL_B, ACC_B = [-3.0, -3.0, -3.0, -3.0], [1.0, 0.0, 0.0, 0.0]
+E = 2.718281828459045  # exp(1) = exp(-mean(LL_A))
+
+
+def _lambada_output(task: str, ll: list, acc: list, ppl: float, score: float) -> dict:
+    result = {"alias": task, "perplexity,none": ppl, "perplexity_stderr,none": "N/A"}
+    result.update({"acc,none": score, "acc_stderr,none": "N/A"})
+    samples = [
+        _sample(i, perplexity=x, acc=y) for i, (x, y) in enumerate(zip(ll, acc, strict=True))
+    ]
+    return {"results": {task: result}, "samples": {task: samples}}
+
+
+def test_task_result_uses_lm_evals_score_and_first_filter():
+    from megatron_gamma.evaluation.benchmarks import _task_result
+
+    out = _lambada_output("lam", LL_A, ACC_A, ppl=E, score=0.75)
+    result, samples = out["results"]["lam"], out["samples"]["lam"]
+    acc = {"name": "acc", "mean": True, "higher_is_better": True}
+    assert _task_result("lam", acc, result, samples) == {
+        "metric": "acc,none",
+        "score": 0.75,
+        "higher_is_better": True,
+        "n": 4,
+        "items": {0: 1.0, 1: 0.0, 2: 1.0, 3: 1.0},
+    }
+    ppl = {"name": "perplexity", "mean": False, "higher_is_better": False}
+    assert _task_result("lam", ppl, result, samples) == {
+        "metric": "perplexity,none",
+        "score": E,  # lm-eval's aggregate, not the mean log-likelihood -1
+        "higher_is_better": False,
+        "n": 4,
+    }
+    # gsm8k-shaped: two filters; the first listed is used, with its own items
+    result = {"exact_match,strict-match": 0.5, "exact_match,flexible-extract": 1.0}
+    samples = [_sample(d, f, exact_match=v) for d, f, v in
+               [(0, "strict-match", 1.0), (0, "flexible-extract", 1.0),
+                (1, "strict-match", 0.0), (1, "flexible-extract", 1.0)]]  # fmt: skip
+    em = {"name": "exact_match", "mean": True, "higher_is_better": True}
+    out = _task_result("g", em, result, samples)
+    assert (out["metric"], out["score"], out["items"]) == (
+        "exact_match,strict-match",
+        0.5,
+        {0: 1.0, 1: 0.0},
+    )
+    # a score that is not the mean of the logged items is not paired
+    with pytest.raises(ValueError, match=r"task='g': lm-eval's exact_match,strict-match = 0.75"):
+        _task_result("g", em, dict(result, **{"exact_match,strict-match": 0.75}), samples)
+
+
+@pytest.fixture
+def fake_models(monkeypatch, lm_eval_tasks):
+    """benchmark() with checkpoint 'A' / 'B' standing for models whose lm-eval output is set
+    in the returned dict ({'A': out, 'B': out}); the task YAMLs are lm_eval_tasks'."""
+    import lm_eval
+    import lm_eval.tasks
+
+    from megatron_gamma.evaluation import benchmarks
+
+    manager, _ = lm_eval_tasks
+    outputs: dict = {}
+
+    def export(path, out_dir, config=None):
+        return {"out_dir": out_dir + ":" + path, "checkpoint": path, "iteration": 7}
+
+    def simple_evaluate(model_args, **kwargs):
+        return outputs[model_args["pretrained"].rsplit(":", 1)[1]]
+
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", lambda include_path=None: manager)
+    monkeypatch.setattr(benchmarks, "export_hf", export)
+    monkeypatch.setattr(lm_eval, "simple_evaluate", simple_evaluate)
+    return outputs
+
+
+def test_compare_pairs_acc_not_perplexity(fake_models, tmp_path):
+    from megatron_gamma.evaluation.benchmarks import benchmark
+
+    fake_models["A"] = _lambada_output("tiny_lambada", LL_A, ACC_A, ppl=E, score=0.75)
+    fake_models["B"] = _lambada_output("tiny_lambada", LL_B, ACC_B, ppl=E**3, score=0.25)
+    alone = benchmark("A", ["tiny_lambada"], str(tmp_path / "alone"))
+    expected = {"metric": "acc,none", "higher_is_better": True, "n": 4, "a": 0.75}
+    assert alone["tasks"]["tiny_lambada"] == expected
+    report = benchmark(
+        "A", ["tiny_lambada"], str(tmp_path / "pair"), compare="B", bootstrap_samples=20000
+    )
+    # d = A - B per item = (0, 0, 1, 1): a resampled mean is K/4 with K ~ Binomial(4, 1/2), and
+    # P(K = 0) = P(K = 4) = 1/16 > 0.025, so the 2.5% and 97.5% quantiles are 0 and 1.
+    expected.update(b=0.25, diff=0.5, low=0.0, high=1.0)
+    assert report["tasks"]["tiny_lambada"] == expected
+
+
+def test_perplexity_only_task_is_refused_before_any_export(fake_models, monkeypatch, tmp_path):
+    from megatron_gamma.config import ConfigError
+    from megatron_gamma.evaluation import benchmarks
+
+    fake_models["A"] = {
+        "results": {"tiny_ppl": {"perplexity,none": E}},
+        "samples": {"tiny_ppl": [_sample(i, perplexity=x) for i, x in enumerate(LL_A)]},
+    }
+    alone = benchmarks.benchmark("A", ["tiny_ppl"], str(tmp_path / "alone"))
+    assert alone["tasks"]["tiny_ppl"] == {
+        "metric": "perplexity,none", "higher_is_better": False, "n": 4, "a": E
+    }  # fmt: skip
+    assert (
+        "| tiny_ppl | perplexity,none | lower | 4 | 2.7183 |"
+        in (tmp_path / "alone" / "eval.md").read_text()
+    )
+
+    def reached(*args, **kwargs):
+        raise AssertionError("exported before the task check")
+
+    monkeypatch.setattr(benchmarks, "export_hf", reached)
+    with pytest.raises(ConfigError, match="tasks='tiny_ppl': none of its metrics"):
+        benchmarks.benchmark("A", ["tiny_ppl"], str(tmp_path / "pair"), compare="B")
+    assert not (tmp_path / "pair").exists()

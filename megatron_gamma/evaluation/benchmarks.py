@@ -15,6 +15,7 @@ files named in a task YAML (``dataset_path: json`` with ``dataset_kwargs.data_fi
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -75,17 +76,109 @@ def _task_dict(tasks: list[str], task_manager) -> dict:
     return out
 
 
-def _primary_metric(result: dict) -> str:
-    """The first reported metric of a task result, e.g. 'acc,none'."""
-    for key in result:
-        if "," in key and "_stderr" not in key:
-            return key
-    raise ValueError(f"no metric in lm-eval result {sorted(result)}")
+def _choose_metrics(task_objects: dict, tasks: list[str], paired: bool) -> dict[str, dict]:
+    """The metric reported for each task, read from lm-eval's task objects before any model run.
+
+    It is the first metric in the task's list whose lm-eval aggregation is the plain mean over
+    items (``lm_eval.api.metrics.mean``, e.g. ``acc``): its per-item values average to lm-eval's
+    score, so two models' items can be paired. Other aggregations (``perplexity``: exp of minus
+    the mean per-item log-likelihood; ``bits_per_byte``, ``f1``, ...) do not score an item on
+    its own; a task with only such metrics reports its first one, unpaired.
+
+    Args:
+        task_objects: :func:`_task_dict`'s output.
+        tasks: the task names asked for.
+        paired: whether the items of two checkpoints will be paired (``--compare``).
+
+    Returns:
+        {task: {'name': e.g. 'acc', 'mean': aggregated by a mean over items, 'higher_is_better':
+        lm-eval's direction for the metric (None where the task does not state it)}}.
+
+    Raises:
+        ConfigError: a group of tasks rather than one task; with ``paired``, a task none of whose
+            metrics is aggregated by a mean over items.
+    """
+    from lm_eval.api.metrics import mean
+    from lm_eval.api.task import Task
+
+    out = {}
+    for task in tasks:
+        obj = task_objects.get(task)
+        if not isinstance(obj, Task):
+            raise ConfigError(
+                f"tasks={task!r}: a group of lm-eval tasks, not one task; scores per item come "
+                "from single tasks. Fix: name the group's tasks in --tasks instead"
+            )
+        aggregation = obj.aggregation()
+        means = [name for name, fn in aggregation.items() if fn is mean]
+        if paired and not means:
+            raise ConfigError(
+                f"tasks={task!r}: none of its metrics {list(aggregation)} is aggregated by a mean "
+                "over items, so its items cannot be paired between two checkpoints (a perplexity's "
+                "per-item values are log-likelihoods, not scores). Fix: drop it from --tasks when "
+                "using --compare, and evaluate each checkpoint on it alone"
+            )
+        name = means[0] if means else next(iter(aggregation))
+        out[task] = {
+            "name": name,
+            "mean": bool(means),
+            "higher_is_better": obj.higher_is_better().get(name),
+        }
+    return out
+
+
+def _task_result(task: str, metric: dict, result: dict, samples: list[dict]) -> dict:
+    """One task's score from lm-eval's output, with per-item scores for a mean-aggregated metric.
+
+    The filter is the first one lm-eval lists for the metric (e.g. gsm8k's 'strict-match').
+
+    Args:
+        task: task name (for messages).
+        metric: the task's entry of :func:`_choose_metrics`.
+        result: ``simple_evaluate(...)['results'][task]``, e.g. {'acc,none': 0.5, ...}.
+        samples: ``simple_evaluate(..., log_samples=True)['samples'][task]``: one dict per item and
+            filter with 'doc_id', 'filter' and the metric's per-item value.
+
+    Returns:
+        {'metric': e.g. 'acc,none', 'score': lm-eval's aggregate, 'higher_is_better', 'n': items
+        scored, and with a mean-aggregated metric 'items': {doc_id: per-item value}}.
+
+    Raises:
+        ValueError: lm-eval reported no such metric, a doc_id twice, or (mean-aggregated) a score
+            that is not the mean of its per-item values.
+    """
+    name = metric["name"]
+    keys = [k for k in result if k.split(",", 1)[0] == name]
+    if not keys:
+        raise ValueError(f"task={task!r}: lm-eval reported no {name!r} in {sorted(result)}")
+    key = keys[0]
+    filt = key.split(",", 1)[1]
+    rows = [s for s in samples if s["filter"] == filt]
+    doc_ids = [int(s["doc_id"]) for s in rows]
+    if len(set(doc_ids)) != len(doc_ids):
+        raise ValueError(f"task={task!r}: lm-eval logged a doc_id twice for {key!r}")
+    out = {
+        "metric": key,
+        "score": float(result[key]),
+        "higher_is_better": metric["higher_is_better"],
+        "n": len(rows),
+    }
+    if metric["mean"]:
+        items = {d: float(s[name]) for d, s in zip(doc_ids, rows, strict=True)}
+        item_mean = math.fsum(items.values()) / len(items) if items else math.nan
+        if not math.isclose(out["score"], item_mean, rel_tol=1e-9, abs_tol=1e-12):
+            raise ValueError(
+                f"task={task!r}: lm-eval's {key} = {out['score']!r} is not the mean "
+                f"{item_mean!r} of its {len(items)} logged items, so they cannot be paired"
+            )
+        out["items"] = items
+    return out
 
 
 def run_lm_eval(
     model_dir: str,
     tasks: list[str],
+    metrics: dict[str, dict],
     *,
     include_path: Optional[str] = None,
     num_fewshot: Optional[int] = None,
@@ -95,11 +188,15 @@ def run_lm_eval(
 ) -> dict:
     """Evaluate one Hugging Face model directory on lm-eval tasks.
 
+    Args:
+        metrics: :func:`_choose_metrics`'s output for ``tasks``.
+
     Returns:
-        {task: {'metric': 'acc,none', 'score': float, 'items': {doc_id: per-item score}}}.
+        {task: :func:`_task_result`}.
 
     Raises:
         DatasetUnavailableError: a dataset that cannot be loaded.
+        ValueError: see :func:`_task_result`.
     """
     import lm_eval
     from lm_eval.tasks import TaskManager
@@ -121,39 +218,36 @@ def run_lm_eval(
         task_manager=manager,
         bootstrap_iters=0,
     )
-    report = {}
-    for task in tasks:
-        result = out["results"][task]
-        metric = _primary_metric(result)
-        name, filt = metric.split(",", 1)
-        items = {
-            int(s["doc_id"]): float(s[name])
-            for s in out["samples"][task]
-            if s.get("filter", filt) == filt
-        }
-        report[task] = {"metric": metric, "score": float(result[metric]), "items": items}
-    return report
+    return {
+        task: _task_result(task, metrics[task], out["results"][task], out["samples"][task])
+        for task in tasks
+    }
 
 
 def _label(exported: dict) -> str:
     return f"{exported['checkpoint']} (iteration {exported['iteration']})"
 
 
+def _better(entry: dict) -> str:
+    """The direction lm-eval marks as better for the entry's metric."""
+    return {True: "higher", False: "lower", None: "not stated"}[entry["higher_is_better"]]
+
+
 def _table(report: dict, labels: tuple[str, Optional[str]]) -> str:
     a, b = labels
     if b is None:
-        rows = ["| task | metric | n | score |", "|---|---|---:|---:|"]
+        rows = ["| task | metric | better | n | score |", "|---|---|---|---:|---:|"]
         for task, r in report["tasks"].items():
-            rows.append(f"| {task} | {r['metric']} | {r['n']} | {r['a']:.4f} |")
+            rows.append(f"| {task} | {r['metric']} | {_better(r)} | {r['n']} | {r['a']:.4f} |")
         return "\n".join(rows) + "\n"
     rows = [
         f"A = {a}  \nB = {b}\n",
-        "| task | metric | n | A | B | A − B | 95% CI (paired bootstrap) |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| task | metric | better | n | A | B | A − B | 95% CI (paired bootstrap) |",
+        "|---|---|---|---:|---:|---:|---:|---|",
     ]
     for task, r in report["tasks"].items():
         rows.append(
-            f"| {task} | {r['metric']} | {r['n']} | {r['a']:.4f} | {r['b']:.4f} | "
+            f"| {task} | {r['metric']} | {_better(r)} | {r['n']} | {r['a']:.4f} | {r['b']:.4f} | "
             f"{r['diff']:+.4f} | [{r['low']:+.4f}, {r['high']:+.4f}] |"
         )
     return "\n".join(rows) + "\n"
@@ -197,14 +291,28 @@ def benchmark(
         seed: bootstrap seed.
 
     Returns:
-        The eval.json content: {'a', 'b', 'tasks': {task: {'metric', 'n', 'a'[, 'b', 'diff',
-        'low', 'high']}}, 'files'}.
+        The eval.json content: {'a', 'b', 'tasks': {task: {'metric', 'higher_is_better', 'n',
+        'a'[, 'b', 'diff', 'low', 'high']}}, 'files'}. 'a' and 'b' are lm-eval's scores; 'diff'
+        and its interval are over per-item values of a mean-aggregated metric (their mean is the
+        score).
+
+    Raises:
+        ConfigError: an unknown task, a group, or with ``compare`` a task without a
+            mean-aggregated metric (:func:`_choose_metrics`), before any export.
+        DatasetUnavailableError: a dataset that cannot be loaded, before any export.
+        ValueError: no tasks or (with ``compare``) bootstrap_samples < 1, before any export.
     """
     if not tasks:
         raise ValueError("tasks=[]: name at least one lm-eval task. Fix: --tasks hellaswag,...")
+    if compare is not None and bootstrap_samples < 1:
+        raise ValueError(
+            f"bootstrap_samples={bootstrap_samples}: must be >= 1. Fix: e.g. 10000 (the default)"
+        )
     from lm_eval.tasks import TaskManager
 
-    _task_dict(tasks, TaskManager(include_path=include_path))  # names and datasets, before exports
+    # names, datasets and metrics, before any export
+    objects = _task_dict(tasks, TaskManager(include_path=include_path))
+    metrics = _choose_metrics(objects, tasks, paired=compare is not None)
     os.makedirs(output_dir, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix=".hf_export.", dir=output_dir)
     try:
@@ -216,6 +324,7 @@ def benchmark(
             result = run_lm_eval(
                 exported["out_dir"],
                 tasks,
+                metrics,
                 include_path=include_path,
                 num_fewshot=num_fewshot,
                 limit=limit,
@@ -232,9 +341,10 @@ def benchmark(
         "tasks": {},
     }
     for task in tasks:
-        items_a = ra[task]["items"]
-        entry = {"metric": ra[task]["metric"], "n": len(items_a), "a": ra[task]["score"]}
+        entry = {key: ra[task][key] for key in ("metric", "higher_is_better", "n")}
+        entry["a"] = ra[task]["score"]
         if rb is not None:
+            items_a = ra[task]["items"]
             common = sorted(set(items_a) & set(rb[task]["items"]))
             stats = paired_bootstrap(
                 np.array([items_a[d] for d in common]),
@@ -242,7 +352,7 @@ def benchmark(
                 num_samples=bootstrap_samples,
                 seed=seed,
             )
-            entry.update(n=stats["n"], a=stats["a"], b=stats["b"])
+            entry.update(n=stats["n"], b=rb[task]["score"])
             entry.update(diff=stats["diff"], low=stats["low"], high=stats["high"])
         report["tasks"][task] = entry
     json_path = os.path.join(output_dir, "eval.json")
