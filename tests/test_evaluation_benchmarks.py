@@ -260,3 +260,32 @@ def test_perplexity_only_task_is_refused_before_any_export(fake_models, monkeypa
     with pytest.raises(ConfigError, match="tasks='tiny_ppl': none of its metrics"):
         benchmarks.benchmark("A", ["tiny_ppl"], str(tmp_path / "pair"), compare="B")
     assert not (tmp_path / "pair").exists()
+
+
+def test_compare_refuses_different_items_or_metrics(fake_models, tmp_path):
+    from megatron_gamma.evaluation.benchmarks import benchmark
+
+    fake_models["A"] = _lambada_output("tiny_lambada", LL_A, ACC_A, ppl=E, score=0.75)
+    b = _lambada_output("tiny_lambada", LL_B[:3], ACC_B[:3], ppl=E**3, score=1 / 3)
+    b["samples"]["tiny_lambada"][2]["doc_id"] = 9  # B: docs 0, 1, 9; A: 0, 1, 2, 3
+    fake_models["B"] = b
+    message = (
+        "task='tiny_lambada', metric 'acc,none': A scored 4 items, B 3, 2 in common; a paired "
+        "comparison needs the same items"
+    )
+    with pytest.raises(ValueError, match=message):
+        benchmark("A", ["tiny_lambada"], str(tmp_path / "items"), compare="B")
+    # disjoint items: the same error, not an empty-vector error from the bootstrap
+    for i, sample in enumerate(b["samples"]["tiny_lambada"]):
+        sample["doc_id"] = 10 + i
+    with pytest.raises(ValueError, match="A scored 4 items, B 3, 0 in common"):
+        benchmark("A", ["tiny_lambada"], str(tmp_path / "disjoint"), compare="B")
+    # same items, another filter for the metric
+    b = _lambada_output("tiny_lambada", LL_B, ACC_B, ppl=E**3, score=0.25)
+    result = b["results"]["tiny_lambada"]
+    result["acc,other"] = result.pop("acc,none")
+    for sample in b["samples"]["tiny_lambada"]:
+        sample["filter"] = "other"
+    fake_models["B"] = b
+    with pytest.raises(ValueError, match="A reports 'acc,none' and B 'acc,other'"):
+        benchmark("A", ["tiny_lambada"], str(tmp_path / "metric"), compare="B")

@@ -3,9 +3,10 @@
 Each checkpoint is exported with :func:`megatron_gamma.hf.hf_export.export_hf` into a
 temporary directory and evaluated by ``lm_eval.simple_evaluate`` (model ``hf``,
 ``trust_remote_code=True``, fp32) with per-item samples logged. With ``compare``, the second
-checkpoint is evaluated on the same tasks and the items both scored are paired: per task, both
-scores, A - B and its paired-bootstrap interval (:func:`megatron_gamma.evaluation.bootstrap.
-paired_bootstrap`). Writes ``eval.json`` and ``eval.md`` (a markdown table) into ``output_dir``.
+checkpoint is evaluated on the same tasks, which must give the same items and metric, and the
+items are paired: per task, both scores, A - B and its paired-bootstrap interval
+(:func:`megatron_gamma.evaluation.bootstrap.paired_bootstrap`). Writes ``eval.json`` and
+``eval.md`` (a markdown table) into ``output_dir``.
 
 Datasets come from wherever lm-eval finds them: the Hugging Face hub, its local cache, or local
 files named in a task YAML (``dataset_path: json`` with ``dataset_kwargs.data_files``) under
@@ -224,6 +225,32 @@ def run_lm_eval(
     }
 
 
+def _paired_items(task: str, a: dict, b: dict) -> tuple[np.ndarray, np.ndarray]:
+    """A's and B's per-item values of one task, both (n,) and in doc_id order.
+
+    Args:
+        a, b: the task's :func:`_task_result` for checkpoints A and B (mean-aggregated metric).
+
+    Raises:
+        ValueError: A and B report different metrics (or filters), or scored different doc_id
+            sets; the message names the task, the metric(s) and the counts.
+    """
+    if a["metric"] != b["metric"]:
+        raise ValueError(
+            f"task={task!r}: A reports {a['metric']!r} and B {b['metric']!r}; a paired comparison "
+            "needs one metric. Fix: evaluate both with the same lm-eval version and task files"
+        )
+    ids_a, ids_b = set(a["items"]), set(b["items"])
+    if ids_a != ids_b:
+        raise ValueError(
+            f"task={task!r}, metric {a['metric']!r}: A scored {len(ids_a)} items, B {len(ids_b)}, "
+            f"{len(ids_a & ids_b)} in common; a paired comparison needs the same items. Fix: "
+            "evaluate both on the same dataset files, --limit and --num-fewshot"
+        )
+    docs = sorted(ids_a)
+    return np.array([a["items"][d] for d in docs]), np.array([b["items"][d] for d in docs])
+
+
 def _label(exported: dict) -> str:
     return f"{exported['checkpoint']} (iteration {exported['iteration']})"
 
@@ -344,14 +371,8 @@ def benchmark(
         entry = {key: ra[task][key] for key in ("metric", "higher_is_better", "n")}
         entry["a"] = ra[task]["score"]
         if rb is not None:
-            items_a = ra[task]["items"]
-            common = sorted(set(items_a) & set(rb[task]["items"]))
-            stats = paired_bootstrap(
-                np.array([items_a[d] for d in common]),
-                np.array([rb[task]["items"][d] for d in common]),
-                num_samples=bootstrap_samples,
-                seed=seed,
-            )
+            items_a, items_b = _paired_items(task, ra[task], rb[task])
+            stats = paired_bootstrap(items_a, items_b, num_samples=bootstrap_samples, seed=seed)
             entry.update(n=stats["n"], b=rb[task]["score"])
             entry.update(diff=stats["diff"], low=stats["low"], high=stats["high"])
         report["tasks"][task] = entry
