@@ -102,7 +102,7 @@ ACC = "  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
 @pytest.fixture(scope="module")
 def lm_eval_tasks(tmp_path_factory):
     """lm-eval's TaskManager and task objects for local tasks shaped like lambada_openai
-    (perplexity first, then acc), one with perplexity only, and a group."""
+    (perplexity first, then acc), one with perplexity only, one with acc only, and a group."""
     from lm_eval.tasks import TaskManager
 
     from megatron_gamma.evaluation.benchmarks import _task_dict
@@ -110,13 +110,14 @@ def lm_eval_tasks(tmp_path_factory):
     root = tmp_path_factory.mktemp("lm_eval_tasks")
     data = root / "words.jsonl"
     data.write_text("".join(f'{{"text": "the last word is w{i}"}}\n' for i in range(4)))
-    for name, metrics in (("tiny_lambada", PERPLEXITY + ACC), ("tiny_ppl", PERPLEXITY)):
+    tasks = (("tiny_lambada", PERPLEXITY + ACC), ("tiny_ppl", PERPLEXITY), ("tiny_acc", ACC))
+    for name, metrics in tasks:
         (root / f"{name}.yaml").write_text(
             LAMBADA_YAML.format(name=name, data=data, metrics=metrics)
         )
     (root / "tiny_group.yaml").write_text("group: tiny_group\ntask:\n  - tiny_lambada\n")
     manager = TaskManager(include_path=str(root))
-    names = ["tiny_lambada", "tiny_ppl", "tiny_group"]
+    names = ["tiny_lambada", "tiny_ppl", "tiny_acc", "tiny_group"]
     return manager, _task_dict(names, manager)
 
 
@@ -289,3 +290,40 @@ def test_compare_refuses_different_items_or_metrics(fake_models, tmp_path):
     fake_models["B"] = b
     with pytest.raises(ValueError, match="A reports 'acc,none' and B 'acc,other'"):
         benchmark("A", ["tiny_lambada"], str(tmp_path / "metric"), compare="B")
+
+
+def test_eval_md_states_method_scope_and_small_samples(fake_models, tmp_path):
+    from megatron_gamma.evaluation.benchmarks import benchmark
+
+    def outputs(lambada_acc: list, acc: list) -> dict:
+        lam = _lambada_output("tiny_lambada", LL_A * 10, lambada_acc, E, sum(lambada_acc) / 40)
+        small = _lambada_output("tiny_acc", LL_A, acc, E, sum(acc) / 4)
+        del small["results"]["tiny_acc"]["perplexity,none"]
+        return {k: {**lam[k], **small[k]} for k in ("results", "samples")}
+
+    # tiny_lambada: A right and B wrong on all 40 items, so every resample's mean of A - B is 1
+    fake_models["A"], fake_models["B"] = outputs([1.0] * 40, ACC_A), outputs([0.0] * 40, ACC_B)
+    out = tmp_path / "pair"
+    report = benchmark(
+        "A", ["tiny_lambada", "tiny_acc"], str(out), compare="B", bootstrap_samples=500
+    )
+    assert report["bootstrap"] == {
+        "method": "percentile paired bootstrap over items",
+        "samples": 500,
+        "seed": 0,
+        "confidence": 0.95,
+        "min_items_for_interval": 30,
+    }
+    # tiny_acc: d = (0, 0, 1, 1), the interval [0, 1] as in test_compare_pairs_acc_not_perplexity
+    assert (report["tasks"]["tiny_acc"]["low"], report["tasks"]["tiny_acc"]["high"]) == (0, 1)
+    md = (out / "eval.md").read_text()
+    assert "| tiny_lambada | acc,none | higher | 40 | 1.0000 | 0.0000 | +1.0000 | " in md
+    assert "| [+1.0000, +1.0000] |" in md
+    assert (
+        "| tiny_acc | acc,none | higher | 4 | 0.7500 | 0.2500 | +0.5000 | not shown: n < 30 |" in md
+    )
+    assert "percentile paired bootstrap over the task's n items" in md
+    assert "500 resamples, seed 0" in md
+    assert "for these two fixed checkpoints" in md and "other training seeds" in md
+    assert "One 95% interval per task, 2 tasks, with no adjustment for multiple comparisons" in md
+    assert "the first metric lm-eval lists that it aggregates as a mean over items" in md

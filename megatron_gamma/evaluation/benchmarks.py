@@ -30,6 +30,12 @@ from megatron_gamma.evaluation.bootstrap import paired_bootstrap
 from megatron_gamma.evaluation.errors import DatasetUnavailableError
 from megatron_gamma.hf.hf_export import export_hf
 
+# Fewer items than this: eval.md does not show the paired-bootstrap interval. A rule of thumb:
+# a percentile bootstrap over a handful of items is often degenerate (zero width when A and B
+# agree on every item) and its coverage falls short of the nominal 95%.
+MIN_ITEMS_FOR_INTERVAL = 30
+_CONFIDENCE = 0.95  # eval.md's "95% CI"
+
 # The paper's three benchmarks plus zero-shot tasks that separate 0.1B-1.5B models.
 SUGGESTED_TASKS = (
     "gsm8k",
@@ -260,24 +266,50 @@ def _better(entry: dict) -> str:
     return {True: "higher", False: "lower", None: "not stated"}[entry["higher_is_better"]]
 
 
-def _table(report: dict, labels: tuple[str, Optional[str]]) -> str:
-    a, b = labels
-    if b is None:
+def _table(report: dict) -> str:
+    """eval.md: a markdown table of ``report`` (:func:`benchmark`'s output) and notes on reading
+    it; with B, intervals from fewer than ``MIN_ITEMS_FOR_INTERVAL`` items are not shown."""
+    metric_note = (
+        "- metric: per task, the first metric lm-eval lists that it aggregates as a mean over "
+        "items{alone}, with the first filter lm-eval lists for it; better: the direction lm-eval "
+        "marks as better for that metric."
+    )
+    if report["b"] is None:
         rows = ["| task | metric | better | n | score |", "|---|---|---|---:|---:|"]
         for task, r in report["tasks"].items():
             rows.append(f"| {task} | {r['metric']} | {_better(r)} | {r['n']} | {r['a']:.4f} |")
-        return "\n".join(rows) + "\n"
+        notes = [metric_note.format(alone=" (else its first metric)")]
+        return "\n".join(rows + [""] + notes) + "\n"
+    boot = report["bootstrap"]
     rows = [
-        f"A = {a}  \nB = {b}\n",
+        f"A = {report['a']}  \nB = {report['b']}\n",
         "| task | metric | better | n | A | B | A − B | 95% CI (paired bootstrap) |",
         "|---|---|---|---:|---:|---:|---:|---|",
     ]
     for task, r in report["tasks"].items():
+        if r["n"] < MIN_ITEMS_FOR_INTERVAL:
+            interval = f"not shown: n < {MIN_ITEMS_FOR_INTERVAL}"
+        else:
+            interval = f"[{r['low']:+.4f}, {r['high']:+.4f}]"
         rows.append(
             f"| {task} | {r['metric']} | {_better(r)} | {r['n']} | {r['a']:.4f} | {r['b']:.4f} | "
-            f"{r['diff']:+.4f} | [{r['low']:+.4f}, {r['high']:+.4f}] |"
+            f"{r['diff']:+.4f} | {interval} |"
         )
-    return "\n".join(rows) + "\n"
+    k = len(report["tasks"])
+    notes = [
+        "- A, B: lm-eval's score of each checkpoint; A − B: their difference.",
+        metric_note.format(alone=""),
+        "- 95% CI: percentile paired bootstrap over the task's n items (items drawn with "
+        f"replacement, each keeping its A and B scores; {boot['samples']} resamples, seed "
+        f"{boot['seed']}). It reflects only which items were sampled, for these two fixed "
+        "checkpoints: it says nothing about other training seeds of either run, or about the "
+        "two methods in general.",
+        f"- One 95% interval per task, {k} task{'s' if k != 1 else ''}, with no adjustment for "
+        "multiple comparisons: across several tasks, some interval may exclude 0 by chance.",
+        f"- Tasks with n < {MIN_ITEMS_FOR_INTERVAL}: the interval is not shown (too few items "
+        "for a percentile bootstrap interval to be read as a 95% CI); eval.json keeps it.",
+    ]
+    return "\n".join(rows + [""] + notes) + "\n"
 
 
 def _write(path: str, text: str) -> None:
@@ -319,9 +351,10 @@ def benchmark(
 
     Returns:
         The eval.json content: {'a', 'b', 'tasks': {task: {'metric', 'higher_is_better', 'n',
-        'a'[, 'b', 'diff', 'low', 'high']}}, 'files'}. 'a' and 'b' are lm-eval's scores; 'diff'
-        and its interval are over per-item values of a mean-aggregated metric (their mean is the
-        score).
+        'a'[, 'b', 'diff', 'low', 'high']}}[, 'bootstrap': {'method', 'samples', 'seed',
+        'confidence', 'min_items_for_interval'}], 'files'}. 'a' and 'b' are lm-eval's scores;
+        'diff' and its interval are over per-item values of a mean-aggregated metric (their mean
+        is the score).
 
     Raises:
         ConfigError: an unknown task, a group, or with ``compare`` a task without a
@@ -367,12 +400,22 @@ def benchmark(
         "b": _label(runs[1][0]) if rb is not None else None,
         "tasks": {},
     }
+    if rb is not None:
+        report["bootstrap"] = {
+            "method": "percentile paired bootstrap over items",
+            "samples": bootstrap_samples,
+            "seed": seed,
+            "confidence": _CONFIDENCE,
+            "min_items_for_interval": MIN_ITEMS_FOR_INTERVAL,
+        }
     for task in tasks:
         entry = {key: ra[task][key] for key in ("metric", "higher_is_better", "n")}
         entry["a"] = ra[task]["score"]
         if rb is not None:
             items_a, items_b = _paired_items(task, ra[task], rb[task])
-            stats = paired_bootstrap(items_a, items_b, num_samples=bootstrap_samples, seed=seed)
+            stats = paired_bootstrap(
+                items_a, items_b, num_samples=bootstrap_samples, confidence=_CONFIDENCE, seed=seed
+            )
             entry.update(n=stats["n"], b=rb[task]["score"])
             entry.update(diff=stats["diff"], low=stats["low"], high=stats["high"])
         report["tasks"][task] = entry
@@ -380,5 +423,5 @@ def benchmark(
     md_path = os.path.join(output_dir, "eval.md")
     report["files"] = {"json": json_path, "markdown": md_path}
     _write(json_path, json.dumps(report, indent=2) + "\n")
-    _write(md_path, _table(report, (report["a"], report["b"])))
+    _write(md_path, _table(report))
     return report
