@@ -609,7 +609,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare-config", help="OTHER_CKPT's config.yaml")
     p.add_argument("--include-path", help="directory of extra lm-eval task YAML files")
     p.add_argument("--num-fewshot", type=int, help="few-shot examples (default: each task's)")
-    p.add_argument("--limit", type=float, help="items per task (>= 1) or fraction (< 1)")
+    p.add_argument("--limit", type=float, help="items per task (whole) or fraction in (0, 1)")
     p.add_argument("--batch-size", type=int, help="lm-eval batch size (default 1)")
     p.add_argument("--device", help="lm-eval device: cpu (default) or cuda")
     p.add_argument("--bootstrap-samples", type=int, help="paired bootstrap draws (default 10000)")

@@ -250,8 +250,9 @@ def _paired_items(task: str, a: dict, b: dict) -> tuple[np.ndarray, np.ndarray]:
     if ids_a != ids_b:
         raise ValueError(
             f"task={task!r}, metric {a['metric']!r}: A scored {len(ids_a)} items, B {len(ids_b)}, "
-            f"{len(ids_a & ids_b)} in common; a paired comparison needs the same items. Fix: "
-            "evaluate both on the same dataset files, --limit and --num-fewshot"
+            f"{len(ids_a & ids_b)} in common; a paired comparison needs the same items. Fix: keep "
+            "the task's dataset fixed between the two runs (e.g. a local copy through "
+            "--include-path) and rerun"
         )
     docs = sorted(ids_a)
     return np.array([a["items"][d] for d in docs]), np.array([b["items"][d] for d in docs])
@@ -416,8 +417,8 @@ def benchmark(
             stats = paired_bootstrap(
                 items_a, items_b, num_samples=bootstrap_samples, confidence=_CONFIDENCE, seed=seed
             )
-            entry.update(n=stats["n"], b=rb[task]["score"])
-            entry.update(diff=stats["diff"], low=stats["low"], high=stats["high"])
+            entry.update(b=rb[task]["score"], diff=stats["diff"])
+            entry.update(low=stats["low"], high=stats["high"])
         report["tasks"][task] = entry
     json_path = os.path.join(output_dir, "eval.json")
     md_path = os.path.join(output_dir, "eval.md")
