@@ -2,10 +2,13 @@
 ``--train-data-path/--valid-data-path/--test-data-path`` (megatron-core ``blend_per_split``),
 over per-language outputs of ``preprocess``."""
 
+import os
+
 import numpy as np
 import pytest
 import torch.distributed as dist
 from helpers import DEMO_INPUTS, DEMO_TOKENIZER, TINY_MODEL, read_metrics, run_cli
+from megatron.core.datasets.indexed_dataset import IndexedDataset, IndexedDatasetBuilder
 
 from megatron_gamma.cli import build_parser
 from megatron_gamma.config import ConfigError, DataConfig, load_config, overrides_from_args
@@ -13,6 +16,7 @@ from megatron_gamma.data.datasets import build_datasets
 from megatron_gamma.data.encode import EncodeOptions
 from megatron_gamma.data.preprocess import preprocess
 from megatron_gamma.data.tokenizer import BilingualTokenizer
+from megatron_gamma.training.loop import preflight
 
 
 @pytest.fixture
@@ -73,6 +77,77 @@ def test_per_split_config_errors(lang_prefixes):
         DataConfig(train_data_path=[zh], test_data_path=["nope"]).blend_per_split()
     with pytest.raises(ConfigError, match="data_path=.*weights must be >= 0"):
         DataConfig(data_path=["-1", zh, "2", en]).blend()
+
+
+# documents short then long: the split with the fewest tokens is not the one with the fewest
+# documents
+LENGTHS = [2, 3, 2, 4, 3, 2, 3, 1, 15, 30]
+
+
+def _tiny_dataset(prefix: str, lengths: list[int]) -> str:
+    """An indexed dataset of one document per length, written by megatron-core's builder."""
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=np.int32)
+    for i, n in enumerate(lengths):
+        builder.add_document(np.full(n, i + 1, dtype=np.int32), [n])
+    builder.finalize(prefix + ".idx")
+    return prefix
+
+
+def _split_tokens(prefix: str, datasets) -> dict[str, int]:
+    """Tokens per split, summed over the documents megatron-core's GPTDatasets put in it."""
+    dataset = IndexedDataset(prefix)  # kept: collecting it unmaps sequence_lengths
+    return {
+        name: int(dataset.sequence_lengths[d.indices].sum())
+        for name, d in zip(("train", "valid", "test"), datasets, strict=True)
+        if d is not None
+    }
+
+
+@pytest.mark.parametrize(
+    ("lengths", "split", "short"),
+    [
+        (LENGTHS, "80,20,0", "train"),
+        (LENGTHS, "80,10,10", "valid"),
+        (LENGTHS[::-1], "80,10,10", "test"),
+    ],
+)
+def test_split_shorter_than_one_sample_is_refused(tmp_path, process_group, lengths, split, short):
+    prefix = _tiny_dataset(str(tmp_path / "tiny"), lengths)
+    run_dir = str(tmp_path / "run")
+    flags = {"data_path": [prefix], "split": split, "run_dir": run_dir, "train_iters": 1,
+             "global_batch_size": 1, "micro_batch_size": 1, "eval_iters": 1}  # fmt: skip
+    built = build_datasets(
+        load_config(None, {**flags, "seq_length": 1, "data_cache_path": str(tmp_path / "cache")}),
+        BilingualTokenizer(DEMO_TOKENIZER),
+    )
+    tokens = _split_tokens(prefix, built)
+    assert min(tokens, key=tokens.get) == short  # the parametrization's premise
+    n = tokens[short]
+    preflight(load_config(None, {**flags, "seq_length": n - 1}))  # one sample fits exactly
+    with pytest.raises(ConfigError) as e:
+        preflight(load_config(None, {**flags, "seq_length": n}))
+    assert str(e.value).startswith(
+        f"seq_length={n}: the {short} split (--split {split} of {prefix}) holds {n} tokens, but "
+        f"one sample needs seq_length + 1 = {n + 1}. Fix: a --seq-length below {n}, or more data"
+    )
+    assert not os.path.exists(run_dir)  # refused before anything was written
+
+
+def test_per_split_path_shorter_than_one_sample_is_refused(tmp_path):
+    train = _tiny_dataset(str(tmp_path / "train"), LENGTHS)
+    valid = _tiny_dataset(str(tmp_path / "valid"), LENGTHS[:3])
+    dataset = IndexedDataset(valid)
+    n = int(dataset.sequence_lengths.sum())
+    assert n == 7
+    flags = {"train_data_path": [train], "valid_data_path": [valid], "run_dir": str(tmp_path)}
+    preflight(load_config(None, {**flags, "seq_length": n - 1}))
+    with pytest.raises(ConfigError) as e:
+        preflight(load_config(None, {**flags, "seq_length": n}))
+    assert str(e.value) == (
+        f"seq_length={n}: the valid split (--valid-data-path {valid}) holds {n} tokens, but one "
+        f"sample needs seq_length + 1 = {n + 1}. Fix: a --seq-length below {n}, or a larger "
+        "dataset in --valid-data-path"
+    )
 
 
 @pytest.mark.slow

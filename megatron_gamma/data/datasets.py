@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator
 from functools import partial
 
+import numpy
 import torch
 import torch.distributed as dist
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
@@ -20,23 +21,93 @@ from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 from megatron_gamma.config import Config, ConfigError
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 
+_SPLITS = ("train", "valid", "test")
 
-def check_splits(prefixes: list[str], split: str) -> None:
-    """Every split with a non-zero weight must receive at least one document of every prefix
-    (megatron-core's GPTDataset loops forever on an empty split).
+
+def _document_lengths(prefix: str) -> numpy.ndarray:
+    """Tokens per document of the indexed dataset at ``prefix``, copied out of its index (the
+    dataset unmaps the index when it is collected)."""
+    dataset = IndexedDataset(prefix)
+    return dataset.sequence_lengths.copy()
+
+
+def _check_split_tokens(name: str, where: str, tokens: int, seq_length: int, fix: str) -> None:
+    """One sample of megatron-core's GPTDataset reads ``seq_length + 1`` tokens (inputs plus the
+    shifted labels); a split holding fewer would repeat itself within one sample.
 
     Raises:
-        ConfigError: naming the prefix, its document count and the empty split.
+        ConfigError: naming the split, where its tokens come from, its token count, the
+            seq_length and the fix.
+    """
+    if tokens < seq_length + 1:
+        raise ConfigError(
+            f"seq_length={seq_length}: the {name} split ({where}) holds {tokens:,} tokens, but one "
+            f"sample needs seq_length + 1 = {seq_length + 1:,}. Fix: a --seq-length below "
+            f"{tokens}, or {fix}"
+        )
+
+
+def check_splits(prefixes: list[str], split: str, seq_length: int) -> None:
+    """Every split with a non-zero weight in ``split`` must receive at least one document of
+    every prefix (megatron-core's GPTDataset loops forever on an empty split), and at least
+    ``seq_length + 1`` tokens of it (one sample). The documents of a split are megatron-core's:
+    ``round(bound x document count)`` for both bounds of the split.
+
+    Args:
+        prefixes: the ``--data-path`` blend's dataset prefixes.
+        split: ``--split``, e.g. ``'949,50,1'``.
+        seq_length: ``--seq-length``, in tokens.
+
+    Raises:
+        ConfigError: an empty split (naming the prefix, its document count and the split) or
+            one shorter than a sample (naming the split, its token count and the seq_length).
     """
     matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(split))
     for prefix in prefixes:
-        n = GPTDataset.numel_low_level_dataset(IndexedDataset(prefix))
-        for name, bounds in zip(("train", "valid", "test"), matrix, strict=True):
-            if bounds is not None and round(bounds[0] * n) == round(bounds[1] * n):
+        lengths = _document_lengths(prefix)
+        n = len(lengths)
+        for name, bounds in zip(_SPLITS, matrix, strict=True):
+            if bounds is None:
+                continue
+            beg, end = round(bounds[0] * n), round(bounds[1] * n)
+            if beg == end:
                 raise ConfigError(
                     f"split={split!r}: the {name} split of {prefix} ({n} documents) is empty. "
                     f"Fix: give {name} a larger share, or 0 to disable it (e.g. '98,2,0')"
                 )
+            _check_split_tokens(
+                name,
+                f"--split {split} of {prefix}",
+                int(lengths[beg:end].sum()),
+                seq_length,
+                f"more data (a larger {name} share of --split, or a larger corpus)",
+            )
+
+
+def check_split_paths(
+    blends: list[tuple[list[str], list[float] | None] | None], seq_length: int
+) -> None:
+    """With per-split paths (``--train-data-path`` etc., megatron-core ``blend_per_split``)
+    every dataset of a given split's blend must hold at least ``seq_length + 1`` tokens (one
+    sample; each is read whole).
+
+    Args:
+        blends: [train, valid, test] blends, None where not given
+            (:meth:`~megatron_gamma.config.DataConfig.blend_per_split`).
+        seq_length: ``--seq-length``, in tokens.
+
+    Raises:
+        ConfigError: naming the split, the dataset, its token count and the seq_length.
+    """
+    for name, blend in zip(_SPLITS, blends, strict=True):
+        for prefix in blend[0] if blend is not None else []:
+            _check_split_tokens(
+                name,
+                f"--{name}-data-path {prefix}",
+                int(_document_lengths(prefix).sum()),
+                seq_length,
+                f"a larger dataset in --{name}-data-path",
+            )
 
 
 def build_datasets(

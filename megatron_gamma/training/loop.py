@@ -41,7 +41,12 @@ from megatron.core.pipeline_parallel import get_forward_backward_func
 
 from megatron_gamma import parallel
 from megatron_gamma.config import Config, ConfigError, save_config
-from megatron_gamma.data.datasets import build_datasets, check_splits, micro_batches
+from megatron_gamma.data.datasets import (
+    build_datasets,
+    check_split_paths,
+    check_splits,
+    micro_batches,
+)
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 from megatron_gamma.data.tokenizer_fingerprint import check_datasets, fingerprint
 from megatron_gamma.data.tokenizer_types import load_tokenizer
@@ -148,8 +153,10 @@ def preflight(cfg: Config) -> BilingualTokenizer:
     Raises:
         ConfigError: missing dataset prefix (unless ``--mock-data``) or tokenizer file; a
             dataset tokenized with another tokenizer (its fingerprint, :mod:`megatron_gamma.
-            data.tokenizer_fingerprint`; a dataset without one gets a warning); MoE with
-            tensor parallelism but without sequence parallelism
+            data.tokenizer_fingerprint`; a dataset without one gets a warning); a split that is
+            empty or holds fewer than ``seq_length + 1`` tokens (:func:`~megatron_gamma.data.
+            datasets.check_splits`, :func:`~megatron_gamma.data.datasets.check_split_paths`);
+            MoE with tensor parallelism but without sequence parallelism
             (megatron-core's MoE layer refuses it in training); a checkpoint to load that lacks
             what the load needs (:func:`~.checkpointing.check_loadable`) or that was trained
             with another tokenizer (:func:`~megatron_gamma.rundir.loader.check_tokenizer`; one
@@ -190,8 +197,9 @@ def preflight(cfg: Config) -> BilingualTokenizer:
     per_split = cfg.data.blend_per_split()
     if per_split is None:
         prefixes, _ = cfg.data.blend()
-        check_splits(prefixes, cfg.data.split)
+        check_splits(prefixes, cfg.data.split, cfg.model.seq_length)
     else:
+        check_split_paths(per_split, cfg.model.seq_length)
         prefixes = [p for blend in per_split if blend is not None for p in blend[0]]
     warnings = check_datasets(list(dict.fromkeys(prefixes)), tokenizer)
     if warnings and parallel.read_dist_env().rank == 0:
