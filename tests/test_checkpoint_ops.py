@@ -23,7 +23,12 @@ from helpers import pretrain
 
 from megatron_gamma.config import ConfigError, load_config
 from megatron_gamma.rundir import checkpoint, loader
-from megatron_gamma.training.checkpointing import checkpoint_dir, latest_iteration, retained
+from megatron_gamma.training.checkpointing import (
+    checkpoint_dir,
+    latest_iteration,
+    missing_load_warning,
+    retained,
+)
 from megatron_gamma.training.loop import preflight
 
 SOURCE_ITERS = 6
@@ -174,6 +179,26 @@ def test_load_errors_name_the_flag(tmp_path):
         load_config(None, {"async_save": True})
     with pytest.raises(ConfigError, match="save_retain_last=0: must be >= 1"):
         load_config(None, {"save_retain_last": 0})
+
+
+def test_missing_load_path_warns_unless_it_is_also_save(tmp_path, capsys):
+    missing = str(tmp_path / "typo" / "ckpt")
+    common = {"mock_data": True, "run_dir": str(tmp_path / "run")}
+    warning = (
+        f"WARNING: load='{missing}': does not exist, so there is no checkpoint to resume and "
+        "training starts from scratch. Fix: if the path is a typo"
+    )
+    preflight(load_config(None, {**common, "load": missing}))
+    assert warning in capsys.readouterr().out
+    # with --pretrained-checkpoint a fresh start takes its weights: the warning says so
+    assert "starts from the weights of --pretrained-checkpoint /p at iteration 0." in (
+        missing_load_warning(missing, None, "/p")
+    )
+    # the first run of --load S --save S (automatic resume) and an existing empty --load: silent
+    preflight(load_config(None, {**common, "load": missing, "save": missing}))
+    preflight(load_config(None, {**common, "load": str(tmp_path)}))
+    assert "WARNING: load=" not in capsys.readouterr().out
+    assert not os.path.exists(missing) and not os.path.exists(common["run_dir"])
 
 
 def test_retained_set_closed_form():

@@ -98,6 +98,40 @@ def check_save_dir(save: str | None, load: str | None, overwrite: bool) -> None:
         )
 
 
+def missing_load_warning(load: str | None, save: str | None, pretrained: str | None) -> str | None:
+    """The warning for a ``--load`` path that does not exist, or None.
+
+    Like Megatron-LM, a run with no checkpoint to load starts fresh; a ``load`` that does not
+    exist at all is most often a typo, so it is named. No warning for a ``load`` that exists
+    (an empty directory starts fresh, as documented), nor for one that is also ``save``: the
+    automatic-resume pattern, whose first run finds nothing yet.
+
+    Args:
+        load: ``--load`` (None: nothing to load).
+        save: ``--save``.
+        pretrained: ``--pretrained-checkpoint``, whose weights a fresh start takes.
+
+    Returns:
+        The warning, naming the path, where training starts and the fix; None when no
+        warning is due.
+    """
+    if not load or os.path.exists(load):
+        return None
+    if save and os.path.realpath(save) == os.path.realpath(load):
+        return None
+    start = (
+        f"from the weights of --pretrained-checkpoint {pretrained} at iteration 0"
+        if pretrained
+        else "from scratch"
+    )
+    return (
+        f"load={load!r}: does not exist, so there is no checkpoint to resume and training "
+        f"starts {start}. Fix: if the path is a typo, pass the directory the run to resume "
+        "saved into (its --save); to resume automatically, give --load and --save the same "
+        "directory"
+    )
+
+
 LOCK = ".lock"
 
 

@@ -66,6 +66,7 @@ from megatron_gamma.training.checkpointing import (
     latest_iteration,
     load_checkpoint,
     load_weights,
+    missing_load_warning,
     release_lock,
     save_checkpoint,
     saved_schedule,
@@ -144,7 +145,8 @@ def _reduce_loss(results: list[dict]) -> float:
 
 
 def preflight(cfg: Config) -> BilingualTokenizer:
-    """Checks that need files, run before any process group or model exists.
+    """Checks that need files, run before any process group or model exists. A ``--load``
+    that does not exist gets a warning (:func:`~.checkpointing.missing_load_warning`).
 
     Returns:
         The run's tokenizer (:func:`~megatron_gamma.data.tokenizer_types.load_tokenizer`:
@@ -181,6 +183,9 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             "parallelism. Fix: add --sequence-parallel"
         )
     check_telemetry(cfg)
+    warning = missing_load_warning(ck.load, ck.save, ck.pretrained_checkpoint)
+    if warning and parallel.read_dist_env().rank == 0:
+        print(f"WARNING: {warning}", flush=True)
     tokenizer = load_tokenizer(cfg.data, cfg.logging.run_dir)
     resume = ck.load and latest_iteration(ck.load) is not None
     root = ck.load if resume else ck.pretrained_checkpoint
