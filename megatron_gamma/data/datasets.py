@@ -6,7 +6,7 @@ import os
 from collections.abc import Iterator
 from functools import partial
 
-import numpy
+import numpy as np
 import torch
 import torch.distributed as dist
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
@@ -24,7 +24,7 @@ from megatron_gamma.data.tokenizer import BilingualTokenizer
 _SPLITS = ("train", "valid", "test")
 
 
-def _document_lengths(prefix: str) -> numpy.ndarray:
+def _document_lengths(prefix: str) -> np.ndarray:
     """Tokens per document of the indexed dataset at ``prefix``, copied out of its index (the
     dataset unmaps the index when it is collected)."""
     dataset = IndexedDataset(prefix)
