@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import psutil
@@ -134,3 +135,32 @@ def test_exit_duration_must_be_positive():
 
     with pytest.raises(ConfigError, match=r"exit_duration_in_mins=0\.0: must be > 0.*Fix:"):
         load_config(None, {"exit_duration_in_mins": 0.0})
+
+
+_GUARD = """
+import os, signal, sys, time
+from megatron_gamma.training.preemption import PreemptionGuard
+guard = PreemptionGuard(None)
+if sys.argv[1] == "armed":
+    guard.arm()
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(0.5)
+print("recorded", guard.signalled)
+"""
+
+
+@pytest.mark.parametrize("armed", [False, True])
+def test_sigterm_before_the_first_iteration_ends_the_process_at_once(armed):
+    """Before the first iteration ends there is nothing new to save: SIGTERM ends the process as
+    the default action does (killed by SIGTERM). After it, SIGTERM is recorded for the next
+    iteration's end."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _GUARD, "armed" if armed else "start-up"],
+        env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    if armed:
+        assert proc.returncode == 0 and "recorded SIGTERM" in proc.stdout, proc.stderr[-2000:]
+    else:
+        assert proc.returncode == -signal.SIGTERM, (proc.returncode, proc.stderr[-2000:])
+        assert "SIGTERM before the first iteration ended: nothing to save" in proc.stdout
+        assert "recorded" not in proc.stdout
