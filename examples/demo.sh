@@ -7,8 +7,12 @@ DEMO=$(python -c "from megatron_gamma.data import demo_dir; print(demo_dir())")
 RUN=runs/demo
 export TORCHDYNAMO_DISABLE=1  # megatron-core's jit_fuser would torch.compile on CPU (slow start)
 
-megatron-gamma train-tokenizer --input "$DEMO/zh.jsonl" "$DEMO/en.jsonl" --vocab-size 4096 \
-  --lang-key lang --heldout-fraction 0 --output "$RUN/tokenizer.json"  # = the packaged one
+if [ -e "$RUN/tokenizer.json" ]; then  # train-tokenizer refuses to overwrite one
+  echo "keeping $RUN/tokenizer.json from an earlier demo (delete it to train it again)"
+else
+  megatron-gamma train-tokenizer --input "$DEMO/zh.jsonl" "$DEMO/en.jsonl" --vocab-size 4096 \
+    --lang-key lang --heldout-fraction 0 --output "$RUN/tokenizer.json"  # = the packaged one
+fi
 megatron-gamma preprocess --input "$DEMO/zh.jsonl" "$DEMO/en.jsonl" \
   --tokenizer-model "$RUN/tokenizer.json" --output-prefix "$RUN/data/demo" --workers 2
 megatron-gamma pretrain --config examples/configs/demo.yaml \

@@ -111,3 +111,19 @@ def test_megatron_core_tokenizer_loader_reads_the_metadata():
     assert (theirs.eod, theirs.pad, theirs.bos) == (ours.eod, ours.pad, ours.bos)
     for rec in _records()[::13] + [{"text": "中文《书名》，e.g. 3.14 😀"}]:
         assert theirs.tokenize(rec["text"]) == ours.tokenize(rec["text"])
+
+
+def test_train_tokenizer_refuses_an_existing_output_before_reading_input(tmp_path, capsys):
+    """An existing tokenizer (which preprocessed data may have been made with) is never replaced:
+    the refusal names the path and the fix, before any input is read (the input here does not
+    exist, so reading it would fail with another error)."""
+    out = tmp_path / "tokenizer.json"
+    out.write_text("the tokenizer existing data was made with")
+    args = ["train-tokenizer", "--input", str(tmp_path / "missing.jsonl"), "--vocab-size", "300",
+            "--output", str(out), "--no-progress"]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"output={str(out)!r}: already exists; train-tokenizer does not overwrite it" in err
+    assert "Fix: pass another --output path, or delete the existing file first" in err
+    assert out.read_text() == "the tokenizer existing data was made with"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer.json"]

@@ -59,8 +59,16 @@ def train_tokenizer(
         The report: sample composition, budgets and held-out characters per token by language.
 
     Raises:
-        ValueError: no training document was sampled, or a bad parameter.
+        ValueError: ``output`` already exists (checked before any input is read; preprocessed
+            data may have been made with it), no training document was sampled, or a bad
+            parameter.
     """
+    if os.path.lexists(output):
+        raise ValueError(
+            f"output={output!r}: already exists; train-tokenizer does not overwrite it (data "
+            "preprocessed with that tokenizer would no longer match). Fix: pass another --output "
+            "path, or delete the existing file first"
+        )
     files = expand_inputs(inputs)
     sample: Sample = sample_corpus(
         files, proportions, sample_chars, progress=progress, **sample_kwargs
