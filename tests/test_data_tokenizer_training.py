@@ -41,7 +41,7 @@ def test_sample_is_bounded_seeded_order_free_and_proportioned(tmp_path):
     files = _split_demo(tmp_path / "in")
     longest = max(len(r["text"]) for r in _records())
     kw = dict(sample_chars=40_000, heldout_fraction=0.2, heldout_chars=1_000, progress=False)
-    props = parse_proportions("zh=1,en=3")
+    props = parse_proportions("zh=0.25,en=0.75")
     s = sample_corpus(files, props, seed=7, **kw)
     chars = s.chars("train")
     assert s.budgets == {"zh": 10_000, "en": 30_000}
@@ -66,9 +66,25 @@ def test_sample_is_bounded_seeded_order_free_and_proportioned(tmp_path):
 
 def test_parse_proportions_rejects_bad_specs():
     assert parse_proportions("zh=0.6,en=0.4,mixed=0") == {"zh": 0.6, "en": 0.4}
-    for bad in ("zh=0.5,fr=0.5", "zh:0.5", "zh=-1,en=1", "zh=0,en=0", "zh=1,zh=1"):
+    assert parse_proportions("zh=0.1,en=0.2,mixed=0.7") == {"zh": 0.1, "en": 0.2, "mixed": 0.7}
+    for bad in ("zh=0.5,fr=0.5", "zh:0.5", "zh=-1,en=1", "zh=1,zh=1"):
         with pytest.raises(ValueError, match="lang_proportions"):
             parse_proportions(bad)
+
+
+def test_parse_proportions_refuses_shares_not_summing_to_one(tmp_path, capsys):
+    """Shares are not rescaled: zh=0.5,en=0.6 would otherwise train on 0.45 / 0.55 silently."""
+    for spec, total in (("zh=0.5,en=0.6", "1.1"), ("zh=1,en=3", "4"), ("zh=0,en=0", "0")):
+        with pytest.raises(ValueError) as e:
+            parse_proportions(spec)
+        assert str(e.value) == (
+            f"lang_proportions={spec!r}: the shares sum to {total}, not 1. Fix: give shares that "
+            "sum to 1, e.g. 'zh=0.5,en=0.5'"
+        )
+    args = ["train-tokenizer", "--input", *DEMO, "--lang-proportions", "zh=0.5,en=0.6",
+            "--output", str(tmp_path / "tokenizer.json"), "--no-progress"]  # fmt: skip
+    assert main(args) == 2
+    assert "the shares sum to 1.1, not 1" in capsys.readouterr().err
 
 
 def test_committed_demo_tokenizer_is_what_the_tool_trains(tmp_path):

@@ -182,7 +182,8 @@ def add_data_commands(sub) -> None:
     p.add_argument("--output", required=True, help="tokenizer.json to write (metadata beside it)")
     p.add_argument(
         "--lang-proportions", default="zh=0.5,en=0.5",
-        help="training characters per language tag, e.g. zh=0.6,en=0.4 (mixed=... allowed)",
+        help="shares of the training characters per language tag, summing to 1, e.g. zh=0.6,en=0.4 "
+        "(mixed=... allowed)",
     )  # fmt: skip
     p.add_argument(
         "--sample-chars", type=int, default=500_000_000, help="training characters in all"

@@ -40,10 +40,11 @@ from megatron_gamma.data.readers import (
 
 
 def parse_proportions(spec: str) -> dict[str, float]:
-    """'zh=0.5,en=0.5' -> {'zh': 0.5, 'en': 0.5} (normalized to sum 1).
+    """'zh=0.5,en=0.5' -> {'zh': 0.5, 'en': 0.5} (languages of share 0 left out).
 
     Raises:
-        ValueError: unknown language, negative or all-zero weights, or bad syntax.
+        ValueError: unknown language, negative weights, bad syntax, or shares that do not sum to
+            1 (within 1e-6; never rescaled).
     """
     out: dict[str, float] = {}
     for part in spec.split(","):
@@ -60,9 +61,12 @@ def parse_proportions(spec: str) -> dict[str, float]:
             )
         out[lang] = weight
     total = sum(out.values())
-    if total <= 0:
-        raise ValueError(f"lang_proportions={spec!r}: weights sum to 0. Fix: e.g. 'zh=0.5,en=0.5'")
-    return {k: v / total for k, v in out.items() if v > 0}
+    if abs(total - 1) > 1e-6:
+        raise ValueError(
+            f"lang_proportions={spec!r}: the shares sum to {total:.6g}, not 1. Fix: give shares "
+            "that sum to 1, e.g. 'zh=0.5,en=0.5'"
+        )
+    return {k: v for k, v in out.items() if v > 0}
 
 
 @dataclass
