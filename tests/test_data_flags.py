@@ -21,7 +21,7 @@ from megatron_gamma.data.datasets import build_datasets, micro_batches
 from megatron_gamma.data.merge import merge_datasets
 from megatron_gamma.data.preprocess import preprocess
 from megatron_gamma.data.tokenizer import EOD, BilingualTokenizer
-from megatron_gamma.data.tokenizer_fingerprint import SUFFIX
+from megatron_gamma.data.tokenizer_fingerprint import SUFFIX, check_datasets, fingerprint
 from megatron_gamma.data.tokenizer_types import gpt2_bpe_tokenizer
 from megatron_gamma.training.loop import preflight
 
@@ -251,6 +251,36 @@ def test_pretrain_refuses_data_made_with_another_tokenizer(tmp_path, demo_prefix
     )
     with pytest.raises(ConfigError, match="cannot merge .* Fix: preprocess them with the same"):
         merge_datasets([demo_prefix, gpt2], str(tmp_path / "both"), progress=False)
+
+
+def test_fingerprint_error_tells_a_replaced_tokenizer_from_another_one(tmp_path):
+    """Data tokenized with a tokenizer file since replaced at the same path: the error says the
+    file changed (both digests) and a fix that works, not "pass --tokenizer-model" with the same
+    path. Data made with a tokenizer at another path keeps naming that path's flags."""
+    path = tmp_path / "tok" / "tokenizer.json"
+    path.parent.mkdir()
+    shutil.copyfile(DEMO_TOKENIZER, path)
+    tok = BilingualTokenizer(str(path))
+    prefix = str(tmp_path / "data_text_document")
+    made = dict(fingerprint(tok), sha256="0123456789ab" + "0" * 52)
+    with open(prefix + SUFFIX, "w") as f:
+        json.dump(made, f)
+    with pytest.raises(ConfigError) as e:
+        check_datasets([prefix], tok)
+    assert str(e.value) == (
+        f"data_path={prefix!r}: the tokenizer at {path} changed since the data was tokenized "
+        f"(sha256 0123456789ab then, {tok.sha256[:12]} now). Fix: restore the original "
+        "tokenizer file there, or preprocess the data again with the current one"
+    )
+    with open(prefix + SUFFIX, "w") as f:
+        json.dump(dict(made, source=[str(tmp_path / "old" / "tokenizer.json")]), f)
+    with pytest.raises(ConfigError) as e:
+        check_datasets([prefix], tok)
+    old, msg = tmp_path / "old" / "tokenizer.json", str(e.value)
+    assert f"tokenized with HuggingFaceTokenizer {old} (sha256 0123456789ab)" in msg
+    assert "changed since" not in msg
+    assert "Fix: pass the tokenizer the data was made with (--tokenizer-type Hugging" in msg
+    assert f"--tokenizer-model {old})" in msg
 
 
 def test_old_dataset_warning_is_printed(tmp_path, demo_prefix, capsys):

@@ -93,7 +93,9 @@ def check_datasets(prefixes: list[str], tok: BilingualTokenizer) -> list[str]:
 
     Raises:
         ConfigError: a dataset made with another tokenizer, naming both tokenizers and the flag
-            that selects the right one.
+            that selects the right one; or, when the tokenizer files are at the same path, made
+            with them before they changed (both digests named, and the fix: restore the original
+            files or preprocess the data again).
     """
     mine = fingerprint(tok)
     warnings = []
@@ -104,6 +106,13 @@ def check_datasets(prefixes: list[str], tok: BilingualTokenizer) -> list[str]:
                 f"WARNING: {prefix} has no tokenizer fingerprint ({prefix}{SUFFIX}, written by "
                 f"`megatron-gamma preprocess` since fingerprints exist); cannot check that it was "
                 f"tokenized with {describe(mine)}"
+            )
+        elif doc["sha256"] != mine["sha256"] and doc["source"] == mine["source"]:
+            raise ConfigError(
+                f"data_path={prefix!r}: the tokenizer at {', '.join(mine['source'])} changed "
+                f"since the data was tokenized (sha256 {doc['sha256'][:12]} then, "
+                f"{mine['sha256'][:12]} now). Fix: restore the original tokenizer file there, or "
+                "preprocess the data again with the current one"
             )
         elif doc["sha256"] != mine["sha256"]:
             raise ConfigError(
