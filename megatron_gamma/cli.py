@@ -109,13 +109,16 @@ def _compare(args: argparse.Namespace) -> None:
 def _estimate(args: argparse.Namespace) -> None:
     from megatron_gamma.config import load_config, overrides_from_args
     from megatron_gamma.data.tokenizer_types import tokenizer_vocab_size
-    from megatron_gamma.estimate import report
+    from megatron_gamma.estimate import ESTIMATE_WORLD, report
     from megatron_gamma.model.vocab import model_vocab_size
 
     cfg = load_config(args.config, overrides_from_args(args))
     world = args.world_size or cfg.cluster.world_size()
     if world is None:
-        raise ConfigError("world_size=None: no GPU count. Fix: --world-size N or --slurm-nodes N")
+        raise ConfigError(
+            "world_size=None: no GPU count (no --world-size, and the config sets no "
+            f"cluster.slurm_nodes). Fix: pass {ESTIMATE_WORLD} (G defaults to 8)"
+        )
     try:  # as pretrain: the larger of the tokenizer's size and --vocab-size
         tokenizer_vocab = tokenizer_vocab_size(cfg.data)
     except ConfigError as e:

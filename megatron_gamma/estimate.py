@@ -49,6 +49,9 @@ from megatron_gamma.model.roles import (
     shard_count,
 )
 
+ESTIMATE_WORLD = "--world-size N, or --slurm-nodes N x --slurm-gpus-per-node G"
+"""The ``estimate`` flags that give the GPU count, for the fix of a missing or unfitting one."""
+
 
 @dataclass
 class ParamCounts:
@@ -198,7 +201,7 @@ def estimate_memory(cfg: Config, vocab_size: int, world_size: int) -> MemoryEsti
     """
     from megatron_gamma.config import validate_layout
 
-    dp = validate_layout(cfg, world_size)
+    dp = validate_layout(cfg, world_size, ESTIMATE_WORLD)
     t = cfg.training
     stage = params_per_gpu(cfg, vocab_size)
     n = max(stage["first"], stage["last"])

@@ -197,3 +197,21 @@ def test_activation_bytes_follow_the_docstring_formula(gate):
     per_layer = s * b * (4 * h + n * d + 2 * g * d + w_gate + w_gated + 3 * f) * 4
     logits = s * b * vocab * (4 + 4) + s * b * vocab * 4 + vocab * h * 4
     assert estimate_memory(cfg, vocab, 1).activations == layers * per_layer + logits
+
+
+def test_estimate_world_size_errors_name_estimates_own_flags(capsys):
+    """No GPU count, and one that does not fit the layout: the fix names estimate's flags
+    (--world-size, --slurm-nodes x --slurm-gpus-per-node), and each works."""
+    flags = "--world-size N, or --slurm-nodes N x --slurm-gpus-per-node G"
+    assert main(["estimate", "--config", DEMO]) == 2
+    assert capsys.readouterr().err.endswith(
+        "world_size=None: no GPU count (no --world-size, and the config sets no "
+        f"cluster.slurm_nodes). Fix: pass {flags} (G defaults to 8)\n"
+    )
+    odd = ["estimate", "--config", DEMO, "--tensor-model-parallel-size", "2"]
+    assert main([*odd, "--world-size", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "TP x PP = 2 x 1 does not divide the world size 3" in err
+    assert f"Fix: launch a multiple of TP x PP processes ({flags}) or lower" in err
+    assert main([*odd, "--world-size", "2"]) == 0
+    assert main([*odd, "--slurm-nodes", "1", "--slurm-gpus-per-node", "2"]) == 0

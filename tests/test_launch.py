@@ -80,6 +80,10 @@ def test_time_limits_in_every_slurm_form():
         (["--nodes", "0", "--gpus-per-node", "4"], "nodes=0: must be >= 1"),
         (["--nodes", "1", "--gpus-per-node", "3"], "gpus_per_node=3: not divisible by tensor_"),
         (["--nodes", "3", "--gpus-per-node", "2"], "3 x 2 = 6 processes do not fit"),
+        (  # the fix names submit's own flags
+            ["--nodes", "3", "--gpus-per-node", "2", "--pipeline-model-parallel-size", "2"],
+            "Fix: launch a multiple of TP x PP processes (--nodes x --gpus-per-node) or lower",
+        ),
         (["--nodes", "1", "--gpus-per-node", "4", "--time", "4h"], "time='4h'"),
         (["--nodes", "1", "--gpus-per-node", "4", "--time", "5"], "warning_seconds=300"),
         (["--nodes", "1", "--gpus-per-node", "4", "--container-mounts", "/a:/a"], "container_m"),

@@ -294,6 +294,18 @@ def test_invalid_layouts_fail_with_named_errors(overrides, world, message):
     assert "Fix:" in str(err.value)
 
 
+def test_world_size_fix_names_the_launchers_flags():
+    """Launched processes (pretrain) get their world size from torchrun or srun: the fix names
+    those, not flags pretrain does not have."""
+    cfg = load_config(None, {"tensor_model_parallel_size": 2})
+    with pytest.raises(ConfigError) as err:
+        validate_layout(cfg, 3)
+    assert (
+        "Fix: launch a multiple of TP x PP processes (torchrun --nnodes x --nproc-per-node, or "
+        "srun --ntasks) or lower --tensor-model-parallel-size / --pipeline-model-parallel-size"
+    ) in str(err.value)
+
+
 def _param_gather_state(prefix: str, run_dir: str) -> dict:
     """On 2 ranks with --overlap-param-gather: megatron-core's forward pre-hooks are on, and
     after an optimizer step the ranks' weights differ (each holds its own updated shard) until

@@ -24,8 +24,20 @@ def virtual_stages(cfg: Config) -> Optional[int]:
     return cfg.model.num_layers // par.pipeline_model_parallel_size // per_chunk
 
 
-def validate_layout(cfg: Config, world_size: int) -> int:
+LAUNCHED_WORLD = "torchrun --nnodes x --nproc-per-node, or srun --ntasks"
+"""How launched processes (``pretrain``, :func:`megatron_gamma.parallel.initialize`) get their
+world size, for the fix of a layout that does not fit it."""
+
+
+def validate_layout(cfg: Config, world_size: int, world_flags: str = LAUNCHED_WORLD) -> int:
     """Check the parallel layout against the world size; return the data-parallel size.
+
+    Args:
+        cfg: the config.
+        world_size: the number of processes.
+        world_flags: the flags that set ``world_size`` for the command that checks it, named in
+            the fix of a world size that does not fit (``estimate``: ``--world-size``;
+            ``submit``: ``--nodes x --gpus-per-node``).
 
     Raises:
         ConfigError: world size not divisible by TP x PP (or by EP x PP for MoE), layers not
@@ -45,8 +57,8 @@ def validate_layout(cfg: Config, world_size: int) -> int:
             "tensor_model_parallel_size",
             tp,
             f"TP x PP = {tp} x {pp} does not divide the world size {world_size}",
-            "launch a multiple of TP x PP processes (--world-size, or --nodes x --gpus-per-node) "
-            "or lower --tensor-model-parallel-size / --pipeline-model-parallel-size",
+            f"launch a multiple of TP x PP processes ({world_flags}) or lower "
+            "--tensor-model-parallel-size / --pipeline-model-parallel-size",
         )
     if m.num_layers % pp:
         fail(
@@ -103,7 +115,7 @@ def validate_layout(cfg: Config, world_size: int) -> int:
                 "expert_model_parallel_size",
                 ep,
                 f"ETP x EP x PP = {etp} x {ep} x {pp} does not divide the world size {world_size}",
-                "launch a multiple of ETP x EP x PP processes",
+                f"launch a multiple of ETP x EP x PP processes ({world_flags})",
             )
         if ep == 1 and etp != tp:
             fail(

@@ -508,7 +508,7 @@ def check_layout(cfg: Config, job: PretrainJob) -> int:
             f"use a multiple of {tp} GPUs per node or a smaller TP size",
         )
     try:
-        return validate_layout(cfg, job.world_size)
+        return validate_layout(cfg, job.world_size, "--nodes x --gpus-per-node")
     except ConfigError as e:
         raise SubmitError(
             f"nodes x gpus_per_node = {job.nodes} x {job.gpus_per_node} = {job.world_size} "
