@@ -525,3 +525,29 @@ def test_a_checkpoint_read_prints_no_library_deprecation(bare, demo_prefix, tmp_
     proc = run_cli([*args, "--output-dir", str(tmp_path)])
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "Warning" not in proc.stderr, proc.stderr[-4000:]
+
+
+def test_missing_checkpoint_names_the_accepted_forms_and_the_saved_iterations(tmp_path, capsys):
+    """A mistyped run directory or iteration: the error names the three accepted forms and,
+    where the parent holds checkpoints, the iterations saved there."""
+    from megatron_gamma.checkpoint_trust import CheckpointError
+    from megatron_gamma.cli import main
+    from megatron_gamma.rundir import checkpoint
+
+    forms = (
+        "a checkpoint (SAVE/iter_NNNNNNN), a checkpoint root (SAVE, for its newest checkpoint) "
+        "or a run directory (RUN)"
+    )
+    save = tmp_path / "demo" / "checkpoints"
+    for name in ("iter_0000050", "iter_0000200", "iter_0000300.partial"):
+        (save / name).mkdir(parents=True)
+    wrong = str(save / "iter_0000100")
+    with pytest.raises(CheckpointError) as e:
+        checkpoint.resolve(wrong)
+    assert str(e.value) == (
+        f"checkpoint={wrong!r}: does not exist; {save} holds iter_0000050, iter_0000200. "
+        f"Fix: pass one of those, or {forms}"
+    )
+    typo = str(tmp_path / "dmeo")
+    assert main(["evaluate", typo, "--data-path", str(tmp_path / "data")]) == 2
+    assert f"checkpoint={typo!r}: does not exist. Fix: pass {forms}\n" in capsys.readouterr().err

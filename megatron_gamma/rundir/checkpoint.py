@@ -52,7 +52,9 @@ def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
         config: a config.yaml that overrides the checkpoint's own config.
 
     Raises:
-        CheckpointError: no complete checkpoint (missing, or only ``iter_N.partial``).
+        CheckpointError: no complete checkpoint (missing, or only ``iter_N.partial``); for a
+            missing path, the message names the three accepted forms and, when its parent
+            directory holds ``iter_N`` checkpoints, those.
         ConfigError: an old checkpoint without its config and no config.yaml found.
         TokenizerNotFoundError: the run's tokenizer.json does not exist.
         ConfigError: the checkpoint was trained with another tokenizer than the config's
@@ -60,7 +62,7 @@ def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
             tokenizer fingerprint loads with a warning on stderr).
     """
     if not os.path.exists(ckpt):
-        raise CheckpointError(f"checkpoint={ckpt!r}: does not exist. Fix: pass SAVE/iter_NNNNNNN")
+        raise CheckpointError(_missing(ckpt))
     try:
         path = layout.resolve_checkpoint(ckpt)
     except ConfigError as e:
@@ -86,6 +88,25 @@ def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
     if warning and parallel.read_dist_env().rank == 0:
         print(warning, file=sys.stderr)
     return RunCheckpoint(path, loader.fp32_single_rank(cfg), tokenizer, cfg)
+
+
+def _missing(ckpt: str) -> str:
+    """The error for a ``ckpt`` that does not exist: the accepted forms, and the checkpoints its
+    parent directory holds (a mistyped iteration)."""
+    forms = (
+        "a checkpoint (SAVE/iter_NNNNNNN), a checkpoint root (SAVE, for its newest checkpoint) "
+        "or a run directory (RUN)"
+    )
+    parent = os.path.dirname(os.path.normpath(ckpt)) or "."
+    saved = [
+        os.path.basename(layout.checkpoint_dir(parent, i)) for i in layout.saved_iterations(parent)
+    ]
+    if not saved:
+        return f"checkpoint={ckpt!r}: does not exist. Fix: pass {forms}"
+    return (
+        f"checkpoint={ckpt!r}: does not exist; {parent} holds {', '.join(saved)}. Fix: pass one "
+        f"of those, or {forms}"
+    )
 
 
 def load_model(run: RunCheckpoint) -> tuple[torch.nn.Module, int]:
