@@ -405,6 +405,25 @@ def test_left_padded_batch_generation_equals_single_prompts(runs, tmp_path):
     assert both[0].tolist() == alone[0].tolist() and both[1].tolist() == alone[1].tolist()
 
 
+def test_import_hf_names_a_missing_source_directory(tmp_path, capsys):
+    """A mistyped model directory is named as such, not as its missing tokenizer.json."""
+    from megatron_gamma.cli import main
+
+    afile = tmp_path / "config.json"
+    afile.write_text("{}")
+    fix = (
+        "Fix: pass the Hugging Face model directory (config.json, *.safetensors and "
+        "tokenizer.json, as `megatron-gamma export-hf` writes it)"
+    )
+    missing = tmp_path / "nonexistent"
+    for source, why in ((missing, "does not exist"), (afile, "is not a directory")):
+        assert main(["import-hf", str(source), str(tmp_path / "run")]) == 2
+        err = capsys.readouterr().err
+        assert f"import-hf: error: hf_dir={str(source)!r}: {why}. {fix}\n" in err
+        assert "tokenizer" not in err.split(". Fix:")[0]
+    assert sorted(os.listdir(tmp_path)) == ["config.json"]
+
+
 def test_cli_rejects_flags_without_effect(capsys):
     from megatron_gamma.cli import main
 

@@ -120,11 +120,18 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
         {'run_dir', 'checkpoint', 'iteration'}.
 
     Raises:
-        CheckpointError: missing config.json or unreadable weights.
+        CheckpointError: ``hf_dir`` does not exist or is not a directory, missing config.json
+            or unreadable weights.
         TokenizerNotFoundError: no tokenizer.json in ``hf_dir``.
         UnmappableArchitectureError: a model type or option megatron-gamma does not build.
         ConfigError: ``run_dir`` exists and is not empty.
     """
+    if not os.path.isdir(hf_dir):
+        why = "is not a directory" if os.path.exists(hf_dir) else "does not exist"
+        raise CheckpointError(
+            f"hf_dir={hf_dir!r}: {why}. Fix: pass the Hugging Face model directory (config.json, "
+            "*.safetensors and tokenizer.json, as `megatron-gamma export-hf` writes it)"
+        )
     run_dir = os.path.abspath(run_dir)
     if os.path.isfile(run_dir) or (os.path.isdir(run_dir) and os.listdir(run_dir)):
         raise ConfigError(f"run_dir={run_dir!r}: exists and is not empty. Fix: choose a new one")
