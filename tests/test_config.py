@@ -332,8 +332,56 @@ def test_yaml_key_given_twice_in_one_mapping_is_refused_at_its_line(tmp_path):
     assert (cfg.model.num_layers, cfg.cluster.env) == (4, {"num_layers": "1"})
     # still a safe loader: no Python object is built from a tag
     path.write_text("model: !!python/object/apply:os.getcwd []\n")
-    with pytest.raises(ConfigError, match="not valid YAML.*could not determine a constructor"):
+    with pytest.raises(ConfigError) as e:
         load_config(str(path))
+    assert str(e.value) == (
+        f"config={str(path)!r}: not valid YAML at line 1, column 8: could not determine a "
+        "constructor for the tag 'tag:yaml.org,2002:python/object/apply:os.getcwd'. Fix: write "
+        "plain data there: no '!!' tag, only plain names as keys"
+    )
+
+
+def test_wrong_choice_and_wrong_type_name_the_file_and_section(tmp_path):
+    """A value that is no member of a choice names the YAML file and section it came from, as a
+    value of the wrong type does; a flag is named as the flag."""
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  gated_attention: elementwize\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    msg = str(e.value)
+    assert msg.startswith("gated_attention='elementwize': unknown. Fix: use one of 'none': ")
+    assert msg.endswith(
+        f"(gated_attention from model.gated_attention of the YAML file {str(path)!r})"
+    )
+    path.write_text("model:\n  num_layers: abc\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    assert str(e.value) == (
+        "model.num_layers='abc': expected int, got str. Fix: write num_layers as an integer, "
+        f"e.g. 64 (num_layers from model.num_layers of the YAML file {str(path)!r})"
+    )
+    with pytest.raises(ConfigError, match=r"\(gated_attention from the flag --gated-attention\)$"):
+        load_config(None, {"gated_attention": "elementwize"})
+
+
+def test_yaml_syntax_error_names_file_line_column_and_the_fix(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("model:\n  num_layers: 2\n  data_path: [a, b\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    assert str(e.value) == (
+        f"config={str(path)!r}: not valid YAML at line 4, column 1: expected ',' or ']', but got "
+        "'<stream end>' (while parsing a flow sequence that began at line 3, column 14). Fix: "
+        "edit the file there or where that began: close brackets and quotes, indent with spaces "
+        "(no tabs), write 'key: value' with a space after the colon"
+    )
+    path.write_text("model:\n\tnum_layers: 2\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(path))
+    assert str(e.value).startswith(
+        f"config={str(path)!r}: not valid YAML at line 2, column 1: found character '\\t' that "
+        "cannot start any token. Fix: edit the file there: "
+    )
 
 
 def test_mock_data_conflict_says_where_the_data_path_was_set(tmp_path):

@@ -346,7 +346,7 @@ def check_choices(section: Any) -> None:
         except ValueError:
             refused = REFUSED_CHOICES.get(kind, {}).get(value)
             if refused is None:
-                fail(f.name, value, "unknown", f"use one of {kind.help()}")
+                fail(f.name, value, "unknown", f"use one of {kind.help()}", (f.name,))
             why, fix = refused
             fail(f.name, value, why, f"{fix} (built: {', '.join(m.value for m in kind)})")
 

@@ -10,8 +10,9 @@ from typing import Any
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the key, the value and the fix.
 
-    ``keys``: the settings whose removal the fix asks for; where each was set (a YAML file or a
-    flag) is added to the message by :func:`~megatron_gamma.config.loading.load_config`."""
+    ``keys``: the settings the fix asks to remove or correct; where each was set (the section
+    and YAML file, or the flag) is added to the message by
+    :func:`~megatron_gamma.config.loading.load_config`."""
 
     def __init__(self, message: str, keys: tuple[str, ...] = ()):
         super().__init__(message)

@@ -165,7 +165,8 @@ def _typed(where: str, key: str, value: Any, tp: Any) -> Any:
     expected = f"{base.__name__}{' or null' if optional else ''}"
     raise ConfigError(
         f"{where}{key}={value!r}: expected {expected}, got {type(value).__name__}. "
-        f"Fix: write {key} as {_EXAMPLES.get(base, 'a ' + base.__name__)}"
+        f"Fix: write {key} as {_EXAMPLES.get(base, 'a ' + base.__name__)}",
+        (key,),
     )
 
 
@@ -221,6 +222,31 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def _yaml_syntax_error(path: str, e: yaml.YAMLError) -> str:
+    """The message for YAML that does not load: the file, the line and column PyYAML stopped at
+    (its ``problem_mark``), what it found there, where the unclosed construct began, and the
+    fix (the syntax, or a value that is not plain data)."""
+    if not isinstance(e, yaml.MarkedYAMLError) or e.problem_mark is None:
+        # a ReaderError: a character YAML does not allow, its position in the message
+        return f"config={path!r}: not valid YAML ({e}). Fix: remove that character from the file"
+    mark, begun = e.problem_mark, e.context_mark
+    at = f"line {mark.line + 1}, column {mark.column + 1}"
+    opened = (
+        f" ({e.context} that began at line {begun.line + 1}, column {begun.column + 1})"
+        if e.context and begun
+        else ""
+    )
+    if isinstance(e, yaml.constructor.ConstructorError):  # parsed, but not plain data
+        what = "write plain data there: no '!!' tag, only plain names as keys"
+    else:
+        what = (
+            f"edit the file {'there or where that began' if opened else 'there'}: close "
+            "brackets and quotes, indent with spaces (no tabs), write 'key: value' with a space "
+            "after the colon"
+        )
+    return f"config={path!r}: not valid YAML at {at}: {e.problem}{opened}. Fix: {what}"
+
+
 def read_yaml(path: str) -> dict:
     """The sections of a YAML config file, each a mapping (or empty).
 
@@ -233,7 +259,7 @@ def read_yaml(path: str) -> dict:
         try:
             raw = yaml.load(f, Loader=_UniqueKeyLoader) or {}
         except yaml.YAMLError as e:
-            raise ConfigError(f"config={path!r}: not valid YAML ({e}). Fix: the syntax") from e
+            raise ConfigError(_yaml_syntax_error(path, e)) from e
     if not isinstance(raw, dict):
         raise ConfigError(
             f"config={path!r}: expected a mapping of sections, got {type(raw).__name__}. "
