@@ -504,6 +504,12 @@ def test_a_checkpoint_loads_only_with_its_tokenizer(bare, demo_prefix, tmp_path,
         compare(save, foreign, demo_prefix, str(out), progress=False)
     assert not out.exists() or os.listdir(out) == []
 
+    # trained with the tokenizer file at the same path before it changed: no "pass that path"
+    changed = _with_tokenizer_fingerprint(save, tmp_path / "changed", {**ours, "sha256": "0" * 64})
+    then_now = rf"\(sha256 000000000000 then, {ours['sha256'][:12]} now\)\. Fix: restore"
+    with pytest.raises(ConfigError, match=rf"changed since the checkpoint was trained {then_now}"):
+        checkpoint.resolve(changed)
+
     # saved before checkpoints carried a fingerprint: loads, with a warning
     old = _with_tokenizer_fingerprint(save, tmp_path / "old", None)
     capsys.readouterr()

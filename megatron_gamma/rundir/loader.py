@@ -171,7 +171,8 @@ def check_tokenizer(ckpt: str, cfg: Config, fix: str) -> Optional[str]:
 
     Raises:
         ConfigError: the checkpoint was trained with another tokenizer (both named, with
-            ``fix``); ``cfg``'s tokenizer files are missing.
+            ``fix``), or with the files at the same path before they changed (both digests
+            named); ``cfg``'s tokenizer files are missing.
     """
     from megatron_gamma.data.tokenizer_fingerprint import describe, fingerprint, tokenizer_flags
     from megatron_gamma.data.tokenizer_types import load_tokenizer
@@ -184,6 +185,13 @@ def check_tokenizer(ckpt: str, cfg: Config, fix: str) -> Optional[str]:
             "cannot check that it was trained with this run's tokenizer"
         )
     mine = fingerprint(load_tokenizer(cfg.data, cfg.logging.run_dir))
+    if saved["sha256"] != mine["sha256"] and saved.get("source") == mine["source"]:
+        raise ConfigError(
+            f"checkpoint={ckpt!r}: the tokenizer at {', '.join(mine['source'])} changed since the "
+            f"checkpoint was trained (sha256 {saved['sha256'][:12]} then, {mine['sha256'][:12]} "
+            "now). Fix: restore the original tokenizer file there (passing the same path again "
+            "cannot help)"
+        )
     if saved["sha256"] != mine["sha256"]:
         raise ConfigError(
             f"checkpoint={ckpt!r}: trained with tokenizer {describe(saved)}, but the config's "
