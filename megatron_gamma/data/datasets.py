@@ -6,7 +6,6 @@ import os
 from collections.abc import Iterator
 from functools import partial
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
@@ -24,11 +23,16 @@ from megatron_gamma.data.tokenizer import BilingualTokenizer
 _SPLITS = ("train", "valid", "test")
 
 
-def _document_lengths(prefix: str) -> np.ndarray:
-    """Tokens per document of the indexed dataset at ``prefix``, copied out of its index (the
-    dataset unmaps the index when it is collected)."""
+def _document_tokens(prefix: str, ranges: list[tuple[int, int]]) -> tuple[int, list[int]]:
+    """(document count, tokens in each ``[beg, end)`` document range) of the indexed dataset
+    at ``prefix``; the dataset stays open while its lengths are read (it unmaps them when
+    collected), and nothing is copied."""
     dataset = IndexedDataset(prefix)
-    return dataset.sequence_lengths.copy()
+    lengths = dataset.sequence_lengths
+    sums = [int(lengths[beg:end].sum()) for beg, end in ranges]
+    count = len(lengths)
+    del lengths, dataset
+    return count, sums
 
 
 def _check_split_tokens(name: str, where: str, tokens: int, seq_length: int, fix: str) -> None:
@@ -47,64 +51,75 @@ def _check_split_tokens(name: str, where: str, tokens: int, seq_length: int, fix
         )
 
 
-def check_splits(prefixes: list[str], split: str, seq_length: int) -> None:
+def check_splits(prefixes: list[str], split: str, seq_length: int, read: tuple[str, ...]) -> None:
     """Every split with a non-zero weight in ``split`` must receive at least one document of
-    every prefix (megatron-core's GPTDataset loops forever on an empty split), and at least
-    ``seq_length + 1`` tokens of it (one sample). The documents of a split are megatron-core's:
-    ``round(bound x document count)`` for both bounds of the split.
+    every prefix (megatron-core's GPTDataset loops forever on an empty split), and each split
+    the run reads at least ``seq_length + 1`` tokens of it (one sample). The documents of a
+    split are megatron-core's: ``round(bound x document count)`` for both bounds of the split.
 
     Args:
         prefixes: the ``--data-path`` blend's dataset prefixes.
         split: ``--split``, e.g. ``'949,50,1'``.
         seq_length: ``--seq-length``, in tokens.
+        read: the splits the run reads (``train``; ``valid`` when it evaluates; never ``test``,
+            which is built but not read).
 
     Raises:
         ConfigError: an empty split (naming the prefix, its document count and the split) or
-            one shorter than a sample (naming the split, its token count and the seq_length).
+            a read one shorter than a sample (naming the split, its token count and the
+            seq_length).
     """
     matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(split))
     for prefix in prefixes:
-        lengths = _document_lengths(prefix)
-        n = len(lengths)
-        for name, bounds in zip(_SPLITS, matrix, strict=True):
-            if bounds is None:
-                continue
-            beg, end = round(bounds[0] * n), round(bounds[1] * n)
+        count = _document_tokens(prefix, [])[0]
+        bounds = {
+            name: (round(b[0] * count), round(b[1] * count))
+            for name, b in zip(_SPLITS, matrix, strict=True)
+            if b is not None
+        }
+        for name, (beg, end) in bounds.items():
             if beg == end:
                 raise ConfigError(
-                    f"split={split!r}: the {name} split of {prefix} ({n} documents) is empty. "
+                    f"split={split!r}: the {name} split of {prefix} ({count} documents) is empty. "
                     f"Fix: give {name} a larger share, or 0 to disable it (e.g. '98,2,0')"
                 )
+        names = [name for name in bounds if name in read]
+        tokens = _document_tokens(prefix, [bounds[name] for name in names])[1]
+        for name, held in zip(names, tokens, strict=True):
             _check_split_tokens(
                 name,
                 f"--split {split} of {prefix}",
-                int(lengths[beg:end].sum()),
+                held,
                 seq_length,
-                f"more data (a larger {name} share of --split, or a larger corpus)",
+                f"more data (a larger {name} share of --split, or a larger corpus)"
+                + ("" if name == "train" else ", or 0 to disable it and --eval-iters 0"),
             )
 
 
 def check_split_paths(
-    blends: list[tuple[list[str], list[float] | None] | None], seq_length: int
+    blends: list[tuple[list[str], list[float] | None] | None],
+    seq_length: int,
+    read: tuple[str, ...],
 ) -> None:
     """With per-split paths (``--train-data-path`` etc., megatron-core ``blend_per_split``)
-    every dataset of a given split's blend must hold at least ``seq_length + 1`` tokens (one
+    every dataset of a split the run reads must hold at least ``seq_length + 1`` tokens (one
     sample; each is read whole).
 
     Args:
         blends: [train, valid, test] blends, None where not given
             (:meth:`~megatron_gamma.config.DataConfig.blend_per_split`).
         seq_length: ``--seq-length``, in tokens.
+        read: the splits the run reads (see :func:`check_splits`).
 
     Raises:
         ConfigError: naming the split, the dataset, its token count and the seq_length.
     """
     for name, blend in zip(_SPLITS, blends, strict=True):
-        for prefix in blend[0] if blend is not None else []:
+        for prefix in blend[0] if blend is not None and name in read else []:
             _check_split_tokens(
                 name,
                 f"--{name}-data-path {prefix}",
-                int(_document_lengths(prefix).sum()),
+                _document_tokens(prefix, [(0, None)])[1][0],
                 seq_length,
                 f"a larger dataset in --{name}-data-path",
             )

@@ -200,11 +200,12 @@ def preflight(cfg: Config) -> BilingualTokenizer:
     if cfg.data.mock_data:
         return tokenizer
     per_split = cfg.data.blend_per_split()
+    read = ("train", "valid") if cfg.training.eval_iters > 0 else ("train",)
     if per_split is None:
         prefixes, _ = cfg.data.blend()
-        check_splits(prefixes, cfg.data.split, cfg.model.seq_length)
+        check_splits(prefixes, cfg.data.split, cfg.model.seq_length, read)
     else:
-        check_split_paths(per_split, cfg.model.seq_length)
+        check_split_paths(per_split, cfg.model.seq_length, read)
         prefixes = [p for blend in per_split if blend is not None for p in blend[0]]
     warnings = check_datasets(list(dict.fromkeys(prefixes)), tokenizer)
     if warnings and parallel.read_dist_env().rank == 0:
