@@ -150,8 +150,8 @@ print("recorded", guard.signalled)
 
 
 @pytest.mark.parametrize("armed", [False, True])
-def test_sigterm_before_the_first_iteration_ends_the_process_at_once(armed):
-    """Before the first iteration ends there is nothing new to save: SIGTERM ends the process as
+def test_sigterm_before_the_first_training_step_ends_the_process_at_once(armed):
+    """Before the first training step there is nothing new to save: SIGTERM ends the process as
     the default action does (killed by SIGTERM). After it, SIGTERM is recorded for the next
     iteration's end."""
     proc = subprocess.run(
@@ -162,5 +162,5 @@ def test_sigterm_before_the_first_iteration_ends_the_process_at_once(armed):
         assert proc.returncode == 0 and "recorded SIGTERM" in proc.stdout, proc.stderr[-2000:]
     else:
         assert proc.returncode == -signal.SIGTERM, (proc.returncode, proc.stderr[-2000:])
-        assert "SIGTERM before the first iteration ended: nothing to save" in proc.stdout
+        assert "SIGTERM before the first training step: nothing to save" in proc.stdout
         assert "recorded" not in proc.stdout

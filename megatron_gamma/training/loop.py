@@ -522,6 +522,7 @@ class Trainer:
             start = time.time()
             update_num_microbatches(self.state.consumed_samples, consistency_check=True)
             loss, grad_norm, lr = self.train_step(batches)
+            self.preemption.arm()  # from here a SIGTERM waits for a save at the iteration's end
             self.state.iteration += 1
             self.state.consumed_samples += get_current_global_batch_size()
             it = self.state.iteration

@@ -8,11 +8,11 @@ torchrun's shutdown send SIGTERM, which stops the same way unless ``--no-exit-si
 (Megatron-LM's flag) gives the same stop without SLURM. SLURM kills the job ``KillWait`` seconds
 (default 30) after SIGTERM, so the iteration in flight plus one save must fit in that time.
 
-Until the first iteration of this process has ended there is nothing new to save, so a SIGTERM
-then (during start-up: loading, building, the diagnostics at initialization) ends the process
-at once, as if no handler were installed. After that, signals arrive at arbitrary points, so the
-handler only records them; at the end of each iteration :meth:`PreemptionGuard.stop` agrees
-across all ranks
+Until the first step of this process has changed the weights there is nothing new to save, so
+a SIGTERM then (during start-up: loading, building, the diagnostics at initialization) ends the
+process at once, as if no handler were installed. After that, signals arrive at arbitrary
+points, so the handler only records them; at the end of each iteration
+:meth:`PreemptionGuard.stop` agrees across all ranks
 (an all-reduce MAX, so every rank stops at the same iteration even if only some got the signal),
 saves a checkpoint unless one was just written, and tells the loop to stop. The process then
 exits 0; requeueing is the batch script's job (``scontrol requeue``), and ``--load`` of the same
@@ -56,13 +56,14 @@ class PreemptionGuard:
                 signal.signal(signal.SIGTERM, self._on_signal)
 
     def arm(self) -> None:
-        """From now on a SIGTERM is recorded for :meth:`stop`, not acted on at once."""
+        """From now on a SIGTERM is recorded for :meth:`stop`, not acted on at once (called by
+        the trainer once its first step has changed the weights)."""
         self.armed = True
 
     def _on_signal(self, signum, frame) -> None:
         name = signal.Signals(signum).name
         if signum == signal.SIGTERM and not self.armed:
-            print("SIGTERM before the first iteration ended: nothing to save, exiting", flush=True)
+            print("SIGTERM before the first training step: nothing to save, exiting", flush=True)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
             return
@@ -96,7 +97,6 @@ class PreemptionGuard:
             ``iteration`` (written here unless the loop saved it this iteration; None when the
             run has no ``--save``).
         """
-        self.arm()
         reason = self._reason(trainer.device)
         if reason is None:
             return False, None
