@@ -97,6 +97,7 @@ metadata:
 """
 PERPLEXITY = "  - metric: perplexity\n    aggregation: perplexity\n    higher_is_better: false\n"
 ACC = "  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+ACC_NORM = "  - metric: acc_norm\n    aggregation: mean\n    higher_is_better: true\n"
 
 
 @pytest.fixture(scope="module")
@@ -110,14 +111,19 @@ def lm_eval_tasks(tmp_path_factory):
     root = tmp_path_factory.mktemp("lm_eval_tasks")
     data = root / "words.jsonl"
     data.write_text("".join(f'{{"text": "the last word is w{i}"}}\n' for i in range(4)))
-    tasks = (("tiny_lambada", PERPLEXITY + ACC), ("tiny_ppl", PERPLEXITY), ("tiny_acc", ACC))
+    tasks = (
+        ("tiny_lambada", PERPLEXITY + ACC),
+        ("tiny_ppl", PERPLEXITY),
+        ("tiny_acc", ACC),
+        ("tiny_choice", ACC + ACC_NORM),
+    )
     for name, metrics in tasks:
         (root / f"{name}.yaml").write_text(
             LAMBADA_YAML.format(name=name, data=data, metrics=metrics)
         )
     (root / "tiny_group.yaml").write_text("group: tiny_group\ntask:\n  - tiny_lambada\n")
     manager = TaskManager(include_path=str(root))
-    names = ["tiny_lambada", "tiny_ppl", "tiny_acc", "tiny_group"]
+    names = ["tiny_lambada", "tiny_ppl", "tiny_acc", "tiny_choice", "tiny_group"]
     return manager, _task_dict(names, manager)
 
 
@@ -137,6 +143,9 @@ def test_metric_choice_skips_perplexity(lm_eval_tasks):
         _choose_metrics(objects, ["tiny_lambada", "tiny_ppl"], paired=True)
     with pytest.raises(ConfigError, match="tasks='tiny_group': a group of lm-eval tasks"):
         _choose_metrics(objects, ["tiny_group"], paired=False)
+    # acc listed first, acc_norm after (as hellaswag and arc list them): acc_norm is reported
+    norm = {"name": "acc_norm", "mean": True, "higher_is_better": True}
+    assert _choose_metrics(objects, ["tiny_choice"], paired=True) == {"tiny_choice": norm}
 
 
 def _sample(doc_id: int, filt: str = "none", **values) -> dict:
@@ -326,4 +335,4 @@ def test_eval_md_states_method_scope_and_small_samples(fake_models, tmp_path):
     assert "500 resamples, seed 0" in md
     assert "for these two fixed checkpoints" in md and "other training seeds" in md
     assert "One 95% interval per task, 2 tasks, with no adjustment for multiple comparisons" in md
-    assert "the first metric lm-eval lists that it aggregates as a mean over items" in md
+    assert "acc_norm where lm-eval lists it, else the first metric lm-eval lists that it " in md

@@ -35,6 +35,9 @@ from megatron_gamma.hf.hf_export import export_hf
 # agree on every item) and its coverage falls short of the nominal 95%.
 MIN_ITEMS_FOR_INTERVAL = 30
 _CONFIDENCE = 0.95  # eval.md's "95% CI"
+PREFERRED_METRICS = ("acc_norm",)
+"""Metrics reported in preference to a task's first mean-aggregated one, where it lists them:
+the length-normalized accuracy that leaderboards quote for multiple-choice tasks."""
 
 # The paper's three benchmarks plus zero-shot tasks that separate 0.1B-1.5B models.
 SUGGESTED_TASKS = (
@@ -86,8 +89,10 @@ def _task_dict(tasks: list[str], task_manager) -> dict:
 def _choose_metrics(task_objects: dict, tasks: list[str], paired: bool) -> dict[str, dict]:
     """The metric reported for each task, read from lm-eval's task objects before any model run.
 
-    It is the first metric in the task's list whose lm-eval aggregation is the plain mean over
-    items (``lm_eval.api.metrics.mean``, e.g. ``acc``): its per-item values average to lm-eval's
+    It is a metric whose lm-eval aggregation is the plain mean over items
+    (``lm_eval.api.metrics.mean``): :data:`PREFERRED_METRICS` where the task lists one (HellaSwag,
+    ARC, PIQA, OpenBookQA: ``acc_norm``, as leaderboards quote them), else the first such metric
+    in the task's list (e.g. ``acc``, ``exact_match``). Its per-item values average to lm-eval's
     score, so two models' items can be paired. Other aggregations (``perplexity``: exp of minus
     the mean per-item log-likelihood; ``bits_per_byte``, ``f1``, ...) do not score an item on
     its own; a task with only such metrics reports its first one, unpaired.
@@ -125,7 +130,8 @@ def _choose_metrics(task_objects: dict, tasks: list[str], paired: bool) -> dict[
                 "per-item values are log-likelihoods, not scores). Fix: drop it from --tasks when "
                 "using --compare, and evaluate each checkpoint on it alone"
             )
-        name = means[0] if means else next(iter(aggregation))
+        preferred = [m for m in PREFERRED_METRICS if m in means]
+        name = (preferred or means or list(aggregation))[0]
         out[task] = {
             "name": name,
             "mean": bool(means),
@@ -271,9 +277,9 @@ def _table(report: dict) -> str:
     """eval.md: a markdown table of ``report`` (:func:`benchmark`'s output) and notes on reading
     it; with B, intervals from fewer than ``MIN_ITEMS_FOR_INTERVAL`` items are not shown."""
     metric_note = (
-        "- metric: per task, the first metric lm-eval lists that it aggregates as a mean over "
-        "items{alone}, with the first filter lm-eval lists for it; better: the direction lm-eval "
-        "marks as better for that metric."
+        "- metric: per task, acc_norm where lm-eval lists it, else the first metric lm-eval "
+        "lists that it aggregates as a mean over items{alone}, with the first filter lm-eval lists "
+        "for it; better: the direction lm-eval marks as better for that metric."
     )
     if report["b"] is None:
         rows = ["| task | metric | better | n | score |", "|---|---|---|---:|---:|"]
