@@ -49,7 +49,7 @@ from megatron_gamma.model.roles import (
     shard_count,
 )
 
-ESTIMATE_WORLD = "--world-size N, or --slurm-nodes N x --slurm-gpus-per-node G"
+ESTIMATE_WORLD = "--world-size N, or --slurm-nodes N with --slurm-gpus-per-node G"
 """The ``estimate`` flags that give the GPU count, for the fix of a missing or unfitting one."""
 
 

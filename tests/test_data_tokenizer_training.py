@@ -81,6 +81,10 @@ def test_parse_proportions_refuses_shares_not_summing_to_one(tmp_path, capsys):
             f"lang_proportions={spec!r}: the shares sum to {total}, not 1. Fix: give shares that "
             "sum to 1, e.g. 'zh=0.5,en=0.5'"
         )
+    thirds = parse_proportions("zh=0.333,en=0.333,mixed=0.333")  # 0.999: shares to 3 decimals
+    assert thirds == {"zh": 0.333, "en": 0.333, "mixed": 0.333}
+    with pytest.raises(ValueError, match="sum to 0.998, not 1"):
+        parse_proportions("zh=0.333,en=0.333,mixed=0.332")
     args = ["train-tokenizer", "--input", *DEMO, "--lang-proportions", "zh=0.5,en=0.6",
             "--output", str(tmp_path / "tokenizer.json"), "--no-progress"]  # fmt: skip
     assert main(args) == 2

@@ -202,7 +202,7 @@ def test_activation_bytes_follow_the_docstring_formula(gate):
 def test_estimate_world_size_errors_name_estimates_own_flags(capsys):
     """No GPU count, and one that does not fit the layout: the fix names estimate's flags
     (--world-size, --slurm-nodes x --slurm-gpus-per-node), and each works."""
-    flags = "--world-size N, or --slurm-nodes N x --slurm-gpus-per-node G"
+    flags = "--world-size N, or --slurm-nodes N with --slurm-gpus-per-node G"
     assert main(["estimate", "--config", DEMO]) == 2
     assert capsys.readouterr().err.endswith(
         "world_size=None: no GPU count (no --world-size, and the config sets no "
