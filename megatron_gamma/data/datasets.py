@@ -23,18 +23,6 @@ from megatron_gamma.data.tokenizer import BilingualTokenizer
 _SPLITS = ("train", "valid", "test")
 
 
-def _document_tokens(prefix: str, ranges: list[tuple[int, int]]) -> tuple[int, list[int]]:
-    """(document count, tokens in each ``[beg, end)`` document range) of the indexed dataset
-    at ``prefix``; the dataset stays open while its lengths are read (it unmaps them when
-    collected), and nothing is copied."""
-    dataset = IndexedDataset(prefix)
-    lengths = dataset.sequence_lengths
-    sums = [int(lengths[beg:end].sum()) for beg, end in ranges]
-    count = len(lengths)
-    del lengths, dataset
-    return count, sums
-
-
 def _check_split_tokens(name: str, where: str, tokens: int, seq_length: int, fix: str) -> None:
     """One sample of megatron-core's GPTDataset reads ``seq_length + 1`` tokens (inputs plus the
     shifted labels); a split holding fewer would repeat itself within one sample.
@@ -71,7 +59,9 @@ def check_splits(prefixes: list[str], split: str, seq_length: int, read: tuple[s
     """
     matrix = convert_split_vector_to_split_matrix(parse_and_normalize_split(split))
     for prefix in prefixes:
-        count = _document_tokens(prefix, [])[0]
+        dataset = IndexedDataset(prefix)  # kept open: collecting it unmaps sequence_lengths
+        lengths = dataset.sequence_lengths
+        count = len(lengths)
         bounds = {
             name: (round(b[0] * count), round(b[1] * count))
             for name, b in zip(_SPLITS, matrix, strict=True)
@@ -83,17 +73,18 @@ def check_splits(prefixes: list[str], split: str, seq_length: int, read: tuple[s
                     f"split={split!r}: the {name} split of {prefix} ({count} documents) is empty. "
                     f"Fix: give {name} a larger share, or 0 to disable it (e.g. '98,2,0')"
                 )
-        names = [name for name in bounds if name in read]
-        tokens = _document_tokens(prefix, [bounds[name] for name in names])[1]
-        for name, held in zip(names, tokens, strict=True):
+        for name, (beg, end) in bounds.items():
+            if name not in read:
+                continue
             _check_split_tokens(
                 name,
                 f"--split {split} of {prefix}",
-                held,
+                int(lengths[beg:end].sum()),
                 seq_length,
                 f"more data (a larger {name} share of --split, or a larger corpus)"
                 + ("" if name == "train" else ", or 0 to disable it and --eval-iters 0"),
             )
+        del lengths, dataset
 
 
 def check_split_paths(
@@ -116,10 +107,13 @@ def check_split_paths(
     """
     for name, blend in zip(_SPLITS, blends, strict=True):
         for prefix in blend[0] if blend is not None and name in read else []:
+            dataset = IndexedDataset(prefix)  # kept open while its lengths are summed
+            tokens = int(dataset.sequence_lengths.sum())
+            del dataset
             _check_split_tokens(
                 name,
                 f"--{name}-data-path {prefix}",
-                _document_tokens(prefix, [(0, None)])[1][0],
+                tokens,
                 seq_length,
                 f"a larger dataset in --{name}-data-path",
             )
