@@ -207,11 +207,11 @@ def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
     g1 = data.role("gamma1")
     if not g1:
         return Verdict(claim, INCONCLUSIVE, "no γ = 1 arm with the baseline's ε and gate", rule, lr)
-    per_size = _paired(get, data, g1, data.baseline)
     groups = {}
-    for s in per_size:
+    for s in data.sizes:
         a, b = get(g1, s), get(data.baseline, s)
-        groups[s] = [b[k] - a[k] for k in sorted(set(a) & set(b))]
+        if common := sorted(set(a) & set(b)):
+            groups[s] = [b[k] - a[k] for k in common]
     adv = "; ".join(f"{s}: {np.mean(g):+.4f}" for s, g in groups.items())
     ratios, rtext = _ratio_text(data, g1)
     nums = f"advantage {adv or 'none paired'}; {rtext}"
