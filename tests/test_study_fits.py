@@ -78,3 +78,16 @@ def test_paired_difference_matches_hand_computation():
     assert one.mean == pytest.approx(-0.2) and math.isnan(one.low)
     with pytest.raises(ValueError, match="equal"):
         paired_difference([1.0, 2.0], [1.0])
+
+
+def test_equal_values_give_no_interval_rather_than_a_zero_width_one():
+    """Seeds that all give the same difference (the seed did not change the run) have sd 0;
+    t · 0 / sqrt(n) would be an interval of width 0, i.e. certainty from no variance at all."""
+    d = paired_difference([4.7, 4.7, 4.7], [5.0, 5.0, 5.0])
+    assert d.mean == pytest.approx(-0.3, abs=1e-12) and d.n == 3 and d.df == 2
+    assert math.isnan(d.low) and math.isnan(d.high) and d.no_spread
+    assert d.text() == "-0.3000 (3 seeds, all equal: sd 0, no interval)"
+    near = paired_difference([4.7, 4.7, 4.7 + 1e-9], [5.0, 5.0, 5.0])
+    assert near.has_interval and not near.no_spread and near.high - near.low > 0
+    one = paired_difference([4.7], [5.0])
+    assert not one.no_spread and one.text() == "-0.3000 (1 seed: no interval)"

@@ -138,8 +138,11 @@ def test_pseudo_replicated_effect_is_inconclusive():
 def test_null_effect_is_not_reproduced_and_one_seed_is_inconclusive():
     widths = {"s1": 256, "s2": 512}
     losses = {}
-    for size, shift in (("s1", 0.0), ("s2", -0.2)):
-        for seed, noise in ((1, 0.001), (2, -0.002), (3, 0.0015)):
+    for size, shift, noises in (
+        ("s1", 0.0, (0.001, -0.002, 0.0015)),
+        ("s2", -0.2, (-0.001, 0.0025, -0.0005)),
+    ):
+        for seed, noise in zip((1, 2, 3), noises, strict=True):
             losses[("baseline", size, seed)] = 5.0 + shift
             losses[("gamma1", size, seed)] = 5.0 + shift + noise
     data = make_study(losses, widths)
@@ -147,6 +150,21 @@ def test_null_effect_is_not_reproduced_and_one_seed_is_inconclusive():
     one = make_study({("baseline", "s1", 1): 5.0, ("gamma1", "s1", 1): 4.0}, widths)
     v = claim1(one, one.losses, "shared LR")
     assert v.verdict == INCONCLUSIVE and "1 seed: no interval" in v.numbers
+
+
+def test_seeds_that_do_not_change_the_run_are_inconclusive_not_certain():
+    """Every seed gives the same loss in both arms (the seed did not reach the run): the paired
+    differences all equal -0.3, whose zero-width interval would have lain below -δ."""
+    losses = {}
+    for seed in (1, 2, 3):
+        losses[("baseline", "s1", seed)] = 5.0
+        losses[("gamma1", "s1", seed)] = 4.7
+    data = make_study(losses, {"s1": 256})
+    v = claim1(data, data.losses, "shared LR")
+    assert v.verdict == INCONCLUSIVE
+    assert "-0.3000 (3 seeds, all equal: sd 0, no interval)" in v.numbers
+    assert "all 3 seeds give the same value (sd 0)" in v.numbers
+    assert decide(Interval(-0.3, math.nan, math.nan, 3, 2), 0.01, -1)[0] == INCONCLUSIVE
 
 
 def test_decide_uses_the_margin_not_the_sign():
@@ -405,7 +423,7 @@ def _four_arms(fix_at_1: float, fix_at_05: float, with_control: bool = True):
             g1 = b - 0.2 + 0.5 * e
             losses[("baseline", s, seed)] = b
             losses[("gamma1", s, seed)] = g1
-            losses[("gamma1+eps+gate", s, seed)] = g1 - fix_at_1 + 0.3 * e * seed
+            losses[("gamma1+eps+gate", s, seed)] = g1 - fix_at_1 + 0.3 * e * seed * (1 + i)
             if with_control:
                 losses[("gamma0.5+eps+gate", s, seed)] = b - fix_at_05 - 0.2 * e
     return make_study(losses, widths), losses
@@ -539,11 +557,11 @@ def _rank_study(first_iteration: int, arm_dip: float):
     widths = {"s1": 256}
     losses, diag = {}, {}
     for seed, e in ((1, 0.0), (2, 0.01), (3, -0.01)):
-        for arm, dip, rise in (("gamma1", arm_dip, 0.4), ("baseline", 0.02, 0.0)):
+        for arm, dip, rise, k in (("gamma1", arm_dip, 0.4, 1.0), ("baseline", 0.02, 0.0, 0.5)):
             losses[(arm, "s1", seed)] = 5.0
             ranks = {
                 first_iteration: 30.0,
-                50: 30.0 * (1 - dip - e),
+                50: 30.0 * (1 - dip - k * e),
                 100: 30.0 * (1 - dip) * (1 + rise),
             }
             diag[(arm, "s1", seed)] = {
@@ -734,7 +752,8 @@ def test_lr_grid_best_lr_rows_and_old_manifest_defaults():
             shared = x == 3e-3
             losses[(arm, "s1", 1 if shared else 100 + int(x * 1e5))] = 5.0 + abs(math.log(x / best))
         for seed in (2, 3, 4):
-            losses[(arm, "s1", seed)] = (4.7 if arm == "gamma1" else 5.0) + 0.01 * seed
+            spread = 0.0 if arm == "gamma1" else 0.002 * (seed - 3)  # paired sd > 0, mean -0.3
+            losses[(arm, "s1", seed)] = (4.7 if arm == "gamma1" else 5.0) + 0.01 * seed + spread
             lr[(arm, "s1", seed)] = (best, "confirm", False)
     for arm in ("baseline", "gamma1"):
         for x in (1e-4, 3e-4, 1e-3):
@@ -774,7 +793,7 @@ def test_without_an_lr_grid_the_best_lr_rows_say_not_measured():
 def _lr_grid_study(best: dict[str, float], grid=(1e-3, 2e-3, 4e-3, 8e-3), shared_lr=2e-3):
     """Arms baseline and gamma1 at one size: an LR grid on seed 1 whose loss is smallest at
     ``best[arm]``; seeds 2-4 at that LR (confirm runs, or shared runs where the shared LR
-    wins); gamma1 0.3 nats below the baseline on every seed."""
+    wins); gamma1 0.3 nats below the baseline on average over seeds 2-4 (-0.298, -0.3, -0.302)."""
     losses, lr = {}, {}
     for arm, b in best.items():
         offset = -0.3 if arm == "gamma1" else 0.0
@@ -783,7 +802,8 @@ def _lr_grid_study(best: dict[str, float], grid=(1e-3, 2e-3, 4e-3, 8e-3), shared
             losses[(arm, "s1", seed)] = 5.0 + offset + abs(math.log(x / b))
             lr[(arm, "s1", seed)] = (x, "shared" if x == shared_lr else "grid", True)
         for seed in (2, 3, 4):
-            losses[(arm, "s1", seed)] = 5.0 + offset + 0.01 * seed
+            spread = 0.002 * (3 - seed) if arm == "gamma1" else 0.0  # paired sd > 0
+            losses[(arm, "s1", seed)] = 5.0 + offset + 0.01 * seed + spread
             lr[(arm, "s1", seed)] = (b, "shared" if b == shared_lr else "confirm", False)
     manifest = {"shared_lr": shared_lr, "lr_select_seed": 1}
     return make_study(losses, {"s1": 256}, manifest=manifest, lr=lr)

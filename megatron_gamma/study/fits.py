@@ -170,12 +170,20 @@ class Interval:
     def has_interval(self) -> bool:
         return bool(np.isfinite(self.low) and np.isfinite(self.high))
 
+    @property
+    def no_spread(self) -> bool:
+        """Several units, all with the same value: their spread (sd 0) estimates no variance,
+        so there is no interval (:func:`t_interval`)."""
+        return self.n > 1 and not self.has_interval
+
     def text(self, digits: int = 4) -> str:
-        """``-0.4477 [-1.4052, +0.5098] (df 2, 3 sizes)``, or ``+0.0830 (1 seed: no interval)``."""
+        """``-0.4477 [-1.4052, +0.5098] (df 2, 3 sizes)``, ``+0.0830 (1 seed: no interval)``
+        or ``+0.0000 (3 seeds, all equal: sd 0, no interval)``."""
         if not self.has_interval:
             unit = self.unit.split()[0]
             unit = unit[:-1] if self.n == 1 else unit
-            return f"{self.mean:+.{digits}f} ({self.n} {unit}: no interval)"
+            equal = ", all equal: sd 0," if self.no_spread else ":"
+            return f"{self.mean:+.{digits}f} ({self.n} {unit}{equal} no interval)"
         df = f"{self.df:.0f}" if float(self.df).is_integer() else f"{self.df:.1f}"
         return (
             f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}] "
@@ -188,7 +196,9 @@ class Interval:
 
 def t_interval(values: Sequence[float], unit: str = "seeds", level: float = 0.95) -> Interval:
     """Mean of independent ``values`` with ``mean ± t_{(1+level)/2, n-1} · sd / sqrt(n)``
-    (sd with n - 1); no interval (NaN) for one value.
+    (sd with n - 1); no interval (NaN) for one value, nor for values that are all equal: their
+    sd of 0 would give a zero-width interval, a certainty the data cannot carry (identical
+    seeds mean the seed did not change the run, or the arms are one run twice).
 
     Raises:
         ValueError: no values, or level outside (0, 1).
@@ -199,8 +209,8 @@ def t_interval(values: Sequence[float], unit: str = "seeds", level: float = 0.95
     if not 0 < level < 1:
         raise ValueError(f"level={level}: must lie in (0, 1)")
     mean = float(d.mean())
-    if d.size < 2:
-        return Interval(mean, math.nan, math.nan, int(d.size), 0, unit, level)
+    if d.size < 2 or d.min() == d.max():
+        return Interval(mean, math.nan, math.nan, int(d.size), d.size - 1, unit, level)
     half = float(stats.t.ppf((1 + level) / 2, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size))
     return Interval(mean, mean - half, mean + half, int(d.size), d.size - 1, unit, level)
 

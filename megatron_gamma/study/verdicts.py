@@ -88,8 +88,13 @@ def decide(iv: Interval, margin: float, direction: int) -> tuple[str, str]:
     Returns:
         (verdict, why): reproduced when the interval lies beyond the margin in the claim's
         direction, not reproduced when it lies entirely on the other side, else inconclusive
-        (also without an interval, df < 1).
+        (also without an interval: df < 1, or every unit the same value).
     """
+    if iv.no_spread:
+        return INCONCLUSIVE, (
+            f"all {iv.n} {iv.unit.split()[0]} give the same value (sd 0), no interval: check that "
+            "the seed changes the run and that the arms differ"
+        )
     if not iv.has_interval:
         unit = iv.unit.split()[0]
         return INCONCLUSIVE, f"{iv.n} {unit[:-1] if iv.n == 1 else unit}: df < 1, no interval"
