@@ -1,5 +1,6 @@
 """Clean stops with a checkpoint, without SLURM: SIGUSR1 to one rank of a 2-rank gloo run, SIGTERM
-(``scancel``'s signal) to a single-process run, and the ``--exit-duration-in-mins`` budget.
+(``scancel``'s signal) to a single-process run, and the ``--exit-duration-in-mins`` budget; a
+library ``Trainer`` without the preemption callback leaves the signals their previous handlers.
 (Requeue and resume under a real SLURM: tests/slurm/.)"""
 
 from __future__ import annotations
@@ -164,3 +165,84 @@ def test_sigterm_before_the_first_training_step_ends_the_process_at_once(armed):
         assert proc.returncode == -signal.SIGTERM, (proc.returncode, proc.stderr[-2000:])
         assert "SIGTERM before the first training step: nothing to save" in proc.stdout
         assert "recorded" not in proc.stdout
+
+
+@pytest.mark.parametrize("exit_signal_handler", [True, False])
+def test_release_puts_back_the_handlers_the_guard_displaced(exit_signal_handler):
+    from megatron_gamma.training.preemption import PreemptionGuard
+
+    def usr1(signum, frame):
+        pass
+
+    def term(signum, frame):
+        pass
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
+    try:
+        signal.signal(signal.SIGUSR1, usr1)
+        signal.signal(signal.SIGTERM, term)
+        guard = PreemptionGuard(None, exit_signal_handler)
+        handled = signal.getsignal(signal.SIGUSR1)
+        assert handled == guard._on_signal
+        assert signal.getsignal(signal.SIGTERM) == (handled if exit_signal_handler else term)
+        guard.release()
+        assert (signal.getsignal(signal.SIGUSR1), signal.getsignal(signal.SIGTERM)) == (usr1, term)
+        guard.release()  # a no-op once released
+        assert signal.getsignal(signal.SIGUSR1) is usr1
+        guard.install()
+        assert signal.getsignal(signal.SIGUSR1) == handled
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+_TRAINER = """
+import os, signal, sys
+from megatron_gamma.config import load_config
+from megatron_gamma.training.callback import Callback
+from megatron_gamma.training.loop import Trainer
+from megatron_gamma.training.run_callbacks import PreemptionCallback
+
+class SigtermAtIteration2(Callback):
+    def on_step_end(self, trainer, step):
+        print("step", step.iteration, flush=True)
+        if step.iteration == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+overrides = {"data_path": [sys.argv[1]], "run_dir": sys.argv[2], "num_layers": 1}
+overrides.update(hidden_size=32, num_attention_heads=2, seq_length=16, micro_batch_size=2)
+overrides.update(global_batch_size=2, train_iters=5, split="95,5,0", init_audit="off")
+overrides.update(progress_bar=False, log_diagnostics_interval=0)
+trainer = Trainer(load_config(None, overrides))
+trainer.callbacks = [SigtermAtIteration2()]
+if sys.argv[3] == "preemption":
+    trainer.callbacks.append(PreemptionCallback(trainer.preemption))
+try:
+    print("trained to", trainer.train().iteration, flush=True)
+finally:
+    trainer.close()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("callbacks", ["preemption", "none"])
+def test_a_trainer_without_the_preemption_callback_leaves_sigterm_its_default(
+    callbacks, tmp_path, demo_prefix
+):
+    """SIGTERM at iteration 2 of 5: with the preemption callback the loop stops there and the
+    process exits 0; without it nothing would act on the recorded signal, so the trainer gives
+    SIGTERM back to its default, which ends the process at once, at iteration 2 (before the
+    fix it trained on to iteration 5 and exited 0)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _TRAINER, demo_prefix, str(tmp_path / "run"), callbacks],
+        env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=200,
+    )  # fmt: skip
+    steps = [line for line in proc.stdout.splitlines() if line.startswith(("step", "trained"))]
+    if callbacks == "preemption":
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert steps == ["step 1", "step 2", "trained to 2"]
+        assert "stopping at iteration 2 (SIGTERM); checkpoint none (no --save)" in proc.stdout
+    else:
+        assert proc.returncode == -signal.SIGTERM, (proc.returncode, proc.stderr[-3000:])
+        assert steps == ["step 1", "step 2"]

@@ -222,6 +222,18 @@ class Trainer:
     ``on_train_start`` to just after ``on_train_end``. ``self.weights_from`` is the checkpoint
     whose weights replace the initialization (:meth:`_weights_source`), or None.
 
+    ``self.preemption`` (:class:`~.preemption.PreemptionGuard`) handles SIGUSR1 and SIGTERM
+    (not SIGTERM with ``--no-exit-signal-handler``) from construction on, but only a
+    :class:`~.run_callbacks.PreemptionCallback` of it (:func:`run_callbacks`) acts on a signal
+    it records, saving a checkpoint and stopping the loop. :meth:`train` without one gives the
+    signals back to the handlers they had before the trainer was built
+    (:meth:`~.preemption.PreemptionGuard.release`; Python's default ends the process, killed
+    by the signal: exit status 143 for SIGTERM). Stopping the loop instead would return from
+    :meth:`train` as if training were done, with nothing saved, and the caller would carry on
+    with a shorter run than it asked for; a caller that adds no preemption callback asked for
+    no preemption handling, so the signals act as they would without a trainer.
+    ``--exit-duration-in-mins`` is likewise read by that callback only.
+
     Args:
         cfg: validated run config.
     """
@@ -511,10 +523,19 @@ class Trainer:
 
     def train(self) -> TrainResult:
         """Run from the current state to ``train_iters`` (or ``exit_interval``): the loop, plus
-        the callbacks' hooks (contract: :mod:`megatron_gamma.training.callback`)."""
+        the callbacks' hooks (contract: :mod:`megatron_gamma.training.callback`). SIGUSR1 and
+        SIGTERM stop it with a checkpoint only when a preemption callback is among
+        ``self.callbacks``; otherwise they act as they did before the trainer was built (see
+        :class:`Trainer`)."""
         t = self.cfg.training
         self.end_iteration = min(t.train_iters, t.exit_interval or t.train_iters)
         self.result, self._stop = TrainResult(), False
+        if any(
+            isinstance(c, PreemptionCallback) and c.guard is self.preemption for c in self.callbacks
+        ):
+            self.preemption.install()
+        else:
+            self.preemption.release()  # nothing would act on a signal it recorded
         self.log = self._open_log()
         self.fire("on_train_start")
         batches = self._iterator(self.datasets[0], self.state.consumed_samples)

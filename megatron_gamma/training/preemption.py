@@ -17,6 +17,10 @@ points, so the handler only records them; at the end of each iteration
 saves a checkpoint unless one was just written, and tells the loop to stop. The process then
 exits 0; requeueing is the batch script's job (``scontrol requeue``), and ``--load`` of the same
 directory resumes from that checkpoint.
+
+Only :class:`~megatron_gamma.training.run_callbacks.PreemptionCallback` calls
+:meth:`PreemptionGuard.stop`; a trainer trained without it puts the signal handlers it
+displaced back (:meth:`PreemptionGuard.release`), so that no signal is recorded and then ignored.
 """
 
 from __future__ import annotations
@@ -50,10 +54,30 @@ class PreemptionGuard:
         self.start = time.monotonic()
         self.signalled: Optional[str] = None
         self.armed = False
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(STOP_SIGNAL, self._on_signal)
-            if exit_signal_handler:
-                signal.signal(signal.SIGTERM, self._on_signal)
+        self._signals = (STOP_SIGNAL, signal.SIGTERM) if exit_signal_handler else (STOP_SIGNAL,)
+        self._previous: dict[signal.Signals, object] = {}
+        self.install()
+
+    def install(self) -> None:
+        """Handle SIGUSR1 (and SIGTERM with ``exit_signal_handler``) here, remembering the
+        handlers in place for :meth:`release`. Done by the constructor; a no-op where already
+        installed or off the main thread (Python sets signal handlers there only)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in self._signals:
+            if signum not in self._previous:
+                self._previous[signum] = signal.signal(signum, self._on_signal)
+
+    def release(self) -> None:
+        """Put back the handlers :meth:`install` replaced (the default action where they were
+        not set from Python), so that these signals act as they did before; a no-op where not
+        installed or off the main thread. Called by the trainer when none of its callbacks acts
+        on this guard."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum, previous in self._previous.items():
+            signal.signal(signum, signal.SIG_DFL if previous is None else previous)
+        self._previous = {}
 
     def arm(self) -> None:
         """From now on a SIGTERM is recorded for :meth:`stop`, not acted on at once (called by
