@@ -38,7 +38,9 @@ def test_no_runtime_import_cycle_through_training_diagnostics_or_telemetry():
     assert through == []
 
 
-def _train_with_a_logging_callback_first(run_dir: str, prefix: str) -> list[str]:
+def _train_with_a_logging_callback_first(
+    run_dir: str, prefix: str, eval_iters: int = 1
+) -> list[str]:
     from megatron_gamma.config import load_config
     from megatron_gamma.training.callback import Callback
     from megatron_gamma.training.loop import Trainer, run_callbacks
@@ -53,7 +55,7 @@ def _train_with_a_logging_callback_first(run_dir: str, prefix: str) -> list[str]
     overrides = {"data_path": [prefix], "run_dir": run_dir, "num_layers": 1, "hidden_size": 32}
     overrides.update(num_attention_heads=2, seq_length=16, micro_batch_size=2)
     overrides.update(global_batch_size=2, train_iters=2, split="95,5,0", init_audit="off")
-    overrides.update(eval_iters=1, progress_bar=False, log_diagnostics_interval=0)
+    overrides.update(eval_iters=eval_iters, progress_bar=False, log_diagnostics_interval=0)
     trainer = Trainer(load_config(None, overrides))
     try:
         trainer.callbacks = [Probe(), *run_callbacks(trainer.cfg, trainer.preemption)]
@@ -74,3 +76,16 @@ def test_a_callback_before_the_metrics_callback_can_log(tmp_path, demo_prefix):
     assert sorted(train) == [1, 2]
     assert probe == {i: 2 * loss for i, loss in train.items()}
     assert [r["iteration"] for r in rows if r["split"] == "valid"] == [2]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_eval_iters_zero_evaluates_nothing(tmp_path, demo_prefix):
+    """Megatron-LM's ``--eval-iters 0``: no validation, even with a validation split (it once
+    divided by zero when the evaluation fell due at the last iteration)."""
+    (lines,) = run_distributed(
+        _train_with_a_logging_callback_first, 1, str(tmp_path), demo_prefix, 0
+    )
+    rows = [json.loads(line) for line in lines]
+    assert sorted(r["iteration"] for r in rows if r["split"] == "train") == [1, 2]
+    assert [r for r in rows if r["split"] == "valid"] == []

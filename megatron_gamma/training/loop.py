@@ -485,9 +485,10 @@ class Trainer:
 
     def evaluate(self) -> float | None:
         """Mean loss over ``eval_iters`` full global batches of the validation split (also
-        during a batch-size ramp-up, as Megatron-LM)."""
+        during a batch-size ramp-up, as Megatron-LM); None without a validation split or with
+        ``eval_iters`` 0 (Megatron-LM's way to turn evaluation off)."""
         valid = self.datasets[1]
-        if valid is None or len(valid) == 0:
+        if valid is None or len(valid) == 0 or self.cfg.training.eval_iters == 0:
             return None
         batches = self._iterator(valid, 0)
         t = self.cfg.training
