@@ -184,14 +184,16 @@ def _evaluate_loss(args: argparse.Namespace) -> None:
 
 
 def _check_evaluate_values(args: argparse.Namespace) -> None:
-    """Refuse out-of-range ``evaluate`` counts before any checkpoint is read.
+    """Refuse out-of-range ``evaluate`` counts and devices before any checkpoint is read.
 
     lm-eval reads ``--limit`` below 1 as a fraction of each task's items (rounded up) and from 1
     on as a count (``int(limit)``, which would drop a fractional part silently).
 
     Raises:
-        ConfigError: a count below 1 (``--num-fewshot`` below 0), or a ``--limit`` that is neither
-            a fraction in (0, 1) nor a whole number >= 1; the message names the flag and the fix.
+        ConfigError: a count below 1 (``--num-fewshot`` below 0), a ``--limit`` that is neither
+            a fraction in (0, 1) nor a whole number >= 1, or with ``--tasks`` a ``--device``
+            lm-eval cannot run on here (:func:`~megatron_gamma.evaluation.benchmarks.
+            lm_eval_device`); the message names the flag and the fix.
     """
     counts = ("eval_tokens", "seq_length", "micro_batch_size", "batch_size", "bootstrap_samples")
     for name in counts:
@@ -214,6 +216,10 @@ def _check_evaluate_values(args: argparse.Namespace) -> None:
             "and one from 1 on as a whole number of items. Fix: pass a fraction in (0, 1), e.g. "
             "--limit 0.1, or a whole number >= 1, e.g. --limit 100"
         )
+    if args.tasks is not None and args.device is not None:
+        from megatron_gamma.evaluation.benchmarks import lm_eval_device
+
+        lm_eval_device(args.device)
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -614,7 +620,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-fewshot", type=int, help="few-shot examples (default: each task's)")
     p.add_argument("--limit", type=float, help="items per task (whole) or fraction in (0, 1)")
     p.add_argument("--batch-size", type=int, help="lm-eval batch size (default 1)")
-    p.add_argument("--device", help="lm-eval device: cpu (default) or cuda")
+    p.add_argument("--device", help="lm-eval device: cpu (default), cuda or cuda:N")
     p.add_argument("--bootstrap-samples", type=int, help="paired bootstrap draws (default 10000)")
     p.add_argument("--output-dir", help="eval.json/eval.md (tasks; default ./eval) or loss json")
     p.set_defaults(func=_evaluate)

@@ -7,6 +7,8 @@ out by hand from the inputs.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from megatron_gamma.cli import main
@@ -78,6 +80,79 @@ def test_good_values_reach_the_benchmark_unchanged(monkeypatch, flags, expected)
     assert main(TASKS + ["--compare", "B"] + flags) == 2
     assert {k: seen[k] for k in expected} == expected
     assert type(seen["limit"]) is type(expected["limit"])  # 3, not 3.0
+
+
+NO_CUDA = "CUDA is not available here (torch.cuda.is_available() is False"
+
+
+@pytest.mark.parametrize(
+    "device, message",
+    [
+        ("cuda", f"device='cuda': {NO_CUDA}"),
+        ("cuda:0", f"device='cuda:0': {NO_CUDA}"),
+        ("gpu", "device='gpu': not a device string torch reads"),
+        ("cuda:x", "device='cuda:x': not a device string torch reads"),
+        ("CPU", "device='CPU': not a device string torch reads"),
+        ("mps", "device='mps': evaluate runs lm-eval on cpu or cuda only"),
+    ],
+)
+def test_a_device_lm_eval_cannot_run_on_is_refused_before_any_work(
+    no_heavy_work, monkeypatch, capsys, device, message
+):
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert main(TASKS + ["--device", device]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Fix: pass --device cpu" in err
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda", "cuda:1"])
+def test_a_device_it_can_run_on_reaches_the_benchmark(monkeypatch, device):
+    from megatron_gamma.evaluation import benchmarks
+
+    seen = {}
+
+    def record(*args, **kwargs):
+        seen.update(kwargs)
+        raise ValueError("stop here")
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 2)
+    monkeypatch.setattr(benchmarks, "benchmark", record)
+    assert main(TASKS + ["--device", device]) == 2
+    assert seen["device"] == device
+
+
+def test_lm_eval_device_writes_the_forms_lm_eval_honours(monkeypatch):
+    """lm-eval uses a device only when it is exactly cpu, cuda or cuda:N (N < the GPU count)."""
+    from megatron_gamma.config import ConfigError
+    from megatron_gamma.evaluation.benchmarks import lm_eval_device
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    assert [lm_eval_device(d) for d in ("cpu", "cpu:0", "cpu:1")] == ["cpu", "cpu", "cpu"]
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    monkeypatch.setattr("torch.cuda.device_count", lambda: 2)
+    assert [lm_eval_device(d) for d in ("cuda", "cuda:0", "cuda:1")] == ["cuda", "cuda:0", "cuda:1"]
+    with pytest.raises(ConfigError) as refused:
+        lm_eval_device("cuda:2")
+    assert str(refused.value) == (
+        "device='cuda:2': this machine has 2 CUDA device(s), cuda:0 to cuda:1. Fix: pass "
+        "--device cuda:N with N < 2, or --device cuda"
+    )
+
+
+def test_benchmark_refuses_a_device_before_loading_any_task(monkeypatch, tmp_path):
+    from megatron_gamma.config import ConfigError
+    from megatron_gamma.evaluation import benchmarks
+
+    def reached(*args, **kwargs):
+        raise AssertionError("a task was loaded before the device check")
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr(benchmarks, "_task_dict", reached)
+    monkeypatch.setattr(benchmarks, "export_hf", reached)
+    with pytest.raises(ConfigError, match=re.escape(f"device='cuda': {NO_CUDA}")):
+        benchmarks.benchmark("RUN", ["hellaswag"], str(tmp_path / "out"), device="cuda")
+    assert not (tmp_path / "out").exists()
 
 
 LAMBADA_YAML = """
