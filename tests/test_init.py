@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from distributed import run_distributed
-from helpers import pretrain
+from helpers import TINY_MODEL, pretrain, run_cli
 from workers.common import build, gather_global, make_config
 
 import megatron_gamma.model.init as init_module
@@ -430,3 +430,41 @@ def test_init_audit_flag_through_the_cli(tmp_path, demo_prefix):
     pretrain(tmp_path / "off", demo_prefix, *flags, "--init-audit", "off")
     assert not os.path.exists(tmp_path / "off" / "init_audit.json")
     assert os.path.isfile(tmp_path / "off" / "config.yaml")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_resume_keeps_its_runs_init_audit_and_a_fresh_start_sets_an_earlier_one_aside(
+    tmp_path, demo_prefix
+):
+    """--init-audit off writes no audit: a resume keeps the audit its run wrote at iteration 0
+    (and its analysis/), a fresh start in the same directory moves the earlier run's aside."""
+    run, save = tmp_path / "run", tmp_path / "ckpt"
+
+    def pretrain_here(*flags):
+        args = ["pretrain", "--data-path", demo_prefix, "--run-dir", str(run), *TINY_MODEL]
+        proc = run_cli([*args, "--train-iters", "2", "--eval-interval", "100", *flags])
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+        return proc.stdout
+
+    pretrain_here("--save", str(save), "--exit-interval", "1", "--init-audit", "summary")
+    audit = (run / "init_audit.json").read_bytes()
+    assert "embedding.word_embeddings.weight" in {r["name"] for r in json.loads(audit)}
+    os.makedirs(run / "analysis")
+    (run / "analysis" / "analysis.json").write_text('{"runs": []}')  # as analyze writes it
+
+    out = pretrain_here("--save", str(save), "--load", str(save), "--init-audit", "off")
+    assert "resumed at iteration 1" in out and "superseded" not in out
+    assert (run / "init_audit.json").read_bytes() == audit
+    assert (run / "analysis" / "analysis.json").read_text() == '{"runs": []}'
+
+    out = pretrain_here("--save", str(tmp_path / "ckpt2"), "--overwrite", "--init-audit", "off")
+    aside = run / "init_audit.superseded-1.json"
+    assert (
+        f"{run / 'init_audit.json'}: the init audit of an earlier run moved to {aside}; this run "
+        "starts afresh"
+    ) in out
+    assert f"{run / 'analysis'}: the analysis of an earlier run moved to" in out
+    assert not (run / "init_audit.json").exists() and aside.read_bytes() == audit
+    assert not (run / "analysis").exists()
+    assert (run / "analysis.superseded-1" / "analysis.json").read_text() == '{"runs": []}'

@@ -208,6 +208,28 @@ def test_a_fresh_start_moves_the_earlier_tensorboard_events_aside(tmp_path, caps
     assert "moved to " + str(tmp_path / "tensorboard.superseded-1") in capsys.readouterr().out
 
 
+def test_a_fresh_start_sets_the_earlier_runs_init_audit_and_analysis_aside(tmp_path):
+    audit = b'[{"name": "embedding.word_embeddings.weight", "measured_sigma": 0.0156}]\n'
+    (tmp_path / "init_audit.json").write_bytes(audit)
+    (tmp_path / "init_audit.superseded-1.json").write_bytes(b"[]")  # set aside before that
+    os.makedirs(tmp_path / "analysis")
+    (tmp_path / "analysis" / "loss.png").write_bytes(b"\x89PNG")
+    said = layout.set_aside_earlier_run(str(tmp_path))
+    assert said == [
+        f"{tmp_path / 'init_audit.json'}: the init audit of an earlier run moved to "
+        f"{tmp_path / 'init_audit.superseded-2.json'}; this run starts afresh",
+        f"{tmp_path / 'analysis'}: the analysis of an earlier run moved to "
+        f"{tmp_path / 'analysis.superseded-1'}; this run starts afresh",
+    ]
+    assert (tmp_path / "init_audit.superseded-2.json").read_bytes() == audit
+    assert (tmp_path / "init_audit.superseded-1.json").read_bytes() == b"[]"
+    assert (tmp_path / "analysis.superseded-1" / "loss.png").read_bytes() == b"\x89PNG"
+    assert sorted(os.listdir(tmp_path)) == [
+        "analysis.superseded-1", "init_audit.superseded-1.json", "init_audit.superseded-2.json"
+    ]  # fmt: skip
+    assert layout.set_aside_earlier_run(str(tmp_path)) == []  # nothing of an earlier run left
+
+
 def test_a_resume_hides_the_earlier_events_past_its_iteration(tmp_path):
     from megatron_gamma.training.metrics import MetricsLogger
 

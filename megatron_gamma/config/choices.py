@@ -156,7 +156,7 @@ class InitAudit(Choice):
 
     FULL = "full", "measure every parameter; print one line per role, write every parameter"
     SUMMARY = "summary", "measure all but the middle decoder layers (every role still shows)"
-    OFF = "off", "no audit (no init_audit.json)"
+    OFF = "off", "no audit (no init_audit.json; a fresh start moves an earlier run's aside)"
 
 
 class Optimizer(Choice):

@@ -7,6 +7,10 @@ A run directory, as ``pretrain`` writes it (Megatron-LM's checkpoint layout insi
     RUN/metrics.superseded-N.jsonl                    an earlier run's, set aside at a restart
     RUN/tensorboard/                                  TensorBoard events
     RUN/tensorboard.superseded-N/                     an earlier run's, set aside at a fresh start
+    RUN/init_audit.json                               the start-up init audit (--init-audit)
+    RUN/init_audit.superseded-N.json                  an earlier run's, set aside at a fresh start
+    RUN/analysis/                                     analyze's output (default --output-dir)
+    RUN/analysis.superseded-N/                        an earlier run's, set aside at a fresh start
     RUN/.run.lock                                     held (flock) by the live run
     RUN/checkpoints/iter_0000010/                     one complete torch_dist checkpoint (--save)
     RUN/checkpoints/latest_checkpointed_iteration.txt the tracker: newest complete iteration

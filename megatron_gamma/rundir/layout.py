@@ -24,6 +24,10 @@ from megatron_gamma.config import Config, ConfigError, redacted_dict
 CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
+INIT_AUDIT = "init_audit.json"
+"""The start-up init audit's per-parameter table (:mod:`megatron_gamma.training.init_audit`)."""
+ANALYSIS = "analysis"
+"""``analyze``'s output directory for one run (:mod:`megatron_gamma.diagnostics.analyze`)."""
 TRACKER = "latest_checkpointed_iteration.txt"
 RUN_CONFIG_KEY = "run_config"
 """Common-state key of the resolved config (``config.yaml``'s text: ``cluster.env`` values
@@ -427,8 +431,8 @@ def check_takeover(run_dir: str, load: Optional[str]) -> None:
         f"run_dir={run_dir!r}: holds another run ({CONFIG}, {' and '.join(records)}) and this "
         f"run does not resume from its checkpoints (load={load!r}); starting here would replace "
         f"its {CONFIG}. Fix: give this run its own --run-dir NEW_DIR, {resume}or add "
-        f"--overwrite to start afresh here (its {METRICS} and tensorboard/ are moved aside to "
-        "*.superseded-N)"
+        f"--overwrite to start afresh here (its {METRICS}, tensorboard/, {INIT_AUDIT} and "
+        f"{ANALYSIS}/ are moved aside to *.superseded-N)"
     )
 
 
@@ -446,6 +450,47 @@ def saved_description(path: str) -> tuple[Optional[dict], Optional[dict]]:
     common = read_common(path)
     text = common.get(RUN_CONFIG_KEY)
     return (yaml.safe_load(text) if text else None), common.get(TOKENIZER_KEY)
+
+
+def superseded_path(path: str) -> str:
+    """Where to set ``path`` aside, beside it, under the first free number N from 1:
+    ``STEM.superseded-N.EXT`` for a file (``metrics.superseded-1.jsonl``),
+    ``PATH.superseded-N`` for a directory (``tensorboard.superseded-1``)."""
+    base = os.path.normpath(path)
+    stem, ext = (base, "") if os.path.isdir(base) else os.path.splitext(base)
+    n = 1
+    while os.path.lexists(aside := f"{stem}.superseded-{n}{ext}"):
+        n += 1
+    return aside
+
+
+def set_aside_earlier_run(run_dir: str) -> list[str]:
+    """Move aside what an earlier run left in ``run_dir`` that a fresh start (iteration 0,
+    nothing resumed) would otherwise seem to have written: ``init_audit.json`` (the audit of
+    another initialization; a run with ``--init-audit off`` writes none of its own) and
+    ``analysis/`` (``analyze``'s default output, read off the earlier run's checkpoints). Each
+    moves whole to :func:`superseded_path` (``init_audit.superseded-N.json``,
+    ``analysis.superseded-N``); nothing is deleted. A resume must not call this: both describe
+    the run it continues. ``metrics.jsonl`` and ``tensorboard/`` are :func:`continue_metrics`'
+    and :func:`continue_tensorboard`'s.
+
+    Args:
+        run_dir: the run directory.
+
+    Returns:
+        One line per moved file or directory, saying what moved where (empty when none).
+    """
+    said = []
+    for name, what in ((INIT_AUDIT, "init audit"), (ANALYSIS, "analysis")):
+        path = os.path.join(run_dir, name)
+        if not os.path.lexists(path):
+            continue
+        aside = superseded_path(path)
+        move(path, aside)
+        said.append(
+            f"{path}: the {what} of an earlier run moved to {aside}; this run starts afresh"
+        )
+    return said
 
 
 def continue_metrics(run_dir: str, start_iter: int) -> str | None:
@@ -484,9 +529,7 @@ def continue_metrics(run_dir: str, start_iter: int) -> str | None:
             return None
         why = f"{len(records) - len(kept)} records past iteration {start_iter}"
         why += " and a torn last line" if torn else ""
-    n = 1
-    while os.path.exists(aside := os.path.join(run_dir, f"metrics.superseded-{n}.jsonl")):
-        n += 1
+    aside = superseded_path(path)
     move(path, aside)
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
     now = (
@@ -528,9 +571,7 @@ def continue_tensorboard(tensorboard_dir: str, start_iter: int) -> tuple[Optiona
     ):
         return None, None
     base = os.path.normpath(tensorboard_dir)
-    n = 1
-    while os.path.exists(aside := f"{base}.superseded-{n}"):
-        n += 1
+    aside = superseded_path(base)
     move(base, aside)
     return (
         f"{base}: the event files of an earlier run moved to {aside}; this run starts afresh",

@@ -35,6 +35,7 @@ from megatron_gamma.atomic import atomic_open
 from megatron_gamma.config import Config
 from megatron_gamma.model.init import global_name, global_shape, param_init, tp_size_rank
 from megatron_gamma.model.roles import ROLES, Group, WeightRole, layer_and_expert, role_of
+from megatron_gamma.rundir.layout import INIT_AUDIT
 
 
 def _expected(cfg: Config, name: str, vocab_size: int) -> dict:
@@ -257,7 +258,7 @@ def format_audit(rows: list[dict]) -> str:
 
 def write_audit(rows: list[dict], run_dir: str) -> str:
     """Write ``run_dir/init_audit.json`` atomically; return its path."""
-    path = os.path.join(run_dir, "init_audit.json")
+    path = os.path.join(run_dir, INIT_AUDIT)
     with atomic_open(path, "w") as f:
         json.dump(rows, f, indent=1)
     return path

@@ -54,7 +54,7 @@ from megatron_gamma.diagnostics.callback import DiagnosticsCallback
 from megatron_gamma.model.builder import build_model, transformer_config
 from megatron_gamma.model.te_backend import check_backend
 from megatron_gamma.model.vocab import model_vocab_size
-from megatron_gamma.rundir.layout import CONFIG, checkpoint_dir, describe
+from megatron_gamma.rundir.layout import CONFIG, checkpoint_dir, describe, set_aside_earlier_run
 from megatron_gamma.rundir.loader import check_tokenizer
 from megatron_gamma.training.callback import Callback, StepOutput
 from megatron_gamma.training.checkpointing import (
@@ -278,6 +278,9 @@ class Trainer:
         self.tcfg = transformer_config(cfg, on_gpu=parallel.uses_gpu())
         self.chunks, self.init_plan = self._build_model()
         self.weights_from = self._weights_source()
+        if self.rank == 0 and not self._resumes():
+            for line in set_aside_earlier_run(run_dir):
+                print(line, flush=True)
         self.init_audit = self._audit_init(run_dir)
         self.optimizer = get_megatron_optimizer(self._optimizer_config(), self.chunks)
         self.scheduler = build_scheduler(self.optimizer, cfg)
@@ -291,7 +294,7 @@ class Trainer:
         weights_from = self.weights_from
         if weights_from is None:
             return TrainState()
-        if weights_from == ck.load and not ck.finetune:
+        if self._resumes():
             restored = load_checkpoint(
                 ck.load,
                 self.chunks,
@@ -310,6 +313,12 @@ class Trainer:
                 flush=True,
             )
         return TrainState()
+
+    def _resumes(self) -> bool:
+        """Whether this run continues the run of ``--load`` (its iteration, optimizer and
+        schedule; not ``--finetune``, which takes the weights alone and starts at iteration 0)."""
+        ck = self.cfg.checkpoint
+        return self.weights_from is not None and self.weights_from == ck.load and not ck.finetune
 
     def _weights_source(self) -> str | None:
         """The checkpoint whose weights replace the initialization: ``--load`` when it holds a
