@@ -574,7 +574,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "run_dirs", nargs="+", metavar="RUN_DIR", help="run directories or checkpoint (--save) dirs"
     )
-    p.add_argument("--output-dir", help="default RUN_DIR/analysis (required for several runs)")
+    p.add_argument(
+        "--output-dir",
+        help="default RUN_DIR/analysis (required for several runs); written whole, an earlier "
+        "analysis there moved aside to DIR.superseded-N",
+    )
     p.add_argument("--data-path", nargs="+", help="dataset blend for activations (default: run's)")
     p.add_argument("--heatmaps", nargs="+", metavar="ROLE/layer_LL", help="e.g. qkv.q/layer_00")
     p.add_argument("--heatmap-iterations", nargs="+", type=int, help="checkpoint iterations")

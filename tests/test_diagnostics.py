@@ -518,3 +518,115 @@ def test_analyze_checks_every_run_and_value_before_analysing_any(tmp_path, monke
         with pytest.raises(ConfigError, match=f"{flag} 1: need at least 2 rows"):
             analyze_module.analyze(dirs, str(tmp_path / "out"), **{key: 1})
     assert not (tmp_path / "out").exists()
+
+
+@pytest.fixture
+def analysed_by_hand(tmp_path, monkeypatch):
+    """(the run directory, ``analyze`` of it, its analysed values): ``analyze_run`` gives a
+    hand-made :class:`RunAnalysis` of iteration 0 with ``values`` (no model, no checkpoint); the
+    checks and writers are the real ones."""
+    import contextlib
+
+    from megatron_gamma.diagnostics import analyze as analyze_module
+
+    run = tmp_path / "run"
+    run.mkdir()
+    values = {"stable_rank/fc2/layer_00": [3.5]}
+
+    def analyze_run(run_dir, **_):
+        summary = {"gamma": 1.0, "norm_epsilon": 1e-12, "gated_attention": "none"}
+        return analyze_module.RunAnalysis(
+            "run", str(run_dir), summary, iterations=[0], metrics=dict(values)
+        )
+
+    monkeypatch.setattr(analyze_module.loader, "run_config", lambda d, **_: None)
+    monkeypatch.setattr(analyze_module.loader, "single_process", lambda _: contextlib.nullcontext())
+    monkeypatch.setattr(analyze_module, "analyze_run", analyze_run)
+    return run, lambda **kw: analyze_module.analyze([str(run)], progress=False, **kw), values
+
+
+def test_a_rerun_replaces_the_earlier_analysis_whole_and_sets_it_aside(analysed_by_hand, capsys):
+    """The demo rerun: analyze, then a fresh start of the run (metrics.jsonl moved aside, so no
+    loss curve yet), then analyze again: the new analysis holds no loss.png of the earlier run."""
+    run, analyze, values = analysed_by_hand
+    rows = [{"iteration": i, "split": "train", "loss": 8.0 - 0.1 * i} for i in range(1, 5)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    adir = run / "analysis"
+    assert analyze()["loss"] == str(adir / "loss.png")
+    own = ["analysis.csv", "analysis.json", "heatmaps.npz"]
+    assert sorted(p.name for p in adir.iterdir()) == [*own, "loss.png"]
+    earlier = {p.name: p.read_bytes() for p in adir.iterdir()}
+
+    (run / "metrics.jsonl").rename(run / "metrics.superseded-1.jsonl")
+    values["stable_rank/fc2/layer_00"] = [2.25]
+    capsys.readouterr()
+    assert analyze() == {
+        "json": str(adir / "analysis.json"),
+        "csv": str(adir / "analysis.csv"),
+        "heatmaps": str(adir / "heatmaps.npz"),
+    }
+    assert sorted(p.name for p in adir.iterdir()) == own
+    aside = run / "analysis.superseded-1"
+    assert {p.name: p.read_bytes() for p in aside.iterdir()} == earlier
+    assert f"{adir}: the earlier analysis moved to {aside}" in capsys.readouterr().out
+    (result,) = json.loads((adir / "analysis.json").read_text())["runs"]
+    assert (result["iterations"], result["metrics"]) == ([0], {"stable_rank/fc2/layer_00": [2.25]})
+    assert sorted(p.name for p in run.iterdir()) == [
+        "analysis", "analysis.superseded-1", "metrics.superseded-1.jsonl"
+    ]  # fmt: skip
+
+
+def test_analyze_refuses_an_output_dir_with_files_it_does_not_write(
+    analysed_by_hand, tmp_path, monkeypatch
+):
+    """Refused before any run is analysed, naming the files; nothing is moved or written."""
+    from megatron_gamma.config import ConfigError
+    from megatron_gamma.diagnostics import analyze as analyze_module
+
+    run, analyze, _ = analysed_by_hand
+
+    def never(*_, **__):
+        raise AssertionError("a run was analysed before the output directory was checked")
+
+    monkeypatch.setattr(analyze_module, "analyze_run", never)
+    adir = run / "analysis"
+    adir.mkdir()
+    (adir / "loss.png").write_bytes(b"\x89PNG")
+    (adir / "notes.md").write_text("mine")
+    with pytest.raises(ConfigError) as refused:
+        analyze()
+    assert str(refused.value) == (
+        f"output_dir={str(adir)!r}: holds notes.md, which analyze does not write; it replaces "
+        "its output directory whole (an earlier analysis is moved aside to DIR.superseded-N), "
+        "so it will not mix its files with these. Fix: pass a new --output-dir DIR, or move "
+        "those files out"
+    )
+    (run / "config.yaml").write_text("")
+    with pytest.raises(ConfigError, match=r"holds analysis, config\.yaml, which analyze does not"):
+        analyze(output_dir=str(run))
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=r"file'\: exists and is not a directory\. Fix: pass"):
+        analyze(output_dir=str(tmp_path / "file"))
+    assert sorted(p.name for p in adir.iterdir()) == ["loss.png", "notes.md"]
+    assert sorted(p.name for p in run.iterdir()) == ["analysis", "config.yaml"]
+
+
+def test_an_analysis_that_fails_to_write_leaves_the_earlier_one_as_it_was(
+    analysed_by_hand, monkeypatch
+):
+    from megatron_gamma.diagnostics import plots
+
+    run, analyze, values = analysed_by_hand
+    analyze()
+    adir = run / "analysis"
+    earlier = {p.name: p.read_bytes() for p in adir.iterdir()}
+    values["stable_rank/fc2/layer_00"] = [2.25]
+
+    def broken(runs, out_dir):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(plots, "plot_analysis", broken)
+    with pytest.raises(OSError, match="disk full"):
+        analyze()
+    assert {p.name: p.read_bytes() for p in adir.iterdir()} == earlier
+    assert sorted(p.name for p in run.iterdir()) == ["analysis"]  # no temporary left

@@ -19,6 +19,8 @@ import pytest
 from helpers import REPO, check_nproc, cli_command, cli_env, close, read_diagnostics, run_cli
 from scipy import stats as scipy_stats
 
+from megatron_gamma.diagnostics.analyze import OWN_FILE
+
 DEMO = os.path.join(REPO, "megatron_gamma", "data", "demo")
 CHECK = os.path.join(REPO, "tests", "diagnostics_model_check.py")
 MODEL_ARGS = [
@@ -112,6 +114,7 @@ def test_analyze_writes_plots_and_numbers_matching_references(demo):
     for name in ("stable_rank", "condensation", "attention_sink", "norm_saturation"):
         assert f"wrote {name}: {os.path.join(adir, name + '.png')}" in out
     assert f"wrote gates: {os.path.join(adir, 'gates.png')}" in out
+    assert [n for n in os.listdir(adir) if not OWN_FILE.fullmatch(n)] == []  # a rerun replaces it
     panels = _png_panels(os.path.join(adir, "stable_rank.png"))
     assert panels == [
         "input embedding", "attention W_QKV (q)", "attention W_QKV (k)", "attention W_QKV (v)",

@@ -10,7 +10,11 @@ share, condensation score) and, on the first validation micro-batch of the run's
 batch the live callback uses), the attention-sink share per head, RMSNorm saturation per norm
 and gate statistics.
 
-Writes into ``--output-dir`` (default ``RUN_DIR/analysis`` for one run):
+Writes ``--output-dir`` (default ``RUN_DIR/analysis`` for one run) whole: the files are made in
+a directory beside it, which replaces it once complete, so no file of an earlier analysis stays
+mixed with this one's. An earlier analysis there (a directory holding only the files below) moves
+aside to ``DIR.superseded-N``, nothing deleted; a directory holding anything else is refused
+before any run is analysed. The files:
 
 - ``analysis.json``: every number (metrics per run and iteration, norm histograms, cosine
   matrices of the heatmaps), ``analysis.csv``: the metrics in long form
@@ -29,6 +33,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -38,7 +43,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from megatron_gamma.atomic import atomic_open, atomic_path
+from megatron_gamma.atomic import atomic_dir, atomic_open, atomic_path, move
 from megatron_gamma.config import Config, ConfigError
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 from megatron_gamma.diagnostics.callback import first_validation_batch
@@ -57,6 +62,14 @@ from megatron_gamma.diagnostics.probes import (
     weight_matrices,
 )
 from megatron_gamma.rundir import layout, loader
+
+OWN_FILE = re.compile(
+    r"analysis\.json|analysis\.csv|heatmaps\.npz"
+    r"|(loss|stable_rank|condensation|attention_sink|norm_saturation|gates|cosine_heatmaps(_.+)?)"
+    r"\.png"
+)
+"""The name of every file ``analyze`` writes (module docstring), to be matched whole: an output
+directory holding only these is an earlier analysis."""
 
 DEFAULT_HEATMAPS = ("qkv.q/layer_00", "fc1.gate/layer_00")
 """Matrices shown as cosine heatmaps when none are chosen (plus the last layer's)."""
@@ -339,12 +352,37 @@ def write_numbers(runs: Sequence[RunAnalysis], out_dir: str) -> dict[str, str]:
     return {"json": json_path, "csv": csv_path, "heatmaps": npz_path}
 
 
+def _check_output_dir(output_dir: str) -> None:
+    """Refuse an ``output_dir`` that :func:`analyze` would not replace whole: a file, or a
+    directory holding anything but an earlier analysis's files (:data:`OWN_FILE`)."""
+    if os.path.lexists(output_dir) and not os.path.isdir(output_dir):
+        raise ConfigError(
+            f"output_dir={output_dir!r}: exists and is not a directory. Fix: pass a new "
+            "--output-dir DIR"
+        )
+    if not os.path.isdir(output_dir):
+        return
+    foreign = sorted(name for name in os.listdir(output_dir) if not OWN_FILE.fullmatch(name))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (
+            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        )
+        raise ConfigError(
+            f"output_dir={output_dir!r}: holds {shown}, which analyze does not write; it replaces "
+            "its output directory whole (an earlier analysis is moved aside to "
+            "DIR.superseded-N), so it will not mix its files with these. Fix: pass a new "
+            "--output-dir DIR, or move those files out"
+        )
+
+
 def analyze(
     run_dirs: Sequence[str],
     output_dir: Optional[str] = None,
     **kwargs,
 ) -> dict[str, str]:
-    """Analyse runs, write the numbers and the plots.
+    """Analyse runs, write the numbers and the plots into ``output_dir`` as a whole (module
+    docstring): an earlier analysis there moves aside to ``OUTPUT_DIR.superseded-N``, with a
+    line on stdout saying so.
 
     Args:
         run_dirs: one or more run directories (several: overlaid, one colour per run).
@@ -353,12 +391,13 @@ def analyze(
         **kwargs: passed to :func:`analyze_run`.
 
     Returns:
-        {artifact name: path} of everything written.
+        {artifact name: path} of everything written (paths in ``output_dir``).
 
     Raises:
         ConfigError: a missing run directory, several runs without ``output_dir``, fewer than 2
-            heatmap or condensation rows, or a heatmap iteration some run has no checkpoint at
-            (all checked before any run is analysed).
+            heatmap or condensation rows, a heatmap iteration some run has no checkpoint at, or
+            an ``output_dir`` that is a file or holds files analyze does not write (all checked
+            before any run is analysed).
     """
     from megatron_gamma.diagnostics import plots
 
@@ -368,6 +407,11 @@ def analyze(
         if key in kwargs and kwargs[key] < 2:
             flag = "--" + key.replace("_", "-")
             raise ConfigError(f"{flag} {kwargs[key]}: need at least 2 rows. Fix: e.g. {flag} 256")
+    if output_dir is None:
+        if len(run_dirs) > 1:
+            raise ConfigError("several runs need --output-dir. Fix: add --output-dir DIR")
+        output_dir = os.path.join(run_dirs[0], layout.ANALYSIS)
+    _check_output_dir(output_dir)
     for d in run_dirs:
         if not os.path.isdir(d):
             raise ConfigError(f"run_dir={d!r}: not a directory. Fix: pass a run directory")
@@ -378,13 +422,14 @@ def analyze(
                 sorted({*its, *([0] if kwargs.get("include_init", True) else [])}),
                 kwargs["heatmap_iterations"],
             )
-    if output_dir is None:
-        if len(run_dirs) > 1:
-            raise ConfigError("several runs need --output-dir. Fix: add --output-dir DIR")
-        output_dir = os.path.join(run_dirs[0], "analysis")
     first = loader.run_config(run_dirs[0], run_dir=run_dirs[0])
     with loader.single_process(first):
         runs = [analyze_run(d, **kwargs) for d in run_dirs]
-    written = write_numbers(runs, output_dir)
-    written.update(plots.plot_analysis(runs, output_dir))
-    return written
+    with atomic_dir(output_dir) as tmp:
+        written = write_numbers(runs, tmp)
+        written.update(plots.plot_analysis(runs, tmp))
+        if os.path.isdir(output_dir) and os.listdir(output_dir):
+            aside = layout.superseded_path(output_dir)
+            move(output_dir, aside)
+            print(f"{output_dir}: the earlier analysis moved to {aside}", flush=True)
+    return {name: os.path.join(output_dir, os.path.basename(p)) for name, p in written.items()}

@@ -10,7 +10,7 @@ A run directory, as ``pretrain`` writes it (Megatron-LM's checkpoint layout insi
     RUN/init_audit.json                               the start-up init audit (--init-audit)
     RUN/init_audit.superseded-N.json                  an earlier run's, set aside at a fresh start
     RUN/analysis/                                     analyze's output (default --output-dir)
-    RUN/analysis.superseded-N/                        an earlier run's, set aside at a fresh start
+    RUN/analysis.superseded-N/                        an earlier one, set aside (fresh start, rerun)
     RUN/.run.lock                                     held (flock) by the live run
     RUN/checkpoints/iter_0000010/                     one complete torch_dist checkpoint (--save)
     RUN/checkpoints/latest_checkpointed_iteration.txt the tracker: newest complete iteration
