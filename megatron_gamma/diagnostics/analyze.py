@@ -364,14 +364,12 @@ def _check_output_dir(output_dir: str) -> None:
         return
     foreign = sorted(name for name in os.listdir(output_dir) if not OWN_FILE.fullmatch(name))
     if foreign:
-        shown = ", ".join(foreign[:5]) + (
-            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-        )
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
         raise ConfigError(
-            f"output_dir={output_dir!r}: holds {shown}, which analyze does not write; it replaces "
-            "its output directory whole (an earlier analysis is moved aside to "
-            "DIR.superseded-N), so it will not mix its files with these. Fix: pass a new "
-            "--output-dir DIR, or move those files out"
+            f"output_dir={output_dir!r}: holds {', '.join(foreign[:5])}{more}, which analyze "
+            "does not write; it replaces its output directory whole (an earlier analysis is "
+            "moved aside to DIR.superseded-N), so it will not mix its files with these. Fix: "
+            "pass a new --output-dir DIR, or move those files out"
         )
 
 
