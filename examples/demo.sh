@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DEMO=$(python -c "from megatron_gamma.data import demo_dir; print(demo_dir())")
 RUN=runs/demo
-export TORCHDYNAMO_DISABLE=1  # megatron-core's jit_fuser would torch.compile on CPU (slow start)
+export TORCHDYNAMO_DISABLE=1  # no torch.compile (megatron-core's fusions are off here anyway)
 
 if [ -e "$RUN/tokenizer.json" ]; then  # train-tokenizer refuses to overwrite one
   echo "keeping $RUN/tokenizer.json from an earlier demo (delete it to train it again)"
