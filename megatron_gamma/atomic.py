@@ -16,6 +16,8 @@ raises, not against a power loss.)
   wrote into ``iter_N.partial``, the files of a data unit).
 - :func:`output_dirs`: the output directories of a run, created for it and removed again when it
   fails before writing anything into them.
+- :func:`open_in_place`, :func:`refuse_link`: the few files written in place instead (lock
+  files, appended logs), opened without following a symbolic link (:class:`LinkedFileError`).
 
 What is published carries the permissions a plain ``open``/``mkdir`` gives under the process's
 umask (a temporary made by ``tempfile`` would be owner-only); :func:`new_file_mode` is that mode
@@ -25,6 +27,7 @@ for a file, for writers that cannot choose it (``safetensors`` writes owner-only
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 from collections.abc import Iterator
@@ -164,4 +167,44 @@ def output_dirs(path: str) -> Iterator[None]:
                 os.rmdir(folder)
             except OSError:
                 break
+        raise
+
+
+class LinkedFileError(ValueError):
+    """A file that is written in place (:func:`open_in_place`) is a symbolic link."""
+
+
+def refuse_link(path: str) -> None:
+    """Refuse ``path`` when it is a symbolic link, for a file that will be written in place
+    (:func:`open_in_place`), checked before any work starts.
+
+    Raises:
+        LinkedFileError: ``path`` is a symbolic link (naming it, its target and the fix).
+    """
+    if os.path.islink(path):
+        raise LinkedFileError(
+            f"{path}: a symbolic link (to {os.readlink(path)!r}); this file is written in place, "
+            "so the write would land where the link points. Fix: remove the link (a directory "
+            "copied from elsewhere may hold it) and rerun"
+        )
+
+
+def open_in_place(path: str, flags: int, mode: int = 0o666) -> int:
+    """``os.open(path, flags, mode)`` for a file written in place rather than through a
+    temporary and a rename (a lock file, truncated and rewritten; a log, appended to), refusing
+    a symbolic link as ``path``'s last component (``O_NOFOLLOW``). Such a link in a directory
+    from elsewhere (a copied run directory, a downloaded checkpoint root) would turn the write
+    into one at whatever it points to: truncating ``~/.bashrc``, or creating a file where it
+    dangles. Links in the directories above are followed (a run directory may be one). Its
+    signature is ``open``'s ``opener``: ``open(path, "a", opener=open_in_place)``.
+
+    Raises:
+        LinkedFileError: ``path`` is a symbolic link (:func:`refuse_link`).
+        OSError: any other failure of ``os.open``.
+    """
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, mode)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            refuse_link(path)
         raise

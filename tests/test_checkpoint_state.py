@@ -42,6 +42,60 @@ def test_a_held_lock_is_refused_and_an_unlockable_file_system_warned_about(
     assert (tmp_path / "s").is_dir()
 
 
+def _link_refusal(link, target) -> str:
+    return (
+        f"{link}: a symbolic link (to {str(target)!r}); this file is written in place, so the "
+        "write would land where the link points. Fix: remove the link (a directory copied from "
+        "elsewhere may hold it) and rerun"
+    )
+
+
+@pytest.mark.parametrize("key, lock", [("run_dir", ".run.lock"), ("save", ".lock")])
+def test_a_lock_file_that_is_a_symbolic_link_is_refused_and_its_target_untouched(
+    tmp_path, key, lock
+):
+    """A run directory or checkpoint root from elsewhere may hold its lock file as a link: taking
+    the lock (truncate, write the pid) would overwrite the file it points to (``~/.bashrc``), or
+    create one where it dangles."""
+    victim = tmp_path / "bashrc"
+    victim.write_text("export IMPORTANT=1\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / lock).symlink_to(victim)
+    handle, refused = checkpointing._exclusive(key, str(run), lock, "busy", "wait")
+    assert handle is None
+    assert refused == f"{key}={str(run)!r}: {_link_refusal(run / lock, victim)}"
+    assert victim.read_text() == "export IMPORTANT=1\n"
+    (run / lock).unlink()
+    (run / lock).symlink_to(tmp_path / "elsewhere")  # dangling
+    handle, refused = checkpointing._exclusive(key, str(run), lock, "busy", "wait")
+    assert handle is None
+    assert refused == f"{key}={str(run)!r}: {_link_refusal(run / lock, tmp_path / 'elsewhere')}"
+    assert not os.path.lexists(tmp_path / "elsewhere")
+
+
+def test_a_metrics_file_that_is_a_symbolic_link_is_refused_before_anything_is_written(tmp_path):
+    """``metrics.jsonl`` is appended to in place: a link in the run directory is refused when the
+    run claims it (every rank stops together), and by the logger itself."""
+    from megatron_gamma.atomic import LinkedFileError
+    from megatron_gamma.config import ConfigError, load_config
+    from megatron_gamma.rundir import loader
+    from megatron_gamma.training.metrics import MetricsLogger
+
+    run = tmp_path / "run"
+    run.mkdir()
+    target = tmp_path / "elsewhere.pth"
+    (run / layout.METRICS).symlink_to(target)
+    with loader.single_process(load_config(None)):
+        with pytest.raises(ConfigError) as e:
+            checkpointing.claim_run_dir(str(run), None, overwrite=True)
+    assert str(e.value) == f"run_dir={str(run)!r}: {_link_refusal(run / layout.METRICS, target)}"
+    assert sorted(os.listdir(run)) == [layout.METRICS] and not os.path.lexists(target)
+    with pytest.raises(LinkedFileError):
+        MetricsLogger(str(run), str(tmp_path / "tb"), True, 1, 0, progress_bar=False)
+    assert not os.path.lexists(target)
+
+
 @pytest.mark.parametrize("content", ["", "\n", "12\x00\x00", "iter_0000002"])
 def test_empty_or_torn_tracker_is_named_with_the_fix(tmp_path, content):
     os.makedirs(tmp_path / "iter_0000002")

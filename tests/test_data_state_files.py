@@ -52,3 +52,20 @@ def test_a_second_writer_of_the_same_output_is_refused(tmp_path):
         holder.communicate("done\n", timeout=60)
     r = preprocess(DEMO_INPUTS[1:], DEMO_TOKENIZER, prefix, progress=False)
     assert r.documents > 0 and not (tmp_path / ".o.lock").exists()
+
+
+def test_a_lock_file_that_is_a_symbolic_link_is_refused_and_its_target_untouched(tmp_path):
+    """The unit's lock file is truncated and rewritten: a link there (an output directory from
+    elsewhere) would overwrite the file it points to."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".o.lock").symlink_to(victim)
+    with pytest.raises(ConfigError) as e:
+        preprocess(DEMO_INPUTS[1:], DEMO_TOKENIZER, str(out / "o"), progress=False)
+    assert str(e.value).startswith(
+        f"output_prefix={str(out / 'o')!r}: {out / '.o.lock'}: a symbolic link (to {str(victim)!r})"
+    )
+    assert victim.read_text() == "keep me\n"
+    assert sorted(p.name for p in out.iterdir()) == [".o.lock"]  # nothing written

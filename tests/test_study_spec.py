@@ -161,6 +161,27 @@ def test_run_directory_outside_output_dir_is_refused(tmp_path):
     assert list(outside.iterdir()) == []
 
 
+def test_a_run_log_that_is_a_symbolic_link_is_refused_before_any_run_starts(tmp_path):
+    """``pretrain.log`` is appended to in place: a link in a study directory from elsewhere would
+    append every run's console to the file it points to."""
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    out = tmp_path / "out"
+    study = load_study(_study(tmp_path))
+    runs = plan(study, str(out), final_loss=lambda run: None)
+    os.makedirs(runs[0].config.logging.run_dir)
+    log = os.path.join(runs[0].config.logging.run_dir, sweep_mod.LOG_FILE)
+    os.symlink(victim, log)
+    with pytest.raises(StudyError) as e:
+        sweep_mod.sweep(_study(tmp_path), str(out))
+    assert str(e.value).startswith(
+        f"run {runs[0].key}: {log}: a symbolic link (to {str(victim)!r}); this file is written in "
+        "place"
+    )
+    assert victim.read_text() == "keep me\n"
+    assert sorted(os.listdir(out)) == [runs[0].arm]  # refused before the manifest or the data
+
+
 def test_size_recipe_and_overrides_layer_in_order(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(

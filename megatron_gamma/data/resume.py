@@ -29,7 +29,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 
-from megatron_gamma.atomic import missing_dirs, move
+from megatron_gamma.atomic import LinkedFileError, missing_dirs, move, open_in_place
 from megatron_gamma.config import ConfigError, changed_fields
 from megatron_gamma.data.indexed import sha256_file
 from megatron_gamma.data.stats import read_json, write_json
@@ -184,11 +184,15 @@ class UnitOutput:
         process's id and is removed at the end (a killed process leaves it behind, unlocked).
 
         Raises:
-            ConfigError: another process holds it, named by its process id.
+            ConfigError: another process holds it, named by its process id; or it is a
+                symbolic link (:func:`~megatron_gamma.atomic.open_in_place`).
         """
         os.makedirs(self.folder, exist_ok=True)
         while True:
-            fd = os.open(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+            try:  # truncated and rewritten below: never through a symbolic link
+                fd = open_in_place(self.lock, os.O_RDWR | os.O_CREAT, 0o644)
+            except LinkedFileError as e:
+                raise ConfigError(f"output_prefix={self.base!r}: {e}") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

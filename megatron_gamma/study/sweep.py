@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional, TextIO
 
-from megatron_gamma.atomic import atomic_open
+from megatron_gamma.atomic import LinkedFileError, atomic_open, open_in_place, refuse_link
 from megatron_gamma.config import changed_fields, redacted_dict, save_config
 from megatron_gamma.study import rundir
 from megatron_gamma.study.spec import (
@@ -132,7 +132,13 @@ def check_unchanged(run: Run) -> bool:
 
     Raises:
         StudyChangedError: the directory holds the run with other settings.
+        StudyError: its ``pretrain.log`` is a symbolic link (the log is appended to in place:
+            :func:`~megatron_gamma.atomic.open_in_place`).
     """
+    try:
+        refuse_link(os.path.join(run.config.logging.run_dir, LOG_FILE))
+    except LinkedFileError as e:
+        raise StudyError(f"run {run.key}: {e}") from None
     path = os.path.join(run.config.logging.run_dir, RUN_FILE)
     if not os.path.isfile(path):
         return False
@@ -512,7 +518,7 @@ def _start(run: Run, single_thread: bool) -> _Running:
     env = dict(os.environ)
     if single_thread:
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    log = open(log_path, "a", encoding="utf-8")
+    log = open(log_path, "a", encoding="utf-8", opener=open_in_place)
     log.write(f"$ {' '.join(cmd)}\n")
     log.flush()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)

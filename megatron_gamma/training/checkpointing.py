@@ -50,10 +50,17 @@ from megatron.core import dist_checkpointing, parallel_state, tensor_parallel
 from megatron.core.dist_checkpointing.mapping import ShardedObject
 
 from megatron_gamma import checkpoint_trust
-from megatron_gamma.atomic import atomic_write_text, move
+from megatron_gamma.atomic import (
+    LinkedFileError,
+    atomic_write_text,
+    move,
+    open_in_place,
+    refuse_link,
+)
 from megatron_gamma.compat import patch_distributed_optimizer_load
 from megatron_gamma.config import ConfigError
 from megatron_gamma.rundir.layout import (
+    METRICS,
     NOT_LOADED_OPTIMIZER,
     NOT_LOADED_RNG,
     TRACKER,
@@ -143,7 +150,9 @@ def _exclusive(
 
     Returns:
         (the open lock file, None); (None, the refusal ``'KEY=DIR: BUSY (...). Fix: FIX'``) when
-        another process holds the lock; (None, None) where the file system cannot lock (some
+        another process holds the lock; (None, the refusal ``'KEY=DIR: ...'``) when the lock
+        file is a symbolic link (:func:`~megatron_gamma.atomic.open_in_place`: the lock would
+        truncate what it points to); (None, None) where the file system cannot lock (some
         NFS / Lustre mounts), after a printed warning that a second run would not be refused.
     """
     os.makedirs(directory, exist_ok=True)
@@ -151,6 +160,8 @@ def _exclusive(
         return _lock(os.path.join(directory, lock_name)), None
     except BlockingIOError as e:
         return None, f"{key}={directory!r}: {busy} ({e}). Fix: {fix}"
+    except LinkedFileError as e:  # the lock file is truncated and rewritten: never through a link
+        return None, f"{key}={directory!r}: {e}"
     except OSError as e:
         print(
             f"WARNING: {key}={directory!r}: cannot be locked ({e}); a second run writing into it "
@@ -172,7 +183,8 @@ def claim_save_dir(save: str | None, delete_existing: bool) -> IO | None:
         The open lock file on rank 0 (None on the other ranks and without ``save``).
 
     Raises:
-        CheckpointError: on every rank, when another process holds the lock.
+        CheckpointError: on every rank, when another process holds the lock, or when
+            ``SAVE/.lock`` is a symbolic link (:func:`~megatron_gamma.atomic.open_in_place`).
     """
     if not save:
         return None
@@ -203,7 +215,9 @@ def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
     directory) takes an exclusive ``fcntl.flock`` of ``RUN/.run.lock`` (held until the returned
     file is passed to :func:`release_lock`, or the process ends), then, without ``overwrite``,
     refuses to take over a directory that holds another run's records
-    (:func:`~megatron_gamma.rundir.layout.check_takeover`). The outcome is broadcast, so that
+    (:func:`~megatron_gamma.rundir.layout.check_takeover`), and refuses a ``RUN/.run.lock`` or
+    ``RUN/metrics.jsonl`` that is a symbolic link (both are written in place:
+    :func:`~megatron_gamma.atomic.open_in_place`). The outcome is broadcast, so that
     every rank stops together. Collective over the world group; call it before anything is
     written into ``run_dir`` or ``save``.
 
@@ -218,8 +232,8 @@ def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
 
     Raises:
         ConfigError: on every rank, when another live process holds the lock (naming the
-            directory, the holder and the fix), or when the run would take over another run's
-            directory.
+            directory, the holder and the fix), when the run would take over another run's
+            directory, or when its lock file or ``metrics.jsonl`` is a symbolic link.
     """
     handle, outcome = None, [None]
     if dist.get_rank() == 0:
@@ -227,9 +241,14 @@ def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
             "run_dir", run_dir, RUN_LOCK, "another run is writing into it",
             "give this run its own --run-dir DIR, or wait for that run to end",
         )  # fmt: skip
-        if outcome[0] is None and not overwrite:
+        if outcome[0] is None:
             try:
-                check_takeover(run_dir, load)
+                refuse_link(os.path.join(run_dir, METRICS))  # appended to in place
+                if not overwrite:
+                    check_takeover(run_dir, load)
+            except LinkedFileError as e:
+                release_lock(handle)
+                handle, outcome[0] = None, f"run_dir={run_dir!r}: {e}"
             except ConfigError as e:
                 release_lock(handle)
                 handle, outcome[0] = None, str(e)
@@ -245,9 +264,10 @@ def _lock(path: str) -> IO:
 
     Raises:
         BlockingIOError: another process holds it (the message names the holder).
+        LinkedFileError: ``path`` is a symbolic link (:func:`~megatron_gamma.atomic.open_in_place`).
     """
     while True:
-        handle = open(path, "a+")
+        handle = open(path, "a+", opener=open_in_place)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

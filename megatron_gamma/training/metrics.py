@@ -12,6 +12,7 @@ import time
 
 from tqdm import tqdm
 
+from megatron_gamma.atomic import open_in_place
 from megatron_gamma.rundir.layout import METRICS, continue_metrics, continue_tensorboard
 
 
@@ -61,7 +62,8 @@ class MetricsLogger:
             return
         os.makedirs(run_dir, exist_ok=True)
         moved = [continue_metrics(run_dir, start_iter)]
-        self._jsonl = open(os.path.join(run_dir, METRICS), "a", encoding="utf-8")
+        path = os.path.join(run_dir, METRICS)  # appended to: never through a symbolic link
+        self._jsonl = open(path, "a", encoding="utf-8", opener=open_in_place)
         from torch.utils.tensorboard import SummaryWriter
 
         tb_moved, purge_step = continue_tensorboard(tensorboard_dir, start_iter)
