@@ -33,7 +33,7 @@ from megatron_gamma.study.fits import (
     mean_std,
     paired_difference,
 )
-from megatron_gamma.study.spec import best_lr
+from megatron_gamma.study.spec import NAME_PATTERN, best_lr
 
 DEFAULT_MARGIN = 0.01
 """The pre-registered margin δ (nats) of a manifest that does not set ``margin``."""
@@ -64,6 +64,52 @@ def _embedding_fan_in(run_dir: str, entry: dict) -> Optional[int]:
     if cfg.get("init", {}).get("embedding_fan_in", "hidden") == "hidden":
         return cfg["model"]["hidden_size"]
     return cfg["model"].get("vocab_size")
+
+
+def _safe_name(name) -> bool:
+    """A name that is one directory name, never ``..`` or a path (:data:`~.spec.NAME_PATTERN`)."""
+    return isinstance(name, str) and bool(NAME_PATTERN.fullmatch(name)) and ".." not in name
+
+
+def check_entry(path: str, index: int, entry) -> None:
+    """Refuse a run of ``study.json`` (at ``path``) whose names could lead out of the study:
+    ``arm`` and ``size`` must be safe directory names as the study file's are, ``seed`` an
+    integer, and ``key`` the run directory ``sweep`` makes of them (``ARM/SIZE/seed-S`` or
+    ``ARM/SIZE/lr-LR/seed-S``). ``report`` reads ``DIR/KEY`` and writes ``compare`` output to
+    ``REPORT/compare/seed-S``, so a manifest from elsewhere must not steer either.
+
+    Raises:
+        ConfigError: naming the file, the run, the value and the fix.
+    """
+    fix = (
+        "Fix: restore study.json as sweep wrote it (rerun `megatron-gamma sweep STUDY.yaml "
+        "--output-dir DIR`, which rewrites it and skips finished runs)"
+    )
+    where = f"{path}: runs[{index}]"
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where}={entry!r}: not a mapping of the run's fields. {fix}")
+    for key in ("arm", "size"):
+        if not _safe_name(entry.get(key)):
+            raise ConfigError(
+                f"{where}.{key}={entry.get(key)!r}: not a safe directory name (letters, digits "
+                f"and . _ + = @ -, no '..'), as a study's {key} names are. {fix}"
+            )
+    seed = entry.get("seed")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ConfigError(f"{where}.seed={seed!r}: not an integer seed. {fix}")
+    parts = entry.get("key").split("/") if isinstance(entry.get("key"), str) else []
+    lr_dir = len(parts) == 4 and parts[2].startswith("lr-") and _safe_name(parts[2])
+    if (
+        len(parts) not in (3, 4)
+        or parts[:2] != [entry["arm"], entry["size"]]
+        or parts[-1] != f"seed-{seed}"
+        or (len(parts) == 4 and not lr_dir)
+    ):
+        raise ConfigError(
+            f"{where}.key={entry.get('key')!r}: not the run directory of arm {entry['arm']!r}, "
+            f"size {entry['size']!r}, seed {seed} (ARM/SIZE/seed-S or ARM/SIZE/lr-LR/seed-S). "
+            f"{fix}"
+        )
 
 
 class StudyData:
@@ -108,7 +154,8 @@ class StudyData:
         """Read ``DIR/study.json`` and every run directory it lists.
 
         Raises:
-            ConfigError: no study.json in ``study_dir``.
+            ConfigError: no study.json in ``study_dir``, or a run whose names could lead out
+                of the study (:func:`check_entry`), before any run directory is read.
         """
         path = os.path.join(study_dir, "study.json")
         if not os.path.isfile(path):
@@ -118,6 +165,8 @@ class StudyData:
             )
         with open(path, encoding="utf-8") as f:
             manifest = json.load(f)
+        for index, entry in enumerate(manifest["runs"]):
+            check_entry(path, index, entry)
         runs = []
         for entry in manifest["runs"]:
             run_dir = os.path.join(study_dir, entry["key"])
