@@ -462,3 +462,60 @@ def test_import_of_a_plain_llama_directory(runs, tmp_path):
             model, _ = checkpoint.load_model(rc)
             states.append({k: v.clone() for k, v in model.state_dict().items() if v is not None})
     assert all(torch.equal(states[0][k], states[1][k]) for k in states[0])
+
+
+def _hub_model(folder, meta_config: dict) -> str:
+    """A tiny Llama directory as one comes from elsewhere (no training): config.json,
+    safetensors, the demo tokenizer and a megatron_gamma.json of ``meta_config`` on top of the
+    model section config.json gives."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from megatron_gamma.data import demo_dir
+    from megatron_gamma.hf import mapping
+
+    hf = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=4096, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+            num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32,
+            tie_word_embeddings=True,
+        )
+    )  # fmt: skip
+    hf.save_pretrained(folder)
+    shutil.copyfile(os.path.join(demo_dir(), "tokenizer.json"), folder / "tokenizer.json")
+    section = mapping.model_section_from_hf(json.loads((folder / "config.json").read_text()))
+    meta = {"iteration": 0, "config": {"model": section, **meta_config}}
+    (folder / "megatron_gamma.json").write_text(json.dumps(meta))
+    return str(folder)
+
+
+@pytest.mark.parametrize(
+    "section, key, value",
+    [
+        ("logging", "tensorboard_dir", "/elsewhere/tb"),
+        ("logging", "wandb_save_dir", "/elsewhere/wandb"),
+        ("data", "data_cache_path", "/elsewhere/cache"),
+        ("checkpoint", "pretrained_checkpoint", "/elsewhere/ckpt"),
+    ],
+)
+def test_import_refuses_a_run_config_that_names_paths(tmp_path, section, key, value):
+    """export-hf records no path of its host in megatron_gamma.json; one from elsewhere that
+    names a path would become the imported run's config (config.yaml, the checkpoint's own), so
+    that a later pretrain --config RUN/config.yaml wrote TensorBoard events or dataset caches,
+    or took weights, where the model's author chose."""
+    hf_dir = _hub_model(tmp_path / "hub", {section: {key: value}})
+    with pytest.raises(CheckpointError) as e:
+        import_hf(hf_dir, str(tmp_path / "run"))
+    assert str(e.value).startswith(
+        f"megatron_gamma.json: {section}.{key}={value!r}: a path of the host that wrote it"
+    )
+    assert "Fix: remove megatron_gamma.json to import from config.json alone" in str(e.value)
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_import_of_a_portable_run_config_from_elsewhere(tmp_path):
+    """The same model directory without a path imports (the refusal above is the path's)."""
+    hf_dir = _hub_model(tmp_path / "hub", {"logging": {"tensorboard_dir": None}})
+    out = import_hf(hf_dir, str(tmp_path / "run"))
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert out["iteration"] == 0 and saved["logging"]["tensorboard_dir"] is None
+    assert saved["logging"]["run_dir"] == str(tmp_path / "run")

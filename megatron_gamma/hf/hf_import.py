@@ -13,7 +13,9 @@ a run directory::
 The run config and iteration come from ``megatron_gamma.json`` when HF_DIR was written by
 ``export-hf`` (so the round trip is exact; its model section must agree with ``config.json``);
 otherwise the model section is derived from ``config.json`` (``seq_length`` =
-``max_position_embeddings``) and the iteration is 0. The checkpoint holds model weights only
+``max_position_embeddings``) and the iteration is 0. A ``megatron_gamma.json`` that names a path
+(a field ``export-hf`` records at its default: ``tensorboard_dir``, ``data_cache_path``, ...) is
+refused: the imported run would read or write where the model's author chose. The checkpoint holds model weights only
 (no optimizer or scheduler state): ``evaluate``, ``export-hf``, ``analyze`` and ``compare`` read
 it. The directory is assembled under a temporary name and renamed when complete.
 """
@@ -29,11 +31,11 @@ from megatron.core import dist_checkpointing
 
 from megatron_gamma.atomic import atomic_dir
 from megatron_gamma.checkpoint_trust import CheckpointError
-from megatron_gamma.config import ConfigError, config_from_dict, save_config
+from megatron_gamma.config import Config, ConfigError, config_from_dict, save_config
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 from megatron_gamma.data.tokenizer_fingerprint import fingerprint
 from megatron_gamma.hf import mapping
-from megatron_gamma.hf.hf_export import META_FILE
+from megatron_gamma.hf.hf_export import HOST_PATH_FIELDS, META_FILE
 from megatron_gamma.rundir import layout, loader
 from megatron_gamma.rundir.checkpoint import TokenizerNotFoundError
 from megatron_gamma.rundir.layout import CHECKPOINTS, CONFIG, TRACKER, checkpoint_dir
@@ -66,6 +68,30 @@ def read_safetensors(hf_dir: str) -> dict[str, torch.Tensor]:
     return out
 
 
+def _check_portable(raw: dict) -> None:
+    """Refuse a ``megatron_gamma.json`` run config that names paths: ``export-hf`` records
+    every field of :data:`~megatron_gamma.hf.hf_export.HOST_PATH_FIELDS` at its default
+    (:func:`~megatron_gamma.hf.hf_export.portable_config`), and a model directory from elsewhere
+    that sets one (``tensorboard_dir``, ``data_cache_path``, ``pretrained_checkpoint``, ...)
+    would have the imported run's config.yaml, and its checkpoint's, write or read there.
+
+    Raises:
+        CheckpointError: naming the first such field, its value and the fix.
+    """
+    defaults = Config().to_dict()
+    for section, keys in HOST_PATH_FIELDS.items():
+        values = raw.get(section) or {}
+        for key in keys:
+            if values.get(key, defaults[section][key]) != defaults[section][key]:
+                raise CheckpointError(
+                    f"{META_FILE}: {section}.{key}={values[key]!r}: a path of the host that "
+                    "wrote it (export-hf records none, and import-hf sets the run's own data, "
+                    "tokenizer and checkpoint paths); the imported run would read or write there. "
+                    f"Fix: remove {META_FILE} to import from config.json alone, or set "
+                    f"{section}.{key} to {defaults[section][key]!r} in it"
+                )
+
+
 def _run_config(hf_dir: str, run_dir: str) -> tuple[dict, int]:
     path = os.path.join(hf_dir, "config.json")
     if not os.path.isfile(path):
@@ -78,6 +104,7 @@ def _run_config(hf_dir: str, run_dir: str) -> tuple[dict, int]:
         with open(meta_path) as f:
             meta = json.load(f)
         raw, iteration = meta["config"], int(meta["iteration"])
+        _check_portable(raw)
         differ = {
             k: (raw["model"].get(k), v)
             for k, v in section.items()
@@ -121,7 +148,8 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
 
     Raises:
         CheckpointError: ``hf_dir`` does not exist or is not a directory, missing config.json
-            or unreadable weights.
+            or unreadable weights, or a ``megatron_gamma.json`` that names a path
+            (:func:`_check_portable`).
         TokenizerNotFoundError: no tokenizer.json in ``hf_dir``.
         UnmappableArchitectureError: a model type or option megatron-gamma does not build.
         ConfigError: ``run_dir`` exists and is not empty.
