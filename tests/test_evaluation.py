@@ -519,3 +519,47 @@ def test_import_of_a_portable_run_config_from_elsewhere(tmp_path):
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert out["iteration"] == 0 and saved["logging"]["tensorboard_dir"] is None
     assert saved["logging"]["run_dir"] == str(tmp_path / "run")
+
+
+def test_reading_a_checkpoint_writes_nothing_where_its_config_points(tmp_path):
+    """A GPT-2 BPE run's tokenizer.json is made from its vocab and merges files when the run is
+    read; a checkpoint's own config names the run directory of the host that trained it (or
+    wherever its author chose), and evaluate / export-hf / compare made that directory and wrote
+    the tokenizer there. It is made in a directory of the reading process instead."""
+    from megatron.core import dist_checkpointing
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    from megatron_gamma.data.tokenizer import EOD
+    from megatron_gamma.data.tokenizer_fingerprint import fingerprint
+    from megatron_gamma.data.tokenizer_types import load_tokenizer
+    from megatron_gamma.rundir import layout
+
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=[EOD], initial_alphabet=alphabet, show_progress=False
+    )
+    bpe.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 20, trainer)
+    (tmp_path / "gpt2").mkdir()
+    vocab, merges = bpe.model.save(str(tmp_path / "gpt2"))
+    recorded = tmp_path / "not_named" / "run"
+    cfg = load_config(
+        None,
+        {"tokenizer_type": "GPT2BPETokenizer", "vocab_file": vocab, "merge_file": merges,
+         "run_dir": str(recorded), "num_layers": 1, "hidden_size": 32, "num_attention_heads": 2,
+         "seq_length": 16, "micro_batch_size": 1, "global_batch_size": 1, "train_iters": 1},
+    )  # fmt: skip
+    tok = load_tokenizer(cfg.data, str(tmp_path / "author"))
+    ckpt = tmp_path / "downloaded" / "iter_0000001"
+    ckpt.mkdir(parents=True)
+    one = loader.fp32_single_rank(cfg)
+    with loader.single_process(one):
+        state = {"model": loader.build_model(one, 384).sharded_state_dict(), "iteration": 1}
+        state.update(layout.describe(cfg, fingerprint(tok)))
+        dist_checkpointing.save(state, str(ckpt))
+    run = checkpoint.resolve(str(ckpt))
+    assert run.original.logging.run_dir == str(recorded)
+    assert not os.path.exists(tmp_path / "not_named")
+    assert run.tokenizer.startswith(loader.scratch_dir() + os.sep)
+    assert open(run.tokenizer).read() == open(tok.path).read()

@@ -11,10 +11,13 @@ training layout.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import hashlib
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 from typing import Optional
 
@@ -140,21 +143,37 @@ def run_config(path: str, config: Optional[str] = None, run_dir: Optional[str] =
     return load_config(found).replace(run_dir=run_dir or os.path.dirname(found))
 
 
+_SCRATCH: list[str] = []
+
+
+def scratch_dir() -> str:
+    """A directory of this process, removed when it exits, for the files a read of a run makes:
+    the tokenizer.json of a ``GPT2BPETokenizer`` run. Not the run directory the config records,
+    which for a config read from a checkpoint is the training host's, or wherever the
+    checkpoint's author pointed it: reading a checkpoint writes nothing there."""
+    if not _SCRATCH:
+        path = tempfile.mkdtemp(prefix="megatron-gamma-read-")
+        atexit.register(shutil.rmtree, path, True)
+        _SCRATCH.append(path)
+    return _SCRATCH[0]
+
+
 def tokenizer_path(cfg: Config) -> str:
     """The run's tokenizer.json (the packaged demo tokenizer by default; for
-    ``--tokenizer-type GPT2BPETokenizer`` the one made from its vocab and merges files in the
-    run directory, :mod:`megatron_gamma.data.tokenizer_types`)."""
+    ``--tokenizer-type GPT2BPETokenizer`` the one made from its vocab and merges files, in
+    :func:`scratch_dir`, :mod:`megatron_gamma.data.tokenizer_types`)."""
     if cfg.data.tokenizer_type == "GPT2BPETokenizer":
         from megatron_gamma.data.tokenizer_types import load_tokenizer
 
-        return load_tokenizer(cfg.data, cfg.logging.run_dir).path
+        return load_tokenizer(cfg.data, scratch_dir()).path
     return cfg.data.tokenizer_model or os.path.join(demo_dir(), "tokenizer.json")
 
 
 def check_tokenizer(ckpt: str, cfg: Config, fix: str) -> Optional[str]:
     """Check that checkpoint ``ckpt`` was trained with ``cfg``'s tokenizer: the fingerprint in
     its common state (:func:`layout.describe`) must have the SHA-256 of the tokenizer ``cfg``
-    selects (:func:`megatron_gamma.data.tokenizer_types.load_tokenizer`, as training builds it).
+    selects (:func:`megatron_gamma.data.tokenizer_types.load_tokenizer`, as training builds it;
+    a GPT-2 BPE's tokenizer.json in :func:`scratch_dir`).
     Token ids of another tokenizer would silently mean other text.
 
     Args:
@@ -184,7 +203,7 @@ def check_tokenizer(ckpt: str, cfg: Config, fix: str) -> Optional[str]:
             "checkpoints did, or imported from a tokenizer without megatron-gamma's EOD token); "
             "cannot check that it was trained with this run's tokenizer"
         )
-    mine = fingerprint(load_tokenizer(cfg.data, cfg.logging.run_dir))
+    mine = fingerprint(load_tokenizer(cfg.data, scratch_dir()))
     if saved["sha256"] != mine["sha256"] and saved.get("source") == mine["source"]:
         raise ConfigError(
             f"checkpoint={ckpt!r}: the tokenizer at {', '.join(mine['source'])} changed since the "
