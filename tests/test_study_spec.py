@@ -585,6 +585,20 @@ def test_slurm_passes_account_qos_dependency(tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_slurm_refuses_a_percent_in_the_output_dir(tmp_path):
+    """The array's --output is DIR/slurm/%x-%A_%a.out: SLURM would read a '%' in DIR as a
+    pattern (%u: the user name) and write the logs into another directory."""
+    from megatron_gamma.launch.slurm import SubmitError
+
+    out = tmp_path / "out%u"
+    with pytest.raises(SubmitError) as e:
+        submit_study(_study(tmp_path), str(out), ClusterOptions(), dry_run=True, out=sys.stderr)
+    assert str(e.value) == (
+        f"output_dir={str(out)!r}: holds '%', which SLURM reads as a filename pattern in the "
+        "job's --output path. Fix: choose a directory without '%'"
+    )
+
+
 # ---- the GPU studies --------------------------------------------------------------------------
 
 

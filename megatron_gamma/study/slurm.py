@@ -19,6 +19,7 @@ from typing import TextIO
 from megatron_gamma.launch.slurm import (
     ClusterOptions,
     Submission,
+    check_log_dir,
     render,
     require_sbatch,
     sbatch,
@@ -104,6 +105,8 @@ def submit_study(
 
     Raises:
         StudyError: an invalid study, no run left to do, or bad job settings.
+        SubmitError: ``output_dir`` holds ``%``, which SLURM would read as a pattern in the
+            array's log path (:func:`~megatron_gamma.launch.slurm.check_log_dir`).
         StudyChangedError: an existing run directory with other settings, or changed data.
     """
     if gpus_per_node < 1 or warning_seconds < 1:
@@ -111,6 +114,7 @@ def submit_study(
             f"gpus_per_node={gpus_per_node}, warning_seconds={warning_seconds}: must be >= 1. "
             "Fix: pass --gpus-per-node 1 or more"
         )
+    check_log_dir("output_dir", os.path.abspath(output_dir))  # the array's --output lies in it
     study = load_study(study_path)
     runs = plan(study, output_dir)
     for run in runs:
