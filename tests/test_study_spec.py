@@ -161,7 +161,7 @@ def test_run_directory_outside_output_dir_is_refused(tmp_path):
     assert list(outside.iterdir()) == []
 
 
-def test_a_run_log_that_is_a_symbolic_link_is_refused_before_any_run_starts(tmp_path):
+def test_a_run_log_that_is_a_symbolic_link_is_refused_before_any_run_starts(tmp_path, monkeypatch):
     """``pretrain.log`` is appended to in place: a link in a study directory from elsewhere would
     append every run's console to the file it points to."""
     victim = tmp_path / "victim"
@@ -172,6 +172,11 @@ def test_a_run_log_that_is_a_symbolic_link_is_refused_before_any_run_starts(tmp_
     os.makedirs(runs[0].config.logging.run_dir)
     log = os.path.join(runs[0].config.logging.run_dir, sweep_mod.LOG_FILE)
     os.symlink(victim, log)
+
+    def started(*args, **kwargs):  # a refusal that came too late fails here, not after a sweep
+        raise AssertionError("the sweep went on to write its manifest")
+
+    monkeypatch.setattr(sweep_mod, "write_manifest", started)
     with pytest.raises(StudyError) as e:
         sweep_mod.sweep(_study(tmp_path), str(out))
     assert str(e.value).startswith(
