@@ -44,6 +44,11 @@ def test_layer_freq_follows_megatron_lm():
         moe_layer_pattern("[0]*3", 4)
     with pytest.raises(ConfigError, match="moe_layer_freq=.*not an integer"):
         moe_layer_pattern("__import__('os')", 4)
+    assert moe_layer_pattern("2*[0,1]", 4) == [0, 1, 0, 1]
+    for huge in ("[1]*999999999999", "[[1]*999999999999]", "[1]*(99999*99999)"):
+        # refused before the list is built (it would fill memory), as longer than the model
+        with pytest.raises(ConfigError, match=r"a list longer than num_layers=4"):
+            moe_layer_pattern(huge, 4)
     assert load_config(None, {**MIXED, "moe_layer_freq": 2}).model.moe_layer_freq == "2"
 
 

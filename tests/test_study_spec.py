@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
@@ -213,9 +214,19 @@ def test_size_recipe_and_overrides_layer_in_order(tmp_path):
     # shared run's min_lr / lr
     assert large.optimizer.lr == 4.0e-4 and large.training.micro_batch_size == 8
     assert (large.optimizer.lr_warmup_fraction, large.optimizer.lr_warmup_iters) == (0.25, 0)
-    path = write_manifest(study, list(runs.values()), str(tmp_path / "o"), "s.yaml")
+    out = str(tmp_path / "o dir")
+    path = write_manifest(study, list(runs.values()), out, "my study.yaml")
     with open(path, encoding="utf-8") as f:
-        assert json.load(f)["shared_lr"] is None  # d32 at 9e-4, d64 at 4e-4: per run's lr
+        manifest = json.load(f)
+    assert manifest["shared_lr"] is None  # d32 at 9e-4, d64 at 4e-4: per run's lr
+    # the printed reproduction command survives the shell: paths with spaces stay one argument
+    assert shlex.split(manifest["sweep_command"]) == [
+        "megatron-gamma",
+        "sweep",
+        "my study.yaml",
+        "--output-dir",
+        out,
+    ]
     grid = runs["base/d64/lr-0.0002/seed-1"].config.optimizer
     assert (grid.lr, grid.min_lr) == (2.0e-4, pytest.approx(9.0e-5 * 2.0e-4 / 4.0e-4, rel=1e-5))
 

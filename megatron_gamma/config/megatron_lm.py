@@ -160,7 +160,7 @@ def moe_layer_pattern(freq: str, num_layers: int) -> list[int]:
             fail("moe_layer_freq", freq, "must be >= 1", "use 1 (every layer MoE) or more")
         return [1 if i % n == 0 else 0 for i in range(num_layers)]
     try:
-        pattern = _eval_list(ast.parse(text, mode="eval").body)
+        pattern = _eval_list(ast.parse(text, mode="eval").body, num_layers)
     except (SyntaxError, ValueError) as e:
         fail(
             "moe_layer_freq",
@@ -178,15 +178,23 @@ def moe_layer_pattern(freq: str, num_layers: int) -> list[int]:
     return pattern
 
 
-def _eval_list(node: ast.AST) -> Any:
-    """A list-of-int expression of literals, ``+`` and ``*`` (no names, no calls)."""
+def _eval_list(node: ast.AST, limit: int) -> Any:
+    """A list-of-int expression of literals, ``+`` and ``*`` (no names, no calls), no list in it
+    longer than ``limit`` (a '[1]*999999999' would otherwise fill memory before the length
+    check)."""
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
         return node.value
     if isinstance(node, ast.List):
-        return [_eval_list(e) for e in node.elts]
+        return [_eval_list(e, limit) for e in node.elts]
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult):
-        left, right = _eval_list(node.left), _eval_list(node.right)
-        return left + right if isinstance(node.op, ast.Add) else left * right
+        left, right = _eval_list(node.left, limit), _eval_list(node.right, limit)
+        if isinstance(node.op, ast.Add):
+            return left + right
+        if isinstance(left, list) or isinstance(right, list):
+            items, times = (left, right) if isinstance(left, list) else (right, left)
+            if not isinstance(times, int) or len(items) * times > limit:
+                raise ValueError(f"a list longer than num_layers={limit}")
+        return left * right
     raise ValueError(f"{ast.dump(node)[:40]} is not allowed")
 
 

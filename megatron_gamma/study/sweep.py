@@ -36,6 +36,7 @@ import gzip
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -199,7 +200,9 @@ def write_manifest(study: Study, runs: list[Run], output_dir: str, study_arg: st
     manifest = {
         "name": study.name,
         "study": study.path,
-        "sweep_command": f"megatron-gamma sweep {study_arg} --output-dir {output_dir}",
+        "sweep_command": shlex.join(
+            ["megatron-gamma", "sweep", study_arg, "--output-dir", output_dir]
+        ),
         "baseline": study.baseline,
         "gamma_grid": study.gamma_grid,
         "margin": study.margin,
