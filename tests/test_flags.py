@@ -361,6 +361,14 @@ def test_no_effect_value_warns_naming_the_setting_that_counts(key):
         assert not [line for line in _warnings(effective) if line.startswith(f"{key}=")]
 
 
+def test_eval_interval_without_evaluation_warns():
+    """``--eval-iters 0`` turns validation off (Megatron-LM), so an interval has no effect."""
+    (line,) = _warnings({"eval_iters": 0, "eval_interval": 5})
+    assert line.startswith("eval_interval=5: no effect") and "--eval-iters > 0" in line, line
+    with pytest.raises(ConfigError, match=r"eval_iters=-1: must be >= 0.*use 0"):
+        load_config(None, {"eval_iters": -1})
+
+
 def test_defaults_and_recipes_warn_about_nothing(tmp_path):
     assert _warnings({}) == []
     path = tmp_path / "c.yaml"

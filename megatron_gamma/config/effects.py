@@ -88,7 +88,10 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
     "adam_eps": (lambda c: c.optimizer.optimizer == "adam", "--optimizer adam"),
     "override_opt_param_scheduler": (lambda c: bool(c.checkpoint.load), "--load"),
     "use_checkpoint_opt_param_scheduler": (lambda c: bool(c.checkpoint.load), "--load"),
-    "eval_interval": (_has_validation, "a validation split (--split with valid > 0)"),
+    "eval_interval": (
+        lambda c: _has_validation(c) and c.training.eval_iters > 0,
+        "a validation split (--split with valid > 0) and --eval-iters > 0",
+    ),
     "eval_iters": (_has_validation, "a validation split (--split with valid > 0)"),
     "recompute_method": (
         lambda c: c.training.recompute_granularity == "full",

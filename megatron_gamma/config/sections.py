@@ -944,7 +944,7 @@ class TrainingConfig:
     eval_interval: int = 20
     """Validation every this many iterations (and at the end)."""
     eval_iters: int = 2
-    """Validation global batches per evaluation."""
+    """Validation global batches per evaluation; 0 turns validation off (Megatron-LM)."""
     exit_interval: Optional[int] = None
     """Stop after this iteration (for tests and staged runs); the schedule keeps train_iters."""
     recompute_granularity: Optional[RecomputeGranularity] = None
@@ -1012,6 +1012,8 @@ class TrainingConfig:
         self._resolve_train_iters()
         if self.manual_gc_interval < 0:
             fail("manual_gc_interval", self.manual_gc_interval, "must be >= 0", "use 0 or more")
+        if self.eval_iters < 0:
+            fail("eval_iters", self.eval_iters, "must be >= 0", "use 0 (no validation) or more")
         for key in ("micro_batch_size", "global_batch_size", "train_iters", "eval_interval"):
             if getattr(self, key) < 1:
                 fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
