@@ -69,7 +69,9 @@ def _start_states(config_path: str, starts: dict[str, dict]) -> dict[str, dict]:
         try:
             model = trainer.chunks[0].module
             out[name] = {
-                "audit": next(x for x in printed.getvalue().splitlines() if "init audit (" in x),
+                "audit": next(
+                    x for x in printed.getvalue().splitlines() if x.startswith("init audit")
+                ),
                 "weights": {
                     k: v.detach().clone()
                     for k, v in model.state_dict().items()
@@ -127,9 +129,13 @@ def test_weights_only_and_partial_loads_start_where_promised(source, tmp_path):
 
     # the init audit measures the config's initialization and says when a checkpoint replaces it
     assert "replace" not in got["fresh"]["audit"]
-    for name in ("resume", "finetune", "pretrained"):
+    for name in ("finetune", "pretrained"):
         replaced = f"the weights of {root}, loaded next, replace this initialization"
         assert replaced in got[name]["audit"], name
+    # a resume measures nothing: the run's own audit describes the weights' start
+    assert got["resume"]["audit"].startswith(
+        f"init audit: not measured on a resume (the weights of {root} replace"
+    )
 
     # a full resume restores everything: the reference for what the partial loads keep
     resume = got["resume"]

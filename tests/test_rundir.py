@@ -26,7 +26,7 @@ import torch
 import yaml
 from conftest import DEMO_TOKENIZER, pretrain, run_cli
 
-from megatron_gamma.config import ConfigError, load_config
+from megatron_gamma.config import ConfigError, load_config, redacted_dict
 from megatron_gamma.rundir import layout, loader
 from megatron_gamma.study.rundir import read_run
 
@@ -47,15 +47,16 @@ def test_a_resumed_run_moves_the_earlier_runs_later_records_aside(tmp_path):
     rows = _rows(range(1, 11)) + [{"iteration": 10, "split": "valid", "loss": 0.5}]
     old = _metrics(tmp_path, [json.dumps(r) + "\n" for r in rows])
     said = layout.continue_metrics(str(tmp_path), 4)
-    assert "7 records past iteration 4 from an earlier run moved to" in said
-    assert said.endswith("this run resumes after iteration 4 with the 4 records up to it")
+    assert "the earlier run's file (7 records past iteration 4) moved whole to" in said
+    assert said.endswith("this run resumes after iteration 4 with a copy of the 4 records up to it")
     assert layout.read_metrics(str(tmp_path)) == rows[:4]
     assert (tmp_path / "metrics.superseded-1.jsonl").read_bytes() == old
     assert layout.continue_metrics(str(tmp_path), 4) is None  # nothing past 4 now: untouched
     assert layout.read_metrics(str(tmp_path)) == rows[:4]
 
     said = layout.continue_metrics(str(tmp_path), 0)  # a fresh start (--overwrite) keeps none
-    assert "4 records past iteration 0" in said and said.endswith("this run starts afresh")
+    assert "the earlier run's file (its records) moved whole" in said  # 4 records, all moved
+    assert said.endswith("this run starts afresh")
     assert (tmp_path / "metrics.jsonl").read_bytes() == b""
     assert (
         json.loads((tmp_path / "metrics.superseded-2.jsonl").read_text().splitlines()[0])
@@ -228,6 +229,23 @@ def test_a_fresh_start_sets_the_earlier_runs_init_audit_and_analysis_aside(tmp_p
         "analysis.superseded-1", "init_audit.superseded-1.json", "init_audit.superseded-2.json"
     ]  # fmt: skip
     assert layout.set_aside_earlier_run(str(tmp_path)) == []  # nothing of an earlier run left
+
+
+def test_a_resume_with_other_initialization_settings_is_refused():
+    """A resume continues the checkpoint's weights: a changed init flag would act on nothing
+    but would relabel the run in config.yaml and the report."""
+    started = yaml.safe_load(yaml.safe_dump(redacted_dict(load_config(None, {}))))
+    assert started["init"]["init_gamma"] == 1.0
+    layout.check_resume_init(load_config(None, {"init_audit": "off"}), started, "ck")  # allowed
+    layout.check_resume_init(load_config(None, {"init_gamma": 0.5}), None, "ck")  # nothing saved
+    with pytest.raises(
+        ConfigError,
+        match=r"load='ck': resuming with other initialization settings: init_gamma=0\.5 "
+        r"\(the run had 1\.0\), init_method_std=0\.01 \(the run had 0\.02\).*Fix: drop",
+    ):
+        layout.check_resume_init(
+            load_config(None, {"init_gamma": 0.5, "init_method_std": 0.01}), started, "ck"
+        )
 
 
 def test_a_resume_hides_the_earlier_events_past_its_iteration(tmp_path):

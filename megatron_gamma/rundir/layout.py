@@ -452,6 +452,33 @@ def saved_description(path: str) -> tuple[Optional[dict], Optional[dict]]:
     return (yaml.safe_load(text) if text else None), common.get(TOKENIZER_KEY)
 
 
+def check_resume_init(cfg: Config, saved: Optional[dict], load: str) -> None:
+    """Refuse a resume whose ``init`` settings differ from those the checkpoint's run recorded
+    (:func:`saved_description`; ``init_audit`` aside, a reporting choice). A resume continues
+    the checkpoint's weights, so a changed initialization setting would act on nothing, yet
+    ``config.yaml`` and the study report would then describe a run that was never trained.
+
+    Raises:
+        ConfigError: naming each changed setting with both values, and the fix.
+    """
+    if not saved or not isinstance(saved.get("init"), dict):
+        return
+    now = yaml.safe_load(yaml.safe_dump(redacted_dict(cfg)))["init"]
+    changed = [
+        f"{key}={now[key]!r} (the run had {saved['init'].get(key)!r})"
+        for key in sorted(now)
+        if key != "init_audit" and saved["init"].get(key) != now[key]
+    ]
+    if changed:
+        raise ConfigError(
+            f"load={load!r}: resuming with other initialization settings: {', '.join(changed)}; "
+            "a resume continues the checkpoint's weights, so they would change nothing but "
+            f"{CONFIG} and the report, which would then describe another run. Fix: drop those "
+            "flags to resume as the run was started, or start a new run (--finetune to take "
+            "the weights, with its own --run-dir and --save)"
+        )
+
+
 def superseded_path(path: str) -> str:
     """Where to set ``path`` aside, beside it, under the first free number N from 1:
     ``STEM.superseded-N.EXT`` for a file (``metrics.superseded-1.jsonl``),
@@ -527,17 +554,18 @@ def continue_metrics(run_dir: str, start_iter: int) -> str | None:
             torn = f.read(1) not in (b"", b"\n")
         if len(kept) == len(records) and not torn:
             return None
-        why = f"{len(records) - len(kept)} records past iteration {start_iter}"
+        dropped = len(records) - len(kept)
+        why = f"{dropped} records past iteration {start_iter}" if start_iter else "its records"
         why += " and a torn last line" if torn else ""
     aside = superseded_path(path)
     move(path, aside)
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in kept))
     now = (
-        f"resumes after iteration {start_iter} with the {len(kept)} records up to it"
+        f"resumes after iteration {start_iter} with a copy of the {len(kept)} records up to it"
         if start_iter
         else "starts afresh"
     )
-    return f"{path}: {why} from an earlier run moved to {aside}; this run {now}"
+    return f"{path}: the earlier run's file ({why}) moved whole to {aside}; this run {now}"
 
 
 EVENTS_PREFIX = "events.out.tfevents."

@@ -54,7 +54,15 @@ from megatron_gamma.diagnostics.callback import DiagnosticsCallback
 from megatron_gamma.model.builder import build_model, transformer_config
 from megatron_gamma.model.te_backend import check_backend
 from megatron_gamma.model.vocab import model_vocab_size
-from megatron_gamma.rundir.layout import CONFIG, checkpoint_dir, describe, set_aside_earlier_run
+from megatron_gamma.rundir.layout import (
+    CONFIG,
+    INIT_AUDIT,
+    check_resume_init,
+    checkpoint_dir,
+    describe,
+    saved_description,
+    set_aside_earlier_run,
+)
 from megatron_gamma.rundir.loader import check_tokenizer
 from megatron_gamma.training.callback import Callback, StepOutput
 from megatron_gamma.training.checkpointing import (
@@ -166,7 +174,9 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             cannot run (:func:`~megatron_gamma.model.te_backend.check_backend`: Transformer
             Engine, FP8); logging flags this machine cannot serve (:func:`~.telemetry.
             check_telemetry`); a ``--save`` directory holding another run's checkpoints
-            without ``--load`` or ``--overwrite`` (:func:`~.checkpointing.check_save_dir`).
+            without ``--load`` or ``--overwrite`` (:func:`~.checkpointing.check_save_dir`); a
+            resume with other initialization settings than the checkpoint's run
+            (:func:`~megatron_gamma.rundir.layout.check_resume_init`).
     """
     check_backend(cfg)
     ck = cfg.checkpoint
@@ -197,6 +207,9 @@ def preflight(cfg: Config) -> BilingualTokenizer:
         )
         if warning and parallel.read_dist_env().rank == 0:
             print(warning, flush=True)
+    if resume and not ck.finetune:
+        saved, _ = saved_description(checkpoint_dir(ck.load, latest_iteration(ck.load)))
+        check_resume_init(cfg, saved, ck.load)
     if cfg.data.mock_data:
         return tokenizer
     per_split = cfg.data.blend_per_split()
@@ -334,9 +347,20 @@ class Trainer:
         per-role summary (:func:`~.init_audit.summarize_audit`) and the flagged parameters'
         rows, and writes the full per-parameter table to init_audit.json. It measures the
         initialization this config gives; when a checkpoint's weights replace it
-        (``self.weights_from``), the header says so."""
+        (``self.weights_from``: ``--finetune``, ``--pretrained-checkpoint``), the header says
+        so. A resume measures nothing and keeps the run's init_audit.json, the audit of the
+        initialization its weights were trained from (its iteration 0)."""
         scope = self.cfg.init.init_audit
         if scope == "off":
+            return []
+        if self._resumes():
+            if self.rank == 0:
+                print(
+                    f"init audit: not measured on a resume (the weights of {self.weights_from} "
+                    "replace the initialization); the run's own audit, from its start, stays in "
+                    f"{os.path.join(run_dir, INIT_AUDIT)} where it wrote one",
+                    flush=True,
+                )
             return []
         rows = audit_init([c.module for c in self.chunks], self.cfg, self.vocab_size, scope=scope)
         if self.rank == 0:
