@@ -53,11 +53,22 @@ def _pretrain(args: argparse.Namespace) -> None:
         for line in no_effect_warnings(cfg, given_keys(args.config, overrides)):
             print(f"megatron-gamma pretrain: warning: {line}", file=sys.stderr, flush=True)
     result = pretrain(cfg)
-    if result.valid_losses and read_dist_env().rank == 0:
-        last = max(result.valid_losses)
-        print(
-            f"done: iteration {result.iteration}, validation loss {result.valid_losses[last]:.4f}"
-        )
+    if read_dist_env().rank == 0:
+        print(done_line(result))
+
+
+def done_line(result) -> str:
+    """The run's last line: ``done: iteration N``, the last validation loss where there was
+    one, and what the run trained (none: it resumed at or past its end)."""
+    line = f"done: iteration {result.iteration}"
+    if result.valid_losses:
+        line += f", validation loss {result.valid_losses[max(result.valid_losses)]:.4f}"
+    steps = len(result.train_losses)
+    return line + (
+        f" ({steps} iteration{'s' if steps > 1 else ''} trained)"
+        if steps
+        else " (nothing trained: the run was already at --train-iters or --exit-interval)"
+    )
 
 
 def _analyze(args: argparse.Namespace) -> None:
@@ -624,7 +635,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-fewshot", type=int, help="few-shot examples (default: each task's)")
     p.add_argument("--limit", type=float, help="items per task (whole) or fraction in (0, 1)")
     p.add_argument("--batch-size", type=int, help="lm-eval batch size (default 1)")
-    p.add_argument("--device", help="lm-eval device: cpu (default), cuda or cuda:N")
+    p.add_argument("--device", help="lm-eval device, with --tasks: cpu (default), cuda or cuda:N")
     p.add_argument("--bootstrap-samples", type=int, help="paired bootstrap draws (default 10000)")
     p.add_argument("--output-dir", help="eval.json/eval.md (tasks; default ./eval) or loss json")
     p.set_defaults(func=_evaluate)

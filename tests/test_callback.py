@@ -89,3 +89,16 @@ def test_eval_iters_zero_evaluates_nothing(tmp_path, demo_prefix):
     rows = [json.loads(line) for line in lines]
     assert sorted(r["iteration"] for r in rows if r["split"] == "train") == [1, 2]
     assert [r for r in rows if r["split"] == "valid"] == []
+
+
+def test_the_done_line_says_what_the_run_trained():
+    from megatron_gamma.cli import done_line
+    from megatron_gamma.training.loop import TrainResult
+
+    trained = TrainResult({3: 8.1, 4: 8.0}, {2: 8.31, 4: 8.2049}, 4)
+    assert done_line(trained) == "done: iteration 4, validation loss 8.2049 (2 iterations trained)"
+    assert done_line(TrainResult({1: 9.0}, {}, 1)) == "done: iteration 1 (1 iteration trained)"
+    assert done_line(TrainResult({}, {}, 6)) == (
+        "done: iteration 6 (nothing trained: the run was already at --train-iters or "
+        "--exit-interval)"
+    )

@@ -5,6 +5,7 @@ the first holds its lock."""
 
 import fcntl
 import os
+import re
 
 import pytest
 from helpers import TINY_MODEL, run_cli
@@ -129,10 +130,20 @@ def test_save_dir_of_another_run_needs_load_or_overwrite(tmp_path, demo_prefix):
     assert replaced.returncode == 0, replaced.stderr[-3000:]
     assert sorted(os.listdir(save)) == ["iter_0000002", TRACKER]
     assert (save / TRACKER).read_text() == "2"
+    said = f"--overwrite: deleted the earlier run's checkpoints in {save}: iter_0000007\n"
+    assert said in replaced.stdout, replaced.stdout[-3000:]
+    assert re.search(
+        r"done: iteration 2, validation loss \d\.\d{4} \(2 iterations trained\)\n$", replaced.stdout
+    )
     # with --load, --overwrite deletes nothing (it counts only without --load): a resume
     resumed = _pretrain(tmp_path, demo_prefix, save, "--overwrite", "--load", str(save))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed at iteration 2" in resumed.stdout, resumed.stdout[-3000:]
+    assert "deleted" not in resumed.stdout
+    assert resumed.stdout.rstrip().endswith(
+        "done: iteration 2 (nothing trained: the run was already at --train-iters or "
+        "--exit-interval)"
+    )
 
 
 @pytest.mark.slow

@@ -195,12 +195,20 @@ def claim_save_dir(save: str | None, delete_existing: bool) -> IO | None:
             "wait for it to end, or give this run another --save",
         )  # fmt: skip
         if outcome[0] is None and delete_existing:
-            for name in os.listdir(save):
+            deleted = []
+            for name in sorted(os.listdir(save)):
                 path = os.path.join(save, name)
                 if name == TRACKER:
                     os.remove(path)
                 elif _ITER_DIR.match(name) or name.endswith((".partial", ".deleting")):
                     shutil.rmtree(path)
+                    deleted.append(name)
+            if deleted:
+                print(
+                    f"--overwrite: deleted the earlier run's checkpoints in {save}: "
+                    f"{', '.join(deleted)}",
+                    flush=True,
+                )
     dist.broadcast_object_list(outcome, src=0)
     if outcome[0] is not None:
         raise checkpoint_trust.CheckpointError(outcome[0])
