@@ -604,6 +604,8 @@ def test_analyze_refuses_an_output_dir_with_files_it_does_not_write(
     (run / "config.yaml").write_text("")
     with pytest.raises(ConfigError, match=r"holds analysis, config\.yaml, which analyze does not"):
         analyze(output_dir=str(run))
+    with pytest.raises(ConfigError, match=r"Fix: this is a run directory: leave out --output-dir"):
+        analyze(output_dir=str(run))
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match=r"file'\: exists and is not a directory\. Fix: pass"):
         analyze(output_dir=str(tmp_path / "file"))

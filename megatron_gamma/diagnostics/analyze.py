@@ -369,7 +369,11 @@ def _check_output_dir(output_dir: str) -> None:
             f"output_dir={output_dir!r}: holds {', '.join(foreign[:5])}{more}, which analyze "
             "does not write; it replaces its output directory whole (an earlier analysis is "
             "moved aside to DIR.superseded-N), so it will not mix its files with these. Fix: "
-            "pass a new --output-dir DIR, or move those files out"
+            + (
+                "this is a run directory: leave out --output-dir (RUN/analysis) or pass a new one"
+                if os.path.isfile(os.path.join(output_dir, layout.CONFIG))
+                else "pass a new --output-dir DIR, or move those files out"
+            )
         )
 
 
