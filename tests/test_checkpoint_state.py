@@ -204,6 +204,8 @@ def test_a_fresh_run_does_not_take_over_another_runs_directory(tmp_path, demo_pr
         assert f"Fix: give this run its own --run-dir NEW_DIR, add --load {save} to" in (
             refused.stderr
         )
+        why = f"load={str(tmp_path / 'other')!r} is elsewhere" if flags else "no --load"
+        assert f"does not resume from its checkpoints ({why}); starting here" in refused.stderr
         assert (run / "config.yaml").read_bytes() == config
         assert (run / "metrics.jsonl").read_bytes() == metrics
     assert not os.path.exists(run / "tensorboard.superseded-1")

@@ -238,6 +238,8 @@ def test_a_resume_with_other_initialization_settings_is_refused():
     assert started["init"]["init_gamma"] == 1.0
     layout.check_resume_init(load_config(None, {"init_audit": "off"}), started, "ck")  # allowed
     layout.check_resume_init(load_config(None, {"init_gamma": 0.5}), None, "ck")  # nothing saved
+    older = {"init": {k: v for k, v in started["init"].items() if k != "embedding_fan_in"}}
+    layout.check_resume_init(load_config(None, {"embedding_fan_in": "vocab"}), older, "ck")
     with pytest.raises(
         ConfigError,
         match=r"load='ck': resuming with other initialization settings: init_gamma=0\.5 "

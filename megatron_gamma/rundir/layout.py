@@ -429,7 +429,9 @@ def check_takeover(run_dir: str, load: Optional[str]) -> None:
     resume = f"add --load {save} to resume that run, " if save is not None else ""
     raise ConfigError(
         f"run_dir={run_dir!r}: holds another run ({CONFIG}, {' and '.join(records)}) and this "
-        f"run does not resume from its checkpoints (load={load!r}); starting here would replace "
+        f"run does not resume from its checkpoints ("
+        + (f"load={load!r} is elsewhere" if load is not None else "no --load")
+        + f"); starting here would replace "
         f"its {CONFIG}. Fix: give this run its own --run-dir NEW_DIR, {resume}or add "
         f"--overwrite to start afresh here (its {METRICS}, tensorboard/, {INIT_AUDIT} and "
         f"{ANALYSIS}/ are moved aside to *.superseded-N)"
@@ -454,7 +456,8 @@ def saved_description(path: str) -> tuple[Optional[dict], Optional[dict]]:
 
 def check_resume_init(cfg: Config, saved: Optional[dict], load: str) -> None:
     """Refuse a resume whose ``init`` settings differ from those the checkpoint's run recorded
-    (:func:`saved_description`; ``init_audit`` aside, a reporting choice). A resume continues
+    (:func:`saved_description`; ``init_audit`` aside, a reporting choice, and settings a
+    checkpoint of an older version did not record). A resume continues
     the checkpoint's weights, so a changed initialization setting would act on nothing, yet
     ``config.yaml`` and the study report would then describe a run that was never trained.
 
@@ -467,7 +470,7 @@ def check_resume_init(cfg: Config, saved: Optional[dict], load: str) -> None:
     changed = [
         f"{key}={now[key]!r} (the run had {saved['init'].get(key)!r})"
         for key in sorted(now)
-        if key != "init_audit" and saved["init"].get(key) != now[key]
+        if key != "init_audit" and key in saved["init"] and saved["init"][key] != now[key]
     ]
     if changed:
         raise ConfigError(
