@@ -139,7 +139,10 @@ def test_save_dir_of_another_run_needs_load_or_overwrite(tmp_path, demo_prefix):
     resumed = _pretrain(tmp_path, demo_prefix, save, "--overwrite", "--load", str(save))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed at iteration 2" in resumed.stdout, resumed.stdout[-3000:]
-    assert "deleted" not in resumed.stdout
+    assert "--overwrite: deleted" not in resumed.stdout
+    assert f"WARNING: overwrite=True: no effect, this run resumes from load={str(save)!r}" in (
+        resumed.stdout
+    )
     assert resumed.stdout.rstrip().endswith(
         "done: iteration 2 (nothing trained: the run was already at --train-iters or "
         "--exit-interval)"

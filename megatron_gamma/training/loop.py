@@ -210,6 +210,12 @@ def preflight(cfg: Config) -> BilingualTokenizer:
     if resume and not ck.finetune:
         saved, _ = saved_description(checkpoint_dir(ck.load, latest_iteration(ck.load)))
         check_resume_init(cfg, saved, ck.load)
+        if ck.overwrite and parallel.read_dist_env().rank == 0:
+            print(
+                f"WARNING: overwrite=True: no effect, this run resumes from load={ck.load!r} "
+                "(nothing is deleted or moved aside). Fix: to start afresh, drop --load",
+                flush=True,
+            )
     if cfg.data.mock_data:
         return tokenizer
     per_split = cfg.data.blend_per_split()
