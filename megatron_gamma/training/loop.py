@@ -200,16 +200,12 @@ def preflight(cfg: Config) -> BilingualTokenizer:
     resume = ck.load and latest_iteration(ck.load) is not None
     root = ck.load if resume else ck.pretrained_checkpoint
     if root:
-        warning = check_tokenizer(
-            checkpoint_dir(root, latest_iteration(root)),
-            cfg,
-            "pass the checkpoint's tokenizer ({flags})",
-        )
+        ckpt = checkpoint_dir(root, latest_iteration(root))
+        warning = check_tokenizer(ckpt, cfg, "pass the checkpoint's tokenizer ({flags})")
         if warning and parallel.read_dist_env().rank == 0:
             print(warning, flush=True)
-    if resume and not ck.finetune:
-        saved, _ = saved_description(checkpoint_dir(ck.load, latest_iteration(ck.load)))
-        check_resume_init(cfg, saved, ck.load)
+    if resume and not ck.finetune:  # root is ck.load
+        check_resume_init(cfg, saved_description(ckpt)[0], ck.load)
         if ck.overwrite and parallel.read_dist_env().rank == 0:
             print(
                 f"WARNING: overwrite=True: no effect, this run resumes from load={ck.load!r} "
