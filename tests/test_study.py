@@ -183,7 +183,7 @@ def test_report_on_smoke_study(smoke_dir):
     with open(os.path.join(out, "report.json"), encoding="utf-8") as f:
         summary = json.load(f)
     verdicts = summary["verdicts"]
-    assert len(verdicts) == 11
+    assert len(verdicts) == 12
     for v in verdicts:
         assert v["verdict"] in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_MEASURABLE)
         assert v["numbers"] and v["rule"], v
@@ -217,6 +217,6 @@ def test_report_on_smoke_study(smoke_dir):
         assert head.startswith(PNG_MAGIC) and len(head) > 5000, name
     with open(os.path.join(smoke_dir, "report.md"), encoding="utf-8") as f:
         md = f.read()
-    assert md.count("| **") == 11 and "megatron-gamma sweep" in md
-    assert "The table decides 11 rows" in md and "no adjustment for multiplicity" in md
+    assert md.count("| **") == 12 and "megatron-gamma sweep" in md
+    assert "The table decides 12 rows" in md and "no adjustment for multiplicity" in md
     assert "- code: megatron-gamma commit " in md and "No LR grid in this study" in md

@@ -6,12 +6,15 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from megatron_gamma.study.fits import (
     PowerLawFit,
     effective_size_multiplier,
     fit_power_law,
     paired_difference,
+    t_interval,
+    trend_interval,
 )
 
 
@@ -91,3 +94,38 @@ def test_equal_values_give_no_interval_rather_than_a_zero_width_one():
     assert near.has_interval and not near.no_spread and near.high - near.low > 0
     one = paired_difference([4.7], [5.0])
     assert not one.no_spread and one.text() == "-0.3000 (1 seed: no interval)"
+
+
+def test_trend_interval_matches_linregress_and_has_none_on_an_exact_line():
+    """The slope's interval is scipy's OLS slope ± t(0.975, sizes − 2) · its standard error; per-
+    size means exactly on a line (here, collinear up to rounding) have no residual spread, so no
+    interval rather than one of width ~1e-16."""
+    x = np.log([1e6, 4e6, 1.6e7, 6.4e7])
+    groups = [[0.50, 0.52, 0.47], [0.31, 0.29], [0.22, 0.18, 0.2], [0.04]]
+    means = np.array([np.mean(g) for g in groups])
+    fit = stats.linregress(x, means)
+    half = stats.t.ppf(0.975, 2) * fit.stderr
+    iv = trend_interval(x, groups)
+    assert (iv.mean, iv.low, iv.high) == pytest.approx(
+        (fit.slope, fit.slope - half, fit.slope + half), abs=1e-12
+    )
+    assert (iv.n, iv.df, iv.unit) == (4, 2, "sizes") and iv.is_slope
+    line = trend_interval(x[:3], [[0.5 - 0.1 * i] for i in range(3)])
+    assert line.mean == pytest.approx(-0.1 / (x[1] - x[0]), rel=1e-12)
+    assert math.isnan(line.low) and line.no_spread
+    assert (
+        line.text() == f"{line.mean:+.4f} (3 sizes, on an exact line: residual sd 0, no interval)"
+    )
+
+
+def test_nan_or_inf_values_give_no_interval_and_are_counted():
+    """A diverged run's loss (NaN, or inf) among the units: numpy's sd is NaN, so there is no
+    interval; it is counted, and not mistaken for units that are all equal."""
+    values = [0.1, math.nan, 0.2, math.inf]
+    assert math.isnan(np.std(values, ddof=1))
+    iv = t_interval(values)
+    assert (iv.n, iv.df, iv.nonfinite) == (4, 3, 2) and not iv.has_interval and not iv.no_spread
+    assert iv.text() == "n/a (4 seeds, 2 not finite: NaN or inf, no interval)"
+    x = np.log([1e6, 4e6, 1.6e7])
+    slope = trend_interval(x, [[0.5, 0.4], [math.inf], [0.1, 0.2]])
+    assert (slope.n, slope.df, slope.nonfinite) == (3, 1, 1) and not slope.no_spread

@@ -9,6 +9,7 @@ from an independent path (the estimator's memory model, the config's own validat
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 import subprocess
@@ -29,6 +30,7 @@ from megatron_gamma.study.spec import (
     SHARED,
     StudyChangedError,
     StudyError,
+    best_lr,
     extend_lr,
     grid_runs,
     load_study,
@@ -101,7 +103,8 @@ def _study(tmp_path, edit=None, name="s.yaml") -> str:
             r"sizes\.d32\.micro_batch_size=0: must be an integer >= 1",
         ),
         (lambda r: r["sizes"]["d32"].update(lr=0), r"sizes\.d32\.lr=0: must be a positive number"),
-        (lambda r: r.update(margin=-0.1), r"margin=-0\.1: must be a number of nats >= 0"),
+        (lambda r: r.update(margin=-0.1), r"margin=-0\.1: must be a finite number of nats >= 0"),
+        (lambda r: r.update(margin=math.inf), r"margin=inf: must be a finite number of nats >= 0"),
         (lambda r: r.update(name="a/b"), r"name='a/b': not a safe directory name"),
     ],
 )
@@ -384,6 +387,17 @@ def test_a_best_lr_on_the_grid_edge_extends_the_grid_before_confirming(tmp_path)
     flat = load_study(_study(tmp_path, lambda raw: raw["lr_grid"].update(extend=0), "f.yaml"))
     grid, confirm = grid_runs(flat, out, "base", "d32", loss)
     assert [r.lr for r in grid] == [1e-3, 4e-3] and [r.lr for r in confirm] == [4e-3, 4e-3]
+
+
+def test_a_diverged_lr_ranks_after_every_finite_one():
+    """A NaN loss compares neither less nor greater, so ``min`` kept it whenever it came first;
+    a diverged run (NaN or inf) now ranks last, and a grid that diverged everywhere has its
+    smallest LR as best (on the edge: the grid extends downwards)."""
+    assert best_lr({1e-3: math.nan, 2e-3: 4.1, 4e-3: 4.5}) == 2e-3
+    assert best_lr({2e-3: math.nan, 1e-3: 4.6, 4e-3: 6.0}) == 1e-3
+    assert best_lr({4e-3: math.inf, 2e-3: 4.1, 1e-3: 4.1}) == 1e-3  # a tie: the smaller LR
+    everywhere = {4e-3: math.nan, 1e-3: math.inf, 2e-3: math.nan}
+    assert best_lr(everywhere) == 1e-3 and extend_lr(sorted(everywhere), 1e-3) == 5e-4
 
 
 def test_dry_run_lists_pending_confirm_runs(tmp_path):

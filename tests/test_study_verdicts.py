@@ -167,6 +167,142 @@ def test_seeds_that_do_not_change_the_run_are_inconclusive_not_certain():
     assert decide(Interval(-0.3, math.nan, math.nan, 3, 2), 0.01, -1)[0] == INCONCLUSIVE
 
 
+def test_a_diverged_run_is_reported_as_not_finite_not_as_equal_seeds():
+    """γ = 1 diverged on seed 2 at s2 (validation loss NaN; training does not stop on NaN, so
+    the run finishes), and the baseline on seed 3 at s1 (inf). The engine once printed "+nan (3
+    seeds, all equal: sd 0, no interval)" and told the reader to check that the seed changes the
+    run. A diverged seed is not dropped either: dropping it would pair only γ = 1's survivors."""
+    losses = {}
+    for s, shift in (("s1", 0.0), ("s2", -0.3)):
+        for k, e in ((1, 0.0), (2, 0.01), (3, -0.01)):
+            losses[("baseline", s, k)] = 5.0 + shift + e
+            losses[("gamma1", s, k)] = 4.7 + shift + e + 0.002 * k
+    losses[("gamma1", "s2", 2)] = math.nan
+    losses[("baseline", "s1", 3)] = math.inf
+    data = make_study(losses, {"s1": 256, "s2": 512})
+    d = [losses[("gamma1", "s2", k)] - losses[("baseline", "s2", k)] for k in (1, 2, 3)]
+    assert int(np.sum(~np.isfinite(d))) == 1 and math.isnan(stats.tstd(d))
+    v = claim1(data, data.losses, "shared LR")
+    assert v.verdict == INCONCLUSIVE
+    assert "s1: n/a (3 seeds, 1 not finite: NaN or inf, no interval)" in v.numbers
+    assert "s2: n/a (3 seeds, 1 not finite: NaN or inf, no interval)" in v.numbers
+    assert "across sizes n/a (2 sizes, 2 not finite: NaN or inf, no interval)" in v.numbers
+    assert "2 of 2 sizes not finite (NaN or inf, e.g. a diverged run), no interval" in v.numbers
+    assert "sd 0" not in v.numbers
+    widths = {"s1": 256, "s2": 512, "s3": 1024}
+    trend = {}
+    for i, s in enumerate(widths):
+        for k, e in ((1, 0.0), (2, 0.01), (3, -0.01)):
+            trend[("baseline", s, k)] = 6.0 - 0.5 * i + e
+            trend[("gamma1", s, k)] = 6.0 - 0.5 * i - (0.5, 0.28, 0.1)[i] + e + 0.002 * k
+    trend[("gamma1", "s3", 1)] = math.nan
+    data = make_study(trend, widths)
+    v = claim2(data, data.losses, "shared LR")
+    assert v.verdict == INCONCLUSIVE
+    assert "change over the range n/a (3 sizes, 1 not finite: NaN or inf, no interval)" in (
+        v.numbers
+    )
+
+
+def test_a_margin_from_study_json_must_be_finite_and_not_negative():
+    """study.json's margin is read by report; a negative one (an edited manifest) made a null
+    effect, paired differences 0 ± 0.0099 (df 2), "reproduced": its interval lay below +0.05,
+    "beyond −δ". Refused, as the study file refuses it; so are NaN and inf."""
+    from megatron_gamma.config import ConfigError
+
+    losses = {}
+    for k, e in ((1, 0.0), (2, 0.01), (3, -0.01)):
+        losses |= {("baseline", "s1", k): 5.0 + e, ("gamma1", "s1", k): 5.0 + e + 0.004 * (k - 2)}
+    lo, hi = _t_interval([0.004 * (k - 2) for k in (1, 2, 3)])
+    assert -0.01 < lo < 0 < hi < 0.01  # no gain of δ = 0.01, but below +0.05
+    data = make_study(losses, {"s1": 256})
+    v = claim1(data, data.losses, "shared LR")
+    assert v.verdict == NOT_REPRODUCED and f"[{lo:+.4f}, {hi:+.4f}] (df 2, 3 seeds)" in v.numbers
+    for bad in (-0.05, math.nan, math.inf, "0.01", True):
+        with pytest.raises(ConfigError, match=r"study\.json margin=.*finite number of nats >= 0"):
+            make_study(losses, {"s1": 256}, manifest={"margin": bad})
+
+
+def _unfinish(data: StudyData, keys: set[str]) -> StudyData:
+    """``data`` with the runs ``keys`` unfinished (failed or not yet run: no loss)."""
+    runs = [{**r, "finished": False, "loss": None} if r["key"] in keys else r for r in data.runs]
+    return StudyData(data.manifest, runs)
+
+
+def test_a_failed_run_keeps_the_rows_that_compare_its_arm_undecided():
+    """γ = 1's seed 4 failed (it crashed, so no loss). Paired on the 3 survivors the gain is
+    clear and the engine once called claim 1 reproduced; had the same blow-up left a NaN loss,
+    the row was inconclusive. A failed run is missing data, not a loss: the rows that compare
+    its arm wait for it, the others do not."""
+    losses = {}
+    for k, e in ((1, 0.0), (2, 0.01), (3, -0.01), (4, 0.005)):
+        losses |= {("baseline", "s1", k): 5.0 + e, ("gamma1", "s1", k): 4.8 + e + 0.003 * k}
+        losses |= {("gamma1+eps+gate", "s1", k): 4.7 + e, ("gamma0.5+eps+gate", "s1", k): 4.9 + e}
+    data = _unfinish(make_study(losses, {"s1": 256}), {"gamma1/s1/seed-4"})
+    d = [losses[("gamma1", "s1", k)] - losses[("baseline", "s1", k)] for k in (1, 2, 3)]
+    lo, hi = _t_interval(d)
+    assert hi < -0.01  # the survivors alone: "reproduced"
+    rows = verdicts(data, {}, None)
+    assert rows[0].verdict == INCONCLUSIVE
+    assert f"at the one size {np.mean(d):+.4f} [{lo:+.4f}, {hi:+.4f}] (df 2, 3 seeds)" in (
+        rows[0].numbers
+    )
+    assert (
+        "not decided while planned runs of the compared arms are 1 unfinished (failed, running "
+        "or not started: gamma1/s1/seed-4)" in rows[0].numbers
+    )
+    other = _unfinish(make_study(losses, {"s1": 256}), {"gamma0.5+eps+gate/s1/seed-2"})
+    rows = verdicts(other, {}, None)
+    assert rows[0].verdict == REPRODUCED  # claim 1 does not compare that arm
+    assert rows[4].verdict == INCONCLUSIVE and "gamma0.5+eps+gate/s1/seed-2" in rows[4].numbers
+
+
+def test_a_diverged_run_keeps_the_mechanism_rows_undecided():
+    """γ = 1 diverged on seed 3: its loss and its sink shares are NaN, and the sink diagnostic
+    (finite values only) skipped the run, so claim 5's γ effect was judged on seeds 1-2 alone
+    and called reproduced. The diverged run is named and the row waits, as claim 1 does."""
+    shares = {"baseline": 0.10, "gamma1": 0.16, "gamma1+eps": 0.20, "gamma1+eps+gate": 0.12}
+    losses, diag = {}, {}
+    for arm in shares:
+        for seed in SINK_NOISE:
+            losses[(arm, "s1", seed)] = 5.0 + 0.01 * seed
+            x = math.nan if (arm, seed) == ("gamma1", 3) else _sink(shares, arm, seed)
+            diag[(arm, "s1", seed)] = {it: {"sink_share/layer_00": x} for it in (0, 100)}
+    losses[("gamma1", "s1", 3)] = math.nan
+    data = make_study(losses, {"s1": 256}, diagnostics=diag)
+    d = [_sink(shares, "gamma1", k) - _sink(shares, "baseline", k) for k in (1, 2)]
+    lo, hi = _t_interval(d)
+    assert lo > 0.01  # the two survivors alone: "reproduced"
+    rows = verdicts(data, {}, None)
+    sink = next(r for r in rows if r.claim.startswith("small initialization"))
+    assert sink.verdict == INCONCLUSIVE
+    assert f"(gamma1 − baseline) {np.mean(d):+.4f} [{lo:+.4f}, {hi:+.4f}] (df 1, 2 seeds)" in (
+        sink.numbers
+    )
+    diverged = "1 diverged (a NaN or inf loss: gamma1/s1/seed-3)"
+    assert diverged in sink.numbers and diverged in rows[0].numbers
+    assert rows[0].verdict == INCONCLUSIVE and "1 not finite" in rows[0].numbers
+
+
+def test_an_unfinished_grid_run_keeps_only_the_best_lr_rows_undecided():
+    """The baseline's grid point 4e-3 has not run: its best LR is unsettled, so the best-LR row
+    waits, while the shared-LR row (which reads no grid run) is decided. A grid point that
+    diverged keeps nothing waiting."""
+    data = _lr_grid_study({"baseline": 2e-3, "gamma1": 2e-3})
+    rows = verdicts(data, {}, None)
+    assert (rows[0].verdict, rows[1].verdict) == (REPRODUCED, REPRODUCED)
+    waiting = _unfinish(data, {"baseline/s1/seed-500"})
+    rows = verdicts(waiting, {}, None)
+    assert (rows[0].lr, rows[0].verdict) == ("shared LR", REPRODUCED)
+    assert (rows[1].lr, rows[1].verdict) == ("best LR", INCONCLUSIVE)
+    assert "unfinished (failed, running or not started: baseline/s1/seed-500)" in rows[1].numbers
+    too_high = StudyData(
+        data.manifest,
+        [{**r, "loss": math.nan} if r["key"] == "baseline/s1/seed-900" else r for r in data.runs],
+    )  # the grid's largest LR, 8e-3, diverged: a bad LR, not a missing comparison
+    assert [r.verdict for r in verdicts(too_high, {}, None)[:2]] == [REPRODUCED, REPRODUCED]
+
+
 def test_decide_uses_the_margin_not_the_sign():
     iv = Interval(-0.008, -0.009, -0.007, 3, 2)
     assert decide(iv, 0.01, -1)[0] == NOT_REPRODUCED  # below 0, but not by δ
@@ -181,10 +317,11 @@ def test_decide_uses_the_margin_not_the_sign():
 
 def _trend_study(gamma1_rises: bool):
     """Widths where ε = 1e-5 can act at γ = 1 (σ²_emb/ε = 1.53, 0.38, 0.095); the advantage
-    shrinks 0.5 -> 0.3 -> 0.1; the baseline's loss falls; γ = 1's falls or rises."""
+    shrinks 0.5 -> 0.302 -> 0.1 (not exactly on a line in ln N: residual spread for the
+    interval); the baseline's loss falls; γ = 1's falls or rises."""
     widths = {"s1": 256, "s2": 512, "s3": 1024}
     base_loss = {"s1": 5.6, "s2": 5.5, "s3": 5.45}
-    adv = {"s1": 0.5, "s2": 0.3, "s3": 0.1}
+    adv = {"s1": 0.5, "s2": 0.302, "s3": 0.1}
     if not gamma1_rises:
         base_loss = {"s1": 6.0, "s2": 5.5, "s3": 5.0}
     noise = {1: 0.01, 2: -0.012, 3: 0.004}
@@ -221,6 +358,37 @@ def test_artefact_loss_rising_with_size_is_never_reproduced():
     assert f"[{(b - half) * span:+.4f}, {(b + half) * span:+.4f}] (df 1, 3 sizes)" in v.numbers
 
 
+def test_a_gain_that_never_was_does_not_shrink():
+    """γ = 1 is worse than the baseline at every one of 5 sizes, more so as N grows: the
+    advantage "changes" by −0.44 nats over the range, an interval well below −δ, and the engine
+    once called "the gain of γ = 1 shrinks with size" reproduced (while claim 1 said not
+    reproduced). There is no gain at the smallest size to shrink."""
+    widths = {f"s{i}": w for i, w in enumerate((128, 256, 512, 1024, 2048))}
+    adv = dict(zip(widths, (-0.1, -0.21, -0.33, -0.42, -0.55), strict=True))
+    losses = {}
+    for i, s in enumerate(widths):
+        for k, e in ((1, 0.0), (2, 0.01), (3, -0.01)):
+            losses[("baseline", s, k)] = 6.0 - 0.5 * i + e
+            losses[("gamma1", s, k)] = 6.0 - 0.5 * i - adv[s] + e + 0.002 * k
+    data = make_study(losses, widths)
+    v = claim2(data, data.losses, "shared LR")
+    assert v.verdict == NOT_REPRODUCED
+    per_seed = {s: [losses[("baseline", s, k)] - losses[("gamma1", s, k)] for k in (1, 2, 3)]
+                for s in widths}  # fmt: skip
+    x = np.log([1000.0 * w**2 for w in widths.values()])
+    fit = stats.linregress(x, [np.mean(g) for g in per_seed.values()])
+    half, span = stats.t.ppf(0.975, 3) * fit.stderr, x[-1] - x[0]
+    change = f"{fit.slope * span:+.4f} [{(fit.slope - half) * span:+.4f}, "
+    change += f"{(fit.slope + half) * span:+.4f}] (df 3, 5 sizes)"
+    assert f"change over the range {change}" in v.numbers and (fit.slope + half) * span < -0.01
+    lo, hi = _t_interval(per_seed["s0"])
+    gain = f"{np.mean(per_seed['s0']):+.4f} [{lo:+.4f}, {hi:+.4f}] (df 2, 3 seeds)"
+    assert f"gain at s0 (the smallest) {gain}: the interval excludes an effect beyond +0.01" in (
+        v.numbers
+    )
+    assert hi < 0.01
+
+
 def test_a_trend_needs_three_sizes_not_seeds_across_two():
     """Two sizes, three seeds, the advantage 0.30 -> 0.10 nats: seeds within a size say nothing
     about size-to-size variation, so claim 2 gives no trend verdict (a Welch test over seeds
@@ -242,6 +410,28 @@ def test_a_trend_needs_three_sizes_not_seeds_across_two():
     )
     with pytest.raises(ValueError, match="need >= 3 sizes"):
         trend_interval([0.0, 2.0], [[0.5, 0.52, 0.47], [0.2, 0.25, 0.22]])
+
+
+def test_identical_arms_give_no_trend_interval_not_a_zero_width_one():
+    """γ = 1 and the baseline are one run twice (the init flag did not reach the model): every
+    advantage is 0, so the per-size means lie on the line 0 with residual sd 0. The engine once
+    called claim 2 not reproduced on the zero-width interval [+0.0000, +0.0000] (df 1)."""
+    widths = {"s1": 256, "s2": 512, "s3": 1024}
+    losses = {}
+    for i, s in enumerate(widths):
+        for k, e in ((1, 0.0), (2, 0.01), (3, -0.01)):
+            losses[("baseline", s, k)] = losses[("gamma1", s, k)] = 6.0 - 0.4 * i + e
+    x = np.log([1000.0 * w**2 for w in widths.values()])
+    means = [np.mean([losses[("baseline", s, k)] - losses[("gamma1", s, k)] for k in (1, 2, 3)])
+             for s in widths]  # fmt: skip
+    b, a = np.polyfit(x, means, 1)
+    assert (a, b) == (0.0, 0.0) and np.sum((means - (a + b * x)) ** 2) == 0.0  # no spread
+    data = make_study(losses, widths)
+    v = claim2(data, data.losses, "shared LR")
+    assert v.verdict == INCONCLUSIVE
+    assert "+0.0000 (3 sizes, on an exact line: residual sd 0, no interval)" in v.numbers
+    assert "the 3 sizes lie on an exact line (residual sd 0), no interval" in v.numbers
+    assert "[+0.0000, +0.0000]" not in v.numbers
 
 
 def test_eps_that_cannot_act_is_not_measurable():
@@ -446,11 +636,56 @@ def test_gate_main_effect_is_not_credited_to_gamma():
         assert f"[{lo:+.4f}, {hi:+.4f}] (df 3, 4 seeds)" in v.numbers
         per_size.append(np.mean(inter))
     lo, hi = _t_interval(per_size)
-    assert f"across sizes {np.mean(per_size):+.4f} [{lo:+.4f}, {hi:+.4f}] (df 1" in v.numbers
+    assert f"across sizes: interaction {np.mean(per_size):+.4f} [{lo:+.4f}, {hi:+.4f}] (df 1" in (
+        v.numbers
+    )
     equal, _ = _four_arms(fix_at_1=0.2, fix_at_05=0.2)
     assert claim3(equal, equal.losses, "shared LR").verdict != REPRODUCED
     wider, _ = _four_arms(fix_at_1=0.4, fix_at_05=0.05)
     assert claim3(wider, wider.losses, "shared LR").verdict == REPRODUCED
+
+
+def test_a_gain_that_never_was_does_not_widen():
+    """γ = 1 is about 0.5 nats worse than γ = 0.5 without the fixes and 0.1 worse with them:
+    the interaction is about −0.4 nats at both sizes (the engine once called "removing both blockers
+    widens the gain of γ = 1" reproduced on it), but there is no gain of γ = 1 to widen."""
+    losses = {}
+    for i, s in enumerate(("s1", "s2")):
+        for k, e in {1: 0.0, 2: 0.011, 3: -0.007, 4: 0.004}.items():
+            b = 5.5 - 0.3 * i + e
+            c = b - 0.2 - 0.2 * e
+            losses |= {("baseline", s, k): b, ("gamma1", s, k): b + 0.5 + 0.02 * i + 0.5 * e}
+            losses[("gamma0.5+eps+gate", s, k)] = c
+            losses[("gamma1+eps+gate", s, k)] = c + 0.1 + 0.01 * i + 0.3 * e * k
+    data = make_study(losses, {"s1": 256, "s2": 512})
+    v = claim3(data, data.losses, "shared LR")
+    assert v.verdict == NOT_REPRODUCED
+    inter, gain = [], []
+    for s in ("s1", "s2"):
+        g3 = np.array([losses[("gamma1+eps+gate", s, k)] for k in (1, 2, 3, 4)])
+        g1 = np.array([losses[("gamma1", s, k)] for k in (1, 2, 3, 4)])
+        c = np.array([losses[("gamma0.5+eps+gate", s, k)] for k in (1, 2, 3, 4)])
+        b = np.array([losses[("baseline", s, k)] for k in (1, 2, 3, 4)])
+        inter.append(np.mean((g3 - g1) - (c - b)))
+        lo, hi = _t_interval(g3 - c)
+        gain.append(np.mean(g3 - c))
+        assert (
+            f"γ=1's gain with the fixes {gain[-1]:+.4f} [{lo:+.4f}, {hi:+.4f}] (df 3, 4 seeds)"
+            in (v.numbers)
+        )
+    lo, hi = _t_interval(inter)
+    assert hi < -0.01  # the interaction alone: "reproduced"
+    assert (
+        f"interaction {np.mean(inter):+.4f} [{lo:+.4f}, {hi:+.4f}] (df 1, 2 sizes): the "
+        + ("interval lies beyond -0.01")
+        in v.numbers
+    )
+    lo, hi = _t_interval(gain)
+    assert (
+        f"γ=1's gain with the fixes {np.mean(gain):+.4f} [{lo:+.4f}, {hi:+.4f}] (df 1, 2 "
+        + ("sizes): the interval excludes an effect beyond -0.01")
+        in v.numbers
+    )
 
 
 def test_no_gamma05_fixes_arm_is_inconclusive():
@@ -491,36 +726,58 @@ def test_gamma_grid_compares_matched_seeds_only():
     data, _ = _grid_study({0.5: [1], 0.75: [1], 1.0: [1, 2], 1.25: [1], 1.5: [1]}, values.get, 0)
     grid = gamma_grid(data)
     assert grid["s1"]["seeds"] == [1] and grid["s1"]["mean"][2] == pytest.approx(4.98)
-    v = claim6(data, grid)
+    v = claim6(data, grid, "shared LR")
     assert v.verdict == INCONCLUSIVE and "1 seed: no interval" in v.numbers
-    assert "lowest at γ = 1; γ=0.75 − γ=1 +0.0089 (1 seed: no interval)" in v.numbers
-    assert "γ=1.25 − γ=1 +0.0530 (1 seed: no interval)" in v.numbers and "(shared LR)" in v.numbers
+    assert "lowest at γ = 1; γ=0.75 − γ=1 (seeds [1]) +0.0089 (1 seed: no interval)" in v.numbers
+    assert "γ=1.25 − γ=1 (seeds [1]) +0.0530 (1 seed: no interval)" in v.numbers
+    assert "(shared LR)" in v.numbers
 
 
 def _neighbour_text(losses: dict, near: float) -> str:
-    """γ = near − γ = 1 paired by the seeds every grid γ finished, with its t interval, from
-    the synthetic losses themselves."""
+    """γ = near − γ = 1 paired by the seeds both finished, with its t interval, from the
+    synthetic losses themselves."""
     by_arm: dict[str, dict[int, float]] = {}
     for (arm, _, seed), x in losses.items():
         if arm.startswith("gamma1+eps+gate"):
             by_arm.setdefault(arm, {})[seed] = x
-    seeds = sorted(set.intersection(*(set(v) for v in by_arm.values())))
-    d = np.array([by_arm[_grid_arm(near)][k] - by_arm[_grid_arm(1.0)][k] for k in seeds])
+    a, b = by_arm[_grid_arm(near)], by_arm[_grid_arm(1.0)]
+    seeds = sorted(set(a) & set(b))
+    d = np.array([a[k] - b[k] for k in seeds])
     lo, hi = _t_interval(d)
-    return f"γ={near:g} − γ=1 {d.mean():+.4f} [{lo:+.4f}, {hi:+.4f}] (df {d.size - 1}"
+    return (
+        f"γ={near:g} − γ=1 (seeds {seeds}) {d.mean():+.4f} [{lo:+.4f}, {hi:+.4f}] (df {d.size - 1}"
+    )
 
 
 def test_gamma_grid_neighbours_paired_by_seed():
     clear, losses = _grid_study(
         {g: [1, 2, 3, 4, 5] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1) ** 2 + 5
     )
-    v = claim6(clear, gamma_grid(clear))
+    v = claim6(clear, gamma_grid(clear), "shared LR")
     assert v.verdict == REPRODUCED
     assert _neighbour_text(losses, 0.5) in v.numbers and _neighbour_text(losses, 1.5) in v.numbers
     elsewhere, _ = _grid_study({g: [1, 2, 3, 4] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1.5) ** 2)
-    assert claim6(elsewhere, gamma_grid(elsewhere)).verdict == NOT_REPRODUCED
+    assert claim6(elsewhere, gamma_grid(elsewhere), "shared LR").verdict == NOT_REPRODUCED
     flat, _ = _grid_study({g: [1, 2, 3, 4] for g in (0.75, 1.0, 1.25)}, lambda g: 5.0, noise=0.02)
-    assert claim6(flat, gamma_grid(flat)).verdict == INCONCLUSIVE
+    assert claim6(flat, gamma_grid(flat), "shared LR").verdict == INCONCLUSIVE
+
+
+def test_gamma_grid_neighbours_pair_on_their_own_seeds():
+    """γ = 0.5, farther from 1 than γ = 0.75, failed on seeds 2-4. The neighbours were paired
+    only on the seeds every γ finished (seed 1: no interval), and the failed runs would keep the
+    row waiting; γ = 0.75 and γ = 1.25 are compared with γ = 1 on the seeds each pair finished,
+    and a farther γ neither shrinks nor blocks that."""
+    curve = lambda g: 5 + 2 * (g - 1) ** 2  # noqa: E731
+    full, losses = _grid_study({g: [1, 2, 3, 4] for g in (0.5, 0.75, 1.0, 1.25)}, curve)
+    data = _unfinish(full, {f"{_grid_arm(0.5)}/s1/seed-{k}" for k in (2, 3, 4)})
+    losses = {key: x for key, x in losses.items() if key[0] != _grid_arm(0.5) or key[2] == 1}
+    row = _claim6_rows(data)[0]
+    assert row.verdict == REPRODUCED
+    assert "at the seed(s) every γ finished [1]:" in row.numbers
+    for near in (0.75, 1.25):
+        text = _neighbour_text(losses, near)
+        assert "(seeds [1, 2, 3, 4])" in text and "(df 3" in text and text in row.numbers
+    assert "unfinished" not in row.numbers
 
 
 def test_gamma_grid_without_a_gamma_above_one_cannot_show_worse_above():
@@ -529,9 +786,110 @@ def test_gamma_grid_without_a_gamma_above_one_cannot_show_worse_above():
     data, losses = _grid_study(
         {0.5: [1, 2], 1.0: [1, 2]}, lambda g: 5.0 + 1e-4 * (g < 1), noise=0.02
     )
-    v = claim6(data, gamma_grid(data))
+    v = claim6(data, gamma_grid(data), "shared LR")
     assert v.verdict == INCONCLUSIVE and "no γ above 1 in the grid: not measured" in v.numbers
     assert _neighbour_text(losses, 0.5) in v.numbers
+
+
+def test_a_diverged_gamma_is_not_the_lowest_loss():
+    """γ = 0.5 diverged on seed 2 (NaN): its mean is NaN, which np.argmin once took as the
+    lowest ("lowest at γ = 0.5"); its side is not finite, so not decided."""
+    data, losses = _grid_study({g: [1, 2, 3] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1) ** 2 + 5)
+    for run in data.runs:
+        if run["arm"] == _grid_arm(0.5) and run["seed"] == 2:
+            run["loss"] = math.nan
+    grid = gamma_grid(data)
+    assert math.isnan(grid["s1"]["mean"][0]) and grid["s1"]["best"] == 1.0
+    v = claim6(data, grid, "shared LR")
+    assert v.verdict == INCONCLUSIVE and "lowest at γ = 1;" in v.numbers
+    assert "γ=0.5 − γ=1 (seeds [1, 2, 3]) n/a (3 seeds, 1 not finite: NaN or inf, no interval)" in (
+        v.numbers
+    )
+    assert _neighbour_text(losses, 1.5) in v.numbers
+
+
+def _claim6_rows(data):
+    grids = {"shared LR": gamma_grid(data), "best LR": gamma_grid(data, "best")}
+    rows = verdicts(data, grids, None)
+    return [r for r in rows if r.claim.startswith("loss is best at γ = 1")]
+
+
+def test_gamma_grid_at_one_shared_lr_does_not_stand_alone():
+    """No LR grid: γ = 1 is best at the one shared LR (each neighbour +0.25 nats), but γ moves
+    the best LR (the committed CPU study: γ = 0.5 wants 4x γ = 1's), so that may be the LR, not
+    γ. The engine once gave claim 6 a single row, reproduced; it now has a shared-LR row and a
+    best-LR row that says the γs' own best LRs were not measured."""
+    data, losses = _grid_study(
+        {g: [1, 2, 3, 4] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1) ** 2 + 5
+    )
+    shared, best = _claim6_rows(data)
+    assert (shared.lr, shared.verdict) == ("shared LR", REPRODUCED)
+    assert _neighbour_text(losses, 0.5) in shared.numbers
+    assert _neighbour_text(losses, 1.5) in shared.numbers
+    assert (best.lr, best.verdict) == ("best LR", INCONCLUSIVE)
+    assert best.numbers.startswith("not measured: this study has no LR grid")
+    rows = verdicts(data, {"shared LR": gamma_grid(data)}, None)
+    both, shared_only = ["shared LR", "best LR"], ["shared LR"]
+    # claims 1-3, then 4 and 5 (shared-LR runs only), 6, then 7 and 8 (shared-LR runs only)
+    assert [r.lr for r in rows] == both * 3 + shared_only * 2 + both + shared_only * 2
+
+
+def _gamma_lr_study(bests: dict[float, float], grid: tuple):
+    """γ ∈ {0.5, 1, 1.5} (γ = 1+ε+gate's γ grid) at one size, each with an LR grid on seed 1
+    (shared LR 2e-3) whose loss is lowest at ``bests[γ]``; seeds 2-4 at that best LR, each
+    neighbour of γ = 1 about 0.25 nats worse. Returns (StudyData, {γ: {seed: loss}} at the best
+    LR)."""
+    arms, losses, lr, at_best = dict(ARMS), {}, {}, {}
+    for g, b in bests.items():
+        arm = _grid_arm(g)
+        arms[arm] = (g, 1e-12, "elementwise")
+        for x in grid:
+            seed = 1 if x == 2e-3 else 100 + round(x * 1e5)
+            losses[(arm, "s1", seed)] = 5 + (g - 1) ** 2 + abs(math.log(x / b))
+            lr[(arm, "s1", seed)] = (x, "shared" if x == 2e-3 else "grid", True)
+        for seed in (2, 3, 4):
+            y = 5 + (g - 1) ** 2 + 0.01 * seed + 0.003 * g * (seed % 2)
+            losses[(arm, "s1", seed)] = at_best.setdefault(g, {})[seed] = y
+            lr[(arm, "s1", seed)] = (b, "shared" if b == 2e-3 else "confirm", False)
+    for seed in (1, 2, 3, 4):
+        losses[("baseline", "s1", seed)] = 6.0
+    manifest = {
+        "shared_lr": 2e-3,
+        "lr_select_seed": 1,
+        "gamma_grid": {"arm": "gamma1+eps+gate", "values": [0.5, 1.0, 1.5], "sizes": ["s1"]},
+    }
+    return make_study(losses, {"s1": 256}, arms=arms, manifest=manifest, lr=lr), at_best
+
+
+def test_gamma_grid_at_the_best_lr_needs_each_best_lr_bracketed():
+    """Every γ confirmed at its own best LR, but γ = 0.5's is its grid's largest and γ = 1.5's
+    its smallest: their own best LRs are not known, so "γ = 1 is best" at those LRs is not the
+    claim. The engine once read this grid at the best LR without the edge check, reproduced."""
+    data, at_best = _gamma_lr_study({0.5: 4e-3, 1.0: 2e-3, 1.5: 1e-3}, (1e-3, 2e-3, 4e-3))
+    expected = []
+    for near in (0.5, 1.5):
+        d = np.array([at_best[near][k] - at_best[1.0][k] for k in (2, 3, 4)])
+        lo, hi = _t_interval(d)
+        assert lo > 0.01
+        expected.append(
+            f"γ={near:g} − γ=1 (seeds [2, 3, 4]) {d.mean():+.4f} [{lo:+.4f}, {hi:+.4f}] "
+            "(df 2, 3 seeds)"
+        )
+    shared, best = _claim6_rows(data)
+    assert shared.verdict == INCONCLUSIVE and "1 seed: no interval" in shared.numbers
+    assert (best.lr, best.verdict) == ("best LR", INCONCLUSIVE)
+    assert "s1 (best LR) at the seed(s) every γ finished [2, 3, 4]" in best.numbers
+    assert all(e in best.numbers for e in expected)
+    edges = (
+        "the best LR is not bracketed: gamma1+eps+gate@gamma=0.5 at s1: best LR 0.004 is the "
+        "largest of [0.001, 0.002, 0.004]; gamma1+eps+gate@gamma=1.5 at s1: best LR 0.001 is "
+        "the smallest of [0.001, 0.002, 0.004]"
+    )
+    assert edges in best.numbers
+    wide, _ = _gamma_lr_study({0.5: 4e-3, 1.0: 2e-3, 1.5: 1e-3}, (5e-4, 1e-3, 2e-3, 4e-3, 8e-3))
+    shared, best = _claim6_rows(wide)
+    assert best.verdict == REPRODUCED and all(e in best.numbers for e in expected)
+    assert "not bracketed" not in best.numbers
 
 
 def test_gamma_grid_sides_come_from_the_planned_grid():
@@ -542,11 +900,14 @@ def test_gamma_grid_sides_come_from_the_planned_grid():
     data, _ = _grid_study(
         {g: [1, 2, 3] for g in (0.5, 1.0, 1.5)}, curve, values=[0.5, 0.75, 1.0, 1.5]
     )
-    v = claim6(data, gamma_grid(data))
+    v = claim6(data, gamma_grid(data), "shared LR")
     assert v.verdict == INCONCLUSIVE
-    assert "γ=0.75 (nearest below 1) did not finish: not measured" in v.numbers
+    assert (
+        "γ=0.75 (nearest below 1) did not finish on a seed γ = 1 finished: not measured"
+        in v.numbers
+    )
     alone, _ = _grid_study({1.0: [1, 2, 3]}, curve, values=[0.5, 1.0, 1.5])
-    v = claim6(alone, gamma_grid(alone))
+    v = claim6(alone, gamma_grid(alone), "shared LR")
     assert v.verdict == INCONCLUSIVE and "no seed finished γ = 1 and another γ" in v.numbers
 
 
@@ -842,6 +1203,39 @@ def test_a_best_lr_on_its_grid_edge_keeps_the_best_lr_verdicts_inconclusive():
     assert verdicts(extended, {}, None)[1].verdict == REPRODUCED
 
 
+def test_a_diverged_grid_run_is_never_the_best_lr():
+    """γ = 1 diverged (NaN) at the shared LR 2e-3 on the selection seed only; its finite grid
+    points put its best LR at 1e-3, the grid's smallest. study.json lists shared runs before
+    grid runs, and a NaN compares neither less nor greater, so the NaN run, first, was taken as
+    the best LR: bracketed, "confirmed" on the shared runs of seeds 2-4, and the best-LR row
+    called reproduced. Its best LR is on the grid's edge: inconclusive."""
+    losses, lr = {}, {}
+    for arm, off in (("baseline", 0.0), ("gamma1", -0.3)):
+        for seed in (1, 2, 3, 4):
+            spread = 0.002 * (seed - 2) if arm == "gamma1" else 0.0
+            losses[(arm, "s1", seed)] = 5.0 + off + 0.01 * seed + spread
+            lr[(arm, "s1", seed)] = (2e-3, "shared", seed == 1)
+    for arm, pts in (("baseline", {1e-3: 5.4, 4e-3: 5.3}), ("gamma1", {1e-3: 4.6, 4e-3: 6.0})):
+        for x, y in pts.items():
+            losses[(arm, "s1", 100 + round(x * 1e5))] = y
+            lr[(arm, "s1", 100 + round(x * 1e5))] = (x, "grid", True)
+    losses[("gamma1", "s1", 1)] = math.nan
+    data = make_study(losses, {"s1": 256}, manifest={"shared_lr": 2e-3, "lr_select_seed": 1}, lr=lr)
+    grid = data.lr_grid("gamma1", "s1")
+    assert list(grid)[0] == 2e-3 and math.isnan(grid[2e-3])  # the manifest's order
+    finite = {x: y for x, y in grid.items() if np.isfinite(y)}
+    assert min(finite, key=finite.get) == 1e-3 == min(grid)  # by hand: the smallest LR
+    assert data.best_lr("gamma1", "s1") == 1e-3 and data.best_lr("baseline", "s1") == 2e-3
+    assert data.edge_lr("gamma1", "s1") == (
+        "gamma1 at s1: best LR 0.001 is the smallest of [0.001, 0.002, 0.004]"
+    )
+    best = verdicts(data, {}, None)[1]
+    assert best.lr == "best LR" and best.verdict == INCONCLUSIVE
+    assert "the best LR is not bracketed: gamma1 at s1: best LR 0.001 is the smallest" in (
+        best.numbers
+    )
+
+
 def test_fits_only_where_identified_and_sizes_from_the_baseline():
     widths = {f"s{i}": w for i, w in enumerate((64, 128, 256))}
     losses = {}
@@ -882,22 +1276,24 @@ def test_scaling_fits_take_sizes_as_units():
 
 def test_loss_table_delta_prints_its_interval_and_degrees_of_freedom():
     """The report's Δ cell: mean paired difference, the 95% t interval computed here with scipy,
-    and df = paired seeds - 1; one seed gives no interval."""
-    from megatron_gamma.study.fits import paired_difference
-    from megatron_gamma.study.report import _delta_cell
-
+    df = paired seeds - 1 and the seeds; without an interval, the reason and the seed count (3
+    seeds whose differences are all equal once printed "(1 seed)")."""
     arm, base = [5.1, 5.3, 5.0], [5.5, 5.6, 5.2]
     d = np.subtract(arm, base)
     half = stats.t.ppf(0.975, 2) * d.std(ddof=1) / math.sqrt(3)
-    iv = paired_difference(arm, base)
-    row = {"diff": iv.mean, "diff_low": iv.low, "diff_high": iv.high, "diff_df": iv.df}
-    expected = f"{d.mean():+.4f} [{d.mean() - half:+.4f}, {d.mean() + half:+.4f}], df 2"
-    assert _delta_cell(row) == expected
-    one = paired_difference([5.1], [5.5])
-    assert _delta_cell({"diff": one.mean, "diff_low": one.low, "diff_high": one.high}) == (
-        "-0.4000 (1 seed)"
+    losses = {("baseline", "s1", k): x for k, x in enumerate(base, 1)}
+    losses |= {("gamma1", "s1", k): x for k, x in enumerate(arm, 1)}
+    losses |= {("baseline", "s2", k): 5.0 + 0.01 * k for k in (1, 2, 3)}
+    losses |= {("gamma1", "s2", k): 4.7 + 0.01 * k for k in (1, 2, 3)}
+    losses |= {("baseline", "s3", 1): 5.5, ("gamma1", "s3", 1): 5.1}
+    rows, _ = loss_table(make_study(losses, {"s1": 256, "s2": 512, "s3": 1024}))
+    cells = {(r["arm"], r["size"]): r.get("diff_text", "") for r in rows}
+    assert cells[("gamma1", "s1")] == (
+        f"{d.mean():+.4f} [{d.mean() - half:+.4f}, {d.mean() + half:+.4f}] (df 2, 3 seeds)"
     )
-    assert _delta_cell({"arm": "baseline"}) == ""
+    assert cells[("gamma1", "s2")] == "-0.3000 (3 seeds, all equal: sd 0, no interval)"
+    assert cells[("gamma1", "s3")] == "-0.4000 (1 seed: no interval)"
+    assert cells[("baseline", "s1")] == ""
 
 
 def test_report_markdown_of_an_lr_grid_study_without_a_gamma_grid(tmp_path):
@@ -913,13 +1309,47 @@ def test_report_markdown_of_an_lr_grid_study_without_a_gamma_grid(tmp_path):
     data.manifest["sweep_command"] = "megatron-gamma sweep synthetic.yaml"
     for run in data.runs:  # what the sweep's manifest records besides make_study's fields
         run.update(params=run["non_embedding"] + 1000, tokens=100 * 16 * 128)
-    grid = gamma_grid(data)
-    assert grid == {}
+    grids = {"shared LR": gamma_grid(data), "best LR": gamma_grid(data, "best")}
+    assert grids == {"shared LR": {}, "best LR": {}}
     md = report_module._markdown(
-        data, loss_table(data)[0], loss_table(data, "best")[0], scaling_fits(data), grid,
-        mechanisms(data), None, verdicts(data, grid, None), {}, "report", None, None,
+        data, loss_table(data)[0], loss_table(data, "best")[0], scaling_fits(data), grids,
+        mechanisms(data), None, verdicts(data, grids, None), {}, "report", None, None,
         time.time(),
     )  # fmt: skip
     assert "No γ grid in this study." in md
     row = "| baseline | s1 | 0.001: 5.6931, **0.002: 5.0000**, 0.004: 5.6931, 0.008: 6.3863 |"
     assert row in md
+
+
+def test_report_markdown_lists_the_gamma_grid_at_both_lrs(tmp_path):
+    """The "Loss against γ" section: one line per size at the shared LR and one at the best
+    LR, the latter naming the γs whose best LR is on its grid's edge."""
+    import json
+    import time
+
+    from megatron_gamma.study import report as report_module
+    from megatron_gamma.study.analysis import mechanisms
+
+    data, at_best = _gamma_lr_study({0.5: 4e-3, 1.0: 2e-3, 1.5: 1e-3}, (1e-3, 2e-3, 4e-3))
+    data.dir = str(tmp_path)
+    data.manifest["sweep_command"] = "megatron-gamma sweep synthetic.yaml"
+    for run in data.runs:
+        run.update(params=run["non_embedding"] + 1000, tokens=100 * 16 * 128)
+    grids = {"shared LR": gamma_grid(data), "best LR": gamma_grid(data, "best")}
+    md = report_module._markdown(
+        data, loss_table(data)[0], loss_table(data, "best")[0], scaling_fits(data), grids,
+        mechanisms(data), None, verdicts(data, grids, None), {}, "report", None, None,
+        time.time(),
+    )  # fmt: skip
+    bests = {0.5: 4e-3, 1.0: 2e-3, 1.5: 1e-3}
+    at_shared = ", ".join(
+        f"γ={g:g}: {5 + (g - 1) ** 2 + abs(math.log(2e-3 / b)):.4f}" for g, b in bests.items()
+    )
+    assert f"- s1, shared LR (matched seeds [1]): {at_shared}" in md
+    means = ", ".join(f"γ={g:g}: {np.mean(list(at_best[g].values())):.4f}" for g in (0.5, 1, 1.5))
+    assert f"- s1, best LR (matched seeds [2, 3, 4]): {means}; lowest at γ = 1" in md
+    assert "; not bracketed: gamma1+eps+gate@gamma=0.5 at s1: best LR 0.004 is the largest" in md
+    assert json.loads(json.dumps(report_module._jsonable(grids)))["best LR"]["s1"]["edges"] == {
+        "0.5": data.edge_lr(_grid_arm(0.5), "s1"),
+        "1.5": data.edge_lr(_grid_arm(1.5), "s1"),
+    }

@@ -33,7 +33,7 @@ from megatron_gamma.study.fits import (
     mean_std,
     paired_difference,
 )
-from megatron_gamma.study.spec import NAME_PATTERN, best_lr
+from megatron_gamma.study.spec import NAME_PATTERN, best_lr, margin_ok
 
 DEFAULT_MARGIN = 0.01
 """The pre-registered margin δ (nats) of a manifest that does not set ``margin``."""
@@ -122,13 +122,24 @@ class StudyData:
             loss in nats, None when unfinished), ``finished`` (bool) and ``record``
             (:class:`~.rundir.RunRecord` with the diagnostics, or None).
         study_dir: the directory the runs were read from (None for records built in memory).
+
+    Raises:
+        ConfigError: a ``margin`` that is not a finite number >= 0 (:func:`~.spec.margin_ok`).
     """
 
     def __init__(self, manifest: dict, runs: list[dict], study_dir: Optional[str] = None):
         self.manifest = manifest
         self.dir = study_dir
         self.baseline = manifest["baseline"]
-        self.margin = float(manifest.get("margin", DEFAULT_MARGIN))
+        margin = manifest.get("margin", DEFAULT_MARGIN)
+        if not margin_ok(margin):
+            raise ConfigError(
+                f"study.json margin={margin!r}: must be a finite number of nats >= 0, as the "
+                "study file's is (a negative δ turns an effect of the wrong sign into "
+                "'reproduced'). Fix: restore study.json as sweep wrote it (rerun `megatron-gamma "
+                "sweep STUDY.yaml --output-dir DIR`)"
+            )
+        self.margin = float(margin)
         self.shared_lr = manifest.get("shared_lr")
         self.select_seed = manifest.get("lr_select_seed")
         self.runs = [
@@ -211,8 +222,9 @@ class StudyData:
         }
 
     def best_lr(self, arm: str, size: str) -> Optional[float]:
-        """The grid LR with the lowest loss on the selection seed (ties: the smaller LR, as
-        the sweep picks it); None without grid runs."""
+        """The grid LR with the lowest loss on the selection seed (ties: the smaller LR; a NaN
+        or inf loss last; as the sweep picks it, :func:`~.spec.best_lr`); None without grid
+        runs."""
         grid = self.lr_grid(arm, size)
         return best_lr(grid) if grid else None
 
@@ -243,6 +255,23 @@ class StudyData:
             for r in self._runs(arm, size, "confirm")
             if np.isclose(float(r["lr"]), best)
         }
+
+    def incomplete(self, arms: list[str], best: bool) -> tuple[list[str], list[str]]:
+        """Keys of the planned runs of ``arms`` that have not finished (failed, running or not
+        started: their shared-LR runs, and with ``best`` their grid and confirm runs too), and
+        of those that diverged (a NaN or inf loss: their shared-LR runs, or with ``best`` their
+        confirm runs; a grid LR that diverged is only a bad LR, and a shared one is not what
+        the best-LR comparison reads)."""
+        ours = [r for r in self.runs if r["arm"] in arms]
+        waiting = ("shared", "grid", "confirm") if best else ("shared",)
+        read = "confirm" if best else "shared"
+        unfinished = [r["key"] for r in ours if r["lr_phase"] in waiting and not r["finished"]]
+        diverged = [
+            r["key"]
+            for r in ours
+            if r["lr_phase"] == read and r["finished"] and not np.isfinite(r["loss"])
+        ]
+        return unfinished, diverged
 
     def settings(self, arm: str) -> dict:
         r = next(r for r in self.runs if r["arm"] == arm)
@@ -362,7 +391,9 @@ def loss_table(data: StudyData, phase: str = "shared") -> tuple[list[dict], dict
             common = sorted(set(losses) & set(base))
             if arm != data.baseline and common:
                 d = paired_difference([losses[s] for s in common], [base[s] for s in common])
-                row.update(diff=d.mean, diff_low=d.low, diff_high=d.high, diff_df=d.df)
+                row.update(
+                    diff=d.mean, diff_low=d.low, diff_high=d.high, diff_df=d.df, diff_text=d.text()
+                )
                 diffs[(arm, size)] = d
             rows.append(row)
     return rows, diffs
@@ -442,27 +473,36 @@ def multiplier_text(entry: dict) -> str:
     return "; ".join(parts)
 
 
-def gamma_grid(data: StudyData) -> dict[str, dict]:
+def gamma_grid_arms(data: StudyData) -> list[str]:
+    """The arms of the γ grid: its base arm and the ``BASE@gamma=V`` arms ([] without one)."""
+    grid = data.manifest.get("gamma_grid")
+    base = grid["arm"] if grid else None
+    return [a for a in data.arms if base and (a == base or a.startswith(base + "@gamma="))]
+
+
+def gamma_grid(data: StudyData, phase: str = "shared") -> dict[str, dict]:
     """Per grid size: loss against γ at matched seeds (the seeds every γ value finished).
 
-    Each γ is read at its own best LR (confirm runs) when the study has an LR grid and every γ
-    was confirmed at that size, else at the shared LR (``lr`` says which).
+    Args:
+        phase: ``shared`` (every γ at the shared LR) or ``best`` (every γ at its own best LR:
+            its confirm runs, :meth:`StudyData.confirm_losses`; a γ not confirmed yet is
+            missing, and ``edges`` holds {γ: why} for each γ whose best LR is on its grid's
+            edge, :meth:`StudyData.edge_lr`).
 
-    Each entry: ``lr``, ``gamma`` (sorted), ``seeds`` (matched), ``all_seeds`` ({γ: seeds
-    finished}), ``mean`` (per γ, over matched seeds), ``per_seed`` ({γ: losses at the matched
-    seeds, in ``seeds`` order}), ``best`` (the γ of the lowest mean; None without matched
-    seeds or with one γ).
+    Each entry: ``lr`` (``shared LR`` or ``best LR``), ``gamma`` (sorted), ``seeds`` (matched),
+    ``all_seeds`` ({γ: seeds finished}), ``mean`` (per γ, over matched seeds), ``per_seed``
+    ({γ: losses at the matched seeds, in ``seeds`` order}), ``losses`` ({γ: {seed: loss}} of
+    every seed that γ finished, for pairing two γs on their own common seeds), ``best`` (the γ
+    of the lowest mean, a NaN or inf mean last; None without matched seeds or with one γ),
+    ``edges`` ({} at the shared LR).
     """
     grid = data.manifest.get("gamma_grid")
     if not grid:
         return {}
-    base = grid["arm"]
-    arms = [a for a in data.arms if a == base or a.startswith(base + "@gamma=")]
+    arms = gamma_grid_arms(data)
+    get = data.losses if phase == "shared" else data.confirm_losses
     out = {}
     for size in grid["sizes"]:
-        # each γ at its own best LR when the study confirmed every γ there, else the shared LR
-        best = data.has_lr_grid and all(data.confirm_losses(a, size) for a in arms)
-        get = data.confirm_losses if best else data.losses
         per_gamma = {}
         for arm in arms:
             losses = get(arm, size)
@@ -472,14 +512,22 @@ def gamma_grid(data: StudyData) -> dict[str, dict]:
         seeds = sorted(set.intersection(*(set(v) for v in per_gamma.values()))) if gammas else []
         per_seed = {g: [per_gamma[g][s] for s in seeds] for g in gammas} if seeds else {}
         means = [float(np.mean(per_seed[g])) for g in gammas] if seeds else []
+        edges = {}
+        for arm in arms if phase != "shared" else []:
+            if edge := data.edge_lr(arm, size):
+                edges[data.settings(arm)["init_gamma"]] = edge
         out[size] = {
-            "lr": "best LR" if best else "shared LR",
+            "lr": "shared LR" if phase == "shared" else "best LR",
             "gamma": gammas,
             "seeds": seeds,
             "all_seeds": {g: sorted(per_gamma[g]) for g in gammas},
             "mean": means,
             "per_seed": per_seed,
-            "best": gammas[int(np.argmin(means))] if len(means) >= 2 else None,
+            "losses": per_gamma,
+            "best": gammas[int(np.argmin(np.where(np.isfinite(means), means, np.inf)))]
+            if len(means) >= 2
+            else None,
+            "edges": edges,
         }
     return out
 

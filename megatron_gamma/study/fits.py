@@ -156,6 +156,8 @@ class Interval:
         unit: what one unit is: ``"seeds"`` (paired seeds within a size) or ``"sizes"`` (one
             per-size mean per size).
         level: confidence level.
+        nonfinite: how many of the units are NaN or inf (a diverged run's loss); any gives no
+            interval.
     """
 
     mean: float
@@ -165,25 +167,42 @@ class Interval:
     df: float
     unit: str = "seeds"
     level: float = 0.95
+    nonfinite: int = 0
 
     @property
     def has_interval(self) -> bool:
         return bool(np.isfinite(self.low) and np.isfinite(self.high))
 
     @property
+    def is_slope(self) -> bool:
+        """A slope over the units (:func:`trend_interval`, df = n − 2), not a mean."""
+        return self.df == self.n - 2
+
+    @property
     def no_spread(self) -> bool:
-        """Several units, all with the same value: their spread (sd 0) estimates no variance,
-        so there is no interval (:func:`t_interval`)."""
-        return self.n > 1 and not self.has_interval
+        """Several units with no spread about the estimate: all the same value (a mean, sd 0)
+        or exactly on a line (a slope, residual sd 0), which estimates no variance, so there
+        is no interval (:func:`t_interval`, :func:`trend_interval`)."""
+        return self.n > 1 and not self.has_interval and not self.nonfinite
 
     def text(self, digits: int = 4) -> str:
-        """``-0.4477 [-1.4052, +0.5098] (df 2, 3 sizes)``, ``+0.0830 (1 seed: no interval)``
-        or ``+0.0000 (3 seeds, all equal: sd 0, no interval)``."""
+        """``-0.4477 [-1.4052, +0.5098] (df 2, 3 sizes)``, ``+0.0830 (1 seed: no interval)``,
+        ``+0.0000 (3 seeds, all equal: sd 0, no interval)``, for a slope ``+0.0000 (3
+        sizes, on an exact line: residual sd 0, no interval)``, or ``n/a (3 seeds, 1 not
+        finite: NaN or inf, no interval)``."""
         if not self.has_interval:
             unit = self.unit.split()[0]
             unit = unit[:-1] if self.n == 1 else unit
-            equal = ", all equal: sd 0," if self.no_spread else ":"
-            return f"{self.mean:+.{digits}f} ({self.n} {unit}{equal} no interval)"
+            if self.nonfinite:
+                return (
+                    f"n/a ({self.n} {unit}, {self.nonfinite} not finite: NaN or inf, no interval)"
+                )
+            why = ":"
+            if self.no_spread:
+                why = (
+                    ", on an exact line: residual sd 0," if self.is_slope else ", all equal: sd 0,"
+                )
+            return f"{self.mean:+.{digits}f} ({self.n} {unit}{why} no interval)"
         df = f"{self.df:.0f}" if float(self.df).is_integer() else f"{self.df:.1f}"
         return (
             f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}] "
@@ -198,7 +217,9 @@ def t_interval(values: Sequence[float], unit: str = "seeds", level: float = 0.95
     """Mean of independent ``values`` with ``mean ± t_{(1+level)/2, n-1} · sd / sqrt(n)``
     (sd with n - 1); no interval (NaN) for one value, nor for values that are all equal: their
     sd of 0 would give a zero-width interval, a certainty the data cannot carry (identical
-    seeds mean the seed did not change the run, or the arms are one run twice).
+    seeds mean the seed did not change the run, or the arms are one run twice); nor when a
+    value is NaN or inf (a diverged run's loss: ``nonfinite`` counts them), which is neither
+    dropped (its failure is part of the arm's result) nor averaged.
 
     Raises:
         ValueError: no values, or level outside (0, 1).
@@ -209,8 +230,9 @@ def t_interval(values: Sequence[float], unit: str = "seeds", level: float = 0.95
     if not 0 < level < 1:
         raise ValueError(f"level={level}: must lie in (0, 1)")
     mean = float(d.mean())
-    if d.size < 2 or d.min() == d.max():
-        return Interval(mean, math.nan, math.nan, int(d.size), d.size - 1, unit, level)
+    bad = int(np.count_nonzero(~np.isfinite(d)))
+    if bad or d.size < 2 or d.min() == d.max():
+        return Interval(mean, math.nan, math.nan, int(d.size), d.size - 1, unit, level, bad)
     half = float(stats.t.ppf((1 + level) / 2, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size))
     return Interval(mean, mean - half, mean + half, int(d.size), d.size - 1, unit, level)
 
@@ -236,6 +258,12 @@ def paired_difference(
     return t_interval(a - b, "seeds", level)
 
 
+EXACT_LINE = 1e-12
+"""Residual sd of a trend, relative to its largest per-size mean (at least 1), at or below
+which the means lie on an exact line (:func:`trend_interval`): least squares leaves rounding
+residuals of about 1e-16 on collinear points."""
+
+
 def trend_interval(
     x: Sequence[float], groups: Sequence[Sequence[float]], level: float = 0.95
 ) -> Interval:
@@ -243,6 +271,10 @@ def trend_interval(
     the least-squares slope of the per-size means on ``x`` with its Student-t interval,
     df = sizes − 2. Seeds enter only through their size's mean: seeds within a size say
     nothing about how the effect varies between sizes, so two sizes give no trend interval.
+    Means exactly on a line (residual sd 0 up to rounding, e.g. two arms that are one run
+    twice: every mean 0) give no interval (NaN), as equal values do in :func:`t_interval`: a
+    zero-width interval would be a certainty the data cannot carry; so do NaN or inf values
+    (``nonfinite`` counts the sizes whose mean is not finite).
 
     Args:
         x: (k,) the sizes' abscissae, distinct, k >= 3.
@@ -256,12 +288,20 @@ def trend_interval(
     if xs.size != len(gs) or xs.size < 3 or any(g.size == 0 for g in gs):
         raise ValueError(f"need >= 3 sizes with >= 1 value each, got {[g.size for g in gs]}")
     means = np.array([g.mean() for g in gs])
+    bad = int(np.count_nonzero(~np.isfinite(means)))
+    if bad:
+        return Interval(
+            math.nan, math.nan, math.nan, int(xs.size), xs.size - 2, "sizes", level, bad
+        )
     xc = xs - xs.mean()
     sxx = float(xc @ xc)
     slope = float(xc @ means / sxx)
     resid = means - means.mean() - slope * xc
     df = xs.size - 2
-    half = float(stats.t.ppf((1 + level) / 2, df) * math.sqrt(resid @ resid / df / sxx))
+    sd = math.sqrt(resid @ resid / df)
+    if sd <= EXACT_LINE * max(1.0, float(np.abs(means).max())):
+        return Interval(slope, math.nan, math.nan, int(xs.size), df, "sizes", level)
+    half = float(stats.t.ppf((1 + level) / 2, df) * sd / math.sqrt(sxx))
     return Interval(slope, slope - half, slope + half, int(xs.size), df, "sizes", level)
 
 

@@ -41,18 +41,6 @@ from megatron_gamma.study.fits import PowerLawFit, mean_std
 from megatron_gamma.study.verdicts import concentration_arm, concentration_missing, verdicts
 
 
-def _delta_cell(row: dict) -> str:
-    """The loss table's Δ cell: the paired difference to the baseline with its 95% interval and
-    degrees of freedom, ``(1 seed)`` without an interval, empty for the baseline itself."""
-    if "diff" not in row:
-        return ""
-    if row.get("diff_low") is None or not np.isfinite(row["diff_low"]):
-        return f"{row['diff']:+.4f} (1 seed)"
-    return (
-        f"{row['diff']:+.4f} [{row['diff_low']:+.4f}, {row['diff_high']:+.4f}], df {row['diff_df']}"
-    )
-
-
 def run_compare(data: StudyData, out_dir: str) -> Optional[dict]:
     """Run ``megatron-gamma compare`` between :func:`~.verdicts.concentration_arm` (fixed in
     advance, not chosen by loss) and the baseline at the largest size both finished, once per
@@ -196,10 +184,12 @@ def report(
     table, _ = loss_table(data)
     best_table = loss_table(data, "best")[0] if data.has_lr_grid else []
     fits = scaling_fits(data)
-    grid = gamma_grid(data)
+    grids = {"shared LR": gamma_grid(data)}
+    if data.has_lr_grid:
+        grids["best LR"] = gamma_grid(data, "best")
     mech = mechanisms(data)
     cmp = run_compare(data, out_dir)
-    rows = verdicts(data, grid, cmp)
+    rows = verdicts(data, grids, cmp)
     files = {}
     files["scaling_plot"] = plots.plot_scaling(
         {
@@ -214,7 +204,10 @@ def report(
         },
         os.path.join(out_dir, "loss_vs_size.png"),
     )
-    files["gamma_plot"] = plots.plot_gamma(grid, os.path.join(out_dir, "loss_vs_gamma.png"))
+    files["gamma_plot"] = plots.plot_gamma(
+        {f"{s} ({g['lr']})": g for grid in grids.values() for s, g in grid.items()},
+        os.path.join(out_dir, "loss_vs_gamma.png"),
+    )
     files["lr_plot"] = plots.plot_lr_grid(
         {s: {a: data.lr_grid(a, s) for a in data.arms} for s in data.sizes},
         os.path.join(out_dir, "loss_vs_lr.png"),
@@ -293,7 +286,8 @@ def report(
         "finished": len(data.finished),
         "losses": table,
         "fits": {a: {k: v for k, v in f.items()} for a, f in fits.items()},
-        "gamma_grid": grid,
+        "gamma_grid": grids["shared LR"],
+        "gamma_grid_best_lr": grids.get("best LR", {}),
         "mechanisms": {
             k: {
                 kk: vv
@@ -316,7 +310,7 @@ def report(
         json.dump(_jsonable(summary), f, indent=1, ensure_ascii=False)
     files["json"] = json_path
     md = _markdown(
-        data, table, best_table, fits, grid, mech, cmp, rows, files, rel, command, note, start
+        data, table, best_table, fits, grids, mech, cmp, rows, files, rel, command, note, start
     )
     atomic_write_text(output, md)
     files["report"] = output
@@ -335,7 +329,7 @@ def _multiplicity(rows: list) -> str:
 
 
 def _markdown(
-    data, table, best_table, fits, grid, mech, cmp, rows, files, rel, command, note, start
+    data, table, best_table, fits, grids, mech, cmp, rows, files, rel, command, note, start
 ) -> str:
     m = data.manifest
     wall, n_wall = _wall_seconds(data)
@@ -407,7 +401,8 @@ def _markdown(
     for r in table:
         sd = f" ± {r['std']:.4f}" if r["std"] is not None else ""
         out.append(
-            f"| {r['arm']} | {r['size']} | {r['seeds']} | {r['mean']:.4f}{sd} | {_delta_cell(r)} |"
+            f"| {r['arm']} | {r['size']} | {r['seeds']} | {r['mean']:.4f}{sd} | "
+            f"{r.get('diff_text', '')} |"
         )
     if best_table:
         out += [
@@ -447,7 +442,7 @@ def _markdown(
             out.append(
                 f"| {r['arm']} | {r['size']} | {r['lr']:g}{' (edge)' * bool(r['edge'])} | "
                 f"{r['seeds']} | {r['mean']:.4f}{sd} "
-                f"| {_delta_cell(r)} |"
+                f"| {r.get('diff_text', '')} |"
             )
     out += ["", f"![loss vs size]({rel}/loss_vs_size.png)" if "scaling_plot" in files else "", ""]
     out += [
@@ -477,17 +472,25 @@ def _markdown(
         rises = ", ".join(f["loss_rises"]) or "no"
         out.append(f"| {arm} | {text} | {multiplier_text(f) or '—'} | {rises} |")
     out += ["", "## Loss against γ", ""]
-    if grid:
+    if grids["shared LR"]:
         out.append(
-            "Seed-mean loss over the seeds every γ value finished (matched seeds); the lowest "
-            "mean is a point estimate, its neighbours' paired differences are in the verdict "
-            "table (claim 6)."
+            "Seed-mean loss over the seeds every γ value finished (matched seeds), at the shared "
+            "LR and, with an LR grid, at each γ's own best LR (on the seeds other than the "
+            "selection seed); the lowest mean is a point estimate, its neighbours' paired "
+            "differences are in the verdict table (claim 6)."
         )
-        for size, g in grid.items():
-            pts = ", ".join(f"γ={x:g}: {y:.4f}" for x, y in zip(g["gamma"], g["mean"], strict=True))
-            seeds = "; ".join(f"γ={k:g} seeds {v}" for k, v in g["all_seeds"].items())
-            best = f"; lowest at γ = {g['best']:g}" if g["best"] is not None else ""
-            out.append(f"- {size} (matched seeds {g['seeds']}): {pts or 'none'}{best} ({seeds})")
+        for grid in grids.values():
+            for size, g in grid.items():
+                pts = ", ".join(
+                    f"γ={x:g}: {y:.4f}" for x, y in zip(g["gamma"], g["mean"], strict=True)
+                )
+                seeds = "; ".join(f"γ={k:g} seeds {v}" for k, v in g["all_seeds"].items())
+                best = f"; lowest at γ = {g['best']:g}" if g["best"] is not None else ""
+                edges = f"; not bracketed: {'; '.join(g['edges'].values())}" if g["edges"] else ""
+                out.append(
+                    f"- {size}, {g['lr']} (matched seeds {g['seeds']}): {pts or 'none'}{best} "
+                    f"({seeds}){edges}"
+                )
         if "gamma_plot" in files:
             out += ["", f"![loss vs gamma]({rel}/loss_vs_gamma.png)"]
     else:

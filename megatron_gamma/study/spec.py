@@ -43,8 +43,9 @@ runs on. Every run keeps ``min_lr / lr`` of its shared LR. The plan has three ph
   ``ARM/SIZE/seed-S``;
 * ``grid``: the grid's other LRs on the selection seed, at ``ARM/SIZE/lr-LR/seed-S``;
 * ``confirm``: once an arm's grid at a size has finished, its best LR (lowest final validation
-  loss on the selection seed; ties go to the smaller LR) on the arm's other seeds, at
-  ``ARM/SIZE/lr-LR/seed-S`` (none when the shared LR wins: its runs are the confirmation).
+  loss on the selection seed; ties go to the smaller LR, a diverged run's NaN or inf loss ranks
+  last) on the arm's other seeds, at ``ARM/SIZE/lr-LR/seed-S`` (none when the shared LR wins:
+  its runs are the confirmation).
 
 The best LR must be bracketed: while it is the grid's smallest or largest LR, the grid grows by
 one more point in that direction (the edge LR times the ratio of the two outermost LRs on that
@@ -500,6 +501,17 @@ def _check_lr_grids(study: Study, select_seed: Optional[int]) -> None:
     study.lr_select_seed = seed
 
 
+def margin_ok(margin: Any) -> bool:
+    """A margin δ the verdicts can use: a finite number >= 0 (a negative δ turns an effect of
+    the wrong sign into "reproduced", an infinite one makes every claim "not reproduced")."""
+    return (
+        not isinstance(margin, bool)
+        and isinstance(margin, (int, float))
+        and math.isfinite(margin)
+        and margin >= 0
+    )
+
+
 def load_study(path: str) -> Study:
     """Read and validate a study file; resolve every run's config (nothing is written).
 
@@ -523,8 +535,8 @@ def load_study(path: str) -> Study:
     seeds = _seed_list("seeds", raw.get("seeds", [1234]))
     sizes = _parse_sizes(raw.get("sizes"), base)
     margin = raw.get("margin", 0.01)
-    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin >= 0:
-        _fail("margin", margin, "must be a number of nats >= 0", "e.g. margin: 0.01")
+    if not margin_ok(margin):
+        _fail("margin", margin, "must be a finite number of nats >= 0", "e.g. margin: 0.01")
     fields = dict(_mapping("set", raw.get("set") or {}))
     study = Study(
         path=os.path.abspath(path),
@@ -660,8 +672,10 @@ class _Planner:
 
 
 def best_lr(losses: dict[float, float]) -> float:
-    """The LR with the lowest final validation loss; ties go to the smaller LR."""
-    return min(losses, key=lambda lr: (losses[lr], lr))
+    """The LR with the lowest final validation loss; ties go to the smaller LR; a NaN or inf
+    loss (the run diverged) ranks after every finite one (a NaN compares neither less nor
+    greater, so it once won whenever it came first)."""
+    return min(losses, key=lambda lr: (losses[lr] if math.isfinite(losses[lr]) else math.inf, lr))
 
 
 def order_key(study: Study, run: Run) -> tuple:

@@ -1,7 +1,7 @@
 """The verdict table of ``megatron-gamma report``: one row per claim of the paper (two for the
-loss claims 1-3: at the shared LR and at each arm's own best LR, the latter inconclusive when
-the study has no LR grid), each with its rule, the measured numbers and intervals it read, and
-a verdict. Never a verdict without its numbers.
+loss claims 1-3 and 6: at the shared LR and at each arm's own best LR, the latter inconclusive
+when the study has no LR grid), each with its rule, the measured numbers and intervals it read,
+and a verdict. Never a verdict without its numbers.
 
 Verdicts:
 
@@ -9,7 +9,8 @@ Verdicts:
 - *not reproduced*: the interval lies on the other side of δ (it excludes an effect of size δ
   in the claim's direction);
 - *inconclusive*: the interval includes both, or there are too few seeds/sizes for an interval
-  (df < 1), or an arm the claim needs is missing, or the data cannot show the effect;
+  (df < 1), or an arm the claim needs is missing, or a planned run of an arm it compares has
+  not finished or has diverged (:func:`_complete`), or the data cannot show the effect;
 - *not measurable at this scale*: the mechanism cannot act in these models (the number why).
 
 Units of replication: seeds within a size (paired by seed); sizes across sizes (the mean of
@@ -24,13 +25,13 @@ not adjust for multiplicity, and the report says so.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
 
 from megatron_gamma.diagnostics.norm import SATURATION_FACTOR
-from megatron_gamma.study.analysis import StudyData, uniform_sink_share
+from megatron_gamma.study.analysis import StudyData, gamma_grid_arms, uniform_sink_share
 from megatron_gamma.study.fits import Interval, paired_difference, t_interval, trend_interval
 
 REPRODUCED = "reproduced"
@@ -51,6 +52,9 @@ EASY_SHARE = 0.3
 """Share of tokens (easiest first, by difficulty) counted as easy in the Δsym verdict."""
 CONCENTRATION_MIN = 0.01
 """Margin on hard − easy mean Δsym (Δsym lies in [−1, 1]) for claim 8."""
+UNFINISHED_LISTED = 6
+"""Unfinished (or diverged) runs named in a row that they keep undecided (the rest are
+counted)."""
 
 
 @dataclass
@@ -62,14 +66,16 @@ class Verdict:
         verdict: one of the four verdicts.
         numbers: the measured effects with their intervals and degrees of freedom.
         rule: the decision rule.
-        lr: which comparison: ``shared LR``, ``best LR`` or ``—`` (not a loss comparison).
+        lr: which runs the row reads: ``shared LR`` (every arm at the study's shared LR; the
+            mechanism claims 4, 5, 7 and the Δsym claim 8 read only these) or ``best LR``
+            (each arm at its own best LR).
     """
 
     claim: str
     verdict: str
     numbers: str
     rule: str
-    lr: str = "—"
+    lr: str = "shared LR"
 
     def as_dict(self) -> dict:
         return {
@@ -88,8 +94,21 @@ def decide(iv: Interval, margin: float, direction: int) -> tuple[str, str]:
     Returns:
         (verdict, why): reproduced when the interval lies beyond the margin in the claim's
         direction, not reproduced when it lies entirely on the other side, else inconclusive
-        (also without an interval: df < 1, or every unit the same value).
+        (also without an interval: df < 1, every unit the same value, or a unit that is NaN
+        or inf, e.g. a diverged run's loss).
     """
+    if iv.nonfinite:
+        unit = iv.unit.split()[0]
+        return INCONCLUSIVE, (
+            f"{iv.nonfinite} of {iv.n} {unit} not finite (NaN or inf, e.g. a diverged run), no "
+            f"interval: such a {unit[:-1]} is neither dropped (its failure is part of the result) "
+            "nor averaged"
+        )
+    if iv.no_spread and iv.is_slope:
+        return INCONCLUSIVE, (
+            f"the {iv.n} {iv.unit.split()[0]} lie on an exact line (residual sd 0), no interval: "
+            "check that the arms differ"
+        )
     if iv.no_spread:
         return INCONCLUSIVE, (
             f"all {iv.n} {iv.unit.split()[0]} give the same value (sd 0), no interval: check that "
@@ -206,8 +225,11 @@ def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
     rule = (
         "advantage (baseline − γ=1, paired by seed) against ln N: the change over the measured "
         "range (slope of the per-size means × ln(N_max/N_min)), sizes as units (df = sizes − 2, "
-        "so >= 3 sizes), below −δ; both arms' losses must fall with N; not measurable where "
-        f"σ²_emb/ε > {EPS_ACTS_MAX:g} at every size (ε cannot act)"
+        "so >= 3 sizes), below −δ, and a gain to shrink: the advantage at the smallest paired "
+        "size above +δ (seeds as units, df = seeds − 1); reproduced if both hold, not "
+        "reproduced if either interval lies on the other side of δ; both arms' losses must "
+        f"fall with N; not measurable where σ²_emb/ε > {EPS_ACTS_MAX:g} at every size (ε cannot "
+        "act)"
     )
     g1 = data.role("gamma1")
     if not g1:
@@ -233,11 +255,14 @@ def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
     x = np.log([data.size_n[s] for s in groups])
     slope = trend_interval(x, list(groups.values()))
     span = float(x[-1] - x[0])
-    change = Interval(
-        slope.mean * span, slope.low * span, slope.high * span, slope.n, slope.df, slope.unit
-    )
+    change = replace(slope, mean=slope.mean * span, low=slope.low * span, high=slope.high * span)
+    smallest = next(iter(groups))
+    gain = t_interval(groups[smallest])
+    trend, why_trend = decide(change, data.margin, -1)
+    start, why_start = decide(gain, data.margin, +1)
+    verdict = combine([trend, start])
+    why = f"{why_trend}; gain at {smallest} (the smallest) {gain.text()}: {why_start}"
     nums = f"advantage {adv}; change over the range {change.text()}; {rtext}"
-    verdict, why = decide(change, data.margin, -1)
     rises = _loss_rises(data, get, g1) + _loss_rises(data, get, data.baseline)
     if rises and verdict == REPRODUCED:
         verdict = INCONCLUSIVE
@@ -249,9 +274,11 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
     """Removing both blockers widens the gain: the interaction γ × fixes."""
     claim = "removing both blockers (smaller ε + gate) widens the gain of γ = 1"
     rule = (
-        "interaction (γ=1+ε+gate − γ=1) − (γ=0.5+ε+gate − baseline), paired by seed within a "
-        "size, sizes as units across sizes: reproduced if the interval lies below −δ, not "
-        f"reproduced if above −δ (δ = {data.margin:g} nats)"
+        "interaction (γ=1+ε+gate − γ=1) − (γ=0.5+ε+gate − baseline), and a gain to widen: γ=1's "
+        "gain with both fixes (γ=1+ε+gate − γ=0.5+ε+gate), each paired by seed within a size "
+        "(the seeds with all four arms), sizes as units across sizes: reproduced if both "
+        "intervals lie below −δ, not reproduced if either lies above −δ (δ = "
+        f"{data.margin:g} nats)"
     )
     g1, g3, c = data.role("gamma1"), data.role("gamma1+eps+gate"), data.role("gamma0.5+eps+gate")
     if not g1 or not g3:
@@ -264,7 +291,7 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
             "cannot be separated (the control is γ = 1+ε+gate's exact ε and gate at the "
             f"baseline's γ). {nums}", rule, lr,
         )  # fmt: skip
-    per_size, parts = {}, []
+    per_size, gain, parts = {}, {}, []
     for s in data.sizes:
         arms = [get(a, s) for a in (g3, g1, c, data.baseline)]
         seeds = sorted(set.intersection(*(set(a) for a in arms)))
@@ -275,19 +302,24 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
         per_size[s] = t_interval(
             [(arms[0][k] - arms[1][k]) - (arms[2][k] - arms[3][k]) for k in seeds]
         )
+        gain[s] = paired_difference([arms[0][k] for k in seeds], [arms[2][k] for k in seeds])
         parts.append(
             f"{s} (seeds {seeds}): fixes at γ=1 {f1:+.4f}, at γ=0.5 {f05:+.4f}, "
-            f"interaction {per_size[s].text()}"
+            f"interaction {per_size[s].text()}, γ=1's gain with the fixes {gain[s].text()}"
         )
     if not per_size:
         return Verdict(
             claim, INCONCLUSIVE, "no seed has all four arms (γ ∈ {0.5, 1} × fixes) at one size",
             rule, lr,
         )  # fmt: skip
-    total = across_sizes(per_size)
-    verdict, why = decide(total, data.margin, -1)
-    nums = "; ".join(parts) + f"; {_scope(per_size)} {total.text()}: {why}"
-    return Verdict(claim, verdict, nums, rule, lr)
+    total, total_gain = across_sizes(per_size), across_sizes(gain)
+    v1, why1 = decide(total, data.margin, -1)
+    v2, why2 = decide(total_gain, data.margin, -1)
+    nums = "; ".join(parts) + (
+        f"; {_scope(per_size)}: interaction {total.text()}: {why1}; γ=1's gain with the fixes "
+        f"{total_gain.text()}: {why2}"
+    )
+    return Verdict(claim, combine([v1, v2]), nums, rule, lr)
 
 
 def _largest_with(
@@ -343,6 +375,14 @@ def claim4(data: StudyData) -> Verdict:
     return Verdict(claim, verdict, f"{text}: {why}; {rtext}", rule)
 
 
+def _sink_arms(data: StudyData) -> tuple[Optional[str], Optional[str], Optional[str]]:
+    """(γ = 1, γ = 1+ε+gate without its gate, γ = 1+ε+gate): claim 5's arms besides the
+    baseline (None where the study has no such arm)."""
+    g3 = data.role("gamma1+eps+gate")
+    base_gate = data.settings(data.baseline)["gated_attention"]
+    return data.role("gamma1"), g3 and data.matching(g3, gated_attention=base_gate), g3
+
+
 def claim5(data: StudyData) -> Verdict:
     """Small initialization strengthens the attention sink; gating reduces it."""
     claim = "small initialization strengthens the attention sink; gating reduces it"
@@ -352,10 +392,7 @@ def claim5(data: StudyData) -> Verdict:
         f"below −{SINK_MIN:g}; not measurable when no arm's share exceeds uniform attention's "
         "(no sink has formed)"
     )
-    g1, g3 = data.role("gamma1"), data.role("gamma1+eps+gate")
-    ungated = g3 and data.matching(
-        g3, gated_attention=data.settings(data.baseline)["gated_attention"]
-    )
+    g1, ungated, g3 = _sink_arms(data)
     arms = [a for a in dict.fromkeys((data.baseline, g1, ungated, g3)) if a]
     if len(arms) < 2:
         return Verdict(claim, INCONCLUSIVE, "needs the γ = 1 or the γ = 1+ε+gate arm", rule)
@@ -394,17 +431,20 @@ def claim5(data: StudyData) -> Verdict:
     return Verdict(claim, combine(verdicts), nums + "; " + "; ".join(parts), rule)
 
 
-def claim6(data: StudyData, grid: dict) -> Verdict:
-    """Loss is best at γ = 1 (worse above and below)."""
+def claim6(data: StudyData, grid: dict, lr: str) -> Verdict:
+    """Loss is best at γ = 1 (worse above and below), at the shared LR or at each γ's own best
+    LR (``grid``: :func:`~.analysis.gamma_grid` of that phase)."""
     claim = "loss is best at γ = 1 (worse below and above)"
     rule = (
-        "at matched seeds only: the loss of the grid's nearest γ below 1 and nearest above 1, "
-        "each minus γ = 1's, paired by seed (t, df = seeds − 1): reproduced if both intervals "
+        "the loss of the grid's nearest γ below 1 and nearest above 1, each minus γ = 1's, "
+        "paired by seed (the seeds both finished; t, df = seeds − 1): reproduced if both intervals "
         f"lie above +δ (δ = {data.margin:g} nats), not reproduced if either lies below +δ; a "
-        "side whose grid γ did not finish, or a grid without a γ on that side, is not measured"
+        "side whose grid γ did not finish, or a grid without a γ on that side, is not measured; "
+        "at the best LR, a size where one of the three γ's best LR is on its grid's edge is not "
+        "decided"
     )
     if not grid:
-        return Verdict(claim, INCONCLUSIVE, "no γ grid in this study", rule)
+        return Verdict(claim, INCONCLUSIVE, "no γ grid in this study", rule, lr)
     values = sorted(data.manifest["gamma_grid"].get("values") or [])
     parts, verdicts = [], []
     for size, g in grid.items():
@@ -413,13 +453,14 @@ def claim6(data: StudyData, grid: dict) -> Verdict:
             parts.append(f"{size}: the grid has no γ = 1")
             verdicts.append(INCONCLUSIVE)
             continue
-        if g["best"] is None or 1.0 not in g["per_seed"]:
+        losses = g["losses"]
+        if 1.0 not in losses or len(losses) < 2:
             parts.append(f"{size}: no seed finished γ = 1 and another γ (seeds {seeds})")
             verdicts.append(INCONCLUSIVE)
             continue
         pts = ", ".join(f"γ={x:g} {y:.4f}" for x, y in zip(g["gamma"], g["mean"], strict=True))
-        text = f"{size} ({g['lr']}) at matched seed(s) {g['seeds']}: {pts}"
-        text += f"; lowest at γ = {g['best']:g}"
+        text = f"{size} ({g['lr']}) at the seed(s) every γ finished {g['seeds']}: {pts or 'none'}"
+        text += f"; lowest at γ = {g['best']:g}" if g["best"] is not None else ""
         grid_values = values or g["gamma"]
         below = max((x for x in grid_values if x < 1.0), default=None)
         above = min((x for x in grid_values if x > 1.0), default=None)
@@ -427,23 +468,53 @@ def claim6(data: StudyData, grid: dict) -> Verdict:
         for side, near in (("below", below), ("above", above)):
             if near is None:
                 sides.append((f"no γ {side} 1 in the grid: not measured", INCONCLUSIVE))
-            elif near not in g["per_seed"]:
+            elif near not in losses or not set(losses[near]) & set(losses[1.0]):
+                at = " at its best LR" if g["lr"] == "best LR" else ""
                 sides.append(
-                    (f"γ={near:g} (nearest {side} 1) did not finish: not measured", INCONCLUSIVE)
+                    (
+                        f"γ={near:g} (nearest {side} 1) did not finish{at} on a seed γ = 1 "
+                        "finished: not measured",
+                        INCONCLUSIVE,
+                    )
                 )
             else:
-                d = paired_difference(g["per_seed"][near], g["per_seed"][1.0])
+                both = sorted(set(losses[near]) & set(losses[1.0]))
+                d = paired_difference(
+                    [losses[near][k] for k in both], [losses[1.0][k] for k in both]
+                )
                 v, why = decide(d, data.margin, +1)
-                sides.append((f"γ={near:g} − γ=1 {d.text()}: {why}", v))
-        parts.append(f"{text}; " + "; ".join(t for t, _ in sides))
-        verdicts.append(combine([v for _, v in sides]))
-    return Verdict(claim, combine(verdicts), "; ".join(parts), rule)
+                sides.append((f"γ={near:g} − γ=1 (seeds {both}) {d.text()}: {why}", v))
+        verdict = combine([v for _, v in sides])
+        text += "; " + "; ".join(t for t, _ in sides)
+        edges = [g["edges"][x] for x in (below, 1.0, above) if x in g["edges"]]
+        if edges:
+            verdict = INCONCLUSIVE if verdict in (REPRODUCED, NOT_REPRODUCED) else verdict
+            text += f"; the best LR is not bracketed: {'; '.join(edges)}"
+        parts.append(text)
+        verdicts.append(verdict)
+    return Verdict(claim, combine(verdicts), "; ".join(parts), rule, lr)
+
+
+def _neighbour_arms(data: StudyData) -> list[str]:
+    """The γ-grid arms claim 6 compares: γ = 1 and the grid's nearest γ below and above it
+    (a γ farther out, diverged or unfinished, changes neither comparison)."""
+    values = (data.manifest.get("gamma_grid") or {}).get("values") or []
+    near = {1.0, max((x for x in values if x < 1.0), default=None)}
+    near.add(min((x for x in values if x > 1.0), default=None))
+    return [a for a in gamma_grid_arms(data) if data.settings(a)["init_gamma"] in near]
 
 
 def _dip_rise(series: dict[int, float]) -> tuple[float, float]:
     its = sorted(series)
     low = min(its[:-1], key=series.get)
     return 1 - series[low] / series[its[0]], series[its[-1]] / series[low] - 1
+
+
+def _condensation_arms(data: StudyData) -> dict[str, Optional[str]]:
+    """{γ = 1 arm: its matched γ = 0.5 control or None} for claim 7."""
+    names = ("gamma1", "gamma1+eps", "gamma1+eps+gate")
+    arms = [a for a in dict.fromkeys(data.role(n) for n in names) if a]
+    return {a: data.matched_control(a) for a in arms}
 
 
 def claim7(data: StudyData) -> Verdict:
@@ -454,9 +525,7 @@ def claim7(data: StudyData) -> Verdict:
         "paired by seed at the largest size: dip (1 − min/initial stable rank) of the arm − "
         f"control's above {DIP_MIN:g}, and the arm's recovery (final/min − 1) above {DIP_MIN:g}"
     )
-    names = ("gamma1", "gamma1+eps", "gamma1+eps+gate")
-    arms = [a for a in dict.fromkeys(data.role(n) for n in names) if a]
-    controls = {a: data.matched_control(a) for a in arms}
+    controls = _condensation_arms(data)
     pairs = [(a, c) for a, c in controls.items() if c]
     parts = [f"{a}: no matched γ = 0.5 control, not judged" for a, c in controls.items() if not c]
     if not pairs:
@@ -609,6 +678,39 @@ def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verd
     return Verdict(row.claim, verdict, numbers, row.rule, row.lr)
 
 
+def _complete(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
+    """``row``, made inconclusive where a planned run of one of ``arms`` has not finished or
+    has diverged (a NaN or inf loss, whose NaN diagnostics the mechanism claims would skip;
+    which runs count: :meth:`~.analysis.StudyData.incomplete`): a failed or diverged run is
+    missing data, not a loss, and the runs that survived may flatter an arm; nor is a study
+    still running judged at an interim look."""
+    unfinished, diverged = data.incomplete([a for a in arms if a], row.lr == "best LR")
+    if not unfinished and not diverged:
+        return row
+    verdict = INCONCLUSIVE if row.verdict in (REPRODUCED, NOT_REPRODUCED) else row.verdict
+    parts = []
+    for keys, what in (
+        (unfinished, "unfinished (failed, running or not started"),
+        (diverged, "diverged (a NaN or inf loss"),
+    ):
+        if keys:
+            listed = ", ".join(keys[:UNFINISHED_LISTED])
+            more = len(keys) - UNFINISHED_LISTED
+            parts.append(f"{len(keys)} {what}: {listed}{f' and {more} more' if more > 0 else ''})")
+    fix = []
+    if unfinished:
+        fix.append("sweep finishes the unfinished")
+    if diverged:
+        fix.append(
+            "a diverged run is a result (that arm diverged at that LR), not a loss to average"
+        )
+    numbers = (
+        f"{row.numbers}; not decided while planned runs of the compared arms are "
+        f"{' and '.join(parts)}: {'; '.join(fix)}"
+    )
+    return Verdict(row.claim, verdict, numbers, row.rule, row.lr)
+
+
 def _unmeasured_best_lr(row: Verdict) -> Verdict:
     """The best-LR row of a study without an LR grid: not measured, so inconclusive."""
     why = (
@@ -619,15 +721,16 @@ def _unmeasured_best_lr(row: Verdict) -> Verdict:
     return Verdict(row.claim, INCONCLUSIVE, why, row.rule, "best LR")
 
 
-def verdicts(data: StudyData, grid: dict, cmp: Optional[dict]) -> list[Verdict]:
-    """The rows in the paper's order; claims 1–3 at the shared LR and again at each arm's own
-    best LR (chosen on the selection seed, compared on the other seeds; a decisive verdict there
-    needs every compared arm's best LR inside its grid; without an LR grid that row is
-    inconclusive, not measured).
+def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> list[Verdict]:
+    """The rows in the paper's order; claims 1–3 and 6 at the shared LR and again at each
+    arm's own best LR (chosen on the selection seed, compared on the other seeds; a decisive
+    verdict there needs every compared arm's best LR inside its grid; without an LR grid that
+    row is inconclusive, not measured).
 
     Args:
         data: the study.
-        grid: :func:`~.analysis.gamma_grid`.
+        grids: {"shared LR": :func:`~.analysis.gamma_grid`, "best LR": its ``best`` phase}
+            ({} without a γ grid).
         cmp: the Δsym comparison of :func:`concentration_arm` against the baseline
             (:func:`claim8`), or None.
     """
@@ -635,10 +738,21 @@ def verdicts(data: StudyData, grid: dict, cmp: Optional[dict]) -> list[Verdict]:
     four = [*pair, data.role("gamma1+eps+gate"), data.role("gamma0.5+eps+gate")]
     rows = []
     for claim, arms in ((claim1, pair), (claim2, pair), (claim3, four)):
-        rows.append(claim(data, lambda a, s: data.losses(a, s), "shared LR"))
+        rows.append(_complete(data, claim(data, data.losses, "shared LR"), arms))
         if data.has_lr_grid:
-            rows.append(_bracketed(data, claim(data, data.confirm_losses, "best LR"), arms))
+            best = _bracketed(data, claim(data, data.confirm_losses, "best LR"), arms)
+            rows.append(_complete(data, best, arms))
         else:
             rows.append(_unmeasured_best_lr(rows[-1]))
-    rows += [claim4(data), claim5(data), claim6(data, grid), claim7(data), claim8(data, cmp)]
+    rows.append(_complete(data, claim4(data), [data.role("gamma1"), data.role("gamma1+eps")]))
+    rows.append(_complete(data, claim5(data), [data.baseline, *_sink_arms(data)]))
+    grid_arms = _neighbour_arms(data)
+    rows.append(_complete(data, claim6(data, grids.get("shared LR", {}), "shared LR"), grid_arms))
+    if data.has_lr_grid:
+        rows.append(_complete(data, claim6(data, grids.get("best LR", {}), "best LR"), grid_arms))
+    else:
+        rows.append(_unmeasured_best_lr(rows[-1]))
+    rank_arms = [x for pair in _condensation_arms(data).items() for x in pair]
+    rows.append(_complete(data, claim7(data), rank_arms))
+    rows.append(_complete(data, claim8(data, cmp), [concentration_arm(data), data.baseline]))
     return rows
