@@ -141,9 +141,9 @@ def test_the_check_samples_every_file_up_to_the_size_cap(tmp_path, monkeypatch):
             f.writelines(json.dumps({"text": f"file{i} record{j} " * 8}) + "\n" for j in range(900))
     seen = {}
 
-    def capture(requested, path, sample, loaded=None):
+    def capture(requested, path, sample, loaded=None, plain=()):
         seen["sample"] = list(sample)
-        return resolve_backend(requested, path, sample, loaded)
+        return resolve_backend(requested, path, sample, loaded, plain)
 
     monkeypatch.setattr(prep, "resolve_backend", capture)
     preprocess([str(tmp_path)], TOKENIZER, str(tmp_path / "out" / "x"), progress=False)

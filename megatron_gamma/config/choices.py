@@ -258,15 +258,17 @@ class TokenizerType(Choice):
     HUGGING_FACE = (
         "HuggingFaceTokenizer",
         "a HF tokenizers tokenizer.json, or a directory holding one, from --tokenizer-model "
-        "(default: the packaged demo tokenizer)",
+        "(default: the packaged demo tokenizer); EOD: the eos_token of the tokenizer_config.json "
+        "beside it, else <|endoftext|>",
     )
     GPT2_BPE = "GPT2BPETokenizer", "GPT-2 byte-level BPE from --vocab-file and --merge-file"
 
 
 _TO_TOKENIZER_JSON = (
     "convert it once to a Hugging Face tokenizer.json (pip install transformers sentencepiece; "
-    "AutoTokenizer.from_pretrained(MODEL_DIR).save_pretrained(OUT) writes OUT/tokenizer.json), "
-    "then pass --tokenizer-type HuggingFaceTokenizer --tokenizer-model OUT"
+    "AutoTokenizer.from_pretrained(MODEL_DIR).save_pretrained(OUT) writes OUT/tokenizer.json "
+    "and OUT/tokenizer_config.json, whose eos_token becomes the EOD), then pass --tokenizer-type "
+    "HuggingFaceTokenizer --tokenizer-model OUT"
 )
 _GPT_TOKENIZER = (
     "use a GPT tokenizer: a tokenizer.json (megatron-gamma train-tokenizer makes one) or GPT-2's "

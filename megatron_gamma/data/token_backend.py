@@ -7,7 +7,9 @@ tokenization is shared and the bytes written depend only on the ids. The contrac
 ``<|endoftext|>`` inside a document is plain text) and no added special tokens; ``gigatoken``
 (PyPI, the tokenizer of Megatron-LM's ``tools/preprocess_data_fast.py``) reaches it by loading
 the same ``tokenizer.json`` with its special added tokens removed, so it never matches them in
-text.
+text. The run's own EOD, PAD and BOS (``plain``: e.g. ``</s>`` named by a
+``tokenizer_config.json``) are treated as special added tokens by both, even where the
+tokenizer.json marks them ``"special": false``, so their text in a document stays text too.
 
 :func:`resolve_backend` decides at start-up. ``auto`` loads ``gigatoken`` and compares its ids
 with HF ``tokenizers`` on :data:`PROBE_TEXTS` (mixed scripts, emoji, control characters, very long
@@ -48,10 +50,23 @@ CACHE_MIB = 128
 """Memory growth (MiB) after which :class:`GigatokenBackend` rebuilds its tokenizer."""
 
 
-def _hf_tokenizer(path: str):
+def _tokenizer_doc(path: str, plain: Sequence[str] = ()) -> tuple[dict, bool]:
+    """The ``tokenizer.json`` document with the added tokens whose text is in ``plain`` marked
+    special, and whether any was not already."""
+    with open(path, "rb") as f:
+        doc = orjson.loads(f.read())
+    marked = False
+    for token in doc.get("added_tokens") or []:
+        if token.get("content") in plain and not token.get("special"):
+            token["special"], marked = True, True
+    return doc, marked
+
+
+def _hf_tokenizer(path: str, plain: Sequence[str] = ()):
     from tokenizers import Tokenizer
 
-    tok = Tokenizer.from_file(path)
+    doc, marked = _tokenizer_doc(path, plain) if plain else (None, False)
+    tok = Tokenizer.from_str(orjson.dumps(doc).decode()) if marked else Tokenizer.from_file(path)
     tok.encode_special_tokens = True
     return tok
 
@@ -61,12 +76,14 @@ class HFBackend:
 
     Args:
         tokenizer_path: a ``tokenizer.json``.
+        plain: token texts to encode as text even where the tokenizer.json does not mark them
+            special (the run's EOD, PAD and BOS; module docstring).
     """
 
     name = "hf"
 
-    def __init__(self, tokenizer_path: str):
-        self.tok = _hf_tokenizer(tokenizer_path)
+    def __init__(self, tokenizer_path: str, plain: Sequence[str] = ()):
+        self.tok = _hf_tokenizer(tokenizer_path, plain)
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of ``texts`` (no special tokens added).
@@ -98,6 +115,7 @@ class GigatokenBackend:
         tokenizer_path: a ``tokenizer.json``.
         cache_mib: growth of resident memory (MiB) after which the tokenizer is rebuilt
             (default :data:`CACHE_MIB`; 0 rebuilds after every batch).
+        plain: token texts removed with the special added tokens (:class:`HFBackend`).
 
     Attributes:
         rebuilds: how many times this process rebuilt the tokenizer.
@@ -111,15 +129,16 @@ class GigatokenBackend:
 
     name = "gigatoken"
 
-    def __init__(self, tokenizer_path: str, cache_mib: float | None = None):
+    def __init__(
+        self, tokenizer_path: str, cache_mib: float | None = None, plain: Sequence[str] = ()
+    ):
         import gigatoken
         import psutil
 
         cache_mib = CACHE_MIB if cache_mib is None else cache_mib
         if cache_mib < 0:
             raise ValueError(f"cache_mib={cache_mib}: must be >= 0. Fix: e.g. {CACHE_MIB}")
-        with open(tokenizer_path, "rb") as f:
-            doc = orjson.loads(f.read())
+        doc = _tokenizer_doc(tokenizer_path, plain)[0]
         doc["added_tokens"] = [t for t in doc.get("added_tokens") or [] if not t.get("special")]
         self._psutil, self._process = psutil, None
         self._from_json, self._json = gigatoken.Tokenizer.from_json, orjson.dumps(doc)
@@ -152,12 +171,14 @@ class GigatokenBackend:
         return ids.astype(np.uint32, copy=False), offsets - offsets[0]
 
 
-def make_backend(name: str, tokenizer_path: str) -> HFBackend | GigatokenBackend:
+def make_backend(
+    name: str, tokenizer_path: str, plain: Sequence[str] = ()
+) -> HFBackend | GigatokenBackend:
     """The backend called ``name`` ('gigatoken' or 'hf'), as :func:`resolve_backend` chose it."""
     if name == "hf":
-        return HFBackend(tokenizer_path)
+        return HFBackend(tokenizer_path, plain)
     if name == "gigatoken":
-        return GigatokenBackend(tokenizer_path)
+        return GigatokenBackend(tokenizer_path, plain=plain)
     raise ConfigError(f"tokenizer_backend={name!r}: not a resolved backend. Fix: 'gigatoken'/'hf'")
 
 
@@ -181,6 +202,7 @@ def resolve_backend(
     tokenizer_path: str,
     sample: Sequence[str],
     loaded: dict[str, HFBackend | GigatokenBackend] | None = None,
+    plain: Sequence[str] = (),
 ) -> tuple[str, str]:
     """Choose the backend for a run (module docstring).
 
@@ -191,6 +213,8 @@ def resolve_backend(
             :data:`MAX_SAMPLE_CHARS` characters in all).
         loaded: if given, receives the backends the check loaded, by name, so that the run
             encodes with them instead of loading the tokenizer again.
+        plain: the run's special token texts (:class:`HFBackend`); one more probe text holds
+            them.
 
     Returns:
         (backend, reason): 'gigatoken' or 'hf', and one line saying why.
@@ -206,16 +230,19 @@ def resolve_backend(
     if requested == "hf":
         return "hf", "hf: requested (--tokenizer-backend hf)"
     texts, total = list(PROBE_TEXTS), 0
+    if plain:
+        texts.append(f"a {' b '.join(plain)} c {''.join(plain)}")
+    probes = len(texts)
     for text in sample:
         if total + len(text) > MAX_SAMPLE_CHARS:
             break
         texts.append(text)
         total += len(text)
-    checked = f"{len(PROBE_TEXTS)} probe texts and {len(texts) - len(PROBE_TEXTS)} input texts"
+    checked = f"{probes} probe texts and {len(texts) - probes} input texts"
     loaded = {} if loaded is None else loaded
     try:
-        loaded["hf"] = HFBackend(tokenizer_path)
-        loaded["gigatoken"] = GigatokenBackend(tokenizer_path)
+        loaded["hf"] = HFBackend(tokenizer_path, plain)
+        loaded["gigatoken"] = GigatokenBackend(tokenizer_path, plain=plain)
         diff = first_difference(texts, loaded["hf"], loaded["gigatoken"])
     except ImportError as e:
         why = f"gigatoken is not importable ({e}); install it: pip install gigatoken==0.10.0"
@@ -225,7 +252,7 @@ def resolve_backend(
         if diff is None:
             return "gigatoken", f"gigatoken: ids identical to HF tokenizers on {checked}"
         i, a, b = diff
-        kind = "probe" if i < len(PROBE_TEXTS) else "input"
+        kind = "probe" if i < probes else "input"
         why = (
             f"gigatoken ids differ from HF tokenizers on {kind} text {texts[i][:40]!r}...: "
             f"hf {a[:8]}... vs gigatoken {b[:8]}..."

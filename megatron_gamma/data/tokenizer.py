@@ -3,8 +3,15 @@
 Byte-level BPE starts from the 256 byte symbols, so every string (any script, any byte) encodes,
 and decoding returns the exact input: Chinese round-trips byte for byte. This is the byte
 fallback: a character never seen in training (a rare Han character, an emoji) is spelled with its
-UTF-8 bytes instead of an unknown token, and there is no unknown token at all. Special tokens:
-EOD ``<|endoftext|>`` (appended to every document), PAD ``<|pad|>``, BOS ``<|bos|>``.
+UTF-8 bytes instead of an unknown token, and there is no unknown token at all. Special tokens of
+the tokenizers :func:`train_bpe` makes: EOD ``<|endoftext|>`` (appended to every document), PAD
+``<|pad|>``, BOS ``<|bos|>``.
+
+Any other HF tokenizer.json loads too (:class:`BilingualTokenizer`): as in Megatron-LM's
+``HuggingFaceTokenizer``, whose ``eod`` is the ``eos_token`` ``transformers.AutoTokenizer`` reads,
+EOD is the ``eos_token`` of the ``tokenizer_config.json`` beside the tokenizer.json when it names
+one (``</s>`` for Llama-2 or Mistral, ``<|end_of_text|>`` for Llama-3), else ``<|endoftext|>``;
+PAD and BOS are that file's ``pad_token`` and ``bos_token``.
 
 Next to a ``tokenizer.json``, :func:`write_metadata` puts the files other loaders need:
 ``tokenizer_config.json`` and ``special_tokens_map.json`` (HF ``AutoTokenizer``), and
@@ -27,19 +34,32 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from megatron_gamma.atomic import atomic_open, atomic_path
+from megatron_gamma.config import ConfigError
 
 EOD, PAD, BOS = "<|endoftext|>", "<|pad|>", "<|bos|>"
 SPECIAL_TOKENS = [EOD, PAD, BOS]
+TOKENIZER_CONFIG = "tokenizer_config.json"
+"""The file beside a tokenizer.json whose ``eos_token`` / ``pad_token`` / ``bos_token`` name its
+EOD, PAD and BOS (as ``transformers.AutoTokenizer`` reads them)."""
+CONFIG_KEYS = {"eod": "eos_token", "pad": "pad_token", "bos": "bos_token"}
 
 
-def write_metadata(tokenizer_json: str) -> list[str]:
+def write_metadata(
+    tokenizer_json: str, eos: str = EOD, pad: str | None = PAD, bos: str | None = BOS
+) -> list[str]:
     """Write the loader files (module docstring) next to ``tokenizer_json``, atomically.
+
+    Args:
+        tokenizer_json: the tokenizer.json.
+        eos, pad, bos: its special tokens (default: those :func:`train_bpe` trains); pad and bos
+            None are left out.
 
     Returns:
         The paths written.
     """
     folder = os.path.dirname(os.path.abspath(tokenizer_json))
-    special = {"eos_token": EOD, "pad_token": PAD, "bos_token": BOS}
+    special = {"eos_token": eos, "pad_token": pad, "bos_token": bos}
+    special = {key: token for key, token in special.items() if token is not None}
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
         "add_bos_token": False,
@@ -98,13 +118,83 @@ def train_bpe(texts: Iterable[str], vocab_size: int, output: str) -> Tokenizer:
     return tok
 
 
-def files_sha256(paths: list[str]) -> str:
-    """Hex SHA-256 of the bytes of ``paths``, concatenated in order (a tokenizer's identity)."""
+def read_tokenizer_json(path: str) -> Tokenizer:
+    """HF ``tokenizers``' ``Tokenizer`` of the tokenizer.json at ``path``.
+
+    Raises:
+        ConfigError: ``path`` is not a tokenizer.json (another JSON file, e.g. the
+            tokenizer_config.json beside it), named with HF tokenizers' reason and the fix.
+    """
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception)
+        beside = os.path.join(os.path.dirname(path), "tokenizer.json")
+        fix = (
+            f"--tokenizer-model {beside}, the tokenizer.json beside it"
+            if os.path.isfile(beside) and not os.path.samefile(beside, path)
+            else "pass a tokenizer.json (`megatron-gamma train-tokenizer` makes one)"
+        )
+        raise ConfigError(
+            f"tokenizer_model={path!r}: not a tokenizer.json that HF tokenizers can read ({e}). "
+            f"Fix: {fix}"
+        ) from None
+
+
+def files_sha256(paths: list[str], extra: bytes = b"") -> str:
+    """Hex SHA-256 of the bytes of ``paths``, concatenated in order, then ``extra`` (a
+    tokenizer's identity)."""
     digest = hashlib.sha256()
     for path in paths:
         with open(path, "rb") as f:
             digest.update(f.read())
+    digest.update(extra)
     return digest.hexdigest()
+
+
+def _config_token(doc: dict, key: str, config: str) -> str | None:
+    """The token ``doc[key]`` names: a string, or an ``AddedToken`` dict's ``content``; None when
+    the key is absent or null."""
+    value = doc.get(key)
+    if isinstance(value, dict):
+        value = value.get("content")
+    if value is None or (isinstance(value, str) and value):
+        return value
+    raise ValueError(
+        f"{config}: {key}={doc.get(key)!r} names no token. Fix: set {key} to the token's text "
+        '(e.g. "</s>") or to an AddedToken with that "content", or remove it'
+    )
+
+
+def special_tokens(tokenizer_json: str) -> tuple[dict[str, str | None], str | None]:
+    """The EOD, PAD and BOS tokens of a HF tokenizer.json (module docstring).
+
+    Returns:
+        ({'eod', 'pad', 'bos'}: token text, or None for a PAD or BOS the config does not name),
+        and the path of the :data:`TOKENIZER_CONFIG` they were read from (None when there is
+        none beside the tokenizer.json: then ``<|endoftext|>``, ``<|pad|>`` and ``<|bos|>``).
+
+    Raises:
+        ValueError: an unreadable :data:`TOKENIZER_CONFIG`, or one whose special token is not text.
+    """
+    config = os.path.join(os.path.dirname(os.path.abspath(tokenizer_json)), TOKENIZER_CONFIG)
+    if not os.path.isfile(config):
+        return {"eod": EOD, "pad": PAD, "bos": BOS}, None
+    try:
+        with open(config, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(
+            f"{config}: cannot read it ({type(e).__name__}: {e}); its eos_token names the "
+            f"EOD of {tokenizer_json}. Fix: restore the tokenizer_config.json that came with the "
+            "tokenizer, or remove it to use <|endoftext|>"
+        ) from e
+    if not isinstance(doc, dict):
+        raise ValueError(
+            f"{config}: not a JSON object. Fix: restore the tokenizer_config.json that came with "
+            "the tokenizer"
+        )
+    tokens = {name: _config_token(doc, key, config) for name, key in CONFIG_KEYS.items()}
+    return {**tokens, "eod": tokens["eod"] or EOD}, config
 
 
 class BilingualTokenizer:
@@ -116,16 +206,34 @@ class BilingualTokenizer:
         source: the files that define it (default ``[path]``; GPT-2 BPE: vocab.json and
             merges.txt, :mod:`megatron_gamma.data.tokenizer_types`).
 
+    For ``HuggingFaceTokenizer``, EOD, PAD and BOS are those of :func:`special_tokens`: the
+    ``eos_token``, ``pad_token`` and ``bos_token`` of the ``tokenizer_config.json`` beside
+    ``path`` (PAD and BOS None where it names none; EOD ``<|endoftext|>`` where it names none),
+    else ``<|endoftext|>``, ``<|pad|>`` and ``<|bos|>`` (PAD and BOS None when the vocabulary
+    lacks them). When that file makes EOD another token than ``<|endoftext|>``, it is a source
+    file too (after ``path``), and ``sha256`` covers the tokenizer.json's bytes and the EOD,
+    PAD and BOS tokens it names (not the rest of the file: a chat template added, or a re-save by
+    ``transformers``, changes no token id): editing its ``eos_token`` changes ``sha256``, so
+    data, caches and checkpoints made with another EOD are refused, not reused. Otherwise the
+    identity is the tokenizer.json's alone, as before configs were read.
+
     Attributes:
         vocab_size: number of token ids (unpadded).
-        eod, pad, bos: special token ids (pad and bos None when the vocabulary lacks them).
+        eod, pad, bos: special token ids (pad and bos may be None, see above).
+        eos_token, pad_token, bos_token: their text (None where the id is None).
+        special_texts: those of them that are not None, which preprocessing encodes as plain
+            text when a document holds them (:mod:`megatron_gamma.data.token_backend`).
+        config: the ``tokenizer_config.json`` they were read from, or None.
         sha256: hex SHA-256 of the bytes of the ``source`` files, in order (for the default
-            source: of the tokenizer.json).
+            source: of the tokenizer.json); with a ``config`` among them, of the tokenizer.json
+            and the sorted JSON of the EOD, PAD and BOS tokens instead of the config's bytes.
         unique_identifiers: what megatron-core hashes into its dataset cache keys.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: no EOD token in the vocabulary.
+        ConfigError: ``path`` is not a tokenizer.json (:func:`read_tokenizer_json`).
+        ValueError: the EOD token is not in the vocabulary, or a special token the
+            ``tokenizer_config.json`` names is not (the message names it and the fix).
     """
 
     def __init__(
@@ -139,16 +247,56 @@ class BilingualTokenizer:
         self.path = os.path.abspath(path)
         self.tokenizer_type = tokenizer_type
         self.source = [os.path.abspath(p) for p in source or [path]]
-        self._tok = Tokenizer.from_file(self.path)
-        ids = {t: self._tok.token_to_id(t) for t in SPECIAL_TOKENS}
-        if ids[EOD] is None:
-            raise ValueError(
-                f"{path}: no {EOD} token; train it with `megatron-gamma train-tokenizer`"
-            )
-        self.eod, self.pad, self.bos = ids[EOD], ids[PAD], ids[BOS]
+        self._tok = read_tokenizer_json(path)
+        names, self.config = {"eod": EOD, "pad": PAD, "bos": BOS}, None
+        if tokenizer_type == "HuggingFaceTokenizer":
+            names, self.config = special_tokens(self.path)
+        ids = {key: None if t is None else self._tok.token_to_id(t) for key, t in names.items()}
+        for key, token in names.items():
+            if ids[key] is None and token is not None and (self.config or key == "eod"):
+                raise ValueError(self._missing(key, token))
+        self.eod, self.pad, self.bos = ids["eod"], ids["pad"], ids["bos"]
+        self.eos_token = names["eod"]
+        self.pad_token = names["pad"] if self.pad is not None else None
+        self.bos_token = names["bos"] if self.bos is not None else None
+        self.special_texts = tuple(
+            t for t in (self.eos_token, self.pad_token, self.bos_token) if t is not None
+        )
+        specials = b""
+        if self.config and self.eos_token != EOD:
+            self.source.append(self.config)
+            names = {"eos_token": self.eos_token, "pad_token": self.pad_token}
+            specials = json.dumps({**names, "bos_token": self.bos_token}, sort_keys=True).encode()
         self.vocab_size = self._tok.get_vocab_size()
-        self.sha256 = files_sha256(self.source)
+        self.sha256 = files_sha256(self.source[: len(self.source) - bool(specials)], specials)
         self.unique_identifiers = {"class": type(self).__name__, "sha256": self.sha256[:16]}
+
+    def _missing(self, key: str, token: str) -> str:
+        """The error for special token ``token`` (``key``: eod, pad or bos) not in the
+        vocabulary."""
+        added = [t.content for t in self._tok.get_added_tokens_decoder().values() if t.special]
+        have = f" (its special tokens: {', '.join(added[:12])})" if added else ""
+        if self.config is None:
+            return (
+                f"{self.path}: no {token} token, its EOD by default, and no {TOKENIZER_CONFIG} "
+                "beside it whose eos_token names another. Fix: put the tokenizer_config.json that "
+                "came with the tokenizer beside it (transformers' AutoTokenizer.from_pretrained("
+                '...).save_pretrained(DIR) writes both), or write one there with "eos_token": '
+                f"the tokenizer's end-of-document token{have}; or train one with `megatron-gamma "
+                "train-tokenizer`"
+            )
+        field = CONFIG_KEYS[key]
+        if key == "eod" and token == EOD:
+            return (
+                f"{self.path}: no {EOD} token, its EOD when {self.config} names no eos_token. "
+                f"Fix: set eos_token in {self.config} to the tokenizer's end-of-document "
+                f"token{have}"
+            )
+        return (
+            f"{self.config}: {field} {token!r} is not a token of {self.path}. Fix: set "
+            f"{field} in {self.config} to one of its tokens{have}"
+            + (", or remove it" if key != "eod" else "")
+        )
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of one text (no EOD)."""

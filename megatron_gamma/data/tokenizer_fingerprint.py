@@ -7,10 +7,12 @@
      "source": ["/abs/tok/tokenizer.json"], "sha256": "<hex>", "vocab_size": 4096, "eod": 0}
 
 ``sha256`` is :attr:`~megatron_gamma.data.tokenizer.BilingualTokenizer.sha256` (of the
-tokenizer.json, or of GPT-2's vocab.json + merges.txt), the identity compared; the rest names
-the tokenizer in messages. ``pretrain`` checks every dataset of the blend against its tokenizer
-in preflight (:func:`check_datasets`): token ids of another tokenizer would train silently on
-garbage. Datasets written before fingerprints existed get a warning.
+tokenizer.json, and of the EOD, PAD and BOS the tokenizer_config.json beside it names when its
+``eos_token`` makes the EOD another token than ``<|endoftext|>``; or of GPT-2's vocab.json +
+merges.txt), the identity
+compared; the rest names the tokenizer in messages. ``pretrain`` checks every dataset of the
+blend against its tokenizer in preflight (:func:`check_datasets`): token ids of another tokenizer
+would train silently on garbage. Datasets written before fingerprints existed get a warning.
 """
 
 from __future__ import annotations
@@ -65,6 +67,23 @@ def tokenizer_flags(doc: dict) -> str:
     return f"--tokenizer-type {doc['tokenizer_type']} --tokenizer-model {files[0]}"
 
 
+def same_files(then: dict, now: dict) -> bool:
+    """Whether fingerprints ``then`` and ``now`` name the same tokenizer files: the same source,
+    or the same tokenizer.json of a ``HuggingFaceTokenizer`` whose tokenizer_config.json joined
+    or left its source (its ``eos_token`` was edited)."""
+    if then.get("source") == now["source"]:
+        return True
+    hf = then.get("tokenizer_type") == now["tokenizer_type"] == "HuggingFaceTokenizer"
+    return hf and (then.get("source") or [None])[:1] == now["source"][:1]
+
+
+def changed_files(then: dict, now: dict) -> tuple[str, str]:
+    """(the files, 'file' or 'files') of a tokenizer :func:`same_files` found changed, for
+    messages."""
+    files = then["source"] + [p for p in now["source"] if p not in then["source"]]
+    return ", ".join(files), "file" if len(files) == 1 else "files"
+
+
 def merged_fingerprint(prefixes: list[str]) -> dict | None:
     """The common fingerprint of datasets to concatenate, or None if any has none.
 
@@ -93,9 +112,9 @@ def check_datasets(prefixes: list[str], tok: BilingualTokenizer) -> list[str]:
 
     Raises:
         ConfigError: a dataset made with another tokenizer, naming both tokenizers and the flag
-            that selects the right one; or, when the tokenizer files are at the same path, made
-            with them before they changed (both digests named, and the fix: restore the original
-            files or preprocess the data again).
+            that selects the right one; or, when the tokenizer files are at the same path
+            (:func:`same_files`), made with them before they changed (both digests named, and
+            the fix: restore the original files or preprocess the data again).
     """
     mine = fingerprint(tok)
     warnings = []
@@ -107,12 +126,13 @@ def check_datasets(prefixes: list[str], tok: BilingualTokenizer) -> list[str]:
                 f"`megatron-gamma preprocess` since fingerprints exist); cannot check that it was "
                 f"tokenized with {describe(mine)}"
             )
-        elif doc["sha256"] != mine["sha256"] and doc["source"] == mine["source"]:
+        elif doc["sha256"] != mine["sha256"] and same_files(doc, mine):
+            files, noun = changed_files(doc, mine)
             raise ConfigError(
-                f"data_path={prefix!r}: the tokenizer at {', '.join(mine['source'])} changed "
+                f"data_path={prefix!r}: the tokenizer at {files} changed "
                 f"since the data was tokenized (sha256 {doc['sha256'][:12]} then, "
-                f"{mine['sha256'][:12]} now). Fix: restore the original tokenizer file there, or "
-                "preprocess the data again with the current one"
+                f"{mine['sha256'][:12]} now). Fix: restore the original tokenizer {noun} there, "
+                "or preprocess the data again with the current one"
             )
         elif doc["sha256"] != mine["sha256"]:
             raise ConfigError(

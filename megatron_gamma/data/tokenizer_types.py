@@ -3,7 +3,9 @@ megatron-gamma path reads (preprocessing workers, the gigatoken backend, trainin
 
 * ``HuggingFaceTokenizer``: ``--tokenizer-model`` is a HF ``tokenizers`` tokenizer.json, or a
   directory holding one (Megatron-LM passes a hub name or a local path; we read local files only,
-  no network); default: the packaged demo tokenizer.
+  no network); default: the packaged demo tokenizer. EOD is, as in Megatron-LM, the
+  ``eos_token`` of the ``tokenizer_config.json`` beside it (``</s>``, ``<|end_of_text|>``, ...),
+  else ``<|endoftext|>`` (:class:`~megatron_gamma.data.tokenizer.BilingualTokenizer`).
 * ``GPT2BPETokenizer``: ``--vocab-file`` (vocab.json) and ``--merge-file`` (merges.txt), GPT-2's
   files, make a byte-level BPE: HF ``tokenizers.models.BPE.from_file`` with the ``ByteLevel``
   pre-tokenizer (no prefix space) and decoder, the tokenization of transformers'
@@ -14,6 +16,7 @@ megatron-gamma path reads (preprocessing workers, the gigatoken backend, trainin
 
 from __future__ import annotations
 
+import json
 import os
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
@@ -21,14 +24,40 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 from megatron_gamma.atomic import atomic_path
 from megatron_gamma.config import ConfigError, DataConfig
 from megatron_gamma.data import demo_dir
-from megatron_gamma.data.tokenizer import EOD, BilingualTokenizer, files_sha256
+from megatron_gamma.data.tokenizer import (
+    EOD,
+    BilingualTokenizer,
+    files_sha256,
+    read_tokenizer_json,
+)
+
+
+def _gpt2_fix(vocab_file: str) -> str:
+    """The fix for files BPE.from_file refused: a tokenizer.json given as --vocab-file is the
+    HuggingFaceTokenizer's file."""
+    try:
+        with open(vocab_file, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("model"), dict):
+        return (
+            f"{vocab_file} is a tokenizer.json: pass --tokenizer-type HuggingFaceTokenizer "
+            f"--tokenizer-model {vocab_file} instead of --vocab-file/--merge-file"
+        )
+    return (
+        "--vocab-file a JSON object {token: id} holding every symbol of --merge-file's merges "
+        "(GPT-2's vocab.json), --merge-file its merges.txt"
+    )
 
 
 def gpt2_bpe_tokenizer(vocab_file: str, merge_file: str) -> Tokenizer:
     """GPT-2's byte-level BPE from its vocab.json and merges.txt (module docstring).
 
     Raises:
-        ConfigError: a missing file, or a vocabulary without ``<|endoftext|>``.
+        ConfigError: a missing file, files that HF tokenizers cannot read as GPT-2's (a
+            tokenizer.json given as the vocabulary is named as such), or a vocabulary without
+            ``<|endoftext|>``.
     """
     for key, path in (("vocab_file", vocab_file), ("merge_file", merge_file)):
         if not os.path.isfile(path):
@@ -36,7 +65,13 @@ def gpt2_bpe_tokenizer(vocab_file: str, merge_file: str) -> Tokenizer:
                 f"{key}={path!r}: file not found. Fix: pass GPT-2's vocab.json to --vocab-file "
                 "and merges.txt to --merge-file"
             )
-    tok = Tokenizer(models.BPE.from_file(vocab_file, merge_file))
+    try:
+        tok = Tokenizer(models.BPE.from_file(vocab_file, merge_file))
+    except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception)
+        raise ConfigError(
+            f"vocab_file={vocab_file!r}, merge_file={merge_file!r}: not GPT-2's vocab.json and "
+            f"merges.txt ({e}). Fix: {_gpt2_fix(vocab_file)}"
+        ) from None
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     if tok.token_to_id(EOD) is None:
@@ -78,7 +113,7 @@ def tokenizer_vocab_size(data: DataConfig) -> int:
     """
     if data.tokenizer_type == "GPT2BPETokenizer":
         return gpt2_bpe_tokenizer(data.vocab_file, data.merge_file).get_vocab_size()
-    return Tokenizer.from_file(hf_tokenizer_json(data.tokenizer_model)).get_vocab_size()
+    return read_tokenizer_json(hf_tokenizer_json(data.tokenizer_model)).get_vocab_size()
 
 
 def load_tokenizer(data: DataConfig, workdir: str) -> BilingualTokenizer:

@@ -2,10 +2,13 @@
 
 Writes ``config.json``, ``model.safetensors`` (sharded with an index above ``max_shard_size``),
 ``generation_config.json``, the run's ``tokenizer.json`` with ``tokenizer_config.json`` /
-``special_tokens_map.json``, and ``megatron_gamma.json`` (the run's config and the iteration, so
-that ``import-hf`` restores the run exactly; :func:`portable_config`: no path of this host and no
-``cluster.env`` value leaves with the model). An ungated dense model becomes a stock
-``LlamaForCausalLM`` (no custom code); gated attention or MoE become
+``special_tokens_map.json`` (their ``eos_token`` is the run's EOD, whose id is the
+``eos_token_id`` of ``config.json``; a ``tokenizer_config.json`` whose ``eos_token`` made the
+run's EOD is copied as it is, so that ``import-hf`` gives the tokenizer the same identity), and
+``megatron_gamma.json`` (the run's config and the iteration, so that ``import-hf`` restores the
+run exactly; :func:`portable_config`: no path of this host and no ``cluster.env`` value leaves
+with the model). An ungated dense model becomes a stock ``LlamaForCausalLM`` (no custom code);
+gated attention or MoE become
 :class:`~megatron_gamma.hf.hf_model.GammaGPTForCausalLM`, whose source is copied in as
 ``modeling_gamma_gpt.py`` for ``trust_remote_code=True``. Weights are written in fp32 (the
 checkpoint is loaded into an fp32 model; a bf16 run's weights upcast exactly).
@@ -125,12 +128,12 @@ def export_hf(
             :func:`megatron_gamma.hf.mapping.check_mappable`; raised before anything is written.
         ConfigError: ``out_dir`` exists and is not empty.
     """
-    from megatron_gamma.data.tokenizer import BilingualTokenizer, write_metadata
+    from megatron_gamma.data.tokenizer import TOKENIZER_CONFIG, write_metadata
 
     _check_out_dir(out_dir)
     run = checkpoint.resolve(ckpt, config)
     model_type = mapping.check_mappable(run.cfg, hf_format)
-    tok = BilingualTokenizer(run.tokenizer)
+    tok = loader.run_tokenizer(run.cfg)
     with loader.single_process(run.cfg):
         model, iteration = checkpoint.load_model(run)
         mc_sd = {k: v.detach().cpu() for k, v in model.state_dict().items() if "_extra" not in k}
@@ -141,8 +144,12 @@ def export_hf(
         for name in os.listdir(tmp):  # safetensors writes its files owner-only (0600)
             if name.endswith(".safetensors"):
                 os.chmod(os.path.join(tmp, name), new_file_mode())
-        shutil.copyfile(run.tokenizer, os.path.join(tmp, "tokenizer.json"))
-        write_metadata(os.path.join(tmp, "tokenizer.json"))
+        shutil.copyfile(tok.path, os.path.join(tmp, "tokenizer.json"))
+        write_metadata(
+            os.path.join(tmp, "tokenizer.json"), tok.eos_token, tok.pad_token, tok.bos_token
+        )
+        if tok.config in tok.source:  # it made the EOD: part of the tokenizer's identity
+            shutil.copyfile(tok.config, os.path.join(tmp, TOKENIZER_CONFIG))
         if model_type == "gamma_gpt":
             from megatron_gamma.hf import hf_model
 

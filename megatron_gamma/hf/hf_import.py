@@ -7,6 +7,7 @@ a run directory::
 
     RUN_DIR/config.yaml                       the run config (tokenizer_model -> RUN_DIR)
     RUN_DIR/tokenizer.json                    copied from HF_DIR
+    RUN_DIR/tokenizer_config.json             copied from HF_DIR when there (its eos_token: EOD)
     RUN_DIR/checkpoints/iter_N/               torch_dist checkpoint (weights, iteration, config)
     RUN_DIR/checkpoints/latest_checkpointed_iteration.txt
 
@@ -15,9 +16,12 @@ The run config and iteration come from ``megatron_gamma.json`` when HF_DIR was w
 otherwise the model section is derived from ``config.json`` (``seq_length`` =
 ``max_position_embeddings``) and the iteration is 0. A ``megatron_gamma.json`` that names a path
 (a field ``export-hf`` records at its default: ``tensorboard_dir``, ``data_cache_path``, ...) is
-refused: the imported run would read or write where the model's author chose. The checkpoint holds model weights only
-(no optimizer or scheduler state): ``evaluate``, ``export-hf``, ``analyze`` and ``compare`` read
-it. The directory is assembled under a temporary name and renamed when complete.
+refused: the imported run would read or write where the model's author chose. So is a file
+outside HF_DIR (:func:`model_file`): a shard that ``model.safetensors.index.json`` names by an
+absolute path or with ``..``, or a file reached through a link that leads out of HF_DIR. The
+checkpoint holds model weights only (no optimizer or scheduler state): ``evaluate``,
+``export-hf``, ``analyze`` and ``compare`` read it. The directory is assembled under a temporary
+name and renamed when complete.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from typing import Optional
 
 import torch
 from megatron.core import dist_checkpointing
@@ -32,7 +37,7 @@ from megatron.core import dist_checkpointing
 from megatron_gamma.atomic import atomic_dir
 from megatron_gamma.checkpoint_trust import CheckpointError
 from megatron_gamma.config import Config, ConfigError, config_from_dict, save_config
-from megatron_gamma.data.tokenizer import BilingualTokenizer
+from megatron_gamma.data.tokenizer import TOKENIZER_CONFIG, BilingualTokenizer
 from megatron_gamma.data.tokenizer_fingerprint import fingerprint
 from megatron_gamma.hf import mapping
 from megatron_gamma.hf.hf_export import HOST_PATH_FIELDS, META_FILE
@@ -40,29 +45,113 @@ from megatron_gamma.rundir import layout, loader
 from megatron_gamma.rundir.checkpoint import TokenizerNotFoundError
 from megatron_gamma.rundir.layout import CHECKPOINTS, CONFIG, TRACKER, checkpoint_dir
 
+INDEX_FILE = "model.safetensors.index.json"
+"""The index of a sharded safetensors model: its ``weight_map`` names each tensor's shard."""
 
-def read_safetensors(hf_dir: str) -> dict[str, torch.Tensor]:
-    """All tensors of ``model.safetensors`` or of the shards listed in its index.
+
+def _model_roots(root: str) -> list[str]:
+    """The directories the model directory ``root`` (a real path) may read from: itself, and for
+    a hub cache snapshot (``.../snapshots/REVISION``) its repository's ``blobs``."""
+    snapshots = os.path.dirname(root)
+    if os.path.basename(snapshots) != "snapshots":
+        return [root]
+    return [root, os.path.join(os.path.dirname(snapshots), "blobs")]
+
+
+def model_file(hf_dir: str, name: str, entry: Optional[str] = None) -> str:
+    """The real path of file ``name`` of the model directory ``hf_dir``, refused where it lies
+    outside it: a model directory from elsewhere names files (its shard index) and may hold
+    links, and ``import-hf`` must read (and copy into the run) nothing but the model's own files.
+    A snapshot of the Hugging Face hub cache (``models--ORG--NAME/snapshots/REVISION``, whose
+    files are links to ``../../blobs/SHA``) may also read its own repository's ``blobs``
+    directory (huggingface_hub's cache layout).
+
+    Args:
+        hf_dir: the model directory.
+        name: a path relative to ``hf_dir``.
+        entry: what named ``name``, for the message (``"model.safetensors.index.json:
+            weight_map['lm_head.weight']"``); None for a file of a fixed name (``config.json``).
+
+    Returns:
+        ``name`` resolved (``os.path.realpath``): a path inside ``realpath(hf_dir)``.
 
     Raises:
-        CheckpointError: no weights file, or an unreadable one.
+        CheckpointError: ``name`` is not a string, is absolute or has a ``..`` component, or
+            resolves (through a link) outside ``hf_dir`` (and a snapshot's ``blobs``); the
+            message names ``entry``, the path and the fix.
+    """
+    label = name if entry is None else f"{entry}={name!r}"
+    if not isinstance(name, str):
+        why = "not a file name"
+    elif os.path.isabs(name):
+        why = "an absolute path"
+    elif ".." in name.split("/"):
+        why = "a path with a '..' component"
+    else:
+        root = os.path.realpath(hf_dir)
+        real = os.path.realpath(os.path.join(root, name))
+        if any(os.path.commonpath([r, real]) == r for r in _model_roots(root)):
+            return real
+        raise CheckpointError(
+            f"{label}: resolves through a link to {real!r}, outside hf_dir={hf_dir!r}; import-hf "
+            "reads only the files in the model directory. Fix: import a copy of the directory "
+            "with its files in it: cp -rL HF_DIR COPY (each link replaced by the file it points "
+            "to), or huggingface-cli download MODEL --local-dir COPY"
+        )
+    raise CheckpointError(
+        f"{label}: {why}; import-hf reads only the files in hf_dir={hf_dir!r}. Fix: name each "
+        "shard by its path inside the model directory, e.g. 'model-00001-of-00002.safetensors', "
+        "and put the file there"
+    )
+
+
+def weight_files(hf_dir: str) -> list[str]:
+    """The real paths of the safetensors files of ``hf_dir``: the shards its
+    :data:`INDEX_FILE` names, else ``model.safetensors``; each checked by :func:`model_file`.
+    No tensor is read.
+
+    Raises:
+        CheckpointError: an index that is not JSON or has no ``weight_map`` object, or a shard
+            name or link that leads outside ``hf_dir`` (:func:`model_file`).
+    """
+    index = os.path.join(hf_dir, INDEX_FILE)
+    if not os.path.isfile(index):
+        return [model_file(hf_dir, "model.safetensors")]
+    with open(model_file(hf_dir, INDEX_FILE)) as f:
+        try:
+            index_doc = json.load(f)
+        except ValueError:
+            index_doc = None
+    weight_map = index_doc.get("weight_map") if isinstance(index_doc, dict) else None
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(
+            f"hf_dir={hf_dir!r}: {INDEX_FILE} holds no weight_map object (tensor name -> shard "
+            "file). Fix: restore the index save_pretrained wrote, or remove it beside a single "
+            "model.safetensors"
+        )
+    entry = f"{INDEX_FILE}: weight_map"
+    return sorted(
+        {model_file(hf_dir, name, f"{entry}[{key!r}]") for key, name in weight_map.items()}
+    )
+
+
+def read_safetensors(hf_dir: str) -> dict[str, torch.Tensor]:
+    """All tensors of ``model.safetensors`` or of the shards listed in its index
+    (:func:`weight_files`, every file checked before the first is read).
+
+    Raises:
+        CheckpointError: no weights file, or an unreadable one; a shard name or link that leads
+            outside ``hf_dir`` (:func:`model_file`).
     """
     from safetensors.torch import load_file
 
-    index = os.path.join(hf_dir, "model.safetensors.index.json")
-    if os.path.isfile(index):
-        with open(index) as f:
-            files = sorted(set(json.load(f)["weight_map"].values()))
-    else:
-        files = ["model.safetensors"]
     out: dict[str, torch.Tensor] = {}
-    for name in files:
-        path = os.path.join(hf_dir, name)
+    for path in weight_files(hf_dir):
         try:
             out.update(load_file(path))
         except Exception as e:  # missing file, truncated header, bad offsets
             raise CheckpointError(
-                f"hf_dir={hf_dir!r}: cannot read {name} ({type(e).__name__}: {e}). Fix: pass a "
+                f"hf_dir={hf_dir!r}: cannot read {path} ({type(e).__name__}: {e}). Fix: pass a "
                 "complete Hugging Face model directory with safetensors weights"
             ) from e
     return out
@@ -96,12 +185,12 @@ def _run_config(hf_dir: str, run_dir: str) -> tuple[dict, int]:
     path = os.path.join(hf_dir, "config.json")
     if not os.path.isfile(path):
         raise CheckpointError(f"hf_dir={hf_dir!r}: no config.json. Fix: pass a model directory")
-    with open(path) as f:
+    with open(model_file(hf_dir, "config.json")) as f:
         hf = json.load(f)
     section = mapping.model_section_from_hf(hf)
     meta_path = os.path.join(hf_dir, META_FILE)
     if os.path.isfile(meta_path):
-        with open(meta_path) as f:
+        with open(model_file(hf_dir, META_FILE)) as f:
             meta = json.load(f)
         raw, iteration = meta["config"], int(meta["iteration"])
         _check_portable(raw)
@@ -128,8 +217,10 @@ def _run_config(hf_dir: str, run_dir: str) -> tuple[dict, int]:
 
 
 def _tokenizer_fingerprint(path: str) -> dict | None:
-    """The fingerprint of the model's tokenizer.json; None for one without megatron-gamma's EOD
-    token (a tokenizer from elsewhere: the checkpoint then records no fingerprint)."""
+    """The fingerprint of the model's tokenizer.json (with the tokenizer_config.json beside it,
+    :class:`~megatron_gamma.data.tokenizer.BilingualTokenizer`); None for one without an EOD
+    token (no ``<|endoftext|>`` and no ``eos_token`` in a tokenizer_config.json; a tokenizer
+    from elsewhere: the checkpoint then records no fingerprint)."""
     try:
         return fingerprint(BilingualTokenizer(path))
     except ValueError:
@@ -148,8 +239,10 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
 
     Raises:
         CheckpointError: ``hf_dir`` does not exist or is not a directory, missing config.json
-            or unreadable weights, or a ``megatron_gamma.json`` that names a path
-            (:func:`_check_portable`).
+            or unreadable weights, a ``megatron_gamma.json`` that names a path
+            (:func:`_check_portable`), or a file outside ``hf_dir``: a shard the index names
+            by an absolute path or with ``..``, or any file read through a link leading out
+            (:func:`model_file`; checked before the file, or any weight, is read).
         TokenizerNotFoundError: no tokenizer.json in ``hf_dir``.
         UnmappableArchitectureError: a model type or option megatron-gamma does not build.
         ConfigError: ``run_dir`` exists and is not empty.
@@ -163,12 +256,21 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
     run_dir = os.path.abspath(run_dir)
     if os.path.isfile(run_dir) or (os.path.isdir(run_dir) and os.listdir(run_dir)):
         raise ConfigError(f"run_dir={run_dir!r}: exists and is not empty. Fix: choose a new one")
+    snapshots = os.path.join(hf_dir, "snapshots")
+    if os.path.isdir(snapshots) and not os.path.exists(os.path.join(hf_dir, "config.json")):
+        revisions = sorted(os.listdir(snapshots))
+        raise CheckpointError(
+            f"hf_dir={hf_dir!r}: a Hugging Face hub cache repository, not a model directory. "
+            f"Fix: pass one of its snapshots, e.g. {os.path.join(snapshots, '<REVISION>')} "
+            f"(here: {', '.join(revisions[:4]) or 'none'})"
+        )
     tokenizer = os.path.join(hf_dir, "tokenizer.json")
     if not os.path.isfile(tokenizer):
         raise TokenizerNotFoundError(
             f"tokenizer={tokenizer!r}: not found. Fix: put the model's tokenizer.json (Hugging "
             "Face tokenizers format) into the model directory"
         )
+    tokenizer = model_file(hf_dir, "tokenizer.json")
     raw, iteration = _run_config(hf_dir, run_dir)
     cfg = config_from_dict(raw)
     hf_sd = read_safetensors(hf_dir)
@@ -198,6 +300,9 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
         with open(os.path.join(root, TRACKER), "w") as f:
             f.write(str(iteration))
         shutil.copyfile(tokenizer, os.path.join(tmp, "tokenizer.json"))
+        tokenizer_config = os.path.join(hf_dir, TOKENIZER_CONFIG)
+        if os.path.isfile(tokenizer_config):  # its eos_token names the EOD: keep it beside
+            shutil.copyfile(tokenizer_config, os.path.join(tmp, TOKENIZER_CONFIG))
         save_config(cfg, os.path.join(tmp, CONFIG))
     ckpt = checkpoint_dir(os.path.join(run_dir, CHECKPOINTS), iteration)
     return {"run_dir": run_dir, "checkpoint": ckpt, "iteration": iteration}
