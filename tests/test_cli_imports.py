@@ -27,8 +27,8 @@ print(json.dumps({"rc": rc, "imported": heavy}))
 """
 
 
-def _run(args: list[str]) -> tuple[int, list[str], str]:
-    """(exit status, heavy modules imported, stdout before the probe's line) of ``args``."""
+def _probe(args: list[str]) -> tuple[dict, str, str]:
+    """(the probe's {'rc', 'imported'}, stdout before its line, stderr) of ``args``."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(args)],
@@ -36,8 +36,13 @@ def _run(args: list[str]) -> tuple[int, list[str], str]:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     *out, last = proc.stdout.rstrip("\n").split("\n")
-    doc = json.loads(last)
-    return doc["rc"], doc["imported"], "\n".join(out)
+    return json.loads(last), "\n".join(out), proc.stderr
+
+
+def _run(args: list[str]) -> tuple[int, list[str], str]:
+    """(exit status, heavy modules imported, stdout before the probe's line) of ``args``."""
+    doc, out, _ = _probe(args)
+    return doc["rc"], doc["imported"], out
 
 
 @pytest.mark.parametrize("command", ["estimate", "preprocess", "merge", "train-tokenizer"])
@@ -82,6 +87,43 @@ def test_a_pretrain_config_error_comes_before_torch_and_megatron_core(tmp_path):
     config.write_text("model:\n  hidden_size: 32\n  hidden_size: 64\n")
     rc, imported, _ = _run(["pretrain", "--config", str(config)])
     assert rc != 0 and imported == []
+
+
+def test_evaluate_and_analyze_refuse_bad_arguments_before_torch_and_megatron_core(tmp_path):
+    """A mistyped checkpoint, run directory, config, data prefix or output directory, or a bad
+    row count, was refused only after megatron-core's import (5 s and more); a bad --device needs
+    torch to read it, not megatron-core. Each refusal names the value."""
+    run = tmp_path / "run"
+    run.mkdir()
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    gone = str(tmp_path / "gone")
+    cases = [
+        (["evaluate", gone], f"checkpoint={gone!r}: does not exist. Fix: pass a checkpoint"),
+        (["evaluate", str(run), "--tasks", "t", "--compare", gone], f"--compare={gone!r}: does "),
+        (["evaluate", str(run), "--config", gone], f"--config={gone!r}: no such file. Fix:"),
+        (["evaluate", str(run), "--tasks", "t", "--include-path", gone],
+         f"--include-path={gone!r}: not a directory"),
+        (["evaluate", str(run), "--data-path", gone], f"data_path={gone!r}: {gone}.bin does not"),
+        (["evaluate", str(run), "--output-dir", str(afile)],
+         f"--output-dir={str(afile)!r}: exists and is not a directory. Fix:"),
+        (["evaluate", str(run), "--tasks", "t", "--output-dir", str(afile / "x")],
+         f"--output-dir={str(afile / 'x')!r}: {str(afile)!r} is not a directory. Fix:"),
+        (["analyze", gone], f"run_dir={gone!r}: not a directory. Fix:"),
+        (["analyze", str(run), "--heatmap-rows", "1"], "--heatmap-rows 1: need at least 2 rows"),
+        (["analyze", str(run), str(run)], "several runs need --output-dir. Fix:"),
+        (["analyze", str(run), "--output-dir", str(afile)],
+         f"output_dir={str(afile)!r}: exists and is not a directory. Fix:"),
+        (["analyze", str(run), "--data-cache-path", str(afile)],
+         f"--data-cache-path={str(afile)!r}: exists and is not a directory. Fix:"),
+    ]  # fmt: skip
+    for args, message in cases:
+        doc, _, err = _probe(args)
+        assert (doc["rc"], doc["imported"]) == (2, []), (args, doc, err[-2000:])
+        assert f"megatron-gamma {args[0]}: error: {message}" in err, (args, err[-2000:])
+    doc, _, err = _probe(["evaluate", str(run), "--tasks", "t", "--device", "gpu"])
+    assert (doc["rc"], doc["imported"]) == (2, ["torch"]), err[-2000:]
+    assert "error: device='gpu': not a device string torch reads" in err
 
 
 def test_a_bad_record_met_while_encoding_is_reported_before_megatron_core(tmp_path):

@@ -19,7 +19,7 @@ import pytest
 from helpers import REPO, check_nproc, cli_command, cli_env, close, read_diagnostics, run_cli
 from scipy import stats as scipy_stats
 
-from megatron_gamma.diagnostics.analyze import OWN_FILE
+from megatron_gamma.rundir.paths import ANALYSIS_FILES
 
 DEMO = os.path.join(REPO, "megatron_gamma", "data", "demo")
 CHECK = os.path.join(REPO, "tests", "diagnostics_model_check.py")
@@ -114,7 +114,8 @@ def test_analyze_writes_plots_and_numbers_matching_references(demo):
     for name in ("stable_rank", "condensation", "attention_sink", "norm_saturation"):
         assert f"wrote {name}: {os.path.join(adir, name + '.png')}" in out
     assert f"wrote gates: {os.path.join(adir, 'gates.png')}" in out
-    assert [n for n in os.listdir(adir) if not OWN_FILE.fullmatch(n)] == []  # a rerun replaces it
+    # a rerun replaces it
+    assert [n for n in os.listdir(adir) if not ANALYSIS_FILES.fullmatch(n)] == []
     panels = _png_panels(os.path.join(adir, "stable_rank.png"))
     assert panels == [
         "input embedding", "attention W_QKV (q)", "attention W_QKV (k)", "attention W_QKV (v)",
@@ -240,6 +241,31 @@ def test_cli_errors_are_clear(demo, tmp_path):
     args = ["compare", str(tmp_path), demo["run"], "--data-path", demo["data"]]
     proc = run_cli([*args, "--output-dir", str(tmp_path / "o")], timeout=120, cwd=REPO)
     assert proc.returncode == 2 and "no complete checkpoint found" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_analyze_writes_its_dataset_caches_where_the_user_says(demo, tmp_path):
+    """A checkpoint's config records the data cache its training used (``--data-cache-path``,
+    possibly anywhere on the host that trained it); analyze made that directory and wrote
+    megatron-core's index caches into it. It writes them under the run directory it was given,
+    or where ``--data-cache-path`` says."""
+    run, recorded = str(tmp_path / "run"), tmp_path / "recorded_cache"
+    _cli(
+        "pretrain", *MODEL_ARGS, "--data-path", demo["data"], "--run-dir", run,
+        "--train-iters", "1", "--save", os.path.join(run, "checkpoints"),
+        "--data-cache-path", str(recorded),
+        timeout=240,
+    )  # fmt: skip
+    assert any(n.endswith("GPTDataset-valid-sample_index.npy") for n in os.listdir(recorded))
+    os.rename(recorded, tmp_path / "training_cache")
+    _cli("analyze", run, "--no-progress", "--no-init")
+    assert not recorded.exists()
+    names = os.listdir(os.path.join(run, "data_cache"))
+    assert any(n.endswith("GPTDataset-valid-sample_index.npy") for n in names), names
+    chosen = tmp_path / "chosen"
+    _cli("analyze", run, "--no-progress", "--no-init", "--data-cache-path", str(chosen))
+    assert sorted(os.listdir(chosen)) == sorted(names) and not recorded.exists()
 
 
 @pytest.mark.slow

@@ -375,6 +375,11 @@ def test_named_errors_and_clean_out_dir(runs, tmp_path):
     with pytest.raises(TokenizerNotFoundError, match="gone/tokenizer.json"):
         export_hf(str(moved), out, config=str(moved / "config.yaml"))
     _assert_nothing_written(out)
+    raw["data"]["tokenizer_model"] = os.path.join("gone", "tokenizer.json")  # as typed
+    (moved / "config.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(TokenizerNotFoundError, match="a path relative to the directory the run "):
+        export_hf(str(moved), out, config=str(moved / "config.yaml"))
+    _assert_nothing_written(out)
 
     hf_dir = tmp_path / "mistral"
     hf_dir.mkdir()
@@ -519,6 +524,141 @@ def test_import_of_a_portable_run_config_from_elsewhere(tmp_path):
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert out["iteration"] == 0 and saved["logging"]["tensorboard_dir"] is None
     assert saved["logging"]["run_dir"] == str(tmp_path / "run")
+
+
+def _sharded(hf_dir: str, shard: str) -> str:
+    """Write ``hf_dir``'s model.safetensors.index.json naming ``shard`` for every tensor; its
+    first key (in the message of a refusal)."""
+    from safetensors import safe_open
+
+    path = os.path.realpath(os.path.join(hf_dir, shard))
+    with safe_open(path, "pt") as f:
+        keys = sorted(f.keys())
+    index = {"metadata": {}, "weight_map": dict.fromkeys(keys, shard)}
+    with open(os.path.join(hf_dir, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f)
+    return keys[0]
+
+
+@pytest.fixture
+def weights_read(monkeypatch) -> list[str]:
+    """The safetensors files import_hf opens, in order."""
+    import safetensors.torch
+
+    opened, real = [], safetensors.torch.load_file
+    monkeypatch.setattr(safetensors.torch, "load_file", lambda p: opened.append(p) or real(p))
+    return opened
+
+
+@pytest.mark.parametrize("form", ["dotdot", "absolute", "link"])
+def test_import_refuses_a_shard_outside_the_model_directory(tmp_path, form, weights_read):
+    """A shard index from elsewhere named files anywhere (``../..``, an absolute path, or a
+    link in the directory pointing out), and import-hf read them as the model's weights."""
+    hf_dir = _hub_model(tmp_path / "hub", {})
+    outside = tmp_path / "elsewhere" / "model.safetensors"
+    outside.parent.mkdir()
+    os.replace(os.path.join(hf_dir, "model.safetensors"), outside)
+    shard = {"dotdot": "../elsewhere/model.safetensors", "absolute": str(outside)}.get(
+        form, "model-00001-of-00001.safetensors"
+    )
+    if form == "link":
+        os.symlink(outside, os.path.join(hf_dir, shard))
+    key = _sharded(hf_dir, shard)
+    with pytest.raises(CheckpointError) as e:
+        import_hf(hf_dir, str(tmp_path / "run"))
+    why = {
+        "dotdot": "a path with a '..' component; import-hf reads only the files in hf_dir=",
+        "absolute": "an absolute path; import-hf reads only the files in hf_dir=",
+        "link": f"resolves through a link to {str(outside)!r}, outside hf_dir=",
+    }[form]
+    assert str(e.value).startswith(
+        f"model.safetensors.index.json: weight_map[{key!r}]={shard!r}: {why}{hf_dir!r}"
+    )
+    assert "Fix: " in str(e.value)
+    assert weights_read == [] and not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.parametrize("name", ["config.json", "megatron_gamma.json", "tokenizer.json"])
+def test_import_refuses_a_file_that_links_out_of_the_model_directory(tmp_path, name, weights_read):
+    """A link in the model directory made import-hf read (and for tokenizer.json copy into the
+    new run) a file anywhere on the host."""
+    hf_dir = _hub_model(tmp_path / "hub", {})
+    outside = tmp_path / "elsewhere" / name
+    outside.parent.mkdir()
+    os.replace(os.path.join(hf_dir, name), outside)
+    os.symlink(outside, os.path.join(hf_dir, name))
+    with pytest.raises(CheckpointError) as e:
+        import_hf(hf_dir, str(tmp_path / "run"))
+    assert str(e.value).startswith(
+        f"{name}: resolves through a link to {str(outside)!r}, outside hf_dir={hf_dir!r}"
+    )
+    assert "Fix: import a copy of the directory with its files in it: cp -rL" in str(e.value)
+    assert weights_read == [] and not os.path.exists(tmp_path / "run")
+
+
+def _assert_imported_embedding(run_dir: str, safetensors_file: str) -> None:
+    """The imported run's word embedding is, bit for bit, the one in ``safetensors_file``."""
+    from safetensors.torch import load_file
+
+    rc = checkpoint.resolve(run_dir)
+    with loader.single_process(rc.cfg):
+        model, _ = checkpoint.load_model(rc)
+        embedding = model.state_dict()["embedding.word_embeddings.weight"]
+    torch.testing.assert_close(
+        embedding, load_file(safetensors_file)["model.embed_tokens.weight"], rtol=0, atol=0
+    )
+
+
+def test_import_reads_shards_in_the_model_directory_also_through_links(tmp_path, weights_read):
+    """The refusals above are of what leads out: a shard in a subdirectory, named through a
+    link that stays inside, imports, with the tensors of that file."""
+    hf_dir = _hub_model(tmp_path / "hub", {})
+    os.mkdir(os.path.join(hf_dir, "shards"))
+    real = os.path.join(hf_dir, "shards", "model-00001-of-00001.safetensors")
+    os.replace(os.path.join(hf_dir, "model.safetensors"), real)
+    os.symlink(os.path.join("shards", os.path.basename(real)), os.path.join(hf_dir, "linked"))
+    _sharded(hf_dir, "linked")
+    out = import_hf(hf_dir, str(tmp_path / "run"))
+    assert weights_read == [os.path.realpath(real)]
+    _assert_imported_embedding(out["run_dir"], real)
+
+
+def _as_hub_cache(hf_dir, repo) -> str:
+    """``hf_dir``'s files moved into huggingface_hub's cache layout: ``repo/blobs/SHA`` with
+    ``repo/snapshots/main/NAME`` a relative link to each; returns the snapshot directory."""
+    import hashlib
+
+    snapshot = repo / "snapshots" / "main"
+    os.makedirs(repo / "blobs")
+    os.makedirs(snapshot)
+    for name in sorted(os.listdir(hf_dir)):
+        data = open(os.path.join(hf_dir, name), "rb").read()
+        blob = hashlib.sha256(data).hexdigest()
+        (repo / "blobs" / blob).write_bytes(data)
+        os.symlink(os.path.join("..", "..", "blobs", blob), snapshot / name)
+    return str(snapshot)
+
+
+def test_import_reads_a_hub_cache_snapshot_but_not_another_repositorys_blobs(
+    tmp_path, weights_read
+):
+    """A hub cache snapshot's files are links into its repository's ``blobs``: it imports, with
+    the tensors of those blobs; a link into another repository's ``blobs`` is refused."""
+    hub = _hub_model(tmp_path / "hub", {})
+    snapshot = _as_hub_cache(hub, tmp_path / "cache" / "models--org--tiny")
+    out = import_hf(snapshot, str(tmp_path / "run"))
+    blob = os.path.realpath(os.path.join(snapshot, "model.safetensors"))
+    assert weights_read == [blob] and os.path.dirname(blob).endswith("models--org--tiny/blobs")
+    _assert_imported_embedding(out["run_dir"], blob)
+
+    with pytest.raises(CheckpointError, match=r"a Hugging Face hub cache repository, not a model "
+                       r"directory. Fix: pass one of its snapshots, .*\(here: main\)"):  # fmt: skip
+        import_hf(str(tmp_path / "cache" / "models--org--tiny"), str(tmp_path / "run1"))
+    other = _as_hub_cache(hub, tmp_path / "cache" / "models--org--other")
+    os.remove(os.path.join(snapshot, "config.json"))
+    os.symlink(os.path.realpath(os.path.join(other, "config.json")), snapshot + "/config.json")
+    with pytest.raises(CheckpointError, match="config.json: resolves through a link to .*other"):
+        import_hf(snapshot, str(tmp_path / "run2"))
 
 
 def test_reading_a_checkpoint_writes_nothing_where_its_config_points(tmp_path):

@@ -34,6 +34,15 @@ LOSS = ["evaluate", "RUN", "--data-path", "data/x"]
 TASKS = ["evaluate", "RUN", "--tasks", "hellaswag"]
 
 
+@pytest.fixture(autouse=True)
+def checkpoint_paths(tmp_path, monkeypatch):
+    """RUN and B exist (in the working directory), so that the CLI's path checks, which come
+    before the device check and the benchmark, let the values under test through."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("RUN", "B"):
+        (tmp_path / name).mkdir()
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

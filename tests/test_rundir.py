@@ -250,6 +250,45 @@ def test_a_resume_with_other_initialization_settings_is_refused():
         )
 
 
+def _resumable_checkpoint(save, cfg) -> None:
+    """``save/iter_0000002``: the common state a resume's preflight reads (iteration, scheduler,
+    ``cfg`` and its tokenizer's fingerprint, as a run saves them), no tensor."""
+    from megatron.core import dist_checkpointing
+
+    from megatron_gamma.data.tokenizer import BilingualTokenizer
+    from megatron_gamma.data.tokenizer_fingerprint import fingerprint
+
+    path = layout.checkpoint_dir(str(save), 2)
+    os.makedirs(path)
+    tokenizer = BilingualTokenizer(loader.tokenizer_path(cfg))
+    with loader.single_process(loader.fp32_single_rank(cfg)):
+        state = {"iteration": 2, "scheduler": {"num_steps": 4}}
+        state.update(layout.describe(cfg, fingerprint(tokenizer)))
+        dist_checkpointing.save(state, path)
+    (save / layout.TRACKER).write_text("2")
+
+
+def test_a_resume_preflight_reads_the_checkpoints_common_state_once(tmp_path, monkeypatch):
+    """The checks of a resume (what the load needs, the tokenizer, the init settings) read
+    common.pt three times; once now, and each check still acts on what it holds."""
+    from megatron_gamma import checkpoint_trust
+    from megatron_gamma.training.loop import preflight
+
+    run = {"mock_data": True, "run_dir": str(tmp_path / "run")}
+    _resumable_checkpoint(tmp_path / "save", load_config(None, run))
+    reads = []
+    read = checkpoint_trust.load_common_state_dict
+    monkeypatch.setattr(
+        checkpoint_trust, "load_common_state_dict", lambda p: reads.append(p) or read(p)
+    )
+    preflight(load_config(None, {**run, "load": str(tmp_path / "save")}))
+    assert reads == [layout.checkpoint_dir(str(tmp_path / "save"), 2)]
+    reads.clear()
+    with pytest.raises(ConfigError, match=r"init_gamma=0\.5 \(the run had 1\.0\)"):
+        preflight(load_config(None, {**run, "load": str(tmp_path / "save"), "init_gamma": 0.5}))
+    assert len(reads) == 1
+
+
 def test_a_resume_hides_the_earlier_events_past_its_iteration(tmp_path):
     from megatron_gamma.training.metrics import MetricsLogger
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -45,7 +44,6 @@ from tqdm import tqdm
 
 from megatron_gamma.atomic import atomic_dir, atomic_open, atomic_path, move
 from megatron_gamma.config import Config, ConfigError
-from megatron_gamma.data.tokenizer import BilingualTokenizer
 from megatron_gamma.diagnostics.callback import first_validation_batch
 from megatron_gamma.diagnostics.condensation import (
     condensation_order,
@@ -61,15 +59,7 @@ from megatron_gamma.diagnostics.probes import (
     weight_diagnostics,
     weight_matrices,
 )
-from megatron_gamma.rundir import layout, loader
-
-OWN_FILE = re.compile(
-    r"analysis\.json|analysis\.csv|heatmaps\.npz"
-    r"|(loss|stable_rank|condensation|attention_sink|norm_saturation|gates|cosine_heatmaps(_.+)?)"
-    r"\.png"
-)
-"""The name of every file ``analyze`` writes (module docstring), to be matched whole: an output
-directory holding only these is an earlier analysis."""
+from megatron_gamma.rundir import layout, loader, paths
 
 DEFAULT_HEATMAPS = ("qkv.q/layer_00", "fc1.gate/layer_00")
 """Matrices shown as cosine heatmaps when none are chosen (plus the last layer's)."""
@@ -143,7 +133,7 @@ def _validation_batch(cfg: Config, batch_size: int, ckpts: Sequence[str] = ()) -
         )
         if warning:
             print(f"analyze: {warning}", file=sys.stderr)
-    tok = BilingualTokenizer(loader.tokenizer_path(cfg))
+    tok = loader.run_tokenizer(cfg)
     valid = build_datasets(cfg, tok)[1]
     if valid is None or len(valid) == 0:
         print("analyze: the run has no validation split; activation diagnostics skipped")
@@ -206,6 +196,7 @@ def analyze_run(
     run_dir: str,
     *,
     data_path: Optional[Sequence[str]] = None,
+    data_cache_path: Optional[str] = None,
     include_init: bool = True,
     heatmaps: Optional[Sequence[str]] = None,
     heatmap_iterations: Optional[Sequence[int]] = None,
@@ -223,6 +214,10 @@ def analyze_run(
             is the newest checkpoint's own, else the run's config.yaml
             (:func:`~megatron_gamma.rundir.loader.run_config`).
         data_path: dataset blend for the activation batch (default: the run's own).
+        data_cache_path: where megatron-core keeps the activation batch's dataset index caches
+            (default ``RUN_DIR/data_cache``, in ``run_dir`` as given). Never the directory the
+            checkpoint's config records: a checkpoint from elsewhere must not choose where
+            ``analyze`` writes.
         include_init: also analyse iteration 0, rebuilt from the config.
         heatmaps: matrices for cosine heatmaps as ``ROLE/layer_LL``.
         heatmap_iterations: iterations for the heatmaps (default: up to 4 spread out).
@@ -235,6 +230,7 @@ def analyze_run(
         ConfigError: no checkpoint in the run, or a bad heatmap choice.
     """
     cfg = loader.run_config(run_dir, run_dir=run_dir)
+    cfg = cfg.replace(data_cache_path=data_cache_path)
     if data_path:
         cfg = cfg.replace(data_path=list(data_path))
     ckpts = layout.list_checkpoints(run_dir)
@@ -352,31 +348,6 @@ def write_numbers(runs: Sequence[RunAnalysis], out_dir: str) -> dict[str, str]:
     return {"json": json_path, "csv": csv_path, "heatmaps": npz_path}
 
 
-def _check_output_dir(output_dir: str) -> None:
-    """Refuse an ``output_dir`` that :func:`analyze` would not replace whole: a file, or a
-    directory holding anything but an earlier analysis's files (:data:`OWN_FILE`)."""
-    if os.path.lexists(output_dir) and not os.path.isdir(output_dir):
-        raise ConfigError(
-            f"output_dir={output_dir!r}: exists and is not a directory. Fix: pass a new "
-            "--output-dir DIR"
-        )
-    if not os.path.isdir(output_dir):
-        return
-    foreign = sorted(name for name in os.listdir(output_dir) if not OWN_FILE.fullmatch(name))
-    if foreign:
-        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-        raise ConfigError(
-            f"output_dir={output_dir!r}: holds {', '.join(foreign[:5])}{more}, which analyze "
-            "does not write; it replaces its output directory whole (an earlier analysis is "
-            "moved aside to DIR.superseded-N), so it will not mix its files with these. Fix: "
-            + (
-                "this is a run directory: leave out --output-dir (RUN/analysis) or pass a new one"
-                if os.path.isfile(os.path.join(output_dir, layout.CONFIG))
-                else "pass a new --output-dir DIR, or move those files out"
-            )
-        )
-
-
 def analyze(
     run_dirs: Sequence[str],
     output_dir: Optional[str] = None,
@@ -397,26 +368,18 @@ def analyze(
 
     Raises:
         ConfigError: a missing run directory, several runs without ``output_dir``, fewer than 2
-            heatmap or condensation rows, a heatmap iteration some run has no checkpoint at, or
-            an ``output_dir`` that is a file or holds files analyze does not write (all checked
-            before any run is analysed).
+            heatmap or condensation rows, or an ``output_dir`` that is a file or holds files
+            analyze does not write (:func:`~megatron_gamma.rundir.paths.analysis_dir`, which
+            the command line runs before this module is imported); a run without a config or a
+            heatmap iteration some run has no checkpoint at (all checked before any run is
+            analysed).
     """
     from megatron_gamma.diagnostics import plots
 
-    if not run_dirs:
-        raise ConfigError("no run directory given. Fix: megatron-gamma analyze RUN_DIR")
-    for key in ("heatmap_rows", "condensation_rows"):
-        if key in kwargs and kwargs[key] < 2:
-            flag = "--" + key.replace("_", "-")
-            raise ConfigError(f"{flag} {kwargs[key]}: need at least 2 rows. Fix: e.g. {flag} 256")
-    if output_dir is None:
-        if len(run_dirs) > 1:
-            raise ConfigError("several runs need --output-dir. Fix: add --output-dir DIR")
-        output_dir = os.path.join(run_dirs[0], layout.ANALYSIS)
-    _check_output_dir(output_dir)
+    output_dir = paths.analysis_dir(
+        run_dirs, output_dir, kwargs.get("heatmap_rows"), kwargs.get("condensation_rows")
+    )
     for d in run_dirs:
-        if not os.path.isdir(d):
-            raise ConfigError(f"run_dir={d!r}: not a directory. Fix: pass a run directory")
         loader.run_config(d)
         if kwargs.get("heatmap_iterations"):
             its = [it for it, _ in layout.list_checkpoints(d)]

@@ -22,7 +22,11 @@ the ``config.yaml`` in or above them. A run directory's checkpoints are found wh
 ``config.yaml`` records ``save`` (:func:`~megatron_gamma.rundir.layout.run_save_dir`), then in
 ``RUN/checkpoints``.
 
-- :mod:`~megatron_gamma.rundir.layout`: file names, the tracker, checkpoint discovery, the
+- :mod:`~megatron_gamma.rundir.paths`: the file names, checkpoint directory names, and the
+  checks of a path a command is given that read no checkpoint (a missing checkpoint, ``analyze``'s
+  and ``evaluate``'s output directory); imports neither torch nor megatron-core, so the command
+  line runs them first.
+- :mod:`~megatron_gamma.rundir.layout`: the tracker, checkpoint discovery, the
   checkpoint's self-description, every read of a checkpoint's files
   (:func:`~megatron_gamma.rundir.layout.read_common`, :func:`~megatron_gamma.rundir.layout.
   read_state`) and the ``metrics.jsonl`` reader.

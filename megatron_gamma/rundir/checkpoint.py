@@ -18,7 +18,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 from megatron_gamma import parallel
 from megatron_gamma.checkpoint_trust import CheckpointError
 from megatron_gamma.config import Config, ConfigError
-from megatron_gamma.rundir import layout, loader
+from megatron_gamma.rundir import layout, loader, paths
 
 
 class TokenizerNotFoundError(ConfigError):
@@ -61,8 +61,9 @@ def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
             (:func:`~megatron_gamma.rundir.loader.check_tokenizer`; a checkpoint without a
             tokenizer fingerprint loads with a warning on stderr).
     """
-    if not os.path.exists(ckpt):
-        raise CheckpointError(_missing(ckpt))
+    missing = paths.missing_checkpoint(ckpt)
+    if missing:
+        raise CheckpointError(missing)
     try:
         path = layout.resolve_checkpoint(ckpt)
     except ConfigError as e:
@@ -74,10 +75,17 @@ def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
     cfg = loader.run_config(path, config)
     tokenizer = loader.tokenizer_path(cfg)
     if not os.path.isfile(tokenizer):
+        relative = (
+            f", a path relative to the directory the run was launched from, not to this one "
+            f"({os.getcwd()})"
+            if not os.path.isabs(tokenizer)
+            else ""
+        )
         raise TokenizerNotFoundError(
             f"tokenizer_model={tokenizer!r}: file not found (the run's tokenizer, from "
-            f"{config or path}). Fix: restore it, or pass --config with a config.yaml whose "
-            "tokenizer_model points at the tokenizer.json the run was trained with"
+            f"{config or path}{relative}). Fix: restore it, run from the directory the run was "
+            "launched from, or pass --config with a config.yaml whose tokenizer_model points at "
+            "the tokenizer.json the run was trained with"
         )
     warning = loader.check_tokenizer(
         path,
@@ -88,25 +96,6 @@ def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
     if warning and parallel.read_dist_env().rank == 0:
         print(warning, file=sys.stderr)
     return RunCheckpoint(path, loader.fp32_single_rank(cfg), tokenizer, cfg)
-
-
-def _missing(ckpt: str) -> str:
-    """The error for a ``ckpt`` that does not exist: the accepted forms, and the checkpoints its
-    parent directory holds (a mistyped iteration)."""
-    forms = (
-        "a checkpoint (SAVE/iter_NNNNNNN), a checkpoint root (SAVE, for its newest checkpoint) "
-        "or a run directory (RUN)"
-    )
-    parent = os.path.dirname(os.path.normpath(ckpt)) or "."
-    saved = [
-        os.path.basename(layout.checkpoint_dir(parent, i)) for i in layout.saved_iterations(parent)
-    ]
-    if not saved:
-        return f"checkpoint={ckpt!r}: does not exist. Fix: pass {forms}"
-    return (
-        f"checkpoint={ckpt!r}: does not exist; {parent} holds {', '.join(saved)}. Fix: pass one "
-        f"of those, or {forms}"
-    )
 
 
 def load_model(run: RunCheckpoint) -> tuple[torch.nn.Module, int]:

@@ -1,4 +1,5 @@
-"""Files of a run directory and of its checkpoints (layout: :mod:`megatron_gamma.rundir`).
+"""Files of a run directory and of its checkpoints (layout: :mod:`megatron_gamma.rundir`; their
+names, and the checks that read no checkpoint, in :mod:`~megatron_gamma.rundir.paths`).
 
 Every read of a checkpoint's files goes through :func:`read_common` (the common state, no
 tensor), :func:`read_tensors_metadata` (global shapes) and :func:`read_state` (sharded tensors
@@ -20,15 +21,17 @@ import yaml
 from megatron_gamma import checkpoint_trust
 from megatron_gamma.atomic import atomic_write_text, move
 from megatron_gamma.config import Config, ConfigError, redacted_dict
+from megatron_gamma.rundir.paths import (
+    ANALYSIS,
+    CHECKPOINTS,
+    CONFIG,
+    INIT_AUDIT,
+    METRICS,
+    TRACKER,
+    checkpoint_dir,
+    saved_iterations,
+)
 
-CONFIG = "config.yaml"
-METRICS = "metrics.jsonl"
-CHECKPOINTS = "checkpoints"
-INIT_AUDIT = "init_audit.json"
-"""The start-up init audit's per-parameter table (:mod:`megatron_gamma.training.init_audit`)."""
-ANALYSIS = "analysis"
-"""``analyze``'s output directory for one run (:mod:`megatron_gamma.diagnostics.analyze`)."""
-TRACKER = "latest_checkpointed_iteration.txt"
 RUN_CONFIG_KEY = "run_config"
 """Common-state key of the resolved config (``config.yaml``'s text: ``cluster.env`` values
 redacted, :func:`~megatron_gamma.config.redacted_dict`)."""
@@ -36,21 +39,8 @@ TOKENIZER_KEY = "tokenizer_fingerprint"
 """Common-state key of the tokenizer fingerprint
 (:func:`megatron_gamma.data.tokenizer_fingerprint.fingerprint`)."""
 
-_SAVED_DIR = re.compile(r"^iter_(\d{7})$")  # what checkpoint_dir names
 _ITER_DIR = re.compile(r"^iter_(\d+)$")  # any iter_N a user may point at
 _log = logging.getLogger(__name__)
-
-
-def checkpoint_dir(root: str, iteration: int) -> str:
-    """``root/iter_0000010`` for iteration 10."""
-    return os.path.join(root, f"iter_{iteration:07d}")
-
-
-def saved_iterations(root: str) -> list[int]:
-    """Iterations of the complete ``iter_N`` directories under ``root``, ascending."""
-    if not os.path.isdir(root):
-        return []
-    return sorted(int(m.group(1)) for d in os.listdir(root) if (m := _SAVED_DIR.match(d)))
 
 
 def latest_iteration(root: str) -> int | None:
@@ -446,12 +436,17 @@ def describe(cfg: Config, tokenizer_fingerprint: Optional[dict]) -> dict:
     return {RUN_CONFIG_KEY: text, TOKENIZER_KEY: tokenizer_fingerprint}
 
 
-def saved_description(path: str) -> tuple[Optional[dict], Optional[dict]]:
-    """(the config as a nested dict, the tokenizer fingerprint) that checkpoint ``path`` carries
-    (:func:`describe`); (None, None) for a checkpoint written before checkpoints carried them."""
-    common = read_common(path)
+def description(common: dict) -> tuple[Optional[dict], Optional[dict]]:
+    """(the config as a nested dict, the tokenizer fingerprint) that a checkpoint whose common
+    state is ``common`` (:func:`read_common`) carries (:func:`describe`); (None, None) for a
+    checkpoint written before checkpoints carried them."""
     text = common.get(RUN_CONFIG_KEY)
     return (yaml.safe_load(text) if text else None), common.get(TOKENIZER_KEY)
+
+
+def saved_description(path: str) -> tuple[Optional[dict], Optional[dict]]:
+    """:func:`description` of checkpoint ``path`` (its common state read here)."""
+    return description(read_common(path))
 
 
 def check_resume_init(cfg: Config, saved: Optional[dict], load: str) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import hashlib
 import os
 import shutil
 import tempfile
@@ -159,17 +158,28 @@ def scratch_dir() -> str:
 
 
 def tokenizer_path(cfg: Config) -> str:
-    """The run's tokenizer.json (the packaged demo tokenizer by default; for
-    ``--tokenizer-type GPT2BPETokenizer`` the one made from its vocab and merges files, in
-    :func:`scratch_dir`, :mod:`megatron_gamma.data.tokenizer_types`)."""
+    """The run's tokenizer.json (the packaged demo tokenizer by default; the tokenizer.json in
+    it for a ``tokenizer_model`` directory; for ``--tokenizer-type GPT2BPETokenizer`` the one
+    made from its vocab and merges files, in :func:`scratch_dir`,
+    :mod:`megatron_gamma.data.tokenizer_types`)."""
     if cfg.data.tokenizer_type == "GPT2BPETokenizer":
-        from megatron_gamma.data.tokenizer_types import load_tokenizer
+        return run_tokenizer(cfg).path
+    path = cfg.data.tokenizer_model or os.path.join(demo_dir(), "tokenizer.json")
+    return os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
 
-        return load_tokenizer(cfg.data, scratch_dir()).path
-    return cfg.data.tokenizer_model or os.path.join(demo_dir(), "tokenizer.json")
+
+def run_tokenizer(cfg: Config):
+    """The run's :class:`~megatron_gamma.data.tokenizer.BilingualTokenizer`, as training builds
+    it (:func:`megatron_gamma.data.tokenizer_types.load_tokenizer`; a GPT-2 BPE's tokenizer.json
+    in :func:`scratch_dir`): its EOD, PAD and BOS and its identity are training's."""
+    from megatron_gamma.data.tokenizer_types import load_tokenizer
+
+    return load_tokenizer(cfg.data, scratch_dir())
 
 
-def check_tokenizer(ckpt: str, cfg: Config, fix: str) -> Optional[str]:
+def check_tokenizer(
+    ckpt: str, cfg: Config, fix: str, common: Optional[dict] = None
+) -> Optional[str]:
     """Check that checkpoint ``ckpt`` was trained with ``cfg``'s tokenizer: the fingerprint in
     its common state (:func:`layout.describe`) must have the SHA-256 of the tokenizer ``cfg``
     selects (:func:`megatron_gamma.data.tokenizer_types.load_tokenizer`, as training builds it;
@@ -182,33 +192,42 @@ def check_tokenizer(ckpt: str, cfg: Config, fix: str) -> Optional[str]:
         fix: what the caller's user does to pass the checkpoint's tokenizer; ``{flags}`` in it
             is replaced with the flags that select it
             (:func:`megatron_gamma.data.tokenizer_fingerprint.tokenizer_flags`).
+        common: ``ckpt``'s common state where the caller has read it already
+            (:func:`layout.read_common`); None: read here.
 
     Returns:
         A warning line when the checkpoint carries no fingerprint (saved before checkpoints
-        carried one, or written by ``import-hf`` from a tokenizer without megatron-gamma's EOD
-        token): it loads unchecked. None when the tokenizers match.
+        carried one, or written by ``import-hf`` from a tokenizer without an EOD token:
+        :class:`~megatron_gamma.data.tokenizer.BilingualTokenizer`): it loads unchecked. None
+        when the tokenizers match.
 
     Raises:
         ConfigError: the checkpoint was trained with another tokenizer (both named, with
             ``fix``), or with the files at the same path before they changed (both digests
             named); ``cfg``'s tokenizer files are missing.
     """
-    from megatron_gamma.data.tokenizer_fingerprint import describe, fingerprint, tokenizer_flags
-    from megatron_gamma.data.tokenizer_types import load_tokenizer
+    from megatron_gamma.data.tokenizer_fingerprint import (
+        changed_files,
+        describe,
+        fingerprint,
+        same_files,
+        tokenizer_flags,
+    )
 
-    saved = layout.saved_description(ckpt)[1]
+    saved = layout.description(layout.read_common(ckpt) if common is None else common)[1]
     if saved is None:
         return (
             f"WARNING: checkpoint {ckpt} carries no tokenizer fingerprint (saved before "
-            "checkpoints did, or imported from a tokenizer without megatron-gamma's EOD token); "
+            "checkpoints did, or imported from a tokenizer without an EOD token it finds); "
             "cannot check that it was trained with this run's tokenizer"
         )
-    mine = fingerprint(load_tokenizer(cfg.data, scratch_dir()))
-    if saved["sha256"] != mine["sha256"] and saved.get("source") == mine["source"]:
+    mine = fingerprint(run_tokenizer(cfg))
+    if saved["sha256"] != mine["sha256"] and same_files(saved, mine):
+        files, noun = changed_files(saved, mine)
         raise ConfigError(
-            f"checkpoint={ckpt!r}: the tokenizer at {', '.join(mine['source'])} changed since the "
+            f"checkpoint={ckpt!r}: the tokenizer at {files} changed since the "
             f"checkpoint was trained (sha256 {saved['sha256'][:12]} then, {mine['sha256'][:12]} "
-            "now). Fix: restore the original tokenizer file there (passing the same path again "
+            f"now). Fix: restore the original tokenizer {noun} there (passing the same path again "
             "cannot help)"
         )
     if saved["sha256"] != mine["sha256"]:
@@ -220,9 +239,10 @@ def check_tokenizer(ckpt: str, cfg: Config, fix: str) -> Optional[str]:
 
 
 def tokenizer_digest(cfg: Config) -> str:
-    """SHA-256 of the run's tokenizer file (equal digests: same token ids)."""
-    with open(tokenizer_path(cfg), "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
+    """SHA-256 of the run's tokenizer files (its
+    :attr:`~megatron_gamma.data.tokenizer.BilingualTokenizer.sha256`; equal digests: same token
+    ids and EOD)."""
+    return run_tokenizer(cfg).sha256
 
 
 def checkpoint_vocab_size(ckpt: str) -> Optional[int]:
@@ -304,9 +324,7 @@ def load_weights(model: torch.nn.Module, ckpt: str) -> int:
 
 def model_for_run(cfg: Config, ckpt: Optional[str]) -> torch.nn.Module:
     """Build the run's model with the vocabulary size of ``ckpt`` (else of the tokenizer)."""
-    from megatron_gamma.data.tokenizer import BilingualTokenizer
-
     vocab = checkpoint_vocab_size(ckpt) if ckpt else None
     if vocab is None:
-        vocab = model_vocab_size(cfg, BilingualTokenizer(tokenizer_path(cfg)).vocab_size)
+        vocab = model_vocab_size(cfg, run_tokenizer(cfg).vocab_size)
     return build_model(cfg, vocab)

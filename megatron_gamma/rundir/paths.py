@@ -1,0 +1,170 @@
+"""The run directory's file names, and the checks of a path a command is given that read no
+checkpoint (layout: :mod:`megatron_gamma.rundir`).
+
+Imports neither torch nor megatron-core (nor anything that does), so that the command line
+refuses a mistyped checkpoint, run directory or ``--output-dir`` at once, before the seconds those
+imports take (:mod:`megatron_gamma.cli`: ``evaluate``, ``analyze``). :mod:`~megatron_gamma.
+rundir.layout` builds on these names.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Optional
+
+from megatron_gamma.atomic import missing_dirs
+from megatron_gamma.config import ConfigError
+
+CONFIG = "config.yaml"
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+INIT_AUDIT = "init_audit.json"
+"""The start-up init audit's per-parameter table (:mod:`megatron_gamma.training.init_audit`)."""
+ANALYSIS = "analysis"
+"""``analyze``'s output directory for one run (:mod:`megatron_gamma.diagnostics.analyze`)."""
+TRACKER = "latest_checkpointed_iteration.txt"
+
+ANALYSIS_FILES = re.compile(
+    r"analysis\.json|analysis\.csv|heatmaps\.npz"
+    r"|(loss|stable_rank|condensation|attention_sink|norm_saturation|gates|cosine_heatmaps(_.+)?)"
+    r"\.png"
+)
+"""The name of every file ``analyze`` writes (:mod:`megatron_gamma.diagnostics.analyze`), to be
+matched whole: an output directory holding only these is an earlier analysis."""
+
+_SAVED_DIR = re.compile(r"^iter_(\d{7})$")  # what checkpoint_dir names
+
+
+def checkpoint_dir(root: str, iteration: int) -> str:
+    """``root/iter_0000010`` for iteration 10."""
+    return os.path.join(root, f"iter_{iteration:07d}")
+
+
+def saved_iterations(root: str) -> list[int]:
+    """Iterations of the complete ``iter_N`` directories under ``root``, ascending."""
+    if not os.path.isdir(root):
+        return []
+    return sorted(int(m.group(1)) for d in os.listdir(root) if (m := _SAVED_DIR.match(d)))
+
+
+def missing_checkpoint(ckpt: str, name: str = "checkpoint") -> Optional[str]:
+    """The error for a checkpoint path ``ckpt`` that does not exist: the accepted forms, and the
+    checkpoints its parent directory holds (a mistyped iteration); None where ``ckpt`` exists.
+    ``name``: what gave the path, for the message (``checkpoint``, ``--compare``)."""
+    if os.path.exists(ckpt):
+        return None
+    forms = (
+        "a checkpoint (SAVE/iter_NNNNNNN), a checkpoint root (SAVE, for its newest checkpoint) "
+        "or a run directory (RUN)"
+    )
+    parent = os.path.dirname(os.path.normpath(ckpt)) or "."
+    saved = [os.path.basename(checkpoint_dir(parent, i)) for i in saved_iterations(parent)]
+    if not saved:
+        return f"{name}={ckpt!r}: does not exist. Fix: pass {forms}"
+    return (
+        f"{name}={ckpt!r}: does not exist; {parent} holds {', '.join(saved)}. Fix: pass one "
+        f"of those, or {forms}"
+    )
+
+
+def check_output_dir(path: str, name: str) -> None:
+    """Refuse ``path`` as a directory a command makes (``os.makedirs``) and writes into, before
+    any work: it, or a directory above it, is a file, or the nearest existing one is not
+    writable by this user.
+
+    Args:
+        path: the output directory.
+        name: what gave it, for the message (``--output-dir``).
+
+    Raises:
+        ConfigError: naming ``path``, the file or directory in the way, and the fix.
+    """
+    missing = missing_dirs(path)
+    blocker = next((p for p in missing if os.path.lexists(p)), None)
+    if blocker is not None:
+        where = "exists and" if blocker == os.path.abspath(path) else f"{blocker!r}"
+        raise ConfigError(
+            f"{name}={path!r}: {where} is not a directory. Fix: pass {name} a new directory, or "
+            "an existing one"
+        )
+    existing = os.path.dirname(missing[-1]) if missing else os.path.abspath(path)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{name}={path!r}: {existing!r} is not writable by this user. Fix: pass {name} a "
+            "directory you can write"
+        )
+
+
+def check_analysis_dir(output_dir: str) -> None:
+    """Refuse an ``output_dir`` that ``analyze`` would not replace whole: a file, or a directory
+    holding anything but an earlier analysis's files (:data:`ANALYSIS_FILES`).
+
+    Raises:
+        ConfigError: naming the directory, the files it holds that analyze does not write (five
+            at most) and the fix.
+    """
+    if os.path.lexists(output_dir) and not os.path.isdir(output_dir):
+        raise ConfigError(
+            f"output_dir={output_dir!r}: exists and is not a directory. Fix: pass a new "
+            "--output-dir DIR"
+        )
+    if not os.path.isdir(output_dir):
+        return
+    foreign = sorted(n for n in os.listdir(output_dir) if not ANALYSIS_FILES.fullmatch(n))
+    if foreign:
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        raise ConfigError(
+            f"output_dir={output_dir!r}: holds {', '.join(foreign[:5])}{more}, which analyze "
+            "does not write; it replaces its output directory whole (an earlier analysis is "
+            "moved aside to DIR.superseded-N), so it will not mix its files with these. Fix: "
+            + (
+                "this is a run directory: leave out --output-dir (RUN/analysis) or pass a new one"
+                if os.path.isfile(os.path.join(output_dir, CONFIG))
+                else "pass a new --output-dir DIR, or move those files out"
+            )
+        )
+
+
+def analysis_dir(
+    run_dirs: Sequence[str],
+    output_dir: Optional[str],
+    heatmap_rows: Optional[int] = None,
+    condensation_rows: Optional[int] = None,
+) -> str:
+    """``analyze``'s output directory for ``run_dirs``, after the checks of its arguments that
+    read no checkpoint: the row counts, the output directory (:func:`check_analysis_dir`) and
+    that the run directories exist.
+
+    Args:
+        run_dirs: the run (or ``--save``) directories to analyse.
+        output_dir: where to write; None for ``RUN_DIR/analysis`` of a single run.
+        heatmap_rows, condensation_rows: rows sampled per heatmap and per condensation score
+            (None: ``analyze_run``'s default, not checked).
+
+    Returns:
+        ``output_dir``, or its default.
+
+    Raises:
+        ConfigError: no run directory, a row count below 2, several runs without
+            ``output_dir``, an ``output_dir`` refused by :func:`check_analysis_dir`, or a run
+            directory that is not a directory; each names the value and the fix.
+    """
+    if not run_dirs:
+        raise ConfigError("no run directory given. Fix: megatron-gamma analyze RUN_DIR")
+    for flag, rows in (
+        ("--heatmap-rows", heatmap_rows),
+        ("--condensation-rows", condensation_rows),
+    ):
+        if rows is not None and rows < 2:
+            raise ConfigError(f"{flag} {rows}: need at least 2 rows. Fix: e.g. {flag} 256")
+    if output_dir is None:
+        if len(run_dirs) > 1:
+            raise ConfigError("several runs need --output-dir. Fix: add --output-dir DIR")
+        output_dir = os.path.join(run_dirs[0], ANALYSIS)
+    check_analysis_dir(output_dir)
+    for d in run_dirs:
+        if not os.path.isdir(d):
+            raise ConfigError(f"run_dir={d!r}: not a directory. Fix: pass a run directory")
+    return output_dir
