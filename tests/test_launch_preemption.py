@@ -14,6 +14,7 @@ import time
 
 import psutil
 import pytest
+from distributed import run_distributed
 from helpers import TINY_MODEL, cli_command, cli_env, read_metrics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -246,3 +247,123 @@ def test_a_trainer_without_the_preemption_callback_leaves_sigterm_its_default(
     else:
         assert proc.returncode == -signal.SIGTERM, (proc.returncode, proc.stderr[-3000:])
         assert steps == ["step 1", "step 2"]
+
+
+SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
+
+
+def _mine(signum, frame):
+    """A caller's own handler, which pretrain must leave in place."""
+
+
+def test_a_pretrain_refused_at_start_gives_the_signals_back(tmp_path):
+    """The trainer takes SIGUSR1 and SIGTERM before its preflight; a run refused there (a
+    missing dataset) left them to a guard nothing would ever act on."""
+    from megatron_gamma.config import ConfigError, load_config
+    from megatron_gamma.training.loop import pretrain
+
+    before = {s: signal.getsignal(s) for s in SIGNALS}
+    try:
+        for s in SIGNALS:
+            signal.signal(s, _mine)
+        missing = str(tmp_path / "missing")
+        cfg = load_config(None, {"data_path": [missing], "run_dir": str(tmp_path / "run")})
+        with pytest.raises(ConfigError, match=f"{missing}.bin does not exist"):
+            pretrain(cfg)
+        assert [signal.getsignal(s) for s in SIGNALS] == [_mine, _mine]
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+def _handlers_around_pretrain(run_dir: str) -> dict:
+    """Train 2 iterations of a tiny model on mock data in this process with ``pretrain``; the
+    iteration reached and, per signal, whether its handler afterwards is the one before (SIGUSR1:
+    a handler of the caller's, SIGTERM: the default)."""
+    from megatron_gamma.config import load_config
+    from megatron_gamma.training.loop import pretrain
+
+    signal.signal(signal.SIGUSR1, _mine)
+    before = {s: signal.getsignal(s) for s in SIGNALS}
+    overrides = {"mock_data": True, "run_dir": run_dir, "num_layers": 1, "hidden_size": 32}
+    overrides.update(num_attention_heads=2, seq_length=16, micro_batch_size=2)
+    overrides.update(global_batch_size=2, train_iters=2, init_audit="off", progress_bar=False)
+    overrides.update(log_diagnostics_interval=0, eval_iters=0)
+    result = pretrain(load_config(None, overrides))
+    kept = {s.name: signal.getsignal(s) == before[s] for s in SIGNALS}
+    return {"iteration": result.iteration, **kept}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_pretrain_in_a_process_leaves_its_signal_handlers_as_they_were(tmp_path):
+    """SIGUSR1 (a handler of the caller's) and SIGTERM (the default) have their handlers back
+    after an in-process pretrain returns. They stayed with its guard, which only records a
+    signal: the caller's handler was never called again, and a SIGTERM no longer ended the
+    process."""
+    (got,) = run_distributed(_handlers_around_pretrain, 1, str(tmp_path / "run"))
+    assert got == {"iteration": 2, "SIGUSR1": True, "SIGTERM": True}
+
+
+def test_release_can_send_a_recorded_signal_on_to_the_handler_it_puts_back():
+    """``release(resend=True)``: the signal the guard recorded reaches the handler it displaced,
+    once; a plain ``release`` sends nothing."""
+    from megatron_gamma.training.preemption import PreemptionGuard
+
+    calls = []
+    before = signal.getsignal(signal.SIGUSR1)
+    try:
+        signal.signal(signal.SIGUSR1, lambda signum, frame: calls.append(signum))
+        mine = signal.getsignal(signal.SIGUSR1)
+        guard = PreemptionGuard(None, exit_signal_handler=False)
+        signal.raise_signal(signal.SIGUSR1)
+        assert (guard.signalled, calls) == ("SIGUSR1", [])
+        guard.release(resend=True)
+        assert calls == [signal.SIGUSR1] and guard.signalled is None
+        assert signal.getsignal(signal.SIGUSR1) is mine
+        guard.install()
+        signal.raise_signal(signal.SIGUSR1)
+        guard.release()
+        assert calls == [signal.SIGUSR1] and guard.signalled == "SIGUSR1"
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+
+
+def _sigusr1_while_a_trainer_is_built(run_dir: str) -> list[str]:
+    """Build a Trainer (tiny model, mock data) while a SIGUSR1 arrives, during its preflight, and
+    train it 1 iteration without the preemption callback; what this process's own SIGUSR1
+    handler saw, in order with the training."""
+    from megatron_gamma.config import load_config
+    from megatron_gamma.training import loop
+
+    seen: list[str] = []
+    signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append("SIGUSR1"))
+    real = loop.preflight
+
+    def preflight(cfg):
+        signal.raise_signal(signal.SIGUSR1)
+        return real(cfg)
+
+    loop.preflight = preflight
+    overrides = {"mock_data": True, "run_dir": run_dir, "num_layers": 1, "hidden_size": 32}
+    overrides.update(num_attention_heads=2, seq_length=16, micro_batch_size=2)
+    overrides.update(global_batch_size=2, train_iters=1, init_audit="off", progress_bar=False)
+    overrides.update(log_diagnostics_interval=0, eval_iters=0)
+    trainer = loop.Trainer(load_config(None, overrides))
+    seen.append("built")
+    try:
+        seen.append(f"trained to {trainer.train().iteration}")
+    finally:
+        trainer.close()
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_sigusr1_while_a_trainer_is_built_reaches_the_handler_before_it(tmp_path):
+    """A trainer without the preemption callback acts on no signal: the SIGUSR1 its guard
+    recorded during construction was dropped when it gave the handlers back, so the process's
+    own handler (by default: the end of the process) never saw it. It is sent on when training
+    starts."""
+    (seen,) = run_distributed(_sigusr1_while_a_trainer_is_built, 1, str(tmp_path / "run"))
+    assert seen == ["built", "SIGUSR1", "trained to 1"]

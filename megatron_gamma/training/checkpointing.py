@@ -524,7 +524,13 @@ def saved_schedule(root: str) -> dict | None:
     return read_common(checkpoint_dir(root, iteration)).get("scheduler")
 
 
-def check_loadable(root: str, weights_only: bool, load_optim: bool, flag: str = "load") -> None:
+def check_loadable(
+    root: str,
+    weights_only: bool,
+    load_optim: bool,
+    flag: str = "load",
+    common: dict | None = None,
+) -> None:
     """Refuse, before anything is built, a load that needs state the newest checkpoint under
     ``root`` does not hold (read from its common state only).
 
@@ -534,6 +540,8 @@ def check_loadable(root: str, weights_only: bool, load_optim: bool, flag: str = 
             ``--pretrained-checkpoint``).
         load_optim: the load restores the optimizer (not ``--no-load-optim``).
         flag: the config key that named ``root``, for the message.
+        common: the common state of that newest checkpoint where the caller has read it already
+            (:func:`~megatron_gamma.rundir.layout.read_common`); None: read here, where needed.
 
     Raises:
         ConfigError: ``root`` holds no complete checkpoint; or a full resume from a weights-only
@@ -547,7 +555,8 @@ def check_loadable(root: str, weights_only: bool, load_optim: bool, flag: str = 
         )
     if weights_only:
         return
-    common = read_common(checkpoint_dir(root, iteration))
+    if common is None:
+        common = read_common(checkpoint_dir(root, iteration))
     if "scheduler" not in common:
         raise ConfigError(
             f"{flag}={root!r}: iteration {iteration} holds model weights only (written by "

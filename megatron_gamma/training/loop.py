@@ -60,7 +60,8 @@ from megatron_gamma.rundir.layout import (
     check_resume_init,
     checkpoint_dir,
     describe,
-    saved_description,
+    description,
+    read_common,
     set_aside_earlier_run,
 )
 from megatron_gamma.rundir.loader import check_tokenizer
@@ -181,8 +182,14 @@ def preflight(cfg: Config) -> BilingualTokenizer:
     check_backend(cfg)
     ck = cfg.checkpoint
     check_save_dir(ck.save, ck.load, ck.overwrite)
-    if ck.load and (ck.finetune or latest_iteration(ck.load) is not None):
-        check_loadable(ck.load, ck.finetune, ck.load_optim)
+    resume = ck.load and latest_iteration(ck.load) is not None
+    root = ck.load if resume else ck.pretrained_checkpoint
+    newest = latest_iteration(root) if root else None
+    ckpt = None if newest is None else checkpoint_dir(root, newest)
+    # the checkpoint's common state, read once for the checks of the load, tokenizer and init
+    common = None if ckpt is None else read_common(ckpt)
+    if ck.load and (ck.finetune or resume):  # common is ck.load's where check_loadable reads it
+        check_loadable(ck.load, ck.finetune, ck.load_optim, common=common)
     elif ck.pretrained_checkpoint:
         check_loadable(ck.pretrained_checkpoint, True, False, "pretrained_checkpoint")
     par = cfg.parallel
@@ -197,15 +204,12 @@ def preflight(cfg: Config) -> BilingualTokenizer:
     if warning and parallel.read_dist_env().rank == 0:
         print(f"WARNING: {warning}", flush=True)
     tokenizer = load_tokenizer(cfg.data, cfg.logging.run_dir)
-    resume = ck.load and latest_iteration(ck.load) is not None
-    root = ck.load if resume else ck.pretrained_checkpoint
-    if root:
-        ckpt = checkpoint_dir(root, latest_iteration(root))
-        warning = check_tokenizer(ckpt, cfg, "pass the checkpoint's tokenizer ({flags})")
+    if ckpt is not None:
+        warning = check_tokenizer(ckpt, cfg, "pass the checkpoint's tokenizer ({flags})", common)
         if warning and parallel.read_dist_env().rank == 0:
             print(warning, flush=True)
     if resume and not ck.finetune:  # root is ck.load
-        check_resume_init(cfg, saved_description(ckpt)[0], ck.load)
+        check_resume_init(cfg, description(common)[0], ck.load)
         if ck.overwrite and parallel.read_dist_env().rank == 0:
             print(
                 f"WARNING: overwrite=True: no effect, this run resumes from load={ck.load!r} "
@@ -241,13 +245,16 @@ class Trainer:
     (not SIGTERM with ``--no-exit-signal-handler``) from construction on, but only a
     :class:`~.run_callbacks.PreemptionCallback` of it (:func:`run_callbacks`) acts on a signal
     it records, saving a checkpoint and stopping the loop. :meth:`train` without one gives the
-    signals back to the handlers they had before the trainer was built
+    signals back to the handlers they had before the trainer was built, and a signal recorded
+    while it was built (a SIGUSR1 during start-up) is sent on to them
     (:meth:`~.preemption.PreemptionGuard.release`; Python's default ends the process, killed
     by the signal: exit status 143 for SIGTERM). Stopping the loop instead would return from
     :meth:`train` as if training were done, with nothing saved, and the caller would carry on
     with a shorter run than it asked for; a caller that adds no preemption callback asked for
     no preemption handling, so the signals act as they would without a trainer.
-    ``--exit-duration-in-mins`` is likewise read by that callback only.
+    ``--exit-duration-in-mins`` is likewise read by that callback only. :meth:`close`, and a
+    construction that raises, give the signals back as well: after :func:`pretrain` returns or
+    raises, SIGUSR1 and SIGTERM have the handlers they had before it was called.
 
     Args:
         cfg: validated run config.
@@ -258,6 +265,14 @@ class Trainer:
         self.preemption = PreemptionGuard(
             cfg.training.exit_duration_in_mins, cfg.training.exit_signal_handler
         )
+        try:
+            self._build(cfg)
+        except BaseException:
+            self.preemption.release()  # no trainer, so nothing of it may keep the signals
+            raise
+
+    def _build(self, cfg: Config) -> None:
+        """Everything the trainer holds but its preemption guard (see the class docstring)."""
         self.tokenizer = preflight(cfg)
         check_precision(cfg, parallel.uses_gpu())
         self.log: MetricsLogger | None = None
@@ -571,7 +586,7 @@ class Trainer:
         ):
             self.preemption.install()
         else:
-            self.preemption.release()  # nothing would act on a signal it recorded
+            self.preemption.release(resend=True)  # nothing would act on what it recorded
         self.log = self._open_log()
         self.fire("on_train_start")
         batches = self._iterator(self.datasets[0], self.state.consumed_samples)
@@ -612,8 +627,10 @@ class Trainer:
         return log
 
     def close(self) -> None:
-        """Release the ``--save`` and run-directory locks, megatron-core globals and the process
-        group."""
+        """Give SIGUSR1 and SIGTERM back to the handlers they had before the trainer was built
+        (:meth:`~.preemption.PreemptionGuard.release`), release the ``--save`` and run-directory
+        locks, megatron-core globals and the process group."""
+        self.preemption.release()
         release_lock(self.save_lock)
         release_lock(self.run_lock)
         destroy_num_microbatches_calculator()

@@ -20,7 +20,10 @@ directory resumes from that checkpoint.
 
 Only :class:`~megatron_gamma.training.run_callbacks.PreemptionCallback` calls
 :meth:`PreemptionGuard.stop`; a trainer trained without it puts the signal handlers it
-displaced back (:meth:`PreemptionGuard.release`), so that no signal is recorded and then ignored.
+displaced back (:meth:`PreemptionGuard.release`), so that no signal is recorded and then ignored,
+and sends a signal it recorded while it was built (a SIGUSR1 during start-up) on to them.
+Every trainer puts them back when it is closed, or when its construction fails, so that an
+in-process ``pretrain`` leaves the process's handlers as it found them.
 """
 
 from __future__ import annotations
@@ -68,16 +71,27 @@ class PreemptionGuard:
             if signum not in self._previous:
                 self._previous[signum] = signal.signal(signum, self._on_signal)
 
-    def release(self) -> None:
+    def release(self, resend: bool = False) -> None:
         """Put back the handlers :meth:`install` replaced (the default action where they were
         not set from Python), so that these signals act as they did before; a no-op where not
         installed or off the main thread. Called by the trainer when none of its callbacks acts
-        on this guard."""
+        on this guard, when it is closed, and when its construction fails.
+
+        Args:
+            resend: then send the signal recorded meanwhile (:attr:`signalled`; SIGTERM where
+                both came) again, to the handler put back, and forget it. The trainer does so
+                when none of its callbacks acts on this guard: a SIGUSR1 that came while it was
+                being built then acts as it would have without the guard (Python's default ends
+                the process), instead of being recorded and never acted on.
+        """
         if threading.current_thread() is not threading.main_thread():
             return
         for signum, previous in self._previous.items():
             signal.signal(signum, signal.SIG_DFL if previous is None else previous)
         self._previous = {}
+        if resend and self.signalled is not None:
+            pending, self.signalled = self.signalled, None
+            signal.raise_signal(signal.Signals[pending])
 
     def arm(self) -> None:
         """From now on a SIGTERM is recorded for :meth:`stop`, not acted on at once (called by
