@@ -79,6 +79,30 @@ def test_per_split_config_errors(lang_prefixes):
         DataConfig(data_path=["-1", zh, "2", en]).blend()
 
 
+def test_a_preprocess_output_prefix_as_data_path_suggests_its_datasets(tmp_path, lang_prefixes):
+    """--data-path PREFIX where preprocess wrote PREFIX_text_document.bin/.idx (or one dataset
+    per language): the error names them; a path with .bin gets its extension dropped."""
+    single = preprocess(DEMO_INPUTS[1:], DEMO_TOKENIZER, str(tmp_path / "deb"), progress=False)
+    out = str(tmp_path / "deb")
+    with pytest.raises(ConfigError) as e:
+        DataConfig(data_path=[out]).blend()
+    assert str(e.value) == (
+        f"data_path={out!r}: {out}.bin does not exist. Fix: --data-path {out}_text_document, what "
+        f"`megatron-gamma preprocess --output-prefix {out}` wrote"
+    )
+    assert DataConfig(data_path=[single.prefix]).blend() == ([single.prefix], None)  # the fix
+    with pytest.raises(ConfigError, match=rf"Fix: drop the extension: --data-path {out}_\w+$"):
+        DataConfig(data_path=[single.prefix + ".bin"]).blend()
+    base = lang_prefixes["en"].removesuffix("_en_text_document")
+    with pytest.raises(ConfigError) as e:
+        DataConfig(train_data_path=[lang_prefixes["zh"]], valid_data_path=[base]).blend_per_split()
+    assert str(e.value).endswith(
+        f"Fix: one of {lang_prefixes['en']}, {lang_prefixes['zh']}, what `megatron-gamma "
+        f"preprocess --output-prefix {base}` wrote; or their blend, the data_path in "
+        f"{base}.stats.json"
+    )
+
+
 # documents short then long: the split with the fewest tokens is not the one with the fewest
 # documents
 LENGTHS = [2, 3, 2, 4, 3, 2, 3, 1, 15, 30]

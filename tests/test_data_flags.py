@@ -16,11 +16,12 @@ from megatron.core.datasets.indexed_dataset import IndexedDataset
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from workers.common import build, make_config
 
+from megatron_gamma.cli import main
 from megatron_gamma.config import ConfigError, load_config
 from megatron_gamma.data.datasets import build_datasets, micro_batches
 from megatron_gamma.data.merge import merge_datasets
 from megatron_gamma.data.preprocess import preprocess
-from megatron_gamma.data.tokenizer import EOD, BilingualTokenizer
+from megatron_gamma.data.tokenizer import EOD, BilingualTokenizer, write_metadata
 from megatron_gamma.data.tokenizer_fingerprint import SUFFIX, check_datasets, fingerprint
 from megatron_gamma.data.tokenizer_types import gpt2_bpe_tokenizer
 from megatron_gamma.training.loop import preflight
@@ -194,6 +195,42 @@ def test_tokenizer_flag_errors_name_the_fix(tmp_path, gpt2_files):
     (tmp_path / "m.txt").write_text("#version: 0.2\n")
     with pytest.raises(ConfigError, match="no <\\|endoftext\\|> token"):
         gpt2_bpe_tokenizer(str(tmp_path / "novocab.json"), str(tmp_path / "m.txt"))
+
+
+def test_a_tokenizer_file_of_the_wrong_kind_is_named_with_the_fix(tmp_path, gpt2_files, capsys):
+    """Another JSON file as --tokenizer-model, a tokenizer.json as GPT-2's --vocab-file: each
+    is named with HF tokenizers' reason and the fix, before anything is written; the fix works."""
+    _, merges = gpt2_files
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    shutil.copy(DEMO_TOKENIZER, folder / "tokenizer.json")
+    write_metadata(str(folder / "tokenizer.json"))  # tokenizer_config.json and others beside it
+    out = tmp_path / "o" / "p"
+    args = ["preprocess", "--input", DEMO_INPUTS[1], "--output-prefix", str(out), "--no-progress"]
+    assert main([*args, "--tokenizer-model", str(folder / "tokenizer_config.json")]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"tokenizer_model={str(folder / 'tokenizer_config.json')!r}: not a tokenizer.json that HF "
+        "tokenizers can read (expected `,` or `}` at line"
+    ) in err
+    tok = folder / "tokenizer.json"
+    assert f"Fix: --tokenizer-model {tok}, the tokenizer.json beside it" in err
+    assert main([*args, "--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", str(tok),
+                 "--merge-file", merges]) == 2  # fmt: skip
+    err = capsys.readouterr().err
+    assert "not GPT-2's vocab.json and merges.txt (Error while initializing BPE: Token" in err
+    assert (
+        f"Fix: {tok} is a tokenizer.json: pass --tokenizer-type HuggingFaceTokenizer "
+        f"--tokenizer-model {tok} instead"
+    ) in err
+    assert not out.parent.exists()
+    assert main([*args, "--tokenizer-model", str(tok)]) == 0  # the fix
+    with open(DEMO_INPUTS[1], encoding="utf-8") as f:
+        first = json.loads(f.readline())["text"]
+    hf = Tokenizer.from_file(DEMO_TOKENIZER)
+    want = hf.encode(first, add_special_tokens=False).ids + [hf.token_to_id(EOD)]
+    dataset = IndexedDataset(f"{out}_text_document")  # held: item 0 is a view of its memory map
+    assert dataset[0].tolist() == want
 
 
 def test_preprocess_gpt2_bpe_writes_its_ids_and_fingerprint(tmp_path, gpt2_files):

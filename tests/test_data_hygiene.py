@@ -8,6 +8,7 @@ import json
 
 from helpers import DEMO_TOKENIZER
 
+from megatron_gamma.cli import main
 from megatron_gamma.data.encode import EncodeOptions
 from megatron_gamma.data.filters import Filters
 from megatron_gamma.data.preprocess import preprocess
@@ -49,3 +50,26 @@ def test_long_document_is_cut_to_max_document_chars_and_counted(tmp_path):
     assert got == want
     assert stats["languages"]["en"]["truncated"] == 1
     assert stats["languages"]["en"]["documents"] == 2
+
+
+def test_the_console_summary_counts_truncated_documents_and_removed_controls(tmp_path, capsys):
+    """What stats.json counts, the printed summary says: a cut document is not 'dropped', so
+    'dropped: none' alone hid it."""
+    path = tmp_path / "in.jsonl"
+    texts = ["x" * 3000 + " tail", "Bell\x07 and\x00 nul.", "你好\x01世界。", "Short."]
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    out = tmp_path / "o"
+    args = ["preprocess", "--input", str(path), "--tokenizer-model", DEMO_TOKENIZER]
+    args += ["--output-prefix", str(out), "--max-document-chars", "1000", "--no-progress"]
+    assert main(args) == 0
+    summary = capsys.readouterr().out
+    stats = json.loads((tmp_path / "o.stats.json").read_text())
+    assert stats["languages"]["en"]["truncated"] == 1
+    assert stats["languages"]["en"]["control_characters"] == 2
+    assert stats["languages"]["zh"]["control_characters"] == 1
+    en = next(line for line in summary.splitlines() if line.startswith("  en: "))
+    zh = next(line for line in summary.splitlines() if line.startswith("  zh: "))
+    assert en.endswith(
+        "dropped: none; truncated to --max-document-chars: 1; control characters removed: 2"
+    ), en
+    assert zh.endswith("dropped: none; control characters removed: 1"), zh

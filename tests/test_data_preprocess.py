@@ -9,7 +9,9 @@ Megatron-LM's ``preprocess_data.py``), built in the test from the packaged demo 
 import gzip
 import hashlib
 import json
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,14 +24,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from helpers import megatron_core_dataset, read_dataset
+from helpers import megatron_core_dataset, read_dataset, run_cli
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 
 from megatron_gamma.cli import main
 from megatron_gamma.config import ConfigError, DataConfig
 from megatron_gamma.data import demo_dir
-from megatron_gamma.data.encode import EncodeOptions
+from megatron_gamma.data.encode import ChunkEncoder, EncodeOptions
 from megatron_gamma.data.filters import Filters
+from megatron_gamma.data.indexed import ChunkWriter
 from megatron_gamma.data.merge import merge_datasets, merge_shards
 from megatron_gamma.data.normalize import normalize
 from megatron_gamma.data.preprocess import UNCHECKED, format_summary, preprocess
@@ -38,6 +41,7 @@ from megatron_gamma.data.sentences import split_sentences
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 
 TOKENIZER = os.path.join(demo_dir(), "tokenizer.json")
+MAIN = os.getpid()
 FORMATS = ("jsonl", "jsonl.gz", "jsonl.zst", "parquet")
 
 
@@ -162,6 +166,31 @@ def test_round_trip_sentences_eod_and_per_language_stats(tmp_path, parts):
     assert weights == pytest.approx([t / sum(tokens) for t in tokens], abs=1e-6)
 
 
+def test_a_lang_key_no_record_has_is_warned_once_per_run(tmp_path, parts, caplog):
+    """--lang-key language on records whose field is 'lang': every document is tagged by
+    script, as without the flag, and one warning per run (not per shard) says so."""
+    by_script = preprocess(parts, TOKENIZER, str(tmp_path / "s"), progress=False,
+                           options=EncodeOptions(per_language=True))  # fmt: skip
+    opts = EncodeOptions(per_language=True, lang_key="language")
+    with caplog.at_level("WARNING"):
+        typo = preprocess(parts, TOKENIZER, str(tmp_path / "t"), num_shards=2, options=opts,
+                          progress=False)  # fmt: skip
+    warned = [m for m in caplog.messages if m.startswith("--lang-key")]
+    assert warned == [
+        "--lang-key 'language': no record read had that field (or it was null in every one), so "
+        "every document was tagged by script. Fix: check the field's name, or drop --lang-key to "
+        "tag by script"
+    ]
+    assert typo.stats["languages"] == by_script.stats["languages"]
+    for name, prefix in typo.prefixes.items():
+        assert read_dataset(prefix) == read_dataset(by_script.prefixes[name])
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        preprocess(parts, TOKENIZER, str(tmp_path / "l"), progress=False,
+                   options=EncodeOptions(lang_key="lang"))  # fmt: skip
+    assert not [m for m in caplog.messages if m.startswith("--lang-key")]
+
+
 def test_special_token_strings_in_text_stay_text(tmp_path):
     text = "Megatron appends <|endoftext|> after each document; <|pad|> pads."
     write_file(str(tmp_path / "s.jsonl"), [{"text": text}])
@@ -212,7 +241,10 @@ BAD_CASES = [
     ("a.jsonl", b'{"text": "a\x01"}\n', "malformed_json",
      r"a\.jsonl:1: malformed JSON \(Invalid control character at column 12\)"),
     ("a.jsonl", b'{"text": "ok"}\n{"body": "x"}\n', "missing_key", r"a\.jsonl:2: no key 'text'"),
-    ("a.jsonl", b'{"text": null}\n', "missing_key", r"a\.jsonl:1: no key 'text'"),
+    ("a.jsonl", b'{"text": null}\n', "missing_key",
+     r"a\.jsonl:1: 'text' is null, not a string: the record has no text\. Fix: give it a text"),
+    ("a.parquet", [{"text": "ok"}, {"text": None}], "missing_key",
+     r"a\.parquet:2: 'text' is null, not a string"),
     ("a.jsonl", b'{"text": 5}\n', "bad_value", r"a\.jsonl:1: 'text' is an int, not a string"),
     ("a.jsonl", b'{"text": "ok"}\n{"text": "\xff\xfe"}\n', "invalid_utf8",
      r"a\.jsonl:2: invalid UTF-8 \(byte 0xff at byte 11"),
@@ -231,7 +263,10 @@ def test_bad_input_stops_with_file_and_line_and_writes_nothing(
 ):
     bad = tmp_path / "in" / name
     bad.parent.mkdir()
-    bad.write_bytes(content)
+    if isinstance(content, list):  # records
+        write_file(str(bad), content)
+    else:
+        bad.write_bytes(content)
     opts = EncodeOptions(lang_key="lang")
     with pytest.raises(InputError, match=message) as e:
         preprocess([str(bad)], TOKENIZER, str(tmp_path / "out" / "x"), options=opts, progress=False)
@@ -289,6 +324,30 @@ def test_on_error_skip_counts_each_kind_and_keeps_the_good_documents(tmp_path):
                  "--output-prefix", str(tmp_path / "cli"), "--no-progress"]) == 2  # fmt: skip
 
 
+def test_a_rerun_with_on_error_skip_keeps_the_shards_finished_under_stop(tmp_path):
+    """A shard finished under 'stop' met no bad record, so its bytes are those 'skip' writes:
+    the rerun the error suggests keeps it. Not the reverse: a shard finished under 'skip' may
+    have skipped records, and a rerun under 'stop' is refused."""
+    texts = [r["text"] for r in demo_records()[:6]]
+    good, late = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    good.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[:3]))
+    late.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts[3:]) + "{bad\n")
+    # backend hf: auto's sample of every file would meet the bad line before shard 0 starts
+    run = dict(inputs=[str(good), str(late)], tokenizer_path=TOKENIZER,
+               output_prefix=str(tmp_path / "o"), num_shards=2, tokenizer_backend="hf",
+               progress=False)  # fmt: skip
+    with pytest.raises(InputError, match=r"b\.jsonl:4: malformed JSON .* or --on-error skip"):
+        preprocess(**run)
+    r = preprocess(**run, options=EncodeOptions(on_error="skip"))
+    assert r.skipped == 1 and r.stats["errors"]["malformed_json"] == 1
+    ref = megatron_core_dataset(texts, str(tmp_path / "ref"))
+    assert read_dataset(r.prefix) == read_dataset(ref)
+    with pytest.raises(
+        ConfigError, match=r"o-shard00001-of-00002.done.json: .*\(differs in: options\.on_error\)"
+    ):
+        preprocess(**run)
+
+
 def test_skip_warnings_come_in_line_order_across_kinds(tmp_path, caplog):
     """Parse errors and key/value errors of one chunk are logged by line, not by kind."""
     bad = tmp_path / "a.jsonl"
@@ -311,6 +370,25 @@ def test_a_skipped_broken_stream_says_which_lines_were_kept(tmp_path, caplog):
     kept = r.stats["unreadable_files"][str(tmp_path / "b.jsonl.gz")]["records"]
     [message] = [m for m in caplog.messages if m.startswith("skipped")]
     assert message.endswith(f"re-fetch it (its {kept} complete lines before the break are kept)")
+
+
+def test_a_directory_of_bare_json_files_says_they_are_skipped_on_purpose(tmp_path):
+    """A directory's expansion skips bare .json files (more often configs than data): the error
+    says so, not that it holds no .json files, and names them; naming them is the fix."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    write_file(str(folder / "a.json"), [{"text": "alpha doc"}])
+    out = str(tmp_path / "o")
+    with pytest.raises(InputError) as e:
+        preprocess([str(folder)], TOKENIZER, out, progress=False)
+    assert str(e.value) == (
+        f"input directory {str(folder)!r} holds no .jsonl/.jsonl.gz/.json.gz/.jsonl.zst/.json.zst/"
+        f".parquet files, only 1 bare .json file(s) (e.g. {str(folder / 'a.json')!r}), which a "
+        "directory's expansion skips on purpose: they are more often configs than data. Fix: "
+        f"name them (--input {folder / 'a.json'}), or rename them to .jsonl"
+    )
+    r = preprocess([str(folder / "a.json")], TOKENIZER, out, progress=False)
+    assert read_dataset(r.prefix) == read_dataset(megatron_core_dataset(["alpha doc"], out + "r"))
 
 
 def test_empty_inputs_are_clear_errors_and_write_nothing(tmp_path):
@@ -357,6 +435,34 @@ def test_an_unwritable_output_prefix_is_refused_before_any_work(tmp_path, prefix
     with pytest.raises(ConfigError, match=message):
         merge_shards(prefix, 2, progress=False)
     assert listing(tmp_path) == before
+
+
+def test_an_output_directory_that_is_a_link_to_nothing_is_refused_and_the_fix_works(
+    tmp_path, capsys
+):
+    """``ln -s nowhere d``: preprocess, both merges and train-tokenizer name the link and the
+    fix before any work (they raised FileExistsError from makedirs, train-tokenizer after
+    sampling); once its target exists the same command writes there."""
+    os.symlink("nowhere", tmp_path / "d")
+    src = write_file(str(tmp_path / "a.jsonl"), [{"text": "fine"}])
+    link = str(tmp_path / "d")
+    message = f"{link!r} is a symbolic link to 'nowhere', which does not exist. Fix: create"
+    runs = [
+        ["preprocess", "--input", src, "--tokenizer-model", TOKENIZER, "--output-prefix",
+         f"{link}/p", "--no-progress"],
+        ["merge", "--input", str(tmp_path / "a"), "--output-prefix", f"{link}/m"],
+        ["merge", "--output-prefix", f"{link}/p", "--num-shards", "2"],
+        ["train-tokenizer", "--input", src, "--output", f"{link}/tokenizer.json", "--no-progress"],
+    ]  # fmt: skip
+    for args in runs:
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, err
+    assert os.readlink(link) == "nowhere" and listing(tmp_path) == ["a.jsonl", "d"]
+    os.mkdir(tmp_path / "nowhere")  # the fix
+    assert main(runs[0]) == 0
+    ref = megatron_core_dataset(["fine"], str(tmp_path / "ref"))
+    assert read_dataset(str(tmp_path / "nowhere" / "p_text_document")) == read_dataset(ref)
 
 
 def test_an_output_prefix_in_a_directory_without_write_permission_is_refused(tmp_path, monkeypatch):
@@ -443,6 +549,61 @@ def test_rerun_skips_completed_redoes_damaged_and_refuses_other_settings(
         merge_shards(out, 2)
 
 
+def test_shards_redone_after_an_input_changed_are_merged_again(tmp_path, caplog):
+    """The merged output is made from the shards alone: when a shard was redone with other
+    bytes (its input edited, its marker deleted as the refusal says), it is merged again."""
+    records = demo_records()
+    files = write_parts(str(tmp_path / "in"), records, 4)
+    out = str(tmp_path / "o")
+    preprocess(files, TOKENIZER, out, num_shards=2, progress=False)
+    last = int(np.linspace(0, len(records), 5)[3])  # where write_parts starts the last part
+    write_file(files[3], records[last:-1])  # which loses its last record
+    marker = f"{out}-shard00001-of-00002.done.json"
+    with pytest.raises(ConfigError, match=rf"differs in: inputs \(entry 2 is now \[.*{marker}"):
+        preprocess(files, TOKENIZER, out, num_shards=2, progress=False)
+    os.remove(marker)  # the fix the refusal names
+    with caplog.at_level("WARNING"):
+        again = preprocess(files, TOKENIZER, out, num_shards=2, progress=False)
+    assert f"{out}: its shards changed since they were merged; redoing it" in caplog.text
+    ref = megatron_core_dataset([r["text"] for r in records[:-1]], str(tmp_path / "ref"))
+    assert again.documents == len(records) - 1
+    assert read_dataset(again.prefix) == read_dataset(ref)
+
+
+def test_a_merge_is_found_done_however_its_prefix_is_spelled(tmp_path, monkeypatch, caplog):
+    """A sharded run's merge recorded its shards as the prefix was typed, a dataset merge its
+    inputs likewise: the same run given an absolute prefix (as the SLURM script writes it), or
+    run from another directory, was refused for 'merge_of'. Both are found done and skipped."""
+    records = demo_records()
+    files = [os.path.abspath(f) for f in write_parts(str(tmp_path / "in"), records, 2)]
+    monkeypatch.chdir(tmp_path)
+    first = preprocess(files, TOKENIZER, "o/c", num_shards=2, progress=False)
+    merged = read_dataset(str(tmp_path / first.prefix))
+    with open("o/c.done.json") as f:  # the shards as the older code recorded them: as typed
+        marker = json.load(f)
+    for entry in marker["fingerprint"]["merge_of"]:
+        entry[0] = os.path.join("o", entry[0])
+    with open("o/c.done.json", "w") as f:
+        json.dump(marker, f)
+    os.makedirs("elsewhere")
+    monkeypatch.chdir("elsewhere")
+    with caplog.at_level("INFO"):
+        again = preprocess(
+            files, TOKENIZER, str(tmp_path / "o" / "c"), num_shards=2, progress=False
+        )
+    assert again.skipped == 2 and f"{tmp_path}/o/c: already merged, skipped" in caplog.text
+    assert read_dataset(again.prefix) == merged
+
+    monkeypatch.chdir(tmp_path)
+    merge_datasets(["o/c_text_document"], "m/all", progress=False)
+    monkeypatch.chdir("elsewhere")
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        merge_datasets([str(tmp_path / "o" / "c_text_document")], "../m/all", progress=False)
+    assert "m/all: already merged, skipped" in caplog.text
+    assert read_dataset(str(tmp_path / "m" / "all")) == merged
+
+
 def test_merge_datasets_concatenates_prefixes_in_the_given_order(tmp_path):
     texts = [r["text"] for r in demo_records()]
     a = megatron_core_dataset(texts[:10], str(tmp_path / "a"))
@@ -451,6 +612,94 @@ def test_merge_datasets_concatenates_prefixes_in_the_given_order(tmp_path):
     assert read_dataset(out) == read_dataset(
         megatron_core_dataset(texts[10:30] + texts[:10], str(tmp_path / "ref"))
     )
+
+
+def _cli_two_shards(tmp_path, monkeypatch) -> tuple[list[str], str]:
+    """The arguments of a 2-shard preprocess of the demo corpus, and its output prefix; the log
+    goes to this test's stderr (a handler an earlier test added writes to that test's)."""
+    monkeypatch.setattr(logging.getLogger("megatron_gamma.data"), "handlers", [])
+    files = write_parts(str(tmp_path / "in"), demo_records(), 2)
+    out = str(tmp_path / "o" / "c")
+    args = ["preprocess", "--input", *files, "--tokenizer-model", TOKENIZER, "--output-prefix",
+            out, "--num-shards", "2", "--no-progress"]  # fmt: skip
+    return args, out
+
+
+def test_a_killed_worker_is_its_message_and_exit_status_1_without_a_traceback(
+    tmp_path, capsys, monkeypatch
+):
+    """SIGKILL (the out-of-memory killer's) of a worker: the error names its exit code and the
+    fix, main returns 1 instead of raising; the rerun writes the bytes of a clean run."""
+    args, out = _cli_two_shards(tmp_path, monkeypatch)
+    encode = ChunkEncoder.__call__
+
+    def killed_in_a_worker(self, chunk):
+        if os.getpid() != MAIN:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return encode(self, chunk)
+
+    with monkeypatch.context() as m:
+        m.setattr(ChunkEncoder, "__call__", killed_in_a_worker)
+        assert main([*args, "--workers", "2", "--chunk-size", "1"]) == 1
+    err = capsys.readouterr().err
+    assert re.search(
+        r"megatron-gamma preprocess: error: worker process \d+ exited with code -9 \(negative: "
+        r"killed by that signal.*\)\. Fix: give the job more memory or fewer --workers",
+        err,
+    ), err
+    assert "Traceback" not in err
+    assert main(args) == 0
+    ref = megatron_core_dataset([r["text"] for r in demo_records()], str(tmp_path / "ref"))
+    assert read_dataset(f"{out}_text_document") == read_dataset(ref)
+
+
+def test_ctrl_c_is_a_message_and_exit_status_130_and_keeps_the_finished_shard(
+    tmp_path, capsys, monkeypatch
+):
+    """SIGINT while shard 1 is written: 'interrupted' and what is kept, no traceback; shard 0
+    stays complete, nothing of shard 1 is left, and the rerun finishes with a clean run's bytes."""
+    args, out = _cli_two_shards(tmp_path, monkeypatch)
+    add = ChunkWriter.add
+
+    def interrupted_in_shard_1(self, *a):
+        if "shard00001" in self.prefix:
+            os.kill(os.getpid(), signal.SIGINT)
+        return add(self, *a)
+
+    with monkeypatch.context() as m:
+        m.setattr(ChunkWriter, "add", interrupted_in_shard_1)
+        assert main(args) == 130
+    err = capsys.readouterr().err
+    assert err.endswith(
+        "megatron-gamma preprocess: interrupted; finished outputs are kept, nothing half-written: "
+        "rerun the same command to go on\n"
+    )
+    assert "Traceback" not in err
+    kept = listing(os.path.dirname(out))
+    assert kept == [f"c-shard00000-of-00002{s}" for s in
+                    (".done.json", ".stats.json", "_text_document.bin", "_text_document.idx",
+                     "_text_document.tokenizer_fingerprint.json")]  # fmt: skip
+    assert main(args) == 0
+    ref = megatron_core_dataset([r["text"] for r in demo_records()], str(tmp_path / "ref"))
+    assert read_dataset(f"{out}_text_document") == read_dataset(ref)
+
+
+def test_merge_datasets_again_after_an_input_was_rewritten_to_the_same_sizes(tmp_path, caplog):
+    """'x y' and 'y x' are two tokens each: the rewritten dataset keeps its .bin and .idx
+    sizes, and only the modification times tell the merge that its output is stale."""
+    a = megatron_core_dataset(["alpha doc"], str(tmp_path / "a"))
+    b = megatron_core_dataset(["x y"], str(tmp_path / "b"))
+    out = merge_datasets([a, b], str(tmp_path / "m"), progress=False)
+    sizes = [os.path.getsize(b + ext) for ext in (".bin", ".idx")]
+    megatron_core_dataset(["y x"], b)
+    assert [os.path.getsize(b + ext) for ext in (".bin", ".idx")] == sizes
+    later = os.stat(b + ".bin").st_mtime_ns + 10**9
+    os.utime(b + ".bin", ns=(later, later))
+    with caplog.at_level("WARNING"):
+        merge_datasets([a, b], out, progress=False)
+    assert f"{out}: its inputs changed since they were merged" in caplog.text
+    ref = megatron_core_dataset(["alpha doc", "y x"], str(tmp_path / "ref"))
+    assert read_dataset(out) == read_dataset(ref)
 
 
 @pytest.mark.slow
@@ -503,3 +752,63 @@ def test_killed_run_leaves_no_partial_final_file_and_rerun_matches_clean_run(tmp
     assert rerun.skipped == 1
     assert read_dataset(rerun.prefix) == read_dataset(clean.prefix)
     assert not any(n.startswith(".") for n in listing(out_dir))
+
+
+def test_off_a_terminal_progress_is_logged_every_log_interval_documents(tmp_path, capsys):
+    """stderr a pipe (a SLURM log, nohup, CI): no bar, but Megatron-LM's 'Processed N documents'
+    line each time the documents written pass a multiple of --log-interval, with the tokens
+    written by then; one record per chunk, so the lines fall on the multiples exactly."""
+    inputs = [os.path.join(demo_dir(), f) for f in ("zh.jsonl", "en.jsonl")]
+    out = str(tmp_path / "o")
+    args = ["preprocess", "--input", *inputs, "--tokenizer-model", TOKENIZER, "--output-prefix"]
+    args += [out, "--chunk-size", "1", "--log-interval", "10"]
+    proc = run_cli(args, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = re.findall(
+        r"^INFO: Processed (\d+) documents \(\d+ docs/s, [\d.]+ MB/s\), (\d+) tokens "
+        r"\(\d+ tok/s\), [\d.]+ s elapsed$",
+        proc.stderr,
+        re.MULTILINE,
+    )
+    stats = json.loads(open(out + ".stats.json").read())["outputs"]["text_document"]
+    assert stats["documents"] == 104
+    assert [int(d) for d, _ in lines] == list(range(10, 101, 10)), proc.stderr
+    dataset = IndexedDataset(out + "_text_document")  # kept: collecting it unmaps the lengths
+    ends = np.cumsum(dataset.sequence_lengths)
+    assert [int(t) for _, t in lines] == [int(ends[d - 1]) for d in range(10, 101, 10)]
+    assert ends[-1] == stats["tokens"]
+    assert "it/s" not in proc.stderr and "B/s]" not in proc.stderr  # no bar
+    assert main([*args, "--log-interval", "0"]) == 2
+    assert "log_interval=0: must be >= 1" in capsys.readouterr().err
+
+
+def test_merge_refuses_inputs_holding_shards_and_their_merge_and_prints_counts(
+    tmp_path, parts, capsys
+):
+    """A sharded run's directory holds the shards and their merge: `merge --input DIR` would
+    hold every document twice."""
+    out = tmp_path / "arr" / "deb"
+    run = preprocess(parts, TOKENIZER, str(out), num_shards=3, progress=False)
+    shards = [f"{out}-shard{i:05d}-of-00003_text_document" for i in range(3)]
+    merge = ["merge", "--no-progress", "--output-prefix"]
+    assert main([*merge, str(tmp_path / "m" / "all"), "--input", str(tmp_path / "arr")]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"inputs '{shards[0]}' and '{run.prefix}' both hold the documents of '{shards[0]}'" in err
+    )
+    assert "Fix: give the merged dataset alone, or the datasets it was merged from" in err
+    assert not (tmp_path / "m").exists()
+    assert main([*merge, str(tmp_path / "m" / "all"), "--input", *shards]) == 0
+    assert read_dataset(str(tmp_path / "m" / "all")) == read_dataset(run.prefix)
+    want = run.stats["outputs"]["text_document"]
+    assert capsys.readouterr().out == (
+        f"{tmp_path}/m/all.bin/.idx: {want['documents']} documents, {want['tokens']} tokens\n"
+    )
+    assert want["documents"] == len(demo_records())
+    # two merges of the same shards, and a merge with one of its own shards
+    for inputs, shared in (
+        ([run.prefix, str(tmp_path / "m" / "all")], shards[0]),
+        ([str(tmp_path / "m"), shards[1]], shards[1]),
+    ):
+        assert main([*merge, str(tmp_path / "m2" / "x"), "--input", *inputs]) == 2
+        assert f"both hold the documents of '{shared}'" in capsys.readouterr().err

@@ -1,14 +1,22 @@
-"""Damaged preprocessing state (issue 27 item 7): an empty or torn done-marker is named with the
-fix, and a second writer of the same output prefix is refused while the first holds its lock."""
+"""Damaged or outdated preprocessing state (issue 27 item 7): an empty or torn done-marker is named
+with the fix, a second writer of the same output prefix is refused while the first holds its
+lock, and a marker does not outlive an input edited in place or its own older format."""
 
+import json
+import os
+import re
 import subprocess
 import sys
 
 import pytest
 from conftest import DEMO_INPUTS, DEMO_TOKENIZER
+from megatron.core.datasets.indexed_dataset import IndexedDataset
+from tokenizers import Tokenizer
 
 from megatron_gamma.config import ConfigError
+from megatron_gamma.data.encode import EncodeOptions
 from megatron_gamma.data.preprocess import preprocess
+from megatron_gamma.data.tokenizer import EOD
 
 
 @pytest.mark.parametrize("damage", ["empty", "torn"])
@@ -69,3 +77,77 @@ def test_a_lock_file_that_is_a_symbolic_link_is_refused_and_its_target_untouched
     )
     assert victim.read_text() == "keep me\n"
     assert sorted(p.name for p in out.iterdir()) == [".o.lock"]  # nothing written
+
+
+def _edit_in_place(path, text: str) -> None:
+    """Rewrite ``path`` with ``text`` (of the same size) and a later modification time."""
+    before = path.stat()
+    path.write_text(text)
+    assert path.stat().st_size == before.st_size
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
+
+
+def _decoded(prefix: str) -> list[list[int]]:
+    return [[int(t) for t in doc] for doc in IndexedDataset(prefix)]
+
+
+def _hf_ids(text: str) -> list[int]:
+    """The reference: HF ``tokenizers``' ids of ``text``, then EOD."""
+    tok = Tokenizer.from_file(DEMO_TOKENIZER)
+    return tok.encode(text, add_special_tokens=False).ids + [tok.token_to_id(EOD)]
+
+
+def test_an_input_edited_in_place_is_not_taken_for_the_finished_one(tmp_path):
+    """Same size, same path, other text: the modification time in the fingerprint tells it."""
+    src = tmp_path / "s.jsonl"
+    src.write_text('{"text": "alpha doc"}\n')
+    prefix = str(tmp_path / "r" / "p")
+    first = preprocess([str(src)], DEMO_TOKENIZER, prefix, progress=False)
+    assert _decoded(first.prefix) == [_hf_ids("alpha doc")]
+    _edit_in_place(src, '{"text": "ALPHA DOC"}\n')
+    marker = f"{prefix}.done.json"
+    with pytest.raises(
+        ConfigError,
+        match=rf"differs in: inputs \(entry 1 is now \[{re.escape(repr(str(src)))}, 22, \d+\], "
+        rf"was \[{re.escape(repr(str(src)))}, 22, \d+\]\)\)\. Fix: .*delete {re.escape(marker)}",
+    ):
+        preprocess([str(src)], DEMO_TOKENIZER, prefix, progress=False)
+    assert _decoded(first.prefix) == [_hf_ids("alpha doc")]  # refused: nothing touched
+    os.remove(marker)  # the fix
+    again = preprocess([str(src)], DEMO_TOKENIZER, prefix, progress=False)
+    assert again.skipped == 0 and _decoded(again.prefix) == [_hf_ids("ALPHA DOC")]
+
+
+def _as_older_marker(marker: str) -> None:
+    """Rewrite a done-marker as the previous version wrote it: fingerprint format 1, each input
+    as [path, size] (no modification time)."""
+    with open(marker, encoding="utf-8") as f:
+        doc = json.load(f)
+    fp = doc["fingerprint"]
+    fp["format"], fp["inputs"] = 1, [entry[:2] for entry in fp["inputs"]]
+    with open(marker, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+
+
+def test_a_marker_of_the_older_format_has_its_unit_redone_with_the_reason(tmp_path, caplog):
+    """An older marker cannot tell an input edited in place: its unit is redone (with a line
+    saying why), not skipped; other differences are still refused."""
+    src = tmp_path / "s.jsonl"
+    src.write_text('{"text": "alpha doc"}\n')
+    prefix = str(tmp_path / "p")
+    preprocess([str(src)], DEMO_TOKENIZER, prefix, progress=False)
+    _as_older_marker(f"{prefix}.done.json")
+    _edit_in_place(src, '{"text": "ALPHA DOC"}\n')
+    with caplog.at_level("WARNING"):
+        redo = preprocess([str(src)], DEMO_TOKENIZER, prefix, progress=False)
+    assert redo.skipped == 0 and _decoded(redo.prefix) == [_hf_ids("ALPHA DOC")]
+    assert f"{prefix}: done-marker of an older megatron-gamma, which did not record" in caplog.text
+    assert "; redoing it" in caplog.text
+    assert preprocess([str(src)], DEMO_TOKENIZER, prefix, progress=False).skipped == 1
+    _as_older_marker(f"{prefix}.done.json")
+    with pytest.raises(ConfigError, match=r"\(differs in: options\.append_eod\)\. Fix: "):
+        preprocess([str(src)], DEMO_TOKENIZER, prefix, progress=False,
+                   options=EncodeOptions(append_eod=False))  # fmt: skip
+    src.write_text('{"text": "alpha doc, longer"}\n')
+    with pytest.raises(ConfigError, match=r"\(differs in: inputs \(entry 1 is now \[.*, 30\], "):
+        preprocess([str(src)], DEMO_TOKENIZER, prefix, progress=False)

@@ -4,10 +4,11 @@ fallback, loader metadata read back by megatron-core, and the committed demo tok
 import filecmp
 import json
 import os
+import re
 
 import pytest
 
-from megatron_gamma.cli import main
+from megatron_gamma.cli import main, parse_args
 from megatron_gamma.data import demo_dir
 from megatron_gamma.data.sampling import parse_proportions, sample_corpus
 from megatron_gamma.data.tokenizer import BilingualTokenizer
@@ -147,3 +148,56 @@ def test_train_tokenizer_refuses_an_existing_output_before_reading_input(tmp_pat
     assert "Fix: pass another --output path, or delete the existing file first" in err
     assert out.read_text() == "the tokenizer existing data was made with"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer.json"]
+
+
+def test_train_tokenizer_output_as_a_directory_writes_its_tokenizer_json(tmp_path, capsys):
+    """--output DIR/ (or an existing DIR) writes DIR/tokenizer.json, which --tokenizer-model DIR
+    reads, with its metadata beside it; a DIR holding one already is refused as a file is."""
+    base = ["train-tokenizer", "--input", *DEMO, "--vocab-size", "300", "--sample-chars",
+            "20000", "--no-progress", "--output"]  # fmt: skip
+    assert main([*base, str(tmp_path / "ref" / "tokenizer.json")]) == 0
+    capsys.readouterr()
+    (tmp_path / "existing").mkdir()
+    for folder in (str(tmp_path / "new") + "/", str(tmp_path / "existing")):
+        assert main([*base, folder]) == 0
+        want = os.path.join(folder, "tokenizer.json")
+        assert capsys.readouterr().out.startswith(f"wrote {want} (300 tokens)")
+        for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.report.json"):
+            ref = tmp_path / "ref" / name
+            assert filecmp.cmp(os.path.join(folder, name), ref, shallow=False), name
+    assert main([*base, str(tmp_path / "existing")]) == 2
+    want = str(tmp_path / "existing" / "tokenizer.json")
+    assert f"output={want!r}: already exists" in capsys.readouterr().err
+
+
+def test_train_tokenizer_help_shows_the_default_of_each_option(capsys):
+    """Each option's help ends with the default the parser gives it (the sampling budgets were
+    shown without theirs)."""
+    with pytest.raises(SystemExit):
+        main(["train-tokenizer", "--help"])
+    text = capsys.readouterr().out
+    defaults = parse_args(["train-tokenizer", "--input", "x", "--output", "y"])
+    flags = ("--vocab-size", "--lang-proportions", "--sample-chars", "--sample-rate",
+             "--heldout-fraction", "--heldout-chars", "--seed")  # fmt: skip
+    for flag in flags:
+        entry = re.search(rf"\n  {flag} [A-Z_]+(?: +|\n {{10,}})(.*?)(?=\n  -|\Z)", text, re.S)
+        assert entry is not None, f"{flag}: no help"
+        entry = entry.group(1)
+        value = getattr(defaults, flag[2:].replace("-", "_"))
+        assert " ".join(entry.split()).endswith(f"(default: {value})"), (flag, entry)
+    assert (defaults.vocab_size, defaults.sample_chars, defaults.seed) == (4096, 500_000_000, 1234)
+
+
+def test_a_lang_key_no_record_has_is_warned_when_sampling(caplog):
+    """train-tokenizer --lang-key language on records whose field is 'lang': the sample is the
+    one tagging by script gives, and a warning says the field was never found."""
+    kwargs = dict(progress=False, heldout_fraction=0.1)
+    by_script = sample_corpus(DEMO, {"zh": 0.5, "en": 0.5}, 30_000, **kwargs)
+    with caplog.at_level("WARNING"):
+        typo = sample_corpus(DEMO, {"zh": 0.5, "en": 0.5}, 30_000, lang_key="language", **kwargs)
+    assert (typo.train, typo.heldout) == (by_script.train, by_script.heldout)
+    assert caplog.messages == [
+        "--lang-key 'language': no record read had that field (or it was null in every one), so "
+        "every document was tagged by script. Fix: check the field's name, or drop --lang-key to "
+        "tag by script"
+    ]

@@ -54,6 +54,29 @@ def test_estimate_without_the_tokenizer_needs_the_vocab_size(tmp_path, capsys):
     assert _total(capsys.readouterr().out) == count_parameters(load_config(str(config)), 4096).total
 
 
+def test_estimate_says_which_vocabulary_it_used_and_where_from(tmp_path, capsys):
+    """The demo tokenizer stands in when no --tokenizer-model is given: the first line says so,
+    with the size HF tokenizers counts; --vocab-size above it, or alone, is named instead."""
+    vocab = Tokenizer.from_file(DEMO_TOKENIZER).get_vocab_size()
+    args = ["estimate", "--config", DEMO, "--world-size", "1"]
+    absent = str(tmp_path / "absent")
+    lines = {}
+    for extra in ([], ["--vocab-size", "9000"], ["--tokenizer-model", DEMO_TOKENIZER],
+                  ["--tokenizer-model", absent, "--vocab-size", "4000"]):  # fmt: skip
+        assert main(args + extra) == 0
+        lines[len(lines)] = capsys.readouterr().out.split("\n")[0]
+    demo = "the packaged demo tokenizer"
+    hint = "; no --tokenizer-model given: pass yours for its vocabulary"
+    assert lines == {
+        0: f"vocabulary: {vocab:,} tokens of {demo}, padded to {-(-vocab // 128) * 128:,}{hint}",
+        1: f"vocabulary: --vocab-size 9,000 (more than the {vocab:,} tokens of {demo}), padded "
+        f"to 9,088{hint}",
+        2: f"vocabulary: {vocab:,} tokens of --tokenizer-model {DEMO_TOKENIZER}, padded to "
+        f"{-(-vocab // 128) * 128:,}",
+        3: "vocabulary: --vocab-size 4,000 (the tokenizer cannot be read here), padded to 4,096",
+    }
+
+
 def test_moe_estimate_shows_the_active_parameters(capsys):
     assert main(["estimate", "--config", MOE, "--world-size", "8"]) == 0
     out = capsys.readouterr().out
@@ -215,3 +238,25 @@ def test_estimate_world_size_errors_name_estimates_own_flags(capsys):
     assert f"Fix: launch a multiple of TP x PP processes ({flags}) or lower" in err
     assert main([*odd, "--world-size", "2"]) == 0
     assert main([*odd, "--slurm-nodes", "1", "--slurm-gpus-per-node", "2"]) == 0
+
+
+def test_a_reader_that_leaves_early_gets_no_traceback():
+    """``megatron-gamma estimate ... | head -1``: the reader closes the pipe before the table is
+    written; the command printed a BrokenPipeError traceback at exit. It exits 1 quietly, as
+    Python's documentation recommends."""
+    import subprocess
+
+    from helpers import REPO, cli_command, cli_env
+
+    config = os.path.join(REPO, "examples", "configs", "demo.yaml")
+    proc = subprocess.Popen(
+        cli_command(["estimate", "--config", config, "--world-size", "1"]),
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    proc.stdout.close()  # before the command has computed anything to write
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 1, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err

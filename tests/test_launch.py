@@ -7,11 +7,14 @@ against a real SLURM in tests/slurm/.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 
 import pytest
 import yaml
+from helpers import cli_env, read_dataset
 
 from megatron_gamma.cli import main
 from megatron_gamma.data import demo_dir
@@ -327,6 +330,92 @@ def test_submit_preprocess_submits_array_then_dependent_merge(sbatch_calls, tmp_
     assert '--shard-index "$SHARD" --num-shards "$NUM_SHARDS"' in text
 
 
+def _run_by_hand(script, num_shards: int) -> list[subprocess.CompletedProcess]:
+    """Run a submit-preprocess script's array tasks (the last first) and then its merge job on
+    this machine, as SLURM would; each must succeed."""
+    env = dict(cli_env(), SLURMD_NODENAME="node1", PYTHON=sys.executable)
+    jobs = []
+    for task in [*reversed(range(num_shards)), None]:
+        mode = "merge" if task is None else "shard"
+        task_env = env if task is None else {**env, "SLURM_ARRAY_TASK_ID": str(task)}
+        job = subprocess.run(["bash", str(script), mode], env=task_env, capture_output=True,
+                             text=True)  # fmt: skip
+        assert job.returncode == 0, job.stdout + job.stderr
+        jobs.append(job)
+    return jobs
+
+
+def test_the_array_and_merge_write_what_a_local_sharded_run_writes(sbatch_calls, tmp_path, capsys):
+    """The written script's shard tasks and merge job, run by hand: the merged dataset, its
+    statistics and blend are those of `preprocess --num-shards 2` (the job wrote PREFIX.bin/.idx,
+    without statistics or blend)."""
+    inputs = [os.path.join(demo_dir(), f) for f in ("zh.jsonl", "en.jsonl")]
+    tok = os.path.join(demo_dir(), "tokenizer.json")
+    local, prefix = tmp_path / "local" / "c", tmp_path / "sp" / "c"
+    flags = ["--input", *inputs, "--tokenizer-model", tok, "--num-shards", "2"]
+    assert main(["preprocess", *flags, "--output-prefix", str(local), "--no-progress"]) == 0
+    assert main(["submit-preprocess", *flags, "--output-prefix", str(prefix)]) == 0
+    assert capsys.readouterr().out.endswith(
+        f"outputs, as preprocess --num-shards 2 writes them: {prefix}_*.bin/.idx and "
+        f"{prefix}.stats.json, whose data_path is the blend for --data-path (the merge job's "
+        "log prints it)\n"
+    )
+    *_, merge = _run_by_hand(tmp_path / "sp" / "slurm" / "preprocess-c.sbatch", 2)
+    assert f"blend: --data-path {prefix}_text_document\n" in merge.stdout
+    assert read_dataset(f"{prefix}_text_document") == read_dataset(f"{local}_text_document")
+    with open(f"{local}.stats.json") as a, open(f"{prefix}.stats.json") as b:
+        assert a.read().replace(str(local), str(prefix)) == b.read()
+    assert sorted(os.listdir(tmp_path / "sp")) == sorted(os.listdir(tmp_path / "local")) + ["slurm"]
+
+
+def test_preprocess_flags_reach_every_task_and_give_the_local_runs_outputs(
+    sbatch_calls, tmp_path, capsys
+):
+    """--per-language, a filter, --on-error, --log-interval and --chunk-size were 'unrecognized
+    arguments' for submit-preprocess: with them the array writes the outputs and statistics of
+    `preprocess` given the same flags, and each task logs its progress."""
+    inputs = [os.path.join(demo_dir(), f) for f in ("zh.jsonl", "en.jsonl")]
+    tok = os.path.join(demo_dir(), "tokenizer.json")
+    local, prefix = tmp_path / "local" / "c", tmp_path / "sp" / "c"
+    flags = ["--input", *inputs, "--tokenizer-model", tok, "--num-shards", "2", "--per-language"]
+    flags += [
+        "--min-chars",
+        "300",
+        "--on-error",
+        "skip",
+        "--log-interval",
+        "20",
+        "--chunk-size",
+        "1",
+    ]
+    assert main(["preprocess", *flags, "--output-prefix", str(local), "--no-progress"]) == 0
+    assert main(["submit-preprocess", *flags, "--output-prefix", str(prefix)]) == 0
+    shard1, shard0, merge = _run_by_hand(tmp_path / "sp" / "slurm" / "preprocess-c.sbatch", 2)
+    with open(f"{local}.stats.json") as a, open(f"{prefix}.stats.json") as b:
+        want, got = json.loads(a.read().replace(str(local), str(prefix))), json.load(b)
+    assert got == want
+    assert sorted(got["outputs"]) == ["en_text_document", "zh_text_document"]
+    assert got["languages"]["zh"]["dropped"]["min_chars"] == 5
+    for name in got["outputs"]:
+        assert read_dataset(f"{prefix}_{name}") == read_dataset(f"{local}_{name}")
+    assert f"blend: --data-path {' '.join(got['data_path'])}\n" in merge.stdout
+    for i, shard in ((0, shard0), (1, shard1)):
+        assert f"INFO: shard {i}/2: Processed 20 documents (" in shard.stderr, shard.stderr
+
+
+def test_one_shard_is_one_task_and_no_merge_job(sbatch_calls, tmp_path, capsys):
+    tok = os.path.join(demo_dir(), "tokenizer.json")
+    args = ["submit-preprocess", "--input", os.path.join(demo_dir(), "en.jsonl")]
+    assert main([*args, "--tokenizer-model", tok, "--output-prefix", str(tmp_path / "o" / "c"),
+                 "--num-shards", "1"]) == 0  # fmt: skip
+    assert [c.split()[1] for c in sbatch_calls.read_text().splitlines()] == ["--array=0-0"]
+    assert capsys.readouterr().out.count("submitted job") == 1
+    script = tmp_path / "o" / "slurm" / "preprocess-c.sbatch"
+    merge = subprocess.run(["bash", str(script), "merge"], capture_output=True, text=True)
+    assert merge.returncode == 0, merge.stderr
+    assert merge.stdout == f"1 shard: its task wrote {tmp_path / 'o' / 'c'}, nothing to merge\n"
+
+
 def test_submit_preprocess_checks_before_sbatch(sbatch_calls, tmp_path, capsys):
     tok = os.path.join(demo_dir(), "tokenizer.json")
     base = ["submit-preprocess", "--tokenizer-model", tok, "--output-prefix", str(tmp_path / "o")]
@@ -336,6 +425,59 @@ def test_submit_preprocess_checks_before_sbatch(sbatch_calls, tmp_path, capsys):
     assert main([*base, "--input", real, "--num-shards", "0"]) == 2
     assert "num_shards=0: must be >= 1" in capsys.readouterr().err
     assert not sbatch_calls.exists()
+
+
+def test_submit_preprocess_refuses_what_preprocess_refuses_with_its_message(
+    sbatch_calls, tmp_path, capsys
+):
+    """More shards than input files (array tasks 2-3 failed at run time, the merge job was
+    cancelled) and a directory as --output-prefix: refused before anything is written or
+    submitted, with preprocess's own message."""
+    inputs = [os.path.join(demo_dir(), f) for f in ("zh.jsonl", "en.jsonl")]
+    tok = os.path.join(demo_dir(), "tokenizer.json")
+    for prefix, shards, message in (
+        (tmp_path / "sp" / "c", "4", "num_shards=4: more shards than the 2 input files"),
+        (f"{tmp_path / 'sp2'}/", "2", f"--output-prefix '{tmp_path / 'sp2'}/' names a directory"),
+    ):
+        flags = ["--input", *inputs, "--tokenizer-model", tok, "--output-prefix", str(prefix)]
+        flags += ["--num-shards", shards]
+        assert main(["preprocess", *flags]) == 2
+        local = capsys.readouterr().err.split("error: ", 1)[1]
+        assert message in local
+        for dry in ([], ["--dry-run"]):
+            assert main(["submit-preprocess", *flags, *dry]) == 2
+            err = capsys.readouterr().err
+            assert err == f"megatron-gamma submit-preprocess: error: {local}", err
+    assert not sbatch_calls.exists()
+    assert os.listdir(tmp_path) == ["bin"]
+
+
+def test_submit_preprocess_checks_the_preprocess_flags_as_preprocess_does(
+    sbatch_calls, tmp_path, capsys
+):
+    """The flags every task gets are checked before sbatch with preprocess's own code and message
+    (a task would have failed with it); a directory holding tokenizer.json, which preprocess
+    takes, is taken too (submit-preprocess wanted the file)."""
+    tok = os.path.join(demo_dir(), "tokenizer.json")
+    base = ["--input", os.path.join(demo_dir(), "en.jsonl"), "--num-shards", "1"]
+    base += ["--output-prefix", str(tmp_path / "o" / "c")]
+    gpt2 = ["--tokenizer-type", "GPT2BPETokenizer", "--vocab-file", str(tmp_path / "v.json")]
+    for flags, message in (
+        (["--tokenizer-model", tok, "--min-chars", "-1"], "min_chars=-1: must be >= 0"),
+        (["--tokenizer-model", tok, "--log-interval", "0"], "log_interval=0: must be >= 1"),
+        (["--tokenizer-model", tok, "--json-keys", "text", "text"], "repeated key"),
+        ([], "--tokenizer-model is required with --tokenizer-type HuggingFaceTokenizer"),
+        ([*gpt2, "--merge-file", str(tmp_path / "m.txt")], f"{tmp_path / 'v.json'}': file not"),
+        (gpt2, "merge_file=None"),
+    ):
+        assert main(["preprocess", *base, *flags]) == 2
+        local = capsys.readouterr().err.split("error: ", 1)[1]
+        assert message in local
+        assert main(["submit-preprocess", *base, *flags]) == 2
+        assert capsys.readouterr().err == f"megatron-gamma submit-preprocess: error: {local}"
+    assert not sbatch_calls.exists()
+    assert main(["submit-preprocess", *base, "--tokenizer-model", demo_dir(), "--dry-run"]) == 0
+    assert f"OPTIONS=(--tokenizer-model={demo_dir()})" in capsys.readouterr().out.splitlines()
 
 
 def _bash_syntax(text: str, tmp_path) -> None:
@@ -354,12 +496,13 @@ def test_rendered_scripts_are_valid_bash(launcher, image, tmp_path):
     text = render_pretrain(job, "c y.yaml", "ck", "%x-%j.out", "name", workdir="/w")
     _bash_syntax(text, tmp_path)
     assert "CONFIG='c y.yaml'" in text.splitlines()  # shell-quoted
-    pre = PreprocessJob(inputs=["a b.jsonl", "c.jsonl"], tokenizer_model="t.json",
+    pre = PreprocessJob(inputs=["a b.jsonl", "c.jsonl"], options=["--lang-key=l g"],
                         output_prefix="o", num_shards=2, container_image=image,
                         container_mounts=mounts)  # fmt: skip
-    text = render_preprocess(pre, shard_dir="o_shards", log_dir="logs", job_name="p")
+    text = render_preprocess(pre, log_dir="logs", job_name="p")
     _bash_syntax(text, tmp_path)
     assert "INPUTS=('a b.jsonl' c.jsonl)" in text.splitlines()
+    assert "OPTIONS=('--lang-key=l g')" in text.splitlines()
 
 
 def test_examples_are_current_renderings_of_the_templates():

@@ -10,6 +10,8 @@ bash itself: the rendered scripts run with stand-in ``srun``/``sbatch``/``scontr
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import re
 import stat
@@ -18,9 +20,10 @@ import subprocess
 import pytest
 import yaml
 
-from megatron_gamma.cli import main
+from megatron_gamma.cli import main, parse_args
 from megatron_gamma.config import REDACTED
 from megatron_gamma.data import demo_dir
+from megatron_gamma.data.commands import add_preprocess_flags
 from megatron_gamma.launch.slurm import SubmitError, render
 
 # An --env value that runs commands if the script does not quote it.
@@ -253,11 +256,51 @@ def test_preprocess_paths_survive_sbatch_and_bash(stubs, tmp_path, monkeypatch, 
         "--parsable", "--array=0-1", f"--output={slurm}/%x-%A_%a.out", str(script), "shard",
     ]  # fmt: skip
     assert _calls(stubs, "python") == [
-        ["-m", "megatron_gamma.cli", "preprocess", "--input", *inputs, "--tokenizer-model", tok,
-         "--output-prefix", f"{prefix}_shards/shard_00001/part", "--shard-index", "1",
-         "--num-shards", "2", "--workers", "1", "--no-progress"],
+        ["-m", "megatron_gamma.cli", "preprocess", "--input", *inputs, f"--tokenizer-model={tok}",
+         "--output-prefix", str(prefix), "--shard-index", "1", "--num-shards", "2",
+         "--workers", "1", "--no-progress"],
     ]  # fmt: skip
     assert (stubs / "python.env").read_text() == HOSTILE_VALUE
+    assert not list(tmp_path.rglob("PWNED"))
+
+
+def test_every_preprocess_flag_reaches_each_task_exactly_as_given(
+    stubs, tmp_path, monkeypatch, capsys
+):
+    """submit-preprocess takes preprocess's flags from the one definition
+    (data.commands.add_preprocess_flags) and each task's preprocess parses back exactly the
+    values given, a value that would run commands if unquoted among them."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "v.json").write_text(json.dumps({"<|endoftext|>": 0, "a": 1, "b": 2, "ab": 3}))
+    (tmp_path / "m.txt").write_text("#version: 0.2\na b\n")
+    inputs = [os.path.join(demo_dir(), f) for f in ("zh.jsonl", "en.jsonl")]
+    prefix = str(tmp_path / "o" / "c")
+    flags = [
+        "--json-keys", "text", "title", "--lang-key", HOSTILE_VALUE, "--nfkc",
+        "--punct-width", "half", "--on-error", "skip", "--tokenizer-type", "GPT2BPETokenizer",
+        "--tokenizer-backend", "hf", "--chunk-size", "7", "--per-language", "--split-sentences",
+        "--keep-newlines", "--keep-sequential-samples", "--no-append-eod", "--min-chars", "5",
+        "--min-tokens", "2", "--max-symbol-ratio", "0.5", "--max-document-chars", "5000",
+        "--log-interval", "50", "--workers", "3",
+    ]  # fmt: skip
+    files = ["--vocab-file", "v.json", "--merge-file", "m.txt"]
+    args = ["--input", *inputs, "--output-prefix", prefix, "--num-shards", "2", *flags]
+    assert main(["submit-preprocess", *args, *files]) == 0
+    env = dict(os.environ, SLURM_ARRAY_TASK_ID="0", SLURMD_NODENAME="node1", PYTHON="python")
+    script = tmp_path / "o" / "slurm" / "preprocess-c.sbatch"
+    job = subprocess.run(["bash", str(script), "shard"], env=env, capture_output=True, text=True)
+    assert job.returncode == 0, job.stdout + job.stderr
+    (call,) = _calls(stubs, "python")
+    assert call[:3] == ["-m", "megatron_gamma.cli", "preprocess"]
+    assert f"--lang-key={HOSTILE_VALUE}" in call and f"--vocab-file={tmp_path}/v.json" in call
+    task = vars(parse_args(call[2:]))
+    files = ["--vocab-file", str(tmp_path / "v.json"), "--merge-file", str(tmp_path / "m.txt")]
+    local = ["preprocess", *args, *files, "--shard-index", "0", "--no-progress"]
+    assert task == vars(parse_args(local))
+    defaults = vars(parse_args(["preprocess", "--input", "x", "--output-prefix", prefix]))
+    shared = {a.dest for a in add_preprocess_flags(argparse.ArgumentParser())}
+    unset = shared - {"input", "output_prefix", "tokenizer_model"}  # HF's: the test above
+    assert not [d for d in unset if task[d] == defaults[d]]
     assert not list(tmp_path.rglob("PWNED"))
 
 

@@ -123,15 +123,21 @@ def test_megatron_lm_flags_we_cannot_honour_are_refused_by_name(flag, capsys):
     assert f"{flag}: refused: {why}. Fix: {fix}" in err
 
 
-@pytest.mark.parametrize("flag", ["--partitions", "--log-interval"])
-def test_megatron_lm_preprocess_flags_we_do_not_honour_are_refused_by_name(flag, capsys):
+@pytest.mark.parametrize("command", ["preprocess", "submit-preprocess"])
+@pytest.mark.parametrize("flag, value", [("--partitions", "4"), ("--dataset-impl", "mmap")])
+def test_megatron_lm_preprocess_flags_we_do_not_honour_are_refused_by_name(
+    command, flag, value, capsys
+):
     from megatron_gamma.config.megatron_lm import PREPROCESS_REFUSED
 
+    args = [command, "--input", "x.jsonl", "--output-prefix", "o", "--num-shards", "2"]
     with pytest.raises(SystemExit) as exit_:
-        cli.parse_args(["preprocess", "--input", "x.jsonl", "--output-prefix", "o", flag, "4"])
+        cli.parse_args([*args, flag, value])
     assert exit_.value.code == 2
     why, fix = PREPROCESS_REFUSED[flag]
-    assert f"{flag}: refused: {why}. Fix: {fix}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{flag}: refused: {why}. Fix: {fix}" in err
+    assert "unrecognized arguments" not in err
 
 
 def test_keep_newlines_and_sequential_samples_change_no_byte(tmp_path):

@@ -147,3 +147,23 @@ def test_workers_leave_ctrl_c_to_the_main_process():
             out.append(value)
     assert out == [x * x for x in range(30)]
     assert children() <= before
+
+
+def test_ctrl_c_while_a_worker_starts_does_not_kill_it(monkeypatch, capfd):
+    """A SIGINT that reaches a worker before it ignores SIGINT (between the fork and its first
+    line: a Ctrl-C as the workers of the next shard start) stays pending, and is dropped when
+    it does; it killed the worker with a 'Process ForkProcess-N' traceback."""
+    from megatron_gamma.data import workers
+
+    serve = workers._serve
+
+    def interrupted_first(*args):
+        os.kill(os.getpid(), signal.SIGINT)
+        serve(*args)
+
+    monkeypatch.setattr(workers, "_serve", interrupted_first)
+    with SharedMap(2, square_and_pid) as pool:
+        out = list(pool.map(range(30), window=8))
+    assert [v for v, _ in out] == [x * x for x in range(30)]
+    assert len({pid for _, pid in out}) == 2  # the worker lived and worked
+    assert "KeyboardInterrupt" not in capfd.readouterr().err

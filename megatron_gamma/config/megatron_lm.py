@@ -401,10 +401,10 @@ PREPROCESS_REFUSED: dict[str, tuple[str, str]] = {
         "drop it and use --workers N, or --num-shards N --shard-index I per task and "
         "`megatron-gamma merge` (README, Preprocessing at scale)",
     ),
-    "--log-interval": (
-        "progress is a bar updated after every chunk (docs/s, MB/s, tok/s), not a line every N "
-        "documents",
-        "drop the flag (--no-progress hides the bar)",
+    "--dataset-impl": (
+        "the output is always Megatron's mmap indexed dataset (.bin/.idx), what --dataset-impl "
+        "mmap chose; Megatron-LM dropped the other formats (lazy, cached) and the flag",
+        "drop the flag",
     ),
 }
 

@@ -4,6 +4,7 @@ under its Megatron-LM name with a docstring, each section validated in ``__post_
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import os
 import re
@@ -735,13 +736,34 @@ def _parse_blend(key: str, items: list[str]) -> tuple[list[str], Optional[list[f
     for p in prefixes:
         for ext in (".bin", ".idx"):
             if not os.path.isfile(p + ext):
-                fail(
-                    key,
-                    p,
-                    f"{p + ext} does not exist",
-                    "give the prefix written by `megatron-gamma preprocess` (no extension)",
-                )
+                fail(key, p, f"{p + ext} does not exist", _dataset_fix(key, p))
     return prefixes, weights
+
+
+def _is_dataset(prefix: str) -> bool:
+    return os.path.isfile(prefix + ".bin") and os.path.isfile(prefix + ".idx")
+
+
+def _dataset_fix(key: str, prefix: str) -> str:
+    """The fix for a blend entry without its .bin/.idx: the prefix without the extension it was
+    given with, or the datasets ``preprocess --output-prefix PREFIX`` wrote (``PREFIX_*``)."""
+    flag = f"--{key.replace('_', '-')}"
+    stem, ext = os.path.splitext(prefix)
+    if ext in (".bin", ".idx") and _is_dataset(stem):
+        return f"drop the extension: {flag} {stem}"
+    found = sorted(
+        p[: -len(".idx")]
+        for p in glob.glob(glob.escape(prefix) + "_*.idx")
+        if _is_dataset(p[: -len(".idx")])
+    )
+    made = f"what `megatron-gamma preprocess --output-prefix {prefix}` wrote"
+    if len(found) == 1:
+        return f"{flag} {found[0]}, {made}"
+    if found:
+        stats = f"{prefix}.stats.json"
+        blend = f"; or their blend, the data_path in {stats}" if os.path.isfile(stats) else ""
+        return f"one of {', '.join(found)}, {made}{blend}"
+    return "give the prefix written by `megatron-gamma preprocess` (no extension)"
 
 
 @dataclass(frozen=True)

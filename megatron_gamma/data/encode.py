@@ -193,7 +193,8 @@ def decoded_texts(
     Args:
         chunk: raw records.
         opt: text handling and filters.
-        counts: receives the error counts.
+        counts: receives the error counts, and under ``lang_key_records`` the records whose
+            ``opt.lang_key`` field gave their language.
         messages: receives up to ``MAX_MESSAGES`` skipped-record messages.
         escapes: as :func:`~megatron_gamma.data.readers.iter_records` takes it; with False, the
             control characters of a line parsed by orjson are neither counted nor removed (the
@@ -208,6 +209,8 @@ def decoded_texts(
     for rec in records:
         try:
             label = record_language(chunk.path, rec, opt.lang_key)
+            if label is not None:
+                _bump(counts, "lang_key_records")
             texts = []
             for key in opt.json_keys:
                 text = record_text(chunk.path, rec, key)

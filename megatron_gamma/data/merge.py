@@ -9,24 +9,34 @@ Two forms:
   bytes equal those of one unsharded run over the same files.
 * :func:`merge_datasets`: any dataset prefixes, in the order given, into ``{P}.bin/.idx``
   (Megatron-LM's ``tools/merge_datasets.py``; a directory stands for its ``*.idx`` prefixes in
-  sorted order).
+  sorted order). Inputs holding a merged dataset together with datasets it was merged from (a
+  sharded run's directory holds both) are refused: their documents would be in the output twice.
 
 Both commit through :mod:`megatron_gamma.data.resume`: temporary files, renames, a done-marker,
-so an interrupted merge is simply rerun. Each merged output carries its inputs' common tokenizer
-fingerprint (:mod:`megatron_gamma.data.tokenizer_fingerprint`); inputs made with different
-tokenizers are refused.
+so an interrupted merge is simply rerun; a merge whose inputs changed since (a shard redone,
+a dataset rewritten: its files' sizes and modification times) is done again. Each merged output
+carries its inputs' common tokenizer fingerprint
+(:mod:`megatron_gamma.data.tokenizer_fingerprint`); inputs made with different tokenizers are
+refused.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 
 from tqdm import tqdm
 
 from megatron_gamma.config import ConfigError
 from megatron_gamma.data.indexed import compact_builder, indexed_dataset
-from megatron_gamma.data.resume import UnitOutput, check_output_prefix, read_marker
+from megatron_gamma.data.resume import (
+    Reconcile,
+    UnitOutput,
+    check_output_prefix,
+    read_marker,
+    read_marker_file,
+)
 from megatron_gamma.data.sharding import find_num_shards, shard_prefix
 from megatron_gamma.data.stats import (
     add_counts,
@@ -95,6 +105,26 @@ def _run(unit: UnitOutput, work) -> dict:
             raise
 
 
+def _merged_again(why: str, name: Callable[[str], str]) -> Reconcile:
+    """A merged output of the same inputs (``merge_of`` entries: [prefix, ...what identifies
+    its files], a recorded prefix compared as ``name`` gives it: markers written before prefixes
+    were recorded as they are now) counts as done when its inputs' files are the same, and is
+    merged again, with ``why``, rather than refused when they changed since (a shard redone after
+    its input changed, a dataset rewritten): it is made from its inputs alone
+    (:data:`~megatron_gamma.data.resume.Reconcile`)."""
+
+    def reconcile(recorded: dict, current: dict) -> tuple[dict, str | None]:
+        old = recorded.get("merge_of")
+        now = current["merge_of"]
+        if not isinstance(old, list) or not all(isinstance(e, list) and e for e in old):
+            return current, None
+        if [name(str(e[0])) for e in old] != [e[0] for e in now]:
+            return current, None
+        return recorded, None if [e[1:] for e in old] == [e[1:] for e in now] else why
+
+    return reconcile
+
+
 def merge_shards(output_prefix: str, num_shards: int | None = None, progress: bool = True) -> dict:
     """Merge the shard outputs of a sharded preprocessing run into ``output_prefix``.
 
@@ -122,8 +152,11 @@ def merge_shards(output_prefix: str, num_shards: int | None = None, progress: bo
                 f"--shard-index {i} --num-shards {n} (same other flags), then merge again"
             )
         markers.append(marker)
-    fingerprint = {"merge_of": [[b, m["files"]] for b, m in zip(bases, markers, strict=True)]}
-    unit = UnitOutput(output_prefix, fingerprint)
+    # the shards by name: they lie beside the output, however its prefix is spelled
+    names = [os.path.basename(b) for b in bases]
+    fingerprint = {"merge_of": [[b, m["files"]] for b, m in zip(names, markers, strict=True)]}
+    why = "its shards changed since they were merged"
+    unit = UnitOutput(output_prefix, fingerprint, _merged_again(why, os.path.basename))
 
     def work():
         docs = [read_json(f"{b}.stats.json") for b in bases]
@@ -177,6 +210,83 @@ def dataset_prefixes(inputs: list[str]) -> list[str]:
     return prefixes
 
 
+def merged_from(prefix: str) -> list[str]:
+    """The datasets that dataset ``prefix`` was merged from, as absolute prefixes in merge order,
+    read from the done-marker of the merge that wrote it (:func:`merge_shards`: ``{B}_{name}``
+    from ``{B}-shard{i:05d}-of-{n:05d}_{name}``, i < n, beside it; :func:`merge_datasets`: the
+    prefixes it was given, taken from the directory the merge ran in); [] for a dataset that
+    no merge wrote, or without a done-marker. The files are not verified.
+
+    Raises:
+        ConfigError: the done-marker is empty or torn.
+    """
+    folder, name = os.path.split(os.path.abspath(prefix))
+    for cut in [len(name)] + [i for i, c in enumerate(name) if c == "_"]:
+        base, suffix = os.path.join(folder, name[:cut]), name[cut:]
+        if not os.path.isfile(f"{base}.done.json"):
+            continue
+        marker = read_marker_file(f"{base}.done.json")
+        if f"{suffix}.bin" not in marker.get("files", {}):
+            continue
+        sources = marker.get("fingerprint", {}).get("merge_of", [])
+        if suffix:  # merge_shards: one entry per shard
+            return [shard_prefix(base, i, len(sources)) + suffix for i in range(len(sources))]
+        return [os.path.abspath(entry[0]) for entry in sources]
+    return []
+
+
+def _leaves(prefix: str, within: tuple[str, ...] = ()) -> list[str]:
+    """The absolute prefixes of the datasets no merge wrote that ``prefix`` holds: itself, or
+    (for a merged dataset, :func:`merged_from`) the leaves of what it was merged from. A dataset
+    met again inside its own chain (merged into one of its own inputs) counts as a leaf."""
+    path = os.path.abspath(prefix)
+    sources = [] if path in within else merged_from(prefix)
+    if not sources:
+        return [path]
+    return [leaf for source in sources for leaf in _leaves(source, (*within, path))]
+
+
+def check_not_merged_twice(prefixes: list[str]) -> None:
+    """Refuse two inputs that hold the same documents by way of a merge (their
+    :func:`merged_from` chains meet): e.g. ``--input DIR`` on the directory of a sharded
+    ``preprocess``, which holds the shards and their merge, or two merges of the same shards.
+    The output would hold those documents twice. A prefix given twice is taken as asked.
+
+    Raises:
+        ConfigError: naming both inputs, a dataset they share, and the fix.
+    """
+    owner: dict[str, str] = {}
+    for prefix in prefixes:
+        for leaf in _leaves(prefix):
+            other = owner.setdefault(leaf, prefix)
+            if other != prefix:
+                raise ConfigError(
+                    f"inputs {other!r} and {prefix!r} both hold the documents of {leaf!r} (their "
+                    "done-markers say what each was merged from): the output would hold them "
+                    "twice. Fix: give the merged dataset alone, or the datasets it was merged "
+                    "from without it (a directory holding a sharded run's shards and their "
+                    "merge cannot be given whole)"
+                )
+
+
+def dataset_counts(prefix: str) -> dict[str, int]:
+    """``{"documents", "sequences", "tokens"}`` of dataset ``prefix``, read from its ``.idx``."""
+    dataset = indexed_dataset().IndexedDataset(prefix)
+    lengths = dataset.sequence_lengths
+    return {
+        "documents": len(dataset.document_indices) - 1,
+        "sequences": len(lengths),
+        "tokens": int(lengths.sum(dtype="int64")),
+    }
+
+
+def _stamp(path: str) -> list[int]:
+    """[size, modification time in ns] of ``path``: what tells a rewritten input dataset, as
+    make and rsync tell a changed file (a hash would read every input on every rerun)."""
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns]
+
+
 def merge_datasets(inputs: list[str], output_prefix: str, progress: bool = True) -> str:
     """Concatenate datasets in the given order into ``{output_prefix}.bin/.idx``.
 
@@ -189,16 +299,21 @@ def merge_datasets(inputs: list[str], output_prefix: str, progress: bool = True)
         ``output_prefix``.
 
     Raises:
-        ConfigError: nothing to merge, or ``output_prefix`` names a directory or cannot be
-            written (:func:`check_output_prefix`).
+        ConfigError: nothing to merge, inputs holding a merged dataset and datasets it was merged
+            from (:func:`check_not_merged_twice`), or ``output_prefix`` names a directory or
+            cannot be written (:func:`check_output_prefix`).
     """
     check_output_prefix(output_prefix)
     prefixes = dataset_prefixes(inputs)
     if not prefixes:
         raise ConfigError("nothing to merge. Fix: pass --input PREFIX|DIR [...]")
-    sizes = [[p, os.path.getsize(p + ".bin"), os.path.getsize(p + ".idx")] for p in prefixes]
-    fingerprint = {"merge_of": sizes}
-    unit = UnitOutput(output_prefix, fingerprint)
+    check_not_merged_twice(prefixes)
+    stamps = [[os.path.abspath(p), *_stamp(p + ".bin"), *_stamp(p + ".idx")] for p in prefixes]
+    why = (
+        "its inputs changed since they were merged (sizes or modification times), or were "
+        "merged by an older megatron-gamma, which did not record their times"
+    )
+    unit = UnitOutput(output_prefix, {"merge_of": stamps}, _merged_again(why, os.path.abspath))
 
     def work():
         _concat(prefixes, unit.temp(""), progress, "merge")

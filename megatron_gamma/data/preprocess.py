@@ -54,6 +54,7 @@ from megatron_gamma.data.readers import (
     file_size,
     iter_chunks,
     line_cap,
+    unused_lang_key,
 )
 from megatron_gamma.data.resume import UnitOutput, check_output_prefix
 from megatron_gamma.data.sharding import check_shards, shard_files, shard_prefix
@@ -131,17 +132,57 @@ def _read_chunks(
             messages.append(str(e))
 
 
+FINGERPRINT_FORMAT = 2
+"""Format of a unit's fingerprint: 2 records each input's path, size and modification time; 1
+(before) its path and size only."""
+
+
+def _input_entry(path: str) -> list:
+    """[absolute path, size, modification time in ns] of an input file ([path, 0, 0] if it cannot
+    be stat'ed: that is reported when it is read). Size and time, as make and rsync compare,
+    not a hash: hashing a trillion-token input on every rerun would take as long as reading it."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [os.path.abspath(path), 0, 0]
+    return [os.path.abspath(path), st.st_size, st.st_mtime_ns]
+
+
 def _fingerprint(
     files: list[str], options: EncodeOptions, tok: BilingualTokenizer, shard: tuple[int, int]
 ) -> dict:
     fp = {
-        "format": 1,
-        "inputs": [[os.path.abspath(p), file_size(p)] for p in files],
+        "format": FINGERPRINT_FORMAT,
+        "inputs": [_input_entry(p) for p in files],
         "options": dataclasses.asdict(options),
         "tokenizer_sha256": tok.sha256,
         "shard": list(shard),
     }
     return json.loads(json.dumps(fp))  # tuples -> lists, as read back from the marker
+
+
+def _reconcile(recorded: dict, current: dict) -> tuple[dict, str | None]:
+    """Which recorded fingerprint counts as ``current``'s work
+    (:data:`~megatron_gamma.data.resume.Reconcile`):
+
+    * one with ``on_error`` 'stop' for a run with 'skip': a unit finished under 'stop' met no
+      bad record, so its bytes are those 'skip' writes (not the reverse: a unit finished under
+      'skip' may have skipped records);
+    * a format-1 marker, which recorded no modification times, when its inputs' paths and sizes
+      and everything else match; its unit is redone (an input edited in place since would
+      otherwise go unnoticed).
+    """
+    want = current
+    was = recorded.get("options", {}).get("on_error")
+    if was == "stop" and current["options"]["on_error"] == "skip":
+        want = dict(current, options=dict(current["options"], on_error="stop"))
+    if recorded.get("format") != 1:
+        return want, None
+    want = dict(want, format=1, inputs=[entry[:2] for entry in current["inputs"]])
+    return want, (
+        "done-marker of an older megatron-gamma, which did not record the inputs' modification "
+        "times, so an input edited in place since cannot be told apart"
+    )
 
 
 UNCHECKED = "not chosen: every output was complete, nothing was tokenized"
@@ -184,17 +225,19 @@ def _choose_backend(
         per_file.append(texts)
     sample = [t for group in zip_longest(*per_file) for t in group if t is not None]
     loaded: dict = {}
-    backend, reason = resolve_backend(requested, tok.path, sample, loaded)
+    plain = tok.special_texts
+    backend, reason = resolve_backend(requested, tok.path, sample, loaded, plain=plain)
     (log.info if backend == "gigatoken" or requested == "hf" else log.warning)(
         "tokenizer backend %s", reason
     )
-    return loaded.get(backend) or make_backend(backend, tok.path), reason
+    return loaded.get(backend) or make_backend(backend, tok.path, plain), reason
 
 
 def _result(
     base: str, doc: dict, seconds: float, skipped: int, backend: str, units: int = 1
 ) -> PreprocessStats:
-    prefixes = {name: o["prefix"] for name, o in doc["outputs"].items()}
+    # the prefixes as given now (``base``): the stats file records them as given when written
+    prefixes = {name: f"{base}_{name}" for name in doc["outputs"]}
     return PreprocessStats(
         prefix=next(iter(prefixes.values())),
         documents=sum(o["documents"] for o in doc["outputs"].values()),
@@ -234,10 +277,17 @@ def _run_unit(
     workers: int,
     chunk_size: int,
     progress: bool,
+    log_interval: int,
     backend: _Backend,
+    seen: dict,
 ) -> tuple[dict, bool]:
-    """Preprocess ``files`` into the outputs under ``base``; return (stats doc, was skipped)."""
-    unit = UnitOutput(base, _fingerprint(files, options, tok, shard))
+    """Preprocess ``files`` into the outputs under ``base``; return (stats doc, was skipped).
+
+    Progress is the bar on a terminal; without it (``progress`` False, or stderr not a terminal:
+    a SLURM log, nohup, CI) a line is logged each time the documents written pass a multiple of
+    ``log_interval``, after the chunk that passes it (:func:`_progress_line`). ``seen`` counts,
+    over the units this call writes, ``units`` and ``lang_key_records``."""
+    unit = UnitOutput(base, _fingerprint(files, options, tok, shard), _reconcile)
     with unit.locked():
         if unit.completed() is not None:
             log.info("%s: complete (done-marker verified), skipped", base)
@@ -255,6 +305,7 @@ def _run_unit(
             total=sum(sizes), unit="B", unit_scale=True, unit_divisor=1024, desc=desc,
             disable=None if progress else True,
         )  # fmt: skip
+        who = f"shard {shard[0]}/{shard[1]}: " if shard[1] > 1 else ""
         env = os.environ.get("TOKENIZERS_PARALLELISM")
         os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one core per worker
         # The objects of the imports (torch, for the token statistics kernel) leave the
@@ -265,7 +316,7 @@ def _run_unit(
             chunks = _read_chunks(files, options, chunk_size, counts, messages)
             stats = TokenTextStats.for_backend(chosen, tok.path)
             encoder = ChunkEncoder(chosen, options, dtype, tok.eod, stats)
-            start, raw, docs, tokens = time.time(), 0, 0, 0
+            start, raw, docs, tokens, logged = time.time(), 0, 0, 0, 0
             with SharedMap(workers, encoder) as pool:
                 for r in pool.map(chunks, 4 * workers):
                     for name, out in r.outputs.items():
@@ -284,10 +335,14 @@ def _run_unit(
                         f"{tokens / dt:.0f} tok/s",
                         refresh=False,
                     )
+                    if bar.disable and docs // log_interval > logged // log_interval:
+                        logged = docs
+                        log.info("%s%s", who, _progress_line(docs, tokens, raw, dt))
             for msg in messages[: 4 * MAX_MESSAGES]:
                 log.warning("skipped: %s", as_skipped(msg))
             if not writers:
                 raise _empty_error(files, counts)
+            add_counts(seen, {"units": 1, "lang_key_records": counts.get("lang_key_records", 0)})
             for writer in writers.values():
                 writer.finalize()
             doc = stats_document(base, counts)
@@ -315,6 +370,41 @@ def _run_unit(
                 os.environ["TOKENIZERS_PARALLELISM"] = env
 
 
+def _progress_line(docs: int, tokens: int, raw: int, seconds: float) -> str:
+    """``Processed N documents (X docs/s, Y MB/s), T tokens (Z tok/s), S s elapsed``: Megatron-LM's
+    progress line (its ``tools/preprocess_data.py``, every ``--log-interval`` documents) with the
+    tokens and the time; MB are of uncompressed input (1 MB = 10^6 bytes)."""
+    return (
+        f"Processed {docs} documents ({docs / seconds:.0f} docs/s, "
+        f"{raw / seconds / 1e6:.1f} MB/s), {tokens} tokens ({tokens / seconds:.0f} tok/s), "
+        f"{seconds:.1f} s elapsed"
+    )
+
+
+def check_run_settings(
+    workers: int, chunk_size: int, log_interval: int, tokenizer_backend: str
+) -> None:
+    """The settings :func:`preprocess` checks first, before any input is read.
+
+    Raises:
+        ValueError: ``workers``, ``chunk_size`` or ``log_interval`` below 1.
+        ConfigError: an unknown ``tokenizer_backend``.
+    """
+    if workers < 1:
+        raise ValueError(f"workers={workers}: must be >= 1. Fix: --workers 1")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size={chunk_size}: must be >= 1. Fix: e.g. 256")
+    if log_interval < 1:
+        raise ValueError(
+            f"log_interval={log_interval}: must be >= 1 (documents between progress lines). "
+            "Fix: e.g. --log-interval 1000 (the default)"
+        )
+    if tokenizer_backend not in BACKENDS:
+        raise ConfigError(
+            f"tokenizer_backend={tokenizer_backend!r}: unknown. Fix: one of {', '.join(BACKENDS)}"
+        )
+
+
 def preprocess(
     inputs: list[str],
     tokenizer_path: str | None,
@@ -330,6 +420,7 @@ def preprocess(
     tokenizer_type: str = "HuggingFaceTokenizer",
     vocab_file: str | None = None,
     merge_file: str | None = None,
+    log_interval: int = 1000,
 ) -> PreprocessStats:
     """Tokenize the input into Megatron indexed datasets (module docstring).
 
@@ -342,7 +433,8 @@ def preprocess(
             worker processes.
         json_key: the text field, when ``options`` is None.
         chunk_size: records per work item.
-        progress: show a bar (bytes, with docs/s, MB/s and tok/s).
+        progress: show a bar (bytes, with docs/s, MB/s and tok/s) where stderr is a terminal;
+            without it, progress lines are logged instead (``log_interval``).
         options: text handling, filters and outputs (default: ``json_keys=(json_key,)``).
         shard_index: with ``num_shards > 1``, process only this shard (a SLURM array task) into
             ``{output_prefix}-shard{i:05d}-of-{n:05d}``; None runs every shard in turn and then
@@ -354,6 +446,8 @@ def preprocess(
         tokenizer_type, vocab_file, merge_file: Megatron-LM's tokenizer flags
             (:mod:`megatron_gamma.data.tokenizer_types`); GPT-2 BPE's tokenizer.json is written
             into the output prefix's directory.
+        log_interval: without a bar, log a progress line every this many documents written
+            (Megatron-LM's ``--log-interval``; per shard).
 
     Each output gets its tokenizer's fingerprint beside it
     (:mod:`megatron_gamma.data.tokenizer_fingerprint`), which ``pretrain`` checks.
@@ -369,16 +463,10 @@ def preprocess(
             with other settings, an unknown ``tokenizer_backend``, 'gigatoken' when it cannot
             give HF's ids, a missing tokenizer file, or tokenizer flags that do not fit the
             tokenizer type.
-        ValueError: no document to write, ``workers < 1`` or ``chunk_size < 1``.
+        ValueError: no document to write, ``workers < 1``, ``chunk_size < 1`` or
+            ``log_interval < 1``.
     """
-    if workers < 1:
-        raise ValueError(f"workers={workers}: must be >= 1. Fix: --workers 1")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size={chunk_size}: must be >= 1. Fix: e.g. 256")
-    if tokenizer_backend not in BACKENDS:
-        raise ConfigError(
-            f"tokenizer_backend={tokenizer_backend!r}: unknown. Fix: one of {', '.join(BACKENDS)}"
-        )
+    check_run_settings(workers, chunk_size, log_interval, tokenizer_backend)
     check_output_prefix(output_prefix)
     options = options or EncodeOptions(json_keys=(json_key,))
     start = time.time()
@@ -394,25 +482,37 @@ def preprocess(
     with output_dirs(out_dir):
         tok = load_tokenizer(tokenizer, out_dir)
         backend = _Backend(files, tok, options, tokenizer_backend)
+        seen: dict = {}
         run = {"tok": tok, "options": options, "workers": workers, "chunk_size": chunk_size}
-        run["backend"] = backend
+        run["log_interval"] = log_interval
+        run |= {"backend": backend, "seen": seen, "progress": progress}
         if num_shards == 1 or shard_index is not None:
             i = shard_index or 0
             base = shard_prefix(output_prefix, i, num_shards)
             part = shard_files(files, i, num_shards)
-            doc, skipped = _run_unit(part, base, shard=(i, num_shards), progress=progress, **run)
+            doc, skipped = _run_unit(part, base, shard=(i, num_shards), **run)
+            _check_lang_key(options, seen)
             return _result(base, doc, time.time() - start, int(skipped), backend.reason)
         skipped = 0
         for i in range(num_shards):
             base = shard_prefix(output_prefix, i, num_shards)
             part = shard_files(files, i, num_shards)
-            skipped += _run_unit(part, base, shard=(i, num_shards), progress=progress, **run)[1]
+            skipped += _run_unit(part, base, shard=(i, num_shards), **run)[1]
+        _check_lang_key(options, seen)
         doc = merge_shards(output_prefix, num_shards, progress=progress)
         return _result(output_prefix, doc, time.time() - start, skipped, backend.reason, num_shards)
 
 
+def _check_lang_key(options: EncodeOptions, seen: dict) -> None:
+    """Warn, once per call, when ``options.lang_key`` is set and no record of the units written
+    had that field (a misspelt name silently tags by script)."""
+    if options.lang_key and seen.get("units") and not seen.get("lang_key_records"):
+        log.warning("%s", unused_lang_key(options.lang_key))
+
+
 def format_summary(result: PreprocessStats) -> str:
-    """A multi-line human summary of a run: outputs, per-language counts, drops, errors, speed
+    """A multi-line human summary of a run: outputs, per-language counts, drops, documents cut
+    to ``--max-document-chars`` and control characters removed (where any), errors, speed
     (tokens per second only when every shard was written by this call)."""
     doc = result.stats
     lines = []
@@ -424,10 +524,15 @@ def format_summary(result: PreprocessStats) -> str:
         )
     for lang, c in doc["languages"].items():
         dropped = ", ".join(f"{k} {v}" for k, v in c["dropped"].items() if v) or "none"
-        lines.append(
+        line = (
             f"  {lang}: {c['documents']} documents, {c['tokens']} tokens, {c['characters']} "
             f"characters; dropped: {dropped}"
         )
+        if c["truncated"]:
+            line += f"; truncated to --max-document-chars: {c['truncated']}"
+        if c["control_characters"]:
+            line += f"; control characters removed: {c['control_characters']}"
+        lines.append(line)
     errors = ", ".join(f"{k} {v}" for k, v in doc["errors"].items() if v)
     if errors:
         lines.append(f"  skipped bad input: {errors}")

@@ -39,6 +39,7 @@ import io
 import json
 import os
 import re
+import shlex
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -138,6 +139,24 @@ def input_format(path: str) -> str | None:
     return None
 
 
+def _no_data_files(folder: str, bare_json: list[str]) -> str:
+    """Why the directory ``folder`` gave no input, with the fix; ``bare_json``: its ``.json``
+    files, which a directory's expansion skips on purpose."""
+    read = "/".join(ext for ext in EXTENSIONS if ext != ".json")
+    if not bare_json:
+        return (
+            f"input directory {folder!r} holds no {read} files. Fix: point --input at the data "
+            "files"
+        )
+    return (
+        f"input directory {folder!r} holds no {read} files, only {len(bare_json)} bare .json "
+        f"file(s) (e.g. {bare_json[0]!r}), which a directory's expansion skips on purpose: they "
+        "are more often configs than data. Fix: name them (--input "
+        f"{shlex.join(bare_json[:3])}{' ...' if len(bare_json) > 3 else ''}), or rename them "
+        "to .jsonl"
+    )
+
+
 def expand_inputs(specs: list[str]) -> list[str]:
     """Turn ``--input`` arguments into the ordered list of files to read.
 
@@ -156,18 +175,15 @@ def expand_inputs(specs: list[str]) -> list[str]:
     files: list[str] = []
     for spec in specs:
         if os.path.isdir(spec):
-            found = sorted(
+            data = sorted(
                 os.path.join(root, name)
                 for root, _, names in os.walk(spec)
                 for name in names
-                if input_format(name) is not None and not name.lower().endswith(".json")
+                if input_format(name) is not None
             )
+            found = [p for p in data if not p.lower().endswith(".json")]
             if not found:
-                raise InputError(
-                    "no_input",
-                    f"input directory {spec!r} holds no {'/'.join(EXTENSIONS)} files. "
-                    "Fix: point --input at the data files",
-                )
+                raise InputError("no_input", _no_data_files(spec, data))
         elif os.path.exists(spec) or os.path.islink(spec):
             found = [spec]
         else:
@@ -609,10 +625,16 @@ def record_text(path: str, record: Record, key: str) -> str:
     """``record.fields[key]`` as a string.
 
     Raises:
-        InputError: 'missing_key' (absent or null) or 'bad_value' (not a string), naming
-            ``path:line`` and the key.
+        InputError: 'missing_key' (absent, or null: said so) or 'bad_value' (not a string),
+            naming ``path:line`` and the key.
     """
     value = record.fields.get(key)
+    if value is None and key in record.fields:
+        raise InputError(
+            "missing_key",
+            f"{path}:{record.line}: {key!r} is null, not a string: the record has no text. "
+            "Fix: give it a text or drop it, or --on-error skip",
+        )
     if value is None:
         have = ", ".join(sorted(k for k, v in record.fields.items() if v is not None))
         raise InputError(
@@ -627,6 +649,16 @@ def record_text(path: str, record: Record, key: str) -> str:
             "Fix: store the text as a JSON string, or --on-error skip",
         )
     return value
+
+
+def unused_lang_key(lang_key: str) -> str:
+    """The warning for a ``--lang-key`` that no record read had: a misspelt field name would
+    otherwise tag every document by script unnoticed."""
+    return (
+        f"--lang-key {lang_key!r}: no record read had that field (or it was null in every "
+        "one), so every document was tagged by script. Fix: check the field's name, or drop "
+        "--lang-key to tag by script"
+    )
 
 
 def record_language(path: str, record: Record, lang_key: str | None) -> str | None:

@@ -13,9 +13,12 @@ A rerun with the same fingerprint skips a unit whose marker verifies (files pres
 checksums equal) and redoes one whose marker is missing or does not verify; a partial directory
 left by a killed run is deleted first. A marker whose fingerprint differs (other inputs, options
 or tokenizer) stops the run instead of mixing two runs under one prefix, and an empty or torn
-marker (not JSON) stops it with the file named. Only one process may work on a given ``B`` at a
-time: :meth:`UnitOutput.locked` holds an exclusive ``flock`` on ``{dir}/.{name}.lock`` (released
-by the kernel when the process ends, however it ends) and refuses a second writer by name.
+marker (not JSON) stops it with the file named. The work's owner may pass a ``reconcile``
+function (:data:`Reconcile`) that says which recorded fingerprints count as this work's (a
+marker of an older format) and when such a unit is redone all the same. Only one process may
+work on a given ``B`` at a time: :meth:`UnitOutput.locked` holds an exclusive ``flock`` on
+``{dir}/.{name}.lock`` (released by the kernel when the process ends, however it ends) and
+refuses a second writer by name.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from megatron_gamma.atomic import LinkedFileError, missing_dirs, move, open_in_place
 from megatron_gamma.config import ConfigError, changed_fields
@@ -37,15 +40,17 @@ from megatron_gamma.data.stats import read_json, write_json
 MARKER_FORMAT = "megatron-gamma-done/1"
 log = logging.getLogger(__name__)
 
+Reconcile = Callable[[dict, dict], tuple[dict, str | None]]
+"""``reconcile(recorded, current)``: the fingerprint a done-marker must hold for its unit to
+count as the ``current`` work's, given the ``recorded`` one, and the reason to redo the unit all
+the same when it matches (None: skip it if its files verify)."""
+
 
 def check_output_prefix(prefix: str) -> None:
     """Refuse, before any work, an ``--output-prefix`` whose files could not be written: one that
     names a directory (it ends in ``/``, or is ``.`` or ``..``; a prefix names files, ``DIR/NAME``),
-    or whose directory could not be made or written into (an ancestor that is a file; the nearest
-    existing directory not writable by this user, on a read-only file system, or refusing new
-    entries, as ``/proc`` does even for root: an empty directory of a unique name is made there
-    and removed at once). Nothing else is created here (shards of one run start at once and share
-    the directory).
+    or whose directory could not be made or written into (:func:`check_output_dir`). Nothing else
+    is created here (shards of one run start at once and share the directory).
 
     Raises:
         ConfigError: naming the prefix, the reason and the fix.
@@ -56,26 +61,44 @@ def check_output_prefix(prefix: str) -> None:
             "(PREFIX_text_document.bin/.idx, PREFIX.stats.json). Fix: a name inside it, e.g. "
             f"--output-prefix {os.path.join(prefix, 'corpus')}"
         )
-    folder = os.path.dirname(os.path.abspath(prefix))
-    missing = missing_dirs(folder)
-    blocker = next((path for path in missing if os.path.exists(path)), None)
-    if blocker is not None:
-        raise ConfigError(
-            f"--output-prefix {prefix!r}: {blocker!r} is a file, not a directory. Fix: an "
-            "--output-prefix in another directory"
-        )
-    existing = os.path.dirname(missing[-1]) if missing else folder
+    check_output_dir("--output-prefix", prefix)
+
+
+def check_output_dir(flag: str, path: str) -> None:
+    """Refuse, before any work, a ``flag`` ``path`` (a file to write) whose directory could not
+    be made or written into: an ancestor that is a file, or a symbolic link to nothing (which
+    ``os.makedirs`` cannot follow); the nearest existing directory not writable by this user, on
+    a read-only file system, or refusing new entries, as ``/proc`` does even for root (an empty
+    directory of a unique name is made there and removed at once). Nothing else is created.
+
+    Raises:
+        ConfigError: naming ``flag``, ``path``, the reason and the fix.
+    """
+    missing = missing_dirs(os.path.dirname(os.path.abspath(path)))
+    for blocker in reversed(missing):  # outermost first: the one makedirs would meet
+        if os.path.islink(blocker) and not os.path.exists(blocker):
+            raise ConfigError(
+                f"{flag} {path!r}: {blocker!r} is a symbolic link to {os.readlink(blocker)!r}, "
+                "which does not exist. Fix: create the directory it points to, or remove the "
+                f"link, or give an {flag} in another directory"
+            )
+        if os.path.exists(blocker):
+            raise ConfigError(
+                f"{flag} {path!r}: {blocker!r} is a file, not a directory. Fix: an {flag} in "
+                "another directory"
+            )
+    existing = os.path.dirname(missing[-1]) if missing else os.path.dirname(os.path.abspath(path))
     if os.statvfs(existing).f_flag & os.ST_RDONLY or not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(
-            f"--output-prefix {prefix!r}: {existing!r} is not writable (read-only file system or "
-            "no permission). Fix: an --output-prefix in a directory you can write"
+            f"{flag} {path!r}: {existing!r} is not writable (read-only file system or no "
+            f"permission). Fix: an {flag} in a directory you can write"
         )
     try:  # what os.access cannot tell: root under /proc or /sys, a mount refusing new entries
         os.rmdir(tempfile.mkdtemp(prefix=".megatron-gamma-probe-", dir=existing))
     except OSError as e:
         raise ConfigError(
-            f"--output-prefix {prefix!r}: nothing can be created in {existing!r} ({e.strerror}). "
-            "Fix: an --output-prefix in a directory you can write"
+            f"{flag} {path!r}: nothing can be created in {existing!r} ({e.strerror}). Fix: an "
+            f"{flag} in a directory you can write"
         ) from None
 
 
@@ -94,8 +117,8 @@ def verify_marker(base: str, marker: dict) -> bool:
     return True
 
 
-def _read_marker_file(path: str) -> dict:
-    """The done-marker at ``path``.
+def read_marker_file(path: str) -> dict:
+    """The done-marker at ``path``, read as it is (its files are not verified).
 
     Raises:
         ConfigError: the file is empty or torn (not a JSON object), named with the fix.
@@ -122,10 +145,30 @@ def read_marker(base: str) -> dict | None:
     path = f"{base}.done.json"
     if not os.path.exists(path):
         return None
-    marker = _read_marker_file(path)
+    marker = read_marker_file(path)
     if marker.get("format") != MARKER_FORMAT or not verify_marker(base, marker):
         return None
     return marker
+
+
+def _same(recorded: dict, current: dict) -> tuple[dict, None]:
+    """The default :data:`Reconcile`: a marker counts only with the current fingerprint."""
+    return current, None
+
+
+def _differences(old: dict, new: dict) -> str:
+    """The names of the fields that differ; for a list, also its first differing entry, with
+    the value recorded and the value now (e.g. an input's path, size and modification time)."""
+    out = []
+    for name, a, b in changed_fields(old, new):
+        if isinstance(a, list) and isinstance(b, list):
+            pairs = enumerate(zip(a, b, strict=False))
+            i = next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
+            was = a[i] if i < len(a) else "nothing"
+            now = b[i] if i < len(b) else "nothing"
+            name = f"{name} (entry {i + 1} is now {now}, was {was})"
+        out.append(name)
+    return ", ".join(out)
 
 
 class UnitOutput:
@@ -134,11 +177,14 @@ class UnitOutput:
     Args:
         base: output prefix of the unit (``--output-prefix``, or its shard name).
         fingerprint: JSON-able description of everything that determines the output bytes.
+        reconcile: how a recorded fingerprint is compared with ``fingerprint`` (:data:`Reconcile`;
+            default: it must equal it).
     """
 
-    def __init__(self, base: str, fingerprint: dict):
+    def __init__(self, base: str, fingerprint: dict, reconcile: Reconcile | None = None):
         self.base = base
         self.fingerprint = fingerprint
+        self.reconcile = reconcile
         folder, name = os.path.split(os.path.abspath(base))
         self.folder = folder
         self.partial = os.path.join(folder, f".{name}.partial")
@@ -155,7 +201,8 @@ class UnitOutput:
         return os.path.join(self.partial, os.path.basename(self.base) + suffix)
 
     def completed(self) -> dict | None:
-        """The done-marker if this unit is complete and intact, else None.
+        """The done-marker if this unit is complete and intact, else None (also when
+        ``reconcile`` gives a reason to redo it, which is logged).
 
         Raises:
             ConfigError: the marker belongs to work with a different fingerprint, or is empty
@@ -163,19 +210,23 @@ class UnitOutput:
         """
         if not os.path.exists(self.marker):
             return None
-        marker = _read_marker_file(self.marker)
+        marker = read_marker_file(self.marker)
         if marker.get("format") != MARKER_FORMAT:
             raise ConfigError(
                 f"{self.marker}: not a megatron-gamma done-marker. Fix: use another --output-prefix"
             )
-        if marker.get("fingerprint") != self.fingerprint:
-            old = marker.get("fingerprint", {})
-            diff = [name for name, _, _ in changed_fields(old, self.fingerprint)]
+        recorded = marker.get("fingerprint", {})
+        want, redo = (self.reconcile or _same)(recorded, self.fingerprint)
+        if recorded != want:
             raise ConfigError(
-                f"{self.marker}: {self.base!r} holds a completed run with different settings "
-                f"(differs in: {', '.join(diff)}). Fix: use another --output-prefix, or delete "
-                f"{self.marker} to redo it with these (its outputs are then replaced)"
+                f"{self.marker}: {self.base!r} holds a completed run with different inputs or "
+                f"settings (differs in: {_differences(recorded, want)}). Fix: use another "
+                f"--output-prefix, or delete {self.marker} to redo it with these (its outputs are "
+                "then replaced)"
             )
+        if redo is not None:
+            log.warning("%s: %s; redoing it", self.base, redo)
+            return None
         return marker if verify_marker(self.base, marker) else None
 
     @contextlib.contextmanager

@@ -22,6 +22,7 @@ Languages come from the record's ``lang_key`` field when present, else from the 
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 from dataclasses import dataclass, field
 
@@ -36,7 +37,10 @@ from megatron_gamma.data.readers import (
     iter_records,
     record_language,
     record_text,
+    unused_lang_key,
 )
+
+log = logging.getLogger(__name__)
 
 
 def parse_proportions(spec: str) -> dict[str, float]:
@@ -148,6 +152,7 @@ def sample_corpus(
     keep_below = heldout_fraction + sample_rate * (1 - heldout_fraction)
     columns = list(json_keys) + ([lang_key] if lang_key else [])
     messages: list[str] = []
+    labelled = 0  # texts whose lang_key field gave their language
     bar = tqdm(
         total=sum(train_left.values()), unit="char", unit_scale=True,
         disable=None if progress else True,
@@ -164,6 +169,7 @@ def sample_corpus(
                             try:
                                 text = record_text(path, rec, k)
                                 label = record_language(path, rec, lang_key)
+                                labelled += label is not None
                             except InputError as e:
                                 if on_error != "skip":
                                     raise
@@ -191,4 +197,6 @@ def sample_corpus(
                 sample.errors[e.kind] = sample.errors.get(e.kind, 0) + 1
     finally:
         bar.close()
+    if lang_key and sample.documents_read and not labelled:
+        log.warning("%s", unused_lang_key(lang_key))
     return sample

@@ -10,6 +10,7 @@ import logging
 import os
 
 from megatron_gamma.data.readers import expand_inputs
+from megatron_gamma.data.resume import check_output_dir
 from megatron_gamma.data.sampling import Sample, sample_corpus
 from megatron_gamma.data.stats import write_json
 from megatron_gamma.data.tokenizer import BilingualTokenizer, train_bpe, write_metadata
@@ -32,6 +33,15 @@ def chars_per_token(tok: BilingualTokenizer, texts: dict[str, list[str]]) -> dic
     return out
 
 
+def tokenizer_output(output: str) -> str:
+    """The tokenizer.json that ``--output`` names: ``output``, or ``output/tokenizer.json`` for a
+    directory (an existing one, or a path ending in ``/``), the file ``--tokenizer-model DIR``
+    reads."""
+    if output.endswith(os.sep) or os.path.isdir(output):
+        return os.path.join(output, "tokenizer.json")
+    return output
+
+
 def train_tokenizer(
     inputs: list[str],
     output: str,
@@ -46,7 +56,8 @@ def train_tokenizer(
     Args:
         inputs: files, directories or globs.
         output: the tokenizer.json to write (name it ``tokenizer.json`` for the HF and
-            megatron-core loaders, which look for that name in its directory).
+            megatron-core loaders, which look for that name in its directory), or a directory
+            to write it into (:func:`tokenizer_output`).
         vocab_size: vocabulary size including bytes and special tokens.
         proportions: ``{lang: share}`` of the training characters.
         sample_chars: training characters in all.
@@ -60,15 +71,18 @@ def train_tokenizer(
 
     Raises:
         ValueError: ``output`` already exists (checked before any input is read; preprocessed
-            data may have been made with it), no training document was sampled, or a bad
-            parameter.
+            data may have been made with it) or cannot be written
+            (:func:`~megatron_gamma.data.resume.check_output_dir`, a ``ConfigError``), no
+            training document was sampled, or a bad parameter.
     """
+    output = tokenizer_output(output)
     if os.path.lexists(output):
         raise ValueError(
             f"output={output!r}: already exists; train-tokenizer does not overwrite it (data "
             "preprocessed with that tokenizer would no longer match). Fix: pass another --output "
             "path, or delete the existing file first"
         )
+    check_output_dir("--output", output)
     files = expand_inputs(inputs)
     sample: Sample = sample_corpus(
         files, proportions, sample_chars, progress=progress, **sample_kwargs

@@ -22,6 +22,7 @@ milliseconds and the main process also reads the input and writes the output:
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
@@ -33,6 +34,11 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
 PIPE_BYTES = 1 << 20
+
+
+class WorkerDied(RuntimeError):
+    """A worker process ended without being asked to; the message names its exit code and
+    the fix."""
 
 
 class _Slot:
@@ -84,11 +90,24 @@ def _portable(error: Exception) -> Exception:
     return error
 
 
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Block SIGINT in this thread for the block (a forked worker inherits the mask): a Ctrl-C
+    meanwhile is delivered, as KeyboardInterrupt, when the block ends."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def _serve(tasks, results, close: list, fn: Callable) -> None:
     """Worker process: ``fn`` over the items the main process sends, in order, until it sends
     None (or its end of the pipe closes). Ctrl-C is the main process's to handle: it stops the
-    workers."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    workers. SIGINT is blocked from the fork (:meth:`SharedMap.__init__`) until it is ignored
+    here, so a Ctrl-C as a worker starts cannot kill it with a traceback of its own."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # drops a SIGINT held since the fork
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     _set_parent_death_signal()
     for conn in close:
         conn.close()
@@ -137,9 +156,9 @@ class _Worker:
             raise self.died() from None
         self.waiting.popleft().fill(ok, value)
 
-    def died(self) -> RuntimeError:
+    def died(self) -> WorkerDied:
         self.process.join(timeout=5)
-        return RuntimeError(
+        return WorkerDied(
             f"worker process {self.process.pid} exited with code {self.process.exitcode} "
             "(negative: killed by that signal, e.g. -9 by the out-of-memory killer). Fix: give "
             "the job more memory or fewer --workers, then rerun (finished outputs are kept)"
@@ -170,21 +189,22 @@ class SharedMap:
         ctx = mp.get_context("fork")
         parent_ends: list = []
         try:
-            for _ in range(workers - 1):
-                task_out, task_in = ctx.Pipe(duplex=False)
-                result_out, result_in = ctx.Pipe(duplex=False)
-                _widen(task_in)
-                _widen(result_in)
-                parent_ends += [task_in, result_out]
-                process = ctx.Process(
-                    target=_serve,
-                    args=(task_out, result_in, list(parent_ends), fn),
-                    daemon=True,
-                )
-                process.start()
-                task_out.close()
-                result_in.close()
-                self._workers.append(_Worker(process, task_in, result_out))
+            with _sigint_held():  # until each worker is registered, and ignores SIGINT itself
+                for _ in range(workers - 1):
+                    task_out, task_in = ctx.Pipe(duplex=False)
+                    result_out, result_in = ctx.Pipe(duplex=False)
+                    _widen(task_in)
+                    _widen(result_in)
+                    parent_ends += [task_in, result_out]
+                    process = ctx.Process(
+                        target=_serve,
+                        args=(task_out, result_in, list(parent_ends), fn),
+                        daemon=True,
+                    )
+                    process.start()
+                    task_out.close()
+                    result_in.close()
+                    self._workers.append(_Worker(process, task_in, result_out))
         except BaseException:
             self.close(kill=True)
             raise
@@ -225,7 +245,7 @@ class SharedMap:
         result last yielded (so memory stays bounded however long the stream).
 
         Raises:
-            the error of an item, when its turn comes; RuntimeError when a worker dies.
+            the error of an item, when its turn comes; WorkerDied when a worker dies.
         """
         window = max(window, self.depth * len(self._workers) + 1)
         pending: deque[tuple[_Slot, _Worker | None]] = deque()

@@ -22,7 +22,6 @@ redacted (:func:`megatron_gamma.config.redacted_dict`).
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 import re
 import shlex
@@ -303,11 +302,12 @@ class PreprocessJob(ClusterOptions):
     """A sharded preprocessing run: ``num_shards`` array tasks, then one merge job."""
 
     inputs: list = field(default_factory=list)
-    """jsonl files, in order."""
-    tokenizer_model: str = ""
-    """tokenizer.json."""
+    """Input files, directories or globs, in order (``preprocess --input``)."""
+    options: list = field(default_factory=list)
+    """The other ``preprocess`` arguments of every task (the tokenizer's among them), e.g.
+    ``["--tokenizer-model=tok.json", "--json-keys", "text", "title"]``."""
     output_prefix: str = ""
-    """Prefix of the merged dataset."""
+    """``preprocess --output-prefix``: the shards are written beside it, then merged into it."""
     num_shards: int = 1
     """Array tasks (shards of the input documents)."""
     workers: int = 1
@@ -325,7 +325,8 @@ class PreprocessJob(ClusterOptions):
             _fail("output_prefix", self.output_prefix, "empty", "pass --output-prefix PATH")
         for path in self.inputs:
             check_script_value("input", path)
-        check_script_value("tokenizer_model", self.tokenizer_model)
+        for option in self.options:
+            check_script_value("options", option)
         sbatch_value("output_prefix", self.output_prefix)
         check_log_dir("output_prefix", os.path.dirname(self.output_prefix))
 
@@ -464,7 +465,6 @@ def render_pretrain(
 
 def render_preprocess(
     job: PreprocessJob,
-    shard_dir: str,
     log_dir: str,
     job_name: str,
     workdir: Optional[str] = None,
@@ -476,11 +476,10 @@ def render_preprocess(
         env={**BASE_ENV, **job.env},
         **_cluster_values(job),
         inputs=job.inputs,
-        tokenizer_model=job.tokenizer_model,
+        options=job.options,
         output_prefix=job.output_prefix,
         num_shards=job.num_shards,
         workers=job.workers,
-        shard_dir=shard_dir,
         log_dir=log_dir,
         job_name=job_name,
         workdir=workdir,
@@ -738,28 +737,26 @@ def submit_pretrain(
 def submit_preprocess(job: PreprocessJob, dry_run: bool = False) -> Submission:
     """Render the array + merge script next to the output prefix and submit both jobs.
 
-    Shard i goes to ``<output_prefix>_shards/shard_<i>/``; the merge job (``afterok`` on the whole
-    array, cancelled if a shard fails) writes ``output_prefix``.
+    The outputs are those of ``preprocess --num-shards N`` on one machine: array task i runs
+    ``preprocess --shard-index i``, writing ``<output_prefix>-shard<iiiii>-of-<nnnnn>_*``, and the
+    merge job (``afterok`` on the whole array, cancelled if a shard fails) runs ``merge
+    --output-prefix <output_prefix> --num-shards N``: the merged datasets, their statistics and
+    blend. With one shard, its task writes ``output_prefix`` and no merge job is submitted.
 
     Returns:
         The script (a dry run's with the ``env`` values redacted), its path, and (unless
         ``dry_run``) the array and merge job ids and the logs.
 
+    The inputs, options and output prefix are the caller's to check (``megatron-gamma
+    submit-preprocess`` checks them as ``preprocess`` does:
+    :func:`megatron_gamma.data.commands.check_submit_preprocess`).
+
     Raises:
-        ConfigError: an input or tokenizer file that does not exist (checked when no container
-            image is given).
-        SubmitError: bad counts, ``sbatch`` missing or rejecting a job.
+        SubmitError: ``sbatch`` missing or rejecting a job.
     """
-    if not job.container_image:
-        for path in job.inputs:
-            if not (os.path.exists(path) or glob.glob(path)):
-                raise ConfigError(f"input={path!r}: no such file. Fix: check the path")
-        if not os.path.isfile(job.tokenizer_model):
-            _fail("tokenizer_model", job.tokenizer_model, "file not found", "check the path")
     job = dataclasses.replace(
         job,
         inputs=[os.path.abspath(p) for p in job.inputs],
-        tokenizer_model=os.path.abspath(job.tokenizer_model),
         output_prefix=os.path.abspath(job.output_prefix),
     )
     base = os.path.basename(job.output_prefix)
@@ -767,7 +764,6 @@ def submit_preprocess(job: PreprocessJob, dry_run: bool = False) -> Submission:
     job_name = f"mg-prep-{base}"
     script = render_preprocess(
         dataclasses.replace(job, env=dict.fromkeys(job.env, REDACTED)) if dry_run else job,
-        shard_dir=f"{job.output_prefix}_shards",
         log_dir=slurm_dir,
         job_name=job_name,
         workdir=_container_workdir(job),
@@ -783,6 +779,10 @@ def submit_preprocess(job: PreprocessJob, dry_run: bool = False) -> Submission:
     array_id = sbatch(
         f"--array=0-{job.num_shards - 1}", f"--output={slurm_dir}/%x-%A_%a.out", path, "shard"
     )
+    result.job_ids.append(array_id)
+    result.logs.append(os.path.join(slurm_dir, f"{job_name}-{array_id}_<i>.out"))
+    if job.num_shards == 1:
+        return result
     try:
         merge_id = sbatch(
             f"--dependency=afterok:{array_id}",
@@ -794,11 +794,8 @@ def submit_preprocess(job: PreprocessJob, dry_run: bool = False) -> Submission:
     except SubmitError:
         subprocess.run(["scancel", array_id], check=False)
         raise
-    result.job_ids += [array_id, merge_id]
-    result.logs += [
-        os.path.join(slurm_dir, f"{job_name}-{array_id}_<i>.out"),
-        os.path.join(slurm_dir, f"{job_name}-merge-{merge_id}.out"),
-    ]
+    result.job_ids.append(merge_id)
+    result.logs.append(os.path.join(slurm_dir, f"{job_name}-merge-{merge_id}.out"))
     return result
 
 
@@ -820,14 +817,13 @@ def example_scripts() -> dict[str, str]:
     preprocess = render_preprocess(
         PreprocessJob(
             inputs=[f"corpus/{lang}-{i:02d}.jsonl" for lang in ("en", "zh") for i in range(4)],
-            tokenizer_model="megatron_gamma/data/demo/tokenizer.json",
+            options=["--tokenizer-model=megatron_gamma/data/demo/tokenizer.json"],
             output_prefix="data/corpus",
             num_shards=8,
             workers=4,
             partition="cpu",
             time="02:00:00",
         ),
-        shard_dir="data/corpus_shards",
         log_dir="logs",
         job_name="megatron-gamma-preprocess",
         header=(

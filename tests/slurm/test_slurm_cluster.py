@@ -242,13 +242,14 @@ def test_preprocess_array_and_merge_equal_one_local_run(slurm, tmp_path):
     assert wait_job(array_id, slurm, timeout=120) == "COMPLETED"
     assert wait_job(merge_id, slurm, timeout=120) == "COMPLETED"
     assert job_field(merge_id, slurm, "Dependency") == "(null)"  # satisfied
-    shards = sorted(glob.glob(str(tmp_path / "merged" / "demo_shards" / "shard_*" / "*.idx")))
+    shards = sorted(glob.glob(str(tmp_path / "merged" / "demo-shard*-of-00003_text_document.idx")))
     assert len(shards) == 3
-    for ext in ("bin", "idx"):
-        (want,) = glob.glob(str(tmp_path / "local" / f"demo*.{ext}"))
-        (got,) = glob.glob(str(tmp_path / "merged" / f"demo*.{ext}"))
-        with open(want, "rb") as a, open(got, "rb") as b:
-            assert a.read() == b.read(), ext
+    for ext in ("_text_document.bin", "_text_document.idx"):
+        with open(tmp_path / "local" / f"demo{ext}", "rb") as a:
+            with open(tmp_path / "merged" / f"demo{ext}", "rb") as b:
+                assert a.read() == b.read(), ext
+    stats = [(tmp_path / d / "demo.stats.json").read_text() for d in ("local", "merged")]
+    assert stats[0].replace(str(tmp_path / "local"), str(tmp_path / "merged")) == stats[1]
 
 
 @pytest.mark.timeout(60)
