@@ -72,12 +72,19 @@ def done_line(result) -> str:
 
 
 def _analyze(args: argparse.Namespace) -> None:
+    from megatron_gamma.rundir.paths import analysis_dir, check_output_dir
+
+    # the checks that read no checkpoint, before torch and megatron-core are imported
+    analysis_dir(args.run_dirs, args.output_dir, args.heatmap_rows, args.condensation_rows)
+    if args.data_cache_path is not None:
+        check_output_dir(args.data_cache_path, "--data-cache-path")
     from megatron_gamma.diagnostics.analyze import analyze
 
     written = analyze(
         args.run_dirs,
         args.output_dir,
         data_path=args.data_path,
+        data_cache_path=args.data_cache_path,
         include_init=not args.no_init,
         heatmaps=args.heatmaps,
         heatmap_iterations=args.heatmap_iterations,
@@ -139,8 +146,35 @@ def _estimate(args: argparse.Namespace) -> None:
             ) from None
         tokenizer_vocab = 0  # the tokenizer lives on the cluster: --vocab-size alone
     vocab = model_vocab_size(cfg, tokenizer_vocab)
+    print(_vocabulary_line(cfg, tokenizer_vocab, vocab))
     print(report(cfg, vocab, world, cfg.cluster.gpu_memory_gb))
 
+
+def _vocabulary_line(cfg, tokenizer_vocab: int, padded: int) -> str:
+    """Which vocabulary size ``estimate`` used, and where it came from (the tokenizer, named,
+    or --vocab-size)."""
+    d = cfg.data
+    note = ""
+    if d.tokenizer_type == "GPT2BPETokenizer":
+        source = f"the GPT-2 BPE of --vocab-file {d.vocab_file} and --merge-file {d.merge_file}"
+    elif d.tokenizer_model is None:
+        source = "the packaged demo tokenizer"
+        note = "; no --tokenizer-model given: pass yours for its vocabulary"
+    else:
+        source = f"--tokenizer-model {d.tokenizer_model}"
+    flag = cfg.model.vocab_size or 0
+    if not tokenizer_vocab:
+        used = f"--vocab-size {flag:,} (the tokenizer cannot be read here)"
+    elif flag > tokenizer_vocab:
+        used = f"--vocab-size {flag:,} (more than the {tokenizer_vocab:,} tokens of {source})"
+    else:
+        used = f"{tokenizer_vocab:,} tokens of {source}"
+    return f"vocabulary: {used}, padded to {padded:,}{note}"
+
+
+_KEPT = "; finished outputs are kept, nothing half-written: rerun the same command to go on"
+INTERRUPTED = {"preprocess": _KEPT, "merge": _KEPT}
+"""What an interrupted (Ctrl-C) command leaves, where it says more than 'interrupted'."""
 
 EVAL_EXTRA_MODULES = ("transformers", "safetensors", "lm_eval", "accelerate")
 """Import names of setup.py's ``eval`` extra (``EVAL_REQUIRES``): ``export-hf``, ``import-hf``
@@ -171,7 +205,6 @@ def _evaluate_loss(args: argparse.Namespace) -> None:
     from megatron_gamma.evaluation.evaluate import evaluate
     from megatron_gamma.parallel import read_dist_env
 
-    _reject_inactive(args, _TASK_FLAGS, "acts only with --tasks")
     out = evaluate(
         args.checkpoint,
         args.data_path,
@@ -195,16 +228,15 @@ def _evaluate_loss(args: argparse.Namespace) -> None:
 
 
 def _check_evaluate_values(args: argparse.Namespace) -> None:
-    """Refuse out-of-range ``evaluate`` counts and devices before any checkpoint is read.
+    """Refuse out-of-range ``evaluate`` counts before any checkpoint is read.
 
     lm-eval reads ``--limit`` below 1 as a fraction of each task's items (rounded up) and from 1
     on as a count (``int(limit)``, which would drop a fractional part silently).
 
     Raises:
-        ConfigError: a count below 1 (``--num-fewshot`` below 0), a ``--limit`` that is neither
-            a fraction in (0, 1) nor a whole number >= 1, or with ``--tasks`` a ``--device``
-            lm-eval cannot run on here (:func:`~megatron_gamma.evaluation.benchmarks.
-            lm_eval_device`); the message names the flag and the fix.
+        ConfigError: a count below 1 (``--num-fewshot`` below 0), or a ``--limit`` that is
+            neither a fraction in (0, 1) nor a whole number >= 1; the message names the flag and
+            the fix.
     """
     counts = ("eval_tokens", "seq_length", "micro_batch_size", "batch_size", "bootstrap_samples")
     for name in counts:
@@ -227,22 +259,68 @@ def _check_evaluate_values(args: argparse.Namespace) -> None:
             "and one from 1 on as a whole number of items. Fix: pass a fraction in (0, 1), e.g. "
             "--limit 0.1, or a whole number >= 1, e.g. --limit 100"
         )
-    if args.tasks is not None and args.device is not None:
-        from megatron_gamma.evaluation.benchmarks import lm_eval_device
 
-        lm_eval_device(args.device)
+
+def _check_evaluate_paths(args: argparse.Namespace) -> None:
+    """Refuse ``evaluate``'s paths that cannot serve, before any checkpoint is read.
+
+    Raises:
+        ConfigError: a checkpoint (CKPT, ``--compare``) that does not exist
+            (:func:`~megatron_gamma.rundir.paths.missing_checkpoint`), a ``--config`` or
+            ``--compare-config`` that is not a file, an ``--include-path`` that is not a
+            directory, a ``--data-path`` blend that is malformed or names a prefix without its
+            files (:meth:`~megatron_gamma.config.DataConfig.blend`), or an ``--output-dir`` that
+            cannot be made or written (:func:`~megatron_gamma.rundir.paths.check_output_dir`);
+            the message names the flag, the value and the fix.
+    """
+    from megatron_gamma.config import load_config
+    from megatron_gamma.rundir.paths import check_output_dir, missing_checkpoint
+
+    for name, ckpt in (("checkpoint", args.checkpoint), ("--compare", args.compare)):
+        missing = ckpt is not None and missing_checkpoint(ckpt, name)
+        if missing:
+            raise ConfigError(missing)
+    for flag, path in (("--config", args.config), ("--compare-config", args.compare_config)):
+        if path is not None and not os.path.isfile(path):
+            raise ConfigError(
+                f"{flag}={path!r}: no such file. Fix: pass the run's config.yaml, or drop {flag} "
+                "for the config the checkpoint carries"
+            )
+    if args.include_path is not None and not os.path.isdir(args.include_path):
+        raise ConfigError(
+            f"--include-path={args.include_path!r}: not a directory (lm-eval would skip it "
+            "without a word). Fix: pass the directory that holds your task YAML files"
+        )
+    if args.data_path:
+        load_config(None, {"data_path": args.data_path}).data.blend()
+    if args.output_dir is not None:
+        check_output_dir(args.output_dir, "--output-dir")
 
 
 def _evaluate(args: argparse.Namespace) -> None:
+    # every check that needs no model, before torch (the device check aside) and megatron-core
+    # are imported: a refusal takes a fraction of a second instead of those imports' seconds
     _check_evaluate_values(args)
+    if args.tasks is None:
+        _reject_inactive(args, _TASK_FLAGS, "acts only with --tasks")
+    else:
+        _reject_inactive(
+            args, _LOSS_FLAGS, "acts only on the held-out loss (evaluate without --tasks)"
+        )
+        if args.compare is None:
+            _reject_inactive(
+                args, ("compare_config", "bootstrap_samples"), "acts only with --compare"
+            )
+    _check_evaluate_paths(args)
     if args.tasks is None:
         _evaluate_loss(args)
         return
+    if args.device is not None:
+        from megatron_gamma.evaluation.device import lm_eval_device
+
+        lm_eval_device(args.device)  # imports torch: after the checks that need none
     from megatron_gamma.evaluation.benchmarks import benchmark
 
-    _reject_inactive(args, _LOSS_FLAGS, "acts only on the held-out loss (evaluate without --tasks)")
-    if args.compare is None:
-        _reject_inactive(args, ("compare_config", "bootstrap_samples"), "acts only with --compare")
     if args.limit is not None and args.limit >= 1:
         args.limit = int(args.limit)
     report = benchmark(
@@ -352,18 +430,27 @@ def _submit(args: argparse.Namespace) -> None:
 
 
 def _submit_preprocess(args: argparse.Namespace) -> None:
+    from megatron_gamma.data.commands import check_submit_preprocess, task_flags
     from megatron_gamma.launch.slurm import PreprocessJob, submit_preprocess
 
     job = PreprocessJob(
         inputs=args.input,
-        tokenizer_model=args.tokenizer_model,
+        options=task_flags(args),
         output_prefix=args.output_prefix,
         num_shards=args.num_shards,
         workers=args.workers,
         env=args.env or {},
         **_cluster_options(args),
     )
+    check_submit_preprocess(args, container=bool(args.container_image))
     _print_submission(submit_preprocess(job, dry_run=args.dry_run), args.dry_run)
+    if not args.dry_run:
+        prefix, n = os.path.abspath(args.output_prefix), args.num_shards
+        print(
+            f"outputs, as preprocess --num-shards {n} writes them: {prefix}_*.bin/.idx and "
+            f"{prefix}.stats.json, whose data_path is the blend for --data-path (the "
+            f"{'merge job' if n > 1 else 'array task'}'s log prints it)"
+        )
 
 
 def _sweep(args: argparse.Namespace) -> None:
@@ -481,13 +568,14 @@ def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse the command line; an unknown flag exits 2 naming the closest known flag, and a
     Megatron-LM flag megatron-gamma refuses (:data:`~megatron_gamma.config.megatron_lm.REFUSED`,
-    for ``preprocess`` ``PREPROCESS_REFUSED``) exits 2 with one line per such flag: why, and
-    the fix."""
+    for ``preprocess`` and ``submit-preprocess`` ``PREPROCESS_REFUSED``) exits 2 with one line per
+    such flag: why, and the fix."""
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         command = parser._subparsers._group_actions[0].choices[args.command]
-        table = PREPROCESS_REFUSED if args.command == "preprocess" else REFUSED
+        preprocess = args.command in ("preprocess", "submit-preprocess")
+        table = PREPROCESS_REFUSED if preprocess else REFUSED
         refused = refused_flags(unknown, table)
         if refused:
             others = [a for a in unknown if a.startswith("-") and a.split("=")[0] not in table]
@@ -501,7 +589,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def build_parser() -> argparse.ArgumentParser:
     """The ``megatron-gamma`` argument parser with all subcommands."""
     from megatron_gamma.config import add_config_flags
-    from megatron_gamma.data.commands import add_data_commands
+    from megatron_gamma.data.commands import add_data_commands, add_preprocess_flags
 
     parser = _Parser(prog="megatron-gamma", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -560,15 +648,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(p)
     p.set_defaults(func=_submit)
 
-    p = sub.add_parser("submit-preprocess", help="preprocess as a SLURM array + merge job")
-    p.add_argument("--input", nargs="+", required=True, help="jsonl files")
-    p.add_argument("--tokenizer-model", required=True, help="tokenizer.json")
-    p.add_argument("--output-prefix", required=True, help="prefix of the merged dataset")
-    p.add_argument("--num-shards", type=int, required=True, help="array tasks")
-    p.add_argument(
-        "--workers", type=int, default=1,
-        help="encoding processes per task: the main process plus WORKERS - 1 worker processes",
-    )  # fmt: skip
+    p = sub.add_parser(
+        "submit-preprocess",
+        help="preprocess as a SLURM array + merge job",
+        description="`preprocess --num-shards N` as a SLURM job array (task i: --shard-index i) "
+        "and a merge job, writing what the local run writes. It takes preprocess's flags (but "
+        "--shard-index and --no-progress) and passes them to every task.",
+    )
+    add_preprocess_flags(p)
+    p.add_argument("--num-shards", type=int, required=True, help="array tasks (shards)")
     p.add_argument(
         "--env",
         action="append",
@@ -591,6 +679,11 @@ def build_parser() -> argparse.ArgumentParser:
         "analysis there moved aside to DIR.superseded-N",
     )
     p.add_argument("--data-path", nargs="+", help="dataset blend for activations (default: run's)")
+    p.add_argument(
+        "--data-cache-path",
+        help="megatron-core's dataset index caches (default RUN_DIR/data_cache; never the "
+        "checkpoint's recorded path)",
+    )
     p.add_argument("--heatmaps", nargs="+", metavar="ROLE/layer_LL", help="e.g. qkv.q/layer_00")
     p.add_argument("--heatmap-iterations", nargs="+", type=int, help="checkpoint iterations")
     p.add_argument("--heatmap-rows", type=int, default=256, help="rows sampled per heatmap")
@@ -696,15 +789,35 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit code (2 for configuration errors)."""
+    """Entry point; returns the exit code: 2 for configuration errors, 1 for a dead worker
+    process or a standard output closed early (``| head``), 130 for Ctrl-C (each with its
+    message, or none for the closed output, and no traceback)."""
     args = parse_args(argv)
     summarize_accelerator_warnings()
     silence_library_noise()
     try:
         args.func(args)
+        sys.stdout.flush()  # a reader that left (| head) is met here, not at interpreter exit
+    except BrokenPipeError:
+        # Python's documented recipe: the rest of the output goes nowhere, exit status 1
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (ConfigError, FileNotFoundError, ValueError) as e:
         print(f"megatron-gamma {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(
+            f"megatron-gamma {args.command}: interrupted{INTERRUPTED.get(args.command, '')}",
+            file=sys.stderr,
+        )
+        return 130
+    except RuntimeError as e:
+        from megatron_gamma.data.workers import WorkerDied
+
+        if not isinstance(e, WorkerDied):
+            raise
+        print(f"megatron-gamma {args.command}: error: {e}", file=sys.stderr)
+        return 1
     except ModuleNotFoundError as e:
         if (e.name or "").split(".")[0] not in EVAL_EXTRA_MODULES:
             raise
