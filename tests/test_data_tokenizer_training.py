@@ -150,6 +150,28 @@ def test_train_tokenizer_refuses_an_existing_output_before_reading_input(tmp_pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer.json"]
 
 
+@pytest.mark.parametrize(
+    "existing", ["tokenizer_config.json", "special_tokens_map.json", "tokenizer_metadata.json",
+                 "other.report.json"],
+)  # fmt: skip
+def test_train_tokenizer_refuses_to_overwrite_the_files_it_writes_beside_its_output(
+    tmp_path, capsys, existing
+):
+    """--output DIR/other.json beside another tokenizer's files: its loader files and report
+    would replace theirs (a tokenizer_config.json names that tokenizer's EOD), so the run is
+    refused before any input is read, naming the file, and nothing in DIR changes."""
+    (tmp_path / existing).write_text("another tokenizer's")
+    out = tmp_path / "other.json"
+    args = ["train-tokenizer", "--input", str(tmp_path / "missing.jsonl"), "--vocab-size", "300",
+            "--output", str(out), "--no-progress"]  # fmt: skip
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path / existing} already exists, and train-tokenizer writes that file" in err
+    assert f"Fix: pass an --output in a folder of its own, e.g. {tmp_path}/new/" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [existing]
+    assert (tmp_path / existing).read_text() == "another tokenizer's"
+
+
 def test_train_tokenizer_output_as_a_directory_writes_its_tokenizer_json(tmp_path, capsys):
     """--output DIR/ (or an existing DIR) writes DIR/tokenizer.json, which --tokenizer-model DIR
     reads, with its metadata beside it; a DIR holding one already is refused as a file is."""

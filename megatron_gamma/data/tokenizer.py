@@ -42,6 +42,8 @@ TOKENIZER_CONFIG = "tokenizer_config.json"
 """The file beside a tokenizer.json whose ``eos_token`` / ``pad_token`` / ``bos_token`` name its
 EOD, PAD and BOS (as ``transformers.AutoTokenizer`` reads them)."""
 CONFIG_KEYS = {"eod": "eos_token", "pad": "pad_token", "bos": "bos_token"}
+LOADER_FILES = (TOKENIZER_CONFIG, "special_tokens_map.json", "tokenizer_metadata.json")
+"""The files :func:`write_metadata` writes beside a tokenizer.json, in its folder."""
 
 
 def write_metadata(
@@ -69,13 +71,13 @@ def write_metadata(
         **special,
     }
     written = []
-    for name, doc in (("tokenizer_config.json", config), ("special_tokens_map.json", special)):
+    for name, doc in ((LOADER_FILES[0], config), (LOADER_FILES[1], special)):
         path = os.path.join(folder, name)
         with atomic_open(path, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=2, sort_keys=True)
             f.write("\n")
         written.append(path)
-    path = os.path.join(folder, "tokenizer_metadata.json")
+    path = os.path.join(folder, LOADER_FILES[2])
     metadata = {
         "library": "huggingface",
         "class_name": None,

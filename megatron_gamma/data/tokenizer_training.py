@@ -13,7 +13,12 @@ from megatron_gamma.data.readers import expand_inputs
 from megatron_gamma.data.resume import check_output_dir
 from megatron_gamma.data.sampling import Sample, sample_corpus
 from megatron_gamma.data.stats import write_json
-from megatron_gamma.data.tokenizer import BilingualTokenizer, train_bpe, write_metadata
+from megatron_gamma.data.tokenizer import (
+    LOADER_FILES,
+    BilingualTokenizer,
+    train_bpe,
+    write_metadata,
+)
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +45,31 @@ def tokenizer_output(output: str) -> str:
     if output.endswith(os.sep) or os.path.isdir(output):
         return os.path.join(output, "tokenizer.json")
     return output
+
+
+def report_path(output: str) -> str:
+    """The report ``train-tokenizer`` writes beside ``output`` (``tokenizer.report.json`` for
+    ``tokenizer.json``)."""
+    return os.path.splitext(output)[0] + ".report.json"
+
+
+def _refuse_existing_siblings(output: str) -> None:
+    """Refuse to write ``output``'s loader files or report over files already there.
+
+    Raises:
+        ValueError: one of them exists (another tokenizer's ``tokenizer_config.json`` would lose
+            its EOD, PAD and BOS); the message names it and the fix.
+    """
+    folder = os.path.dirname(os.path.abspath(output))
+    for path in [os.path.join(folder, name) for name in LOADER_FILES] + [report_path(output)]:
+        if os.path.lexists(path):
+            raise ValueError(
+                f"output={output!r}: {path} already exists, and train-tokenizer writes that "
+                "file beside the tokenizer.json it trains; it does not overwrite it (it may "
+                "belong to another tokenizer in that folder, whose EOD, PAD and BOS it names). "
+                "Fix: pass an --output in a folder of its own, e.g. "
+                f"{os.path.join(folder, 'new', 'tokenizer.json')}"
+            )
 
 
 def train_tokenizer(
@@ -70,8 +100,9 @@ def train_tokenizer(
         The report: sample composition, budgets and held-out characters per token by language.
 
     Raises:
-        ValueError: ``output`` already exists (checked before any input is read; preprocessed
-            data may have been made with it) or cannot be written
+        ValueError: ``output``, its loader files or its report already exist (checked before
+            any input is read; preprocessed data may have been made with them) or cannot be
+            written
             (:func:`~megatron_gamma.data.resume.check_output_dir`, a ``ConfigError``), no
             training document was sampled, or a bad parameter.
     """
@@ -82,6 +113,7 @@ def train_tokenizer(
             "preprocessed with that tokenizer would no longer match). Fix: pass another --output "
             "path, or delete the existing file first"
         )
+    _refuse_existing_siblings(output)
     check_output_dir("--output", output)
     files = expand_inputs(inputs)
     sample: Sample = sample_corpus(
@@ -130,5 +162,5 @@ def train_tokenizer(
             got,
             want,
         )
-    write_json(os.path.splitext(output)[0] + ".report.json", report)
+    write_json(report_path(output), report)
     return report
