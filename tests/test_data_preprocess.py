@@ -289,6 +289,25 @@ def test_the_first_bad_record_is_reported_whichever_process_encodes_it(tmp_path,
     assert not (tmp_path / "out").exists()  # nor the directory it would have made
 
 
+def test_more_workers_than_cores_is_warned_with_the_fix(tmp_path, monkeypatch, caplog):
+    """--workers above the cores this process may run on (its CPU affinity, here one core)
+    warns with the count that fits; the run goes on and writes what one worker writes."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0})
+    inputs = [os.path.join(demo_dir(), "zh.jsonl")]
+    for workers in (1, 2):
+        with caplog.at_level(logging.WARNING, logger="megatron_gamma.data"):
+            preprocess(inputs, TOKENIZER, str(tmp_path / f"w{workers}"), workers=workers,
+                       progress=False)  # fmt: skip
+        warned = [r.getMessage() for r in caplog.records if "core(s)" in r.getMessage()]
+        caplog.clear()
+        want = "--workers 2: more than the 1 core(s) this process may run on"
+        assert [w.split(";")[0] for w in warned] == ([want] if workers == 2 else [])
+    assert warned[0].endswith("Fix: --workers 1")
+    for ext in (".bin", ".idx"):
+        one, two = (tmp_path / f"w{w}_text_document{ext}" for w in (1, 2))
+        assert one.read_bytes() == two.read_bytes()
+
+
 def test_truncated_gzip_and_broken_link_are_unreadable(tmp_path):
     data = gzip.compress(b"".join(b'{"text": "line %d"}\n' % i for i in range(5000)))
     (tmp_path / "cut.jsonl.gz").write_bytes(data[: len(data) // 2])

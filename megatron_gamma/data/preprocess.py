@@ -467,6 +467,16 @@ def preprocess(
             ``log_interval < 1``.
     """
     check_run_settings(workers, chunk_size, log_interval, tokenizer_backend)
+    cores = len(os.sched_getaffinity(0))
+    if workers > cores:
+        log.warning(
+            "--workers %d: more than the %d core(s) this process may run on; the encoding "
+            "processes will share them, each with its own tokenizer in memory, for no gain in "
+            "speed. Fix: --workers %d",
+            workers,
+            cores,
+            cores,
+        )
     check_output_prefix(output_prefix)
     options = options or EncodeOptions(json_keys=(json_key,))
     start = time.time()
