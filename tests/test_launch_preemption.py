@@ -276,22 +276,63 @@ def test_a_pretrain_refused_at_start_gives_the_signals_back(tmp_path):
             signal.signal(s, handler)
 
 
-def _handlers_around_pretrain(run_dir: str) -> dict:
-    """Train 2 iterations of a tiny model on mock data in this process with ``pretrain``; the
-    iteration reached and, per signal, whether its handler afterwards is the one before (SIGUSR1:
-    a handler of the caller's, SIGTERM: the default)."""
+def _tiny(run_dir: str):
+    """The config of a 2-iteration run of a tiny model on mock data."""
     from megatron_gamma.config import load_config
-    from megatron_gamma.training.loop import pretrain
 
-    signal.signal(signal.SIGUSR1, _mine)
-    before = {s: signal.getsignal(s) for s in SIGNALS}
     overrides = {"mock_data": True, "run_dir": run_dir, "num_layers": 1, "hidden_size": 32}
     overrides.update(num_attention_heads=2, seq_length=16, micro_batch_size=2)
     overrides.update(global_batch_size=2, train_iters=2, init_audit="off", progress_bar=False)
     overrides.update(log_diagnostics_interval=0, eval_iters=0)
-    result = pretrain(load_config(None, overrides))
+    return load_config(None, overrides)
+
+
+def _handlers_around_pretrain(run_dir: str) -> dict:
+    """Train 2 iterations of a tiny model on mock data in this process with ``pretrain``; the
+    iteration reached and, per signal, whether its handler afterwards is the one before (SIGUSR1:
+    a handler of the caller's, SIGTERM: the default)."""
+    from megatron_gamma.training.loop import pretrain
+
+    signal.signal(signal.SIGUSR1, _mine)
+    before = {s: signal.getsignal(s) for s in SIGNALS}
+    result = pretrain(_tiny(run_dir))
     kept = {s.name: signal.getsignal(s) == before[s] for s in SIGNALS}
     return {"iteration": result.iteration, **kept}
+
+
+def _pretrain_again_after_a_failed_start(run_dir: str) -> dict:
+    """A pretrain that raises after taking the run directory's lock and the process group (its
+    W&B start fails), then the same pretrain in the same process: what the first left behind,
+    and how far the second got."""
+    import torch.distributed as dist
+
+    from megatron_gamma.training import loop
+
+    def fail(cfg):
+        raise RuntimeError("W&B refused")
+
+    start_wandb, loop.start_wandb = loop.start_wandb, fail
+    try:
+        loop.pretrain(_tiny(run_dir))
+    except RuntimeError as e:
+        error = str(e)
+    finally:
+        loop.start_wandb = start_wandb
+    left = {
+        "lock": os.path.exists(os.path.join(run_dir, ".run.lock")),
+        "group": dist.is_initialized(),
+    }
+    return {"error": error, **left, "iteration": loop.pretrain(_tiny(run_dir)).iteration}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_pretrain_that_fails_after_its_locks_releases_them_for_the_next(tmp_path):
+    """A construction that raised after claiming the run directory kept its lock and process
+    group, so calling pretrain again in the same process (a notebook, a sweep) found its own
+    run directory locked."""
+    (got,) = run_distributed(_pretrain_again_after_a_failed_start, 1, str(tmp_path / "run"))
+    assert got == {"error": "W&B refused", "lock": False, "group": False, "iteration": 2}
 
 
 @pytest.mark.slow

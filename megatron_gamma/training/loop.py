@@ -254,7 +254,9 @@ class Trainer:
     no preemption handling, so the signals act as they would without a trainer.
     ``--exit-duration-in-mins`` is likewise read by that callback only. :meth:`close`, and a
     construction that raises, give the signals back as well: after :func:`pretrain` returns or
-    raises, SIGUSR1 and SIGTERM have the handlers they had before it was called.
+    raises, SIGUSR1 and SIGTERM have the handlers they had before it was called, and the
+    run-directory and ``--save`` locks and the process group it made are released, so the same
+    process can call it again.
 
     Args:
         cfg: validated run config.
@@ -265,10 +267,12 @@ class Trainer:
         self.preemption = PreemptionGuard(
             cfg.training.exit_duration_in_mins, cfg.training.exit_signal_handler
         )
+        self.run_lock = self.save_lock = None
+        self._parallel = False
         try:
             self._build(cfg)
         except BaseException:
-            self.preemption.release()  # no trainer, so nothing of it may keep the signals
+            self.close()  # no trainer: what _build took (signals, locks, process group) goes back
             raise
 
     def _build(self, cfg: Config) -> None:
@@ -279,6 +283,7 @@ class Trainer:
         self.result = TrainResult()
         self.end_iteration = cfg.training.train_iters
         self._stop = False
+        self._parallel = True
         self.dp_size = parallel.initialize(cfg)
         ck = cfg.checkpoint
         self.run_lock = claim_run_dir(cfg.logging.run_dir, ck.load, ck.overwrite)
@@ -629,12 +634,14 @@ class Trainer:
     def close(self) -> None:
         """Give SIGUSR1 and SIGTERM back to the handlers they had before the trainer was built
         (:meth:`~.preemption.PreemptionGuard.release`), release the ``--save`` and run-directory
-        locks, megatron-core globals and the process group."""
+        locks, megatron-core globals and the process group: those of them it took, also when
+        its construction raised (then :meth:`__init__` calls this before re-raising)."""
         self.preemption.release()
         release_lock(self.save_lock)
         release_lock(self.run_lock)
-        destroy_num_microbatches_calculator()
-        parallel.destroy()
+        if self._parallel:
+            destroy_num_microbatches_calculator()
+            parallel.destroy()
 
 
 def run_callbacks(cfg: Config, guard: PreemptionGuard) -> list[Callback]:
