@@ -578,11 +578,14 @@ def test_import_refuses_a_shard_outside_the_model_directory(tmp_path, form, weig
     assert weights_read == [] and not os.path.exists(tmp_path / "run")
 
 
-@pytest.mark.parametrize("name", ["config.json", "megatron_gamma.json", "tokenizer.json"])
+@pytest.mark.parametrize(
+    "name", ["config.json", "megatron_gamma.json", "tokenizer.json", "tokenizer_config.json"]
+)
 def test_import_refuses_a_file_that_links_out_of_the_model_directory(tmp_path, name, weights_read):
-    """A link in the model directory made import-hf read (and for tokenizer.json copy into the
-    new run) a file anywhere on the host."""
+    """A link in the model directory made import-hf read (and for tokenizer.json and
+    tokenizer_config.json copy into the new run) a file anywhere on the host."""
     hf_dir = _hub_model(tmp_path / "hub", {})
+    (tmp_path / "hub" / "tokenizer_config.json").write_text('{"eos_token": "<|endoftext|>"}')
     outside = tmp_path / "elsewhere" / name
     outside.parent.mkdir()
     os.replace(os.path.join(hf_dir, name), outside)
@@ -659,6 +662,27 @@ def test_import_reads_a_hub_cache_snapshot_but_not_another_repositorys_blobs(
     os.symlink(os.path.realpath(os.path.join(other, "config.json")), snapshot + "/config.json")
     with pytest.raises(CheckpointError, match="config.json: resolves through a link to .*other"):
         import_hf(snapshot, str(tmp_path / "run2"))
+
+
+def test_import_of_a_hub_cache_snapshot_records_the_tokenizer_the_run_has(tmp_path):
+    """The checkpoint's tokenizer fingerprint was taken of the snapshot's tokenizer.json where
+    its link leads, a blob with no tokenizer_config.json beside it: the EOD its eos_token names
+    was lost (the checkpoint recorded <|endoftext|> and another identity than the run's), and its
+    files were named in the cache. It is now the run's own tokenizer, files and all."""
+    from megatron_gamma.data.tokenizer import BilingualTokenizer
+    from megatron_gamma.data.tokenizer_fingerprint import fingerprint
+    from megatron_gamma.rundir.layout import saved_description
+
+    hub = _hub_model(tmp_path / "hub", {})
+    (tmp_path / "hub" / "tokenizer_config.json").write_text('{"eos_token": "<|bos|>"}')
+    snapshot = _as_hub_cache(hub, tmp_path / "cache" / "models--org--tiny")
+    out = import_hf(snapshot, str(tmp_path / "run"))
+    run_tok = BilingualTokenizer(str(tmp_path / "run" / "tokenizer.json"))
+    assert run_tok.eos_token == "<|bos|>" and run_tok.eod == 2  # the demo vocabulary's <|bos|>
+    _, recorded = saved_description(out["checkpoint"])
+    assert recorded == fingerprint(run_tok)
+    run = str(tmp_path / "run")
+    assert recorded["source"] == [f"{run}/tokenizer.json", f"{run}/tokenizer_config.json"]
 
 
 def test_reading_a_checkpoint_writes_nothing_where_its_config_points(tmp_path):

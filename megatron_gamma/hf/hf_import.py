@@ -216,15 +216,19 @@ def _run_config(hf_dir: str, run_dir: str) -> tuple[dict, int]:
     return raw, iteration
 
 
-def _tokenizer_fingerprint(path: str) -> dict | None:
-    """The fingerprint of the model's tokenizer.json (with the tokenizer_config.json beside it,
-    :class:`~megatron_gamma.data.tokenizer.BilingualTokenizer`); None for one without an EOD
-    token (no ``<|endoftext|>`` and no ``eos_token`` in a tokenizer_config.json; a tokenizer
-    from elsewhere: the checkpoint then records no fingerprint)."""
+def _tokenizer_fingerprint(built: str, final: str) -> dict | None:
+    """The fingerprint of the new run's tokenizer: its tokenizer.json with the
+    tokenizer_config.json beside it (:class:`~megatron_gamma.data.tokenizer.BilingualTokenizer`),
+    read from ``built``, the temporary directory the run is assembled in, with its files named
+    where the run will have them, under ``final``. None for one without an EOD token (no
+    ``<|endoftext|>`` and no ``eos_token`` in a tokenizer_config.json; a tokenizer from
+    elsewhere: the checkpoint then records no fingerprint)."""
     try:
-        return fingerprint(BilingualTokenizer(path))
+        doc = fingerprint(BilingualTokenizer(os.path.join(built, "tokenizer.json")))
     except ValueError:
         return None
+    doc["source"] = [os.path.join(final, os.path.relpath(p, built)) for p in doc["source"]]
+    return doc
 
 
 def import_hf(hf_dir: str, run_dir: str) -> dict:
@@ -271,6 +275,10 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
             "Face tokenizers format) into the model directory"
         )
     tokenizer = model_file(hf_dir, "tokenizer.json")
+    tokenizer_config = os.path.join(hf_dir, TOKENIZER_CONFIG)  # its eos_token names the EOD
+    tokenizer_config = (
+        model_file(hf_dir, TOKENIZER_CONFIG) if os.path.lexists(tokenizer_config) else None
+    )
     raw, iteration = _run_config(hf_dir, run_dir)
     cfg = config_from_dict(raw)
     hf_sd = read_safetensors(hf_dir)
@@ -279,6 +287,9 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
     mc_sd = mapping.from_hf(hf_sd, cfg)
     vocab = int(mc_sd["embedding.word_embeddings.weight"].shape[0])
     with atomic_dir(run_dir) as tmp:
+        shutil.copyfile(tokenizer, os.path.join(tmp, "tokenizer.json"))
+        if tokenizer_config is not None and os.path.isfile(tokenizer_config):
+            shutil.copyfile(tokenizer_config, os.path.join(tmp, TOKENIZER_CONFIG))
         one = loader.fp32_single_rank(cfg)
         with loader.single_process(one):
             model = loader.build_model(one, vocab)
@@ -295,14 +306,10 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
             final = checkpoint_dir(root, iteration)
             os.makedirs(final)
             state = {"model": model.sharded_state_dict(), "iteration": iteration}
-            state.update(layout.describe(cfg, _tokenizer_fingerprint(tokenizer)))
+            state.update(layout.describe(cfg, _tokenizer_fingerprint(tmp, run_dir)))
             dist_checkpointing.save(state, final)
         with open(os.path.join(root, TRACKER), "w") as f:
             f.write(str(iteration))
-        shutil.copyfile(tokenizer, os.path.join(tmp, "tokenizer.json"))
-        tokenizer_config = os.path.join(hf_dir, TOKENIZER_CONFIG)
-        if os.path.isfile(tokenizer_config):  # its eos_token names the EOD: keep it beside
-            shutil.copyfile(tokenizer_config, os.path.join(tmp, TOKENIZER_CONFIG))
         save_config(cfg, os.path.join(tmp, CONFIG))
     ckpt = checkpoint_dir(os.path.join(run_dir, CHECKPOINTS), iteration)
     return {"run_dir": run_dir, "checkpoint": ckpt, "iteration": iteration}
