@@ -381,6 +381,8 @@ def _import_hf(args: argparse.Namespace) -> None:
 
     out = import_hf(args.hf_dir, args.run_dir)
     print(f"imported iteration {out['iteration']}: {out['checkpoint']}")
+    for warning in out["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def _cluster_options(args: argparse.Namespace) -> dict:

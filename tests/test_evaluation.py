@@ -685,6 +685,33 @@ def test_import_of_a_hub_cache_snapshot_records_the_tokenizer_the_run_has(tmp_pa
     assert recorded["source"] == [f"{run}/tokenizer.json", f"{run}/tokenizer_config.json"]
 
 
+@pytest.mark.parametrize("eos_token_id", [2, [2, 5], 0, [5, 0], None, []])
+def test_import_warns_when_config_eos_is_not_the_runs_eod(tmp_path, capsys, eos_token_id):
+    """config.json's eos_token_id (an id or a list) that does not hold the run's EOD (the demo
+    tokenizer's <|endoftext|>, 0) is named with the fix on stderr; the import completes."""
+    from megatron_gamma.cli import main
+
+    hf_dir = _hub_model(tmp_path / "hub", {})
+    path = os.path.join(hf_dir, "config.json")
+    config = json.loads(open(path).read())
+    config["eos_token_id"] = eos_token_id
+    open(path, "w").write(json.dumps(config))
+    assert main(["import-hf", hf_dir, str(tmp_path / "run")]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("imported iteration 0: ")
+    if eos_token_id in (2, [2, 5]):
+        assert err.splitlines()[-1] == (
+            f"warning: config.json: eos_token_id {eos_token_id} does not hold 0 "
+            "('<|endoftext|>'), the run's EOD (the eos_token of tokenizer_config.json, or "
+            "<|endoftext|> where none names one): data preprocessed with this tokenizer ends "
+            f"each document in 0, while the model was trained to stop at {eos_token_id}. Fix: "
+            "set eos_token in the model directory's tokenizer_config.json to the model's "
+            "end-of-document token and import again"
+        )
+    else:
+        assert "eos_token_id" not in err
+
+
 def test_reading_a_checkpoint_writes_nothing_where_its_config_points(tmp_path):
     """A GPT-2 BPE run's tokenizer.json is made from its vocab and merges files when the run is
     read; a checkpoint's own config names the run directory of the host that trained it (or

@@ -181,7 +181,7 @@ def _check_portable(raw: dict) -> None:
                 )
 
 
-def _run_config(hf_dir: str, run_dir: str) -> tuple[dict, int]:
+def _run_config(hf_dir: str, run_dir: str) -> tuple[dict, int, dict]:
     path = os.path.join(hf_dir, "config.json")
     if not os.path.isfile(path):
         raise CheckpointError(f"hf_dir={hf_dir!r}: no config.json. Fix: pass a model directory")
@@ -213,22 +213,47 @@ def _run_config(hf_dir: str, run_dir: str) -> tuple[dict, int]:
     raw.setdefault("checkpoint", {}).update(
         save=os.path.join(run_dir, "checkpoints"), load=os.path.join(run_dir, "checkpoints")
     )
-    return raw, iteration
+    return raw, iteration, hf
 
 
-def _tokenizer_fingerprint(built: str, final: str) -> dict | None:
-    """The fingerprint of the new run's tokenizer: its tokenizer.json with the
-    tokenizer_config.json beside it (:class:`~megatron_gamma.data.tokenizer.BilingualTokenizer`),
-    read from ``built``, the temporary directory the run is assembled in, with its files named
-    where the run will have them, under ``final``. None for one without an EOD token (no
+def _run_tokenizer(built: str) -> BilingualTokenizer | None:
+    """The new run's tokenizer: its tokenizer.json with the tokenizer_config.json beside it
+    (:class:`~megatron_gamma.data.tokenizer.BilingualTokenizer`), read from ``built``, the
+    temporary directory the run is assembled in. None for one without an EOD token (no
     ``<|endoftext|>`` and no ``eos_token`` in a tokenizer_config.json; a tokenizer from
     elsewhere: the checkpoint then records no fingerprint)."""
     try:
-        doc = fingerprint(BilingualTokenizer(os.path.join(built, "tokenizer.json")))
+        return BilingualTokenizer(os.path.join(built, "tokenizer.json"))
     except ValueError:
         return None
+
+
+def _tokenizer_fingerprint(tok: BilingualTokenizer | None, built: str, final: str) -> dict | None:
+    """The fingerprint of :func:`_run_tokenizer` ``tok`` with its files named where the run will
+    have them, under ``final`` instead of ``built``; None for None."""
+    if tok is None:
+        return None
+    doc = fingerprint(tok)
     doc["source"] = [os.path.join(final, os.path.relpath(p, built)) for p in doc["source"]]
     return doc
+
+
+def eos_mismatch(hf: dict, tok: BilingualTokenizer | None) -> str | None:
+    """Why ``config.json``'s ``eos_token_id`` (an id or a list of ids; ``hf``) does not hold the
+    EOD of the run's tokenizer ``tok``, or None where it does (or either is unknown): the model
+    was then trained to end a document with another token than the one preprocessing appends."""
+    ids = hf.get("eos_token_id")
+    ids = ids if isinstance(ids, list) else [ids]
+    if tok is None or not ids or not all(isinstance(i, int) for i in ids) or tok.eod in ids:
+        return None
+    return (
+        f"config.json: eos_token_id {hf['eos_token_id']} does not hold {tok.eod} "
+        f"({tok.eos_token!r}), the run's EOD (the eos_token of {TOKENIZER_CONFIG}, or "
+        f"<|endoftext|> where none names one): data preprocessed with this tokenizer ends each "
+        f"document in {tok.eod}, while the model was trained to stop at "
+        f"{hf['eos_token_id']}. Fix: set eos_token in the model directory's {TOKENIZER_CONFIG} "
+        "to the model's end-of-document token and import again"
+    )
 
 
 def import_hf(hf_dir: str, run_dir: str) -> dict:
@@ -239,7 +264,8 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
         run_dir: new or empty directory to create.
 
     Returns:
-        {'run_dir', 'checkpoint', 'iteration'}.
+        {'run_dir', 'checkpoint', 'iteration', 'warnings'}: ``warnings``, lines for the user
+        that do not stop the import (:func:`eos_mismatch`).
 
     Raises:
         CheckpointError: ``hf_dir`` does not exist or is not a directory, missing config.json
@@ -279,7 +305,7 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
     tokenizer_config = (
         model_file(hf_dir, TOKENIZER_CONFIG) if os.path.lexists(tokenizer_config) else None
     )
-    raw, iteration = _run_config(hf_dir, run_dir)
+    raw, iteration, hf = _run_config(hf_dir, run_dir)
     cfg = config_from_dict(raw)
     hf_sd = read_safetensors(hf_dir)
     if not cfg.model.untie_embeddings_and_output_weights:
@@ -290,6 +316,7 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
         shutil.copyfile(tokenizer, os.path.join(tmp, "tokenizer.json"))
         if tokenizer_config is not None and os.path.isfile(tokenizer_config):
             shutil.copyfile(tokenizer_config, os.path.join(tmp, TOKENIZER_CONFIG))
+        tok = _run_tokenizer(tmp)
         one = loader.fp32_single_rank(cfg)
         with loader.single_process(one):
             model = loader.build_model(one, vocab)
@@ -306,10 +333,11 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
             final = checkpoint_dir(root, iteration)
             os.makedirs(final)
             state = {"model": model.sharded_state_dict(), "iteration": iteration}
-            state.update(layout.describe(cfg, _tokenizer_fingerprint(tmp, run_dir)))
+            state.update(layout.describe(cfg, _tokenizer_fingerprint(tok, tmp, run_dir)))
             dist_checkpointing.save(state, final)
         with open(os.path.join(root, TRACKER), "w") as f:
             f.write(str(iteration))
         save_config(cfg, os.path.join(tmp, CONFIG))
     ckpt = checkpoint_dir(os.path.join(run_dir, CHECKPOINTS), iteration)
-    return {"run_dir": run_dir, "checkpoint": ckpt, "iteration": iteration}
+    warnings = [w for w in (eos_mismatch(hf, tok),) if w]
+    return {"run_dir": run_dir, "checkpoint": ckpt, "iteration": iteration, "warnings": warnings}
