@@ -114,7 +114,9 @@ def test_num_dataset_builder_threads_reaches_gpt_dataset_config(demo_prefix, mon
     assert built[0].num_dataset_builder_threads == 3
 
 
-@pytest.mark.parametrize("flag", ["--encoder-seq-length", "--non-persistent-save-interval"])
+@pytest.mark.parametrize(
+    "flag", ["--encoder-seq-length", "--non-persistent-save-interval", "--data-impl"]
+)
 def test_megatron_lm_flags_we_cannot_honour_are_refused_by_name(flag, capsys):
     from megatron_gamma.config.megatron_lm import REFUSED
 

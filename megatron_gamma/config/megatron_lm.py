@@ -211,6 +211,11 @@ REFUSED: dict[str, tuple[str, str]] = {
         "drop it and use --layer-spec gamma or local",
     ),
     "--yaml-cfg": ("megatron-gamma's YAML configs have their own layout", "use --config FILE.yaml"),
+    "--data-impl": (
+        "the datasets are always Megatron's mmap indexed datasets (.bin/.idx), what --data-impl "
+        "mmap chose; Megatron-LM dropped the other formats (lazy, cached) and the flag",
+        "drop the flag",
+    ),
     "--use-flash-attn": (
         "deprecated in Megatron-LM in favour of --attention-backend flash",
         "use --attention-backend flash (Transformer Engine and a GPU)",
