@@ -220,3 +220,30 @@ def test_report_on_smoke_study(smoke_dir):
     assert md.count("| **") == 12 and "megatron-gamma sweep" in md
     assert "The table decides 12 rows" in md and "no adjustment for multiplicity" in md
     assert "- code: megatron-gamma commit " in md and "No LR grid in this study" in md
+
+
+def test_report_replaces_only_an_earlier_report(tmp_path):
+    """report --output PATH overwrote any file there (a pretrain config, with a folder of plots
+    made beside it); it replaces only a report it wrote, and refuses the rest before the study
+    directory is read (it does not exist here)."""
+    from megatron_gamma.config import ConfigError
+    from megatron_gamma.study.report import check_report_output, report
+
+    config = tmp_path / "demo.yaml"
+    config.write_text("model: {num_layers: 2}\n")
+    with pytest.raises(ConfigError) as e:
+        report(str(tmp_path / "no-study"), output=str(config))
+    assert str(e.value) == (
+        f"output={str(config)!r}: exists and is not a report `megatron-gamma report` wrote (its "
+        "first line: 'model: {num_layers: 2}'); report replaces only an earlier report. Fix: "
+        "pass another --output (a new .md path), or remove it"
+    )
+    assert config.read_text() == "model: {num_layers: 2}\n" and not (tmp_path / "demo").exists()
+    with pytest.raises(ConfigError, match="a directory, not a report file"):
+        check_report_output(str(tmp_path))
+    earlier = tmp_path / "report.md"
+    earlier.write_text("# Study `smoke`: measured reproduction report\n\nold\n")
+    check_report_output(str(earlier))
+    (tmp_path / "report").write_text("not a folder")
+    with pytest.raises(ConfigError, match="its plots folder .* exists and is not a directory"):
+        check_report_output(str(earlier))

@@ -150,6 +150,37 @@ def _jsonable(x):
     return x
 
 
+REPORT_TITLE = "measured reproduction report"
+"""The end of a report's first line (``# Study `NAME`: measured reproduction report``)."""
+
+
+def check_report_output(output: str) -> None:
+    """Refuse a report path that would replace what ``report`` did not write: an existing file
+    whose first line is not a report's title (an earlier report is replaced, as a rerun should),
+    a directory or link, or a plots folder (``output`` without its extension) that is a file.
+
+    Raises:
+        ConfigError: naming the path, what is there, and the fix.
+    """
+    fix = "Fix: pass another --output (a new .md path), or remove it"
+    if os.path.islink(output) or os.path.isdir(output):
+        kind = "a link" if os.path.islink(output) else "a directory"
+        raise ConfigError(f"output={output!r}: {kind}, not a report file. {fix}")
+    if os.path.exists(output):
+        with open(output, "rb") as f:
+            first = f.readline(200).decode("utf-8", "replace").rstrip("\n")
+        if not (first.startswith("# Study `") and first.endswith(REPORT_TITLE)):
+            raise ConfigError(
+                f"output={output!r}: exists and is not a report `megatron-gamma report` wrote "
+                f"(its first line: {first!r}); report replaces only an earlier report. {fix}"
+            )
+    plots = os.path.splitext(output)[0]
+    if os.path.lexists(plots) and not os.path.isdir(plots):
+        raise ConfigError(
+            f"output={output!r}: its plots folder {plots!r} exists and is not a directory. {fix}"
+        )
+
+
 def report(
     study_dir: str,
     output: Optional[str] = None,
@@ -169,15 +200,17 @@ def report(
         {name: path} of every file written.
 
     Raises:
-        ConfigError: no ``study.json`` in ``study_dir`` or no finished run.
+        ConfigError: an ``output`` that is not a report (:func:`check_report_output`, checked
+            before anything is read), no ``study.json`` in ``study_dir`` or no finished run.
     """
     start = time.time()
+    output = output or os.path.join(study_dir, "report.md")
+    check_report_output(output)
     data = StudyData.from_dir(study_dir)
     if not data.finished:
         raise ConfigError(
             f"study_dir={study_dir!r}: no finished run. Fix: run (or finish) the sweep first"
         )
-    output = output or os.path.join(study_dir, "report.md")
     out_dir = os.path.splitext(output)[0]
     os.makedirs(out_dir, exist_ok=True)
     rel = os.path.basename(out_dir)
@@ -333,7 +366,7 @@ def _markdown(
 ) -> str:
     m = data.manifest
     wall, n_wall = _wall_seconds(data)
-    out = [f"# Study `{m['name']}`: measured reproduction report", ""]
+    out = [f"# Study `{m['name']}`: {REPORT_TITLE}", ""]
     out += [
         "Made by `megatron-gamma report` from the run directories; every number below is "
         "measured, none is copied from the paper.",
