@@ -130,6 +130,11 @@ def _estimate(args: argparse.Namespace) -> None:
     from megatron_gamma.estimate import ESTIMATE_WORLD, report
     from megatron_gamma.model.vocab import model_vocab_size
 
+    if args.world_size is not None and args.world_size < 1:
+        raise ConfigError(
+            f"world_size={args.world_size}: must be >= 1. Fix: pass --world-size N, the GPUs in "
+            "the job"
+        )
     cfg = load_config(args.config, overrides_from_args(args))
     world = args.world_size or cfg.cluster.world_size()
     if world is None:
@@ -486,7 +491,7 @@ def _sweep(args: argparse.Namespace) -> None:
     from megatron_gamma.study.sweep import dry_run, sweep
 
     if args.dry_run:
-        print(dry_run(args.study, args.output_dir))
+        print(dry_run(args.study, args.output_dir, jobs=args.jobs))
         return
     runs = sweep(args.study, args.output_dir, jobs=args.jobs)
     print(f"sweep: {len(runs)} runs finished in {args.output_dir}")

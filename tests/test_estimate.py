@@ -260,3 +260,11 @@ def test_a_reader_that_leaves_early_gets_no_traceback():
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 1, err
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_a_world_size_below_one_is_named_as_given(capsys):
+    """--world-size 0 was taken for no --world-size ("world_size=None: ... no --world-size")."""
+    assert main(["estimate", "--config", DEMO, "--world-size", "0"]) == 2
+    assert "error: world_size=0: must be >= 1. Fix: pass --world-size N, the GPUs in the job" in (
+        capsys.readouterr().err
+    )

@@ -8,6 +8,7 @@ from an independent path (the estimator's memory model, the config's own validat
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -693,3 +694,69 @@ def test_gpu_studies_build_valid_configs_that_fit_80gb(tmp_path, name, world_siz
         }  # fmt: skip
         assert shared["1.5b"].parallel.tensor_model_parallel_size == 2
         assert shared["1.5b"].training.micro_batch_size == 4
+
+
+def test_a_sweep_directory_that_cannot_be_one_is_refused_before_the_study_is_read(tmp_path):
+    """sweep (and its dry run, and --slurm) refuse an --output-dir that is a file (the real run
+    ended with a FileExistsError traceback, the dry run said nothing) or a directory of other
+    files of a pretrain run without study.json (the study was mixed in with it), and --jobs 0
+    in the dry run as the real run does; the study path here does not exist, so any later
+    check would fail otherwise. An empty directory, or an earlier sweep's, is accepted."""
+    from megatron_gamma.study.sweep import check_study_dir, dry_run, sweep
+
+    missing = str(tmp_path / "no-study.yaml")
+    afile = tmp_path / "config.yaml"
+    afile.write_text("model: {}\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("model: {}\n")
+    (run / "metrics.jsonl").write_text("")
+    cases = [
+        (str(afile), 1, f"output_dir={str(afile)!r}: exists and is not a directory. Fix: pass a "
+                        "new --output-dir, or the directory of an earlier sweep of this study"),
+        (str(run), 1, f"output_dir={str(run)!r}: holds config.yaml and metrics.jsonl and no "
+                      "study.json: a pretrain run's directory"),
+        (str(tmp_path / "new"), 0, "jobs=0: must be >= 1. Fix: pass --jobs 1 or more"),
+    ]  # fmt: skip
+    for output_dir, jobs, message in cases:
+        calls = [
+            functools.partial(dry_run, missing, output_dir, jobs=jobs),
+            functools.partial(sweep, missing, output_dir, jobs=jobs),
+        ]
+        if jobs:  # --slurm takes no --jobs
+            slurm = functools.partial(submit_study, missing, output_dir, ClusterOptions())
+            calls.append(functools.partial(slurm, dry_run=True))
+        for call in calls:
+            with pytest.raises(StudyError) as e:
+                call()
+            assert str(e.value).startswith(message), str(e.value)
+    assert afile.read_text() == "model: {}\n" and sorted(os.listdir(run)) == [
+        "config.yaml",
+        "metrics.jsonl",
+    ]
+    (tmp_path / "empty").mkdir()
+    check_study_dir(str(tmp_path / "empty"))
+    (run / "study.json").write_text("{}")
+    check_study_dir(str(run))
+
+
+def test_a_pretrain_config_given_as_a_study_is_named_as_one(tmp_path):
+    """A pretrain config passed to sweep was refused by its first section with the whole section
+    printed as a Python dict; it is named as a pretrain config, and an unknown key's value is
+    shown only when it is a scalar."""
+    config = tmp_path / "demo.yaml"
+    config.write_text(yaml.safe_dump({"model": {"num_layers": 2, "hidden_size": 64},
+                                      "training": {"train_iters": 3}}))  # fmt: skip
+    with pytest.raises(StudyError) as e:
+        load_study(str(config))
+    assert str(e.value) == (
+        f"{config}: sections model, training make it a pretrain config, not a study. Fix: pass "
+        "a study file (examples/studies/*.yaml), which names a pretrain config under 'config:'"
+    )
+    study = yaml.safe_load(open(os.path.join(STUDIES, "smoke.yaml")))
+    for extra, shown in (({"colour": "blue"}, "colour='blue'"), ({"extras": {"a": 1}}, "extras")):
+        path = tmp_path / "study.yaml"
+        path.write_text(yaml.safe_dump({**study, **extra}))
+        with pytest.raises(StudyError) as e:
+            load_study(str(path))
+        assert str(e.value).startswith(f"{shown}: unknown study key. Fix: use one of name, ")

@@ -30,6 +30,7 @@ from megatron_gamma.study import rundir
 from megatron_gamma.study.spec import Run, Study, StudyError, load_study, plan
 from megatron_gamma.study.sweep import (
     check_data_unchanged,
+    check_study_dir,
     check_unchanged,
     pending_runs,
     prepare_data,
@@ -104,7 +105,9 @@ def submit_study(
         The script, its path ``DIR/slurm/study.sbatch`` and the array job id.
 
     Raises:
-        StudyError: an invalid study, no run left to do, or bad job settings.
+        StudyError: an ``output_dir`` a sweep cannot run in
+            (:func:`~megatron_gamma.study.sweep.check_study_dir`), an invalid study, no run left
+            to do, or bad job settings.
         SubmitError: ``output_dir`` holds ``%``, which SLURM would read as a pattern in the
             array's log path (:func:`~megatron_gamma.launch.slurm.check_log_dir`).
         StudyChangedError: an existing run directory with other settings, or changed data.
@@ -115,6 +118,7 @@ def submit_study(
             "Fix: pass --gpus-per-node 1 or more"
         )
     check_log_dir("output_dir", os.path.abspath(output_dir))  # the array's --output lies in it
+    check_study_dir(output_dir)
     study = load_study(study_path)
     runs = plan(study, output_dir)
     for run in runs:

@@ -57,6 +57,7 @@ at their own best LR say so instead of deciding.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -527,9 +528,20 @@ def load_study(path: str) -> Study:
         except yaml.YAMLError as e:
             _fail("study", path, f"not valid YAML ({e})", "fix the syntax")
     raw = _mapping("study", raw)
+    sections = sorted(set(raw) & {f.name for f in dataclasses.fields(Config)} - set(TOP_KEYS))
+    if sections:
+        raise StudyError(
+            f"{path}: sections {', '.join(sections)} make it a pretrain config, not a study. Fix: "
+            "pass a study file (examples/studies/*.yaml), which names a pretrain config under "
+            "'config:'"
+        )
     for key in raw:
         if key not in TOP_KEYS:
-            _fail(key, raw[key], "unknown study key", f"use one of {', '.join(TOP_KEYS)}")
+            value = raw[key]
+            shown = f"={value!r}" if not isinstance(value, (dict, list)) else ""
+            raise StudyError(
+                f"{key}{shown}: unknown study key. Fix: use one of {', '.join(TOP_KEYS)}"
+            )
     base = os.path.dirname(os.path.abspath(path))
     configs = _config_list("config", raw.get("config"), base)
     seeds = _seed_list("seeds", raw.get("seeds", [1234]))

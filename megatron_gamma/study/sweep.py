@@ -45,6 +45,7 @@ from typing import Optional, TextIO
 
 from megatron_gamma.atomic import LinkedFileError, atomic_open, open_in_place, refuse_link
 from megatron_gamma.config import changed_fields, redacted_dict, save_config
+from megatron_gamma.rundir.paths import CONFIG, METRICS
 from megatron_gamma.study import rundir
 from megatron_gamma.study.spec import (
     CONFIRM,
@@ -491,12 +492,42 @@ def describe_plan(study: Study, runs: list[Run]) -> str:
     return "\n".join(lines)
 
 
-def dry_run(study_path: str, output_dir: str) -> str:
+def check_study_dir(output_dir: str, jobs: int = 1) -> None:
+    """Refuse what ``sweep`` (and its dry run, and ``sweep --slurm``) cannot run in, before the
+    study is read: ``jobs`` < 1; an ``output_dir`` that exists and is not a directory; or a
+    pretrain run's directory (its ``config.yaml`` or ``metrics.jsonl`` at the top, where a
+    study has neither, and no :data:`MANIFEST`): the study's runs, data and manifest would be
+    mixed in with its files.
+
+    Raises:
+        StudyError: naming the value, what is there, and the fix.
+    """
+    if jobs < 1:
+        raise StudyError(f"jobs={jobs}: must be >= 1. Fix: pass --jobs 1 or more")
+    if os.path.lexists(output_dir) and not os.path.isdir(output_dir):
+        raise StudyError(
+            f"output_dir={output_dir!r}: exists and is not a directory. Fix: pass a new "
+            "--output-dir, or the directory of an earlier sweep of this study"
+        )
+    held = set(os.listdir(output_dir)) if os.path.isdir(output_dir) else set()
+    run = sorted(held & {CONFIG, METRICS})
+    if run and MANIFEST not in held:
+        raise StudyError(
+            f"output_dir={output_dir!r}: holds {' and '.join(run)} and no {MANIFEST}: a pretrain "
+            "run's directory, and the sweep would mix its runs with that run's files. Fix: pass "
+            "a new --output-dir (or an empty directory)"
+        )
+
+
+def dry_run(study_path: str, output_dir: str, jobs: int = 1) -> str:
     """The plan of ``sweep --dry-run`` (:func:`describe_plan`); writes nothing.
 
     Raises:
-        StudyError: an invalid study. StudyChangedError: a changed run or changed data.
+        StudyError: ``output_dir`` or ``jobs`` that the sweep itself would refuse
+            (:func:`check_study_dir`), or an invalid study. StudyChangedError: a changed run or
+            changed data.
     """
+    check_study_dir(output_dir, jobs)
     study = load_study(study_path)
     runs = plan(study, output_dir)
     for run in runs:
@@ -575,11 +606,11 @@ def sweep(study_path: str, output_dir: str, jobs: int = 1, out: TextIO = sys.std
         The plan (every run, finished ones included).
 
     Raises:
-        StudyError: an invalid study, ``jobs`` < 1, or (at the end) the runs that failed, each
-            with its log. StudyChangedError: a changed run or changed data.
+        StudyError: an ``output_dir`` or ``jobs`` it cannot run with (:func:`check_study_dir`),
+            an invalid study, or (at the end) the runs that failed, each with its log.
+        StudyChangedError: a changed run or changed data.
     """
-    if jobs < 1:
-        raise StudyError(f"jobs={jobs}: must be >= 1. Fix: pass --jobs 1 or more")
+    check_study_dir(output_dir, jobs)
     study = load_study(study_path)
     runs = plan(study, output_dir)
     for run in runs:
