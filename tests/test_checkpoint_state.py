@@ -43,6 +43,30 @@ def test_a_held_lock_is_refused_and_an_unlockable_file_system_warned_about(
     assert (tmp_path / "s").is_dir()
 
 
+@pytest.mark.parametrize("where", ["is a file", "under a file"])
+def test_a_run_or_save_directory_that_cannot_be_one_is_refused_by_name(tmp_path, where):
+    """--run-dir (or --save) naming an existing file, or a path under one, ended pretrain with a
+    FileExistsError / NotADirectoryError traceback; it is refused on every rank with the fix,
+    and the file is left as it was."""
+    from megatron_gamma.config import ConfigError, load_config
+    from megatron_gamma.rundir import loader
+
+    (tmp_path / "config.yaml").write_text("model: {}\n")
+    run = tmp_path / "config.yaml" if where == "is a file" else tmp_path / "config.yaml" / "run"
+    there = "exists and is not a directory" if where == "is a file" else "cannot be made"
+    with loader.single_process(load_config(None)):
+        with pytest.raises(ConfigError) as e:
+            checkpointing.claim_run_dir(str(run), None, overwrite=False)
+        with pytest.raises(CheckpointError) as saved:
+            checkpointing.claim_save_dir(str(run), False)
+    for key, error in (("run_dir", e), ("save", saved)):
+        assert str(error.value).startswith(f"{key}={str(run)!r}: {there} (")
+        assert str(error.value).endswith(
+            "). Fix: pass a directory path, a new one or an existing directory"
+        )
+    assert (tmp_path / "config.yaml").read_text() == "model: {}\n"
+
+
 def _link_refusal(link, target) -> str:
     return (
         f"{link}: a symbolic link (to {str(target)!r}); this file is written in place, so the "

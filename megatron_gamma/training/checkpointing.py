@@ -153,9 +153,18 @@ def _exclusive(
         another process holds the lock; (None, the refusal ``'KEY=DIR: ...'``) when the lock
         file is a symbolic link (:func:`~megatron_gamma.atomic.open_in_place`: the lock would
         truncate what it points to); (None, None) where the file system cannot lock (some
-        NFS / Lustre mounts), after a printed warning that a second run would not be refused.
+        NFS / Lustre mounts), after a printed warning that a second run would not be refused;
+        (None, the refusal ``'KEY=DIR: ...'``) when ``directory`` is not a directory and cannot
+        be made one (a file is there, or on its path).
     """
-    os.makedirs(directory, exist_ok=True)
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as e:
+        there = "exists and is not a directory" if os.path.lexists(directory) else "cannot be made"
+        return None, (
+            f"{key}={directory!r}: {there} ({e.strerror}). Fix: pass a directory path, a new one "
+            "or an existing directory"
+        )
     try:
         return _lock(os.path.join(directory, lock_name)), None
     except BlockingIOError as e:
@@ -183,8 +192,9 @@ def claim_save_dir(save: str | None, delete_existing: bool) -> IO | None:
         The open lock file on rank 0 (None on the other ranks and without ``save``).
 
     Raises:
-        CheckpointError: on every rank, when another process holds the lock, or when
-            ``SAVE/.lock`` is a symbolic link (:func:`~megatron_gamma.atomic.open_in_place`).
+        CheckpointError: on every rank, when another process holds the lock, when
+            ``SAVE/.lock`` is a symbolic link (:func:`~megatron_gamma.atomic.open_in_place`), or
+            when ``save`` is not a directory and cannot be made one (:func:`_exclusive`).
     """
     if not save:
         return None
@@ -241,7 +251,8 @@ def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
     Raises:
         ConfigError: on every rank, when another live process holds the lock (naming the
             directory, the holder and the fix), when the run would take over another run's
-            directory, or when its lock file or ``metrics.jsonl`` is a symbolic link.
+            directory, when its lock file or ``metrics.jsonl`` is a symbolic link, or when
+            ``run_dir`` is not a directory and cannot be made one (:func:`_exclusive`).
     """
     handle, outcome = None, [None]
     if dist.get_rank() == 0:
