@@ -238,6 +238,13 @@ def test_probes_on_a_real_model(tmp_path):
 def test_cli_errors_are_clear(demo, tmp_path):
     proc = run_cli(["analyze", str(tmp_path / "missing")], timeout=120, cwd=REPO)
     assert proc.returncode == 2 and "not a directory" in proc.stderr
+    out = tmp_path / "heat"  # a role the model has no matrix of gave an empty heatmaps.npz
+    args = ["analyze", demo["run"], "--heatmaps", "qkv.z/layer_00", "--output-dir", str(out)]
+    proc = run_cli([*args, "--data-path", demo["data"]], timeout=300, cwd=REPO)
+    assert proc.returncode == 2
+    refusal = "heatmap=qkv.z/layer_00: the run's model has no 'qkv.z' matrix. Fix: use one of "
+    assert refusal in proc.stderr and "qkv.q" in proc.stderr.split(refusal)[1]
+    assert not (out / "heatmaps.npz").exists()
     args = ["compare", str(tmp_path), demo["run"], "--data-path", demo["data"]]
     proc = run_cli([*args, "--output-dir", str(tmp_path / "o")], timeout=120, cwd=REPO)
     assert proc.returncode == 2 and "no complete checkpoint found" in proc.stderr

@@ -157,6 +157,22 @@ def _parse_heatmaps(specs: Sequence[str], num_layers: int) -> list[tuple[str, in
     return out
 
 
+def _check_heatmap_roles(chosen: list[tuple[str, int]], model) -> None:
+    """Refuse a requested heatmap whose role the run's model has no matrix of (it gave an empty
+    ``heatmaps.npz`` and no plot, without a word).
+
+    Raises:
+        ConfigError: naming the heatmap and the roles the model has.
+    """
+    have = sorted({m.role for m in weight_matrices(model)})
+    for role, layer in chosen:
+        if role not in have:
+            raise ConfigError(
+                f"heatmap={role}/layer_{layer:02d}: the run's model has no {role!r} matrix. Fix: "
+                f"use one of its roles: {', '.join(have)}"
+            )
+
+
 def _pick_iterations(
     available: list[int], wanted: Optional[Sequence[int]], k: int = 4
 ) -> list[int]:
@@ -227,7 +243,8 @@ def analyze_run(
         progress: show a progress bar.
 
     Raises:
-        ConfigError: no checkpoint in the run, or a bad heatmap choice.
+        ConfigError: no checkpoint in the run, or a bad heatmap choice (its syntax, its layer,
+            or a role the model has no matrix of).
     """
     cfg = loader.run_config(run_dir, run_dir=run_dir)
     cfg = cfg.replace(data_cache_path=data_cache_path)
@@ -251,6 +268,8 @@ def analyze_run(
         cfg, batch_size or cfg.training.micro_batch_size, [ckpt for _, ckpt in ckpts]
     )
     model = loader.model_for_run(cfg, ckpts[0][1] if ckpts else None)
+    if heatmaps:
+        _check_heatmap_roles(chosen, model)
     device = next(model.parameters()).device
     rows: list[dict[str, float]] = []
     bar = tqdm(
