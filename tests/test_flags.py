@@ -429,3 +429,19 @@ def test_yaml_type_error_names_key_and_expected_type(tmp_path):
         load_config(str(path))
     path.write_text("optimizer:\n  lr: 3e-4\n")  # YAML 1.1 reads 3e-4 as a string
     assert load_config(str(path)).optimizer.lr == 3e-4
+
+
+def test_an_odd_head_dimension_is_named_with_sizes_that_fit():
+    """hidden_size 100 over 4 heads (head dimension 25) was blamed on rotary_percent, a setting
+    left at its default, with the fix to change it; the head dimension is named, with the two
+    nearest hidden sizes that give an even one (96 and 104: 24 and 26 per head)."""
+    with pytest.raises(ConfigError) as e:
+        load_config(None, {"hidden_size": 100, "num_attention_heads": 4})
+    assert str(e.value).startswith(
+        "kv_channels=25: an odd head dimension (hidden_size 100 / num_attention_heads 4, unless "
+        "--kv-channels set it); RoPE rotates channel pairs. Fix: make it even: --hidden-size 96 "
+        "or --hidden-size 104 with 4 heads, or an even --kv-channels"
+    )
+    for hidden in (96, 104):
+        load_config(None, {"hidden_size": hidden, "num_attention_heads": 4})
+    load_config(None, {"hidden_size": 100, "num_attention_heads": 4, "kv_channels": 26})

@@ -63,13 +63,27 @@ def check_megatron_model_flags(m: Any) -> None:
     config for a GPU cluster still validates on a login node.
 
     Raises:
-        ConfigError: rotary_percent outside (0, 1] or rotating an odd number of channels; a
-            flag the chosen backend or layer spec cannot honor.
+        ConfigError: rotary_percent outside (0, 1] or rotating an odd number of channels (an
+            odd head dimension, named as such); a flag the chosen backend or layer spec cannot
+            honor.
     """
     if not 0.0 < m.rotary_percent <= 1.0:
         fail("rotary_percent", m.rotary_percent, "must lie in (0, 1]", "use e.g. 0.5 or 1.0")
     rotated = int(m.kv_channels * m.rotary_percent)
-    if m.position_embedding_type == "rope" and (rotated < 2 or rotated % 2):
+    rope = m.position_embedding_type == "rope"
+    if rope and m.rotary_percent == 1.0 and m.kv_channels % 2:
+        h, n = m.hidden_size, m.num_attention_heads
+        step = 2 * n
+        lower = (h // step) * step
+        sizes = " or ".join(f"--hidden-size {x}" for x in (lower, lower + step) if x > 0)
+        fail(
+            "kv_channels",
+            m.kv_channels,
+            f"an odd head dimension (hidden_size {h} / num_attention_heads {n}, unless "
+            "--kv-channels set it); RoPE rotates channel pairs",
+            f"make it even: {sizes} with {n} heads, or an even --kv-channels",
+        )
+    if rope and (rotated < 2 or rotated % 2):
         fail(
             "rotary_percent",
             m.rotary_percent,
