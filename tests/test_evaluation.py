@@ -712,6 +712,42 @@ def test_import_warns_when_config_eos_is_not_the_runs_eod(tmp_path, capsys, eos_
         assert "eos_token_id" not in err
 
 
+def test_import_of_a_run_directory_says_what_it_is(tmp_path):
+    """import-hf of a megatron-gamma run directory said its tokenizer.json was missing."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("model: {}\n")
+    with pytest.raises(CheckpointError) as e:
+        import_hf(str(run), str(tmp_path / "out"))
+    assert str(e.value) == (
+        f"hf_dir={str(run)!r}: no config.json, so not a Hugging Face model directory. Fix: it "
+        "holds a config.yaml, so it is a megatron-gamma run directory: evaluate, analyze and "
+        "export-hf read it as it is, with no import"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_output_directory_that_is_a_file_is_named_as_such(tmp_path):
+    """export-hf and import-hf said "exists and is not empty" of a file given as their output
+    directory."""
+    from megatron_gamma.hf.hf_export import _check_out_dir
+
+    afile = tmp_path / "demo.yaml"
+    afile.write_text("model: {}\n")
+    with pytest.raises(ConfigError) as e:
+        _check_out_dir(str(afile))
+    assert str(e.value) == (
+        f"out_dir={str(afile)!r}: exists and is not a directory. Fix: choose a new directory"
+    )
+    hf_dir = _hub_model(tmp_path / "hub", {})
+    with pytest.raises(ConfigError) as e:
+        import_hf(hf_dir, str(afile))
+    assert str(e.value) == (
+        f"run_dir={str(afile)!r}: exists and is not a directory. Fix: choose a new run directory"
+    )
+    assert afile.read_text() == "model: {}\n"
+
+
 def test_reading_a_checkpoint_writes_nothing_where_its_config_points(tmp_path):
     """A GPT-2 BPE run's tokenizer.json is made from its vocab and merges files when the run is
     read; a checkpoint's own config names the run directory of the host that trained it (or

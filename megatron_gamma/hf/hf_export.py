@@ -65,7 +65,11 @@ def portable_config(cfg: Config) -> dict:
 
 
 def _check_out_dir(out_dir: str) -> None:
-    if os.path.isfile(out_dir) or (os.path.isdir(out_dir) and os.listdir(out_dir)):
+    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
+        raise ConfigError(
+            f"out_dir={out_dir!r}: exists and is not a directory. Fix: choose a new directory"
+        )
+    if os.path.isdir(out_dir) and os.listdir(out_dir):
         raise ConfigError(
             f"out_dir={out_dir!r}: exists and is not empty. Fix: choose a new directory or "
             "remove it"
@@ -126,7 +130,7 @@ def export_hf(
         CheckpointError, TokenizerNotFoundError, UnmappableArchitectureError: see
             :func:`megatron_gamma.rundir.checkpoint.resolve` and
             :func:`megatron_gamma.hf.mapping.check_mappable`; raised before anything is written.
-        ConfigError: ``out_dir`` exists and is not empty.
+        ConfigError: ``out_dir`` exists and is not an empty directory.
     """
     from megatron_gamma.data.tokenizer import TOKENIZER_CONFIG, write_metadata
 

@@ -275,7 +275,7 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
             (:func:`model_file`; checked before the file, or any weight, is read).
         TokenizerNotFoundError: no tokenizer.json in ``hf_dir``.
         UnmappableArchitectureError: a model type or option megatron-gamma does not build.
-        ConfigError: ``run_dir`` exists and is not empty.
+        ConfigError: ``run_dir`` exists and is not an empty directory.
     """
     if not os.path.isdir(hf_dir):
         why = "is not a directory" if os.path.exists(hf_dir) else "does not exist"
@@ -284,7 +284,11 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
             "*.safetensors and tokenizer.json, as `megatron-gamma export-hf` writes it)"
         )
     run_dir = os.path.abspath(run_dir)
-    if os.path.isfile(run_dir) or (os.path.isdir(run_dir) and os.listdir(run_dir)):
+    if os.path.lexists(run_dir) and not os.path.isdir(run_dir):
+        raise ConfigError(
+            f"run_dir={run_dir!r}: exists and is not a directory. Fix: choose a new run directory"
+        )
+    if os.path.isdir(run_dir) and os.listdir(run_dir):
         raise ConfigError(f"run_dir={run_dir!r}: exists and is not empty. Fix: choose a new one")
     snapshots = os.path.join(hf_dir, "snapshots")
     if os.path.isdir(snapshots) and not os.path.exists(os.path.join(hf_dir, "config.json")):
@@ -293,6 +297,18 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
             f"hf_dir={hf_dir!r}: a Hugging Face hub cache repository, not a model directory. "
             f"Fix: pass one of its snapshots, e.g. {os.path.join(snapshots, '<REVISION>')} "
             f"(here: {', '.join(revisions[:4]) or 'none'})"
+        )
+    if not os.path.lexists(os.path.join(hf_dir, "config.json")):
+        run = os.path.isfile(os.path.join(hf_dir, CONFIG))
+        what = (
+            f"it holds a {CONFIG}, so it is a megatron-gamma run directory: evaluate, analyze and "
+            "export-hf read it as it is, with no import"
+            if run
+            else "pass a model directory (config.json, *.safetensors, tokenizer.json)"
+        )
+        raise CheckpointError(
+            f"hf_dir={hf_dir!r}: no config.json, so not a Hugging Face model directory. Fix: "
+            + what
         )
     tokenizer = os.path.join(hf_dir, "tokenizer.json")
     if not os.path.isfile(tokenizer):
