@@ -21,6 +21,7 @@ from megatron_gamma.data.sentences import (
     EXTRA_ABBREVIATIONS,
     load_punkt_params,
     punkt_params_path,
+    save_punkt_params,
     split_sentences,
     train_punkt,
 )
@@ -175,3 +176,28 @@ def test_filters_first_reason_wins():
     ]
     with pytest.raises(ValueError, match="max_symbol_ratio=1.5"):
         Filters(max_symbol_ratio=1.5)
+
+
+def test_train_punkt_refuses_an_existing_output_and_writes_what_the_library_trains(
+    tmp_path, capsys
+):
+    """train-punkt replaced an existing --output without a word (train-tokenizer refuses); the
+    refusal comes before any input is read (the input here does not exist). A new output holds
+    the parameters ``train_punkt`` learns from the same texts."""
+    from megatron_gamma.cli import main
+
+    out = tmp_path / "punkt.json"
+    out.write_text("parameters other data was split with")
+    args = ["train-punkt", "--input", str(tmp_path / "missing.jsonl"), "--output", str(out)]
+    assert main(args) == 2
+    assert f"--output={str(out)!r}: already exists; train-punkt does not overwrite it" in (
+        capsys.readouterr().err
+    )
+    assert out.read_text() == "parameters other data was split with"
+    en = os.path.join(demo_dir(), "en.jsonl")
+    new = tmp_path / "new" / "punkt.json"
+    assert main(["train-punkt", "--input", en, "--output", str(new), "--no-progress"]) == 0
+    with open(en, encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line in f]
+    save_punkt_params(train_punkt(texts), str(tmp_path / "ref.json"))
+    assert new.read_bytes() == (tmp_path / "ref.json").read_bytes()

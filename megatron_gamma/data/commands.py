@@ -160,16 +160,31 @@ def _merge(args: argparse.Namespace) -> None:
 
 
 def _train_punkt(args: argparse.Namespace) -> None:
+    from tqdm import tqdm
+
+    from megatron_gamma.config import ConfigError
     from megatron_gamma.data.readers import expand_inputs, iter_chunks, iter_records, record_text
+    from megatron_gamma.data.resume import check_output_dir
     from megatron_gamma.data.sentences import save_punkt_params, train_punkt
 
+    if os.path.lexists(args.output):
+        raise ConfigError(
+            f"--output={args.output!r}: already exists; train-punkt does not overwrite it (data "
+            "split into sentences with it would no longer match). Fix: pass another --output "
+            "path, or delete the existing file first"
+        )
+    check_output_dir("--output", args.output)
+    files = expand_inputs(args.input)
+
     def texts():
-        for path in expand_inputs(args.input):
+        for path in files:
             for chunk in iter_chunks(path, columns=[args.json_key]):
                 for rec in iter_records(chunk, "stop", {}, []):
                     yield record_text(path, rec, args.json_key)
 
-    params = train_punkt(texts())
+    docs = tqdm(texts(), desc="train-punkt", unit="doc", disable=True if args.no_progress else None)
+    params = train_punkt(docs)
+    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     save_punkt_params(params, args.output)
     print(
         f"wrote {args.output}: {len(params.abbrev_types)} abbreviations, "
@@ -410,7 +425,12 @@ def add_data_commands(sub) -> None:
     p = sub.add_parser("train-punkt", help="train nltk Punkt parameters on English jsonl")
     p.add_argument("--input", nargs="+", required=True, help="English jsonl files")
     p.add_argument("--json-key", default="text")
-    p.add_argument("--output", required=True, help="parameters JSON to write")
+    p.add_argument(
+        "--output", required=True, help="parameters JSON to write (an existing file is refused)"
+    )
+    p.add_argument(
+        "--no-progress", action="store_true", help="no progress bar (shown on a terminal only)"
+    )
     p.set_defaults(func=_train_punkt)
 
     p = sub.add_parser("preprocess", help="jsonl/gz/zst/parquet -> Megatron .bin/.idx")
