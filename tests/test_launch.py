@@ -510,3 +510,30 @@ def test_examples_are_current_renderings_of_the_templates():
         with open(os.path.join(REPO, "examples", "slurm", name), encoding="utf-8") as f:
             stale = f"examples/slurm/{name} is stale: run python tools/render_slurm_examples.py"
             assert f.read() == text, stale
+
+
+@pytest.mark.parametrize(
+    "said, fix",
+    [
+        ("sbatch: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\nsbatch: "
+         "fatal: Could not establish a configuration source",
+         "sbatch cannot reach the cluster's controller or configuration from this machine: "
+         "submit from a login node of the cluster"),
+        ("sbatch: error: invalid partition specified: gpux",
+         "correct the setting sbatch names (partition, time, nodes, GPUs) and submit again"),
+    ],
+)  # fmt: skip
+def test_a_refused_sbatch_gets_the_fix_its_message_calls_for(tmp_path, monkeypatch, said, fix):
+    """sbatch that could not reach a controller was told to correct its partition, time, nodes
+    or GPUs; its own message is kept, and the fix is the one that fits it."""
+    from megatron_gamma.launch.slurm import sbatch
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "said.txt").write_text(said + "\n")
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\ncat {tmp_path / 'said.txt'} >&2\nexit 1\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(SubmitError) as e:
+        sbatch("job.sbatch")
+    assert str(e.value).startswith(f"sbatch job.sbatch: refused (exit code 1): {said}. Fix: {fix}")

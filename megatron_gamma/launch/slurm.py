@@ -515,16 +515,42 @@ def check_layout(cfg: Config, job: PretrainJob) -> int:
         ) from e
 
 
+_NO_CONTROLLER = (
+    "configuration source",
+    "slurm controller",
+    "resolve_ctls",
+    "slurm_load_ctl_conf",
+    "connection refused",
+)
+"""Lower-case fragments of sbatch's messages when it cannot reach a controller or read the
+cluster's configuration (the job's settings are then not what is wrong)."""
+
+
 def sbatch(*args: str) -> str:
-    """Run ``sbatch --parsable ARGS``; return the job id."""
+    """Run ``sbatch --parsable ARGS``; return the job id.
+
+    Raises:
+        SubmitError: sbatch refused the job; the message holds sbatch's own and a fix that
+            fits it: submit from a machine of the cluster when sbatch could not reach its
+            controller or configuration (:data:`_NO_CONTROLLER`), else correct the setting
+            sbatch names.
+    """
     try:
         out = subprocess.run(
             ["sbatch", "--parsable", *args], capture_output=True, text=True, check=True
         ).stdout
     except subprocess.CalledProcessError as e:
+        said = e.stderr.strip()
+        if any(part in said.lower() for part in _NO_CONTROLLER):
+            fix = (
+                "sbatch cannot reach the cluster's controller or configuration from this "
+                "machine: submit from a login node of the cluster (`sinfo` there answers), or "
+                "render the script with --dry-run and submit it there"
+            )
+        else:
+            fix = "correct the setting sbatch names (partition, time, nodes, GPUs) and submit again"
         raise SubmitError(
-            f"sbatch {' '.join(args)}: refused (exit code {e.returncode}): {e.stderr.strip()}. "
-            "Fix: correct the setting sbatch names (partition, time, nodes, GPUs) and submit again"
+            f"sbatch {' '.join(args)}: refused (exit code {e.returncode}): {said}. Fix: {fix}"
         ) from e
     return out.strip().split(";")[0]
 
