@@ -35,6 +35,9 @@ def test_an_empty_or_torn_done_marker_is_named_with_the_fix(tmp_path, damage):
     assert preprocess(DEMO_INPUTS[1:], DEMO_TOKENIZER, prefix, progress=False).documents > 0
 
 
+STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}"
+"""How a done-marker's refusal prints an input's modification time."""
+
 HOLD = """
 import fcntl, os, sys
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
@@ -108,8 +111,9 @@ def test_an_input_edited_in_place_is_not_taken_for_the_finished_one(tmp_path):
     marker = f"{prefix}.done.json"
     with pytest.raises(
         ConfigError,
-        match=rf"differs in: inputs \(entry 1 is now \[{re.escape(repr(str(src)))}, 22, \d+\], "
-        rf"was \[{re.escape(repr(str(src)))}, 22, \d+\]\)\)\. Fix: .*delete {re.escape(marker)}",
+        match=rf"differs in: inputs \(entry 1 is now {re.escape(repr(str(src)))} \(22 bytes, "
+        rf"modified {STAMP} UTC\), was {re.escape(repr(str(src)))} \(22 bytes, modified "
+        rf"{STAMP} UTC\)\)\)\. Fix: .*delete {re.escape(marker)}",
     ):
         preprocess([str(src)], DEMO_TOKENIZER, prefix, progress=False)
     assert _decoded(first.prefix) == [_hf_ids("alpha doc")]  # refused: nothing touched
@@ -149,5 +153,29 @@ def test_a_marker_of_the_older_format_has_its_unit_redone_with_the_reason(tmp_pa
         preprocess([str(src)], DEMO_TOKENIZER, prefix, progress=False,
                    options=EncodeOptions(append_eod=False))  # fmt: skip
     src.write_text('{"text": "alpha doc, longer"}\n')
-    with pytest.raises(ConfigError, match=r"\(differs in: inputs \(entry 1 is now \[.*, 30\], "):
+    now = r"entry 1 is now '.*' \(30 bytes\), "
+    with pytest.raises(ConfigError, match=rf"\(differs in: inputs \({now}"):
         preprocess([str(src)], DEMO_TOKENIZER, prefix, progress=False)
+
+
+def test_a_changed_input_list_is_named_by_path_size_and_time_not_as_a_list():
+    """The refusal's text for inputs that changed: each entry as a path with its size and UTC
+    time (2026-12-05 14:00:01.5 UTC is 1796479201.5 s after the epoch), a missing file as not
+    found, a removed entry as nothing, and any other list entry as it is."""
+    from megatron_gamma.data.resume import _differences
+
+    ns = 1_796_479_201_500_000_000
+    was = {"inputs": [["/d/en.jsonl", 22, ns], ["/d/zh.jsonl", 3_226_040, ns]]}
+    assert _differences(was, {"inputs": was["inputs"][:1]}) == (
+        "inputs (entry 2 is now nothing, was '/d/zh.jsonl' (3,226,040 bytes, modified "
+        "2026-12-05 14:00:01.500000 UTC))"
+    )
+    gone = {"inputs": [["/d/en.jsonl", 0, 0], was["inputs"][1]]}
+    assert _differences(was, gone) == (
+        "inputs (entry 1 is now '/d/en.jsonl' (not found), was '/d/en.jsonl' (22 bytes, "
+        "modified 2026-12-05 14:00:01.500000 UTC))"
+    )
+    merged = {"merge_of": [["/d/a", 1, 2, 3, 4]]}
+    assert _differences(merged, {"merge_of": [["/d/a", 1, 2, 3, 5]]}) == (
+        "merge_of (entry 1 is now ['/d/a', 1, 2, 3, 5], was ['/d/a', 1, 2, 3, 4])"
+    )

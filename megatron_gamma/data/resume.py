@@ -24,6 +24,7 @@ refuses a second writer by name.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import fcntl
 import json
 import logging
@@ -156,6 +157,21 @@ def _same(recorded: dict, current: dict) -> tuple[dict, None]:
     return current, None
 
 
+def _entry_text(entry: object) -> str:
+    """An input entry of a fingerprint for people: ``[path, size, modification time in ns]``
+    (``[path, size]`` in format 1) as the path with its size and time; anything else as is."""
+    shaped = isinstance(entry, list) and len(entry) in (2, 3) and isinstance(entry[0], str)
+    if not shaped or not all(isinstance(x, int) for x in entry[1:]):
+        return repr(entry)
+    if not any(entry[1:]):
+        return f"{entry[0]!r} (not found)"
+    size = f"{entry[1]:,} bytes"
+    if len(entry) == 3:
+        when = datetime.datetime.fromtimestamp(entry[2] / 1e9, datetime.timezone.utc)
+        size += f", modified {when:%Y-%m-%d %H:%M:%S.%f} UTC"
+    return f"{entry[0]!r} ({size})"
+
+
 def _differences(old: dict, new: dict) -> str:
     """The names of the fields that differ; for a list, also its first differing entry, with
     the value recorded and the value now (e.g. an input's path, size and modification time)."""
@@ -164,8 +180,8 @@ def _differences(old: dict, new: dict) -> str:
         if isinstance(a, list) and isinstance(b, list):
             pairs = enumerate(zip(a, b, strict=False))
             i = next((i for i, (x, y) in pairs if x != y), min(len(a), len(b)))
-            was = a[i] if i < len(a) else "nothing"
-            now = b[i] if i < len(b) else "nothing"
+            was = _entry_text(a[i]) if i < len(a) else "nothing"
+            now = _entry_text(b[i]) if i < len(b) else "nothing"
             name = f"{name} (entry {i + 1} is now {now}, was {was})"
         out.append(name)
     return ", ".join(out)
