@@ -96,7 +96,42 @@ def _analyze(args: argparse.Namespace) -> None:
         print(f"wrote {name}: {path}")
 
 
+def _check_checkpoints(checkpoints: dict, configs: dict) -> None:
+    """Refuse checkpoints and config files that do not exist, before torch and megatron-core
+    are imported (``export-hf``, ``compare``; ``evaluate`` has its own).
+
+    Args:
+        checkpoints: {name for the message: path} of checkpoints, checkpoint roots or run
+            directories (:func:`~megatron_gamma.rundir.paths.missing_checkpoint`).
+        configs: {flag: path or None} of config.yaml files that replace a checkpoint's own.
+
+    Raises:
+        ConfigError: naming the value and the fix.
+    """
+    from megatron_gamma.rundir.paths import missing_checkpoint
+
+    for name, ckpt in checkpoints.items():
+        missing = missing_checkpoint(ckpt, name)
+        if missing:
+            raise ConfigError(missing)
+    for flag, path in configs.items():
+        if path is not None and not os.path.isfile(path):
+            raise ConfigError(
+                f"{flag}={path!r}: no such file. Fix: pass the run's config.yaml, or drop {flag} "
+                "for the config the checkpoint carries"
+            )
+
+
 def _compare(args: argparse.Namespace) -> None:
+    from megatron_gamma.config import load_config
+    from megatron_gamma.rundir.paths import check_output_dir
+
+    _check_checkpoints(
+        {"CKPT_A": args.ckpt_a, "CKPT_B": args.ckpt_b},
+        {"--config-a": args.config_a, "--config-b": args.config_b},
+    )
+    load_config(None, {"data_path": [args.data_path]}).data.blend()
+    check_output_dir(args.output_dir, "--output-dir")
     from megatron_gamma.diagnostics.compare import compare
 
     out = compare(
@@ -279,18 +314,13 @@ def _check_evaluate_paths(args: argparse.Namespace) -> None:
             the message names the flag, the value and the fix.
     """
     from megatron_gamma.config import load_config
-    from megatron_gamma.rundir.paths import check_output_dir, missing_checkpoint
+    from megatron_gamma.rundir.paths import check_output_dir
 
-    for name, ckpt in (("checkpoint", args.checkpoint), ("--compare", args.compare)):
-        missing = ckpt is not None and missing_checkpoint(ckpt, name)
-        if missing:
-            raise ConfigError(missing)
-    for flag, path in (("--config", args.config), ("--compare-config", args.compare_config)):
-        if path is not None and not os.path.isfile(path):
-            raise ConfigError(
-                f"{flag}={path!r}: no such file. Fix: pass the run's config.yaml, or drop {flag} "
-                "for the config the checkpoint carries"
-            )
+    checkpoints = {"checkpoint": args.checkpoint, "--compare": args.compare}
+    _check_checkpoints(
+        {name: ckpt for name, ckpt in checkpoints.items() if ckpt is not None},
+        {"--config": args.config, "--compare-config": args.compare_config},
+    )
     if args.include_path is not None and not os.path.isdir(args.include_path):
         raise ConfigError(
             f"--include-path={args.include_path!r}: not a directory (lm-eval would skip it "
@@ -348,6 +378,10 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _export_hf(args: argparse.Namespace) -> None:
+    from megatron_gamma.rundir.paths import check_new_dir
+
+    _check_checkpoints({"checkpoint": args.checkpoint}, {"--config": args.config})
+    check_new_dir(args.out_dir, "out_dir", "choose a new directory")
     from megatron_gamma.hf.hf_export import export_hf
 
     out = export_hf(
@@ -382,6 +416,12 @@ def _shard_size(value: str) -> int | str:
 
 
 def _import_hf(args: argparse.Namespace) -> None:
+    from megatron_gamma.rundir.paths import check_new_dir, missing_hf_dir
+
+    missing = missing_hf_dir(args.hf_dir)
+    if missing:
+        raise ConfigError(missing)
+    check_new_dir(os.path.abspath(args.run_dir), "run_dir", "choose a new run directory")
     from megatron_gamma.hf.hf_import import import_hf
 
     out = import_hf(args.hf_dir, args.run_dir)

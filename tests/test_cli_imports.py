@@ -126,6 +126,56 @@ def test_evaluate_and_analyze_refuse_bad_arguments_before_torch_and_megatron_cor
     assert "error: device='gpu': not a device string torch reads" in err
 
 
+def test_export_import_and_compare_refuse_bad_paths_before_torch_and_megatron_core(tmp_path):
+    """export-hf, import-hf and compare refused a missing checkpoint, model directory, config,
+    data prefix or an output directory that is a file only after 4-5 s of imports (and compare
+    said "no complete checkpoint found" of a path that does not exist)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "x").write_text("")
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    gone = str(tmp_path / "gone")
+    data = str(tmp_path / "d")
+    for suffix in (".bin", ".idx"):
+        Path(data + suffix).write_bytes(b"")
+    cmp = ["compare", str(run), str(run), "--output-dir", str(tmp_path / "c")]
+    cases = [
+        (["export-hf", gone, str(tmp_path / "hf")],
+         f"checkpoint={gone!r}: does not exist. Fix: pass a checkpoint"),
+        (["export-hf", str(run), str(tmp_path / "hf"), "--config", gone],
+         f"--config={gone!r}: no such file. Fix:"),
+        (["export-hf", str(run), str(afile)],
+         f"out_dir={str(afile)!r}: exists and is not a directory. Fix: choose a new directory"),
+        (["export-hf", str(run), str(full)],
+         f"out_dir={str(full)!r}: exists and is not empty. Fix: choose a new directory, or "
+         "remove it"),
+        (["export-hf", str(run), str(afile / "hf")],
+         f"out_dir={str(afile / 'hf')!r}: {str(afile)!r} is not a directory. Fix:"),
+        (["import-hf", gone, str(tmp_path / "r")], f"hf_dir={gone!r}: does not exist. Fix:"),
+        (["import-hf", str(afile), str(tmp_path / "r")],
+         f"hf_dir={str(afile)!r}: is not a directory. Fix:"),
+        (["import-hf", str(run), str(afile)],
+         f"run_dir={str(afile)!r}: exists and is not a directory. Fix: choose a new run "
+         "directory"),
+        (["compare", gone, str(run), "--data-path", gone, "--output-dir", str(tmp_path / "c")],
+         f"CKPT_A={gone!r}: does not exist. Fix: pass a checkpoint"),
+        (["compare", str(run), gone, "--data-path", gone, "--output-dir", str(tmp_path / "c")],
+         f"CKPT_B={gone!r}: does not exist. Fix: pass a checkpoint"),
+        ([*cmp, "--data-path", gone, "--config-b", gone], f"--config-b={gone!r}: no such file."),
+        ([*cmp, "--data-path", gone], f"data_path={gone!r}: {gone}.bin does not exist. Fix:"),
+        (["compare", str(run), str(run), "--data-path", data, "--output-dir", str(afile)],
+         f"--output-dir={str(afile)!r}: exists and is not a directory. Fix:"),
+    ]  # fmt: skip
+    for args, message in cases:
+        doc, _, err = _probe(args)
+        assert (doc["rc"], doc["imported"]) == (2, []), (args, doc, err[-2000:])
+        assert f"megatron-gamma {args[0]}: error: {message}" in err, (args, err[-2000:])
+    assert os.listdir(full) == ["x"] and afile.read_text() == ""
+
+
 def test_a_bad_record_met_while_encoding_is_reported_before_megatron_core(tmp_path):
     """The writer imports megatron-core only to write the index, after the last chunk: a
     malformed record past the backend check's sample stops the run without that import."""

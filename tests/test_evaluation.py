@@ -730,12 +730,10 @@ def test_import_of_a_run_directory_says_what_it_is(tmp_path):
 def test_an_output_directory_that_is_a_file_is_named_as_such(tmp_path):
     """export-hf and import-hf said "exists and is not empty" of a file given as their output
     directory."""
-    from megatron_gamma.hf.hf_export import _check_out_dir
-
     afile = tmp_path / "demo.yaml"
     afile.write_text("model: {}\n")
     with pytest.raises(ConfigError) as e:
-        _check_out_dir(str(afile))
+        export_hf(str(tmp_path / "no-checkpoint"), str(afile))
     assert str(e.value) == (
         f"out_dir={str(afile)!r}: exists and is not a directory. Fix: choose a new directory"
     )

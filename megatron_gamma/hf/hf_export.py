@@ -27,10 +27,11 @@ from typing import Optional
 import torch
 
 from megatron_gamma.atomic import atomic_dir, new_file_mode
-from megatron_gamma.config import Config, ConfigError, redacted_dict
+from megatron_gamma.config import Config, redacted_dict
 from megatron_gamma.hf import mapping, register_auto_classes
 from megatron_gamma.hf.hf_model import GammaGPTConfig, GammaGPTForCausalLM
 from megatron_gamma.rundir import checkpoint, loader
+from megatron_gamma.rundir.paths import check_new_dir
 
 register_auto_classes()
 
@@ -62,18 +63,6 @@ def portable_config(cfg: Config) -> dict:
     for section, keys in HOST_PATH_FIELDS.items():
         raw[section].update({key: defaults[section][key] for key in keys})
     return raw
-
-
-def _check_out_dir(out_dir: str) -> None:
-    if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
-        raise ConfigError(
-            f"out_dir={out_dir!r}: exists and is not a directory. Fix: choose a new directory"
-        )
-    if os.path.isdir(out_dir) and os.listdir(out_dir):
-        raise ConfigError(
-            f"out_dir={out_dir!r}: exists and is not empty. Fix: choose a new directory or "
-            "remove it"
-        )
 
 
 def _hf_model(hf_sd: dict, cfg, vocab: int, model_type: str, tok) -> torch.nn.Module:
@@ -130,11 +119,12 @@ def export_hf(
         CheckpointError, TokenizerNotFoundError, UnmappableArchitectureError: see
             :func:`megatron_gamma.rundir.checkpoint.resolve` and
             :func:`megatron_gamma.hf.mapping.check_mappable`; raised before anything is written.
-        ConfigError: ``out_dir`` exists and is not an empty directory.
+        ConfigError: ``out_dir`` exists and is not an empty directory, or cannot be made
+            (:func:`~megatron_gamma.rundir.paths.check_new_dir`).
     """
     from megatron_gamma.data.tokenizer import TOKENIZER_CONFIG, write_metadata
 
-    _check_out_dir(out_dir)
+    check_new_dir(out_dir, "out_dir", "choose a new directory")
     run = checkpoint.resolve(ckpt, config)
     model_type = mapping.check_mappable(run.cfg, hf_format)
     tok = loader.run_tokenizer(run.cfg)

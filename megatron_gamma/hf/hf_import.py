@@ -36,7 +36,7 @@ from megatron.core import dist_checkpointing
 
 from megatron_gamma.atomic import atomic_dir
 from megatron_gamma.checkpoint_trust import CheckpointError
-from megatron_gamma.config import Config, ConfigError, config_from_dict, save_config
+from megatron_gamma.config import Config, config_from_dict, save_config
 from megatron_gamma.data.tokenizer import TOKENIZER_CONFIG, BilingualTokenizer
 from megatron_gamma.data.tokenizer_fingerprint import fingerprint
 from megatron_gamma.hf import mapping
@@ -44,6 +44,7 @@ from megatron_gamma.hf.hf_export import HOST_PATH_FIELDS, META_FILE
 from megatron_gamma.rundir import layout, loader
 from megatron_gamma.rundir.checkpoint import TokenizerNotFoundError
 from megatron_gamma.rundir.layout import CHECKPOINTS, CONFIG, TRACKER, checkpoint_dir
+from megatron_gamma.rundir.paths import check_new_dir, missing_hf_dir
 
 INDEX_FILE = "model.safetensors.index.json"
 """The index of a sharded safetensors model: its ``weight_map`` names each tensor's shard."""
@@ -275,21 +276,14 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
             (:func:`model_file`; checked before the file, or any weight, is read).
         TokenizerNotFoundError: no tokenizer.json in ``hf_dir``.
         UnmappableArchitectureError: a model type or option megatron-gamma does not build.
-        ConfigError: ``run_dir`` exists and is not an empty directory.
+        ConfigError: ``run_dir`` exists and is not an empty directory, or cannot be made
+            (:func:`~megatron_gamma.rundir.paths.check_new_dir`).
     """
-    if not os.path.isdir(hf_dir):
-        why = "is not a directory" if os.path.exists(hf_dir) else "does not exist"
-        raise CheckpointError(
-            f"hf_dir={hf_dir!r}: {why}. Fix: pass the Hugging Face model directory (config.json, "
-            "*.safetensors and tokenizer.json, as `megatron-gamma export-hf` writes it)"
-        )
+    missing = missing_hf_dir(hf_dir)
+    if missing:
+        raise CheckpointError(missing)
     run_dir = os.path.abspath(run_dir)
-    if os.path.lexists(run_dir) and not os.path.isdir(run_dir):
-        raise ConfigError(
-            f"run_dir={run_dir!r}: exists and is not a directory. Fix: choose a new run directory"
-        )
-    if os.path.isdir(run_dir) and os.listdir(run_dir):
-        raise ConfigError(f"run_dir={run_dir!r}: exists and is not empty. Fix: choose a new one")
+    check_new_dir(run_dir, "run_dir", "choose a new run directory")
     snapshots = os.path.join(hf_dir, "snapshots")
     if os.path.isdir(snapshots) and not os.path.exists(os.path.join(hf_dir, "config.json")):
         revisions = sorted(os.listdir(snapshots))

@@ -97,6 +97,39 @@ def check_output_dir(path: str, name: str) -> None:
         )
 
 
+def check_new_dir(path: str, name: str, fix: str) -> None:
+    """Refuse ``path`` as the directory a command creates and fills whole (``export-hf``'s
+    output, ``import-hf``'s run directory): it must not exist or be an empty directory, and the
+    directories above it must be makeable and writable (:func:`check_output_dir`).
+
+    Args:
+        path: the directory.
+        name: what gave it, for the message (``out_dir``, ``run_dir``).
+        fix: what to do instead, e.g. 'choose a new directory'.
+
+    Raises:
+        ConfigError: ``path`` is a file, a directory that holds anything, or cannot be made;
+            naming ``path`` and the fix.
+    """
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise ConfigError(f"{name}={path!r}: exists and is not a directory. Fix: {fix}")
+    if os.path.isdir(path) and os.listdir(path):
+        raise ConfigError(f"{name}={path!r}: exists and is not empty. Fix: {fix}, or remove it")
+    check_output_dir(path, name)
+
+
+def missing_hf_dir(hf_dir: str) -> Optional[str]:
+    """The error for a Hugging Face model directory ``hf_dir`` that does not exist or is not a
+    directory (``import-hf``), or None."""
+    if os.path.isdir(hf_dir):
+        return None
+    why = "is not a directory" if os.path.exists(hf_dir) else "does not exist"
+    return (
+        f"hf_dir={hf_dir!r}: {why}. Fix: pass the Hugging Face model directory (config.json, "
+        "*.safetensors and tokenizer.json, as `megatron-gamma export-hf` writes it)"
+    )
+
+
 def check_analysis_dir(output_dir: str) -> None:
     """Refuse an ``output_dir`` that ``analyze`` would not replace whole: a file, or a directory
     holding anything but an earlier analysis's files (:data:`ANALYSIS_FILES`).
