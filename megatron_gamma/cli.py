@@ -52,23 +52,34 @@ def _pretrain(args: argparse.Namespace) -> None:
     if read_dist_env().rank == 0:
         for line in no_effect_warnings(cfg, given_keys(args.config, overrides)):
             print(f"megatron-gamma pretrain: warning: {line}", file=sys.stderr, flush=True)
+        if cfg.checkpoint.save is None:
+            print(f"megatron-gamma pretrain: warning: {NO_SAVE}", file=sys.stderr, flush=True)
     result = pretrain(cfg)
     if read_dist_env().rank == 0:
-        print(done_line(result))
+        print(done_line(result, saved=cfg.checkpoint.save is not None))
 
 
-def done_line(result) -> str:
+NO_SAVE = (
+    "save=None: no checkpoint will be written, so evaluate, analyze, export-hf and a resume "
+    "will find nothing of this run. Fix: pass --save DIR (e.g. RUN_DIR/checkpoints)"
+)
+"""pretrain's warning at start-up when the run has no ``checkpoint.save``."""
+
+
+def done_line(result, saved: bool = True) -> str:
     """The run's last line: ``done: iteration N``, the last validation loss where there was
-    one, and what the run trained (none: it resumed at or past its end)."""
+    one, what the run trained (none: it resumed at or past its end), and, where ``saved`` is
+    False (no ``--save``), that it wrote no checkpoint."""
     line = f"done: iteration {result.iteration}"
     if result.valid_losses:
         line += f", validation loss {result.valid_losses[max(result.valid_losses)]:.4f}"
     steps = len(result.train_losses)
-    return line + (
+    line += (
         f" ({steps} iteration{'s' if steps > 1 else ''} trained)"
         if steps
         else " (nothing trained: the run was already at --train-iters or --exit-interval)"
     )
+    return line if saved else f"{line}; no checkpoint written (no --save)"
 
 
 def _analyze(args: argparse.Namespace) -> None:

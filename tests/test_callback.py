@@ -102,3 +102,6 @@ def test_the_done_line_says_what_the_run_trained():
         "done: iteration 6 (nothing trained: the run was already at --train-iters or "
         "--exit-interval)"
     )
+    assert done_line(TrainResult({1: 9.0}, {}, 1), saved=False) == (
+        "done: iteration 1 (1 iteration trained); no checkpoint written (no --save)"
+    )

@@ -389,6 +389,21 @@ def test_cli_prints_the_warning_line(tmp_path):
     assert proc.returncode == 2 and "data_path" in proc.stderr
 
 
+@pytest.mark.slow
+def test_cli_warns_at_start_up_that_a_run_without_save_writes_no_checkpoint(tmp_path):
+    """A run without --save trained and ended without a word that it wrote no checkpoint; every
+    later command then found nothing. The warning comes before the data are read."""
+    from megatron_gamma.cli import NO_SAVE
+
+    none = str(tmp_path / "none")
+    proc = run_cli(["pretrain", "--data-path", none])
+    assert f"megatron-gamma pretrain: warning: {NO_SAVE}" in proc.stderr
+    assert proc.returncode == 2 and "data_path" in proc.stderr
+    proc = run_cli(["pretrain", "--data-path", none, "--save", str(tmp_path / "ckpt")])
+    assert "warning: save=None" not in proc.stderr
+    assert proc.returncode == 2 and "data_path" in proc.stderr
+
+
 @pytest.mark.parametrize(
     "argv, hint",
     [
