@@ -190,7 +190,7 @@ def test_train_punkt_refuses_an_existing_output_and_writes_what_the_library_trai
     out.write_text("parameters other data was split with")
     args = ["train-punkt", "--input", str(tmp_path / "missing.jsonl"), "--output", str(out)]
     assert main(args) == 2
-    assert f"--output={str(out)!r}: already exists; train-punkt does not overwrite it" in (
+    assert f"--output={str(out)!r}: already exists; train-punkt overwrites no file (were " in (
         capsys.readouterr().err
     )
     assert out.read_text() == "parameters other data was split with"

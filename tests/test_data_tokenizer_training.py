@@ -144,7 +144,8 @@ def test_train_tokenizer_refuses_an_existing_output_before_reading_input(tmp_pat
             "--output", str(out), "--no-progress"]  # fmt: skip
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert f"output={str(out)!r}: already exists; train-tokenizer does not overwrite it" in err
+    said = "already exists; train-tokenizer overwrites no file (were it a tokenizer, data "
+    assert f"output={str(out)!r}: {said}" in err
     assert "Fix: pass another --output path, or delete the existing file first" in err
     assert out.read_text() == "the tokenizer existing data was made with"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tokenizer.json"]

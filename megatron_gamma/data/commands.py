@@ -169,9 +169,9 @@ def _train_punkt(args: argparse.Namespace) -> None:
 
     if os.path.lexists(args.output):
         raise ConfigError(
-            f"--output={args.output!r}: already exists; train-punkt does not overwrite it (data "
-            "split into sentences with it would no longer match). Fix: pass another --output "
-            "path, or delete the existing file first"
+            f"--output={args.output!r}: already exists; train-punkt overwrites no file (were it "
+            "Punkt parameters, data split into sentences with them would no longer match). Fix: "
+            "pass another --output path, or delete the existing file first"
         )
     check_output_dir("--output", args.output)
     files = expand_inputs(args.input)

@@ -109,9 +109,9 @@ def train_tokenizer(
     output = tokenizer_output(output)
     if os.path.lexists(output):
         raise ValueError(
-            f"output={output!r}: already exists; train-tokenizer does not overwrite it (data "
-            "preprocessed with that tokenizer would no longer match). Fix: pass another --output "
-            "path, or delete the existing file first"
+            f"output={output!r}: already exists; train-tokenizer overwrites no file (were it "
+            "a tokenizer, data preprocessed with it would no longer match). Fix: pass another "
+            "--output path, or delete the existing file first"
         )
     _refuse_existing_siblings(output)
     check_output_dir("--output", output)
