@@ -156,6 +156,9 @@ def test_save_dir_of_another_run_needs_load_or_overwrite(tmp_path, demo_prefix):
     assert (save / TRACKER).read_text() == "2"
     said = f"--overwrite: deleted the earlier run's checkpoints in {save}: iter_0000007\n"
     assert said in replaced.stdout, replaced.stdout[-3000:]
+    assert "training iterations 1 to 2: a line every 5 iterations and at the last\n" in (
+        replaced.stdout
+    )  # said before the first step: a log without a terminal is silent until the first line
     assert re.search(
         r"done: iteration 2, validation loss \d\.\d{4} \(2 iterations trained\)\n$", replaced.stdout
     )
@@ -164,6 +167,7 @@ def test_save_dir_of_another_run_needs_load_or_overwrite(tmp_path, demo_prefix):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed at iteration 2" in resumed.stdout, resumed.stdout[-3000:]
     assert "--overwrite: deleted" not in resumed.stdout
+    assert "training iterations" not in resumed.stdout  # nothing left to train
     assert f"WARNING: overwrite=True: no effect, this run resumes from load={str(save)!r}" in (
         resumed.stdout
     )

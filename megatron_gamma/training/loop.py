@@ -614,7 +614,8 @@ class Trainer:
     def _open_log(self) -> MetricsLogger:
         """The run's logger (rank 0 writes ``metrics.jsonl``, TensorBoard and, with
         ``--wandb-project``, W&B through the run :func:`~.telemetry.start_wandb` started);
-        notes a resume."""
+        notes a resume, and the iterations to train and how often a line comes (a log without a
+        terminal has no progress bar, and is silent until the first ``--log-interval``)."""
         lg = self.cfg.logging
         log = MetricsLogger(
             lg.run_dir,
@@ -629,6 +630,11 @@ class Trainer:
         )
         if self.state.iteration:
             log.message(f"resumed at iteration {self.state.iteration}")
+        if self.state.iteration < self.end_iteration:
+            log.message(
+                f"training iterations {self.state.iteration + 1} to {self.end_iteration}: a "
+                f"line every {lg.log_interval} iterations and at the last"
+            )
         return log
 
     def close(self) -> None:
