@@ -232,6 +232,35 @@ def estimate_memory(cfg: Config, vocab_size: int, world_size: int) -> MemoryEsti
     )
 
 
+def memory_warning(
+    cfg: Config, vocab_size: int, world_size: int, available: float, where: str
+) -> str | None:
+    """The warning for a run whose estimated memory per process (:func:`estimate_memory`, the
+    configured optimizer and recompute) exceeds ``available``, or None.
+
+    Args:
+        cfg: the run config.
+        vocab_size: the padded vocabulary (:func:`~megatron_gamma.model.vocab.model_vocab_size`).
+        world_size: processes in the run.
+        available: bytes one process may use: a GPU's memory, or on CPU the host's available
+            memory divided among the processes on it.
+        where: what ``available`` is, for the message (e.g. 'GPU 0's 80.0 GiB').
+    """
+    p, t = cfg.parallel, cfg.training
+    mem = estimate_memory(cfg, vocab_size, world_size)
+    need = mem.total(p.use_distributed_optimizer, t.recompute_granularity == "full")
+    if need <= available:
+        return None
+    gib = 1024**3
+    return (
+        f"this run needs about {need / gib:.1f} GiB per process by megatron-gamma estimate "
+        f"(activations {mem.activations / gib:.1f} GiB at --seq-length {cfg.model.seq_length} "
+        f"and --micro-batch-size {t.micro_batch_size}), more than {where} "
+        f"({available / gib:.1f} GiB): it may be killed for memory. Fix: lower --seq-length or "
+        "--micro-batch-size, or use --recompute-granularity full (estimate shows each)"
+    )
+
+
 def report(cfg: Config, vocab_size: int, world_size: int, gpu_memory_gb: float) -> str:
     """The estimate as a table, with a warning line when the configured layout does not fit."""
     counts = count_parameters(cfg, vocab_size)

@@ -268,3 +268,22 @@ def test_a_world_size_below_one_is_named_as_given(capsys):
     assert "error: world_size=0: must be >= 1. Fix: pass --world-size N, the GPUs in the job" in (
         capsys.readouterr().err
     )
+
+
+def test_memory_warning_comes_exactly_when_the_estimate_exceeds_the_memory():
+    """pretrain's start-up warning (a trial's --seq-length 100000 ran silent for minutes on a
+    host with a third of the memory it needed): it fires when the estimate's configured total
+    exceeds the bytes given, names both in GiB, and is None at or under them."""
+    from megatron_gamma.estimate import estimate_memory, memory_warning
+
+    cfg = load_config(DEMO, {"seq_length": 100000, "max_position_embeddings": 100000})
+    need = estimate_memory(cfg, 4096, 1).total(False, False)
+    assert memory_warning(cfg, 4096, 1, need, "the host") is None
+    warning = memory_warning(cfg, 4096, 1, need - 1, "the host")
+    gib = 1024**3
+    assert warning.startswith(f"this run needs about {need / gib:.1f} GiB per process by ")
+    assert f"--seq-length 100000 and --micro-batch-size {cfg.training.micro_batch_size}" in warning
+    assert f"more than the host ({(need - 1) / gib:.1f} GiB)" in warning
+    full = cfg.replace(recompute_granularity="full")
+    assert estimate_memory(full, 4096, 1).total(False, True) < need  # what the fix offers
+    assert memory_warning(full, 4096, 1, need - 1, "the host") is None

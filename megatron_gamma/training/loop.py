@@ -305,6 +305,8 @@ class Trainer:
                 if warning:
                     print(f"WARNING: {warning}", flush=True)
         self.vocab_size = model_vocab_size(cfg, self.tokenizer.vocab_size)
+        if self.rank == 0:
+            self._warn_memory()
         self.datasets = build_datasets(cfg, self.tokenizer)
         t = cfg.training
         init_num_microbatches_calculator(
@@ -320,6 +322,26 @@ class Trainer:
         self.optimizer = get_megatron_optimizer(self._optimizer_config(), self.chunks)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.state = self._load()
+
+    def _warn_memory(self) -> None:
+        """Print :func:`~megatron_gamma.estimate.memory_warning` against GPU 0's memory, or on
+        CPU the host's available memory shared by the processes torchrun started on it
+        (``LOCAL_WORLD_SIZE``), before the model is built: a run that cannot fit would
+        otherwise go silent until the kernel kills it."""
+        import psutil
+
+        from megatron_gamma.estimate import memory_warning
+
+        if self.device.type == "cuda":
+            available = torch.cuda.get_device_properties(self.device).total_memory
+            where = "this GPU's memory"
+        else:
+            local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+            available = psutil.virtual_memory().available / local
+            where = f"this host's available memory shared by {local} process" + "es" * (local > 1)
+        warning = memory_warning(self.cfg, self.vocab_size, self.world_size, available, where)
+        if warning:
+            print(f"WARNING: {warning}", flush=True)
 
     def _load(self) -> TrainState:
         """Progress after loading what ``--load`` / ``--finetune`` / ``--pretrained-checkpoint``
