@@ -99,6 +99,18 @@ def test_cli_prints_and_writes_what_it_scored(split_run, tmp_path):
 
 
 @pytest.mark.slow
+def test_two_processes_score_the_split_as_one(split_run, tmp_path):
+    """Under torchrun every process builds the split in its own scratch directory (not one
+    that only rank 0 wrote) and the per-sample sums are all-reduced: the loss of one process."""
+    one = evaluate(_ckpt(split_run, 2))
+    proc = run_cli(["evaluate", _ckpt(split_run, 2), "--output-dir", str(tmp_path)], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    two = json.loads((tmp_path / "eval_loss.json").read_text())
+    assert two["processes"] == 2 and two["tokens"] == one["tokens"]
+    assert two["loss"] == pytest.approx(one["loss"], abs=1e-12)
+
+
+@pytest.mark.slow
 def test_data_path_still_replaces_the_run_split(split_run, demo_prefix):
     out = evaluate(split_run, [demo_prefix], eval_tokens=4 * SEQ)
     assert out["source"] == "data_path" and out["tokens"] == 4 * SEQ and out["windows"] == 4

@@ -240,9 +240,11 @@ def _score_run_split(run: checkpoint.RunCheckpoint, samples: int, batch_size: in
     d, t, seq = cfg.data, cfg.training, cfg.model.seq_length
     prefixes, weights = d.blend()
     weights = weights or [1.0] * len(prefixes)
-    tokenizer = loader.run_tokenizer(cfg)
+    # before any process group: each launched process builds the index caches in its own
+    # scratch directory (megatron-core's builder under torch.distributed has the ranks other
+    # than 0 read rank 0's caches, which lie in rank 0's scratch directory)
+    valid = build_datasets(cfg, loader.run_tokenizer(cfg))[1]
     with _processes(cfg) as (rank, world):
-        valid = build_datasets(cfg, tokenizer)[1]
         model, iteration = checkpoint.load_model(run)
         per_sample = sample_losses(model, valid, samples, batch_size, rank, world)
     loss = split_loss(per_sample, t.micro_batch_size)
