@@ -260,15 +260,15 @@ def _evaluate_loss(args: argparse.Namespace) -> None:
         args.checkpoint,
         args.data_path,
         config=args.config,
-        eval_tokens=65536 if args.eval_tokens is None else args.eval_tokens,
+        eval_tokens=args.eval_tokens,
         seq_length=args.seq_length,
-        micro_batch_size=4 if args.micro_batch_size is None else args.micro_batch_size,
+        micro_batch_size=args.micro_batch_size,
     )
     if read_dist_env().rank != 0:
         return
     print(
         f"{out['checkpoint']} (iteration {out['iteration']}): loss {out['loss']:.6f}, "
-        f"perplexity {out['perplexity']:.4f} on {out['tokens']} tokens"
+        f"perplexity {out['perplexity']:.4f} on {out['tokens']} tokens of {out['scored']}"
     )
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
@@ -775,10 +775,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("checkpoint", metavar="CKPT", help="checkpoint, checkpoint dir or run dir")
     p.add_argument("--config", help="the run's config.yaml (default: the checkpoint's own)")
-    p.add_argument("--data-path", nargs="+", help="prefix or blend W1 P1 ... (replaces the run's)")
-    p.add_argument("--eval-tokens", type=int, help="tokens scored for the loss (default 65536)")
-    p.add_argument("--seq-length", type=int, help="window length (default: the run's)")
-    p.add_argument("--micro-batch-size", type=int, help="windows per forward pass (default 4)")
+    p.add_argument(
+        "--data-path",
+        nargs="+",
+        help="prefix or blend W1 P1 ... to score (replaces the run's data). Default: the run's "
+        "valid_data_path, else its own validation split (data_path + --split): the "
+        "eval_iters x global_batch_size samples pretrain's validation scored, so the loss of "
+        "the checkpoint of iteration N is the validation loss pretrain logged at N",
+    )
+    p.add_argument(
+        "--eval-tokens",
+        type=int,
+        help="tokens scored for the loss (default 65536); refused on the run's validation "
+        "split, which is scored with pretrain's samples (--eval-iters x --global-batch-size)",
+    )
+    p.add_argument(
+        "--seq-length",
+        type=int,
+        help="window length (default: the run's); refused on the run's validation split",
+    )
+    p.add_argument(
+        "--micro-batch-size",
+        type=int,
+        help="windows per forward pass (default 4; on the run's validation split the run's "
+        "micro-batch size, and the loss is averaged over the run's micro-batches either way)",
+    )
     p.add_argument("--tasks", help="comma-separated lm-eval tasks, e.g. hellaswag,gsm8k")
     p.add_argument("--compare", metavar="OTHER_CKPT", help="second checkpoint, same items")
     p.add_argument("--compare-config", help="OTHER_CKPT's config.yaml")
