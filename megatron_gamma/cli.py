@@ -801,7 +801,12 @@ def build_parser() -> argparse.ArgumentParser:
         "micro-batch size, and the loss is averaged over the run's micro-batches either way)",
     )
     p.add_argument("--tasks", help="comma-separated lm-eval tasks, e.g. hellaswag,gsm8k")
-    p.add_argument("--compare", metavar="OTHER_CKPT", help="second checkpoint, same items")
+    p.add_argument(
+        "--compare",
+        metavar="OTHER_CKPT",
+        help="with --tasks: a second checkpoint scored on the same items, with paired-bootstrap "
+        "intervals of the difference (for two held-out losses, run evaluate on each)",
+    )
     p.add_argument("--compare-config", help="OTHER_CKPT's config.yaml")
     p.add_argument("--include-path", help="directory of extra lm-eval task YAML files")
     p.add_argument("--num-fewshot", type=int, help="few-shot examples (default: each task's)")
