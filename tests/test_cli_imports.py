@@ -228,6 +228,8 @@ def test_the_eval_extra_is_named_when_it_is_missing(tmp_path):
     assert sorted(EVAL_EXTRA_MODULES) == sorted(p.split("==")[0].replace("-", "_") for p in pins)
 
     blocked = "import sys; sys.modules['transformers'] = None\n"
+    (tmp_path / "ckpt").mkdir()  # paths that pass the checks made before the imports
+    (tmp_path / "hf").mkdir()
     for args in (["export-hf", str(tmp_path / "ckpt"), str(tmp_path / "hf")],
                  ["import-hf", str(tmp_path / "hf"), str(tmp_path / "run")]):  # fmt: skip
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
