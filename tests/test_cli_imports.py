@@ -112,6 +112,8 @@ def test_evaluate_and_analyze_refuse_bad_arguments_before_torch_and_megatron_cor
         (["analyze", gone], f"run_dir={gone!r}: not a directory. Fix:"),
         (["analyze", str(run), "--heatmap-rows", "1"], "--heatmap-rows 1: need at least 2 rows"),
         (["analyze", str(run), str(run)], "several runs need --output-dir. Fix:"),
+        (["analyze", str(run), str(run), "--output-dir", str(tmp_path / "a")],
+         f"run_dir={str(run)!r}: the same run as {str(run)!r}, given twice. Fix:"),
         (["analyze", str(run), "--output-dir", str(afile)],
          f"output_dir={str(afile)!r}: exists and is not a directory. Fix:"),
         (["analyze", str(run), "--data-cache-path", str(afile)],

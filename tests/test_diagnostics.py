@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import threading
@@ -518,6 +519,42 @@ def test_analyze_checks_every_run_and_value_before_analysing_any(tmp_path, monke
         with pytest.raises(ConfigError, match=f"{flag} 1: need at least 2 rows"):
             analyze_module.analyze(dirs, str(tmp_path / "out"), **{key: 1})
     assert not (tmp_path / "out").exists()
+
+
+def test_runs_of_one_study_get_labels_that_tell_them_apart(tmp_path, monkeypatch):
+    """Two runs of a study both end in seed-1: analyze labelled both 'seed-1', so the CSV's run
+    column could not tell them apart and one run's heatmaps overwrote the other's. Each label is
+    now the fewest trailing path components that differ; one run given twice is refused."""
+    import contextlib
+
+    from megatron_gamma.config import ConfigError
+    from megatron_gamma.diagnostics import analyze as analyze_module
+
+    runs = [tmp_path / "study" / arm / "d64" / "seed-1" for arm in ("baseline", "gamma1")]
+    for run in runs:
+        run.mkdir(parents=True)
+
+    def analyze_run(run_dir, **_):
+        summary = {"gamma": 1.0, "norm_epsilon": 1e-12, "gated_attention": "none"}
+        metrics = {"stable_rank/fc2/layer_00": [float(len(str(run_dir)))]}
+        return analyze_module.RunAnalysis("x", str(run_dir), summary, [0], metrics)
+
+    monkeypatch.setattr(analyze_module.loader, "run_config", lambda d, **_: None)
+    monkeypatch.setattr(analyze_module.loader, "single_process", lambda _: contextlib.nullcontext())
+    monkeypatch.setattr(analyze_module, "analyze_run", analyze_run)
+    out = tmp_path / "out"
+    analyze_module.analyze([str(r) for r in runs], str(out), progress=False)
+    doc = json.loads((out / "analysis.json").read_text())
+    assert [r["name"] for r in doc["runs"]] == ["baseline/d64/seed-1", "gamma1/d64/seed-1"]
+    with open(out / "analysis.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["run"], float(r["value"])) for r in rows} == {
+        ("baseline/d64/seed-1", float(len(str(runs[0])))),
+        ("gamma1/d64/seed-1", float(len(str(runs[1])))),
+    }
+    (tmp_path / "again").symlink_to(runs[0])
+    with pytest.raises(ConfigError, match=r"the same run as .*given twice\. Fix: give each"):
+        analyze_module.analyze([str(runs[0]), str(tmp_path / "again")], str(tmp_path / "o2"))
 
 
 @pytest.fixture

@@ -70,7 +70,9 @@ class RunAnalysis:
     """Everything computed for one run.
 
     Attributes:
-        name: label (run directory name).
+        name: label: the run directory's name, or as many trailing components of its path as
+            tell it from the other runs analysed with it
+            (:func:`~megatron_gamma.rundir.paths.run_labels`).
         run_dir: the run directory.
         summary: gamma, eps, gated attention, sizes (for legends).
         iterations: analysed iterations, ascending (0 = initialization).
@@ -406,9 +408,12 @@ def analyze(
                 sorted({*its, *([0] if kwargs.get("include_init", True) else [])}),
                 kwargs["heatmap_iterations"],
             )
+    labels = paths.run_labels(run_dirs)
     first = loader.run_config(run_dirs[0], run_dir=run_dirs[0])
     with loader.single_process(first):
         runs = [analyze_run(d, **kwargs) for d in run_dirs]
+    for run, label in zip(runs, labels, strict=True):
+        run.name = label
     with atomic_dir(output_dir) as tmp:
         written = write_numbers(runs, tmp)
         written.update(plots.plot_analysis(runs, tmp))

@@ -604,7 +604,7 @@ def plot_analysis(runs, out_dir: str) -> dict[str, str]:
         "gates": plot_gates(runs, os.path.join(out_dir, "gates.png")),
     }
     for run in runs:
-        suffix = "" if len(runs) == 1 else f"_{run.name}"
+        suffix = "" if len(runs) == 1 else "_" + run.name.replace("/", "_")
         out[f"cosine_heatmaps{suffix}"] = plot_heatmaps(
             run, os.path.join(out_dir, f"cosine_heatmaps{suffix}.png")
         )

@@ -160,6 +160,28 @@ def check_analysis_dir(output_dir: str) -> None:
         )
 
 
+def run_labels(run_dirs: Sequence[str]) -> list[str]:
+    """A label per run: the fewest trailing components of its path that tell it from every
+    other run (``seed-1`` for one run; ``baseline/d64/seed-1`` and ``gamma1/d64/seed-1`` for two
+    runs of a study, whose directories all end in ``seed-S``).
+
+    Raises:
+        ConfigError: one run directory given twice (the same path or two paths to it).
+    """
+    real = [os.path.realpath(d) for d in run_dirs]
+    for i, path in enumerate(real):
+        if path in real[:i]:
+            raise ConfigError(
+                f"run_dir={run_dirs[i]!r}: the same run as {run_dirs[real.index(path)]!r}, given "
+                "twice. Fix: give each run directory once"
+            )
+    parts = [os.path.normpath(os.path.abspath(d)).split(os.sep) for d in run_dirs]
+    depth = 1
+    while len({"/".join(p[-depth:]) for p in parts}) < len(parts):
+        depth += 1
+    return ["/".join(p[-depth:]) for p in parts]
+
+
 def analysis_dir(
     run_dirs: Sequence[str],
     output_dir: Optional[str],
@@ -181,8 +203,9 @@ def analysis_dir(
 
     Raises:
         ConfigError: no run directory, a row count below 2, several runs without
-            ``output_dir``, an ``output_dir`` refused by :func:`check_analysis_dir`, or a run
-            directory that is not a directory; each names the value and the fix.
+            ``output_dir``, an ``output_dir`` refused by :func:`check_analysis_dir`, a run
+            directory that is not a directory or is given twice (:func:`run_labels`); each
+            names the value and the fix.
     """
     if not run_dirs:
         raise ConfigError("no run directory given. Fix: megatron-gamma analyze RUN_DIR")
@@ -200,4 +223,5 @@ def analysis_dir(
     for d in run_dirs:
         if not os.path.isdir(d):
             raise ConfigError(f"run_dir={d!r}: not a directory. Fix: pass a run directory")
+    run_labels(run_dirs)
     return output_dir
