@@ -259,6 +259,14 @@ def test_account_qos_dependency_and_environment(config, sbatch_calls, tmp_path, 
         "export NCCL_IB_TIMEOUT='<redacted>'",  # values given are not printed
         "export NCCL_SOCKET_IFNAME='<redacted>'",
     ]
+    script = tmp_path / "run" / "slurm" / "pretrain.sbatch"
+    assert lines[5:8] == [  # the printout says it is not the script to submit, and where that is
+        "# DRY RUN: the values of HF_HOME, NCCL_IB_TIMEOUT, NCCL_SOCKET_IFNAME are printed as "
+        "<redacted>;",
+        "# do not submit this printout. `megatron-gamma submit` without --dry-run writes the "
+        "script",
+        f"# with them to {script}.",
+    ]
     assert main([*args, *flags]) == 0  # the script submitted holds them
     lines = (tmp_path / "run" / "slurm" / "pretrain.sbatch").read_text().splitlines()
     assert [line for line in lines if line.startswith("export ") and "=" in line][3:] == [
@@ -414,6 +422,17 @@ def test_one_shard_is_one_task_and_no_merge_job(sbatch_calls, tmp_path, capsys):
     merge = subprocess.run(["bash", str(script), "merge"], capture_output=True, text=True)
     assert merge.returncode == 0, merge.stderr
     assert merge.stdout == f"1 shard: its task wrote {tmp_path / 'o' / 'c'}, nothing to merge\n"
+    calls = sbatch_calls.read_text()
+    as_job = dict(os.environ, SLURM_JOB_ID="7", SLURM_JOB_NAME="mg-prep-c")  # sbatch THIS_FILE
+    refused = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=as_job)
+    assert refused.returncode == 2 and sbatch_calls.read_text() == calls  # submitted nothing
+    assert "error: this file ran as SLURM job 7 without a mode (sbatch THIS_FILE)" in (
+        refused.stderr
+    )
+    in_salloc = dict(as_job, SLURM_JOB_NAME="interactive")  # bash THIS_FILE in an allocation
+    again = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=in_salloc)
+    assert again.returncode == 0, again.stderr
+    assert sbatch_calls.read_text().count("--array=0-0") == calls.count("--array=0-0") + 1
 
 
 def test_submit_preprocess_checks_before_sbatch(sbatch_calls, tmp_path, capsys):
@@ -501,6 +520,8 @@ def test_rendered_scripts_are_valid_bash(launcher, image, tmp_path):
                         container_mounts=mounts)  # fmt: skip
     text = render_preprocess(pre, log_dir="logs", job_name="p")
     _bash_syntax(text, tmp_path)
+    if image:  # srun inside the job is given the job's CPUs (newer srun does not inherit them)
+        assert 'srun --ntasks=1 --cpus-per-task="$WORKERS" "${opts[@]}" "$@"' in text
     assert "INPUTS=('a b.jsonl' c.jsonl)" in text.splitlines()
     assert "OPTIONS=('--lang-key=l g')" in text.splitlines()
 
@@ -518,7 +539,9 @@ def test_examples_are_current_renderings_of_the_templates():
         ("sbatch: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host\nsbatch: "
          "fatal: Could not establish a configuration source",
          "sbatch cannot reach the cluster's controller or configuration from this machine: "
-         "submit from a login node of the cluster"),
+         "submit from a login node of the cluster (`sinfo` there answers), or run the same "
+         "`sbatch` on job.sbatch there (the file written here holds the --env values; a "
+         "--dry-run printout shows them redacted)"),
         ("sbatch: error: invalid partition specified: gpux",
          "correct the setting sbatch names (partition, time, nodes, GPUs) and submit again"),
     ],

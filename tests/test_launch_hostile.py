@@ -387,6 +387,9 @@ def test_saved_configs_hold_environment_names_not_values(config, stubs, tmp_path
     assert main([*pre, "--dry-run"]) == 0
     printed = capsys.readouterr().out
     assert "s3cr3t" not in printed and f"export K='{REDACTED}'" in printed.splitlines()
+    script = tmp_path / "slurm" / "preprocess-o.sbatch"
+    assert f"# DRY RUN: the values of K are printed as {REDACTED};" in printed.splitlines()
+    assert f"# with them to {script}." in printed.splitlines()
     assert main([*base, "--config", str(tmp_path / "secret.yaml")]) == 0
     slurm = tmp_path / "run" / "slurm"
     assert "export HF_TOKEN=secret123" in (slurm / "pretrain.sbatch").read_text().splitlines()

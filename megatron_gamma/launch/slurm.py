@@ -542,10 +542,12 @@ def sbatch(*args: str) -> str:
     except subprocess.CalledProcessError as e:
         said = e.stderr.strip()
         if any(part in said.lower() for part in _NO_CONTROLLER):
+            script = next((a for a in args if a.endswith(".sbatch")), "the script")
             fix = (
                 "sbatch cannot reach the cluster's controller or configuration from this "
                 "machine: submit from a login node of the cluster (`sinfo` there answers), or "
-                "render the script with --dry-run and submit it there"
+                f"run the same `sbatch` on {script} there (the file written here holds the "
+                "--env values; a --dry-run printout shows them redacted)"
             )
         else:
             fix = "correct the setting sbatch names (partition, time, nodes, GPUs) and submit again"
@@ -653,6 +655,19 @@ def _finetune_as_pretrained_checkpoint(cfg: Config, checkpoints: str) -> Config:
     return cfg.replace(finetune=False, pretrained_checkpoint=os.path.abspath(ck.load), load=None)
 
 
+def _redaction_note(names, command: str, path: str) -> tuple[str, ...]:
+    """Header lines of a dry run's printout whose environment values ``names`` are shown as
+    ``<redacted>``: not a script to submit as printed, and where the real one goes."""
+    if not names:
+        return ()
+    return (
+        f"DRY RUN: the values of {', '.join(sorted(names))} are printed as {REDACTED};",
+        "do not submit this printout. `megatron-gamma "
+        f"{command}` without --dry-run writes the script",
+        f"with them to {path}.",
+    )
+
+
 def submit_pretrain(
     config_path: Optional[str | list[str]],
     overrides: dict,
@@ -730,8 +745,15 @@ def submit_pretrain(
     log = os.path.join(slurm_dir, "%x-%j.out")
     job_name = f"mg-{os.path.basename(run_dir)}"
     env = pretrain_env(job, cfg)
+    path = os.path.join(slurm_dir, "pretrain.sbatch")
+    header = (
+        "Written by `megatron-gamma submit`; the config is frozen in CONFIG. Resubmit with",
+        "`sbatch THIS_FILE`: the job resumes from the newest checkpoint in CHECKPOINTS.",
+    )
+    redacted = {*cfg.cluster.env, *job.env}
     if dry_run:  # printed: the given values (secrets, maybe) stay out of terminals and CI logs
-        env = {k: REDACTED if k in cfg.cluster.env or k in job.env else v for k, v in env.items()}
+        env = {k: REDACTED if k in redacted else v for k, v in env.items()}
+        header += _redaction_note(redacted, "submit", path)
     script = render_pretrain(
         job,
         config=frozen,
@@ -739,13 +761,9 @@ def submit_pretrain(
         log=log,
         job_name=job_name,
         workdir=workdir,
-        header=(
-            "Written by `megatron-gamma submit`; the config is frozen in CONFIG. Resubmit with",
-            "`sbatch THIS_FILE`: the job resumes from the newest checkpoint in CHECKPOINTS.",
-        ),
+        header=header,
         env=env,
     )
-    path = os.path.join(slurm_dir, "pretrain.sbatch")
     result = Submission(path, script)
     if not dry_run:
         require_sbatch()
@@ -788,14 +806,15 @@ def submit_preprocess(job: PreprocessJob, dry_run: bool = False) -> Submission:
     base = os.path.basename(job.output_prefix)
     slurm_dir = os.path.join(os.path.dirname(job.output_prefix), SLURM_SUBDIR)
     job_name = f"mg-prep-{base}"
+    path = os.path.join(slurm_dir, f"preprocess-{base}.sbatch")
+    header = ("Written by `megatron-gamma submit-preprocess`.",)
     script = render_preprocess(
         dataclasses.replace(job, env=dict.fromkeys(job.env, REDACTED)) if dry_run else job,
         log_dir=slurm_dir,
         job_name=job_name,
         workdir=_container_workdir(job),
-        header=("Written by `megatron-gamma submit-preprocess`.",),
+        header=header + (_redaction_note(job.env, "submit-preprocess", path) if dry_run else ()),
     )
-    path = os.path.join(slurm_dir, f"preprocess-{base}.sbatch")
     result = Submission(path, script)
     if dry_run:
         return result
