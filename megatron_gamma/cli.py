@@ -756,15 +756,31 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_CHECKPOINT_TRUST,
     )
     p.add_argument("ckpt_a", metavar="CKPT_A", help="checkpoint, checkpoint dir or run dir")
-    p.add_argument("ckpt_b", metavar="CKPT_B")
-    p.add_argument("--data-path", required=True, help="indexed dataset prefix to score")
-    p.add_argument("--output-dir", required=True)
+    p.add_argument("ckpt_b", metavar="CKPT_B", help="the other model, in the same forms")
+    p.add_argument(
+        "--data-path",
+        required=True,
+        help="(required) one indexed dataset prefix of held-out text, scored by both models",
+    )
+    p.add_argument(
+        "--output-dir",
+        required=True,
+        help="(required) where compare.json, tokens.npz, delta_sym_by_difficulty.csv and .png go",
+    )
     p.add_argument("--config-a", help="A's config.yaml (default: the checkpoint's own)")
-    p.add_argument("--config-b")
-    p.add_argument("--num-sequences", type=int, default=64)
-    p.add_argument("--seq-length", type=int, help="default: the shorter model seq_length")
-    p.add_argument("--micro-batch-size", type=int, default=4)
-    p.add_argument("--num-bins", type=int, default=10)
+    p.add_argument("--config-b", help="B's config.yaml (default: the checkpoint's own)")
+    p.add_argument(
+        "--num-sequences", type=int, default=64, help="token windows scored (default 64)"
+    )
+    p.add_argument(
+        "--seq-length", type=int, help="window length (default: the shorter model seq_length)"
+    )
+    p.add_argument(
+        "--micro-batch-size", type=int, default=4, help="windows per forward pass (default 4)"
+    )
+    p.add_argument(
+        "--num-bins", type=int, default=10, help="equal-count difficulty bins (default 10)"
+    )
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_compare)
 
