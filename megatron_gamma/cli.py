@@ -572,8 +572,8 @@ def _add_cluster_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dry-run",
         action="store_true",
-        help="print the script (and, for submit, write the resolved config it references); "
-        "submit nothing",
+        help="submit nothing: print the sbatch script (submit also writes the resolved config "
+        "it references; sweep without --slurm prints its plan of runs instead)",
     )
 
 

@@ -96,6 +96,7 @@ def test_dry_run_prints_plan_and_writes_nothing(tmp_path):
     (d64,) = [ln for ln in lines if ln.startswith("baseline/d64/seed-1 ")]
     assert "8,192" in d64 and "655,680" in d64
     assert "estimated time left" in proc.stdout
+    assert "runs left: 4\n" in proc.stdout  # no LR grid: no word of confirm runs
     assert not out.exists()
     proc = _cli("sweep", SMOKE, "--output-dir", str(out), "--slurm", "--dry-run", timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]

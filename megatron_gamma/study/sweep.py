@@ -475,9 +475,14 @@ def describe_plan(study: Study, runs: list[Run]) -> str:
     if any(r.grid for r in runs):
         lines.append("shared* = a shared-LR run that is also a point of its arm's LR grid")
     extend = sum(study.grid_for(p.arm, p.size).extend for p in study.pending)
+    confirm = (
+        f" ({len(pending)} of them pending confirm runs: none is needed where the shared LR "
+        "wins its grid)"
+        if any(r.grid for r in runs)
+        else ""
+    )
     lines.append(
-        f"runs left: {todo} ({len(pending)} of them pending confirm runs: none is needed where "
-        "the shared LR wins its grid)"
+        f"runs left: {todo}{confirm}"
         + (
             f"; up to {extend} more LR-grid runs where a best LR lands on its grid's edge"
             if extend
