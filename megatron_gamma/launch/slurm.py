@@ -597,8 +597,13 @@ def _container_workdir(job: ClusterOptions) -> str:
     workdir = os.getcwd()
     if job.container_image and not _mounted(workdir, job.container_mounts):
         warn(
-            f"the working directory {workdir} is not in --container-mounts "
-            f"{job.container_mounts!r}; the job runs there inside the container. Fix: add "
+            f"the working directory {workdir} is not in "
+            + (
+                f"--container-mounts {job.container_mounts!r}"
+                if job.container_mounts
+                else "the container (no --container-mounts)"
+            )
+            + "; the job runs there inside the container. Fix: add "
             f"--container-mounts {workdir}:{workdir}"
         )
     return workdir
