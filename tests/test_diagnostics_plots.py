@@ -79,3 +79,21 @@ def test_norm_lines_of_several_runs_are_the_layer_means_and_medians(figures):
         y = ax_b.collections[i].get_paths()[0].vertices[:, 1]
         assert y.min() == pytest.approx(_stack(values, "norm_log10_ms_p05").min())
         assert y.max() == pytest.approx(_stack(values, "norm_log10_ms_p95").max())
+
+
+def test_sink_panel_of_several_runs_has_one_point_per_layer_and_whole_layer_ticks(figures):
+    """Each run's per-layer line is its last sink share per layer; the layer axis is ticked at
+    whole layers only (it showed 0.2, 0.4, ... between layers 0 and 2)."""
+    runs = [_run("a", 4), _run("b", 5)]
+    for run, _ in runs:
+        for layer in (0, 1, 2):
+            run.metrics[f"sink_share/layer_{layer:02d}"] = [0.1 * layer, 0.2, 0.05 * layer]
+    plots.plot_sink([r for r, _ in runs], "unused.png")
+    (fig,) = figures
+    panel = fig.axes[1]
+    for line in panel.lines:
+        np.testing.assert_array_equal(line.get_xdata(), [0, 1, 2])
+        np.testing.assert_allclose(line.get_ydata(), [0.0, 0.05, 0.1])
+    fig.canvas.draw()
+    ticks = [t for t in panel.get_xticks() if panel.get_xlim()[0] <= t <= panel.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks), ticks

@@ -19,6 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from megatron_gamma.atomic import atomic_path
 from megatron_gamma.diagnostics.condensation import gaussian_cosine_baseline
@@ -353,6 +354,7 @@ def plot_sink(runs, path: str) -> Optional[str]:
                 label=run_label(run),
             )
         ax2.set_xlabel("layer")
+        ax2.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers, not fractions of one
         ax2.set_ylabel("attention probability on token 0")
         ax2.set_title("per layer at each run's last checkpoint")
         ax2.grid(alpha=0.3)
