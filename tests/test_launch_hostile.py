@@ -140,6 +140,8 @@ HOSTILE_FLAGS = [
     (["--env", "HF_TOKEN\n=x"], "env='HF_TOKEN\\n': not a shell variable name"),
     (["--env", "HF_TOKEN=line1\nsecret"], "env: the value of HF_TOKEN holds the control charac"),
     (["--account", "my-hetjob"], "account='my-hetjob': holds 'hetjob': sbatch starts a hetero"),
+    (["--partition", "gpu; rm -rf ~"], "partition='gpu; rm -rf ~': not a SLURM name (letters, "),
+    (["--qos", "high low"], "qos='high low': not a SLURM name"),
 ]
 
 

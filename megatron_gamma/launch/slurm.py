@@ -50,6 +50,8 @@ SLURM_SUBDIR = "slurm"
 # sbatch --dependency: 'singleton', or TYPE:JOBID[:JOBID...] items joined by ',' (all) or '?' (any)
 _DEPENDENCY_ITEM = r"(singleton|after(any|ok|notok|corr|burstbuffer)?(:\d+(\+\d+)?)+)"
 _DEPENDENCY = re.compile(rf"{_DEPENDENCY_ITEM}([,?]{_DEPENDENCY_ITEM})*")
+# account, QOS and partition names as SLURM keeps them (a comma-separated list of several)
+_SLURM_NAMES = re.compile(r"[A-Za-z0-9_.\-]+(,[A-Za-z0-9_.\-]+)*")
 # C0 control characters and DEL: a newline or carriage return ends a script line.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # sbatch reads a directive's value up to unquoted whitespace (a backslash does not escape it) or
@@ -219,8 +221,17 @@ class ClusterOptions:
 
     def __post_init__(self) -> None:
         for key in ("account", "qos", "partition"):
-            if getattr(self, key) is not None:
-                sbatch_value(key, getattr(self, key))
+            value = getattr(self, key)
+            if value is not None:
+                sbatch_value(key, value)
+            if value is not None and not _SLURM_NAMES.fullmatch(value):
+                _fail(
+                    key,
+                    value,
+                    "not a SLURM name (letters, digits, '_', '-' and '.'; several comma-separated)",
+                    "pass the name as `sinfo -s` (partitions) or `sacctmgr show assoc "
+                    "user=$USER` (accounts, QOS) lists it",
+                )
         for key in ("container_image", "container_mounts"):
             check_script_value(key, getattr(self, key))
         if self.time is not None:
