@@ -636,6 +636,37 @@ def test_merge_datasets_concatenates_prefixes_in_the_given_order(tmp_path):
     )
 
 
+def test_merge_refuses_an_output_prefix_that_is_one_of_its_inputs(tmp_path, capsys, monkeypatch):
+    """The merge would replace that input with the merged dataset: refused before any work
+    however the two are spelled (relative and absolute, with .bin, through a linked directory,
+    a directory of inputs), naming the input; the input keeps its bytes."""
+    (tmp_path / "o").mkdir()
+    a = megatron_core_dataset(["alpha doc"], str(tmp_path / "o" / "a"))
+    b = megatron_core_dataset(["beta doc", "gamma doc"], str(tmp_path / "b"))
+    (tmp_path / "link").symlink_to(tmp_path / "o")
+    kept = {ext: open(a + ext, "rb").read() for ext in (".bin", ".idx")}
+    monkeypatch.chdir(tmp_path)
+    link_a = str(tmp_path / "link" / "a")
+    for inputs, output, named in (
+        ([a, b], "o/a", a),
+        ([b, "o/a.bin"], a, "o/a"),
+        ([link_a + ".idx", b], a, link_a),
+        ([b, "o"], link_a, os.path.join("o", "a")),
+    ):
+        args = ["merge", "--no-progress", "--input", *inputs, "--output-prefix", output]
+        assert main(args) == 2
+        assert (
+            f"error: --output-prefix {output!r} is the input dataset {named!r}: the merge would "
+            f"replace that input with the merged dataset. Fix: a new --output-prefix, e.g. "
+            f"{output}_merged\n"
+        ) in capsys.readouterr().err
+    assert {ext: open(a + ext, "rb").read() for ext in (".bin", ".idx")} == kept
+    assert listing(tmp_path / "o") == ["a.bin", "a.idx"]
+    assert main(["merge", "--no-progress", "--input", a, b, "--output-prefix", "o/a_merged"]) == 0
+    ref = megatron_core_dataset(["alpha doc", "beta doc", "gamma doc"], str(tmp_path / "ref"))
+    assert read_dataset("o/a_merged") == read_dataset(ref)
+
+
 def _cli_two_shards(tmp_path, monkeypatch) -> tuple[list[str], str]:
     """The arguments of a 2-shard preprocess of the demo corpus, and its output prefix; the log
     goes to this test's stderr (a handler an earlier test added writes to that test's)."""

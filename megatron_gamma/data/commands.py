@@ -460,7 +460,7 @@ def add_data_commands(sub) -> None:
     p.add_argument(
         "--output-prefix", required=True,
         help="the sharded run's --output-prefix (its shards are found beside it), or with "
-        "--input the merged dataset's prefix",
+        "--input the merged dataset's prefix, which must not be one of the inputs",
     )  # fmt: skip
     p.add_argument(
         "--num-shards", type=int, default=None,

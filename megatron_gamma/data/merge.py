@@ -269,6 +269,33 @@ def check_not_merged_twice(prefixes: list[str]) -> None:
                 )
 
 
+def _same_dataset(a: str, b: str) -> bool:
+    """True if prefixes ``a`` and ``b`` name the same dataset: one absolute path, or a ``.bin``
+    or ``.idx`` of one that is the other's file (a symbolic link, a linked directory)."""
+    if os.path.abspath(a) == os.path.abspath(b):
+        return True
+    return any(
+        os.path.exists(a + ext) and os.path.exists(b + ext) and os.path.samefile(a + ext, b + ext)
+        for ext in (".bin", ".idx")
+    )
+
+
+def check_output_not_an_input(prefixes: list[str], output_prefix: str) -> None:
+    """Refuse an ``output_prefix`` that is one of the input datasets ``prefixes`` (compared
+    by :func:`_same_dataset`): the merge would replace that input with the merged dataset.
+
+    Raises:
+        ConfigError: naming the input and the fix.
+    """
+    for prefix in prefixes:
+        if _same_dataset(prefix, output_prefix):
+            raise ConfigError(
+                f"--output-prefix {output_prefix!r} is the input dataset {prefix!r}: the merge "
+                f"would replace that input with the merged dataset. Fix: a new --output-prefix, "
+                f"e.g. {output_prefix}_merged"
+            )
+
+
 def dataset_counts(prefix: str) -> dict[str, int]:
     """``{"documents", "sequences", "tokens"}`` of dataset ``prefix``, read from its ``.idx``."""
     dataset = indexed_dataset().IndexedDataset(prefix)
@@ -299,14 +326,16 @@ def merge_datasets(inputs: list[str], output_prefix: str, progress: bool = True)
         ``output_prefix``.
 
     Raises:
-        ConfigError: nothing to merge, inputs holding a merged dataset and datasets it was merged
-            from (:func:`check_not_merged_twice`), or ``output_prefix`` names a directory or
-            cannot be written (:func:`check_output_prefix`).
+        ConfigError: nothing to merge, ``output_prefix`` one of the inputs
+            (:func:`check_output_not_an_input`), inputs holding a merged dataset and datasets it
+            was merged from (:func:`check_not_merged_twice`), or ``output_prefix`` names a
+            directory or cannot be written (:func:`check_output_prefix`).
     """
     check_output_prefix(output_prefix)
     prefixes = dataset_prefixes(inputs)
     if not prefixes:
         raise ConfigError("nothing to merge. Fix: pass --input PREFIX|DIR [...]")
+    check_output_not_an_input(prefixes, output_prefix)
     check_not_merged_twice(prefixes)
     stamps = [[os.path.abspath(p), *_stamp(p + ".bin"), *_stamp(p + ".idx")] for p in prefixes]
     why = (
