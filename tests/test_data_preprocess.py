@@ -667,6 +667,28 @@ def test_merge_refuses_an_output_prefix_that_is_one_of_its_inputs(tmp_path, caps
     assert read_dataset("o/a_merged") == read_dataset(ref)
 
 
+def test_merge_refuses_a_dataset_given_twice(tmp_path, capsys, monkeypatch):
+    """Its documents would be in the output twice: refused however the second is spelled (the
+    same prefix, with .bin, through a symbolic link to its files), naming it; nothing written."""
+    a = megatron_core_dataset(["alpha doc"], str(tmp_path / "a"))
+    b = megatron_core_dataset(["beta doc"], str(tmp_path / "b"))
+    (tmp_path / "l").mkdir()
+    for ext in (".bin", ".idx"):
+        (tmp_path / "l" / f"a{ext}").symlink_to(a + ext)
+    monkeypatch.chdir(tmp_path)
+    for inputs, given in (
+        (["a", b, "a"], "input 'a' is given twice"),
+        (["a", "a.bin"], "input 'a' is given twice"),
+        ([a, "l/a"], f"inputs {a!r} and 'l/a' are the same dataset"),
+    ):
+        assert main(["merge", "--no-progress", "--input", *inputs, "--output-prefix", "m/x"]) == 2
+        assert (
+            f"error: {given}: the output would hold its documents twice. Fix: name each dataset "
+            "once (to sample one more often, weight it in the --data-path blend)\n"
+        ) in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+
+
 def _cli_two_shards(tmp_path, monkeypatch) -> tuple[list[str], str]:
     """The arguments of a 2-shard preprocess of the demo corpus, and its output prefix; the log
     goes to this test's stderr (a handler an earlier test added writes to that test's)."""

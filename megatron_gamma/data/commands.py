@@ -470,8 +470,8 @@ def add_data_commands(sub) -> None:
         "--input", nargs="+", default=None,
         help="instead: dataset prefixes or directories to concatenate in this order into the one "
         "pair OUTPUT_PREFIX.bin/.idx (Megatron-LM's merge_datasets.py naming; no .stats.json); "
-        "inputs holding a merged dataset and datasets it was merged from (a sharded run's "
-        "directory holds its shards and their merge) are refused",
+        "a dataset given twice, and inputs holding a merged dataset and datasets it was "
+        "merged from (a sharded run's directory holds its shards and their merge) are refused",
     )  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_merge)

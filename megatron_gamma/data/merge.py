@@ -250,7 +250,8 @@ def check_not_merged_twice(prefixes: list[str]) -> None:
     """Refuse two inputs that hold the same documents by way of a merge (their
     :func:`merged_from` chains meet): e.g. ``--input DIR`` on the directory of a sharded
     ``preprocess``, which holds the shards and their merge, or two merges of the same shards.
-    The output would hold those documents twice. A prefix given twice is taken as asked.
+    The output would hold those documents twice. A prefix given twice is refused before, by
+    :func:`check_inputs_distinct`.
 
     Raises:
         ConfigError: naming both inputs, a dataset they share, and the fix.
@@ -296,6 +297,28 @@ def check_output_not_an_input(prefixes: list[str], output_prefix: str) -> None:
             )
 
 
+def check_inputs_distinct(prefixes: list[str]) -> None:
+    """Refuse a dataset given twice among ``prefixes`` (compared by :func:`_same_dataset`: ``P``
+    and ``P.bin``, relative and absolute, a link to its files): the output would hold its
+    documents twice.
+
+    Raises:
+        ConfigError: naming the dataset and the fix.
+    """
+    for i, prefix in enumerate(prefixes):
+        for earlier in prefixes[:i]:
+            if _same_dataset(earlier, prefix):
+                given = (
+                    f"input {prefix!r} is given twice"
+                    if earlier == prefix
+                    else f"inputs {earlier!r} and {prefix!r} are the same dataset"
+                )
+                raise ConfigError(
+                    f"{given}: the output would hold its documents twice. Fix: name each "
+                    "dataset once (to sample one more often, weight it in the --data-path blend)"
+                )
+
+
 def dataset_counts(prefix: str) -> dict[str, int]:
     """``{"documents", "sequences", "tokens"}`` of dataset ``prefix``, read from its ``.idx``."""
     dataset = indexed_dataset().IndexedDataset(prefix)
@@ -327,7 +350,8 @@ def merge_datasets(inputs: list[str], output_prefix: str, progress: bool = True)
 
     Raises:
         ConfigError: nothing to merge, ``output_prefix`` one of the inputs
-            (:func:`check_output_not_an_input`), inputs holding a merged dataset and datasets it
+            (:func:`check_output_not_an_input`), a dataset given twice
+            (:func:`check_inputs_distinct`), inputs holding a merged dataset and datasets it
             was merged from (:func:`check_not_merged_twice`), or ``output_prefix`` names a
             directory or cannot be written (:func:`check_output_prefix`).
     """
@@ -336,6 +360,7 @@ def merge_datasets(inputs: list[str], output_prefix: str, progress: bool = True)
     if not prefixes:
         raise ConfigError("nothing to merge. Fix: pass --input PREFIX|DIR [...]")
     check_output_not_an_input(prefixes, output_prefix)
+    check_inputs_distinct(prefixes)
     check_not_merged_twice(prefixes)
     stamps = [[os.path.abspath(p), *_stamp(p + ".bin"), *_stamp(p + ".idx")] for p in prefixes]
     why = (
