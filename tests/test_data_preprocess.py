@@ -410,6 +410,29 @@ def test_a_directory_of_bare_json_files_says_they_are_skipped_on_purpose(tmp_pat
     assert read_dataset(r.prefix) == read_dataset(megatron_core_dataset(["alpha doc"], out + "r"))
 
 
+def test_a_directory_names_the_files_it_skips_and_why_before_reading(tmp_path, caplog):
+    """A directory's expansion reads its data files only: one warning line, before any record is
+    read, names each skipped file (relative to the directory) with the reason; the run is
+    otherwise unchanged."""
+    folder = tmp_path / "mixed"
+    (folder / "sub").mkdir(parents=True)
+    write_file(str(folder / "a.jsonl"), [{"text": "alpha doc"}])
+    write_file(str(folder / "b.json"), [{"text": "beta doc"}])
+    (folder / "c.txt").write_text("gamma doc\n")
+    (folder / "sub" / "e.csv").write_text("text\n")
+    with caplog.at_level("INFO", logger="megatron_gamma.data"):
+        r = preprocess([str(folder)], TOKENIZER, str(tmp_path / "o"), progress=False)
+    assert caplog.messages[0] == (
+        f"skipped 3 files in {folder}: b.json (bare .json: name such files in --input, or rename "
+        "them to .jsonl); c.txt, sub/e.csv (not a supported data file: .jsonl, .json, .jsonl.gz, "
+        ".json.gz, .jsonl.zst, .json.zst, .parquet)"
+    )
+    assert caplog.records[0].levelname == "WARNING"
+    assert read_dataset(r.prefix) == read_dataset(
+        megatron_core_dataset(["alpha doc"], r.prefix + "r")
+    )
+
+
 def test_empty_inputs_are_clear_errors_and_write_nothing(tmp_path):
     (tmp_path / "in").mkdir()
     empty = tmp_path / "in" / "empty.jsonl"

@@ -272,7 +272,7 @@ def _input_flags(p: argparse.ArgumentParser) -> list[argparse.Action]:
     flag(
         "--input", nargs="+", required=True, help="files (.jsonl/.json[.gz|.zst], .parquet), "
         "directories or globs, read in the order given (a directory: its data files but bare "
-        ".json, sorted; a glob: sorted)",
+        ".json, sorted, and a warning names the files it skipped; a glob: sorted)",
     )  # fmt: skip
     flag(
         "--json-keys", "--json-key", dest="json_keys", nargs="+", default=["text"],

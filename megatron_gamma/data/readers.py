@@ -37,6 +37,7 @@ import glob
 import gzip
 import io
 import json
+import logging
 import os
 import re
 import shlex
@@ -48,6 +49,8 @@ import numpy as np
 import orjson
 
 from megatron_gamma.data.langid import language_label
+
+log = logging.getLogger(__name__)
 
 EXTENSIONS = {
     ".jsonl": "jsonl",
@@ -157,12 +160,39 @@ def _no_data_files(folder: str, bare_json: list[str]) -> str:
     )
 
 
+SKIPPED_NAMED = 5
+"""Files a directory's expansion skipped that its warning names, per reason (all are counted)."""
+
+
+def _skipped_in_directory(folder: str, walked: list[str], found: list[str]) -> str:
+    """The line naming the files below ``folder`` (``walked``) that its expansion skipped (not in
+    ``found``), by reason, paths relative to ``folder``."""
+    kept = set(found)
+    skipped = [p for p in walked if p not in kept]
+    bare = [p for p in skipped if input_format(p) is not None]
+    other = [p for p in skipped if input_format(p) is None]
+
+    def names(paths: list[str]) -> str:
+        shown = ", ".join(os.path.relpath(p, folder) for p in paths[:SKIPPED_NAMED])
+        more = len(paths) - SKIPPED_NAMED
+        return shown + (f" and {more} more" if more > 0 else "")
+
+    reasons = []
+    if bare:
+        why = "bare .json: name such files in --input, or rename them to .jsonl"
+        reasons.append(f"{names(bare)} ({why})")
+    if other:
+        reasons.append(f"{names(other)} (not a supported data file: {', '.join(EXTENSIONS)})")
+    return f"skipped {len(skipped)} files in {folder}: {'; '.join(reasons)}"
+
+
 def expand_inputs(specs: list[str]) -> list[str]:
     """Turn ``--input`` arguments into the ordered list of files to read.
 
     Each argument is a file, a directory (all supported files below it, recursively, sorted by
     path, except bare ``.json`` files, which are more often configs than data; name those
-    explicitly) or a glob pattern (its matches, sorted). Arguments keep their order. The result
+    explicitly; a warning names the files it skipped and why) or a glob pattern (its matches,
+    sorted). Arguments keep their order. The result
     is the same on every machine given the same file tree, which is what makes
     ``--shard-index`` and ``--num-shards`` deterministic.
 
@@ -175,15 +205,15 @@ def expand_inputs(specs: list[str]) -> list[str]:
     files: list[str] = []
     for spec in specs:
         if os.path.isdir(spec):
-            data = sorted(
-                os.path.join(root, name)
-                for root, _, names in os.walk(spec)
-                for name in names
-                if input_format(name) is not None
+            walked = sorted(
+                os.path.join(root, name) for root, _, names in os.walk(spec) for name in names
             )
+            data = [p for p in walked if input_format(p) is not None]
             found = [p for p in data if not p.lower().endswith(".json")]
             if not found:
                 raise InputError("no_input", _no_data_files(spec, data))
+            if len(found) < len(walked):
+                log.warning("%s", _skipped_in_directory(spec, walked, found))
         elif os.path.exists(spec) or os.path.islink(spec):
             found = [spec]
         else:
