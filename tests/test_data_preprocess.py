@@ -321,6 +321,23 @@ def test_truncated_gzip_and_broken_link_are_unreadable(tmp_path):
     assert e.value.kind == "unreadable_file"
 
 
+def test_a_symbolic_link_loop_is_unreadable_with_its_own_fix(tmp_path):
+    """A link to itself fails with ELOOP, not a permission problem: the fix says to replace it."""
+    (tmp_path / "in").mkdir()
+    write_file(str(tmp_path / "in" / "a.jsonl"), [{"text": "alpha doc"}])
+    os.symlink("self.jsonl", tmp_path / "in" / "self.jsonl")
+    with pytest.raises(InputError) as e:
+        preprocess([str(tmp_path / "in")], TOKENIZER, str(tmp_path / "o"), progress=False)
+    loop = str(tmp_path / "in" / "self.jsonl")
+    assert str(e.value) == (
+        f"{loop}: cannot be read (Too many levels of symbolic links). Fix: {loop} is a symbolic "
+        "link (to 'self.jsonl') that leads back to itself, never to a file: replace it with the "
+        "file it should stand for, or remove it"
+    )
+    assert e.value.kind == "unreadable_file"
+    assert not (tmp_path / "o.stats.json").exists()
+
+
 def test_on_error_skip_counts_each_kind_and_keeps_the_good_documents(tmp_path):
     good = [r["text"] for r in demo_records()[:6]]
     folder = tmp_path / "in"

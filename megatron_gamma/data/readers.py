@@ -33,6 +33,7 @@ bad_value          a ``--json-keys`` value that is not a string, or an unknown l
 from __future__ import annotations
 
 import codecs
+import errno
 import glob
 import gzip
 import io
@@ -472,13 +473,20 @@ def file_size(path: str) -> int:
 
 
 def check_readable(path: str) -> None:
-    """Raise InputError('unreadable_file') if ``path`` cannot be opened for reading."""
+    """Raise InputError('unreadable_file') if ``path`` cannot be opened for reading, with the fix
+    for the reason: a symbolic link that leads back to itself (``ELOOP``), or else permissions."""
     try:
         with open(path, "rb") as f:
             f.read(1)
     except OSError as e:
+        fix = "check permissions"
+        if e.errno == errno.ELOOP:
+            fix = (
+                f"{path} is a symbolic link (to {os.readlink(path)!r}) that leads back to itself, "
+                "never to a file: replace it with the file it should stand for, or remove it"
+            )
         raise InputError(
-            "unreadable_file", f"{path}: cannot be read ({e.strerror}). Fix: check permissions"
+            "unreadable_file", f"{path}: cannot be read ({e.strerror}). Fix: {fix}"
         ) from e
 
 
