@@ -365,8 +365,10 @@ def add_preprocess_flags(p: argparse.ArgumentParser) -> list[argparse.Action]:
     )  # fmt: skip
     flag(
         "--max-document-chars", type=int, default=1_000_000,
-        help="cut longer documents to this many characters (counted as 'truncated'); bounds "
-        "a worker's memory",
+        help="cut longer documents to this many characters (counted as 'truncated'; default "
+        "1,000,000); bounds a worker's memory. A jsonl line longer than 6 bytes per character "
+        "(per --json-keys text) + 1 MiB is not cut but refused unread (skipped with --on-error "
+        "skip)",
     )  # fmt: skip
     flag(
         "--log-interval", type=int, default=1000,

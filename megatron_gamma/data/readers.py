@@ -8,10 +8,10 @@ JSON decoding (``orjson``, with the standard library's parser for what orjson re
 values are the same), UTF-8 validation and key lookup run in the workers (:func:`iter_records`),
 so the reader is never the bottleneck. Memory is bounded by one chunk per worker in flight,
 whatever the size of the input: a jsonl line is read at most ``max_line_bytes`` at a time
-(:func:`line_cap`, from ``--max-document-chars``), and a longer line is skipped unread, even in
-a gzip bomb; JSON nested deeper than :data:`MAX_JSON_DEPTH` is refused: orjson stops at 1,024
-levels by itself, and a line it refuses is measured before the standard library's recursive parser
-sees it.
+(:func:`line_cap`, from ``--max-document-chars``), and a longer line is not read (an error, or
+skipped under ``--on-error skip``), even in a gzip bomb; JSON nested deeper than
+:data:`MAX_JSON_DEPTH` is refused: orjson stops at 1,024 levels by itself, and a line it refuses
+is measured before the standard library's recursive parser sees it.
 
 Errors (all :class:`InputError`, a ``ValueError``, with a ``kind`` used for the skip counts):
 
@@ -99,7 +99,7 @@ DEFAULT_LINE_CAP = line_cap(1_000_000)
 @dataclass(frozen=True)
 class LongLine:
     """Stands in a chunk for a jsonl line longer than the cap (:func:`iter_chunks`), which is
-    skipped unread. ``nbytes``: its length; ``cap``: the cap it exceeded."""
+    not read. ``nbytes``: its length; ``cap``: the cap it exceeded."""
 
     nbytes: int
     cap: int
@@ -582,7 +582,7 @@ def _parse_line(
             "line_too_long",
             f"{path}:{line}: line of {item.nbytes} bytes, longer than the {item.cap}-byte cap "
             "derived from --max-document-chars (6 bytes per character per --json-keys text, "
-            "plus 1 MiB), skipped unread. Fix: raise --max-document-chars, or --on-error skip",
+            "plus 1 MiB), so it is not read. Fix: raise --max-document-chars, or --on-error skip",
         )
     try:
         fields = orjson.loads(item)
