@@ -332,7 +332,9 @@ def add_preprocess_flags(p: argparse.ArgumentParser) -> list[argparse.Action]:
     flag(
         "--tokenizer-backend", choices=["auto", "gigatoken", "hf"], default="auto",
         help="auto: gigatoken when its ids equal HF tokenizers' on probe texts and an input "
-        "sample, else hf (says why); gigatoken: required (error if it differs); hf: HF tokenizers",
+        "sample (whole texts, 65,536 characters in all: none when the first is longer; the log "
+        "says how many), else hf (says why); gigatoken: required (error if it differs); hf: HF "
+        "tokenizers",
     )  # fmt: skip
     flag("--chunk-size", type=int, default=256, help="records per work item (default: 256)")
     flag("--per-language", action="store_true", help="one output per language tag (zh, en, mixed)")
