@@ -248,7 +248,11 @@ BAD_CASES = [
     ("a.jsonl", b'{"text": 5}\n', "bad_value", r"a\.jsonl:1: 'text' is an int, not a string"),
     ("a.jsonl", b'{"text": "ok"}\n{"text": "\xff\xfe"}\n', "invalid_utf8",
      r"a\.jsonl:2: invalid UTF-8 \(byte 0xff at byte 11"),
-    ("a.jsonl", b'{"text": "a\\ud800b"}\n', "invalid_utf8", r"a\.jsonl:1: 'text' holds a lone"),
+    ("a.jsonl", b'{"text": "a\\ud800b"}\n', "invalid_utf8",
+     r"a\.jsonl:1: 'text' holds a lone surrogate '\\ud800', from a JSON escape: the line is "
+     r"valid UTF-8, but the escape encodes no character, so the text cannot be written as UTF-8 "
+     r"\(counted as invalid_utf8\)\. Fix: repair the escape \(\\ud800-\\udbff must be followed by "
+     r"\\udc00-\\udfff\), or --on-error skip$"),
     ("a.jsonl", b'{"text": "x", "lang": "fr"}\n', "bad_value", r"a\.jsonl:1: lang='fr' is not"),
     ("a.jsonl.gz", b"\x1f\x8b\x08\x00garbage", "unreadable_file",
      r"a\.jsonl\.gz: unreadable after line 0"),

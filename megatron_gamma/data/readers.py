@@ -22,7 +22,8 @@ no_input           a file, directory or glob that names nothing readable
 unsupported        a file whose name does not end in a supported extension
 unreadable_file    a file that cannot be opened or whose compressed stream is corrupt
 malformed_json     a line that is not a JSON object
-invalid_utf8       a line that is not valid UTF-8
+invalid_utf8       a line that is not valid UTF-8, or a text holding a lone surrogate (from a
+                   ``\ud800``-style JSON escape in a valid UTF-8 line)
 line_too_long      a jsonl line longer than the line cap (:func:`line_cap`)
 json_too_deep      a line whose JSON nests arrays/objects deeper than :data:`MAX_JSON_DEPTH`
 missing_key        a record without one of ``--json-keys`` (or with a null value)
