@@ -89,15 +89,29 @@ def test_a_gzip_bomb_line_is_skipped_unread_with_bounded_memory(tmp_path):
     )
 
 
-def test_a_long_line_stops_the_run_by_name_without_skip(tmp_path):
+def test_a_long_line_stops_the_run_by_name_without_skip(tmp_path, caplog):
     path = tmp_path / "a.jsonl.gz"
     long = line({"text": "b" * 1_100_000})  # over 6 x 10 characters + 1 MiB
     with gzip.open(path, "wb") as f:
         f.write(line({"text": GOOD[0]}) + long)
     opts = EncodeOptions(filters=Filters(max_document_chars=10))
-    with pytest.raises(InputError, match=rf"a\.jsonl\.gz:2: line of {len(long)} bytes") as e:
+    with pytest.raises(InputError) as e:
         preprocess([str(path)], DEMO_TOKENIZER, str(tmp_path / "o"), options=opts, progress=False)
     assert e.value.kind == "line_too_long"
+    said = (
+        f"{path}:2: line of {len(long)} bytes, longer than the 1048636-byte cap derived from "
+        "--max-document-chars (6 bytes per character per --json-keys text, plus 1 MiB), so it "
+        "is not read. Fix: raise --max-document-chars"
+    )
+    assert str(e.value) == said + ", or --on-error skip"
+    # under skip: the same, as skipped
+    skip = EncodeOptions(filters=Filters(max_document_chars=10), on_error="skip")
+    with caplog.at_level("WARNING", logger="megatron_gamma.data"):
+        r = preprocess(
+            [str(path)], DEMO_TOKENIZER, str(tmp_path / "s"), options=skip, progress=False
+        )
+    assert caplog.messages == [f"skipped: {said}"]
+    assert (r.documents, r.stats["errors"]["line_too_long"]) == (1, 1)
     # under the cap a long document is cut to --max-document-chars, as before
     opts = EncodeOptions(filters=Filters(max_document_chars=200_000))
     r = preprocess([str(path)], DEMO_TOKENIZER, str(tmp_path / "k"), options=opts, progress=False)

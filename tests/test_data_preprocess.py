@@ -248,7 +248,11 @@ BAD_CASES = [
     ("a.jsonl", b'{"text": 5}\n', "bad_value", r"a\.jsonl:1: 'text' is an int, not a string"),
     ("a.jsonl", b'{"text": "ok"}\n{"text": "\xff\xfe"}\n', "invalid_utf8",
      r"a\.jsonl:2: invalid UTF-8 \(byte 0xff at byte 11"),
-    ("a.jsonl", b'{"text": "a\\ud800b"}\n', "invalid_utf8", r"a\.jsonl:1: 'text' holds a lone"),
+    ("a.jsonl", b'{"text": "a\\ud800b"}\n', "invalid_utf8",
+     r"a\.jsonl:1: 'text' holds a lone surrogate '\\ud800', from a JSON escape: the line is "
+     r"valid UTF-8, but the escape encodes no character, so the text cannot be written as UTF-8 "
+     r"\(counted as invalid_utf8\)\. Fix: repair the escape \(\\ud800-\\udbff must be followed by "
+     r"\\udc00-\\udfff\), or --on-error skip$"),
     ("a.jsonl", b'{"text": "x", "lang": "fr"}\n', "bad_value", r"a\.jsonl:1: lang='fr' is not"),
     ("a.jsonl.gz", b"\x1f\x8b\x08\x00garbage", "unreadable_file",
      r"a\.jsonl\.gz: unreadable after line 0"),
@@ -319,6 +323,23 @@ def test_truncated_gzip_and_broken_link_are_unreadable(tmp_path):
     with pytest.raises(InputError, match=r"link\.jsonl: cannot be read") as e:
         preprocess([str(tmp_path / "link.jsonl")], TOKENIZER, str(tmp_path / "o"), progress=False)
     assert e.value.kind == "unreadable_file"
+
+
+def test_a_symbolic_link_loop_is_unreadable_with_its_own_fix(tmp_path):
+    """A link to itself fails with ELOOP, not a permission problem: the fix says to replace it."""
+    (tmp_path / "in").mkdir()
+    write_file(str(tmp_path / "in" / "a.jsonl"), [{"text": "alpha doc"}])
+    os.symlink("self.jsonl", tmp_path / "in" / "self.jsonl")
+    with pytest.raises(InputError) as e:
+        preprocess([str(tmp_path / "in")], TOKENIZER, str(tmp_path / "o"), progress=False)
+    loop = str(tmp_path / "in" / "self.jsonl")
+    assert str(e.value) == (
+        f"{loop}: cannot be read (Too many levels of symbolic links). Fix: {loop} is a symbolic "
+        "link (to 'self.jsonl') that leads back to itself, never to a file: replace it with the "
+        "file it should stand for, or remove it"
+    )
+    assert e.value.kind == "unreadable_file"
+    assert not (tmp_path / "o.stats.json").exists()
 
 
 def test_on_error_skip_counts_each_kind_and_keeps_the_good_documents(tmp_path):
@@ -408,6 +429,29 @@ def test_a_directory_of_bare_json_files_says_they_are_skipped_on_purpose(tmp_pat
     )
     r = preprocess([str(folder / "a.json")], TOKENIZER, out, progress=False)
     assert read_dataset(r.prefix) == read_dataset(megatron_core_dataset(["alpha doc"], out + "r"))
+
+
+def test_a_directory_names_the_files_it_skips_and_why_before_reading(tmp_path, caplog):
+    """A directory's expansion reads its data files only: one warning line, before any record is
+    read, names each skipped file (relative to the directory) with the reason; the run is
+    otherwise unchanged."""
+    folder = tmp_path / "mixed"
+    (folder / "sub").mkdir(parents=True)
+    write_file(str(folder / "a.jsonl"), [{"text": "alpha doc"}])
+    write_file(str(folder / "b.json"), [{"text": "beta doc"}])
+    (folder / "c.txt").write_text("gamma doc\n")
+    (folder / "sub" / "e.csv").write_text("text\n")
+    with caplog.at_level("INFO", logger="megatron_gamma.data"):
+        r = preprocess([str(folder)], TOKENIZER, str(tmp_path / "o"), progress=False)
+    assert caplog.messages[0] == (
+        f"skipped 3 files in {folder}: b.json (bare .json: name such files in --input, or rename "
+        "them to .jsonl); c.txt, sub/e.csv (not a supported data file: .jsonl, .json, .jsonl.gz, "
+        ".json.gz, .jsonl.zst, .json.zst, .parquet)"
+    )
+    assert caplog.records[0].levelname == "WARNING"
+    assert read_dataset(r.prefix) == read_dataset(
+        megatron_core_dataset(["alpha doc"], r.prefix + "r")
+    )
 
 
 def test_empty_inputs_are_clear_errors_and_write_nothing(tmp_path):
@@ -634,6 +678,59 @@ def test_merge_datasets_concatenates_prefixes_in_the_given_order(tmp_path):
     assert read_dataset(out) == read_dataset(
         megatron_core_dataset(texts[10:30] + texts[:10], str(tmp_path / "ref"))
     )
+
+
+def test_merge_refuses_an_output_prefix_that_is_one_of_its_inputs(tmp_path, capsys, monkeypatch):
+    """The merge would replace that input with the merged dataset: refused before any work
+    however the two are spelled (relative and absolute, with .bin, through a linked directory,
+    a directory of inputs), naming the input; the input keeps its bytes."""
+    (tmp_path / "o").mkdir()
+    a = megatron_core_dataset(["alpha doc"], str(tmp_path / "o" / "a"))
+    b = megatron_core_dataset(["beta doc", "gamma doc"], str(tmp_path / "b"))
+    (tmp_path / "link").symlink_to(tmp_path / "o")
+    kept = {ext: open(a + ext, "rb").read() for ext in (".bin", ".idx")}
+    monkeypatch.chdir(tmp_path)
+    link_a = str(tmp_path / "link" / "a")
+    for inputs, output, named in (
+        ([a, b], "o/a", a),
+        ([b, "o/a.bin"], a, "o/a"),
+        ([link_a + ".idx", b], a, link_a),
+        ([b, "o"], link_a, os.path.join("o", "a")),
+    ):
+        args = ["merge", "--no-progress", "--input", *inputs, "--output-prefix", output]
+        assert main(args) == 2
+        assert (
+            f"error: --output-prefix {output!r} is the input dataset {named!r}: the merge would "
+            f"replace that input with the merged dataset. Fix: a new --output-prefix, e.g. "
+            f"{output}_merged\n"
+        ) in capsys.readouterr().err
+    assert {ext: open(a + ext, "rb").read() for ext in (".bin", ".idx")} == kept
+    assert listing(tmp_path / "o") == ["a.bin", "a.idx"]
+    assert main(["merge", "--no-progress", "--input", a, b, "--output-prefix", "o/a_merged"]) == 0
+    ref = megatron_core_dataset(["alpha doc", "beta doc", "gamma doc"], str(tmp_path / "ref"))
+    assert read_dataset("o/a_merged") == read_dataset(ref)
+
+
+def test_merge_refuses_a_dataset_given_twice(tmp_path, capsys, monkeypatch):
+    """Its documents would be in the output twice: refused however the second is spelled (the
+    same prefix, with .bin, through a symbolic link to its files), naming it; nothing written."""
+    a = megatron_core_dataset(["alpha doc"], str(tmp_path / "a"))
+    b = megatron_core_dataset(["beta doc"], str(tmp_path / "b"))
+    (tmp_path / "l").mkdir()
+    for ext in (".bin", ".idx"):
+        (tmp_path / "l" / f"a{ext}").symlink_to(a + ext)
+    monkeypatch.chdir(tmp_path)
+    for inputs, given in (
+        (["a", b, "a"], "input 'a' is given twice"),
+        (["a", "a.bin"], "input 'a' is given twice"),
+        ([a, "l/a"], f"inputs {a!r} and 'l/a' are the same dataset"),
+    ):
+        assert main(["merge", "--no-progress", "--input", *inputs, "--output-prefix", "m/x"]) == 2
+        assert (
+            f"error: {given}: the output would hold its documents twice. Fix: name each dataset "
+            "once (to sample one more often, weight it in the --data-path blend)\n"
+        ) in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
 
 
 def _cli_two_shards(tmp_path, monkeypatch) -> tuple[list[str], str]:

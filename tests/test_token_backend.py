@@ -98,7 +98,17 @@ def modified_tokenizer(tmp_path, **model) -> str:
 def test_auto_picks_gigatoken_and_hf_is_taken_as_asked():
     backend, reason = resolve_backend("auto", TOKENIZER, ["你好 hello"])
     assert backend == "gigatoken"
-    assert "identical to HF tokenizers on 11 probe texts and 1 input texts" in reason
+    assert reason == "gigatoken: ids identical to HF tokenizers on 11 probe texts and 1 input text"
+    assert resolve_backend("auto", TOKENIZER, ["a b", "c"])[1].endswith(
+        "on 11 probe texts and 2 input texts"
+    )
+    # a first text over the sample checks no input text, and says why
+    assert resolve_backend("auto", TOKENIZER, ["x" * (64 * 1024 + 1), "short"])[1].endswith(
+        "on 11 probe texts and no input text: the first is longer than the 65,536-character sample"
+    )
+    assert resolve_backend("auto", TOKENIZER, [])[1].endswith(
+        "on 11 probe texts and no input text: the first records read hold none"
+    )
     assert resolve_backend("hf", TOKENIZER, []) == ("hf", "hf: requested (--tokenizer-backend hf)")
 
 

@@ -272,7 +272,7 @@ def _input_flags(p: argparse.ArgumentParser) -> list[argparse.Action]:
     flag(
         "--input", nargs="+", required=True, help="files (.jsonl/.json[.gz|.zst], .parquet), "
         "directories or globs, read in the order given (a directory: its data files but bare "
-        ".json, sorted; a glob: sorted)",
+        ".json, sorted, and a warning names the files it skipped; a glob: sorted)",
     )  # fmt: skip
     flag(
         "--json-keys", "--json-key", dest="json_keys", nargs="+", default=["text"],
@@ -332,7 +332,9 @@ def add_preprocess_flags(p: argparse.ArgumentParser) -> list[argparse.Action]:
     flag(
         "--tokenizer-backend", choices=["auto", "gigatoken", "hf"], default="auto",
         help="auto: gigatoken when its ids equal HF tokenizers' on probe texts and an input "
-        "sample, else hf (says why); gigatoken: required (error if it differs); hf: HF tokenizers",
+        "sample (whole texts, 65,536 characters in all: none when the first is longer; the log "
+        "says how many), else hf (says why); gigatoken: required (error if it differs); hf: HF "
+        "tokenizers",
     )  # fmt: skip
     flag("--chunk-size", type=int, default=256, help="records per work item (default: 256)")
     flag("--per-language", action="store_true", help="one output per language tag (zh, en, mixed)")
@@ -365,8 +367,10 @@ def add_preprocess_flags(p: argparse.ArgumentParser) -> list[argparse.Action]:
     )  # fmt: skip
     flag(
         "--max-document-chars", type=int, default=1_000_000,
-        help="cut longer documents to this many characters (counted as 'truncated'); bounds "
-        "a worker's memory",
+        help="cut longer documents to this many characters (counted as 'truncated'; default "
+        "1,000,000); bounds a worker's memory. A jsonl line longer than 6 bytes per character "
+        "(per --json-keys text) + 1 MiB is not cut but refused unread (skipped with --on-error "
+        "skip)",
     )  # fmt: skip
     flag(
         "--log-interval", type=int, default=1000,
@@ -460,7 +464,7 @@ def add_data_commands(sub) -> None:
     p.add_argument(
         "--output-prefix", required=True,
         help="the sharded run's --output-prefix (its shards are found beside it), or with "
-        "--input the merged dataset's prefix",
+        "--input the merged dataset's prefix, which must not be one of the inputs",
     )  # fmt: skip
     p.add_argument(
         "--num-shards", type=int, default=None,
@@ -470,8 +474,8 @@ def add_data_commands(sub) -> None:
         "--input", nargs="+", default=None,
         help="instead: dataset prefixes or directories to concatenate in this order into the one "
         "pair OUTPUT_PREFIX.bin/.idx (Megatron-LM's merge_datasets.py naming; no .stats.json); "
-        "inputs holding a merged dataset and datasets it was merged from (a sharded run's "
-        "directory holds its shards and their merge) are refused",
+        "a dataset given twice, and inputs holding a merged dataset and datasets it was "
+        "merged from (a sharded run's directory holds its shards and their merge) are refused",
     )  # fmt: skip
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_merge)

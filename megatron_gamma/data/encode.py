@@ -222,8 +222,11 @@ def decoded_texts(
                         raise InputError(
                             "invalid_utf8",
                             f"{chunk.path}:{rec.line}: {key!r} holds a lone surrogate "
-                            f"{text[e.start]!r} (not encodable as UTF-8). Fix: repair the "
-                            "\\ud800-style escapes, or --on-error skip",
+                            f"{text[e.start]!r}, from a JSON escape: the line is valid UTF-8, "
+                            "but the escape encodes no character, so the text cannot be "
+                            "written as UTF-8 (counted as invalid_utf8). Fix: repair the escape "
+                            "(\\ud800-\\udbff must be followed by \\udc00-\\udfff), or "
+                            "--on-error skip",
                         ) from None
                     text, controls = remove_control_characters(text)
                 text, cut = opt.filters.cap(text)

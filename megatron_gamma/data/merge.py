@@ -250,7 +250,8 @@ def check_not_merged_twice(prefixes: list[str]) -> None:
     """Refuse two inputs that hold the same documents by way of a merge (their
     :func:`merged_from` chains meet): e.g. ``--input DIR`` on the directory of a sharded
     ``preprocess``, which holds the shards and their merge, or two merges of the same shards.
-    The output would hold those documents twice. A prefix given twice is taken as asked.
+    The output would hold those documents twice. A prefix given twice is refused before, by
+    :func:`check_inputs_distinct`.
 
     Raises:
         ConfigError: naming both inputs, a dataset they share, and the fix.
@@ -266,6 +267,55 @@ def check_not_merged_twice(prefixes: list[str]) -> None:
                     "twice. Fix: give the merged dataset alone, or the datasets it was merged "
                     "from without it (a directory holding a sharded run's shards and their "
                     "merge cannot be given whole)"
+                )
+
+
+def _same_dataset(a: str, b: str) -> bool:
+    """True if prefixes ``a`` and ``b`` name the same dataset: one absolute path, or a ``.bin``
+    or ``.idx`` of one that is the other's file (a symbolic link, a linked directory)."""
+    if os.path.abspath(a) == os.path.abspath(b):
+        return True
+    return any(
+        os.path.exists(a + ext) and os.path.exists(b + ext) and os.path.samefile(a + ext, b + ext)
+        for ext in (".bin", ".idx")
+    )
+
+
+def check_output_not_an_input(prefixes: list[str], output_prefix: str) -> None:
+    """Refuse an ``output_prefix`` that is one of the input datasets ``prefixes`` (compared
+    by :func:`_same_dataset`): the merge would replace that input with the merged dataset.
+
+    Raises:
+        ConfigError: naming the input and the fix.
+    """
+    for prefix in prefixes:
+        if _same_dataset(prefix, output_prefix):
+            raise ConfigError(
+                f"--output-prefix {output_prefix!r} is the input dataset {prefix!r}: the merge "
+                f"would replace that input with the merged dataset. Fix: a new --output-prefix, "
+                f"e.g. {output_prefix}_merged"
+            )
+
+
+def check_inputs_distinct(prefixes: list[str]) -> None:
+    """Refuse a dataset given twice among ``prefixes`` (compared by :func:`_same_dataset`: ``P``
+    and ``P.bin``, relative and absolute, a link to its files): the output would hold its
+    documents twice.
+
+    Raises:
+        ConfigError: naming the dataset and the fix.
+    """
+    for i, prefix in enumerate(prefixes):
+        for earlier in prefixes[:i]:
+            if _same_dataset(earlier, prefix):
+                given = (
+                    f"input {prefix!r} is given twice"
+                    if earlier == prefix
+                    else f"inputs {earlier!r} and {prefix!r} are the same dataset"
+                )
+                raise ConfigError(
+                    f"{given}: the output would hold its documents twice. Fix: name each "
+                    "dataset once (to sample one more often, weight it in the --data-path blend)"
                 )
 
 
@@ -299,14 +349,18 @@ def merge_datasets(inputs: list[str], output_prefix: str, progress: bool = True)
         ``output_prefix``.
 
     Raises:
-        ConfigError: nothing to merge, inputs holding a merged dataset and datasets it was merged
-            from (:func:`check_not_merged_twice`), or ``output_prefix`` names a directory or
-            cannot be written (:func:`check_output_prefix`).
+        ConfigError: nothing to merge, ``output_prefix`` one of the inputs
+            (:func:`check_output_not_an_input`), a dataset given twice
+            (:func:`check_inputs_distinct`), inputs holding a merged dataset and datasets it
+            was merged from (:func:`check_not_merged_twice`), or ``output_prefix`` names a
+            directory or cannot be written (:func:`check_output_prefix`).
     """
     check_output_prefix(output_prefix)
     prefixes = dataset_prefixes(inputs)
     if not prefixes:
         raise ConfigError("nothing to merge. Fix: pass --input PREFIX|DIR [...]")
+    check_output_not_an_input(prefixes, output_prefix)
+    check_inputs_distinct(prefixes)
     check_not_merged_twice(prefixes)
     stamps = [[os.path.abspath(p), *_stamp(p + ".bin"), *_stamp(p + ".idx")] for p in prefixes]
     why = (

@@ -8,10 +8,10 @@ JSON decoding (``orjson``, with the standard library's parser for what orjson re
 values are the same), UTF-8 validation and key lookup run in the workers (:func:`iter_records`),
 so the reader is never the bottleneck. Memory is bounded by one chunk per worker in flight,
 whatever the size of the input: a jsonl line is read at most ``max_line_bytes`` at a time
-(:func:`line_cap`, from ``--max-document-chars``), and a longer line is skipped unread, even in
-a gzip bomb; JSON nested deeper than :data:`MAX_JSON_DEPTH` is refused: orjson stops at 1,024
-levels by itself, and a line it refuses is measured before the standard library's recursive parser
-sees it.
+(:func:`line_cap`, from ``--max-document-chars``), and a longer line is not read (an error, or
+skipped under ``--on-error skip``), even in a gzip bomb; JSON nested deeper than
+:data:`MAX_JSON_DEPTH` is refused: orjson stops at 1,024 levels by itself, and a line it refuses
+is measured before the standard library's recursive parser sees it.
 
 Errors (all :class:`InputError`, a ``ValueError``, with a ``kind`` used for the skip counts):
 
@@ -22,7 +22,8 @@ no_input           a file, directory or glob that names nothing readable
 unsupported        a file whose name does not end in a supported extension
 unreadable_file    a file that cannot be opened or whose compressed stream is corrupt
 malformed_json     a line that is not a JSON object
-invalid_utf8       a line that is not valid UTF-8
+invalid_utf8       a line that is not valid UTF-8, or a text holding a lone surrogate (from a
+                   ``\ud800``-style JSON escape in a valid UTF-8 line)
 line_too_long      a jsonl line longer than the line cap (:func:`line_cap`)
 json_too_deep      a line whose JSON nests arrays/objects deeper than :data:`MAX_JSON_DEPTH`
 missing_key        a record without one of ``--json-keys`` (or with a null value)
@@ -33,10 +34,12 @@ bad_value          a ``--json-keys`` value that is not a string, or an unknown l
 from __future__ import annotations
 
 import codecs
+import errno
 import glob
 import gzip
 import io
 import json
+import logging
 import os
 import re
 import shlex
@@ -48,6 +51,8 @@ import numpy as np
 import orjson
 
 from megatron_gamma.data.langid import language_label
+
+log = logging.getLogger(__name__)
 
 EXTENSIONS = {
     ".jsonl": "jsonl",
@@ -95,7 +100,7 @@ DEFAULT_LINE_CAP = line_cap(1_000_000)
 @dataclass(frozen=True)
 class LongLine:
     """Stands in a chunk for a jsonl line longer than the cap (:func:`iter_chunks`), which is
-    skipped unread. ``nbytes``: its length; ``cap``: the cap it exceeded."""
+    not read. ``nbytes``: its length; ``cap``: the cap it exceeded."""
 
     nbytes: int
     cap: int
@@ -157,12 +162,39 @@ def _no_data_files(folder: str, bare_json: list[str]) -> str:
     )
 
 
+SKIPPED_NAMED = 5
+"""Files a directory's expansion skipped that its warning names, per reason (all are counted)."""
+
+
+def _skipped_in_directory(folder: str, walked: list[str], found: list[str]) -> str:
+    """The line naming the files below ``folder`` (``walked``) that its expansion skipped (not in
+    ``found``), by reason, paths relative to ``folder``."""
+    kept = set(found)
+    skipped = [p for p in walked if p not in kept]
+    bare = [p for p in skipped if input_format(p) is not None]
+    other = [p for p in skipped if input_format(p) is None]
+
+    def names(paths: list[str]) -> str:
+        shown = ", ".join(os.path.relpath(p, folder) for p in paths[:SKIPPED_NAMED])
+        more = len(paths) - SKIPPED_NAMED
+        return shown + (f" and {more} more" if more > 0 else "")
+
+    reasons = []
+    if bare:
+        why = "bare .json: name such files in --input, or rename them to .jsonl"
+        reasons.append(f"{names(bare)} ({why})")
+    if other:
+        reasons.append(f"{names(other)} (not a supported data file: {', '.join(EXTENSIONS)})")
+    return f"skipped {len(skipped)} files in {folder}: {'; '.join(reasons)}"
+
+
 def expand_inputs(specs: list[str]) -> list[str]:
     """Turn ``--input`` arguments into the ordered list of files to read.
 
     Each argument is a file, a directory (all supported files below it, recursively, sorted by
     path, except bare ``.json`` files, which are more often configs than data; name those
-    explicitly) or a glob pattern (its matches, sorted). Arguments keep their order. The result
+    explicitly; a warning names the files it skipped and why) or a glob pattern (its matches,
+    sorted). Arguments keep their order. The result
     is the same on every machine given the same file tree, which is what makes
     ``--shard-index`` and ``--num-shards`` deterministic.
 
@@ -175,15 +207,15 @@ def expand_inputs(specs: list[str]) -> list[str]:
     files: list[str] = []
     for spec in specs:
         if os.path.isdir(spec):
-            data = sorted(
-                os.path.join(root, name)
-                for root, _, names in os.walk(spec)
-                for name in names
-                if input_format(name) is not None
+            walked = sorted(
+                os.path.join(root, name) for root, _, names in os.walk(spec) for name in names
             )
+            data = [p for p in walked if input_format(p) is not None]
             found = [p for p in data if not p.lower().endswith(".json")]
             if not found:
                 raise InputError("no_input", _no_data_files(spec, data))
+            if len(found) < len(walked):
+                log.warning("%s", _skipped_in_directory(spec, walked, found))
         elif os.path.exists(spec) or os.path.islink(spec):
             found = [spec]
         else:
@@ -442,13 +474,20 @@ def file_size(path: str) -> int:
 
 
 def check_readable(path: str) -> None:
-    """Raise InputError('unreadable_file') if ``path`` cannot be opened for reading."""
+    """Raise InputError('unreadable_file') if ``path`` cannot be opened for reading, with the fix
+    for the reason: a symbolic link that leads back to itself (``ELOOP``), or else permissions."""
     try:
         with open(path, "rb") as f:
             f.read(1)
     except OSError as e:
+        fix = "check permissions"
+        if e.errno == errno.ELOOP:
+            fix = (
+                f"{path} is a symbolic link (to {os.readlink(path)!r}) that leads back to itself, "
+                "never to a file: replace it with the file it should stand for, or remove it"
+            )
         raise InputError(
-            "unreadable_file", f"{path}: cannot be read ({e.strerror}). Fix: check permissions"
+            "unreadable_file", f"{path}: cannot be read ({e.strerror}). Fix: {fix}"
         ) from e
 
 
@@ -544,7 +583,7 @@ def _parse_line(
             "line_too_long",
             f"{path}:{line}: line of {item.nbytes} bytes, longer than the {item.cap}-byte cap "
             "derived from --max-document-chars (6 bytes per character per --json-keys text, "
-            "plus 1 MiB), skipped unread. Fix: raise --max-document-chars, or --on-error skip",
+            "plus 1 MiB), so it is not read. Fix: raise --max-document-chars, or --on-error skip",
         )
     try:
         fields = orjson.loads(item)

@@ -238,7 +238,16 @@ def resolve_backend(
             break
         texts.append(text)
         total += len(text)
-    checked = f"{probes} probe texts and {len(texts) - probes} input texts"
+    inputs = len(texts) - probes
+    if inputs:
+        checked = f"{probes} probe texts and {inputs} input text{'s' if inputs > 1 else ''}"
+    elif sample:
+        checked = (
+            f"{probes} probe texts and no input text: the first is longer than the "
+            f"{MAX_SAMPLE_CHARS:,}-character sample"
+        )
+    else:
+        checked = f"{probes} probe texts and no input text: the first records read hold none"
     loaded = {} if loaded is None else loaded
     try:
         loaded["hf"] = HFBackend(tokenizer_path, plain)
