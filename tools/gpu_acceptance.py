@@ -198,8 +198,9 @@ def plan(out: str, wheelhouse: str | None = None) -> list[Step]:
              "--min-time", "0.1"]  # fmt: skip
     tiny_bench = [*bench[:3], "cpu", "--tokens", "64", "--hidden", "128", "--dtypes", "bf16",
                   "fp32", "--repeats", "1", "--min-time", "0.01", "--no-compile"]  # fmt: skip
-    preprocess = _cli("preprocess", "--input", demo, "--tokenizer-model", f"{demo}/tokenizer.json",
-                      "--output-prefix", data, "--workers", "4", "--no-progress")  # fmt: skip
+    preprocess = _cli("preprocess", "--input", f"{demo}/en.jsonl", f"{demo}/zh.jsonl",
+                      "--tokenizer-model", f"{demo}/tokenizer.json", "--output-prefix", data,
+                      "--workers", "4", "--no-progress")  # fmt: skip
     steps = [
         Step("install-wheels", install, dict(path), BUDGET_S["install-wheels"],
              install if whl else None),
