@@ -16,6 +16,7 @@ from megatron_gamma.study.analysis import (
     StudyData,
     gamma_grid,
     loss_table,
+    mechanisms,
     multiplier_text,
     scaling_fits,
 )
@@ -968,6 +969,33 @@ def test_condensation_needs_the_control_logged_from_iteration_zero_too():
         }
     v = claim7(make_study(losses, {"s1": 256}, diagnostics=diag))
     assert v.verdict == INCONCLUSIVE and "logged at iteration 60" in v.numbers
+
+
+def test_a_stable_rank_still_falling_at_the_last_point_has_no_measured_recovery():
+    """γ = 1's stable rank 30 → 15 (iteration 50) → 12 (iteration 100, the last point): its
+    minimum is the last point. The minimum once excluded the last point (15 at iteration 50),
+    which made the 'recovery' 12/15 − 1 = −0.2 and the row 'not reproduced'."""
+    losses, diag = {}, {}
+    for k, e in ((1, 0.0), (2, 0.01), (3, -0.01)):
+        losses |= {("gamma1", "s1", k): 5.0, ("baseline", "s1", k): 5.0}
+        diag[("gamma1", "s1", k)] = {
+            it: {"stable_rank/q": r} for it, r in ((0, 30.0), (50, 30 * (0.5 - e)), (100, 12.0))
+        }
+        diag[("baseline", "s1", k)] = {
+            it: {"stable_rank/q": r} for it, r in ((0, 30.0), (50, 29.0 - e), (100, 28.0))
+        }
+    data = make_study(losses, {"s1": 256}, diagnostics=diag)
+    v = claim7(data)
+    assert v.verdict == NOT_MEASURABLE
+    assert (
+        "the stable rank of gamma1 is still falling at the last point (its minimum is the last "
+        "point, iteration 100) in seed(s) [1, 2, 3], so no recovery is measured" in v.numbers
+    )
+    m = mechanisms(data)["gamma1|s1"]
+    assert (m["rank_first"], m["rank_min"], m["rank_min_iteration"]) == (30.0, 12.0, 100)
+    assert m["rank_dip"] == pytest.approx(0.6) and m["rank_rise"] is None
+    b = mechanisms(data)["baseline|s1"]
+    assert (b["rank_min"], b["rank_min_iteration"]) == (28.0, 100)
 
 
 # --- claim 8: Δsym by difficulty ------------------------------------------------------------

@@ -533,7 +533,16 @@ def gamma_grid(data: StudyData, phase: str = "shared") -> dict[str, dict]:
 
 
 def mechanisms(data: StudyData) -> dict[str, dict]:
-    """Per arm and size: saturation, sink share, stable rank and condensation trajectories."""
+    """Per arm and size: saturation, sink share, stable rank and condensation trajectories.
+
+    Returns:
+        {``ARM|SIZE``: entry}: the seed-mean series ({iteration: value}) under ``saturation``,
+        ``sink_share``, ``stable_rank``, ``condensation``; with >= 3 stable-rank points also
+        ``rank_first``, ``rank_min`` (the minimum over every point, the last included) at
+        ``rank_min_iteration``, ``rank_final``, ``rank_dip`` (1 − min/first) and ``rank_rise``
+        (final/min − 1; None when the minimum is the last point: the trajectory is still
+        falling there, so no recovery was measured).
+    """
     out = {}
     for arm in data.arms:
         for size in data.arm_sizes(arm):
@@ -554,7 +563,7 @@ def mechanisms(data: StudyData) -> dict[str, dict]:
                 entry["sink_final"] = sink[max(sink)]
             if len(rank) >= 3:
                 its = sorted(rank)
-                low_it = min(its[:-1], key=rank.get)
+                low_it = min(its, key=rank.get)
                 first, low, last = rank[its[0]], rank[low_it], rank[its[-1]]
                 entry.update(
                     rank_first=first,
@@ -562,7 +571,7 @@ def mechanisms(data: StudyData) -> dict[str, dict]:
                     rank_min_iteration=low_it,
                     rank_final=last,
                     rank_dip=1 - low / first,
-                    rank_rise=last / low - 1,
+                    rank_rise=last / low - 1 if low_it != its[-1] else None,
                     rank_first_iteration=its[0],
                 )
             out[f"{arm}|{size}"] = entry

@@ -504,10 +504,14 @@ def _neighbour_arms(data: StudyData) -> list[str]:
     return [a for a in gamma_grid_arms(data) if data.settings(a)["init_gamma"] in near]
 
 
-def _dip_rise(series: dict[int, float]) -> tuple[float, float]:
+def _dip_rise(series: dict[int, float]) -> tuple[float, Optional[float]]:
+    """(dip, rise) of a stable-rank trajectory {iteration: stable rank}: dip = 1 − min/first,
+    rise = final/min − 1 with the minimum over every point, the last included; rise is None
+    when the minimum is the last point (still falling there: no recovery was measured)."""
     its = sorted(series)
-    low = min(its[:-1], key=series.get)
-    return 1 - series[low] / series[its[0]], series[its[-1]] / series[low] - 1
+    low = min(its, key=series.get)
+    rise = None if low == its[-1] else series[its[-1]] / series[low] - 1
+    return 1 - series[low] / series[its[0]], rise
 
 
 def _condensation_arms(data: StudyData) -> dict[str, Optional[str]]:
@@ -523,7 +527,9 @@ def claim7(data: StudyData) -> Verdict:
     rule = (
         "each γ=1 arm against its matched control (same ε and gate, γ = 0.5), from iteration 0, "
         "paired by seed at the largest size: dip (1 − min/initial stable rank) of the arm − "
-        f"control's above {DIP_MIN:g}, and the arm's recovery (final/min − 1) above {DIP_MIN:g}"
+        f"control's above {DIP_MIN:g}, and the arm's recovery (final/min − 1) above {DIP_MIN:g}, "
+        "the minimum taken over every point; not measurable where the arm's minimum is its last "
+        "point in a seed (still falling: no recovery measured)"
     )
     controls = _condensation_arms(data)
     pairs = [(a, c) for a, c in controls.items() if c]
@@ -556,6 +562,16 @@ def claim7(data: StudyData) -> Verdict:
             continue
         da, db = ([_dip_rise(x[k]) for k in seeds] for x in (a, b))
         dip = paired_difference([x[0] for x in da], [x[0] for x in db])
+        falling = [k for k, x in zip(seeds, da, strict=True) if x[1] is None]
+        if falling:
+            last = max(a[falling[0]])
+            parts.append(
+                f"{arm} vs {ctrl} ({size}): Δdip to the last point {dip.text(3)}; the stable "
+                f"rank of {arm} is still falling at the last point (its minimum is the last "
+                f"point, iteration {last}) in seed(s) {falling}, so no recovery is measured"
+            )
+            verdicts.append(NOT_MEASURABLE)
+            continue
         rise = t_interval([x[1] for x in da])
         v1, why1 = decide(dip, DIP_MIN, +1)
         v2, why2 = decide(rise, DIP_MIN, +1)
@@ -564,7 +580,8 @@ def claim7(data: StudyData) -> Verdict:
             f"({why2})"
         )
         verdicts.append(combine([v1, v2]))
-    return Verdict(claim, combine(verdicts), "; ".join(parts), rule)
+    verdict = NOT_MEASURABLE if set(verdicts) == {NOT_MEASURABLE} else combine(verdicts)
+    return Verdict(claim, verdict, "; ".join(parts), rule)
 
 
 def delta_sym_concentration(seeds: dict[int, dict]) -> dict:
