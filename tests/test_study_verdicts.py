@@ -7,6 +7,7 @@ read back from the engine's own helpers.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -268,7 +269,11 @@ def test_a_diverged_run_keeps_the_mechanism_rows_undecided():
         for seed in SINK_NOISE:
             losses[(arm, "s1", seed)] = 5.0 + 0.01 * seed
             x = math.nan if (arm, seed) == ("gamma1", 3) else _sink(shares, arm, seed)
-            diag[(arm, "s1", seed)] = {it: {"sink_share/layer_00": x} for it in (0, 100)}
+            x0 = math.nan if math.isnan(x) else UNIFORM_128
+            diag[(arm, "s1", seed)] = {
+                0: {"sink_share/layer_00": x0},
+                100: {"sink_share/layer_00": x},
+            }
     losses[("gamma1", "s1", 3)] = math.nan
     data = make_study(losses, {"s1": 256}, diagnostics=diag)
     d = [_sink(shares, "gamma1", k) - _sink(shares, "baseline", k) for k in (1, 2)]
@@ -478,15 +483,17 @@ def _sink(shares: dict[str, float], arm: str, seed: int) -> float:
     return shares[arm] + SINK_NOISE[seed] * (1 + list(shares).index(arm))
 
 
-def _sink_study(shares: dict[str, float], arms=None):
-    """One size, 3 seeds, each arm's final sink share from :func:`_sink`."""
+def _sink_study(shares: dict[str, float], arms=None, initial: Optional[dict[str, float]] = None):
+    """One size, 3 seeds, each arm's final sink share (iteration 100) from :func:`_sink`, and
+    at iteration 0 ``initial[arm]`` (default: uniform attention's, :data:`UNIFORM_128`)."""
     losses, diag = {}, {}
     for arm in shares:
         for seed in SINK_NOISE:
             losses[(arm, "s1", seed)] = 5.0
-            x = _sink(shares, arm, seed)
+            x, x0 = _sink(shares, arm, seed), (initial or {}).get(arm, UNIFORM_128)
             diag[(arm, "s1", seed)] = {
-                it: {"sink_share/layer_00": x, "sink_share/layer_01": x} for it in (0, 100)
+                it: {"sink_share/layer_00": y, "sink_share/layer_01": y}
+                for it, y in ((0, x0), (100, x))
             }
     return make_study(losses, {"s1": 256}, diagnostics=diag, arms=arms)
 
@@ -508,8 +515,14 @@ def test_no_sink_is_not_measurable_even_without_the_small_eps_arm():
     shares = {"baseline": 3 * UNIFORM_128, "gamma1": 3 * UNIFORM_128 + 0.05}
     shares["gamma1+eps+gate"] = 3 * UNIFORM_128
     v = claim5(_sink_study(shares))
-    assert v.verdict == INCONCLUSIVE  # a sink has formed; the gate's part has no ungated twin
-    assert "effect of the gate: needs γ = 1+ε+gate and the same arm without the gate" in v.numbers
+    # a sink has formed; the gate's part has no ungated twin, so the verdict covers γ's part
+    assert v.verdict == REPRODUCED
+    assert v.scope == "the γ part only; the gate part not measured"
+    assert v.label() == "reproduced (the γ part only; the gate part not measured)"
+    assert (
+        "effect of the gate: not measured, needs γ = 1+ε+gate and the same arm without the gate"
+        in v.numbers
+    )
     assert f"effect of γ {_sink_effect(shares, 'gamma1', 'baseline')}" in v.numbers
 
 
@@ -519,15 +532,43 @@ def test_sink_effects_compare_arms_that_differ_in_one_setting():
     same arm without the gate, and only where its ε matches."""
     shares = {"baseline": 0.10, "gamma1+eps": 0.20, "gamma1+eps+gate": 0.12}
     v = claim5(_sink_study(shares))
-    assert v.verdict == INCONCLUSIVE
-    assert "effect of γ: needs a γ = 1 arm with the baseline's ε and gate" in v.numbers
+    assert v.verdict == REPRODUCED and v.scope == "the gate part only; the γ part not measured"
+    assert "effect of γ: not measured, needs a γ = 1 arm with the baseline's ε and gate" in (
+        v.numbers
+    )
     gate = _sink_effect(shares, "gamma1+eps+gate", "gamma1+eps")
     assert f"effect of the gate {gate}: the interval lies beyond -0.01" in v.numbers
-    full = _sink_study({**shares, "gamma1": 0.16})
-    assert claim5(full).verdict == REPRODUCED  # +0.06 from γ, −0.08 from the gate, both beyond δ
+    full = claim5(_sink_study({**shares, "gamma1": 0.16}))
+    assert full.verdict == REPRODUCED  # +0.06 from γ, −0.08 from the gate, both beyond δ
+    assert full.scope == ""  # both parts measured
     other_eps = dict(ARMS, **{"gamma1+eps": (1.0, 1e-8, "none")})
     v = claim5(_sink_study({**shares, "gamma1": 0.16}, arms=other_eps))
-    assert v.verdict == INCONCLUSIVE and "effect of the gate: needs" in v.numbers
+    assert v.verdict == REPRODUCED and v.scope == "the γ part only; the gate part not measured"
+    assert "effect of the gate: not measured, needs" in v.numbers
+
+
+def test_a_share_a_hair_above_uniform_or_there_at_initialization_is_no_sink():
+    """The trial's `mini` study: the baseline's share was 0.0016 above uniform attention's
+    already at iteration 0 (0.0018 at the end), γ = 1's at uniform; a strict > over uniform
+    counted that as a sink and called the claim not reproduced. A sink needs an arm's share
+    more than SINK_MIN = 0.01 above both uniform attention's and its own at iteration 0."""
+    u = UNIFORM_128
+    shares = {"baseline": u + 0.0018, "gamma1": u}
+    v = claim5(_sink_study(shares, initial={"baseline": u + 0.0016}))
+    assert v.verdict == NOT_MEASURABLE
+    final = {a: np.mean([_sink(shares, a, k) for k in SINK_NOISE]) for a in shares}
+    assert final["baseline"] > u  # the old rule's "a sink has formed"
+    assert (
+        f"s1: sink share baseline {u + 0.0016:.4f} (iteration 0) → {final['baseline']:.4f}, "
+        f"gamma1 {u:.4f} (iteration 0) → {final['gamma1']:.4f} (uniform attention {u:.4f}); "
+        "no sink has formed"
+    ) in v.numbers
+    at_init = {"baseline": u + 0.05, "gamma1": u + 0.02}
+    assert claim5(_sink_study(at_init, initial=at_init)).verdict == NOT_MEASURABLE
+    grown = claim5(_sink_study(at_init, initial={"baseline": u + 0.045, "gamma1": u}))
+    assert grown.verdict == NOT_REPRODUCED  # gamma1 grew 0.02 past its start: a sink formed
+    assert "a sink has formed in gamma1;" in grown.numbers
+    assert grown.scope == "the γ part only; the gate part not measured"
 
 
 def test_saturation_is_measured_where_the_diagnostic_can_see_it():

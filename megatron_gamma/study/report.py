@@ -398,7 +398,7 @@ def _markdown(
         out += [f"No LR grid in this study: every comparison is at the shared LR{lr}.", ""]
     out += ["| claim | LR | verdict | measured | rule |", "|---|---|---|---|---|"]
     for v in rows:
-        out.append(f"| {v.claim} | {v.lr} | **{v.verdict}** | {v.numbers} | {v.rule} |")
+        out.append(f"| {v.claim} | {v.lr} | **{v.label()}** | {v.numbers} | {v.rule} |")
     out += [
         "",
         "## Runs",

@@ -45,7 +45,11 @@ diagnostic's own threshold (a token is saturated when σ²(h) <= 10 ε,
 SATURATION_MIN = 0.01
 """Margin on the saturated-token share (1% of tokens) for claim 4."""
 SINK_MIN = 0.01
-"""Margin on the sink share (1% of the attention mass) for claim 5."""
+"""Margin on the sink share (1% of the attention mass) for claim 5: on the effects (γ, gate),
+and on the sink itself: a sink has formed only where an arm's seed-mean final share exceeds
+both uniform attention's and its own first logged share (iteration 0) by more than this, since
+a smaller excess, or one present at initialization, is below the smallest effect the rule
+counts."""
 DIP_MIN = 0.05
 """Margin on the relative stable-rank dip (and recovery) for claim 7."""
 EASY_SHARE = 0.3
@@ -69,6 +73,8 @@ class Verdict:
         lr: which runs the row reads: ``shared LR`` (every arm at the study's shared LR; the
             mechanism claims 4, 5, 7 and the Δsym claim 8 read only these) or ``best LR``
             (each arm at its own best LR).
+        scope: what a decided verdict covers when that is less than the claim (e.g. one part
+            of a two-part claim), printed beside the verdict; empty when it covers the claim.
     """
 
     claim: str
@@ -76,11 +82,17 @@ class Verdict:
     numbers: str
     rule: str
     lr: str = "shared LR"
+    scope: str = ""
+
+    def label(self) -> str:
+        """The verdict with its scope: ``reproduced (the γ part only; …)``."""
+        return f"{self.verdict} ({self.scope})" if self.scope else self.verdict
 
     def as_dict(self) -> dict:
         return {
             "claim": self.claim,
             "verdict": self.verdict,
+            "scope": self.scope,
             "numbers": self.numbers,
             "rule": self.rule,
             "lr": self.lr,
@@ -383,14 +395,21 @@ def _sink_arms(data: StudyData) -> tuple[Optional[str], Optional[str], Optional[
     return data.role("gamma1"), g3 and data.matching(g3, gated_attention=base_gate), g3
 
 
+def _part(label: str) -> str:
+    """``the γ part``, ``the gate part`` from an effect's label (``γ``, ``the gate``)."""
+    return f"the {label.removeprefix('the ')} part"
+
+
 def claim5(data: StudyData) -> Verdict:
     """Small initialization strengthens the attention sink; gating reduces it."""
     claim = "small initialization strengthens the attention sink; gating reduces it"
     rule = (
         "final sink share paired by seed at the largest size: γ=1 − baseline (only γ differs) "
         f"above +{SINK_MIN:g}, and γ=1+ε+gate − the same arm ungated (only the gate differs) "
-        f"below −{SINK_MIN:g}; not measurable when no arm's share exceeds uniform attention's "
-        "(no sink has formed)"
+        f"below −{SINK_MIN:g}; not measurable when no sink has formed: no arm's seed-mean "
+        f"final share exceeds both uniform attention's and its own at the first logged point "
+        f"(iteration 0) by more than {SINK_MIN:g}, the effects' margin; a part whose arms the "
+        "study lacks is not measured, and a verdict then covers the measured part only"
     )
     g1, ungated, g3 = _sink_arms(data)
     arms = [a for a in dict.fromkeys((data.baseline, g1, ungated, g3)) if a]
@@ -399,36 +418,58 @@ def claim5(data: StudyData) -> Verdict:
     size = _largest_with(data, arms, "sink_share")
     if size is None:
         return Verdict(claim, INCONCLUSIVE, "no sink diagnostics at a size with all arms", rule)
-    final = {}
+    final, first, first_it = {}, {}, {}
     for a in arms:
-        final[a] = {k: v[max(v)] for k, v in data.seed_series(a, size, "sink_share").items()}
+        series = data.seed_series(a, size, "sink_share")
+        final[a] = {k: v[max(v)] for k, v in series.items()}
+        first[a] = {k: v[min(v)] for k, v in series.items()}
+        first_it[a] = max(min(v) for v in series.values())
     uni = uniform_sink_share(data.seq_length())
-    means = ", ".join(f"{a} {np.mean(list(final[a].values())):.4f}" for a in arms)
+    mean_final = {a: float(np.mean(list(final[a].values()))) for a in arms}
+    mean_first = {a: float(np.mean(list(first[a].values()))) for a in arms}
+    means = ", ".join(
+        f"{a} {mean_first[a]:.4f} (iteration {first_it[a]}) → {mean_final[a]:.4f}" for a in arms
+    )
     nums = f"{size}: sink share {means} (uniform attention {uni:.4f})"
-    if max(v for a in arms for v in final[a].values()) <= uni:
+    formed = [a for a in arms if mean_final[a] - max(uni, mean_first[a]) > SINK_MIN]
+    if not formed:
         return Verdict(
-            claim, NOT_MEASURABLE, nums + "; no sink has formed: every share is at or below "
-            "uniform attention's", rule,
+            claim, NOT_MEASURABLE, f"{nums}; no sink has formed: no arm's final share exceeds "
+            f"both uniform attention's and its own first logged share by more than {SINK_MIN:g} "
+            "(the effects' margin)", rule,
         )  # fmt: skip
-    parts, verdicts = [], []
+    parts, verdicts, unmeasured = [], [], []
     for arm, ref, direction, label, need in (
         (g1, data.baseline, 1, "γ", "a γ = 1 arm with the baseline's ε and gate"),
         (g3, ungated, -1, "the gate", "γ = 1+ε+gate and the same arm without the gate"),
     ):
         if not (arm and ref):
-            parts.append(f"effect of {label}: needs {need}")
-            verdicts.append(INCONCLUSIVE)
+            parts.append(f"effect of {label}: not measured, needs {need}")
+            unmeasured.append(label)
             continue
         seeds = sorted(set(final[arm]) & set(final[ref]))
         if not seeds:
-            parts.append(f"effect of {label}: {arm} and {ref} share no seed with sink diagnostics")
-            verdicts.append(INCONCLUSIVE)
+            parts.append(
+                f"effect of {label}: not measured, {arm} and {ref} share no seed with sink "
+                "diagnostics"
+            )
+            unmeasured.append(label)
             continue
         d = paired_difference([final[arm][k] for k in seeds], [final[ref][k] for k in seeds])
         v, why = decide(d, SINK_MIN, direction)
         parts.append(f"effect of {label} ({arm} − {ref}) {d.text()}: {why}")
-        verdicts.append(v)
-    return Verdict(claim, combine(verdicts), nums + "; " + "; ".join(parts), rule)
+        verdicts.append((label, v))
+    nums += f"; a sink has formed in {', '.join(formed)}; " + "; ".join(parts)
+    if not verdicts:
+        return Verdict(claim, INCONCLUSIVE, nums, rule)
+    verdict = combine([v for _, v in verdicts])
+    scope = ""
+    if unmeasured and verdict != INCONCLUSIVE:
+        scope = (
+            f"{' and '.join(_part(x) for x, _ in verdicts)} only; "
+            f"{' and '.join(_part(x) for x in unmeasured)} not measured"
+        )
+    return Verdict(claim, verdict, nums, rule, scope=scope)
 
 
 def claim6(data: StudyData, grid: dict, lr: str) -> Verdict:
@@ -684,6 +725,11 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
     return Verdict(claim, combine([v1, v2]), nums, rule)
 
 
+def _kept_scope(row: Verdict, verdict: str) -> str:
+    """``row``'s scope while its verdict stays decided as ``verdict``; none once it is not."""
+    return row.scope if verdict == row.verdict else ""
+
+
 def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
     """``row`` (a comparison at each arm's own best LR), made inconclusive where the best LR
     of one of ``arms`` lies on its grid's edge: its own best LR is then not known."""
@@ -692,7 +738,7 @@ def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verd
         return row
     verdict = INCONCLUSIVE if row.verdict in (REPRODUCED, NOT_REPRODUCED) else row.verdict
     numbers = f"{row.numbers}; the best LR is not bracketed: {'; '.join(edges)}"
-    return Verdict(row.claim, verdict, numbers, row.rule, row.lr)
+    return replace(row, verdict=verdict, numbers=numbers, scope=_kept_scope(row, verdict))
 
 
 def _complete(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
@@ -725,7 +771,7 @@ def _complete(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdi
         f"{row.numbers}; not decided while planned runs of the compared arms are "
         f"{' and '.join(parts)}: {'; '.join(fix)}"
     )
-    return Verdict(row.claim, verdict, numbers, row.rule, row.lr)
+    return replace(row, verdict=verdict, numbers=numbers, scope=_kept_scope(row, verdict))
 
 
 def _unmeasured_best_lr(row: Verdict) -> Verdict:
