@@ -57,7 +57,9 @@ def _t_interval(x, level=0.95):
     return x.mean() - half, x.mean() + half
 
 
-def make_study(losses, widths, *, arms=None, manifest=None, diagnostics=None, lr=None):
+def make_study(
+    losses, widths, *, arms=None, manifest=None, diagnostics=None, lr=None, vocab_size=None
+):
     """StudyData from {(arm, size, seed): loss}; widths {size: hidden_size}; N = 1000·width²;
     ``lr`` {(arm, size, seed): (lr, phase, grid)} for LR-grid studies."""
     arms = arms or ARMS
@@ -84,7 +86,8 @@ def make_study(losses, widths, *, arms=None, manifest=None, diagnostics=None, lr
         if lr and (arm, size, seed) in lr:
             entry["lr"], entry["lr_phase"], entry["grid"] = lr[(arm, size, seed)]
         runs.append(entry)
-    return StudyData({"name": "synthetic", "baseline": "baseline", **(manifest or {})}, runs)
+    manifest = {"name": "synthetic", "baseline": "baseline", **(manifest or {})}
+    return StudyData(manifest, runs, vocab_size=vocab_size)
 
 
 def shared(data):
@@ -111,6 +114,28 @@ def test_clean_effect_is_reproduced_with_sizes_as_units():
     assert v.verdict == REPRODUCED
     assert f"[{lo:+.4f}, {hi:+.4f}] (df 2, 3 sizes)" in v.numbers
     assert "(df 2, 3 seeds)" in v.numbers  # the per-size intervals print theirs
+
+
+def test_an_arm_that_has_not_learned_is_not_measurable_and_one_lr_is_scoped():
+    """The trial's `mini` study: the baseline's mean final loss 8.3287 lay above ln 4096 =
+    8.3178, a uniform predictor's, and γ = 1 "beat" it. Shifted so both arms learned (−3
+    nats), the same gain is reproduced, at one shared LR only."""
+    losses = {}
+    for k, e in ((1, 0.0), (2, 0.02), (3, -0.02)):
+        losses |= {("baseline", "s1", k): 8.3287 + e, ("gamma1", "s1", k): 7.90 + 0.5 * e}
+    rows = verdicts(make_study(losses, {"s1": 256}, vocab_size=4096), {}, None)
+    assert rows[0].lr == "shared LR" and rows[0].verdict == NOT_MEASURABLE and rows[0].scope == ""
+    assert (
+        "not measurable at this scale: not learned, mean final validation loss >= ln V = "
+        "ln 4096 = 8.3178 (a uniform predictor's): baseline at s1 8.3287"
+    ) in rows[0].numbers
+    learned = {key: x - 3.0 for key, x in losses.items()}
+    rows = verdicts(make_study(learned, {"s1": 256}, vocab_size=4096), {}, None)
+    assert rows[0].verdict == REPRODUCED
+    assert rows[0].label() == "reproduced (at one shared LR, not tuned per arm)"
+    assert rows[1].lr == "best LR" and rows[1].verdict == INCONCLUSIVE and rows[1].scope == ""
+    unknown = verdicts(make_study(losses, {"s1": 256}), {}, None)
+    assert unknown[0].verdict == REPRODUCED  # no vocabulary size, no uniform-predictor check
 
 
 def test_pseudo_replicated_effect_is_inconclusive():

@@ -26,6 +26,7 @@ import numpy as np
 import yaml
 
 from megatron_gamma.config import ConfigError
+from megatron_gamma.data.tokenizer_fingerprint import read_fingerprint
 from megatron_gamma.study import rundir
 from megatron_gamma.study.fits import (
     effective_size_multiplier,
@@ -122,14 +123,24 @@ class StudyData:
             loss in nats, None when unfinished), ``finished`` (bool) and ``record``
             (:class:`~.rundir.RunRecord` with the diagnostics, or None).
         study_dir: the directory the runs were read from (None for records built in memory).
+        vocab_size: the tokenizer's vocabulary size V (unpadded), whose ln V (nats) is the
+            validation loss of a uniform predictor; None when unknown (then no run is checked
+            against it).
 
     Raises:
         ConfigError: a ``margin`` that is not a finite number >= 0 (:func:`~.spec.margin_ok`).
     """
 
-    def __init__(self, manifest: dict, runs: list[dict], study_dir: Optional[str] = None):
+    def __init__(
+        self,
+        manifest: dict,
+        runs: list[dict],
+        study_dir: Optional[str] = None,
+        vocab_size: Optional[int] = None,
+    ):
         self.manifest = manifest
         self.dir = study_dir
+        self.vocab_size = vocab_size
         self.baseline = manifest["baseline"]
         margin = manifest.get("margin", DEFAULT_MARGIN)
         if not margin_ok(margin):
@@ -162,7 +173,9 @@ class StudyData:
 
     @classmethod
     def from_dir(cls, study_dir: str) -> StudyData:
-        """Read ``DIR/study.json`` and every run directory it lists.
+        """Read ``DIR/study.json`` and every run directory it lists; the vocabulary size from
+        the tokenizer fingerprint of the held-out data (``heldout`` in study.json), None
+        without one.
 
         Raises:
             ConfigError: no study.json in ``study_dir``, or a run whose names could lead out
@@ -192,7 +205,9 @@ class StudyData:
                     "loss": rec.valid.get(entry["train_iters"]) if done else None,
                 }
             )
-        return cls(manifest, runs, study_dir)
+        heldout = manifest.get("heldout")
+        doc = read_fingerprint(heldout) if heldout else None
+        return cls(manifest, runs, study_dir, doc.get("vocab_size") if doc else None)
 
     def _runs(self, arm: str, size: str, phase: str) -> list[dict]:
         return [

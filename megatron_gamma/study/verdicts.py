@@ -11,7 +11,13 @@ Verdicts:
 - *inconclusive*: the interval includes both, or there are too few seeds/sizes for an interval
   (df < 1), or an arm the claim needs is missing, or a planned run of an arm it compares has
   not finished or has diverged (:func:`_complete`), or the data cannot show the effect;
-- *not measurable at this scale*: the mechanism cannot act in these models (the number why).
+- *not measurable at this scale*: the mechanism cannot act in these models (the number why),
+  or a compared arm has not learned: its mean final validation loss is >= ln V, a uniform
+  predictor's (:func:`_learned`).
+
+A decided verdict that covers less than the claim says so in its scope (:attr:`Verdict.scope`):
+a loss claim's shared-LR row holds "at one shared LR, not tuned per arm"; a two-part claim
+with one part unmeasured covers the measured part only.
 
 Units of replication: seeds within a size (paired by seed); sizes across sizes (the mean of
 per-size mean differences, Student-t with df = sizes − 1; a trend needs >= 3 sizes, df =
@@ -725,6 +731,47 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
     return Verdict(claim, combine([v1, v2]), nums, rule)
 
 
+SHARED_LR_SCOPE = "at one shared LR, not tuned per arm"
+"""The scope of a decided shared-LR row of a loss claim (1-3, 6): the arms' own best LRs may
+differ, and in docs/reproduction.md the gain at the shared LR was 5-26x the best-LR one."""
+
+
+def _at_shared_lr(row: Verdict) -> Verdict:
+    """``row`` (a loss claim at the shared LR) with :data:`SHARED_LR_SCOPE` added to the scope
+    of a decided verdict."""
+    if row.verdict not in (REPRODUCED, NOT_REPRODUCED):
+        return row
+    return replace(row, scope="; ".join(x for x in (SHARED_LR_SCOPE, row.scope) if x))
+
+
+def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
+    """``row``, made not measurable where a decided verdict rests on an arm that has not
+    learned: its seed-mean final validation loss at a size is >= ln V, the loss of a uniform
+    predictor over the vocabulary (V: :attr:`~.analysis.StudyData.vocab_size`; unknown V: no
+    check). Losses read: the row's LR phase (confirm runs for ``best LR``). An undecided row
+    keeps its verdict and gets the same note."""
+    if not data.vocab_size:
+        return row
+    chance = float(np.log(data.vocab_size))
+    get = data.confirm_losses if row.lr == "best LR" else data.losses
+    flat = [
+        f"{a} at {s} {mean:.4f}"
+        for a in dict.fromkeys(a for a in arms if a)
+        for s in data.sizes
+        if (losses := get(a, s)) and (mean := float(np.mean(list(losses.values())))) >= chance
+    ]
+    if not flat:
+        return row
+    decided = row.verdict in (REPRODUCED, NOT_REPRODUCED)
+    note = (
+        f"{'not measurable at this scale: ' if decided else ''}not learned, mean final "
+        f"validation loss >= ln V = ln {data.vocab_size} = {chance:.4f} (a uniform "
+        f"predictor's): {', '.join(flat)}"
+    )
+    verdict = NOT_MEASURABLE if decided else row.verdict
+    return replace(row, verdict=verdict, numbers=f"{row.numbers}; {note}", scope="")
+
+
 def _kept_scope(row: Verdict, verdict: str) -> str:
     """``row``'s scope while its verdict stays decided as ``verdict``; none once it is not."""
     return row.scope if verdict == row.verdict else ""
@@ -799,23 +846,28 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
     """
     pair = [data.role("gamma1"), data.baseline]
     four = [*pair, data.role("gamma1+eps+gate"), data.role("gamma0.5+eps+gate")]
+
+    def judged(row: Verdict, arms: list[Optional[str]]) -> Verdict:
+        return _complete(data, _learned(data, row, arms), arms)
+
     rows = []
     for claim, arms in ((claim1, pair), (claim2, pair), (claim3, four)):
-        rows.append(_complete(data, claim(data, data.losses, "shared LR"), arms))
+        rows.append(judged(_at_shared_lr(claim(data, data.losses, "shared LR")), arms))
         if data.has_lr_grid:
             best = _bracketed(data, claim(data, data.confirm_losses, "best LR"), arms)
-            rows.append(_complete(data, best, arms))
+            rows.append(judged(best, arms))
         else:
             rows.append(_unmeasured_best_lr(rows[-1]))
-    rows.append(_complete(data, claim4(data), [data.role("gamma1"), data.role("gamma1+eps")]))
-    rows.append(_complete(data, claim5(data), [data.baseline, *_sink_arms(data)]))
+    rows.append(judged(claim4(data), [data.role("gamma1"), data.role("gamma1+eps")]))
+    rows.append(judged(claim5(data), [data.baseline, *_sink_arms(data)]))
     grid_arms = _neighbour_arms(data)
-    rows.append(_complete(data, claim6(data, grids.get("shared LR", {}), "shared LR"), grid_arms))
+    shared6 = _at_shared_lr(claim6(data, grids.get("shared LR", {}), "shared LR"))
+    rows.append(judged(shared6, grid_arms))
     if data.has_lr_grid:
-        rows.append(_complete(data, claim6(data, grids.get("best LR", {}), "best LR"), grid_arms))
+        rows.append(judged(claim6(data, grids.get("best LR", {}), "best LR"), grid_arms))
     else:
         rows.append(_unmeasured_best_lr(rows[-1]))
     rank_arms = [x for pair in _condensation_arms(data).items() for x in pair]
-    rows.append(_complete(data, claim7(data), rank_arms))
-    rows.append(_complete(data, claim8(data, cmp), [concentration_arm(data), data.baseline]))
+    rows.append(judged(claim7(data), rank_arms))
+    rows.append(judged(claim8(data, cmp), [concentration_arm(data), data.baseline]))
     return rows
