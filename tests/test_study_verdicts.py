@@ -572,6 +572,34 @@ def test_sink_effects_compare_arms_that_differ_in_one_setting():
     assert "effect of the gate: not measured, needs" in v.numbers
 
 
+def test_an_unfinished_largest_size_keeps_the_sink_row_inconclusive_and_says_which_size():
+    """The trial's interrupted sweep: both arms at s2 unfinished, no sink at s1. The row said
+    "not measurable" beside "not decided while planned runs ... are unfinished", and showed
+    s1's shares for a claim judged at the largest size (s2)."""
+    losses, diag = {}, {}
+    for arm in ("baseline", "gamma1+eps+gate"):
+        for size in ("s1", "s2"):
+            losses[(arm, size, 1)] = 5.0
+            diag[(arm, size, 1)] = {
+                it: {"sink_share/layer_00": 0.5 * UNIFORM_128} for it in (0, 100)
+            }
+    done = make_study(losses, {"s1": 256, "s2": 512}, diagnostics=diag)
+    assert claim5(done).verdict == NOT_MEASURABLE  # no sink formed, every run finished
+    keys = {"baseline/s2/seed-1", "gamma1+eps+gate/s2/seed-1"}
+    runs = [
+        {**r, "finished": False, "loss": None, "record": RunRecord()} if r["key"] in keys else r
+        for r in done.runs
+    ]
+    rows = verdicts(StudyData(done.manifest, runs), {}, None)
+    sink = next(r for r in rows if r.claim.startswith("small initialization"))
+    assert sink.verdict == INCONCLUSIVE
+    assert sink.numbers.startswith(
+        "s1 (the largest size where every compared arm logged it on a common seed; not s2): "
+        "sink share baseline"
+    )
+    assert "2 unfinished (failed, running or not started: " in sink.numbers
+
+
 def test_a_share_a_hair_above_uniform_or_there_at_initialization_is_no_sink():
     """The trial's `mini` study: the baseline's share was 0.0016 above uniform attention's
     already at iteration 0 (0.0018 at the end), γ = 1's at uniform; a strict > over uniform

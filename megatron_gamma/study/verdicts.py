@@ -352,6 +352,19 @@ def _largest_with(
     return None
 
 
+def _size_label(data: StudyData, size: str) -> str:
+    """``size``, or where larger sizes of the study were not read (an arm has no diagnostics
+    there on a common seed, e.g. its run has not finished) ``SIZE (... not LARGER)``, so a
+    number from a smaller size is never read as the largest size's."""
+    larger = data.sizes[data.sizes.index(size) + 1 :]
+    if not larger:
+        return size
+    return (
+        f"{size} (the largest size where every compared arm logged it on a common seed; not "
+        f"{', '.join(larger)})"
+    )
+
+
 def claim4(data: StudyData) -> Verdict:
     """ε = 1e-5 saturates RMSNorm under small initialization."""
     claim = "ε = 1e-5 saturates RMSNorm under small initialization"
@@ -436,7 +449,7 @@ def claim5(data: StudyData) -> Verdict:
     means = ", ".join(
         f"{a} {mean_first[a]:.4f} (iteration {first_it[a]}) → {mean_final[a]:.4f}" for a in arms
     )
-    nums = f"{size}: sink share {means} (uniform attention {uni:.4f})"
+    nums = f"{_size_label(data, size)}: sink share {means} (uniform attention {uni:.4f})"
     formed = [a for a in arms if mean_final[a] - max(uni, mean_first[a]) > SINK_MIN]
     if not formed:
         return Verdict(
@@ -594,15 +607,16 @@ def claim7(data: StudyData) -> Verdict:
             verdicts.append(INCONCLUSIVE)
             continue
         a, b = (data.seed_series(x, size, "stable_rank") for x in (arm, ctrl))
+        at = _size_label(data, size)
         seeds = sorted(k for k in set(a) & set(b) if len(a[k]) >= 3 and len(b[k]) >= 3)
         if not seeds:
-            parts.append(f"{arm} vs {ctrl} ({size}): no common seed with >= 3 stable-rank points")
+            parts.append(f"{arm} vs {ctrl} ({at}): no common seed with >= 3 stable-rank points")
             verdicts.append(INCONCLUSIVE)
             continue
         first = max(min(x[k]) for x in (a, b) for k in seeds)
         if first != 0:
             parts.append(
-                f"{arm} vs {ctrl} ({size}): a first stable rank is logged at iteration "
+                f"{arm} vs {ctrl} ({at}): a first stable rank is logged at iteration "
                 f"{first}, not at initialization, so an early collapse is unobserved"
             )
             verdicts.append(INCONCLUSIVE)
@@ -613,7 +627,7 @@ def claim7(data: StudyData) -> Verdict:
         if falling:
             last = max(a[falling[0]])
             parts.append(
-                f"{arm} vs {ctrl} ({size}): Δdip to the last point {dip.text(3)}; the stable "
+                f"{arm} vs {ctrl} ({at}): Δdip to the last point {dip.text(3)}; the stable "
                 f"rank of {arm} is still falling at the last point (its minimum is the last "
                 f"point, iteration {last}) in seed(s) {falling}, so no recovery is measured"
             )
@@ -623,8 +637,7 @@ def claim7(data: StudyData) -> Verdict:
         v1, why1 = decide(dip, DIP_MIN, +1)
         v2, why2 = decide(rise, DIP_MIN, +1)
         parts.append(
-            f"{arm} vs {ctrl} ({size}): Δdip {dip.text(3)} ({why1}); recovery {rise.text(3)} "
-            f"({why2})"
+            f"{arm} vs {ctrl} ({at}): Δdip {dip.text(3)} ({why1}); recovery {rise.text(3)} ({why2})"
         )
         verdicts.append(combine([v1, v2]))
     verdict = NOT_MEASURABLE if set(verdicts) == {NOT_MEASURABLE} else combine(verdicts)
@@ -789,15 +802,16 @@ def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verd
 
 
 def _complete(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
-    """``row``, made inconclusive where a planned run of one of ``arms`` has not finished or
-    has diverged (a NaN or inf loss, whose NaN diagnostics the mechanism claims would skip;
-    which runs count: :meth:`~.analysis.StudyData.incomplete`): a failed or diverged run is
-    missing data, not a loss, and the runs that survived may flatter an arm; nor is a study
-    still running judged at an interim look."""
+    """``row``, made inconclusive (whatever it would say otherwise, *not measurable*
+    included) where a planned run of one of ``arms`` has not finished or has diverged (a NaN
+    or inf loss, whose NaN diagnostics the mechanism claims would skip; which runs count:
+    :meth:`~.analysis.StudyData.incomplete`): a failed or diverged run is missing data, not a
+    loss, and the runs that survived may flatter an arm; nor is a study still running judged
+    at an interim look."""
     unfinished, diverged = data.incomplete([a for a in arms if a], row.lr == "best LR")
     if not unfinished and not diverged:
         return row
-    verdict = INCONCLUSIVE if row.verdict in (REPRODUCED, NOT_REPRODUCED) else row.verdict
+    verdict = INCONCLUSIVE
     parts = []
     for keys, what in (
         (unfinished, "unfinished (failed, running or not started"),
