@@ -22,12 +22,14 @@ from megatron_gamma.study.analysis import (
     scaling_fits,
 )
 from megatron_gamma.study.fits import Interval, trend_interval
+from megatron_gamma.study.report import _multiplicity
 from megatron_gamma.study.rundir import RunRecord
 from megatron_gamma.study.verdicts import (
     INCONCLUSIVE,
     NOT_MEASURABLE,
     NOT_REPRODUCED,
     REPRODUCED,
+    Verdict,
     claim1,
     claim2,
     claim3,
@@ -136,6 +138,16 @@ def test_an_arm_that_has_not_learned_is_not_measurable_and_one_lr_is_scoped():
     assert rows[1].lr == "best LR" and rows[1].verdict == INCONCLUSIVE and rows[1].scope == ""
     unknown = verdicts(make_study(losses, {"s1": 256}), {}, None)
     assert unknown[0].verdict == REPRODUCED  # no vocabulary size, no uniform-predictor check
+
+
+def test_the_multiplicity_sentence_counts_decided_rows_and_names_its_k():
+    """The trial's smoke report said "The table decides 12 rows" with every row inconclusive."""
+    rows = [Verdict("c", v, "n", "r") for v in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)]
+    rows += [Verdict("c", NOT_MEASURABLE, "n", "r")]
+    text = _multiplicity(rows)
+    assert text.startswith("The table has 4 rows and decides 2 of them (reproduced or not ")
+    assert "1 − 0.95^k, 19% for k = 4, every row of the table (an upper bound" in text
+    assert "decides none of them" in _multiplicity(rows[2:])
 
 
 def test_pseudo_replicated_effect_is_inconclusive():

@@ -38,7 +38,13 @@ from megatron_gamma.study.analysis import (
     uniform_sink_share,
 )
 from megatron_gamma.study.fits import PowerLawFit, mean_std
-from megatron_gamma.study.verdicts import concentration_arm, concentration_missing, verdicts
+from megatron_gamma.study.verdicts import (
+    NOT_REPRODUCED,
+    REPRODUCED,
+    concentration_arm,
+    concentration_missing,
+    verdicts,
+)
 
 
 def run_compare(data: StudyData, out_dir: str) -> Optional[dict]:
@@ -351,13 +357,19 @@ def report(
 
 
 def _multiplicity(rows: list) -> str:
-    """One paragraph on the family of calls the verdict table makes."""
+    """One paragraph on the family of calls the verdict table makes: how many of its rows are
+    decided (reproduced or not reproduced), and the chance 1 − 0.95^k that k rows testing true
+    nulls decide at least one by chance, for k = every row of the table (an upper bound on the
+    rows tested)."""
     n = len(rows)
+    d = sum(v.verdict in (REPRODUCED, NOT_REPRODUCED) for v in rows)
     return (
-        f"The table decides {n} rows (some from several sizes or parts), each at 95% with no "
-        "adjustment for multiplicity: where k independent rows test true nulls, the chance that "
-        f"at least one is decided by chance alone is 1 − 0.95^k ({1 - 0.95**n:.0%} for k = {n}). "
-        "Read a decisive row as one 95% result, not the table as a whole."
+        f"The table has {n} rows and decides {d or 'none'} of them (reproduced or not "
+        "reproduced), each row a 95% call (some from several sizes or parts) with no adjustment "
+        "for multiplicity: where k independent rows test true nulls, the chance that at least "
+        f"one is decided by chance alone is 1 − 0.95^k, {1 - 0.95**n:.0%} for k = {n}, every "
+        "row of the table (an upper bound: a row without the arms or runs it needs tests "
+        "nothing). Read a decisive row as one 95% result, not the table as a whole."
     )
 
 
