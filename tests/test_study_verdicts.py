@@ -1104,6 +1104,25 @@ def test_a_stable_rank_still_falling_at_the_last_point_has_no_measured_recovery(
     assert (b["rank_min"], b["rank_min_iteration"]) == (28.0, 100)
 
 
+def test_the_stable_rank_mean_compares_the_same_matrices_across_arms():
+    """The trial's smoke study: the gated arm's mean included its gate matrices, the
+    baseline's could not, so the two started 24.89 vs 25.77 from draws equal up to scale. The
+    mean is over the matrices every arm logged: q (30 → 12 → 18) here, not the gate's 10."""
+    losses, diag = {}, {}
+    for arm in ("baseline", "gamma1+eps+gate"):
+        losses[(arm, "s1", 1)] = 5.0
+        extra = {"stable_rank/gate/layer_00": 10.0} if arm != "baseline" else {}
+        diag[(arm, "s1", 1)] = {
+            it: {"stable_rank/qkv.q/layer_00": r, **extra}
+            for it, r in ((0, 30.0), (50, 12.0), (100, 18.0))
+        }
+    m = mechanisms(make_study(losses, {"s1": 256}, diagnostics=diag))
+    for arm in ("baseline", "gamma1+eps+gate"):
+        e = m[f"{arm}|s1"]
+        assert (e["rank_first"], e["rank_min"], e["rank_final"]) == (30.0, 12.0, 18.0), arm
+        assert e["rank_rise"] == pytest.approx(0.5)
+
+
 # --- claim 8: Δsym by difficulty ------------------------------------------------------------
 
 

@@ -345,20 +345,47 @@ class StudyData:
             return None
         return float(d_in) ** (-2 * r["init_gamma"]) / r["norm_epsilon"]
 
+    def common_keys(self, arms: list[str], size: str, prefix: str) -> set[str]:
+        """The diagnostic keys ``prefix/...`` (e.g. ``stable_rank/ROLE/layer_LL``) that every
+        one of ``arms`` logged at ``size`` in its shared-LR runs (an arm that logged none there
+        is left out), so that a mean over them compares the same matrices: a gated arm's gate
+        matrices, absent in an ungated arm, are not in it."""
+        logged = []
+        for arm in arms:
+            keys = set().union(
+                *(
+                    r["record"].keys(prefix)
+                    for r in self._runs(arm, size, "shared")
+                    if r.get("record")
+                )
+            )
+            if keys:
+                logged.append(keys)
+        return set.intersection(*logged) if logged else set()
+
     def seed_series(
-        self, arm: str, size: str, prefix: str, phase: str = "shared"
+        self,
+        arm: str,
+        size: str,
+        prefix: str,
+        phase: str = "shared",
+        keys: Optional[set[str]] = None,
     ) -> dict[int, dict[int, float]]:
-        """{seed: {iteration: value}} of a diagnostic (:meth:`RunRecord.series`)."""
+        """{seed: {iteration: value}} of a diagnostic (:meth:`RunRecord.series`; the mean over
+        ``keys`` only when given)."""
         out = {}
         for r in self._runs(arm, size, phase):
-            series = r["record"].series(prefix) if r.get("record") else {}
+            series = r["record"].series(prefix, keys) if r.get("record") else {}
             if series:
                 out[r["seed"]] = series
         return out
 
-    def series(self, arm: str, size: str, prefix: str) -> dict[int, float]:
-        """A diagnostic's per-iteration value averaged over seeds (the iterations all share)."""
-        per_seed = list(self.seed_series(arm, size, prefix).values())
+    def series(
+        self, arm: str, size: str, prefix: str, keys: Optional[set[str]] = None
+    ) -> dict[int, float]:
+        """A diagnostic's per-iteration value averaged over seeds (the iterations all share;
+        each seed's value the mean over ``keys`` only when given)."""
+        per_seed = list(self.seed_series(arm, size, prefix, keys=keys).values())
         if not per_seed:
             return {}
         common = set.intersection(*(set(s) for s in per_seed))
@@ -549,6 +576,9 @@ def gamma_grid(data: StudyData, phase: str = "shared") -> dict[str, dict]:
 
 def mechanisms(data: StudyData) -> dict[str, dict]:
     """Per arm and size: saturation, sink share, stable rank and condensation trajectories.
+    The stable rank is the mean over the matrices every arm at that size logged
+    (:meth:`StudyData.common_keys`): a gated arm's gate matrices are left out, so arms that
+    differ in the gate average the same matrices.
 
     Returns:
         {``ARM|SIZE``: entry}: the seed-mean series ({iteration: value}) under ``saturation``,
@@ -559,11 +589,12 @@ def mechanisms(data: StudyData) -> dict[str, dict]:
         falling there, so no recovery was measured).
     """
     out = {}
+    shared_roles = {size: data.common_keys(data.arms, size, "stable_rank") for size in data.sizes}
     for arm in data.arms:
         for size in data.arm_sizes(arm):
             sat = data.series(arm, size, "norm_saturated")
             sink = data.series(arm, size, "sink_share")
-            rank = data.series(arm, size, "stable_rank")
+            rank = data.series(arm, size, "stable_rank", shared_roles[size])
             cond = data.series(arm, size, "condensation")
             entry = {
                 "saturation": sat,

@@ -274,7 +274,7 @@ def report(
         "stable_rank_plot": (
             "stable_rank",
             "stable rank",
-            "stable rank, mean over matrices",
+            "stable rank, mean over the matrices every arm has",
             None,
             False,
         ),
@@ -550,7 +550,7 @@ def _markdown(
         f"{data.seq_length()}: {uniform_sink_share(data.seq_length()):.4f}.",
         "",
         "| arm | size | max saturated share | final saturated share | final sink share | "
-        "stable rank first → min → final |",
+        "stable rank first → min → final (mean over the matrices every arm has) |",
         "|---|---|---|---|---|---|",
     ]
     for key, e in mech.items():

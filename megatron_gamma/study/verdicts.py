@@ -606,7 +606,8 @@ def claim7(data: StudyData) -> Verdict:
             parts.append(f"{arm} vs {ctrl}: no size where both logged the stable rank")
             verdicts.append(INCONCLUSIVE)
             continue
-        a, b = (data.seed_series(x, size, "stable_rank") for x in (arm, ctrl))
+        roles = data.common_keys([arm, ctrl], size, "stable_rank")
+        a, b = (data.seed_series(x, size, "stable_rank", keys=roles) for x in (arm, ctrl))
         at = _size_label(data, size)
         seeds = sorted(k for k in set(a) & set(b) if len(a[k]) >= 3 and len(b[k]) >= 3)
         if not seeds:
