@@ -97,3 +97,28 @@ def test_sink_panel_of_several_runs_has_one_point_per_layer_and_whole_layer_tick
     fig.canvas.draw()
     ticks = [t for t in panel.get_xticks() if panel.get_xlim()[0] <= t <= panel.get_xlim()[1]]
     assert ticks and all(float(t).is_integer() for t in ticks), ticks
+
+
+def test_compare_labels_name_the_gate_as_analyze_does():
+    """The trial's `compare` of γ = 1 + ε + gate against the ungated baseline: its legend read
+    "seed-1 iter 16 (γ=1, ε=1e-12)" vs "(γ=0.5, ε=1e-05)", crediting the gate's share of the
+    gap to γ and ε. The label is analyze's, gate included."""
+    import dataclasses
+
+    from megatron_gamma.config import Config
+    from megatron_gamma.diagnostics.compare import _label
+
+    cfg = Config()
+    gated = dataclasses.replace(
+        cfg,
+        model=dataclasses.replace(cfg.model, gated_attention="elementwise", norm_epsilon=1e-12),
+        init=dataclasses.replace(cfg.init, init_gamma=1.0),
+    )
+    base = dataclasses.replace(
+        cfg,
+        model=dataclasses.replace(cfg.model, gated_attention="none", norm_epsilon=1e-5),
+        init=dataclasses.replace(cfg.init, init_gamma=0.5),
+    )
+    ckpt = "/study/arm/d64/seed-1/checkpoints/iter_0000016"
+    assert _label(ckpt, gated) == "seed-1 iter 16 (γ=1, ε=1e-12, gated)"
+    assert _label(ckpt, base) == "seed-1 iter 16 (γ=0.5, ε=1e-05, no gate)"

@@ -219,7 +219,8 @@ def test_report_on_smoke_study(smoke_dir):
     with open(os.path.join(smoke_dir, "report.md"), encoding="utf-8") as f:
         md = f.read()
     assert md.count("| **") == 12 and "megatron-gamma sweep" in md
-    assert "The table decides 12 rows" in md and "no adjustment for multiplicity" in md
+    assert "The table has 12 rows and decides none of them" in md
+    assert "46% for k = 12, every row of the table" in md and "adjustment for multiplicity" in md
     assert "- code: megatron-gamma commit " in md and "No LR grid in this study" in md
 
 

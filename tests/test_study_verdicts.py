@@ -7,6 +7,7 @@ read back from the engine's own helpers.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 import pytest
@@ -16,16 +17,19 @@ from megatron_gamma.study.analysis import (
     StudyData,
     gamma_grid,
     loss_table,
+    mechanisms,
     multiplier_text,
     scaling_fits,
 )
 from megatron_gamma.study.fits import Interval, trend_interval
+from megatron_gamma.study.report import _multiplicity
 from megatron_gamma.study.rundir import RunRecord
 from megatron_gamma.study.verdicts import (
     INCONCLUSIVE,
     NOT_MEASURABLE,
     NOT_REPRODUCED,
     REPRODUCED,
+    Verdict,
     claim1,
     claim2,
     claim3,
@@ -55,7 +59,9 @@ def _t_interval(x, level=0.95):
     return x.mean() - half, x.mean() + half
 
 
-def make_study(losses, widths, *, arms=None, manifest=None, diagnostics=None, lr=None):
+def make_study(
+    losses, widths, *, arms=None, manifest=None, diagnostics=None, lr=None, vocab_size=None
+):
     """StudyData from {(arm, size, seed): loss}; widths {size: hidden_size}; N = 1000·width²;
     ``lr`` {(arm, size, seed): (lr, phase, grid)} for LR-grid studies."""
     arms = arms or ARMS
@@ -82,7 +88,8 @@ def make_study(losses, widths, *, arms=None, manifest=None, diagnostics=None, lr
         if lr and (arm, size, seed) in lr:
             entry["lr"], entry["lr_phase"], entry["grid"] = lr[(arm, size, seed)]
         runs.append(entry)
-    return StudyData({"name": "synthetic", "baseline": "baseline", **(manifest or {})}, runs)
+    manifest = {"name": "synthetic", "baseline": "baseline", **(manifest or {})}
+    return StudyData(manifest, runs, vocab_size=vocab_size)
 
 
 def shared(data):
@@ -109,6 +116,38 @@ def test_clean_effect_is_reproduced_with_sizes_as_units():
     assert v.verdict == REPRODUCED
     assert f"[{lo:+.4f}, {hi:+.4f}] (df 2, 3 sizes)" in v.numbers
     assert "(df 2, 3 seeds)" in v.numbers  # the per-size intervals print theirs
+
+
+def test_an_arm_that_has_not_learned_is_not_measurable_and_one_lr_is_scoped():
+    """The trial's `mini` study: the baseline's mean final loss 8.3287 lay above ln 4096 =
+    8.3178, a uniform predictor's, and γ = 1 "beat" it. Shifted so both arms learned (−3
+    nats), the same gain is reproduced, at one shared LR only."""
+    losses = {}
+    for k, e in ((1, 0.0), (2, 0.02), (3, -0.02)):
+        losses |= {("baseline", "s1", k): 8.3287 + e, ("gamma1", "s1", k): 7.90 + 0.5 * e}
+    rows = verdicts(make_study(losses, {"s1": 256}, vocab_size=4096), {}, None)
+    assert rows[0].lr == "shared LR" and rows[0].verdict == NOT_MEASURABLE and rows[0].scope == ""
+    assert (
+        "not measurable at this scale: not learned, mean final validation loss >= ln V = "
+        "ln 4096 = 8.3178 (a uniform predictor's): baseline at s1 8.3287"
+    ) in rows[0].numbers
+    learned = {key: x - 3.0 for key, x in losses.items()}
+    rows = verdicts(make_study(learned, {"s1": 256}, vocab_size=4096), {}, None)
+    assert rows[0].verdict == REPRODUCED
+    assert rows[0].label() == "reproduced (at one shared LR, not tuned per arm)"
+    assert rows[1].lr == "best LR" and rows[1].verdict == INCONCLUSIVE and rows[1].scope == ""
+    unknown = verdicts(make_study(losses, {"s1": 256}), {}, None)
+    assert unknown[0].verdict == REPRODUCED  # no vocabulary size, no uniform-predictor check
+
+
+def test_the_multiplicity_sentence_counts_decided_rows_and_names_its_k():
+    """The trial's smoke report said "The table decides 12 rows" with every row inconclusive."""
+    rows = [Verdict("c", v, "n", "r") for v in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)]
+    rows += [Verdict("c", NOT_MEASURABLE, "n", "r")]
+    text = _multiplicity(rows)
+    assert text.startswith("The table has 4 rows and decides 2 of them (reproduced or not ")
+    assert "1 − 0.95^k, 19% for k = 4, every row of the table (an upper bound" in text
+    assert "decides none of them" in _multiplicity(rows[2:])
 
 
 def test_pseudo_replicated_effect_is_inconclusive():
@@ -267,7 +306,11 @@ def test_a_diverged_run_keeps_the_mechanism_rows_undecided():
         for seed in SINK_NOISE:
             losses[(arm, "s1", seed)] = 5.0 + 0.01 * seed
             x = math.nan if (arm, seed) == ("gamma1", 3) else _sink(shares, arm, seed)
-            diag[(arm, "s1", seed)] = {it: {"sink_share/layer_00": x} for it in (0, 100)}
+            x0 = math.nan if math.isnan(x) else UNIFORM_128
+            diag[(arm, "s1", seed)] = {
+                0: {"sink_share/layer_00": x0},
+                100: {"sink_share/layer_00": x},
+            }
     losses[("gamma1", "s1", 3)] = math.nan
     data = make_study(losses, {"s1": 256}, diagnostics=diag)
     d = [_sink(shares, "gamma1", k) - _sink(shares, "baseline", k) for k in (1, 2)]
@@ -477,15 +520,17 @@ def _sink(shares: dict[str, float], arm: str, seed: int) -> float:
     return shares[arm] + SINK_NOISE[seed] * (1 + list(shares).index(arm))
 
 
-def _sink_study(shares: dict[str, float], arms=None):
-    """One size, 3 seeds, each arm's final sink share from :func:`_sink`."""
+def _sink_study(shares: dict[str, float], arms=None, initial: Optional[dict[str, float]] = None):
+    """One size, 3 seeds, each arm's final sink share (iteration 100) from :func:`_sink`, and
+    at iteration 0 ``initial[arm]`` (default: uniform attention's, :data:`UNIFORM_128`)."""
     losses, diag = {}, {}
     for arm in shares:
         for seed in SINK_NOISE:
             losses[(arm, "s1", seed)] = 5.0
-            x = _sink(shares, arm, seed)
+            x, x0 = _sink(shares, arm, seed), (initial or {}).get(arm, UNIFORM_128)
             diag[(arm, "s1", seed)] = {
-                it: {"sink_share/layer_00": x, "sink_share/layer_01": x} for it in (0, 100)
+                it: {"sink_share/layer_00": y, "sink_share/layer_01": y}
+                for it, y in ((0, x0), (100, x))
             }
     return make_study(losses, {"s1": 256}, diagnostics=diag, arms=arms)
 
@@ -507,8 +552,14 @@ def test_no_sink_is_not_measurable_even_without_the_small_eps_arm():
     shares = {"baseline": 3 * UNIFORM_128, "gamma1": 3 * UNIFORM_128 + 0.05}
     shares["gamma1+eps+gate"] = 3 * UNIFORM_128
     v = claim5(_sink_study(shares))
-    assert v.verdict == INCONCLUSIVE  # a sink has formed; the gate's part has no ungated twin
-    assert "effect of the gate: needs γ = 1+ε+gate and the same arm without the gate" in v.numbers
+    # a sink has formed; the gate's part has no ungated twin, so the verdict covers γ's part
+    assert v.verdict == REPRODUCED
+    assert v.scope == "the γ part only; the gate part not measured"
+    assert v.label() == "reproduced (the γ part only; the gate part not measured)"
+    assert (
+        "effect of the gate: not measured, needs γ = 1+ε+gate and the same arm without the gate"
+        in v.numbers
+    )
     assert f"effect of γ {_sink_effect(shares, 'gamma1', 'baseline')}" in v.numbers
 
 
@@ -518,15 +569,71 @@ def test_sink_effects_compare_arms_that_differ_in_one_setting():
     same arm without the gate, and only where its ε matches."""
     shares = {"baseline": 0.10, "gamma1+eps": 0.20, "gamma1+eps+gate": 0.12}
     v = claim5(_sink_study(shares))
-    assert v.verdict == INCONCLUSIVE
-    assert "effect of γ: needs a γ = 1 arm with the baseline's ε and gate" in v.numbers
+    assert v.verdict == REPRODUCED and v.scope == "the gate part only; the γ part not measured"
+    assert "effect of γ: not measured, needs a γ = 1 arm with the baseline's ε and gate" in (
+        v.numbers
+    )
     gate = _sink_effect(shares, "gamma1+eps+gate", "gamma1+eps")
     assert f"effect of the gate {gate}: the interval lies beyond -0.01" in v.numbers
-    full = _sink_study({**shares, "gamma1": 0.16})
-    assert claim5(full).verdict == REPRODUCED  # +0.06 from γ, −0.08 from the gate, both beyond δ
+    full = claim5(_sink_study({**shares, "gamma1": 0.16}))
+    assert full.verdict == REPRODUCED  # +0.06 from γ, −0.08 from the gate, both beyond δ
+    assert full.scope == ""  # both parts measured
     other_eps = dict(ARMS, **{"gamma1+eps": (1.0, 1e-8, "none")})
     v = claim5(_sink_study({**shares, "gamma1": 0.16}, arms=other_eps))
-    assert v.verdict == INCONCLUSIVE and "effect of the gate: needs" in v.numbers
+    assert v.verdict == REPRODUCED and v.scope == "the γ part only; the gate part not measured"
+    assert "effect of the gate: not measured, needs" in v.numbers
+
+
+def test_an_unfinished_largest_size_keeps_the_sink_row_inconclusive_and_says_which_size():
+    """The trial's interrupted sweep: both arms at s2 unfinished, no sink at s1. The row said
+    "not measurable" beside "not decided while planned runs ... are unfinished", and showed
+    s1's shares for a claim judged at the largest size (s2)."""
+    losses, diag = {}, {}
+    for arm in ("baseline", "gamma1+eps+gate"):
+        for size in ("s1", "s2"):
+            losses[(arm, size, 1)] = 5.0
+            diag[(arm, size, 1)] = {
+                it: {"sink_share/layer_00": 0.5 * UNIFORM_128} for it in (0, 100)
+            }
+    done = make_study(losses, {"s1": 256, "s2": 512}, diagnostics=diag)
+    assert claim5(done).verdict == NOT_MEASURABLE  # no sink formed, every run finished
+    keys = {"baseline/s2/seed-1", "gamma1+eps+gate/s2/seed-1"}
+    runs = [
+        {**r, "finished": False, "loss": None, "record": RunRecord()} if r["key"] in keys else r
+        for r in done.runs
+    ]
+    rows = verdicts(StudyData(done.manifest, runs), {}, None)
+    sink = next(r for r in rows if r.claim.startswith("small initialization"))
+    assert sink.verdict == INCONCLUSIVE
+    assert sink.numbers.startswith(
+        "s1 (the largest size where every compared arm logged it on a common seed; not s2): "
+        "sink share baseline"
+    )
+    assert "2 unfinished (failed, running or not started: " in sink.numbers
+
+
+def test_a_share_a_hair_above_uniform_or_there_at_initialization_is_no_sink():
+    """The trial's `mini` study: the baseline's share was 0.0016 above uniform attention's
+    already at iteration 0 (0.0018 at the end), γ = 1's at uniform; a strict > over uniform
+    counted that as a sink and called the claim not reproduced. A sink needs an arm's share
+    more than SINK_MIN = 0.01 above both uniform attention's and its own at iteration 0."""
+    u = UNIFORM_128
+    shares = {"baseline": u + 0.0018, "gamma1": u}
+    v = claim5(_sink_study(shares, initial={"baseline": u + 0.0016}))
+    assert v.verdict == NOT_MEASURABLE
+    final = {a: np.mean([_sink(shares, a, k) for k in SINK_NOISE]) for a in shares}
+    assert final["baseline"] > u  # the old rule's "a sink has formed"
+    assert (
+        f"s1: sink share baseline {u + 0.0016:.4f} (iteration 0) → {final['baseline']:.4f}, "
+        f"gamma1 {u:.4f} (iteration 0) → {final['gamma1']:.4f} (uniform attention {u:.4f}); "
+        "no sink has formed"
+    ) in v.numbers
+    at_init = {"baseline": u + 0.05, "gamma1": u + 0.02}
+    assert claim5(_sink_study(at_init, initial=at_init)).verdict == NOT_MEASURABLE
+    grown = claim5(_sink_study(at_init, initial={"baseline": u + 0.045, "gamma1": u}))
+    assert grown.verdict == NOT_REPRODUCED  # gamma1 grew 0.02 past its start: a sink formed
+    assert "a sink has formed in gamma1;" in grown.numbers
+    assert grown.scope == "the γ part only; the gate part not measured"
 
 
 def test_saturation_is_measured_where_the_diagnostic_can_see_it():
@@ -968,6 +1075,52 @@ def test_condensation_needs_the_control_logged_from_iteration_zero_too():
         }
     v = claim7(make_study(losses, {"s1": 256}, diagnostics=diag))
     assert v.verdict == INCONCLUSIVE and "logged at iteration 60" in v.numbers
+
+
+def test_a_stable_rank_still_falling_at_the_last_point_has_no_measured_recovery():
+    """γ = 1's stable rank 30 → 15 (iteration 50) → 12 (iteration 100, the last point): its
+    minimum is the last point. The minimum once excluded the last point (15 at iteration 50),
+    which made the 'recovery' 12/15 − 1 = −0.2 and the row 'not reproduced'."""
+    losses, diag = {}, {}
+    for k, e in ((1, 0.0), (2, 0.01), (3, -0.01)):
+        losses |= {("gamma1", "s1", k): 5.0, ("baseline", "s1", k): 5.0}
+        diag[("gamma1", "s1", k)] = {
+            it: {"stable_rank/q": r} for it, r in ((0, 30.0), (50, 30 * (0.5 - e)), (100, 12.0))
+        }
+        diag[("baseline", "s1", k)] = {
+            it: {"stable_rank/q": r} for it, r in ((0, 30.0), (50, 29.0 - e), (100, 28.0))
+        }
+    data = make_study(losses, {"s1": 256}, diagnostics=diag)
+    v = claim7(data)
+    assert v.verdict == NOT_MEASURABLE
+    assert (
+        "the stable rank of gamma1 is still falling at the last point (its minimum is the last "
+        "point, iteration 100) in seed(s) [1, 2, 3], so no recovery is measured" in v.numbers
+    )
+    m = mechanisms(data)["gamma1|s1"]
+    assert (m["rank_first"], m["rank_min"], m["rank_min_iteration"]) == (30.0, 12.0, 100)
+    assert m["rank_dip"] == pytest.approx(0.6) and m["rank_rise"] is None
+    b = mechanisms(data)["baseline|s1"]
+    assert (b["rank_min"], b["rank_min_iteration"]) == (28.0, 100)
+
+
+def test_the_stable_rank_mean_compares_the_same_matrices_across_arms():
+    """The trial's smoke study: the gated arm's mean included its gate matrices, the
+    baseline's could not, so the two started 24.89 vs 25.77 from draws equal up to scale. The
+    mean is over the matrices every arm logged: q (30 → 12 → 18) here, not the gate's 10."""
+    losses, diag = {}, {}
+    for arm in ("baseline", "gamma1+eps+gate"):
+        losses[(arm, "s1", 1)] = 5.0
+        extra = {"stable_rank/gate/layer_00": 10.0} if arm != "baseline" else {}
+        diag[(arm, "s1", 1)] = {
+            it: {"stable_rank/qkv.q/layer_00": r, **extra}
+            for it, r in ((0, 30.0), (50, 12.0), (100, 18.0))
+        }
+    m = mechanisms(make_study(losses, {"s1": 256}, diagnostics=diag))
+    for arm in ("baseline", "gamma1+eps+gate"):
+        e = m[f"{arm}|s1"]
+        assert (e["rank_first"], e["rank_min"], e["rank_final"]) == (30.0, 12.0, 18.0), arm
+        assert e["rank_rise"] == pytest.approx(0.5)
 
 
 # --- claim 8: Δsym by difficulty ------------------------------------------------------------

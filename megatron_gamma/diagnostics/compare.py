@@ -23,6 +23,7 @@ import csv
 import json
 import os
 import sys
+from types import SimpleNamespace
 from typing import Optional
 
 import numpy as np
@@ -119,9 +120,15 @@ def score_tokens(model: torch.nn.Module, windows: torch.Tensor, batch_size: int)
 
 
 def _label(ckpt: str, cfg) -> str:
+    """``RUN iter N (γ=…, ε=…, gated|no gate)``: the checkpoint's run and iteration with the
+    settings ``analyze``'s legends name (:func:`~megatron_gamma.diagnostics.plots.run_label`),
+    the gate included, so a gap is not read as γ's and ε's alone."""
+    from megatron_gamma.diagnostics.analyze import run_summary
+    from megatron_gamma.diagnostics.plots import run_label
+
     run = os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(ckpt))))
     it = layout.checkpoint_iteration(ckpt)
-    return f"{run} iter {it} (γ={cfg.init.init_gamma:g}, ε={cfg.model.norm_epsilon:.0e})"
+    return run_label(SimpleNamespace(name=f"{run} iter {it}", summary=run_summary(cfg)))
 
 
 def compare(

@@ -26,6 +26,7 @@ import numpy as np
 import yaml
 
 from megatron_gamma.config import ConfigError
+from megatron_gamma.data.tokenizer_fingerprint import read_fingerprint
 from megatron_gamma.study import rundir
 from megatron_gamma.study.fits import (
     effective_size_multiplier,
@@ -122,14 +123,24 @@ class StudyData:
             loss in nats, None when unfinished), ``finished`` (bool) and ``record``
             (:class:`~.rundir.RunRecord` with the diagnostics, or None).
         study_dir: the directory the runs were read from (None for records built in memory).
+        vocab_size: the tokenizer's vocabulary size V (unpadded), whose ln V (nats) is the
+            validation loss of a uniform predictor; None when unknown (then no run is checked
+            against it).
 
     Raises:
         ConfigError: a ``margin`` that is not a finite number >= 0 (:func:`~.spec.margin_ok`).
     """
 
-    def __init__(self, manifest: dict, runs: list[dict], study_dir: Optional[str] = None):
+    def __init__(
+        self,
+        manifest: dict,
+        runs: list[dict],
+        study_dir: Optional[str] = None,
+        vocab_size: Optional[int] = None,
+    ):
         self.manifest = manifest
         self.dir = study_dir
+        self.vocab_size = vocab_size
         self.baseline = manifest["baseline"]
         margin = manifest.get("margin", DEFAULT_MARGIN)
         if not margin_ok(margin):
@@ -162,7 +173,9 @@ class StudyData:
 
     @classmethod
     def from_dir(cls, study_dir: str) -> StudyData:
-        """Read ``DIR/study.json`` and every run directory it lists.
+        """Read ``DIR/study.json`` and every run directory it lists; the vocabulary size from
+        the tokenizer fingerprint of the held-out data (``heldout`` in study.json), None
+        without one.
 
         Raises:
             ConfigError: no study.json in ``study_dir``, or a run whose names could lead out
@@ -192,7 +205,9 @@ class StudyData:
                     "loss": rec.valid.get(entry["train_iters"]) if done else None,
                 }
             )
-        return cls(manifest, runs, study_dir)
+        heldout = manifest.get("heldout")
+        doc = read_fingerprint(heldout) if heldout else None
+        return cls(manifest, runs, study_dir, doc.get("vocab_size") if doc else None)
 
     def _runs(self, arm: str, size: str, phase: str) -> list[dict]:
         return [
@@ -330,20 +345,47 @@ class StudyData:
             return None
         return float(d_in) ** (-2 * r["init_gamma"]) / r["norm_epsilon"]
 
+    def common_keys(self, arms: list[str], size: str, prefix: str) -> set[str]:
+        """The diagnostic keys ``prefix/...`` (e.g. ``stable_rank/ROLE/layer_LL``) that every
+        one of ``arms`` logged at ``size`` in its shared-LR runs (an arm that logged none there
+        is left out), so that a mean over them compares the same matrices: a gated arm's gate
+        matrices, absent in an ungated arm, are not in it."""
+        logged = []
+        for arm in arms:
+            keys = set().union(
+                *(
+                    r["record"].keys(prefix)
+                    for r in self._runs(arm, size, "shared")
+                    if r.get("record")
+                )
+            )
+            if keys:
+                logged.append(keys)
+        return set.intersection(*logged) if logged else set()
+
     def seed_series(
-        self, arm: str, size: str, prefix: str, phase: str = "shared"
+        self,
+        arm: str,
+        size: str,
+        prefix: str,
+        phase: str = "shared",
+        keys: Optional[set[str]] = None,
     ) -> dict[int, dict[int, float]]:
-        """{seed: {iteration: value}} of a diagnostic (:meth:`RunRecord.series`)."""
+        """{seed: {iteration: value}} of a diagnostic (:meth:`RunRecord.series`; the mean over
+        ``keys`` only when given)."""
         out = {}
         for r in self._runs(arm, size, phase):
-            series = r["record"].series(prefix) if r.get("record") else {}
+            series = r["record"].series(prefix, keys) if r.get("record") else {}
             if series:
                 out[r["seed"]] = series
         return out
 
-    def series(self, arm: str, size: str, prefix: str) -> dict[int, float]:
-        """A diagnostic's per-iteration value averaged over seeds (the iterations all share)."""
-        per_seed = list(self.seed_series(arm, size, prefix).values())
+    def series(
+        self, arm: str, size: str, prefix: str, keys: Optional[set[str]] = None
+    ) -> dict[int, float]:
+        """A diagnostic's per-iteration value averaged over seeds (the iterations all share;
+        each seed's value the mean over ``keys`` only when given)."""
+        per_seed = list(self.seed_series(arm, size, prefix, keys=keys).values())
         if not per_seed:
             return {}
         common = set.intersection(*(set(s) for s in per_seed))
@@ -533,13 +575,26 @@ def gamma_grid(data: StudyData, phase: str = "shared") -> dict[str, dict]:
 
 
 def mechanisms(data: StudyData) -> dict[str, dict]:
-    """Per arm and size: saturation, sink share, stable rank and condensation trajectories."""
+    """Per arm and size: saturation, sink share, stable rank and condensation trajectories.
+    The stable rank is the mean over the matrices every arm at that size logged
+    (:meth:`StudyData.common_keys`): a gated arm's gate matrices are left out, so arms that
+    differ in the gate average the same matrices.
+
+    Returns:
+        {``ARM|SIZE``: entry}: the seed-mean series ({iteration: value}) under ``saturation``,
+        ``sink_share``, ``stable_rank``, ``condensation``; with >= 3 stable-rank points also
+        ``rank_first``, ``rank_min`` (the minimum over every point, the last included) at
+        ``rank_min_iteration``, ``rank_final``, ``rank_dip`` (1 − min/first) and ``rank_rise``
+        (final/min − 1; None when the minimum is the last point: the trajectory is still
+        falling there, so no recovery was measured).
+    """
     out = {}
+    shared_roles = {size: data.common_keys(data.arms, size, "stable_rank") for size in data.sizes}
     for arm in data.arms:
         for size in data.arm_sizes(arm):
             sat = data.series(arm, size, "norm_saturated")
             sink = data.series(arm, size, "sink_share")
-            rank = data.series(arm, size, "stable_rank")
+            rank = data.series(arm, size, "stable_rank", shared_roles[size])
             cond = data.series(arm, size, "condensation")
             entry = {
                 "saturation": sat,
@@ -554,7 +609,7 @@ def mechanisms(data: StudyData) -> dict[str, dict]:
                 entry["sink_final"] = sink[max(sink)]
             if len(rank) >= 3:
                 its = sorted(rank)
-                low_it = min(its[:-1], key=rank.get)
+                low_it = min(its, key=rank.get)
                 first, low, last = rank[its[0]], rank[low_it], rank[its[-1]]
                 entry.update(
                     rank_first=first,
@@ -562,7 +617,7 @@ def mechanisms(data: StudyData) -> dict[str, dict]:
                     rank_min_iteration=low_it,
                     rank_final=last,
                     rank_dip=1 - low / first,
-                    rank_rise=last / low - 1,
+                    rank_rise=last / low - 1 if low_it != its[-1] else None,
                     rank_first_iteration=its[0],
                 )
             out[f"{arm}|{size}"] = entry

@@ -38,7 +38,13 @@ from megatron_gamma.study.analysis import (
     uniform_sink_share,
 )
 from megatron_gamma.study.fits import PowerLawFit, mean_std
-from megatron_gamma.study.verdicts import concentration_arm, concentration_missing, verdicts
+from megatron_gamma.study.verdicts import (
+    NOT_REPRODUCED,
+    REPRODUCED,
+    concentration_arm,
+    concentration_missing,
+    verdicts,
+)
 
 
 def run_compare(data: StudyData, out_dir: str) -> Optional[dict]:
@@ -268,7 +274,7 @@ def report(
         "stable_rank_plot": (
             "stable_rank",
             "stable rank",
-            "stable rank, mean over matrices",
+            "stable rank, mean over the matrices every arm has",
             None,
             False,
         ),
@@ -351,13 +357,19 @@ def report(
 
 
 def _multiplicity(rows: list) -> str:
-    """One paragraph on the family of calls the verdict table makes."""
+    """One paragraph on the family of calls the verdict table makes: how many of its rows are
+    decided (reproduced or not reproduced), and the chance 1 − 0.95^k that k rows testing true
+    nulls decide at least one by chance, for k = every row of the table (an upper bound on the
+    rows tested)."""
     n = len(rows)
+    d = sum(v.verdict in (REPRODUCED, NOT_REPRODUCED) for v in rows)
     return (
-        f"The table decides {n} rows (some from several sizes or parts), each at 95% with no "
-        "adjustment for multiplicity: where k independent rows test true nulls, the chance that "
-        f"at least one is decided by chance alone is 1 − 0.95^k ({1 - 0.95**n:.0%} for k = {n}). "
-        "Read a decisive row as one 95% result, not the table as a whole."
+        f"The table has {n} rows and decides {d or 'none'} of them (reproduced or not "
+        "reproduced), each row a 95% call (some from several sizes or parts) with no adjustment "
+        "for multiplicity: where k independent rows test true nulls, the chance that at least "
+        f"one is decided by chance alone is 1 − 0.95^k, {1 - 0.95**n:.0%} for k = {n}, every "
+        "row of the table (an upper bound: a row without the arms or runs it needs tests "
+        "nothing). Read a decisive row as one 95% result, not the table as a whole."
     )
 
 
@@ -398,7 +410,7 @@ def _markdown(
         out += [f"No LR grid in this study: every comparison is at the shared LR{lr}.", ""]
     out += ["| claim | LR | verdict | measured | rule |", "|---|---|---|---|---|"]
     for v in rows:
-        out.append(f"| {v.claim} | {v.lr} | **{v.verdict}** | {v.numbers} | {v.rule} |")
+        out.append(f"| {v.claim} | {v.lr} | **{v.label()}** | {v.numbers} | {v.rule} |")
     out += [
         "",
         "## Runs",
@@ -538,7 +550,7 @@ def _markdown(
         f"{data.seq_length()}: {uniform_sink_share(data.seq_length()):.4f}.",
         "",
         "| arm | size | max saturated share | final saturated share | final sink share | "
-        "stable rank first → min → final |",
+        "stable rank first → min → final (mean over the matrices every arm has) |",
         "|---|---|---|---|---|---|",
     ]
     for key, e in mech.items():

@@ -56,15 +56,29 @@ class RunRecord:
         """Validation loss at the last evaluated iteration, or None."""
         return self.valid[max(self.valid)] if self.valid else None
 
-    def series(self, prefix: str) -> dict[int, float]:
+    def keys(self, prefix: str) -> set[str]:
+        """The keys ``prefix/...`` that :meth:`series` averages, at any iteration (e.g.
+        ``stable_rank/qkv.q/layer_00``)."""
+        return {
+            k
+            for values in self.diagnostics.values()
+            for k in values
+            if k.startswith(prefix + "/") and _is_aggregate(prefix, k)
+        }
+
+    def series(self, prefix: str, keys: Optional[set[str]] = None) -> dict[int, float]:
         """Per diagnostics iteration, the mean over every key ``prefix/...`` whose value is finite
-        (e.g. ``stable_rank`` averages all matrices; ``sink_share`` all layers' means)."""
+        (e.g. ``stable_rank`` averages all matrices; ``sink_share`` all layers' means), only
+        over ``keys`` when given (e.g. the matrices two arms both have)."""
         out = {}
         for it, values in sorted(self.diagnostics.items()):
             picked = [
                 v
                 for k, v in values.items()
-                if k.startswith(prefix + "/") and np.isfinite(v) and _is_aggregate(prefix, k)
+                if k.startswith(prefix + "/")
+                and np.isfinite(v)
+                and _is_aggregate(prefix, k)
+                and (keys is None or k in keys)
             ]
             if picked:
                 out[it] = float(np.mean(picked))

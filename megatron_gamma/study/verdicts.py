@@ -11,7 +11,13 @@ Verdicts:
 - *inconclusive*: the interval includes both, or there are too few seeds/sizes for an interval
   (df < 1), or an arm the claim needs is missing, or a planned run of an arm it compares has
   not finished or has diverged (:func:`_complete`), or the data cannot show the effect;
-- *not measurable at this scale*: the mechanism cannot act in these models (the number why).
+- *not measurable at this scale*: the mechanism cannot act in these models (the number why),
+  or a compared arm has not learned: its mean final validation loss is >= ln V, a uniform
+  predictor's (:func:`_learned`).
+
+A decided verdict that covers less than the claim says so in its scope (:attr:`Verdict.scope`):
+a loss claim's shared-LR row holds "at one shared LR, not tuned per arm"; a two-part claim
+with one part unmeasured covers the measured part only.
 
 Units of replication: seeds within a size (paired by seed); sizes across sizes (the mean of
 per-size mean differences, Student-t with df = sizes − 1; a trend needs >= 3 sizes, df =
@@ -45,7 +51,11 @@ diagnostic's own threshold (a token is saturated when σ²(h) <= 10 ε,
 SATURATION_MIN = 0.01
 """Margin on the saturated-token share (1% of tokens) for claim 4."""
 SINK_MIN = 0.01
-"""Margin on the sink share (1% of the attention mass) for claim 5."""
+"""Margin on the sink share (1% of the attention mass) for claim 5: on the effects (γ, gate),
+and on the sink itself: a sink has formed only where an arm's seed-mean final share exceeds
+both uniform attention's and its own first logged share (iteration 0) by more than this, since
+a smaller excess, or one present at initialization, is below the smallest effect the rule
+counts."""
 DIP_MIN = 0.05
 """Margin on the relative stable-rank dip (and recovery) for claim 7."""
 EASY_SHARE = 0.3
@@ -69,6 +79,8 @@ class Verdict:
         lr: which runs the row reads: ``shared LR`` (every arm at the study's shared LR; the
             mechanism claims 4, 5, 7 and the Δsym claim 8 read only these) or ``best LR``
             (each arm at its own best LR).
+        scope: what a decided verdict covers when that is less than the claim (e.g. one part
+            of a two-part claim), printed beside the verdict; empty when it covers the claim.
     """
 
     claim: str
@@ -76,11 +88,17 @@ class Verdict:
     numbers: str
     rule: str
     lr: str = "shared LR"
+    scope: str = ""
+
+    def label(self) -> str:
+        """The verdict with its scope: ``reproduced (the γ part only; …)``."""
+        return f"{self.verdict} ({self.scope})" if self.scope else self.verdict
 
     def as_dict(self) -> dict:
         return {
             "claim": self.claim,
             "verdict": self.verdict,
+            "scope": self.scope,
             "numbers": self.numbers,
             "rule": self.rule,
             "lr": self.lr,
@@ -334,6 +352,19 @@ def _largest_with(
     return None
 
 
+def _size_label(data: StudyData, size: str) -> str:
+    """``size``, or where larger sizes of the study were not read (an arm has no diagnostics
+    there on a common seed, e.g. its run has not finished) ``SIZE (... not LARGER)``, so a
+    number from a smaller size is never read as the largest size's."""
+    larger = data.sizes[data.sizes.index(size) + 1 :]
+    if not larger:
+        return size
+    return (
+        f"{size} (the largest size where every compared arm logged it on a common seed; not "
+        f"{', '.join(larger)})"
+    )
+
+
 def claim4(data: StudyData) -> Verdict:
     """ε = 1e-5 saturates RMSNorm under small initialization."""
     claim = "ε = 1e-5 saturates RMSNorm under small initialization"
@@ -383,14 +414,21 @@ def _sink_arms(data: StudyData) -> tuple[Optional[str], Optional[str], Optional[
     return data.role("gamma1"), g3 and data.matching(g3, gated_attention=base_gate), g3
 
 
+def _part(label: str) -> str:
+    """``the γ part``, ``the gate part`` from an effect's label (``γ``, ``the gate``)."""
+    return f"the {label.removeprefix('the ')} part"
+
+
 def claim5(data: StudyData) -> Verdict:
     """Small initialization strengthens the attention sink; gating reduces it."""
     claim = "small initialization strengthens the attention sink; gating reduces it"
     rule = (
         "final sink share paired by seed at the largest size: γ=1 − baseline (only γ differs) "
         f"above +{SINK_MIN:g}, and γ=1+ε+gate − the same arm ungated (only the gate differs) "
-        f"below −{SINK_MIN:g}; not measurable when no arm's share exceeds uniform attention's "
-        "(no sink has formed)"
+        f"below −{SINK_MIN:g}; not measurable when no sink has formed: no arm's seed-mean "
+        f"final share exceeds both uniform attention's and its own at the first logged point "
+        f"(iteration 0) by more than {SINK_MIN:g}, the effects' margin; a part whose arms the "
+        "study lacks is not measured, and a verdict then covers the measured part only"
     )
     g1, ungated, g3 = _sink_arms(data)
     arms = [a for a in dict.fromkeys((data.baseline, g1, ungated, g3)) if a]
@@ -399,36 +437,58 @@ def claim5(data: StudyData) -> Verdict:
     size = _largest_with(data, arms, "sink_share")
     if size is None:
         return Verdict(claim, INCONCLUSIVE, "no sink diagnostics at a size with all arms", rule)
-    final = {}
+    final, first, first_it = {}, {}, {}
     for a in arms:
-        final[a] = {k: v[max(v)] for k, v in data.seed_series(a, size, "sink_share").items()}
+        series = data.seed_series(a, size, "sink_share")
+        final[a] = {k: v[max(v)] for k, v in series.items()}
+        first[a] = {k: v[min(v)] for k, v in series.items()}
+        first_it[a] = max(min(v) for v in series.values())
     uni = uniform_sink_share(data.seq_length())
-    means = ", ".join(f"{a} {np.mean(list(final[a].values())):.4f}" for a in arms)
-    nums = f"{size}: sink share {means} (uniform attention {uni:.4f})"
-    if max(v for a in arms for v in final[a].values()) <= uni:
+    mean_final = {a: float(np.mean(list(final[a].values()))) for a in arms}
+    mean_first = {a: float(np.mean(list(first[a].values()))) for a in arms}
+    means = ", ".join(
+        f"{a} {mean_first[a]:.4f} (iteration {first_it[a]}) → {mean_final[a]:.4f}" for a in arms
+    )
+    nums = f"{_size_label(data, size)}: sink share {means} (uniform attention {uni:.4f})"
+    formed = [a for a in arms if mean_final[a] - max(uni, mean_first[a]) > SINK_MIN]
+    if not formed:
         return Verdict(
-            claim, NOT_MEASURABLE, nums + "; no sink has formed: every share is at or below "
-            "uniform attention's", rule,
+            claim, NOT_MEASURABLE, f"{nums}; no sink has formed: no arm's final share exceeds "
+            f"both uniform attention's and its own first logged share by more than {SINK_MIN:g} "
+            "(the effects' margin)", rule,
         )  # fmt: skip
-    parts, verdicts = [], []
+    parts, verdicts, unmeasured = [], [], []
     for arm, ref, direction, label, need in (
         (g1, data.baseline, 1, "γ", "a γ = 1 arm with the baseline's ε and gate"),
         (g3, ungated, -1, "the gate", "γ = 1+ε+gate and the same arm without the gate"),
     ):
         if not (arm and ref):
-            parts.append(f"effect of {label}: needs {need}")
-            verdicts.append(INCONCLUSIVE)
+            parts.append(f"effect of {label}: not measured, needs {need}")
+            unmeasured.append(label)
             continue
         seeds = sorted(set(final[arm]) & set(final[ref]))
         if not seeds:
-            parts.append(f"effect of {label}: {arm} and {ref} share no seed with sink diagnostics")
-            verdicts.append(INCONCLUSIVE)
+            parts.append(
+                f"effect of {label}: not measured, {arm} and {ref} share no seed with sink "
+                "diagnostics"
+            )
+            unmeasured.append(label)
             continue
         d = paired_difference([final[arm][k] for k in seeds], [final[ref][k] for k in seeds])
         v, why = decide(d, SINK_MIN, direction)
         parts.append(f"effect of {label} ({arm} − {ref}) {d.text()}: {why}")
-        verdicts.append(v)
-    return Verdict(claim, combine(verdicts), nums + "; " + "; ".join(parts), rule)
+        verdicts.append((label, v))
+    nums += f"; a sink has formed in {', '.join(formed)}; " + "; ".join(parts)
+    if not verdicts:
+        return Verdict(claim, INCONCLUSIVE, nums, rule)
+    verdict = combine([v for _, v in verdicts])
+    scope = ""
+    if unmeasured and verdict != INCONCLUSIVE:
+        scope = (
+            f"{' and '.join(_part(x) for x, _ in verdicts)} only; "
+            f"{' and '.join(_part(x) for x in unmeasured)} not measured"
+        )
+    return Verdict(claim, verdict, nums, rule, scope=scope)
 
 
 def claim6(data: StudyData, grid: dict, lr: str) -> Verdict:
@@ -504,10 +564,14 @@ def _neighbour_arms(data: StudyData) -> list[str]:
     return [a for a in gamma_grid_arms(data) if data.settings(a)["init_gamma"] in near]
 
 
-def _dip_rise(series: dict[int, float]) -> tuple[float, float]:
+def _dip_rise(series: dict[int, float]) -> tuple[float, Optional[float]]:
+    """(dip, rise) of a stable-rank trajectory {iteration: stable rank}: dip = 1 − min/first,
+    rise = final/min − 1 with the minimum over every point, the last included; rise is None
+    when the minimum is the last point (still falling there: no recovery was measured)."""
     its = sorted(series)
-    low = min(its[:-1], key=series.get)
-    return 1 - series[low] / series[its[0]], series[its[-1]] / series[low] - 1
+    low = min(its, key=series.get)
+    rise = None if low == its[-1] else series[its[-1]] / series[low] - 1
+    return 1 - series[low] / series[its[0]], rise
 
 
 def _condensation_arms(data: StudyData) -> dict[str, Optional[str]]:
@@ -523,7 +587,9 @@ def claim7(data: StudyData) -> Verdict:
     rule = (
         "each γ=1 arm against its matched control (same ε and gate, γ = 0.5), from iteration 0, "
         "paired by seed at the largest size: dip (1 − min/initial stable rank) of the arm − "
-        f"control's above {DIP_MIN:g}, and the arm's recovery (final/min − 1) above {DIP_MIN:g}"
+        f"control's above {DIP_MIN:g}, and the arm's recovery (final/min − 1) above {DIP_MIN:g}, "
+        "the minimum taken over every point; not measurable where the arm's minimum is its last "
+        "point in a seed (still falling: no recovery measured)"
     )
     controls = _condensation_arms(data)
     pairs = [(a, c) for a, c in controls.items() if c]
@@ -540,31 +606,43 @@ def claim7(data: StudyData) -> Verdict:
             parts.append(f"{arm} vs {ctrl}: no size where both logged the stable rank")
             verdicts.append(INCONCLUSIVE)
             continue
-        a, b = (data.seed_series(x, size, "stable_rank") for x in (arm, ctrl))
+        roles = data.common_keys([arm, ctrl], size, "stable_rank")
+        a, b = (data.seed_series(x, size, "stable_rank", keys=roles) for x in (arm, ctrl))
+        at = _size_label(data, size)
         seeds = sorted(k for k in set(a) & set(b) if len(a[k]) >= 3 and len(b[k]) >= 3)
         if not seeds:
-            parts.append(f"{arm} vs {ctrl} ({size}): no common seed with >= 3 stable-rank points")
+            parts.append(f"{arm} vs {ctrl} ({at}): no common seed with >= 3 stable-rank points")
             verdicts.append(INCONCLUSIVE)
             continue
         first = max(min(x[k]) for x in (a, b) for k in seeds)
         if first != 0:
             parts.append(
-                f"{arm} vs {ctrl} ({size}): a first stable rank is logged at iteration "
+                f"{arm} vs {ctrl} ({at}): a first stable rank is logged at iteration "
                 f"{first}, not at initialization, so an early collapse is unobserved"
             )
             verdicts.append(INCONCLUSIVE)
             continue
         da, db = ([_dip_rise(x[k]) for k in seeds] for x in (a, b))
         dip = paired_difference([x[0] for x in da], [x[0] for x in db])
+        falling = [k for k, x in zip(seeds, da, strict=True) if x[1] is None]
+        if falling:
+            last = max(a[falling[0]])
+            parts.append(
+                f"{arm} vs {ctrl} ({at}): Δdip to the last point {dip.text(3)}; the stable "
+                f"rank of {arm} is still falling at the last point (its minimum is the last "
+                f"point, iteration {last}) in seed(s) {falling}, so no recovery is measured"
+            )
+            verdicts.append(NOT_MEASURABLE)
+            continue
         rise = t_interval([x[1] for x in da])
         v1, why1 = decide(dip, DIP_MIN, +1)
         v2, why2 = decide(rise, DIP_MIN, +1)
         parts.append(
-            f"{arm} vs {ctrl} ({size}): Δdip {dip.text(3)} ({why1}); recovery {rise.text(3)} "
-            f"({why2})"
+            f"{arm} vs {ctrl} ({at}): Δdip {dip.text(3)} ({why1}); recovery {rise.text(3)} ({why2})"
         )
         verdicts.append(combine([v1, v2]))
-    return Verdict(claim, combine(verdicts), "; ".join(parts), rule)
+    verdict = NOT_MEASURABLE if set(verdicts) == {NOT_MEASURABLE} else combine(verdicts)
+    return Verdict(claim, verdict, "; ".join(parts), rule)
 
 
 def delta_sym_concentration(seeds: dict[int, dict]) -> dict:
@@ -667,6 +745,52 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
     return Verdict(claim, combine([v1, v2]), nums, rule)
 
 
+SHARED_LR_SCOPE = "at one shared LR, not tuned per arm"
+"""The scope of a decided shared-LR row of a loss claim (1-3, 6): the arms' own best LRs may
+differ, and in docs/reproduction.md the gain at the shared LR was 5-26x the best-LR one."""
+
+
+def _at_shared_lr(row: Verdict) -> Verdict:
+    """``row`` (a loss claim at the shared LR) with :data:`SHARED_LR_SCOPE` added to the scope
+    of a decided verdict."""
+    if row.verdict not in (REPRODUCED, NOT_REPRODUCED):
+        return row
+    return replace(row, scope="; ".join(x for x in (SHARED_LR_SCOPE, row.scope) if x))
+
+
+def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
+    """``row``, made not measurable where a decided verdict rests on an arm that has not
+    learned: its seed-mean final validation loss at a size is >= ln V, the loss of a uniform
+    predictor over the vocabulary (V: :attr:`~.analysis.StudyData.vocab_size`; unknown V: no
+    check). Losses read: the row's LR phase (confirm runs for ``best LR``). An undecided row
+    keeps its verdict and gets the same note."""
+    if not data.vocab_size:
+        return row
+    chance = float(np.log(data.vocab_size))
+    get = data.confirm_losses if row.lr == "best LR" else data.losses
+    flat = [
+        f"{a} at {s} {mean:.4f}"
+        for a in dict.fromkeys(a for a in arms if a)
+        for s in data.sizes
+        if (losses := get(a, s)) and (mean := float(np.mean(list(losses.values())))) >= chance
+    ]
+    if not flat:
+        return row
+    decided = row.verdict in (REPRODUCED, NOT_REPRODUCED)
+    note = (
+        f"{'not measurable at this scale: ' if decided else ''}not learned, mean final "
+        f"validation loss >= ln V = ln {data.vocab_size} = {chance:.4f} (a uniform "
+        f"predictor's): {', '.join(flat)}"
+    )
+    verdict = NOT_MEASURABLE if decided else row.verdict
+    return replace(row, verdict=verdict, numbers=f"{row.numbers}; {note}", scope="")
+
+
+def _kept_scope(row: Verdict, verdict: str) -> str:
+    """``row``'s scope while its verdict stays decided as ``verdict``; none once it is not."""
+    return row.scope if verdict == row.verdict else ""
+
+
 def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
     """``row`` (a comparison at each arm's own best LR), made inconclusive where the best LR
     of one of ``arms`` lies on its grid's edge: its own best LR is then not known."""
@@ -675,19 +799,20 @@ def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verd
         return row
     verdict = INCONCLUSIVE if row.verdict in (REPRODUCED, NOT_REPRODUCED) else row.verdict
     numbers = f"{row.numbers}; the best LR is not bracketed: {'; '.join(edges)}"
-    return Verdict(row.claim, verdict, numbers, row.rule, row.lr)
+    return replace(row, verdict=verdict, numbers=numbers, scope=_kept_scope(row, verdict))
 
 
 def _complete(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
-    """``row``, made inconclusive where a planned run of one of ``arms`` has not finished or
-    has diverged (a NaN or inf loss, whose NaN diagnostics the mechanism claims would skip;
-    which runs count: :meth:`~.analysis.StudyData.incomplete`): a failed or diverged run is
-    missing data, not a loss, and the runs that survived may flatter an arm; nor is a study
-    still running judged at an interim look."""
+    """``row``, made inconclusive (whatever it would say otherwise, *not measurable*
+    included) where a planned run of one of ``arms`` has not finished or has diverged (a NaN
+    or inf loss, whose NaN diagnostics the mechanism claims would skip; which runs count:
+    :meth:`~.analysis.StudyData.incomplete`): a failed or diverged run is missing data, not a
+    loss, and the runs that survived may flatter an arm; nor is a study still running judged
+    at an interim look."""
     unfinished, diverged = data.incomplete([a for a in arms if a], row.lr == "best LR")
     if not unfinished and not diverged:
         return row
-    verdict = INCONCLUSIVE if row.verdict in (REPRODUCED, NOT_REPRODUCED) else row.verdict
+    verdict = INCONCLUSIVE
     parts = []
     for keys, what in (
         (unfinished, "unfinished (failed, running or not started"),
@@ -708,7 +833,7 @@ def _complete(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdi
         f"{row.numbers}; not decided while planned runs of the compared arms are "
         f"{' and '.join(parts)}: {'; '.join(fix)}"
     )
-    return Verdict(row.claim, verdict, numbers, row.rule, row.lr)
+    return replace(row, verdict=verdict, numbers=numbers, scope=_kept_scope(row, verdict))
 
 
 def _unmeasured_best_lr(row: Verdict) -> Verdict:
@@ -736,23 +861,28 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
     """
     pair = [data.role("gamma1"), data.baseline]
     four = [*pair, data.role("gamma1+eps+gate"), data.role("gamma0.5+eps+gate")]
+
+    def judged(row: Verdict, arms: list[Optional[str]]) -> Verdict:
+        return _complete(data, _learned(data, row, arms), arms)
+
     rows = []
     for claim, arms in ((claim1, pair), (claim2, pair), (claim3, four)):
-        rows.append(_complete(data, claim(data, data.losses, "shared LR"), arms))
+        rows.append(judged(_at_shared_lr(claim(data, data.losses, "shared LR")), arms))
         if data.has_lr_grid:
             best = _bracketed(data, claim(data, data.confirm_losses, "best LR"), arms)
-            rows.append(_complete(data, best, arms))
+            rows.append(judged(best, arms))
         else:
             rows.append(_unmeasured_best_lr(rows[-1]))
-    rows.append(_complete(data, claim4(data), [data.role("gamma1"), data.role("gamma1+eps")]))
-    rows.append(_complete(data, claim5(data), [data.baseline, *_sink_arms(data)]))
+    rows.append(judged(claim4(data), [data.role("gamma1"), data.role("gamma1+eps")]))
+    rows.append(judged(claim5(data), [data.baseline, *_sink_arms(data)]))
     grid_arms = _neighbour_arms(data)
-    rows.append(_complete(data, claim6(data, grids.get("shared LR", {}), "shared LR"), grid_arms))
+    shared6 = _at_shared_lr(claim6(data, grids.get("shared LR", {}), "shared LR"))
+    rows.append(judged(shared6, grid_arms))
     if data.has_lr_grid:
-        rows.append(_complete(data, claim6(data, grids.get("best LR", {}), "best LR"), grid_arms))
+        rows.append(judged(claim6(data, grids.get("best LR", {}), "best LR"), grid_arms))
     else:
         rows.append(_unmeasured_best_lr(rows[-1]))
     rank_arms = [x for pair in _condensation_arms(data).items() for x in pair]
-    rows.append(_complete(data, claim7(data), rank_arms))
-    rows.append(_complete(data, claim8(data, cmp), [concentration_arm(data), data.baseline]))
+    rows.append(judged(claim7(data), rank_arms))
+    rows.append(judged(claim8(data, cmp), [concentration_arm(data), data.baseline]))
     return rows
