@@ -85,5 +85,8 @@ def test_compare_checkpoints_of_the_layout(layout_run, demo_prefix, tmp_path):
     assert summary["a"]["mean_loss"] != summary["b"]["mean_loss"]
     proc = run_cli(["compare", a, str(run), *args, "--output-dir", str(tmp_path / "aa")])
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert f"compare: warning: CKPT_A and CKPT_B are the same checkpoint ({a}): every" in (
+        proc.stderr
+    )  # the run directory resolves to its newest checkpoint, A itself
     same = np.load(tmp_path / "aa" / "tokens.npz")
     assert np.all(same["delta_sym"] == 0)

@@ -171,6 +171,12 @@ def compare(
             model's maximum.
     """
     paths = [layout.resolve_checkpoint(ckpt_a), layout.resolve_checkpoint(ckpt_b)]
+    if os.path.realpath(paths[0]) == os.path.realpath(paths[1]):
+        print(
+            f"compare: warning: CKPT_A and CKPT_B are the same checkpoint ({paths[0]}): every "
+            "delta_sym is 0, and no token has p_A > p_B",
+            file=sys.stderr,
+        )
     cfgs = [
         loader.run_config(ckpt, given)
         for ckpt, given in zip(paths, (config_a, config_b), strict=True)
