@@ -222,6 +222,12 @@ def test_report_on_smoke_study(smoke_dir):
     assert "The table has 12 rows and decides none of them" in md
     assert "46% for k = 12, every row of the table" in md and "adjustment for multiplicity" in md
     assert "- code: megatron-gamma commit " in md and "No LR grid in this study" in md
+    # the per-seed Δsym table: each bin's interval with its df (documents in the bin - 1)
+    for b in cmp["bins"]:
+        if b.get("low") is not None:
+            row = f"| {b['count']} ({b['documents']}) | {b['mean_delta']:+.4f} [{b['low']:+.4f}, "
+            assert f"{row}{b['high']:+.4f}] (df {b['documents'] - 1}) |" in md
+    assert "(over these tokens, not those of the final validation loss above)" in md
 
 
 def test_report_replaces_only_an_earlier_report(tmp_path):

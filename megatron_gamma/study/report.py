@@ -586,13 +586,16 @@ def _markdown(
             out += [
                 "",
                 f"Seed {seed}: {c['tokens']} tokens; mean loss A {c['a']['mean_loss']:.4f}, "
-                f"B {c['b']['mean_loss']:.4f}.",
+                f"B {c['b']['mean_loss']:.4f} (over these tokens, not those of the final "
+                "validation loss above).",
                 "",
                 "| difficulty (nats) | tokens (documents) | mean Δsym [95% CI] | A better |",
                 "|---|---|---|---|",
             ]
             for b in c["bins"]:
-                iv = f" [{b['low']:+.4f}, {b['high']:+.4f}]" if b.get("low") is not None else ""
+                docs = b.get("documents")
+                df = f" (df {docs - 1})" if docs else ""  # clustered by document
+                iv = f" [{b['low']:+.4f}, {b['high']:+.4f}]{df}" if b.get("low") is not None else ""
                 out.append(
                     f"| {b['lo']:.2f}–{b['hi']:.2f} | {b['count']} ({b.get('documents')}) | "
                     f"{b['mean_delta']:+.4f}{iv} | {b['a_better']:.1%} |"
