@@ -129,3 +129,21 @@ def test_nan_or_inf_values_give_no_interval_and_are_counted():
     x = np.log([1e6, 4e6, 1.6e7])
     slope = trend_interval(x, [[0.5, 0.4], [math.inf], [0.1, 0.2]])
     assert (slope.n, slope.df, slope.nonfinite) == (3, 1, 1) and not slope.no_spread
+
+
+def test_the_scaling_plot_title_speaks_of_fit_lines_only_when_it_draws_one(monkeypatch):
+    """The title promised 'lines: E + A·N^−α' on a plot without a line (no arm fitted)."""
+    from megatron_gamma.study import plots
+
+    saved = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: saved.append(fig) or path)
+    n = np.array([1e5, 3e5, 1e6, 3e6, 1e7])
+    arm = {"sizes": list(n), "mean": list(2.0 + 30.0 * n**-0.3), "std": [None] * 5}
+    plots.plot_scaling({"a": {**arm, "fit": None}}, "unused.png")
+    plots.plot_scaling({"a": {**arm, "fit": fit_power_law(n, arm["mean"])}}, "unused.png")
+    (no_fit,), (fitted,) = (fig.axes for fig in saved)
+    assert no_fit.get_title().endswith("no fit: < 4 sizes, or α not identified)")
+    curves = [[ln for ln in ax.lines if len(ln.get_xdata()) == 50] for ax in (no_fit, fitted)]
+    assert curves[0] == [] and len(curves[1]) == 1  # a fit is drawn as a 50-point curve
+    assert fitted.get_title().endswith("lines: fits E + A·N^−α)")
+    np.testing.assert_allclose(curves[1][0].get_ydata()[[0, -1]], arm["mean"][::4], rtol=1e-3)

@@ -47,7 +47,9 @@ def plot_scaling(arms: dict[str, dict], path: str) -> Optional[str]:
     ax.set_xscale("log")
     ax.set_xlabel("non-embedding parameters N")
     ax.set_ylabel("final validation loss (nats)")
-    ax.set_title("loss against model size (mean ± sd over seeds; lines: E + A·N^−α)")
+    fitted = any(a.get("fit") is not None for a in arms.values())
+    lines = "lines: fits E + A·N^−α" if fitted else "no fit: < 4 sizes, or α not identified"
+    ax.set_title(f"loss against model size (mean ± sd over seeds; {lines})")
     ax.legend(fontsize=8)
     return _save(fig, path)
 
