@@ -147,3 +147,22 @@ def test_the_scaling_plot_title_speaks_of_fit_lines_only_when_it_draws_one(monke
     assert curves[0] == [] and len(curves[1]) == 1  # a fit is drawn as a 50-point curve
     assert fitted.get_title().endswith("lines: fits E + A·N^−α)")
     np.testing.assert_allclose(curves[1][0].get_ydata()[[0, -1]], arm["mean"][::4], rtol=1e-3)
+
+
+def test_a_trajectory_plot_draws_the_rule_threshold_beside_the_reference(monkeypatch):
+    """The sink plot's y range was set by a 0.001 spread, which filled the plot; a dotted line
+    where claim 5 starts counting a sink (uniform + 0.01) keeps it in proportion."""
+    from megatron_gamma.study import plots
+
+    saved = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: saved.append(fig) or path)
+    series = {"a (d64)": {0: 0.0610, 16: 0.0612}, "b (d64)": {0: 0.0594, 16: 0.0595}}
+    plots.plot_trajectories(series, "unused.png", "share", "sink", reference=0.0594,
+                            reference_label="uniform", threshold=0.0694,
+                            threshold_label="uniform + 0.01")  # fmt: skip
+    (ax,) = saved[0].axes
+    flat = {ln.get_label(): ln.get_ydata()[0] for ln in ax.lines if ln.get_label() != "_nolegend_"}
+    assert flat["uniform"] == 0.0594 and flat["uniform + 0.01"] == pytest.approx(0.0694)
+    low, high = ax.get_ylim()
+    assert low <= 0.0594 and high >= 0.0694  # the 0.0017 spread is a sixth of the range or less
+    assert (0.0612 - 0.0595) / (high - low) < 0.2

@@ -116,12 +116,17 @@ def plot_trajectories(
     reference: Optional[float] = None,
     reference_label: str = "",
     log_y: bool = False,
+    threshold: Optional[float] = None,
+    threshold_label: str = "",
 ) -> Optional[str]:
     """One line per arm of a diagnostic against iteration (e.g. stable rank, sink share).
 
     Args:
         series: {arm: {iteration: value}}.
         reference: a horizontal reference value (e.g. the uniform-attention sink share).
+        threshold: a second horizontal line, where a verdict rule starts counting (e.g. a sink:
+            uniform + the rule's margin); it also keeps the y range from magnifying differences
+            far below it.
     """
     series = {k: v for k, v in series.items() if v}
     if not series:
@@ -132,6 +137,8 @@ def plot_trajectories(
         ax.plot(its, [s[t] for t in its], "o-", ms=3, color=COLORS[i % len(COLORS)], label=name)
     if reference is not None:
         ax.axhline(reference, color="k", ls="--", lw=1, label=reference_label)
+    if threshold is not None:
+        ax.axhline(threshold, color="k", ls=":", lw=1, label=threshold_label)
     if log_y:
         ax.set_yscale("symlog", linthresh=1e-4)
         ax.set_ylim(bottom=0)

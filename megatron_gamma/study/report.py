@@ -41,6 +41,7 @@ from megatron_gamma.study.fits import PowerLawFit, mean_std
 from megatron_gamma.study.verdicts import (
     NOT_REPRODUCED,
     REPRODUCED,
+    SINK_MIN,
     concentration_arm,
     concentration_missing,
     verdicts,
@@ -260,21 +261,21 @@ def report(
         "saturation_plot": (
             "saturation",
             "saturated-token share (σ²(h) ≤ 10ε)",
-            "RMSNorm saturation, mean over norms",
+            "RMSNorm saturation, mean over norms and seeds",
             None,
             True,
         ),
         "sink_plot": (
             "sink_share",
             "attention-sink share",
-            "attention sink, mean over layers",
+            "attention sink, mean over layers and seeds",
             uniform_sink_share(data.seq_length()),
             False,
         ),
         "stable_rank_plot": (
             "stable_rank",
             "stable rank",
-            "stable rank, mean over the matrices every arm has",
+            "stable rank, mean over the matrices every arm has and over seeds",
             None,
             False,
         ),
@@ -289,6 +290,8 @@ def report(
             reference=ref,
             reference_label="uniform attention 1/(i+1)" if ref else "",
             log_y=log_y,
+            threshold=None if ref is None else ref + SINK_MIN,
+            threshold_label=f"uniform + {SINK_MIN:g}: a sink (claim 5's rule)",
         )
     files = {k: p for k, p in files.items() if p}
     for seed in (cmp or {}).get("runs", {}):
