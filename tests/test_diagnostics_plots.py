@@ -103,22 +103,24 @@ def test_compare_labels_name_the_gate_as_analyze_does():
     """The trial's `compare` of γ = 1 + ε + gate against the ungated baseline: its legend read
     "seed-1 iter 16 (γ=1, ε=1e-12)" vs "(γ=0.5, ε=1e-05)", crediting the gate's share of the
     gap to γ and ε. The label is analyze's, gate included."""
-    import dataclasses
-
     from megatron_gamma.config import Config
     from megatron_gamma.diagnostics.compare import _label
 
-    cfg = Config()
-    gated = dataclasses.replace(
-        cfg,
-        model=dataclasses.replace(cfg.model, gated_attention="elementwise", norm_epsilon=1e-12),
-        init=dataclasses.replace(cfg.init, init_gamma=1.0),
-    )
-    base = dataclasses.replace(
-        cfg,
-        model=dataclasses.replace(cfg.model, gated_attention="none", norm_epsilon=1e-5),
-        init=dataclasses.replace(cfg.init, init_gamma=0.5),
-    )
+    gated = Config().replace(gated_attention="elementwise", norm_epsilon=1e-12, init_gamma=1.0)
+    base = Config().replace(gated_attention="none", norm_epsilon=1e-5, init_gamma=0.5)
     ckpt = "/study/arm/d64/seed-1/checkpoints/iter_0000016"
     assert _label(ckpt, gated) == "seed-1 iter 16 (γ=1, ε=1e-12, gated)"
     assert _label(ckpt, base) == "seed-1 iter 16 (γ=0.5, ε=1e-05, no gate)"
+
+
+def test_the_delta_sym_plot_names_its_even_line(figures):
+    """The lower panel's dotted line at 50 % (right axis) had no legend entry."""
+    from megatron_gamma.diagnostics.tokens import DifficultyBin
+
+    bins = [DifficultyBin(lo=0.0, hi=1.0, count=10, mean_delta=0.1, sem_delta=0.01,
+                          a_better=0.7, mean_loss_a=0.4, mean_loss_b=0.6,
+                          mean_difficulty=0.5)]  # fmt: skip
+    plots.plot_compare(bins, ("A", "B"), "unused.png")
+    (fig,) = figures
+    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert "50% (right axis): A and B even" in labels

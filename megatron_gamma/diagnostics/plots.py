@@ -684,7 +684,7 @@ def plot_compare(bins, labels: tuple[str, str], path: str, title_note: str = "")
         lw=1,
         label="tokens where p_A > p_B (%)",
     )
-    ax3.axhline(50, color="black", lw=0.6, ls=":")
+    ax3.axhline(50, color="black", lw=0.6, ls=":", label="50% (right axis): A and B even")
     ax3.set_ylabel("tokens where p_A > p_B (%)")
     ax3.set_ylim(0, 100)
     lines = ax2.get_legend_handles_labels()
