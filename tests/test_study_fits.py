@@ -166,3 +166,29 @@ def test_a_trajectory_plot_draws_the_rule_threshold_beside_the_reference(monkeyp
     low, high = ax.get_ylim()
     assert low <= 0.0594 and high >= 0.0694  # the 0.0017 spread is a sixth of the range or less
     assert (0.0612 - 0.0595) / (high - low) < 0.2
+
+
+def test_the_lr_grid_plot_ticks_the_grid_learning_rates_only(monkeypatch):
+    """The log axis's minor labels (2e-3, 3e-3, 4e-3, ...) overlapped; the ticks are the grid's
+    learning rates, and the best LR of each arm is circled at its loss."""
+    from megatron_gamma.study import plots
+
+    saved = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: saved.append(fig) or path)
+    grid = {0.0015: 8.7, 0.003: 8.5, 0.006: 8.2, 0.012: 7.7, 0.024: 7.4}
+    plots.plot_lr_grid({"d32": {"baseline": grid, "gamma1": {k: v - 0.3 for k, v in grid.items()}}},
+                       "unused.png")  # fmt: skip
+    (ax,) = saved[0].axes
+    saved[0].canvas.draw()
+    assert list(ax.get_xticks()) == sorted(grid)
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "0.0015",
+        "0.003",
+        "0.006",
+        "0.012",
+        "0.024",
+    ]
+    assert not any(t.get_text() for t in ax.get_xticklabels(minor=True))
+    circled = [ln for ln in ax.lines if ln.get_markerfacecolor() == "none"]
+    circled_at = [ln.get_xydata()[0] for ln in circled]
+    np.testing.assert_allclose(circled_at, [[0.024, 7.4], [0.024, 7.1]])

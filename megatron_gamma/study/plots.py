@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import NullFormatter
 
 from megatron_gamma.atomic import atomic_path
 from megatron_gamma.study.spec import best_lr
@@ -77,7 +78,10 @@ def plot_lr_grid(per_size: dict[str, dict[str, dict[float, float]]], path: str) 
             best = best_lr(grid)
             ax.plot([best], [grid[best]], "o", ms=12, mfc="none", color=c)
         ax.set_xscale("log")
-        ax.set_xlabel("peak learning rate")
+        grid_lrs = sorted({lr for grid in arms.values() for lr in grid})
+        ax.set_xticks(grid_lrs, [f"{lr:.2g}" for lr in grid_lrs], rotation=45)
+        ax.xaxis.set_minor_formatter(NullFormatter())  # the grid's LRs only, not overlapping
+        ax.set_xlabel("peak learning rate (ticks: the grid's)")
         ax.set_title(size)
     axes[0][0].set_ylabel("final validation loss (nats)")
     axes[0][-1].legend(fontsize=8)
