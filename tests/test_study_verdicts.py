@@ -137,7 +137,12 @@ def test_an_arm_that_has_not_learned_is_not_measurable_and_one_lr_is_scoped():
     assert rows[0].label() == "reproduced (at one shared LR, not tuned per arm)"
     assert rows[1].lr == "best LR" and rows[1].verdict == INCONCLUSIVE and rows[1].scope == ""
     unknown = verdicts(make_study(losses, {"s1": 256}), {}, None)
-    assert unknown[0].verdict == REPRODUCED  # no vocabulary size, no uniform-predictor check
+    assert unknown[0].verdict == REPRODUCED  # no vocabulary size, no uniform-predictor check,
+    assert unknown[0].numbers.endswith(  # and the row says it was not made
+        "; whether the compared arms learned (mean final loss below ln V, a uniform predictor's) "
+        "is not checked: the study records no vocabulary size"
+    )
+    assert "not checked" not in unknown[1].numbers  # an undecided row needs no such note
 
 
 def test_the_multiplicity_sentence_counts_decided_rows_and_names_its_k():

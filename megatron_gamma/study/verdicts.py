@@ -762,10 +762,16 @@ def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdic
     """``row``, made not measurable where a decided verdict rests on an arm that has not
     learned: its seed-mean final validation loss at a size is >= ln V, the loss of a uniform
     predictor over the vocabulary (V: :attr:`~.analysis.StudyData.vocab_size`; unknown V: no
-    check). Losses read: the row's LR phase (confirm runs for ``best LR``). An undecided row
-    keeps its verdict and gets the same note."""
+    check, and a decided row says so). Losses read: the row's LR phase (confirm runs for
+    ``best LR``). An undecided row keeps its verdict and gets the same note."""
     if not data.vocab_size:
-        return row
+        if row.verdict not in (REPRODUCED, NOT_REPRODUCED):
+            return row
+        unchecked = (
+            "whether the compared arms learned (mean final loss below ln V, a uniform "
+            "predictor's) is not checked: the study records no vocabulary size"
+        )
+        return replace(row, numbers=f"{row.numbers}; {unchecked}")
     chance = float(np.log(data.vocab_size))
     get = data.confirm_losses if row.lr == "best LR" else data.losses
     flat = [
