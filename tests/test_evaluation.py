@@ -579,13 +579,21 @@ def test_import_refuses_a_shard_outside_the_model_directory(tmp_path, form, weig
 
 
 @pytest.mark.parametrize(
-    "name", ["config.json", "megatron_gamma.json", "tokenizer.json", "tokenizer_config.json"]
+    "name",
+    [
+        "config.json",
+        "megatron_gamma.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+    ],
 )
 def test_import_refuses_a_file_that_links_out_of_the_model_directory(tmp_path, name, weights_read):
-    """A link in the model directory made import-hf read (and for tokenizer.json and
-    tokenizer_config.json copy into the new run) a file anywhere on the host."""
+    """A link in the model directory made import-hf read (and for the tokenizer's files copy
+    into the new run) a file anywhere on the host."""
     hf_dir = _hub_model(tmp_path / "hub", {})
     (tmp_path / "hub" / "tokenizer_config.json").write_text('{"eos_token": "<|endoftext|>"}')
+    (tmp_path / "hub" / "special_tokens_map.json").write_text('{"eos_token": "<|endoftext|>"}')
     outside = tmp_path / "elsewhere" / name
     outside.parent.mkdir()
     os.replace(os.path.join(hf_dir, name), outside)
@@ -685,6 +693,28 @@ def test_import_of_a_hub_cache_snapshot_records_the_tokenizer_the_run_has(tmp_pa
     assert recorded["source"] == [f"{run}/tokenizer.json", f"{run}/tokenizer_config.json"]
 
 
+def test_import_keeps_the_eod_an_older_special_tokens_map_names(tmp_path):
+    """A model saved before transformers 4.34 names its EOD in special_tokens_map.json (its
+    tokenizer_config.json has no added_tokens_decoder): the run's EOD is AutoTokenizer's, both
+    files are copied into the run, and the checkpoint records the file that named it."""
+    from transformers import AutoTokenizer
+
+    from megatron_gamma.data.tokenizer import BilingualTokenizer
+    from megatron_gamma.data.tokenizer_fingerprint import fingerprint
+    from megatron_gamma.rundir.layout import saved_description
+
+    hub = _hub_model(tmp_path / "hub", {})
+    (tmp_path / "hub" / "tokenizer_config.json").write_text('{"eos_token": "<|endoftext|>"}')
+    (tmp_path / "hub" / "special_tokens_map.json").write_text('{"eos_token": "<|bos|>"}')
+    out = import_hf(hub, str(tmp_path / "run"))
+    run = str(tmp_path / "run")
+    run_tok = BilingualTokenizer(os.path.join(run, "tokenizer.json"))
+    assert run_tok.eod == AutoTokenizer.from_pretrained(hub).eos_token_id == 2
+    _, recorded = saved_description(out["checkpoint"])
+    assert recorded == fingerprint(run_tok)
+    assert recorded["source"] == [f"{run}/tokenizer.json", f"{run}/special_tokens_map.json"]
+
+
 @pytest.mark.parametrize("eos_token_id", [2, [2, 5], 0, [5, 0], None, []])
 def test_import_warns_when_config_eos_is_not_the_runs_eod(tmp_path, capsys, eos_token_id):
     """config.json's eos_token_id (an id or a list) that does not hold the run's EOD (the demo
@@ -702,11 +732,11 @@ def test_import_warns_when_config_eos_is_not_the_runs_eod(tmp_path, capsys, eos_
     if eos_token_id in (2, [2, 5]):
         assert err.splitlines()[-1] == (
             f"warning: config.json: eos_token_id {eos_token_id} does not hold 0 "
-            "('<|endoftext|>'), the run's EOD (the eos_token of tokenizer_config.json, or "
-            "<|endoftext|> where none names one): data preprocessed with this tokenizer ends "
-            f"each document in 0, while the model was trained to stop at {eos_token_id}. Fix: "
-            "set eos_token in the model directory's tokenizer_config.json to the model's "
-            "end-of-document token and import again"
+            "('<|endoftext|>'), the run's EOD (the eos_token of tokenizer_config.json or "
+            "special_tokens_map.json, or <|endoftext|> where none names one): data preprocessed "
+            "with this tokenizer ends each document in 0, while the model was trained to stop "
+            f"at {eos_token_id}. Fix: set eos_token in the model directory's "
+            "tokenizer_config.json to the model's end-of-document token and import again"
         )
     else:
         assert "eos_token_id" not in err

@@ -155,6 +155,54 @@ def test_no_eos_anywhere_names_the_config_fix(eos_dir, tmp_path):
         BilingualTokenizer(str(folder / "tokenizer.json"))
 
 
+def _legacy_dir(eos_dir: str, folder, config: dict | None, special_map: dict) -> str:
+    """A tokenizer directory as transformers before 4.34 saved one: the tokenizer.json, a
+    special_tokens_map.json, and (unless ``config`` is None) a tokenizer_config.json."""
+    folder.mkdir()
+    shutil.copyfile(os.path.join(eos_dir, "tokenizer.json"), folder / "tokenizer.json")
+    if config is not None:
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    (folder / "special_tokens_map.json").write_text(json.dumps(special_map))
+    return str(folder)
+
+
+ADDED = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
+DECODER = {"0": dict(ADDED, content="<s>", special=True)}  # as transformers 4.34-4.x saved it
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        None,
+        {"eos_token": "<s>", "bos_token": "</s>"},
+        {"eos_token": "<s>", "added_tokens_decoder": DECODER},
+    ],
+    ids=["map-only", "map-over-config", "config-with-added-tokens-decoder"],
+)
+def test_special_tokens_map_names_the_eod_where_transformers_reads_it(eos_dir, tmp_path, config):
+    """EOD and BOS are AutoTokenizer's: a special_tokens_map.json alone names them; over a
+    tokenizer_config.json without added_tokens_decoder it wins; one with it wins itself."""
+    special_map = {"eos_token": dict(ADDED, content="</s>"), "bos_token": "<s>"}
+    folder = _legacy_dir(eos_dir, tmp_path / "tok", config, special_map)
+    ref = _auto(folder)
+    tok = BilingualTokenizer(os.path.join(folder, "tokenizer.json"))
+    assert (tok.eod, tok.bos) == (ref.eos_token_id, ref.bos_token_id)
+    assert (tok.eos_token, tok.pad) == (ref.eos_token, None)
+    by_map = config is None or "added_tokens_decoder" not in config
+    assert tok.eos_token == ("</s>" if by_map else "<s>")
+    named = os.path.join(folder, "special_tokens_map.json" if by_map else "tokenizer_config.json")
+    assert tok.source == [os.path.join(folder, "tokenizer.json"), named]
+
+
+def test_a_special_tokens_map_eos_outside_the_vocabulary_names_that_file(eos_dir, tmp_path):
+    folder = _legacy_dir(eos_dir, tmp_path / "tok", {"bos_token": "<s>"}, {"eos_token": "<eos>"})
+    special_map = os.path.join(folder, "special_tokens_map.json")
+    with pytest.raises(ValueError) as e:
+        BilingualTokenizer(os.path.join(folder, "tokenizer.json"))
+    assert f"{special_map}: eos_token '<eos>' is not a token of" in str(e.value)
+    assert f"Fix: set eos_token in {special_map} to one of its tokens" in str(e.value)
+
+
 def _data_of_a_copy(eos_dir: str, tmp_path) -> tuple[str, str, BilingualTokenizer, str]:
     """A copy of the tokenizer directory, its tokenizer.json, the tokenizer, and the prefix of
     a dataset whose tokenizer fingerprint is that tokenizer's."""

@@ -11,7 +11,8 @@ Any other HF tokenizer.json loads too (:class:`BilingualTokenizer`): as in Megat
 ``HuggingFaceTokenizer``, whose ``eod`` is the ``eos_token`` ``transformers.AutoTokenizer`` reads,
 EOD is the ``eos_token`` of the ``tokenizer_config.json`` beside the tokenizer.json when it names
 one (``</s>`` for Llama-2 or Mistral, ``<|end_of_text|>`` for Llama-3), else ``<|endoftext|>``;
-PAD and BOS are that file's ``pad_token`` and ``bos_token``.
+PAD and BOS are that file's ``pad_token`` and ``bos_token``. An older ``special_tokens_map.json``
+beside it names them over that file where transformers reads it (:func:`special_tokens`).
 
 Next to a ``tokenizer.json``, :func:`write_metadata` puts the files other loaders need:
 ``tokenizer_config.json`` and ``special_tokens_map.json`` (HF ``AutoTokenizer``), and
@@ -42,7 +43,11 @@ TOKENIZER_CONFIG = "tokenizer_config.json"
 """The file beside a tokenizer.json whose ``eos_token`` / ``pad_token`` / ``bos_token`` name its
 EOD, PAD and BOS (as ``transformers.AutoTokenizer`` reads them)."""
 CONFIG_KEYS = {"eod": "eos_token", "pad": "pad_token", "bos": "bos_token"}
-LOADER_FILES = (TOKENIZER_CONFIG, "special_tokens_map.json", "tokenizer_metadata.json")
+SPECIAL_TOKENS_MAP = "special_tokens_map.json"
+"""The older loader file beside a tokenizer.json whose special tokens ``transformers`` reads over
+the :data:`TOKENIZER_CONFIG`'s when that one has no ``added_tokens_decoder``
+(:func:`special_tokens`)."""
+LOADER_FILES = (TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP, "tokenizer_metadata.json")
 """The files :func:`write_metadata` writes beside a tokenizer.json, in its folder."""
 
 
@@ -167,36 +172,61 @@ def _config_token(doc: dict, key: str, config: str) -> str | None:
     )
 
 
-def special_tokens(tokenizer_json: str) -> tuple[dict[str, str | None], str | None]:
-    """The EOD, PAD and BOS tokens of a HF tokenizer.json (module docstring).
-
-    Returns:
-        ({'eod', 'pad', 'bos'}: token text, or None for a PAD or BOS the config does not name),
-        and the path of the :data:`TOKENIZER_CONFIG` they were read from (None when there is
-        none beside the tokenizer.json: then ``<|endoftext|>``, ``<|pad|>`` and ``<|bos|>``).
+def _loader_doc(path: str, tokenizer_json: str) -> dict:
+    """The JSON object of the loader file ``path`` beside ``tokenizer_json``.
 
     Raises:
-        ValueError: an unreadable :data:`TOKENIZER_CONFIG`, or one whose special token is not text.
+        ValueError: ``path`` cannot be read, or holds no JSON object.
     """
-    config = os.path.join(os.path.dirname(os.path.abspath(tokenizer_json)), TOKENIZER_CONFIG)
-    if not os.path.isfile(config):
-        return {"eod": EOD, "pad": PAD, "bos": BOS}, None
     try:
-        with open(config, encoding="utf-8") as f:
+        with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except (OSError, ValueError) as e:
         raise ValueError(
-            f"{config}: cannot read it ({type(e).__name__}: {e}); its eos_token names the "
-            f"EOD of {tokenizer_json}. Fix: restore the tokenizer_config.json that came with the "
-            "tokenizer, or remove it to use <|endoftext|>"
+            f"{path}: cannot read it ({type(e).__name__}: {e}); its eos_token names the "
+            f"EOD of {tokenizer_json}. Fix: restore the {os.path.basename(path)} that came with "
+            "the tokenizer, or remove it"
         ) from e
     if not isinstance(doc, dict):
         raise ValueError(
-            f"{config}: not a JSON object. Fix: restore the tokenizer_config.json that came with "
+            f"{path}: not a JSON object. Fix: restore the {os.path.basename(path)} that came with "
             "the tokenizer"
         )
-    tokens = {name: _config_token(doc, key, config) for name, key in CONFIG_KEYS.items()}
-    return {**tokens, "eod": tokens["eod"] or EOD}, config
+    return doc
+
+
+def special_tokens(tokenizer_json: str) -> tuple[dict[str, str | None], dict[str, str]]:
+    """The EOD, PAD and BOS tokens of a HF tokenizer.json, as ``transformers.AutoTokenizer``
+    (5.24) reads them from the loader files beside it: those of the :data:`TOKENIZER_CONFIG`,
+    and, where that file has no ``added_tokens_decoder`` (a file saved before transformers
+    4.34, or none at all), those of the :data:`SPECIAL_TOKENS_MAP` over them
+    (``PreTrainedTokenizerBase._from_pretrained``'s legacy path).
+
+    Returns:
+        ({'eod', 'pad', 'bos'}: token text, or None for a PAD or BOS no file names; EOD
+        ``<|endoftext|>`` where none names one), and {the keys a file named: that file's path}.
+        Without either file: ``<|endoftext|>``, ``<|pad|>``, ``<|bos|>`` and {}.
+
+    Raises:
+        ValueError: an unreadable loader file, or one whose special token is not text.
+    """
+    folder = os.path.dirname(os.path.abspath(tokenizer_json))
+    tokens: dict[str, str | None] = {"eod": None, "pad": None, "bos": None}
+    named: dict[str, str] = {}
+    config = os.path.join(folder, TOKENIZER_CONFIG)
+    legacy = os.path.join(folder, SPECIAL_TOKENS_MAP)
+    doc = _loader_doc(config, tokenizer_json) if os.path.isfile(config) else {}
+    files = [(config, doc)] if os.path.isfile(config) else []
+    if "added_tokens_decoder" not in doc and os.path.isfile(legacy):
+        files.append((legacy, _loader_doc(legacy, tokenizer_json)))
+    if not files:
+        return {"eod": EOD, "pad": PAD, "bos": BOS}, {}
+    for path, loaded in files:
+        for name, key in CONFIG_KEYS.items():
+            if key in loaded:
+                tokens[name] = _config_token(loaded, key, path)
+                named[name] = path
+    return {**tokens, "eod": tokens["eod"] or EOD}, named
 
 
 class BilingualTokenizer:
@@ -209,10 +239,11 @@ class BilingualTokenizer:
             merges.txt, :mod:`megatron_gamma.data.tokenizer_types`).
 
     For ``HuggingFaceTokenizer``, EOD, PAD and BOS are those of :func:`special_tokens`: the
-    ``eos_token``, ``pad_token`` and ``bos_token`` of the ``tokenizer_config.json`` beside
-    ``path`` (PAD and BOS None where it names none; EOD ``<|endoftext|>`` where it names none),
-    else ``<|endoftext|>``, ``<|pad|>`` and ``<|bos|>`` (PAD and BOS None when the vocabulary
-    lacks them). When that file makes EOD another token than ``<|endoftext|>``, it is a source
+    ``eos_token``, ``pad_token`` and ``bos_token`` of the ``tokenizer_config.json`` (or of a
+    ``special_tokens_map.json``, as transformers reads it) beside ``path`` (PAD and BOS None where
+    none names them; EOD ``<|endoftext|>`` where none names one), else ``<|endoftext|>``,
+    ``<|pad|>`` and ``<|bos|>`` (PAD and BOS None when the vocabulary lacks them). When the
+    file that names EOD makes it another token than ``<|endoftext|>``, it is a source
     file too (after ``path``), and ``sha256`` covers the tokenizer.json's bytes and the EOD,
     PAD and BOS tokens it names (not the rest of the file: a chat template added, or a re-save by
     ``transformers``, changes no token id): editing its ``eos_token`` changes ``sha256``, so
@@ -225,17 +256,17 @@ class BilingualTokenizer:
         eos_token, pad_token, bos_token: their text (None where the id is None).
         special_texts: those of them that are not None, which preprocessing encodes as plain
             text when a document holds them (:mod:`megatron_gamma.data.token_backend`).
-        config: the ``tokenizer_config.json`` they were read from, or None.
+        named_in: {'eod', 'pad', 'bos' that a loader file names: that file's path}.
         sha256: hex SHA-256 of the bytes of the ``source`` files, in order (for the default
-            source: of the tokenizer.json); with a ``config`` among them, of the tokenizer.json
+            source: of the tokenizer.json); with a loader file among them, of the tokenizer.json
             and the sorted JSON of the EOD, PAD and BOS tokens instead of the config's bytes.
         unique_identifiers: what megatron-core hashes into its dataset cache keys.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
         ConfigError: ``path`` is not a tokenizer.json (:func:`read_tokenizer_json`).
-        ValueError: the EOD token is not in the vocabulary, or a special token the
-            ``tokenizer_config.json`` names is not (the message names it and the fix).
+        ValueError: the EOD token is not in the vocabulary, or a special token a loader file
+            names is not (the message names it and the fix).
     """
 
     def __init__(
@@ -250,12 +281,12 @@ class BilingualTokenizer:
         self.tokenizer_type = tokenizer_type
         self.source = [os.path.abspath(p) for p in source or [path]]
         self._tok = read_tokenizer_json(path)
-        names, self.config = {"eod": EOD, "pad": PAD, "bos": BOS}, None
+        names, self.named_in = {"eod": EOD, "pad": PAD, "bos": BOS}, {}
         if tokenizer_type == "HuggingFaceTokenizer":
-            names, self.config = special_tokens(self.path)
+            names, self.named_in = special_tokens(self.path)
         ids = {key: None if t is None else self._tok.token_to_id(t) for key, t in names.items()}
         for key, token in names.items():
-            if ids[key] is None and token is not None and (self.config or key == "eod"):
+            if ids[key] is None and token is not None and (key in self.named_in or key == "eod"):
                 raise ValueError(self._missing(key, token))
         self.eod, self.pad, self.bos = ids["eod"], ids["pad"], ids["bos"]
         self.eos_token = names["eod"]
@@ -265,8 +296,8 @@ class BilingualTokenizer:
             t for t in (self.eos_token, self.pad_token, self.bos_token) if t is not None
         )
         specials = b""
-        if self.config and self.eos_token != EOD:
-            self.source.append(self.config)
+        if "eod" in self.named_in and self.eos_token != EOD:
+            self.source.append(self.named_in["eod"])
             names = {"eos_token": self.eos_token, "pad_token": self.pad_token}
             specials = json.dumps({**names, "bos_token": self.bos_token}, sort_keys=True).encode()
         self.vocab_size = self._tok.get_vocab_size()
@@ -278,7 +309,13 @@ class BilingualTokenizer:
         vocabulary."""
         added = [t.content for t in self._tok.get_added_tokens_decoder().values() if t.special]
         have = f" (its special tokens: {', '.join(added[:12])})" if added else ""
-        if self.config is None:
+        folder = os.path.dirname(self.path)
+        beside = [
+            p
+            for p in (os.path.join(folder, n) for n in (TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP))
+            if os.path.isfile(p)
+        ]
+        if key not in self.named_in and not beside:
             return (
                 f"{self.path}: no {token} token, its EOD by default, and no {TOKENIZER_CONFIG} "
                 "beside it whose eos_token names another. Fix: put the tokenizer_config.json that "
@@ -288,15 +325,16 @@ class BilingualTokenizer:
                 "train-tokenizer`"
             )
         field = CONFIG_KEYS[key]
-        if key == "eod" and token == EOD:
+        if key not in self.named_in:
             return (
-                f"{self.path}: no {EOD} token, its EOD when {self.config} names no eos_token. "
-                f"Fix: set eos_token in {self.config} to the tokenizer's end-of-document "
-                f"token{have}"
+                f"{self.path}: no {EOD} token, its EOD when {' and '.join(beside)} name(s) no "
+                f"eos_token. Fix: set eos_token in {beside[0]} to the tokenizer's "
+                f"end-of-document token{have}"
             )
+        where = self.named_in[key]
         return (
-            f"{self.config}: {field} {token!r} is not a token of {self.path}. Fix: set "
-            f"{field} in {self.config} to one of its tokens{have}"
+            f"{where}: {field} {token!r} is not a token of {self.path}. Fix: set "
+            f"{field} in {where} to one of its tokens{have}"
             + (", or remove it" if key != "eod" else "")
         )
 

@@ -3,8 +3,9 @@
 Writes ``config.json``, ``model.safetensors`` (sharded with an index above ``max_shard_size``),
 ``generation_config.json``, the run's ``tokenizer.json`` with ``tokenizer_config.json`` /
 ``special_tokens_map.json`` (their ``eos_token`` is the run's EOD, whose id is the
-``eos_token_id`` of ``config.json``; a ``tokenizer_config.json`` whose ``eos_token`` made the
-run's EOD is copied as it is, so that ``import-hf`` gives the tokenizer the same identity), and
+``eos_token_id`` of ``config.json``; the ``tokenizer_config.json`` or ``special_tokens_map.json``
+whose ``eos_token`` made the run's EOD is copied as it is, so that ``import-hf`` gives the
+tokenizer the same identity), and
 ``megatron_gamma.json`` (the run's config and the iteration, so that ``import-hf`` restores the
 run exactly; :func:`portable_config`: no path of this host and no ``cluster.env`` value leaves
 with the model). An ungated dense model becomes a stock ``LlamaForCausalLM`` (no custom code);
@@ -122,7 +123,7 @@ def export_hf(
         ConfigError: ``out_dir`` exists and is not an empty directory, or cannot be made
             (:func:`~megatron_gamma.rundir.paths.check_new_dir`).
     """
-    from megatron_gamma.data.tokenizer import TOKENIZER_CONFIG, write_metadata
+    from megatron_gamma.data.tokenizer import write_metadata
 
     check_new_dir(out_dir, "out_dir", "choose a new directory")
     run = checkpoint.resolve(ckpt, config)
@@ -142,8 +143,9 @@ def export_hf(
         write_metadata(
             os.path.join(tmp, "tokenizer.json"), tok.eos_token, tok.pad_token, tok.bos_token
         )
-        if tok.config in tok.source:  # it made the EOD: part of the tokenizer's identity
-            shutil.copyfile(tok.config, os.path.join(tmp, TOKENIZER_CONFIG))
+        named = tok.named_in.get("eod")
+        if named in tok.source:  # it made the EOD: part of the tokenizer's identity
+            shutil.copyfile(named, os.path.join(tmp, os.path.basename(named)))
         if model_type == "gamma_gpt":
             from megatron_gamma.hf import hf_model
 

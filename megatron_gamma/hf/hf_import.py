@@ -8,6 +8,7 @@ a run directory::
     RUN_DIR/config.yaml                       the run config (tokenizer_model -> RUN_DIR)
     RUN_DIR/tokenizer.json                    copied from HF_DIR
     RUN_DIR/tokenizer_config.json             copied from HF_DIR when there (its eos_token: EOD)
+    RUN_DIR/special_tokens_map.json           likewise (an older file, read as transformers does)
     RUN_DIR/checkpoints/iter_N/               torch_dist checkpoint (weights, iteration, config)
     RUN_DIR/checkpoints/latest_checkpointed_iteration.txt
 
@@ -37,7 +38,7 @@ from megatron.core import dist_checkpointing
 from megatron_gamma.atomic import atomic_dir
 from megatron_gamma.checkpoint_trust import CheckpointError
 from megatron_gamma.config import Config, config_from_dict, save_config
-from megatron_gamma.data.tokenizer import TOKENIZER_CONFIG, BilingualTokenizer
+from megatron_gamma.data.tokenizer import SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG, BilingualTokenizer
 from megatron_gamma.data.tokenizer_fingerprint import fingerprint
 from megatron_gamma.hf import mapping
 from megatron_gamma.hf.hf_export import HOST_PATH_FIELDS, META_FILE
@@ -218,11 +219,11 @@ def _run_config(hf_dir: str, run_dir: str) -> tuple[dict, int, dict]:
 
 
 def _run_tokenizer(built: str) -> BilingualTokenizer | None:
-    """The new run's tokenizer: its tokenizer.json with the tokenizer_config.json beside it
+    """The new run's tokenizer: its tokenizer.json with the loader files beside it
     (:class:`~megatron_gamma.data.tokenizer.BilingualTokenizer`), read from ``built``, the
     temporary directory the run is assembled in. None for one without an EOD token (no
-    ``<|endoftext|>`` and no ``eos_token`` in a tokenizer_config.json; a tokenizer from
-    elsewhere: the checkpoint then records no fingerprint)."""
+    ``<|endoftext|>`` and no ``eos_token`` in a loader file; a tokenizer from elsewhere: the
+    checkpoint then records no fingerprint)."""
     try:
         return BilingualTokenizer(os.path.join(built, "tokenizer.json"))
     except ValueError:
@@ -247,13 +248,14 @@ def eos_mismatch(hf: dict, tok: BilingualTokenizer | None) -> str | None:
     ids = ids if isinstance(ids, list) else [ids]
     if tok is None or not ids or not all(isinstance(i, int) for i in ids) or tok.eod in ids:
         return None
+    named = os.path.basename(tok.named_in.get("eod", TOKENIZER_CONFIG))
     return (
         f"config.json: eos_token_id {hf['eos_token_id']} does not hold {tok.eod} "
-        f"({tok.eos_token!r}), the run's EOD (the eos_token of {TOKENIZER_CONFIG}, or "
-        f"<|endoftext|> where none names one): data preprocessed with this tokenizer ends each "
-        f"document in {tok.eod}, while the model was trained to stop at "
-        f"{hf['eos_token_id']}. Fix: set eos_token in the model directory's {TOKENIZER_CONFIG} "
-        "to the model's end-of-document token and import again"
+        f"({tok.eos_token!r}), the run's EOD (the eos_token of {TOKENIZER_CONFIG} or "
+        f"{SPECIAL_TOKENS_MAP}, or <|endoftext|> where none names one): data preprocessed with "
+        f"this tokenizer ends each document in {tok.eod}, while the model was trained to stop "
+        f"at {hf['eos_token_id']}. Fix: set eos_token in the model directory's {named} to the "
+        "model's end-of-document token and import again"
     )
 
 
@@ -311,10 +313,11 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
             "Face tokenizers format) into the model directory"
         )
     tokenizer = model_file(hf_dir, "tokenizer.json")
-    tokenizer_config = os.path.join(hf_dir, TOKENIZER_CONFIG)  # its eos_token names the EOD
-    tokenizer_config = (
-        model_file(hf_dir, TOKENIZER_CONFIG) if os.path.lexists(tokenizer_config) else None
-    )
+    loader_files = {  # their eos_token names the EOD
+        name: model_file(hf_dir, name)
+        for name in (TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP)
+        if os.path.lexists(os.path.join(hf_dir, name))
+    }
     raw, iteration, hf = _run_config(hf_dir, run_dir)
     cfg = config_from_dict(raw)
     hf_sd = read_safetensors(hf_dir)
@@ -324,8 +327,9 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
     vocab = int(mc_sd["embedding.word_embeddings.weight"].shape[0])
     with atomic_dir(run_dir) as tmp:
         shutil.copyfile(tokenizer, os.path.join(tmp, "tokenizer.json"))
-        if tokenizer_config is not None and os.path.isfile(tokenizer_config):
-            shutil.copyfile(tokenizer_config, os.path.join(tmp, TOKENIZER_CONFIG))
+        for name, path in loader_files.items():
+            if os.path.isfile(path):
+                shutil.copyfile(path, os.path.join(tmp, name))
         tok = _run_tokenizer(tmp)
         one = loader.fp32_single_rank(cfg)
         with loader.single_process(one):
