@@ -230,7 +230,7 @@ INTERRUPTED = {"preprocess": _KEPT, "merge": _KEPT}
 EVAL_EXTRA_MODULES = ("transformers", "safetensors", "lm_eval", "accelerate")
 """Import names of setup.py's ``eval`` extra (``EVAL_REQUIRES``): ``export-hf``, ``import-hf``
 and ``evaluate --tasks`` need them; the default install leaves them out."""
-_LOSS_FLAGS = ("data_path", "eval_tokens", "seq_length", "micro_batch_size")
+_LOSS_FLAGS = ("data_path", "eval_tokens", "seq_length", "micro_batch_size", "data_cache_path")
 _TASK_FLAGS = (
     "compare",
     "compare_config",
@@ -263,6 +263,7 @@ def _evaluate_loss(args: argparse.Namespace) -> None:
         eval_tokens=args.eval_tokens,
         seq_length=args.seq_length,
         micro_batch_size=args.micro_batch_size,
+        data_cache_path=args.data_cache_path,
     )
     if read_dist_env().rank != 0:
         return
@@ -320,8 +321,9 @@ def _check_evaluate_paths(args: argparse.Namespace) -> None:
             (:func:`~megatron_gamma.rundir.paths.missing_checkpoint`), a ``--config`` or
             ``--compare-config`` that is not a file, an ``--include-path`` that is not a
             directory, a ``--data-path`` blend that is malformed or names a prefix without its
-            files (:meth:`~megatron_gamma.config.DataConfig.blend`), or an ``--output-dir`` that
-            cannot be made or written (:func:`~megatron_gamma.rundir.paths.check_output_dir`);
+            files (:meth:`~megatron_gamma.config.DataConfig.blend`), or an ``--output-dir`` or
+            ``--data-cache-path`` that cannot be made or written
+            (:func:`~megatron_gamma.rundir.paths.check_output_dir`);
             the message names the flag, the value and the fix.
     """
     from megatron_gamma.config import load_config
@@ -341,6 +343,8 @@ def _check_evaluate_paths(args: argparse.Namespace) -> None:
         load_config(None, {"data_path": args.data_path}).data.blend()
     if args.output_dir is not None:
         check_output_dir(args.output_dir, "--output-dir")
+    if args.data_cache_path is not None:
+        check_output_dir(args.data_cache_path, "--data-cache-path")
 
 
 def _evaluate(args: argparse.Namespace) -> None:
@@ -815,6 +819,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         help="windows per forward pass (default 4; on the run's validation split the run's "
         "micro-batch size, and the loss is averaged over the run's micro-batches either way)",
+    )
+    p.add_argument(
+        "--data-cache-path",
+        help="on the run's validation split: megatron-core's index caches, read or built there "
+        "and kept (e.g. RUN/data_cache, pretrain's default; default: a scratch directory, "
+        "removed at exit, so each call builds them again)",
     )
     p.add_argument("--tasks", help="comma-separated lm-eval tasks, e.g. hellaswag,gsm8k")
     p.add_argument(

@@ -110,6 +110,57 @@ def test_two_processes_score_the_split_as_one(split_run, tmp_path):
     assert two["loss"] == pytest.approx(one["loss"], abs=1e-12)
 
 
+def _files(folder) -> dict[str, int]:
+    """{path relative to ``folder``: modification time in ns} of every file below it."""
+    return {
+        os.path.relpath(os.path.join(root, name), folder): os.stat(
+            os.path.join(root, name)
+        ).st_mtime_ns
+        for root, _, names in os.walk(folder)
+        for name in names
+    }
+
+
+@pytest.mark.slow
+def test_a_data_cache_path_reuses_pretrains_caches_and_keeps_its_own(split_run, tmp_path):
+    """--data-cache-path RUN/data_cache reads the caches pretrain built there (no file written
+    or rewritten); a new directory gets the same caches, built once and read by the next call;
+    the loss is pretrain's logged validation loss either way."""
+    logged = read_metrics(split_run)["valid"][3]
+    pretrains = os.path.join(split_run, "data_cache")
+    before = _files(pretrains)
+    assert before  # pretrain's default cache directory holds its index caches
+    assert evaluate(split_run, data_cache_path=pretrains)["loss"] == pytest.approx(logged, abs=TOL)
+    assert _files(pretrains) == before
+    own = tmp_path / "cache"
+    first = evaluate(split_run, data_cache_path=str(own))["loss"]
+    built = _files(own)
+    assert sorted(built) == sorted(before)
+    again = evaluate(split_run, data_cache_path=str(own))["loss"]
+    assert _files(own) == built and first == again == pytest.approx(logged, abs=TOL)
+
+
+@pytest.mark.slow
+def test_two_processes_share_a_data_cache_path(split_run, tmp_path):
+    """Under torchrun rank 0 builds a shared --data-cache-path's caches and the other reads
+    them: the loss of one process; off the run's split the flag is refused by name."""
+    one = evaluate(_ckpt(split_run, 2))
+    cache = tmp_path / "cache"
+    flags = ["--data-cache-path", str(cache), "--output-dir", str(tmp_path / "out")]
+    proc = run_cli(["evaluate", _ckpt(split_run, 2), *flags], nproc=2)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    two = json.loads((tmp_path / "out" / "eval_loss.json").read_text())
+    assert two["processes"] == 2 and two["loss"] == pytest.approx(one["loss"], abs=1e-12)
+    assert sorted(_files(cache)) == sorted(_files(os.path.join(split_run, "data_cache")))
+    with pytest.raises(ConfigError) as e:
+        evaluate(split_run, [os.path.join(split_run, "data", "x")], data_cache_path=str(cache))
+    assert str(e.value) == (
+        f"data_cache_path={str(cache)!r}: acts only on the run's own validation split; windows "
+        "of --data-path are read straight from the dataset, with no index cache. Fix: drop "
+        "--data-cache-path"
+    )
+
+
 @pytest.mark.slow
 def test_data_path_still_replaces_the_run_split(split_run, demo_prefix):
     out = evaluate(split_run, [demo_prefix], eval_tokens=4 * SEQ)

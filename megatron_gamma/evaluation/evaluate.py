@@ -31,7 +31,10 @@ by bf16 rounding; a TP/PP run's by the order of its sums). ``eval_tokens`` and `
 choose other samples than pretrain's and are refused there. megatron-core's index caches of the
 run's three splits (as pretrain builds them: the train split's over its ``train_iters x
 global_batch_size`` samples, which takes a while for a long run) are built in a scratch
-directory of each process, removed when it exits, never where the checkpoint's config points.
+directory of each process, removed when it exits, never where the checkpoint's config points;
+with ``data_cache_path`` (``--data-cache-path``, e.g. ``RUN/data_cache``, where pretrain built
+them by default) they are read from there, or built there once (rank 0 first, as pretrain
+builds them) and kept for the next call.
 """
 
 from __future__ import annotations
@@ -236,17 +239,25 @@ def split_loss(per_sample: torch.Tensor, micro_batch_size: int) -> float:
     return float((nll / count).mean())
 
 
-def _score_run_split(run: checkpoint.RunCheckpoint, samples: int, batch_size: int) -> dict:
+def _score_run_split(
+    run: checkpoint.RunCheckpoint, samples: int, batch_size: int, data_cache_path: Optional[str]
+) -> dict:
     """:func:`evaluate` on the run's own validation split (module docstring, case 3)."""
-    cfg = run.cfg.replace(data_cache_path=os.path.join(loader.scratch_dir(), "data_cache"))
+    shared = data_cache_path is not None
+    cache = data_cache_path if shared else os.path.join(loader.scratch_dir(), "data_cache")
+    cfg = run.cfg.replace(data_cache_path=cache)
     d, t, seq = cfg.data, cfg.training, cfg.model.seq_length
     prefixes, weights = d.blend()
     weights = weights or [1.0] * len(prefixes)
-    # before any process group: each launched process builds the index caches in its own
-    # scratch directory (megatron-core's builder under torch.distributed has the ranks other
-    # than 0 read rank 0's caches, which lie in rank 0's scratch directory)
-    valid = build_datasets(cfg, loader.run_tokenizer(cfg))[1]
+    tokenizer = loader.run_tokenizer(cfg)
+    # A scratch cache is built before any process group, by each launched process in its own
+    # directory (megatron-core's builder under torch.distributed has the ranks other than 0 read
+    # rank 0's caches, which would lie in rank 0's scratch directory); a shared one inside the
+    # group, rank 0 first, so that no two processes write the same file.
+    valid = None if shared else build_datasets(cfg, tokenizer)[1]
     with _processes(cfg) as (rank, world):
+        if shared:
+            valid = build_datasets(cfg, tokenizer)[1]
         model, iteration = checkpoint.load_model(run)
         per_sample = sample_losses(model, valid, samples, batch_size, rank, world)
     loss = split_loss(per_sample, t.micro_batch_size)
@@ -289,6 +300,7 @@ def evaluate(
     eval_tokens: Optional[int] = None,
     seq_length: Optional[int] = None,
     micro_batch_size: Optional[int] = None,
+    data_cache_path: Optional[str] = None,
 ) -> dict:
     """Held-out loss and perplexity of one checkpoint (module docstring).
 
@@ -305,6 +317,9 @@ def evaluate(
         micro_batch_size: windows (samples) per forward pass (default
             :data:`DEFAULT_MICRO_BATCH_SIZE`; on the run's split the run's ``micro_batch_size``);
             on the run's split the loss is still averaged over the run's micro-batches.
+        data_cache_path: on the run's split, the directory of megatron-core's index caches to
+            read or build (default: a scratch directory per process, removed at exit). Refused
+            elsewhere, where no index cache is built.
 
     Returns:
         {'loss', 'perplexity', 'tokens', 'windows', 'seq_length', 'iteration', 'checkpoint',
@@ -317,15 +332,23 @@ def evaluate(
 
     Raises:
         CheckpointError, TokenizerNotFoundError: see :func:`checkpoint.resolve`.
-        ConfigError: no data, a bad blend, a window longer than the model's positions, or a
-            prefix with fewer tokens than its share (fix: lower --eval-tokens); on the run's
-            split, see :func:`check_run_split`.
+        ConfigError: no data, a bad blend, a window longer than the model's positions, a
+            prefix with fewer tokens than its share (fix: lower --eval-tokens), or
+            ``data_cache_path`` off the run's split; on the run's split, see
+            :func:`check_run_split`.
     """
     run = checkpoint.resolve(ckpt, config)
     if uses_run_split(run.cfg, data_path):
         samples = check_run_split(run.cfg, eval_tokens, seq_length)
         batch_size = micro_batch_size or run.cfg.training.micro_batch_size
-        return _score_run_split(run, samples, batch_size)
+        return _score_run_split(run, samples, batch_size, data_cache_path)
+    if data_cache_path is not None:
+        named = "--data-path" if data_path else "the run's valid_data_path"
+        raise ConfigError(
+            f"data_cache_path={data_cache_path!r}: acts only on the run's own validation split; "
+            f"windows of {named} are read straight from the dataset, with no index cache. Fix: "
+            "drop --data-cache-path"
+        )
     eval_tokens = DEFAULT_EVAL_TOKENS if eval_tokens is None else eval_tokens
     micro_batch_size = micro_batch_size or DEFAULT_MICRO_BATCH_SIZE
     m = run.cfg.model
