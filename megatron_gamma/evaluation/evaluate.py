@@ -27,10 +27,11 @@ loss, the mean over the run's micro-batches (``micro_batch_size`` consecutive sa
 each micro-batch's mean cross-entropy over its ``loss_mask`` tokens. The checkpoint of
 iteration N so scores the validation loss pretrain logged at iteration N (``metrics.jsonl``,
 ``"split": "valid"``), in fp32 (a bf16 run's validation ran in bf16, so there the two differ
-by bf16 rounding; a TP/PP run's by the order of its sums, within 2e-6 nats as tested). ``eval_tokens`` and ``seq_length``
-choose other samples than pretrain's and are refused there. megatron-core's index caches of the
-run's three splits (as pretrain builds them: the train split's over its ``train_iters x
-global_batch_size`` samples, which takes a while for a long run) are built in a scratch
+by bf16 rounding; a TP/PP run's by the order of its sums, within 2e-6 nats as tested).
+``eval_tokens`` and ``seq_length`` choose other samples than pretrain's and are refused there.
+megatron-core's index caches of the run's three splits (as pretrain builds them: the train
+split's over its ``train_iters x global_batch_size`` samples, which takes a while for a long
+run) are built in a scratch
 directory of each process, removed when it exits, never where the checkpoint's config points;
 with ``data_cache_path`` (``--data-cache-path``, e.g. ``RUN/data_cache``, where pretrain built
 them by default) they are read from there, or built there once (rank 0 first, as pretrain
