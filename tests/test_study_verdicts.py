@@ -1030,7 +1030,9 @@ def _rank_study(first_iteration: int, arm_dip: float):
     widths = {"s1": 256}
     losses, diag = {}, {}
     for seed, e in ((1, 0.0), (2, 0.01), (3, -0.01)):
-        for arm, dip, rise, k in (("gamma1", arm_dip, 0.4, 1.0), ("baseline", 0.02, 0.0, 0.5)):
+        # the control recovers too (rise 0.1): flat after its dip, it fell to its last point in
+        # seed 3, where its dip is not measured (claim 7's rule)
+        for arm, dip, rise, k in (("gamma1", arm_dip, 0.4, 1.0), ("baseline", 0.02, 0.1, 0.5)):
             losses[(arm, "s1", seed)] = 5.0
             ranks = {
                 first_iteration: 30.0,
@@ -1107,6 +1109,34 @@ def test_a_stable_rank_still_falling_at_the_last_point_has_no_measured_recovery(
     assert m["rank_dip"] == pytest.approx(0.6) and m["rank_rise"] is None
     b = mechanisms(data)["baseline|s1"]
     assert (b["rank_min"], b["rank_min_iteration"]) == (28.0, 100)
+
+
+def test_a_control_still_falling_at_the_last_point_has_no_measured_dip():
+    """γ = 1 dips and recovers (30 → 15 − e → 21); its control, γ = 0.5, is still falling at
+    its last point (30 → 29.5 → 29). The control's minimum is then its last point, its dip
+    (1 − min/first) only how far it had fallen so far, so Δdip = arm − control is not measured:
+    the rule checked only the arm's trajectory for this and called the row reproduced."""
+    losses, diag = {}, {}
+    offsets = (0.0, 0.2, -0.3)
+    for k, e in enumerate(offsets, start=1):
+        losses |= {("gamma1", "s1", k): 5.0, ("baseline", "s1", k): 5.0}
+        diag[("gamma1", "s1", k)] = {
+            it: {"stable_rank/q": r} for it, r in ((0, 30.0), (50, 15.0 - e), (100, 21.0))
+        }
+        diag[("baseline", "s1", k)] = {
+            it: {"stable_rank/q": r} for it, r in ((0, 30.0), (50, 29.5), (100, 29.0))
+        }
+    v = claim7(make_study(losses, {"s1": 256}, diagnostics=diag))
+    deltas = [(1 - (15.0 - e) / 30) - (1 - 29.0 / 30) for e in offsets]
+    lo, hi = _t_interval(deltas)
+    assert v.verdict == NOT_MEASURABLE
+    assert (
+        f"gamma1 vs baseline (s1): Δdip to the last point {np.mean(deltas):+.3f} [{lo:+.3f}, "
+        f"{hi:+.3f}] (df 2, 3 seeds); the stable rank of baseline (the control) is still "
+        "falling at the last point (its minimum is the last point, iteration 100) in seed(s) "
+        "[1, 2, 3], so its dip is not measured, nor Δdip" in v.numbers
+    )
+    assert "gamma1 is still falling" not in v.numbers
 
 
 def test_the_stable_rank_mean_compares_the_same_matrices_across_arms():

@@ -567,7 +567,8 @@ def _neighbour_arms(data: StudyData) -> list[str]:
 def _dip_rise(series: dict[int, float]) -> tuple[float, Optional[float]]:
     """(dip, rise) of a stable-rank trajectory {iteration: stable rank}: dip = 1 − min/first,
     rise = final/min − 1 with the minimum over every point, the last included; rise is None
-    when the minimum is the last point (still falling there: no recovery was measured)."""
+    when the minimum is the last point (still falling there: no recovery was measured, and the
+    dip is only the fall so far, a lower bound, so claim 7 reads neither)."""
     its = sorted(series)
     low = min(its, key=series.get)
     rise = None if low == its[-1] else series[its[-1]] / series[low] - 1
@@ -588,8 +589,9 @@ def claim7(data: StudyData) -> Verdict:
         "each γ=1 arm against its matched control (same ε and gate, γ = 0.5), from iteration 0, "
         "paired by seed at the largest size: dip (1 − min/initial stable rank) of the arm − "
         f"control's above {DIP_MIN:g}, and the arm's recovery (final/min − 1) above {DIP_MIN:g}, "
-        "the minimum taken over every point; not measurable where the arm's minimum is its last "
-        "point in a seed (still falling: no recovery measured)"
+        "the minimum taken over every point; not measurable where the arm's or the control's "
+        "minimum is its last point in a seed (still falling: the arm's recovery, or the "
+        "control's dip and so Δdip, not measured)"
     )
     controls = _condensation_arms(data)
     pairs = [(a, c) for a, c in controls.items() if c]
@@ -624,13 +626,21 @@ def claim7(data: StudyData) -> Verdict:
             continue
         da, db = ([_dip_rise(x[k]) for k in seeds] for x in (a, b))
         dip = paired_difference([x[0] for x in da], [x[0] for x in db])
-        falling = [k for k, x in zip(seeds, da, strict=True) if x[1] is None]
-        if falling:
-            last = max(a[falling[0]])
+        unmeasured = []
+        for name, series, dr, lost in (
+            (arm, a, da, "no recovery is measured"),
+            (f"{ctrl} (the control)", b, db, "its dip is not measured, nor Δdip"),
+        ):
+            if falling := [k for k, x in zip(seeds, dr, strict=True) if x[1] is None]:
+                unmeasured.append(
+                    f"the stable rank of {name} is still falling at the last point (its minimum "
+                    f"is the last point, iteration {max(series[falling[0]])}) in seed(s) "
+                    f"{falling}, so {lost}"
+                )
+        if unmeasured:
             parts.append(
-                f"{arm} vs {ctrl} ({at}): Δdip to the last point {dip.text(3)}; the stable "
-                f"rank of {arm} is still falling at the last point (its minimum is the last "
-                f"point, iteration {last}) in seed(s) {falling}, so no recovery is measured"
+                f"{arm} vs {ctrl} ({at}): Δdip to the last point {dip.text(3)}; "
+                + "; ".join(unmeasured)
             )
             verdicts.append(NOT_MEASURABLE)
             continue
