@@ -145,6 +145,32 @@ def test_an_arm_that_has_not_learned_is_not_measurable_and_one_lr_is_scoped():
     assert "not checked" not in unknown[1].numbers  # an undecided row needs no such note
 
 
+def test_the_not_learned_check_reads_only_the_sizes_a_row_judges():
+    """Claim 7 judges the largest size only (s2, where both arms learned); the baseline had not
+    learned at s1 (mean 8.4100 >= ln 4096). The check read every size of a compared arm and
+    made claim 7's row not measurable for a size it never read; claim 1, which reads s1, is
+    still flagged there."""
+    one = _rank_study(first_iteration=0, arm_dip=0.8)
+    losses, diag = {}, {}
+    for r in one.runs:
+        for size, loss in (("s1", 8.41 if r["arm"] == "baseline" else 8.0), ("s2", 5.0)):
+            losses[(r["arm"], size, r["seed"])] = loss + 0.01 * r["seed"]
+            diag[(r["arm"], size, r["seed"])] = r["record"].diagnostics
+    data = make_study(losses, {"s1": 256, "s2": 512}, diagnostics=diag, vocab_size=4096)
+    rows = verdicts(data, {}, None)
+    rank = next(v for v in rows if v.claim.startswith("condensation then expansion"))
+    assert rank.verdict == REPRODUCED and "not learned" not in rank.numbers, rank.numbers
+    assert rank.sizes == ("s2",)
+    gain = rows[0]  # claim 1 at the shared LR
+    assert gain.sizes == ("s1", "s2")
+    mean = np.mean([8.41 + 0.01 * k for k in (1, 2, 3)])
+    assert mean >= math.log(4096)
+    assert (
+        f"not learned, mean final validation loss >= ln V = ln 4096 = {math.log(4096):.4f} (a "
+        f"uniform predictor's): baseline at s1 {mean:.4f}" in gain.numbers
+    )
+
+
 def test_the_multiplicity_sentence_counts_decided_rows_and_names_its_k():
     """The trial's smoke report said "The table decides 12 rows" with every row inconclusive."""
     rows = [Verdict("c", v, "n", "r") for v in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)]
