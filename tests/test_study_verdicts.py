@@ -1184,6 +1184,25 @@ def test_the_stable_rank_mean_compares_the_same_matrices_across_arms():
         assert e["rank_rise"] == pytest.approx(0.5)
 
 
+def test_the_condensation_series_compares_the_same_matrices_across_arms():
+    """report.json's condensation series (its ``series`` are :func:`mechanisms`') averaged
+    every matrix an arm logged, so the gated arm's gate score (0.9 here) lifted its mean to
+    (c + (1 − c) + 0.9)/3 = 0.633 against the baseline's (c + (1 − c))/2 = 0.5 for identical
+    q and k matrices. It is now the mean over the matrices every arm logged, as the stable
+    rank's is."""
+    losses, diag = {}, {}
+    for arm in ("baseline", "gamma1+eps+gate"):
+        losses[(arm, "s1", 1)] = 5.0
+        gate = {"condensation/gate/layer_00": 0.9} if arm != "baseline" else {}
+        diag[(arm, "s1", 1)] = {
+            it: {"condensation/qkv.q/layer_00": c, "condensation/qkv.k/layer_00": 1 - c, **gate}
+            for it, c in ((0, 0.2), (50, 0.6), (100, 0.4))
+        }
+    m = mechanisms(make_study(losses, {"s1": 256}, diagnostics=diag))
+    for arm in ("baseline", "gamma1+eps+gate"):
+        assert m[f"{arm}|s1"]["condensation"] == pytest.approx({0: 0.5, 50: 0.5, 100: 0.5}), arm
+
+
 # --- claim 8: Δsym by difficulty ------------------------------------------------------------
 
 
