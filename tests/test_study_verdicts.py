@@ -145,6 +145,32 @@ def test_an_arm_that_has_not_learned_is_not_measurable_and_one_lr_is_scoped():
     assert "not checked" not in unknown[1].numbers  # an undecided row needs no such note
 
 
+def test_the_not_learned_check_reads_only_the_sizes_a_row_judges():
+    """Claim 7 judges the largest size only (s2, where both arms learned); the baseline had not
+    learned at s1 (mean 8.4100 >= ln 4096). The check read every size of a compared arm and
+    made claim 7's row not measurable for a size it never read; claim 1, which reads s1, is
+    still flagged there."""
+    one = _rank_study(first_iteration=0, arm_dip=0.8)
+    losses, diag = {}, {}
+    for r in one.runs:
+        for size, loss in (("s1", 8.41 if r["arm"] == "baseline" else 8.0), ("s2", 5.0)):
+            losses[(r["arm"], size, r["seed"])] = loss + 0.01 * r["seed"]
+            diag[(r["arm"], size, r["seed"])] = r["record"].diagnostics
+    data = make_study(losses, {"s1": 256, "s2": 512}, diagnostics=diag, vocab_size=4096)
+    rows = verdicts(data, {}, None)
+    rank = next(v for v in rows if v.claim.startswith("condensation then expansion"))
+    assert rank.verdict == REPRODUCED and "not learned" not in rank.numbers, rank.numbers
+    assert rank.sizes == ("s2",)
+    gain = rows[0]  # claim 1 at the shared LR
+    assert gain.sizes == ("s1", "s2")
+    mean = np.mean([8.41 + 0.01 * k for k in (1, 2, 3)])
+    assert mean >= math.log(4096)
+    assert (
+        f"not learned, mean final validation loss >= ln V = ln 4096 = {math.log(4096):.4f} (a "
+        f"uniform predictor's): baseline at s1 {mean:.4f}" in gain.numbers
+    )
+
+
 def test_the_multiplicity_sentence_counts_decided_rows_and_names_its_k():
     """The trial's smoke report said "The table decides 12 rows" with every row inconclusive."""
     rows = [Verdict("c", v, "n", "r") for v in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)]
@@ -1030,7 +1056,9 @@ def _rank_study(first_iteration: int, arm_dip: float):
     widths = {"s1": 256}
     losses, diag = {}, {}
     for seed, e in ((1, 0.0), (2, 0.01), (3, -0.01)):
-        for arm, dip, rise, k in (("gamma1", arm_dip, 0.4, 1.0), ("baseline", 0.02, 0.0, 0.5)):
+        # the control recovers too (rise 0.1): flat after its dip, it fell to its last point in
+        # seed 3, where its dip is not measured (claim 7's rule)
+        for arm, dip, rise, k in (("gamma1", arm_dip, 0.4, 1.0), ("baseline", 0.02, 0.1, 0.5)):
             losses[(arm, "s1", seed)] = 5.0
             ranks = {
                 first_iteration: 30.0,
@@ -1109,6 +1137,34 @@ def test_a_stable_rank_still_falling_at_the_last_point_has_no_measured_recovery(
     assert (b["rank_min"], b["rank_min_iteration"]) == (28.0, 100)
 
 
+def test_a_control_still_falling_at_the_last_point_has_no_measured_dip():
+    """γ = 1 dips and recovers (30 → 15 − e → 21); its control, γ = 0.5, is still falling at
+    its last point (30 → 29.5 → 29). The control's minimum is then its last point, its dip
+    (1 − min/first) only how far it had fallen so far, so Δdip = arm − control is not measured:
+    the rule checked only the arm's trajectory for this and called the row reproduced."""
+    losses, diag = {}, {}
+    offsets = (0.0, 0.2, -0.3)
+    for k, e in enumerate(offsets, start=1):
+        losses |= {("gamma1", "s1", k): 5.0, ("baseline", "s1", k): 5.0}
+        diag[("gamma1", "s1", k)] = {
+            it: {"stable_rank/q": r} for it, r in ((0, 30.0), (50, 15.0 - e), (100, 21.0))
+        }
+        diag[("baseline", "s1", k)] = {
+            it: {"stable_rank/q": r} for it, r in ((0, 30.0), (50, 29.5), (100, 29.0))
+        }
+    v = claim7(make_study(losses, {"s1": 256}, diagnostics=diag))
+    deltas = [(1 - (15.0 - e) / 30) - (1 - 29.0 / 30) for e in offsets]
+    lo, hi = _t_interval(deltas)
+    assert v.verdict == NOT_MEASURABLE
+    assert (
+        f"gamma1 vs baseline (s1): Δdip to the last point {np.mean(deltas):+.3f} [{lo:+.3f}, "
+        f"{hi:+.3f}] (df 2, 3 seeds); the stable rank of baseline (the control) is still "
+        "falling at the last point (its minimum is the last point, iteration 100) in seed(s) "
+        "[1, 2, 3], so its dip is not measured, nor Δdip" in v.numbers
+    )
+    assert "gamma1 is still falling" not in v.numbers
+
+
 def test_the_stable_rank_mean_compares_the_same_matrices_across_arms():
     """The trial's smoke study: the gated arm's mean included its gate matrices, the
     baseline's could not, so the two started 24.89 vs 25.77 from draws equal up to scale. The
@@ -1126,6 +1182,25 @@ def test_the_stable_rank_mean_compares_the_same_matrices_across_arms():
         e = m[f"{arm}|s1"]
         assert (e["rank_first"], e["rank_min"], e["rank_final"]) == (30.0, 12.0, 18.0), arm
         assert e["rank_rise"] == pytest.approx(0.5)
+
+
+def test_the_condensation_series_compares_the_same_matrices_across_arms():
+    """report.json's condensation series (its ``series`` are :func:`mechanisms`') averaged
+    every matrix an arm logged, so the gated arm's gate score (0.9 here) lifted its mean to
+    (c + (1 − c) + 0.9)/3 = 0.633 against the baseline's (c + (1 − c))/2 = 0.5 for identical
+    q and k matrices. It is now the mean over the matrices every arm logged, as the stable
+    rank's is."""
+    losses, diag = {}, {}
+    for arm in ("baseline", "gamma1+eps+gate"):
+        losses[(arm, "s1", 1)] = 5.0
+        gate = {"condensation/gate/layer_00": 0.9} if arm != "baseline" else {}
+        diag[(arm, "s1", 1)] = {
+            it: {"condensation/qkv.q/layer_00": c, "condensation/qkv.k/layer_00": 1 - c, **gate}
+            for it, c in ((0, 0.2), (50, 0.6), (100, 0.4))
+        }
+    m = mechanisms(make_study(losses, {"s1": 256}, diagnostics=diag))
+    for arm in ("baseline", "gamma1+eps+gate"):
+        assert m[f"{arm}|s1"]["condensation"] == pytest.approx({0: 0.5, 50: 0.5, 100: 0.5}), arm
 
 
 # --- claim 8: Δsym by difficulty ------------------------------------------------------------

@@ -574,11 +574,17 @@ def gamma_grid(data: StudyData, phase: str = "shared") -> dict[str, dict]:
     return out
 
 
+MATRIX_DIAGNOSTICS = ("stable_rank", "condensation")
+"""The per-matrix diagnostics (``PREFIX/ROLE/layer_LL``) that :func:`mechanisms` averages over
+the matrices every arm at a size logged."""
+
+
 def mechanisms(data: StudyData) -> dict[str, dict]:
     """Per arm and size: saturation, sink share, stable rank and condensation trajectories.
-    The stable rank is the mean over the matrices every arm at that size logged
-    (:meth:`StudyData.common_keys`): a gated arm's gate matrices are left out, so arms that
-    differ in the gate average the same matrices.
+    The stable rank and the condensation score (:data:`MATRIX_DIAGNOSTICS`) are each the mean
+    over the matrices every arm at that size logged (:meth:`StudyData.common_keys`): a gated
+    arm's gate matrices are left out, so arms that differ in the gate average the same
+    matrices. These series are the report's table, plot and ``report.json`` ``series``.
 
     Returns:
         {``ARM|SIZE``: entry}: the seed-mean series ({iteration: value}) under ``saturation``,
@@ -589,13 +595,19 @@ def mechanisms(data: StudyData) -> dict[str, dict]:
         falling there, so no recovery was measured).
     """
     out = {}
-    shared_roles = {size: data.common_keys(data.arms, size, "stable_rank") for size in data.sizes}
+    shared = {
+        (size, prefix): data.common_keys(data.arms, size, prefix)
+        for size in data.sizes
+        for prefix in MATRIX_DIAGNOSTICS
+    }
     for arm in data.arms:
         for size in data.arm_sizes(arm):
             sat = data.series(arm, size, "norm_saturated")
             sink = data.series(arm, size, "sink_share")
-            rank = data.series(arm, size, "stable_rank", shared_roles[size])
-            cond = data.series(arm, size, "condensation")
+            rank, cond = (
+                data.series(arm, size, prefix, shared[(size, prefix)])
+                for prefix in MATRIX_DIAGNOSTICS
+            )
             entry = {
                 "saturation": sat,
                 "sink_share": sink,

@@ -8,6 +8,10 @@ split).
 
 The numbers come from :mod:`~megatron_gamma.study.analysis`, the verdicts from
 :mod:`~megatron_gamma.study.verdicts`, the figures from :mod:`~megatron_gamma.study.plots`.
+``report.json``'s ``mechanisms`` are :func:`~.analysis.mechanisms`' entries, their seed-mean
+trajectories under ``series`` (the stable rank and the condensation score each the mean over
+the matrices every arm at that size has, as in the table and the plot); its ``verdicts`` are
+:meth:`~.verdicts.Verdict.as_dict`, each with the sizes the row judged.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Verdicts:
   not finished or has diverged (:func:`_complete`), or the data cannot show the effect;
 - *not measurable at this scale*: the mechanism cannot act in these models (the number why),
   or a compared arm has not learned: its mean final validation loss is >= ln V, a uniform
-  predictor's (:func:`_learned`).
+  predictor's, at a size the row judges (:attr:`Verdict.sizes`, :func:`_learned`).
 
 A decided verdict that covers less than the claim says so in its scope (:attr:`Verdict.scope`):
 a loss claim's shared-LR row holds "at one shared LR, not tuned per arm"; a two-part claim
@@ -81,6 +81,9 @@ class Verdict:
             (each arm at its own best LR).
         scope: what a decided verdict covers when that is less than the claim (e.g. one part
             of a two-part claim), printed beside the verdict; empty when it covers the claim.
+        sizes: the model sizes (the study's size names) whose runs the row's numbers compare,
+            e.g. only the largest for the mechanism claims; the not-learned check
+            (:func:`_learned`) reads these only. Empty when the row compared none.
     """
 
     claim: str
@@ -89,6 +92,7 @@ class Verdict:
     rule: str
     lr: str = "shared LR"
     scope: str = ""
+    sizes: tuple[str, ...] = ()
 
     def label(self) -> str:
         """The verdict with its scope: ``reproduced (the γ part only; …)``."""
@@ -102,6 +106,7 @@ class Verdict:
             "numbers": self.numbers,
             "rule": self.rule,
             "lr": self.lr,
+            "sizes": list(self.sizes),
         }
 
 
@@ -234,7 +239,7 @@ def claim1(data: StudyData, get: Losses, lr: str) -> Verdict:
     total = across_sizes(per_size)
     verdict, why = decide(total, data.margin, -1)
     nums = f"Δloss {_per_size_text(per_size)}; {_scope(per_size)} {total.text()}: {why}"
-    return Verdict(claim, verdict, nums, rule, lr)
+    return Verdict(claim, verdict, nums, rule, lr, sizes=tuple(per_size))
 
 
 def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
@@ -263,12 +268,13 @@ def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
     if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
         return Verdict(
             claim, NOT_MEASURABLE, nums + "; ε cannot act at any size, so whatever shrinks is "
-            "not the paper's mechanism", rule, lr,
+            "not the paper's mechanism", rule, lr, sizes=tuple(groups),
         )  # fmt: skip
     if len(groups) < 3:
         return Verdict(
             claim, INCONCLUSIVE, f"{nums}; the γ = 1 arm is paired at {len(groups)} size(s): a "
             "trend across sizes, with sizes as units, needs >= 3 (df = sizes − 2)", rule, lr,
+            sizes=tuple(groups),
         )  # fmt: skip
     x = np.log([data.size_n[s] for s in groups])
     slope = trend_interval(x, list(groups.values()))
@@ -285,7 +291,7 @@ def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
     if rises and verdict == REPRODUCED:
         verdict = INCONCLUSIVE
         why += "; but loss rises with size: " + ", ".join(rises) + " (not a scaling trend)"
-    return Verdict(claim, verdict, f"{nums}: {why}", rule, lr)
+    return Verdict(claim, verdict, f"{nums}: {why}", rule, lr, sizes=tuple(groups))
 
 
 def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
@@ -337,7 +343,7 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
         f"; {_scope(per_size)}: interaction {total.text()}: {why1}; γ=1's gain with the fixes "
         f"{total_gain.text()}: {why2}"
     )
-    return Verdict(claim, combine([v1, v2]), nums, rule, lr)
+    return Verdict(claim, combine([v1, v2]), nums, rule, lr, sizes=tuple(per_size))
 
 
 def _largest_with(
@@ -379,31 +385,34 @@ def claim4(data: StudyData) -> Verdict:
         return Verdict(claim, INCONCLUSIVE, "needs the γ = 1 and γ = 1+ε arms", rule)
     ratios, rtext = _ratio_text(data, g1)
 
-    def measured(sizes: Optional[list[str]]) -> tuple[str, Optional[Interval]]:
+    def measured(sizes: Optional[list[str]]) -> tuple[str, Optional[Interval], tuple[str, ...]]:
+        """(text, Δ max saturated share, (its size,)) at the largest of ``sizes`` with both
+        arms' saturation on a common seed; ("", None, ()) where there is none."""
         size = _largest_with(data, [g1, g2], "norm_saturated", sizes) if g2 else None
         if size is None:
-            return "", None
+            return "", None, ()
         a, b = (data.seed_series(x, size, "norm_saturated") for x in (g1, g2))
         seeds = sorted(set(a) & set(b))
         d = paired_difference(
             [max(a[k].values()) for k in seeds], [max(b[k].values()) for k in seeds]
         )
-        return f"{size}: Δ max saturated share {d.text()}", d
+        return f"{size}: Δ max saturated share {d.text()}", d, (size,)
 
     if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
-        text, _ = measured(None)
-        return Verdict(claim, NOT_MEASURABLE, "; ".join(x for x in (text, rtext) if x), rule)
+        text, _, at = measured(None)
+        nums = "; ".join(x for x in (text, rtext) if x)
+        return Verdict(claim, NOT_MEASURABLE, nums, rule, sizes=at)
     if not g2:
         return Verdict(claim, INCONCLUSIVE, f"needs the γ = 1+ε arm; {rtext}", rule)
     acting = [s for s in data.sizes if ratios.get(s, 0.0) <= EPS_ACTS_MAX]
-    text, d = measured(acting)
+    text, d, at = measured(acting)
     if d is None:
         return Verdict(
             claim, INCONCLUSIVE, "no saturation diagnostics on a common seed at a size where ε "
             f"can act ({', '.join(acting)}); {rtext}", rule,
         )  # fmt: skip
     verdict, why = decide(d, SATURATION_MIN, +1)
-    return Verdict(claim, verdict, f"{text}: {why}; {rtext}", rule)
+    return Verdict(claim, verdict, f"{text}: {why}; {rtext}", rule, sizes=at)
 
 
 def _sink_arms(data: StudyData) -> tuple[Optional[str], Optional[str], Optional[str]]:
@@ -455,7 +464,7 @@ def claim5(data: StudyData) -> Verdict:
         return Verdict(
             claim, NOT_MEASURABLE, f"{nums}; no sink has formed: no arm's final share exceeds "
             f"both uniform attention's and its own first logged share by more than {SINK_MIN:g} "
-            "(the effects' margin)", rule,
+            "(the effects' margin)", rule, sizes=(size,),
         )  # fmt: skip
     parts, verdicts, unmeasured = [], [], []
     for arm, ref, direction, label, need in (
@@ -480,7 +489,7 @@ def claim5(data: StudyData) -> Verdict:
         verdicts.append((label, v))
     nums += f"; a sink has formed in {', '.join(formed)}; " + "; ".join(parts)
     if not verdicts:
-        return Verdict(claim, INCONCLUSIVE, nums, rule)
+        return Verdict(claim, INCONCLUSIVE, nums, rule, sizes=(size,))
     verdict = combine([v for _, v in verdicts])
     scope = ""
     if unmeasured and verdict != INCONCLUSIVE:
@@ -488,7 +497,7 @@ def claim5(data: StudyData) -> Verdict:
             f"{' and '.join(_part(x) for x, _ in verdicts)} only; "
             f"{' and '.join(_part(x) for x in unmeasured)} not measured"
         )
-    return Verdict(claim, verdict, nums, rule, scope=scope)
+    return Verdict(claim, verdict, nums, rule, scope=scope, sizes=(size,))
 
 
 def claim6(data: StudyData, grid: dict, lr: str) -> Verdict:
@@ -506,7 +515,7 @@ def claim6(data: StudyData, grid: dict, lr: str) -> Verdict:
     if not grid:
         return Verdict(claim, INCONCLUSIVE, "no γ grid in this study", rule, lr)
     values = sorted(data.manifest["gamma_grid"].get("values") or [])
-    parts, verdicts = [], []
+    parts, verdicts, judged = [], [], set()
     for size, g in grid.items():
         seeds = ", ".join(f"γ={k:g} {v}" for k, v in g["all_seeds"].items())
         if 1.0 not in (values or g["gamma"]):
@@ -539,6 +548,7 @@ def claim6(data: StudyData, grid: dict, lr: str) -> Verdict:
                 )
             else:
                 both = sorted(set(losses[near]) & set(losses[1.0]))
+                judged.add(size)
                 d = paired_difference(
                     [losses[near][k] for k in both], [losses[1.0][k] for k in both]
                 )
@@ -552,7 +562,8 @@ def claim6(data: StudyData, grid: dict, lr: str) -> Verdict:
             text += f"; the best LR is not bracketed: {'; '.join(edges)}"
         parts.append(text)
         verdicts.append(verdict)
-    return Verdict(claim, combine(verdicts), "; ".join(parts), rule, lr)
+    at = tuple(s for s in data.sizes if s in judged)
+    return Verdict(claim, combine(verdicts), "; ".join(parts), rule, lr, sizes=at)
 
 
 def _neighbour_arms(data: StudyData) -> list[str]:
@@ -567,7 +578,8 @@ def _neighbour_arms(data: StudyData) -> list[str]:
 def _dip_rise(series: dict[int, float]) -> tuple[float, Optional[float]]:
     """(dip, rise) of a stable-rank trajectory {iteration: stable rank}: dip = 1 − min/first,
     rise = final/min − 1 with the minimum over every point, the last included; rise is None
-    when the minimum is the last point (still falling there: no recovery was measured)."""
+    when the minimum is the last point (still falling there: no recovery was measured, and the
+    dip is only the fall so far, a lower bound, so claim 7 reads neither)."""
     its = sorted(series)
     low = min(its, key=series.get)
     rise = None if low == its[-1] else series[its[-1]] / series[low] - 1
@@ -588,8 +600,9 @@ def claim7(data: StudyData) -> Verdict:
         "each γ=1 arm against its matched control (same ε and gate, γ = 0.5), from iteration 0, "
         "paired by seed at the largest size: dip (1 − min/initial stable rank) of the arm − "
         f"control's above {DIP_MIN:g}, and the arm's recovery (final/min − 1) above {DIP_MIN:g}, "
-        "the minimum taken over every point; not measurable where the arm's minimum is its last "
-        "point in a seed (still falling: no recovery measured)"
+        "the minimum taken over every point; not measurable where the arm's or the control's "
+        "minimum is its last point in a seed (still falling: the arm's recovery, or the "
+        "control's dip and so Δdip, not measured)"
     )
     controls = _condensation_arms(data)
     pairs = [(a, c) for a, c in controls.items() if c]
@@ -599,7 +612,7 @@ def claim7(data: StudyData) -> Verdict:
         return Verdict(
             claim, INCONCLUSIVE, f"no γ = 1 arm with a matched γ = 0.5 control{why}", rule
         )
-    verdicts = []
+    verdicts, judged = [], set()
     for arm, ctrl in pairs:
         size = _largest_with(data, [arm, ctrl], "stable_rank")
         if size is None:
@@ -622,15 +635,24 @@ def claim7(data: StudyData) -> Verdict:
             )
             verdicts.append(INCONCLUSIVE)
             continue
+        judged.add(size)
         da, db = ([_dip_rise(x[k]) for k in seeds] for x in (a, b))
         dip = paired_difference([x[0] for x in da], [x[0] for x in db])
-        falling = [k for k, x in zip(seeds, da, strict=True) if x[1] is None]
-        if falling:
-            last = max(a[falling[0]])
+        unmeasured = []
+        for name, series, dr, lost in (
+            (arm, a, da, "no recovery is measured"),
+            (f"{ctrl} (the control)", b, db, "its dip is not measured, nor Δdip"),
+        ):
+            if falling := [k for k, x in zip(seeds, dr, strict=True) if x[1] is None]:
+                unmeasured.append(
+                    f"the stable rank of {name} is still falling at the last point (its minimum "
+                    f"is the last point, iteration {max(series[falling[0]])}) in seed(s) "
+                    f"{falling}, so {lost}"
+                )
+        if unmeasured:
             parts.append(
-                f"{arm} vs {ctrl} ({at}): Δdip to the last point {dip.text(3)}; the stable "
-                f"rank of {arm} is still falling at the last point (its minimum is the last "
-                f"point, iteration {last}) in seed(s) {falling}, so no recovery is measured"
+                f"{arm} vs {ctrl} ({at}): Δdip to the last point {dip.text(3)}; "
+                + "; ".join(unmeasured)
             )
             verdicts.append(NOT_MEASURABLE)
             continue
@@ -642,7 +664,8 @@ def claim7(data: StudyData) -> Verdict:
         )
         verdicts.append(combine([v1, v2]))
     verdict = NOT_MEASURABLE if set(verdicts) == {NOT_MEASURABLE} else combine(verdicts)
-    return Verdict(claim, verdict, "; ".join(parts), rule)
+    at = tuple(s for s in data.sizes if s in judged)
+    return Verdict(claim, verdict, "; ".join(parts), rule, sizes=at)
 
 
 def delta_sym_concentration(seeds: dict[int, dict]) -> dict:
@@ -722,17 +745,17 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
     if not cmp or cmp.get("error"):
         why = cmp["error"] if cmp else concentration_missing(data)
         return Verdict(claim, INCONCLUSIVE, f"compare: {why}", rule)
-    seeds = cmp["seeds"]
+    seeds, at = cmp["seeds"], (cmp["size"],)
     head = f"{cmp['arm']} vs {data.baseline} at {cmp['size']}"
     if len(seeds) < 2:
         return Verdict(
             claim, INCONCLUSIVE, f"{head}: {len(seeds)} seed ({sorted(seeds)}); the profile "
-            "needs >= 2 seeds", rule,
+            "needs >= 2 seeds", rule, sizes=at,
         )  # fmt: skip
     try:
         r = delta_sym_concentration(seeds)
     except ValueError as e:
-        return Verdict(claim, INCONCLUSIVE, f"{head}: {e}", rule)
+        return Verdict(claim, INCONCLUSIVE, f"{head}: {e}", rule, sizes=at)
     per = ", ".join(f"seed {k} {v:+.4f}" for k, v in r["per_seed"].items())
     null = ", ".join(f"{v:+.4f}" for v in r["null"].values())
     v1, why1 = decide(r["interval"], CONCENTRATION_MIN, +1)
@@ -742,7 +765,7 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
         f"the hard tokens {r['hard_interval'].text()}: {why2}; uniform-improvement level "
         f"tanh(c/2) per seed {null}"
     )
-    return Verdict(claim, combine([v1, v2]), nums, rule)
+    return Verdict(claim, combine([v1, v2]), nums, rule, sizes=at)
 
 
 SHARED_LR_SCOPE = "at one shared LR, not tuned per arm"
@@ -760,10 +783,12 @@ def _at_shared_lr(row: Verdict) -> Verdict:
 
 def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
     """``row``, made not measurable where a decided verdict rests on an arm that has not
-    learned: its seed-mean final validation loss at a size is >= ln V, the loss of a uniform
-    predictor over the vocabulary (V: :attr:`~.analysis.StudyData.vocab_size`; unknown V: no
-    check, and a decided row says so). Losses read: the row's LR phase (confirm runs for
-    ``best LR``). An undecided row keeps its verdict and gets the same note."""
+    learned: its seed-mean final validation loss at a size the row compares
+    (:attr:`Verdict.sizes`; a size the row does not judge, e.g. a smaller one for a claim read
+    at the largest, is not read) is >= ln V, the loss of a uniform predictor over the
+    vocabulary (V: :attr:`~.analysis.StudyData.vocab_size`; unknown V: no check, and a decided
+    row says so). Losses read: the row's LR phase (confirm runs for ``best LR``). An
+    undecided row keeps its verdict and gets the same note."""
     if not data.vocab_size:
         if row.verdict not in (REPRODUCED, NOT_REPRODUCED):
             return row
@@ -777,7 +802,7 @@ def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdic
     flat = [
         f"{a} at {s} {mean:.4f}"
         for a in dict.fromkeys(a for a in arms if a)
-        for s in data.sizes
+        for s in row.sizes
         if (losses := get(a, s)) and (mean := float(np.mean(list(losses.values())))) >= chance
     ]
     if not flat:
