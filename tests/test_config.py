@@ -400,3 +400,30 @@ def test_mock_data_conflict_says_where_the_data_path_was_set(tmp_path):
         load_config(None, {"mock_data": True, "data_path": [demo_prefix]})
     path.write_text("data:\n  num_workers: 0\n")  # the fix: data_path removed from the file
     assert load_config(str(path), {"mock_data": True}).data.data_path == []
+
+
+@pytest.mark.parametrize(
+    "hidden_size, swiglu, ffn",
+    [(24, True, 64), (128, True, 320), (192, True, 512), (4096, True, 10880), (192, False, 768)],
+)
+def test_the_default_ffn_hidden_size_is_megatron_lms(hidden_size, swiglu, ffn):
+    """Megatron-LM's arguments.py: with --swiglu int((4 * h * 2 / 3) / 64) * 64 (two thirds of
+    4h, the parameters of a GeLU MLP of 4h, cut to a multiple of 64), else 4h; values by hand
+    (e.g. 4096: 10922.67 / 64 = 170.67 -> 170 x 64 = 10880). It was 4h under SwiGLU too."""
+    cfg = load_config(
+        None, {"hidden_size": hidden_size, "num_attention_heads": 4, "swiglu": swiglu}
+    )
+    assert cfg.model.ffn_hidden_size == ffn
+    assert cfg.model.moe_ffn_hidden_size is None or cfg.model.moe_ffn_hidden_size == ffn
+
+
+def test_a_swiglu_default_ffn_hidden_size_of_zero_is_refused():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, {"hidden_size": 16, "num_attention_heads": 4})
+    assert str(e.value) == (
+        "ffn_hidden_size=None: Megatron-LM's SwiGLU default int(4 x hidden_size x 2 / 3 / 64) x "
+        "64 is 0 for hidden_size=16 (below 24). Fix: set ffn_hidden_size, e.g. 4 x hidden_size = "
+        "64"
+    )
+    with pytest.raises(ConfigError, match=r"^ffn_hidden_size=0: must be a positive integer\. "):
+        load_config(None, {"ffn_hidden_size": 0})

@@ -55,7 +55,9 @@ class ModelConfig:
     hidden_size: int = 128
     """Model width d (the residual stream)."""
     ffn_hidden_size: Optional[int] = None
-    """MLP inner width; default 4 * hidden_size (each SwiGLU half has this width)."""
+    """MLP inner width (each SwiGLU half has this width); default as Megatron-LM's
+    ``arguments.py`` sets it: with ``swiglu``, ``int(4 * hidden_size * 2 / 3 / 64) * 64`` (the
+    parameters of a 4 * hidden_size GeLU MLP, in multiples of 64), else 4 * hidden_size."""
     num_attention_heads: int = 4
     """Attention heads; hidden_size must be divisible by it unless kv_channels is set."""
     num_query_groups: Optional[int] = None
@@ -193,13 +195,37 @@ class ModelConfig:
     """Persistent fused LayerNorm kernel (``TransformerConfig.persist_layer_norm``). Always off;
     Megatron-LM's --no-persist-layer-norm is accepted (a no-effect notice); True is refused."""
 
+    def _default_ffn_hidden_size(self) -> None:
+        """Megatron-LM's default (the field's docstring); refuses a SwiGLU default of 0, which
+        Megatron-LM would build (hidden_size below 24)."""
+        if not self.swiglu:
+            resolve(self, "ffn_hidden_size", 4 * self.hidden_size)
+            return
+        width = int((4 * self.hidden_size * 2 / 3) / 64) * 64
+        if width < 1:
+            fail(
+                "ffn_hidden_size",
+                None,
+                f"Megatron-LM's SwiGLU default int(4 x hidden_size x 2 / 3 / 64) x 64 is 0 for "
+                f"hidden_size={self.hidden_size} (below 24)",
+                f"set ffn_hidden_size, e.g. 4 x hidden_size = {4 * self.hidden_size}",
+            )
+        resolve(self, "ffn_hidden_size", width)
+
     def __post_init__(self) -> None:
         check_choices(self)
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
             if getattr(self, key) < 1:
                 fail(key, getattr(self, key), "must be a positive integer", f"set {key} >= 1")
         if self.ffn_hidden_size is None:
-            resolve(self, "ffn_hidden_size", 4 * self.hidden_size)
+            self._default_ffn_hidden_size()
+        elif self.ffn_hidden_size < 1:
+            fail(
+                "ffn_hidden_size",
+                self.ffn_hidden_size,
+                "must be a positive integer",
+                f"set ffn_hidden_size >= 1, e.g. 4 x hidden_size = {4 * self.hidden_size}",
+            )
         if self.kv_channels is None:
             if self.hidden_size % self.num_attention_heads:
                 fail(
