@@ -17,8 +17,14 @@ rng        ``torch.cuda`` RNG get/set/seed and megatron's    the tensor-parallel
            ``_get/_set_cuda_rng_state`` -> CPU generator     (dropout, recompute) forks CUDA RNG
 devicemap  a ``TorchFunctionMode`` turning ``device="cuda"`` ~54 hard-coded "cuda" strings;
            into cpu, ``Tensor.cuda()`` into a no-op, and     ``.type()`` asserts in grad
-           ``Tensor.type()`` reporting ``torch.cuda.*``      clipping and the distributed
-                                                             optimizer
+           ``Tensor.type()`` reporting ``torch.cuda.*``;     clipping and the distributed
+           torch's warning on reading ``.grad`` of a non-    optimizer; the distributed
+           leaf tensor, which the mode's call site would     optimizer's ``zero_grad`` reads
+           take as its own, is ignored where it is           ``.grad`` of its shard views
+           attributed to this module                         (megatron-core's
+                                                             ``_zero_grad_group_helper``), a
+                                                             harmless read that torch then
+                                                             attributed to this file
 stream     no-op ``torch.cuda.Stream/Event/stream/           MoE alltoall dispatcher and the
            current_stream/synchronize``                      async checkpoint writer
 moe        ``moe_utils.te_general_gemm = None``; CPU split   a NameError without Transformer
@@ -80,6 +86,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -232,6 +239,12 @@ def apply_cpu_compat() -> None:
     _shim_moe()
     _shim_l2norm()
     CudaToCpuMode().__enter__()
+    warnings.filterwarnings(
+        "ignore",
+        message=r"The \.grad attribute of a Tensor that is not a leaf Tensor",
+        category=UserWarning,
+        module=r"megatron_gamma\.compat$",
+    )
     logging.getLogger("megatron.core.tensor_parallel.random").setLevel(logging.ERROR)
     _APPLIED = True
 
