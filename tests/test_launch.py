@@ -289,7 +289,10 @@ def test_container_workdir_outside_the_mounts_is_a_warning(config, sbatch_calls,
     args = ["submit", "--config", config, "--nodes", "1", "--gpus-per-node", "2", "--dry-run"]
     assert main([*args, "--container-image", "img.sqsh", "--container-mounts", "/data:/data"]) == 0
     err = capsys.readouterr().err
-    assert f"the working directory {os.getcwd()} is not in --container-mounts '/data:/data';" in err
+    assert (
+        f"megatron-gamma submit: warning: the working directory {os.getcwd()} is not in "
+        "--container-mounts '/data:/data';" in err
+    )
     parent = os.path.dirname(os.getcwd())
     assert main([*args, "--container-image", "i", "--container-mounts", f"{parent}:{parent}"]) == 0
     assert "working directory" not in capsys.readouterr().err
@@ -310,8 +313,8 @@ def test_container_workdir_outside_the_mounts_is_a_warning(config, sbatch_calls,
     ]
     assert main(pre) == 0
     assert (
-        f"the working directory {os.getcwd()} is not in the container (no --container-mounts); "
-        in capsys.readouterr().err
+        f"megatron-gamma submit-preprocess: warning: the working directory {os.getcwd()} is not "
+        "in the container (no --container-mounts); " in capsys.readouterr().err
     )
 
 

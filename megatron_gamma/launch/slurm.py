@@ -172,9 +172,10 @@ def check_log_dir(key: str, path: str) -> None:
         )
 
 
-def warn(message: str) -> None:
-    """One ``megatron-gamma submit: warning: ...`` line on stderr (the job is still rendered)."""
-    print(f"megatron-gamma submit: warning: {message}", file=sys.stderr, flush=True)
+def warn(message: str, command: str = "submit") -> None:
+    """One ``megatron-gamma COMMAND: warning: ...`` line on stderr (the job is still rendered);
+    ``command``: ``submit`` or ``submit-preprocess``."""
+    print(f"megatron-gamma {command}: warning: {message}", file=sys.stderr, flush=True)
 
 
 def time_limit_seconds(text: str) -> int:
@@ -603,8 +604,9 @@ def _missing_host_paths(cfg: Config) -> list[str]:
     return [p for p in paths if not os.path.exists(p)]
 
 
-def _container_workdir(job: ClusterOptions) -> str:
-    """The job's working directory (this one); warns when a container would not see it."""
+def _container_workdir(job: ClusterOptions, command: str) -> str:
+    """The job's working directory (this one); warns, as ``command`` (:func:`warn`), when a
+    container would not see it."""
     workdir = os.getcwd()
     if job.container_image and not _mounted(workdir, job.container_mounts):
         warn(
@@ -615,7 +617,8 @@ def _container_workdir(job: ClusterOptions) -> str:
                 else "the container (no --container-mounts)"
             )
             + "; the job runs there inside the container. Fix: add "
-            f"--container-mounts {workdir}:{workdir}"
+            f"--container-mounts {workdir}:{workdir}",
+            command,
         )
     return workdir
 
@@ -741,7 +744,7 @@ def submit_pretrain(
                 "give the checkpoint directory the job starts from (or --dry-run to render "
                 "a script for another host)",
             )
-    workdir = _container_workdir(job)
+    workdir = _container_workdir(job, "submit")
     if cfg.checkpoint.load and os.path.abspath(cfg.checkpoint.load) != checkpoints:
         _fail(
             "load",
@@ -828,7 +831,7 @@ def submit_preprocess(job: PreprocessJob, dry_run: bool = False) -> Submission:
         dataclasses.replace(job, env=dict.fromkeys(job.env, REDACTED)) if dry_run else job,
         log_dir=slurm_dir,
         job_name=job_name,
-        workdir=_container_workdir(job),
+        workdir=_container_workdir(job, "submit-preprocess"),
         header=header + (_redaction_note(job.env, "submit-preprocess", path) if dry_run else ()),
     )
     result = Submission(path, script)
