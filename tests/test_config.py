@@ -427,3 +427,33 @@ def test_a_swiglu_default_ffn_hidden_size_of_zero_is_refused():
     )
     with pytest.raises(ConfigError, match=r"^ffn_hidden_size=0: must be a positive integer\. "):
         load_config(None, {"ffn_hidden_size": 0})
+
+
+@pytest.mark.parametrize(
+    "value, items",
+    [
+        ("/data/x_text_document", ["/data/x_text_document"]),
+        ("0.3 /data/zh_text_document 0.7 /data/en_text_document", None),
+        ("1 A 2e-1 B", ["1", "A", "2e-1", "B"]),
+    ],
+)
+def test_a_blend_string_is_split_as_megatron_lm_splits_it(value, items):
+    """A YAML scalar is Megatron-LM's 'PREFIX' or 'W1 P1 W2 P2 ...' string, split on
+    whitespace."""
+    data = load_config(None, {"data_path": value}).data
+    assert data.data_path == (items or value.split())
+
+
+@pytest.mark.parametrize("value", ["/work/sp ace/d d/demo_text_document", "w A x B"])
+def test_a_blend_string_that_is_no_blend_names_the_yaml_list_fix(value):
+    """A path with spaces written as a YAML scalar was split into pieces and refused as a blend
+    whose weights and prefixes do not alternate (trial 3): the error now says why and how to
+    write it."""
+    with pytest.raises(ConfigError) as e:
+        load_config(None, {"valid_data_path": value, "train_data_path": "A"})
+    assert str(e.value).startswith(
+        f"valid_data_path={value!r}: a string is split on whitespace into Megatron's blend "
+        f"'W1 P1 W2 P2 ...', and its {len(value.split())} pieces are none. Fix: a path holding "
+        f"spaces goes in a YAML list (valid_data_path: [{value!r}]), or on the command line "
+        f"quoted (--valid-data-path '{value}')"
+    )

@@ -613,7 +613,8 @@ class DataConfig:
         check_choices(self)
         for key in ("data_path", *_SPLIT_KEYS):
             value = getattr(self, key)
-            value = value.split() if isinstance(value, str) else value
+            if isinstance(value, str):
+                value = _split_blend_string(key, value)
             resolve(self, key, [str(p) for p in value])
         given = [k for k in _SPLIT_KEYS if getattr(self, k)]
         if self.data_path and given:
@@ -743,6 +744,35 @@ def split_shares(split: str) -> list[float]:
             "use e.g. '949,50,1' or '90,10'",
         )
     return values + [0.0] * (3 - len(values))
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _split_blend_string(key: str, value: str) -> list[str]:
+    """A blend given as one string (a YAML scalar): split on whitespace, as Megatron-LM reads
+    'PREFIX' or 'W1 P1 W2 P2 ...'.
+
+    Raises:
+        ConfigError: the pieces are no blend (an odd count, or a weight that is not a
+            number): a path holding spaces, whose fix is a YAML list.
+    """
+    items = value.split()
+    if len(items) < 2 or (len(items) % 2 == 0 and all(map(_is_number, items[0::2]))):
+        return items
+    fail(
+        key,
+        value,
+        f"a string is split on whitespace into Megatron's blend 'W1 P1 W2 P2 ...', and its "
+        f"{len(items)} pieces are none",
+        f"a path holding spaces goes in a YAML list ({key}: [{value!r}]), or on the command "
+        f"line quoted (--{key.replace('_', '-')} '{value}')",
+    )
 
 
 def _parse_blend(key: str, items: list[str]) -> tuple[list[str], Optional[list[float]]]:
