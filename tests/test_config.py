@@ -457,3 +457,22 @@ def test_a_blend_string_that_is_no_blend_names_the_yaml_list_fix(value):
         f"spaces goes in a YAML list (valid_data_path: [{value!r}]), or on the command line "
         f"quoted (--valid-data-path '{value}')"
     )
+
+
+@pytest.mark.parametrize(
+    "key, value, why",
+    [
+        ("rotary_base", 0, "must be > 0 (RoPE's frequencies are rotary_base^(-2i/d)"),
+        ("adam_beta1", 2.0, "must lie in [0, 1)"),
+        ("adam_beta2", 1.0, "must lie in [0, 1)"),
+        ("adam_eps", 0.0, "must be > 0 (Adam divides by sqrt(v) + adam_eps"),
+        ("weight_decay", -1.0, "must be >= 0"),
+    ],
+)
+def test_values_torch_or_rope_would_fail_on_are_refused_when_the_config_is_read(key, value, why):
+    """A new user's trial 3: torch refused these only when the optimizer was built (after
+    --overwrite had deleted the earlier checkpoints), and rotary_base 0 trained a NaN model to
+    the end. The config now refuses them, so pretrain, estimate and submit stop before any work."""
+    with pytest.raises(ConfigError) as e:
+        load_config(None, {key: value})
+    assert str(e.value).startswith(f"{key}={value!r}: {why}") and "Fix: " in str(e.value)

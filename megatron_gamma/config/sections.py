@@ -217,6 +217,14 @@ class ModelConfig:
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
             if getattr(self, key) < 1:
                 fail(key, getattr(self, key), "must be a positive integer", f"set {key} >= 1")
+        if not self.rotary_base > 0:
+            fail(
+                "rotary_base",
+                self.rotary_base,
+                "must be > 0 (RoPE's frequencies are rotary_base^(-2i/d): 0 gives inf and a NaN "
+                "loss from the first step)",
+                "use e.g. 10000 (the default) or 500000",
+            )
         if self.ffn_hidden_size is None:
             self._default_ffn_hidden_size()
         elif self.ffn_hidden_size < 1:
@@ -903,6 +911,19 @@ class OptimizerConfig:
             fail("min_lr", self.min_lr, f"must lie in [0, lr={self.lr}]", "lower min_lr")
         if not 0 <= self.sgd_momentum < 1:
             fail("sgd_momentum", self.sgd_momentum, "must lie in [0, 1)", "use e.g. 0.9")
+        for key, usual in (("adam_beta1", 0.9), ("adam_beta2", 0.95)):
+            if not 0 <= getattr(self, key) < 1:
+                fail(key, getattr(self, key), "must lie in [0, 1)", f"use e.g. {usual}")
+        if not self.adam_eps > 0:
+            fail(
+                "adam_eps",
+                self.adam_eps,
+                "must be > 0 (Adam divides by sqrt(v) + adam_eps: 0 gives NaN where a gradient "
+                "is 0)",
+                "use e.g. 1e-8",
+            )
+        if not self.weight_decay >= 0:
+            fail("weight_decay", self.weight_decay, "must be >= 0", "use e.g. 0.1, or 0 for none")
         for key in ("lr_warmup_iters", "lr_warmup_samples"):
             if getattr(self, key) < 0:
                 fail(key, getattr(self, key), "must be >= 0", "use 0 or more")
