@@ -25,15 +25,18 @@ _CUDA_CONNECTIONS_WARNING = re.compile(
 
 # Warnings about a library's own definitions or defaults, not about the user's settings:
 # pydantic on a model field of a dependency; megatron-core 0.16's TransformerConfig on its own
-# default cuda_graph_scope (raised whether or not CUDA graphs are used); and torch on the APIs
+# default cuda_graph_scope (raised whether or not CUDA graphs are used); torch on the APIs
 # megatron-core 0.16's checkpoint loading calls (``load_state_dict``, ``ShardedTensor``), raised
 # by every checkpoint read (``pretrain --load``, ``evaluate``, ``analyze``, ``compare``,
-# ``export-hf``).
+# ``export-hf``); and torch (2.13) on the collectives megatron-core's gradient buffers call
+# (``all_gather_into_tensor``, ``reduce_scatter_tensor``), raised once per rank by the
+# distributed optimizer, expert and sequence parallelism.
 _LIBRARY_NOISE = (
     r"The '\w+' attribute with value .* was provided to the `Field\(\)` function",
     r"full scope is deprecated\. Use empty cuda_graph_scope",
     r"`load_state_dict` is deprecated and will be removed in future versions",
     r"Please use DTensor instead and we are deprecating ShardedTensor",
+    r"`torch\.distributed\.(all_gather_into_tensor|reduce_scatter_tensor)` is deprecated",
 )
 
 
