@@ -900,7 +900,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code: 2 for configuration errors, 1 for a dead worker
-    process or a standard output closed early (``| head``), 130 for Ctrl-C (each with its
+    process, a training loss that is not finite (``--check-for-nan-in-loss-and-grad``) or a
+    standard output closed early (``| head``), 130 for Ctrl-C (each with its
     message, or none for the closed output, and no traceback)."""
     args = parse_args(argv)
     summarize_accelerator_warnings()
@@ -923,8 +924,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except RuntimeError as e:
         from megatron_gamma.data.workers import WorkerDied
+        from megatron_gamma.training.errors import NonFiniteLossError
 
-        if not isinstance(e, WorkerDied):
+        if not isinstance(e, (WorkerDied, NonFiniteLossError)):
             raise
         print(f"megatron-gamma {args.command}: error: {e}", file=sys.stderr)
         return 1

@@ -760,3 +760,11 @@ def test_a_pretrain_config_given_as_a_study_is_named_as_one(tmp_path):
         with pytest.raises(StudyError) as e:
             load_study(str(path))
         assert str(e.value).startswith(f"{shown}: unknown study key. Fix: use one of name, ")
+
+
+def test_study_runs_train_on_through_a_nan(tmp_path):
+    """A sweep records a diverged run as a result (an LR that diverged ranks last, a diverged
+    seed keeps a row undecided), so every run it plans trains on through a NaN loss instead of
+    stopping at it (pretrain's default, Megatron-LM's --check-for-nan-in-loss-and-grad)."""
+    runs = plan(load_study(_study(tmp_path)), str(tmp_path / "o"), final_loss=lambda run: None)
+    assert runs and {r.config.training.check_for_nan_in_loss_and_grad for r in runs} == {False}

@@ -220,6 +220,7 @@ ALWAYS_EFFECTIVE = frozenset(
     clip_grad micro_batch_size global_batch_size train_iters seed bf16
     exit_interval exit_duration_in_mins recompute_granularity save load run_dir log_interval
     tensorboard_dir progress_bar log_diagnostics_interval layer_spec exit_signal_handler finetune
+    check_for_nan_in_loss_and_grad
     pretrained_checkpoint async_save init_audit overwrite
     qk_layernorm apply_layernorm_1p transformer_impl fp8_format
     lr_warmup_fraction lr_warmup_samples weight_decay_incr_style start_weight_decay

@@ -370,10 +370,6 @@ REFUSED: dict[str, tuple[str, str]] = {
         "not implemented; the parity tests check replicas bitwise",
         "drop the flag",
     ),
-    "--no-check-for-nan-in-loss-and-grad": (
-        "not implemented: a NaN loss shows in the log line and the diagnostics",
-        "drop the flag",
-    ),
     "--use-rope-scaling": ("Llama-3.1 RoPE scaling is not supported", "drop the flag"),
     "--rope-scaling-factor": ("Llama-3.1 RoPE scaling is not supported", "drop the flag"),
     "--no-position-embedding": (

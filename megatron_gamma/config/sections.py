@@ -1060,6 +1060,11 @@ class TrainingConfig:
     of the current iteration and exit cleanly, as on SIGUSR1 (Megatron-LM's
     ``--exit-signal-handler``, on by default here); ``--no-exit-signal-handler`` leaves SIGTERM
     to Python's default (the process dies at once)."""
+    check_for_nan_in_loss_and_grad: bool = True
+    """Stop the run at the first training iteration whose loss or gradient norm is NaN or inf,
+    before it is logged or saved, with exit status 1 (Megatron-LM's default);
+    ``--no-check-for-nan-in-loss-and-grad`` trains on to the end (``sweep`` runs so: a study
+    records such a run as diverged)."""
     train_samples: Optional[int] = None
     """Train on this many samples (Megatron-LM's sample-based training): train_iters is derived
     (train_samples // global_batch_size, or Megatron-LM's count through the batch-size ramp-up)

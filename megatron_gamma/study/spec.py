@@ -675,6 +675,7 @@ class _Planner:
             train_data_path=[self.prefixes["train"]],
             valid_data_path=[self.prefixes["heldout"]],
             test_data_path=[],
+            check_for_nan_in_loss_and_grad=False,  # a diverged run is a result (the report's)
         )
         try:
             cfg = load_config(self._files(size), fields)

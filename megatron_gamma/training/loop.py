@@ -14,6 +14,7 @@ megatron-core; this file only wires it and keeps the progress counters.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import time
 from collections.abc import Iterator
@@ -80,6 +81,7 @@ from megatron_gamma.training.checkpointing import (
     save_checkpoint,
     saved_schedule,
 )
+from megatron_gamma.training.errors import NonFiniteLossError
 from megatron_gamma.training.init_audit import (
     audit_init,
     format_audit,
@@ -109,6 +111,24 @@ from megatron_gamma.training.telemetry import (
     check_telemetry,
     start_wandb,
 )
+
+
+def check_finite(iteration: int, loss: float, grad_norm: float) -> None:
+    """Megatron-LM's ``--check-for-nan-in-loss-and-grad``: stop at a NaN or inf loss or
+    gradient norm (both the same on every rank: the loss is all-reduced, the norm global).
+
+    Raises:
+        NonFiniteLossError: naming the iteration, the values and the fixes.
+    """
+    if math.isfinite(loss) and math.isfinite(grad_norm):
+        return
+    raise NonFiniteLossError(
+        f"iteration {iteration}: training loss {loss}, grad norm {grad_norm}: not finite, so the "
+        "run stops here (--check-for-nan-in-loss-and-grad, on by default as in Megatron-LM); "
+        "this iteration is neither logged nor saved. Fix: a lower --lr or a longer "
+        "--lr-warmup-iters, --clip-grad, or resume from an earlier checkpoint; "
+        "--no-check-for-nan-in-loss-and-grad trains on regardless"
+    )
 
 
 @dataclass
@@ -621,6 +641,8 @@ class Trainer:
             start = time.time()
             update_num_microbatches(self.state.consumed_samples, consistency_check=True)
             loss, grad_norm, lr = self.train_step(batches)
+            if t.check_for_nan_in_loss_and_grad:
+                check_finite(self.state.iteration + 1, loss, grad_norm)
             self.preemption.arm()  # from here a SIGTERM waits for a save at the iteration's end
             self.state.iteration += 1
             self.state.consumed_samples += get_current_global_batch_size()
