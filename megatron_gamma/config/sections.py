@@ -198,6 +198,13 @@ class ModelConfig:
         for key in ("num_layers", "hidden_size", "num_attention_heads", "seq_length"):
             if getattr(self, key) < 1:
                 fail(key, getattr(self, key), "must be a positive integer", f"set {key} >= 1")
+        if self.make_vocab_size_divisible_by < 1:
+            fail(
+                "make_vocab_size_divisible_by",
+                self.make_vocab_size_divisible_by,
+                "must be >= 1",
+                "use 128 (Megatron-LM's default), or 1 for no padding",
+            )
         if self.ffn_hidden_size is None:
             resolve(self, "ffn_hidden_size", 4 * self.hidden_size)
         if self.kv_channels is None:
@@ -1039,6 +1046,13 @@ class TrainingConfig:
         for key in ("micro_batch_size", "global_batch_size", "train_iters", "eval_interval"):
             if getattr(self, key) < 1:
                 fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
+        if not 0 <= self.seed <= 2**32 - 1:
+            fail(
+                "seed",
+                self.seed,
+                "must lie in [0, 2**32 - 1] (numpy's seed range, which the data order uses)",
+                "use e.g. 1234",
+            )
         if self.fp16 and self.bf16:
             fail("fp16", True, "excludes bf16=True", "choose one of --fp16 and --bf16")
         if self.exit_duration_in_mins is not None and not self.exit_duration_in_mins > 0:

@@ -65,6 +65,7 @@ from megatron_gamma.rundir.layout import (
     set_aside_earlier_run,
 )
 from megatron_gamma.rundir.loader import check_tokenizer
+from megatron_gamma.rundir.paths import check_output_dir
 from megatron_gamma.training.callback import Callback, StepOutput
 from megatron_gamma.training.checkpointing import (
     TrainState,
@@ -174,8 +175,10 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             without a tokenizer fingerprint gets a warning); a backend this machine
             cannot run (:func:`~megatron_gamma.model.te_backend.check_backend`: Transformer
             Engine, FP8); logging flags this machine cannot serve (:func:`~.telemetry.
-            check_telemetry`); a ``--save`` directory holding another run's checkpoints
-            without ``--load`` or ``--overwrite`` (:func:`~.checkpointing.check_save_dir`); a
+            check_telemetry`); a ``--data-cache-path`` that cannot be made or written into
+            (:func:`~megatron_gamma.rundir.paths.check_output_dir`); a ``--save`` directory
+            holding another run's checkpoints without ``--load`` or ``--overwrite``
+            (:func:`~.checkpointing.check_save_dir`); a
             resume with other initialization settings than the checkpoint's run
             (:func:`~megatron_gamma.rundir.layout.check_resume_init`).
     """
@@ -200,6 +203,8 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             "parallelism. Fix: add --sequence-parallel"
         )
     check_telemetry(cfg)
+    if cfg.data.data_cache_path is not None:  # RUN/data_cache: claim_run_dir checks RUN
+        check_output_dir(cfg.data.data_cache_path, "data_cache_path")
     warning = missing_load_warning(ck.load, ck.save, ck.pretrained_checkpoint)
     if warning and parallel.read_dist_env().rank == 0:
         print(f"WARNING: {warning}", flush=True)
