@@ -69,6 +69,7 @@ from megatron_gamma.rundir.paths import check_output_dir
 from megatron_gamma.training.callback import Callback, StepOutput
 from megatron_gamma.training.checkpointing import (
     TrainState,
+    check_load_dir,
     check_loadable,
     check_save_dir,
     claim_run_dir,
@@ -156,7 +157,8 @@ def _reduce_loss(results: list[dict]) -> float:
 
 def preflight(cfg: Config) -> BilingualTokenizer:
     """Checks that need files, run before any process group or model exists. A ``--load``
-    that does not exist gets a warning (:func:`~.checkpointing.missing_load_warning`).
+    that does not exist gets a warning (:func:`~.checkpointing.missing_load_warning`); one that
+    is a file is refused (:func:`~.checkpointing.check_load_dir`).
 
     Returns:
         The run's tokenizer (:func:`~megatron_gamma.data.tokenizer_types.load_tokenizer`:
@@ -185,6 +187,7 @@ def preflight(cfg: Config) -> BilingualTokenizer:
     check_backend(cfg)
     ck = cfg.checkpoint
     check_save_dir(ck.save, ck.load, ck.overwrite)
+    check_load_dir(ck.load)
     resume = ck.load and latest_iteration(ck.load) is not None
     root = ck.load if resume else ck.pretrained_checkpoint
     newest = latest_iteration(root) if root else None
