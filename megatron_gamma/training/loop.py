@@ -401,16 +401,24 @@ class Trainer:
         initialization this config gives; when a checkpoint's weights replace it
         (``self.weights_from``: ``--finetune``, ``--pretrained-checkpoint``), the header says
         so. A resume measures nothing and keeps the run's init_audit.json, the audit of the
-        initialization its weights were trained from (its iteration 0)."""
+        initialization its weights were trained from (its iteration 0); it names that file where
+        ``run_dir`` holds one, else says the audit is not there (a resume into a new
+        ``--run-dir``: the run's start wrote it, if at all, in its own run directory)."""
         scope = self.cfg.init.init_audit
         if scope == "off":
             return []
         if self._resumes():
             if self.rank == 0:
+                path = os.path.join(run_dir, INIT_AUDIT)
+                where = (
+                    f"the run's own audit, from its start, stays in {path}"
+                    if os.path.isfile(path)
+                    else f"the audit of the run's start is not in this run directory ({run_dir}): "
+                    "it was written, if at all, in the run directory that started the run"
+                )
                 print(
                     f"init audit: not measured on a resume (the weights of {self.weights_from} "
-                    "replace the initialization); the run's own audit, from its start, stays in "
-                    f"{os.path.join(run_dir, INIT_AUDIT)} where it wrote one",
+                    f"replace the initialization); {where}",
                     flush=True,
                 )
             return []
