@@ -207,6 +207,22 @@ def test_missing_load_path_warns_unless_it_is_also_save(tmp_path, capsys):
     assert not os.path.exists(missing) and not os.path.exists(common["run_dir"])
 
 
+@pytest.mark.parametrize("name", ["config.yaml", "latest_checkpointed_iteration.txt"])
+def test_a_load_path_that_is_a_file_is_refused_before_anything_is_written(tmp_path, name):
+    """--load given a file (the config, the tracker) trained from scratch without a word."""
+    afile = tmp_path / name
+    afile.write_text("2\n")
+    run_dir = tmp_path / "run"
+    cfg = load_config(None, {"mock_data": True, "run_dir": str(run_dir), "load": str(afile)})
+    with pytest.raises(ConfigError) as e:
+        preflight(cfg)
+    assert str(e.value) == (
+        f"load={str(afile)!r}: is a file, not a checkpoint directory. Fix: pass the --save "
+        "directory of the run to resume (or drop --load)"
+    )
+    assert not os.path.exists(run_dir) and afile.read_text() == "2\n"
+
+
 def test_retained_set_closed_form():
     iterations = list(range(1, 24))
     assert retained(iterations, None, None) == set(iterations)

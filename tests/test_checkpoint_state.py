@@ -179,6 +179,37 @@ def test_save_dir_of_another_run_needs_load_or_overwrite(tmp_path, demo_prefix):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--seed", str(2**32)], "seed=4294967296: must lie in [0, 2**32 - 1]"),
+        (["--seed", "-5"], "seed=-5: must lie in [0, 2**32 - 1]"),
+        (["--make-vocab-size-divisible-by", "0"], "make_vocab_size_divisible_by=0: must be >= 1"),
+        (
+            ["--data-cache-path", "/proc/nope"],
+            "data_cache_path='/proc/nope': nothing can be created",
+        ),
+    ],
+)
+def test_overwrite_deletes_nothing_before_every_value_is_checked(
+    tmp_path, demo_prefix, flags, message
+):
+    """--overwrite deleted the earlier run's checkpoints, and only then did these values fail (a
+    numpy, ZeroDivisionError or megatron-core traceback): the user was left with no checkpoint
+    and no run. Each is refused with the key and the fix before anything is deleted."""
+    save = tmp_path / "ckpt"
+    os.makedirs(save / "iter_0000007")
+    (save / TRACKER).write_text("7")
+    refused = _pretrain(tmp_path, demo_prefix, save, "--overwrite", *flags)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert message in refused.stderr and "Fix: " in refused.stderr, refused.stderr[-3000:]
+    assert "Traceback" not in refused.stderr
+    assert "--overwrite: deleted" not in refused.stdout
+    assert sorted(os.listdir(save)) == ["iter_0000007", TRACKER]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_second_writer_of_a_save_dir_is_refused(tmp_path, demo_prefix):
     save = tmp_path / "ckpt"
     os.makedirs(save)

@@ -416,6 +416,36 @@ def test_init_audit_choice_is_validated():
         load_config(None, {"init_audit": "partial"})
 
 
+def test_a_resume_names_the_runs_init_audit_only_where_it_exists(tmp_path, capsys):
+    """A resume into a new --run-dir said the run's audit "stays in RUN/init_audit.json" where
+    no such file was ever written: the file is named only where it exists."""
+    from types import SimpleNamespace
+
+    from megatron_gamma.training.loop import Trainer
+
+    run = tmp_path / "run"
+    os.makedirs(run)
+    trainer = SimpleNamespace(
+        cfg=load_config(None, {"init_audit": "summary"}),
+        rank=0,
+        weights_from="/ckpt",
+        _resumes=lambda: True,
+    )
+    head = (
+        "init audit: not measured on a resume (the weights of /ckpt replace the initialization); "
+    )
+    assert Trainer._audit_init(trainer, str(run)) == []
+    assert capsys.readouterr().out == (
+        f"{head}the audit of the run's start is not in this run directory ({run}): it was "
+        "written, if at all, in the run directory that started the run\n"
+    )
+    (run / "init_audit.json").write_text("[]")
+    assert Trainer._audit_init(trainer, str(run)) == []
+    assert capsys.readouterr().out == (
+        f"{head}the run's own audit, from its start, stays in {run / 'init_audit.json'}\n"
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_init_audit_flag_through_the_cli(tmp_path, demo_prefix):

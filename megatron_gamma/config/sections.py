@@ -225,6 +225,13 @@ class ModelConfig:
                 "loss from the first step)",
                 "use e.g. 10000 (the default) or 500000",
             )
+        if self.make_vocab_size_divisible_by < 1:
+            fail(
+                "make_vocab_size_divisible_by",
+                self.make_vocab_size_divisible_by,
+                "must be >= 1",
+                "use 128 (Megatron-LM's default), or 1 for no padding",
+            )
         if self.ffn_hidden_size is None:
             self._default_ffn_hidden_size()
         elif self.ffn_hidden_size < 1:
@@ -1121,6 +1128,13 @@ class TrainingConfig:
         for key in ("micro_batch_size", "global_batch_size", "train_iters", "eval_interval"):
             if getattr(self, key) < 1:
                 fail(key, getattr(self, key), "must be >= 1", f"set {key} to 1 or more")
+        if not 0 <= self.seed <= 2**32 - 1:
+            fail(
+                "seed",
+                self.seed,
+                "must lie in [0, 2**32 - 1] (numpy's seed range, which the data order uses)",
+                "use e.g. 1234",
+            )
         if self.fp16 and self.bf16:
             fail("fp16", True, "excludes bf16=True", "choose one of --fp16 and --bf16")
         if self.exit_duration_in_mins is not None and not self.exit_duration_in_mins > 0:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections.abc import Sequence
 from typing import Optional
 
@@ -72,7 +73,8 @@ def missing_checkpoint(ckpt: str, name: str = "checkpoint") -> Optional[str]:
 def check_output_dir(path: str, name: str) -> None:
     """Refuse ``path`` as a directory a command makes (``os.makedirs``) and writes into, before
     any work: it, or a directory above it, is a file, or the nearest existing one is not
-    writable by this user.
+    writable by this user or takes no new entry (``/proc`` even for root, a read-only mount: an
+    empty directory of a unique name is made there and removed at once). Nothing is created.
 
     Args:
         path: the output directory.
@@ -95,6 +97,13 @@ def check_output_dir(path: str, name: str) -> None:
             f"{name}={path!r}: {existing!r} is not writable by this user. Fix: pass {name} a "
             "directory you can write"
         )
+    try:  # what os.access cannot tell: root under /proc or /sys, a read-only mount
+        os.rmdir(tempfile.mkdtemp(prefix=".megatron-gamma-probe-", dir=existing))
+    except OSError as e:
+        raise ConfigError(
+            f"{name}={path!r}: nothing can be created in {existing!r} ({e.strerror}). Fix: pass "
+            f"{name} a directory you can write"
+        ) from None
 
 
 def check_new_dir(path: str, name: str, fix: str) -> None:

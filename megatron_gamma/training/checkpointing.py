@@ -105,6 +105,22 @@ def check_save_dir(save: str | None, load: str | None, overwrite: bool) -> None:
         )
 
 
+def check_load_dir(load: str | None) -> None:
+    """Refuse, before anything is written, a ``load`` that is a file (the run's config.yaml or
+    the tracker file, passed by mistake): it holds no checkpoint, and the run would otherwise
+    start from scratch without a word (a ``load`` that does not exist gets
+    :func:`missing_load_warning`).
+
+    Raises:
+        ConfigError: naming the file and the fix.
+    """
+    if load and os.path.exists(load) and not os.path.isdir(load):
+        raise ConfigError(
+            f"load={load!r}: is a file, not a checkpoint directory. Fix: pass the --save "
+            "directory of the run to resume (or drop --load)"
+        )
+
+
 def missing_load_warning(load: str | None, save: str | None, pretrained: str | None) -> str | None:
     """The warning for a ``--load`` path that does not exist, or None.
 

@@ -66,9 +66,11 @@ from megatron_gamma.rundir.layout import (
     set_aside_earlier_run,
 )
 from megatron_gamma.rundir.loader import check_tokenizer
+from megatron_gamma.rundir.paths import check_output_dir
 from megatron_gamma.training.callback import Callback, StepOutput
 from megatron_gamma.training.checkpointing import (
     TrainState,
+    check_load_dir,
     check_loadable,
     check_save_dir,
     claim_run_dir,
@@ -175,7 +177,8 @@ def _reduce_loss(results: list[dict]) -> float:
 
 def preflight(cfg: Config) -> BilingualTokenizer:
     """Checks that need files, run before any process group or model exists. A ``--load``
-    that does not exist gets a warning (:func:`~.checkpointing.missing_load_warning`).
+    that does not exist gets a warning (:func:`~.checkpointing.missing_load_warning`); one that
+    is a file is refused (:func:`~.checkpointing.check_load_dir`).
 
     Returns:
         The run's tokenizer (:func:`~megatron_gamma.data.tokenizer_types.load_tokenizer`:
@@ -194,14 +197,17 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             without a tokenizer fingerprint gets a warning); a backend this machine
             cannot run (:func:`~megatron_gamma.model.te_backend.check_backend`: Transformer
             Engine, FP8); logging flags this machine cannot serve (:func:`~.telemetry.
-            check_telemetry`); a ``--save`` directory holding another run's checkpoints
-            without ``--load`` or ``--overwrite`` (:func:`~.checkpointing.check_save_dir`); a
+            check_telemetry`); a ``--data-cache-path`` that cannot be made or written into
+            (:func:`~megatron_gamma.rundir.paths.check_output_dir`); a ``--save`` directory
+            holding another run's checkpoints without ``--load`` or ``--overwrite``
+            (:func:`~.checkpointing.check_save_dir`); a
             resume with other initialization settings than the checkpoint's run
             (:func:`~megatron_gamma.rundir.layout.check_resume_init`).
     """
     check_backend(cfg)
     ck = cfg.checkpoint
     check_save_dir(ck.save, ck.load, ck.overwrite)
+    check_load_dir(ck.load)
     resume = ck.load and latest_iteration(ck.load) is not None
     root = ck.load if resume else ck.pretrained_checkpoint
     newest = latest_iteration(root) if root else None
@@ -220,6 +226,8 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             "parallelism. Fix: add --sequence-parallel"
         )
     check_telemetry(cfg)
+    if cfg.data.data_cache_path is not None:  # RUN/data_cache: claim_run_dir checks RUN
+        check_output_dir(cfg.data.data_cache_path, "data_cache_path")
     warning = missing_load_warning(ck.load, ck.save, ck.pretrained_checkpoint)
     if warning and parallel.read_dist_env().rank == 0:
         print(f"WARNING: {warning}", flush=True)
@@ -413,16 +421,24 @@ class Trainer:
         initialization this config gives; when a checkpoint's weights replace it
         (``self.weights_from``: ``--finetune``, ``--pretrained-checkpoint``), the header says
         so. A resume measures nothing and keeps the run's init_audit.json, the audit of the
-        initialization its weights were trained from (its iteration 0)."""
+        initialization its weights were trained from (its iteration 0); it names that file where
+        ``run_dir`` holds one, else says the audit is not there (a resume into a new
+        ``--run-dir``: the run's start wrote it, if at all, in its own run directory)."""
         scope = self.cfg.init.init_audit
         if scope == "off":
             return []
         if self._resumes():
             if self.rank == 0:
+                path = os.path.join(run_dir, INIT_AUDIT)
+                where = (
+                    f"the run's own audit, from its start, stays in {path}"
+                    if os.path.isfile(path)
+                    else f"the audit of the run's start is not in this run directory ({run_dir}): "
+                    "it was written, if at all, in the run directory that started the run"
+                )
                 print(
                     f"init audit: not measured on a resume (the weights of {self.weights_from} "
-                    "replace the initialization); the run's own audit, from its start, stays in "
-                    f"{os.path.join(run_dir, INIT_AUDIT)} where it wrote one",
+                    f"replace the initialization); {where}",
                     flush=True,
                 )
             return []
