@@ -189,6 +189,12 @@ def test_save_dir_of_another_run_needs_load_or_overwrite(tmp_path, demo_prefix):
             ["--data-cache-path", "/proc/nope"],
             "data_cache_path='/proc/nope': nothing can be created",
         ),
+        (
+            ["--tensorboard-dir", "/proc/nope"],
+            "tensorboard_dir='/proc/nope': nothing can be created",
+        ),
+        (["--adam-beta1", "2"], "adam_beta1=2.0: must lie in [0, 1)"),
+        (["--weight-decay", "-1"], "weight_decay=-1.0: must be >= 0"),
     ],
 )
 def test_overwrite_deletes_nothing_before_every_value_is_checked(

@@ -197,8 +197,9 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             without a tokenizer fingerprint gets a warning); a backend this machine
             cannot run (:func:`~megatron_gamma.model.te_backend.check_backend`: Transformer
             Engine, FP8); logging flags this machine cannot serve (:func:`~.telemetry.
-            check_telemetry`); a ``--data-cache-path`` that cannot be made or written into
-            (:func:`~megatron_gamma.rundir.paths.check_output_dir`); a ``--save`` directory
+            check_telemetry`); a ``--data-cache-path`` or ``--tensorboard-dir`` that cannot be
+            made or written into (:func:`~megatron_gamma.rundir.paths.check_output_dir`); a
+            ``--save`` directory
             holding another run's checkpoints without ``--load`` or ``--overwrite``
             (:func:`~.checkpointing.check_save_dir`); a
             resume with other initialization settings than the checkpoint's run
@@ -226,8 +227,13 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             "parallelism. Fix: add --sequence-parallel"
         )
     check_telemetry(cfg)
-    if cfg.data.data_cache_path is not None:  # RUN/data_cache: claim_run_dir checks RUN
-        check_output_dir(cfg.data.data_cache_path, "data_cache_path")
+    # RUN/data_cache, RUN/tensorboard: claim_run_dir checks RUN
+    for key, path in (
+        ("data_cache_path", cfg.data.data_cache_path),
+        ("tensorboard_dir", cfg.logging.tensorboard_dir),
+    ):
+        if path is not None:
+            check_output_dir(path, key)
     warning = missing_load_warning(ck.load, ck.save, ck.pretrained_checkpoint)
     if warning and parallel.read_dist_env().rank == 0:
         print(f"WARNING: {warning}", flush=True)
