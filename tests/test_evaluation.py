@@ -493,6 +493,83 @@ def _hub_model(folder, meta_config: dict) -> str:
     return str(folder)
 
 
+def _plain_llama(tmp_path, **edits) -> str:
+    """``_hub_model`` as a Llama from elsewhere (config.json alone, no megatron_gamma.json), its
+    config.json in the form transformers 4.x saved (``rope_theta`` at the top, no
+    ``rope_parameters``) and then updated with ``edits``."""
+    hf_dir = _hub_model(tmp_path / "hub", {})
+    os.remove(os.path.join(hf_dir, "megatron_gamma.json"))
+    path = os.path.join(hf_dir, "config.json")
+    config = json.loads(open(path).read())
+    del config["rope_parameters"]
+    config["rope_theta"] = 500000.0
+    config.update(edits)
+    open(path, "w").write(json.dumps(config))
+    return hf_dir
+
+
+LLAMA31_ROPE = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16, "rope_type": "llama3"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("rope_scaling", LLAMA31_ROPE),
+        ("rope_scaling", {"type": "linear", "factor": 4.0}),
+        ("rope_scaling", {"rope_type": "linear", "factor": 4.0}),
+        ("rope_scaling", {"type": "dynamic", "factor": 2.0}),
+        (
+            "rope_scaling",
+            {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 16},
+        ),
+        ("rope_parameters", dict(LLAMA31_ROPE, rope_theta=500000.0)),
+        ("partial_rotary_factor", 0.5),
+    ],
+)
+def test_import_refuses_rope_other_than_plain_in_any_key(tmp_path, capsys, key, value):
+    """A Llama-3.1 (or any transformers 4.x) config gives its RoPE scaling as ``rope_scaling``;
+    import-hf refused it only as ``rope_parameters`` and imported the model with plain RoPE,
+    a model other than the one transformers builds from the same directory."""
+    from transformers import AutoConfig
+
+    from megatron_gamma.cli import main
+
+    hf_dir = _plain_llama(tmp_path, **{key: value})
+    rope = AutoConfig.from_pretrained(hf_dir).rope_parameters  # transformers' own reading
+    assert rope["rope_type"] != "default" or rope["partial_rotary_factor"] == 0.5
+    assert main(["import-hf", hf_dir, str(tmp_path / "run")]) == 2
+    assert (
+        f"{key}={value!r}: megatron-gamma builds bias-free SiLU-gated models with default RoPE. "
+        "Fix: import a model without these options"
+    ) in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.parametrize(
+    "edits",
+    [
+        {},
+        {"rope_scaling": None},
+        {"rope_scaling": {"rope_type": "default"}},
+        {"rope_scaling": {"type": "default"}},
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}},
+    ],
+)
+def test_import_of_plain_rope_in_any_key(tmp_path, edits):
+    """The refusal above is of scaling: plain RoPE imports from either key, or from none, with
+    the base transformers reads."""
+    from transformers import AutoConfig
+
+    hf_dir = _plain_llama(tmp_path, **edits)
+    rope = AutoConfig.from_pretrained(hf_dir).rope_parameters
+    assert rope["rope_type"] == "default" and rope["rope_theta"] == 500000.0
+    import_hf(hf_dir, str(tmp_path / "run"))
+    model = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["model"]
+    assert model["rotary_base"] == 500000 and model["position_embedding_type"] == "rope"
+    assert model.get("rotary_percent", 1.0) == 1.0
+
+
 @pytest.mark.parametrize(
     "section, key, value",
     [
