@@ -834,6 +834,56 @@ def test_import_of_a_run_directory_says_what_it_is(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_export_hf_shows_no_bar_when_stderr_is_not_a_terminal(tmp_path):
+    """export-hf wrote transformers' ``Writing model shards: 100%|...|`` bar into a log file;
+    a bar appears only when stderr is a terminal (pretrain's rule). import-hf shows none."""
+    hf_dir = _hub_model(tmp_path / "hub", {})
+    import_hf(hf_dir, str(tmp_path / "run"))
+    proc = run_cli(["export-hf", str(tmp_path / "run"), str(tmp_path / "hf")])  # stderr: a pipe
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("exported iteration 0 as llama: ")
+    assert "Writing model shards" not in proc.stderr and "it/s]" not in proc.stderr
+    assert "\r" not in proc.stderr
+    assert os.path.exists(tmp_path / "hf" / "model.safetensors")
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_transformers_bars_follow_stderr_and_are_put_back(monkeypatch, terminal):
+    """Inside ``bars_only_on_a_terminal`` transformers' and huggingface_hub's bars are on only
+    when stderr is a terminal; after it, as they were (here: transformers' on, the hub's off)."""
+    import io
+
+    from huggingface_hub.utils import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
+    from transformers.utils import logging as hf_logging
+
+    from megatron_gamma.hf import bars_only_on_a_terminal
+
+    class Stderr(io.StringIO):
+        def isatty(self):
+            return terminal
+
+    monkeypatch.setattr(sys, "stderr", Stderr())
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.enable_progress_bar()
+    disable_progress_bars()
+    try:
+        with bars_only_on_a_terminal():
+            assert hf_logging.is_progress_bar_enabled() is terminal
+            assert are_progress_bars_disabled() is True  # off before, and left so
+        assert hf_logging.is_progress_bar_enabled() and are_progress_bars_disabled()
+        enable_progress_bars()
+        with bars_only_on_a_terminal():
+            assert hf_logging.is_progress_bar_enabled() is terminal
+            assert are_progress_bars_disabled() is not terminal
+        assert hf_logging.is_progress_bar_enabled() and not are_progress_bars_disabled()
+    finally:
+        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
+
+
 def test_an_output_directory_that_is_a_file_is_named_as_such(tmp_path):
     """export-hf and import-hf said "exists and is not empty" of a file given as their output
     directory."""
