@@ -493,6 +493,83 @@ def _hub_model(folder, meta_config: dict) -> str:
     return str(folder)
 
 
+def _plain_llama(tmp_path, **edits) -> str:
+    """``_hub_model`` as a Llama from elsewhere (config.json alone, no megatron_gamma.json), its
+    config.json in the form transformers 4.x saved (``rope_theta`` at the top, no
+    ``rope_parameters``) and then updated with ``edits``."""
+    hf_dir = _hub_model(tmp_path / "hub", {})
+    os.remove(os.path.join(hf_dir, "megatron_gamma.json"))
+    path = os.path.join(hf_dir, "config.json")
+    config = json.loads(open(path).read())
+    del config["rope_parameters"]
+    config["rope_theta"] = 500000.0
+    config.update(edits)
+    open(path, "w").write(json.dumps(config))
+    return hf_dir
+
+
+LLAMA31_ROPE = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16, "rope_type": "llama3"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("rope_scaling", LLAMA31_ROPE),
+        ("rope_scaling", {"type": "linear", "factor": 4.0}),
+        ("rope_scaling", {"rope_type": "linear", "factor": 4.0}),
+        ("rope_scaling", {"type": "dynamic", "factor": 2.0}),
+        (
+            "rope_scaling",
+            {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 16},
+        ),
+        ("rope_parameters", dict(LLAMA31_ROPE, rope_theta=500000.0)),
+        ("partial_rotary_factor", 0.5),
+    ],
+)
+def test_import_refuses_rope_other_than_plain_in_any_key(tmp_path, capsys, key, value):
+    """A Llama-3.1 (or any transformers 4.x) config gives its RoPE scaling as ``rope_scaling``;
+    import-hf refused it only as ``rope_parameters`` and imported the model with plain RoPE,
+    a model other than the one transformers builds from the same directory."""
+    from transformers import AutoConfig
+
+    from megatron_gamma.cli import main
+
+    hf_dir = _plain_llama(tmp_path, **{key: value})
+    rope = AutoConfig.from_pretrained(hf_dir).rope_parameters  # transformers' own reading
+    assert rope["rope_type"] != "default" or rope["partial_rotary_factor"] == 0.5
+    assert main(["import-hf", hf_dir, str(tmp_path / "run")]) == 2
+    assert (
+        f"{key}={value!r}: megatron-gamma builds bias-free SiLU-gated models with default RoPE. "
+        "Fix: import a model without these options"
+    ) in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.parametrize(
+    "edits",
+    [
+        {},
+        {"rope_scaling": None},
+        {"rope_scaling": {"rope_type": "default"}},
+        {"rope_scaling": {"type": "default"}},
+        {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}},
+    ],
+)
+def test_import_of_plain_rope_in_any_key(tmp_path, edits):
+    """The refusal above is of scaling: plain RoPE imports from either key, or from none, with
+    the base transformers reads."""
+    from transformers import AutoConfig
+
+    hf_dir = _plain_llama(tmp_path, **edits)
+    rope = AutoConfig.from_pretrained(hf_dir).rope_parameters
+    assert rope["rope_type"] == "default" and rope["rope_theta"] == 500000.0
+    import_hf(hf_dir, str(tmp_path / "run"))
+    model = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["model"]
+    assert model["rotary_base"] == 500000 and model["position_embedding_type"] == "rope"
+    assert model.get("rotary_percent", 1.0) == 1.0
+
+
 @pytest.mark.parametrize(
     "section, key, value",
     [
@@ -755,6 +832,56 @@ def test_import_of_a_run_directory_says_what_it_is(tmp_path):
         "export-hf read it as it is, with no import"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_export_hf_shows_no_bar_when_stderr_is_not_a_terminal(tmp_path):
+    """export-hf wrote transformers' ``Writing model shards: 100%|...|`` bar into a log file;
+    a bar appears only when stderr is a terminal (pretrain's rule). import-hf shows none."""
+    hf_dir = _hub_model(tmp_path / "hub", {})
+    import_hf(hf_dir, str(tmp_path / "run"))
+    proc = run_cli(["export-hf", str(tmp_path / "run"), str(tmp_path / "hf")])  # stderr: a pipe
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("exported iteration 0 as llama: ")
+    assert "Writing model shards" not in proc.stderr and "it/s]" not in proc.stderr
+    assert "\r" not in proc.stderr
+    assert os.path.exists(tmp_path / "hf" / "model.safetensors")
+
+
+@pytest.mark.parametrize("terminal", [False, True])
+def test_transformers_bars_follow_stderr_and_are_put_back(monkeypatch, terminal):
+    """Inside ``bars_only_on_a_terminal`` transformers' and huggingface_hub's bars are on only
+    when stderr is a terminal; after it, as they were (here: transformers' on, the hub's off)."""
+    import io
+
+    from huggingface_hub.utils import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
+    from transformers.utils import logging as hf_logging
+
+    from megatron_gamma.hf import bars_only_on_a_terminal
+
+    class Stderr(io.StringIO):
+        def isatty(self):
+            return terminal
+
+    monkeypatch.setattr(sys, "stderr", Stderr())
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.enable_progress_bar()
+    disable_progress_bars()
+    try:
+        with bars_only_on_a_terminal():
+            assert hf_logging.is_progress_bar_enabled() is terminal
+            assert are_progress_bars_disabled() is True  # off before, and left so
+        assert hf_logging.is_progress_bar_enabled() and are_progress_bars_disabled()
+        enable_progress_bars()
+        with bars_only_on_a_terminal():
+            assert hf_logging.is_progress_bar_enabled() is terminal
+            assert are_progress_bars_disabled() is not terminal
+        assert hf_logging.is_progress_bar_enabled() and not are_progress_bars_disabled()
+    finally:
+        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
 
 
 def test_an_output_directory_that_is_a_file_is_named_as_such(tmp_path):

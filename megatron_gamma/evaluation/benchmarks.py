@@ -29,6 +29,7 @@ from megatron_gamma.config import ConfigError
 from megatron_gamma.evaluation.bootstrap import paired_bootstrap
 from megatron_gamma.evaluation.device import lm_eval_device
 from megatron_gamma.evaluation.errors import DatasetUnavailableError
+from megatron_gamma.hf import bars_only_on_a_terminal
 from megatron_gamma.hf.hf_export import export_hf
 
 # Fewer items than this: eval.md does not show the paired-bootstrap interval. A rule of thumb:
@@ -216,22 +217,23 @@ def run_lm_eval(
     from lm_eval.tasks import TaskManager
 
     manager = TaskManager(include_path=include_path)
-    out = lm_eval.simple_evaluate(
-        model="hf",
-        model_args={
-            "pretrained": model_dir,
-            "trust_remote_code": True,
-            "dtype": "float32",
-            "device": device,
-        },
-        tasks=list(_task_dict(tasks, manager).values()),
-        num_fewshot=num_fewshot,
-        limit=limit,
-        batch_size=batch_size,
-        log_samples=True,
-        task_manager=manager,
-        bootstrap_iters=0,
-    )
+    with bars_only_on_a_terminal():  # transformers' Loading weights; lm-eval's own bars stay
+        out = lm_eval.simple_evaluate(
+            model="hf",
+            model_args={
+                "pretrained": model_dir,
+                "trust_remote_code": True,
+                "dtype": "float32",
+                "device": device,
+            },
+            tasks=list(_task_dict(tasks, manager).values()),
+            num_fewshot=num_fewshot,
+            limit=limit,
+            batch_size=batch_size,
+            log_samples=True,
+            task_manager=manager,
+            bootstrap_iters=0,
+        )
     return {
         task: _task_result(task, metrics[task], out["results"][task], out["samples"][task])
         for task in tasks

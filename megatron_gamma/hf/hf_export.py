@@ -29,7 +29,7 @@ import torch
 
 from megatron_gamma.atomic import atomic_dir, new_file_mode
 from megatron_gamma.config import Config, redacted_dict
-from megatron_gamma.hf import mapping, register_auto_classes
+from megatron_gamma.hf import bars_only_on_a_terminal, mapping, register_auto_classes
 from megatron_gamma.hf.hf_model import GammaGPTConfig, GammaGPTForCausalLM
 from megatron_gamma.rundir import checkpoint, loader
 from megatron_gamma.rundir.paths import check_new_dir
@@ -135,7 +135,8 @@ def export_hf(
     vocab = int(mc_sd["embedding.word_embeddings.weight"].shape[0])
     hf = _hf_model(mapping.to_hf(mc_sd, run.cfg), run.cfg, vocab, model_type, tok)
     with atomic_dir(out_dir) as tmp:
-        hf.save_pretrained(tmp, max_shard_size=max_shard_size)
+        with bars_only_on_a_terminal():
+            hf.save_pretrained(tmp, max_shard_size=max_shard_size)
         for name in os.listdir(tmp):  # safetensors writes its files owner-only (0600)
             if name.endswith(".safetensors"):
                 os.chmod(os.path.join(tmp, name), new_file_mode())

@@ -147,12 +147,41 @@ def hf_config_kwargs(cfg: Config, vocab_size: int, model_type: str) -> dict:
     )
 
 
+def _default_rope(rope) -> bool:
+    """Whether a ``rope_parameters`` or ``rope_scaling`` value of config.json is plain RoPE.
+
+    transformers reads either key (``rope_scaling`` from configs transformers 4.x saved, e.g.
+    Llama-3.1's ``{"rope_type": "llama3", "factor": 8.0, ...}``) and takes the type from
+    ``rope_type``, else from the older ``type``; anything but 'default' (llama3, linear, dynamic,
+    yarn, longrope, ...) or a ``partial_rotary_factor`` below 1 is RoPE megatron-gamma does not
+    build."""
+    if not rope:
+        return True
+    if not isinstance(rope, dict):
+        return False
+    return all(rope.get(k, "default") == "default" for k in ("rope_type", "type")) and rope.get(
+        "partial_rotary_factor"
+    ) in (None, 1, 1.0)
+
+
+def _rope_theta(hf: dict) -> float:
+    """The RoPE base transformers reads from ``hf``: ``rope_scaling`` takes the place of
+    ``rope_parameters`` when given; a ``rope_theta`` in neither falls back to the top-level one,
+    then to 10000."""
+    rope = hf.get("rope_scaling") or hf.get("rope_parameters") or {}
+    for theta in (rope.get("rope_theta"), hf.get("rope_theta")):
+        if theta is not None:
+            return theta
+    return 10000.0
+
+
 def model_section_from_hf(hf: dict) -> dict:
     """The ``model`` section of a megatron-gamma config from a Hugging Face ``config.json``.
 
     Raises:
         UnmappableArchitectureError: a model type other than 'llama' / 'gamma_gpt', or Llama
-            options megatron-gamma does not build (biases, non-default RoPE, non-silu MLP).
+            options megatron-gamma does not build (biases, non-default RoPE given as
+            ``rope_parameters`` or ``rope_scaling``, partial rotary, non-silu MLP).
     """
     kind = hf.get("model_type")
     if kind not in ("llama", "gamma_gpt"):
@@ -160,14 +189,15 @@ def model_section_from_hf(hf: dict) -> dict:
             f"model_type={kind!r}: import-hf reads 'llama' and 'gamma_gpt' models. Fix: convert "
             "a model exported by `megatron-gamma export-hf` or a Llama checkpoint"
         )
-    rope = hf.get("rope_parameters") or {"rope_type": "default", "rope_theta": hf.get("rope_theta")}
     bad = [
         f"{k}={hf.get(k)!r}"
         for k, ok in (
             ("attention_bias", not hf.get("attention_bias", False)),
             ("mlp_bias", not hf.get("mlp_bias", False)),
             ("hidden_act", hf.get("hidden_act", "silu") == "silu"),
-            ("rope_parameters", rope.get("rope_type", "default") == "default"),
+            ("rope_parameters", _default_rope(hf.get("rope_parameters"))),
+            ("rope_scaling", _default_rope(hf.get("rope_scaling"))),
+            ("partial_rotary_factor", hf.get("partial_rotary_factor") in (None, 1, 1.0)),
         )
         if not ok
     ]
@@ -187,7 +217,7 @@ def model_section_from_hf(hf: dict) -> dict:
         seq_length=hf["max_position_embeddings"],
         max_position_embeddings=hf["max_position_embeddings"],
         norm_epsilon=hf["rms_norm_eps"],
-        rotary_base=int(rope["rope_theta"]),
+        rotary_base=int(_rope_theta(hf)),
         untie_embeddings_and_output_weights=not hf.get("tie_word_embeddings", False),
         gated_attention=hf.get("gated_attention", "none"),
         gate_bias=hf.get("gate_bias", False),
