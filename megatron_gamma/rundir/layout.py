@@ -47,14 +47,16 @@ def latest_iteration(root: str) -> int | None:
     """Newest complete checkpoint under ``root``: the tracker, else the highest ``iter_N``.
 
     Raises:
-        CheckpointError: the tracker holds no iteration number (empty or torn), naming it.
+        CheckpointError: the tracker holds no iteration number (empty or torn), or names an
+            iteration with no ``iter_N`` directory (a stale or hand-edited tracker; Megatron-LM
+            stops on it too), naming it, the iterations that exist and the fix.
     """
     tracker = os.path.join(root, TRACKER)
+    found = saved_iterations(root)
     if os.path.isfile(tracker):
         with open(tracker) as f:
             text = f.read().strip()
         if not text.isdigit():
-            found = saved_iterations(root)
             newest = f"the newest iter_N here is {found[-1]}" if found else "no iter_N is here"
             raise checkpoint_trust.CheckpointError(
                 f"{tracker}: holds {text!r}, not an iteration number (empty or torn: a write "
@@ -64,7 +66,17 @@ def latest_iteration(root: str) -> int | None:
         it = int(text)
         if os.path.isdir(checkpoint_dir(root, it)):
             return it
-    found = saved_iterations(root)
+        here = (
+            f"the iterations here are {', '.join(map(str, found))}"
+            if found
+            else "no iter_N is here"
+        )
+        raise checkpoint_trust.CheckpointError(
+            f"{tracker}: names iteration {it}, but {checkpoint_dir(root, it)} does not exist "
+            f"({here}; a stale or hand-edited tracker, e.g. a rollback to a deleted "
+            "checkpoint). Fix: write the iteration to resume from into it, or delete it to "
+            "resume from the newest iter_N"
+        )
     return found[-1] if found else None
 
 
