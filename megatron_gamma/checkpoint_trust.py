@@ -29,6 +29,7 @@ distributed optimizer) by listing the globals their pickles reference.
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 
@@ -241,6 +242,36 @@ class TrustedCommonLoadStrategy(TorchCommonLoadStrategy):
             raise _refused(f"checkpoint file {path!r}", path, e) from None
 
 
+def check_config(checkpoint: str) -> None:
+    """Refuse a damaged ``metadata.json`` (megatron-core's checkpoint config, which its
+    ``maybe_load_config`` reads with ``json.load``, so that a damaged one would stop every read
+    with a bare JSON error naming neither the file nor a fix). A missing one is left to
+    megatron-core (not a checkpoint).
+
+    Raises:
+        CheckpointError: ``metadata.json`` is not JSON, or not the object megatron-core writes
+            (``sharded_backend``, ...), naming the file, what is wrong and the fix.
+    """
+    from megatron.core.dist_checkpointing.core import CONFIG_FNAME, CheckpointingConfig
+
+    path = os.path.join(str(checkpoint), CONFIG_FNAME)
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+        if not isinstance(raw, dict):
+            raise ValueError(f"a JSON {type(raw).__name__}, not an object")
+        CheckpointingConfig(**raw)
+    except (OSError, ValueError, TypeError) as e:  # JSONDecodeError, UnicodeDecodeError: ValueError
+        raise CheckpointError(
+            f"checkpoint file {path!r}: damaged, not megatron-core's checkpoint config "
+            f"({type(e).__name__}: {e}). Fix: use a complete checkpoint (an earlier iter_N, or "
+            "rerun the save); a checkpoint written by megatron-core holds "
+            '{"sharded_backend": "torch_dist", ...} there'
+        ) from None
+
+
 def _named(e: CheckpointException) -> CheckpointError | None:
     """The :class:`CheckpointError` a rank raised inside torch DCP (which wraps every rank's
     exception in one ``CheckpointException``), if any."""
@@ -272,6 +303,7 @@ def load(sharded_state_dict: dict, checkpoint: str, strict: str) -> dict | tuple
     from megatron_gamma.compat import patch_checkpoint_reader
 
     patch_checkpoint_reader()
+    check_config(checkpoint)
     read_metadata(os.path.join(checkpoint, METADATA_FILE))
     try:
         return dist_checkpointing.load(
@@ -292,8 +324,10 @@ def load_common_state_dict(checkpoint: str) -> dict:
     :class:`TrustedCommonLoadStrategy` after megatron-core has checked the format.
 
     Raises:
-        CheckpointError: see :meth:`TrustedCommonLoadStrategy.load_common`.
+        CheckpointError: see :func:`check_config` and
+            :meth:`TrustedCommonLoadStrategy.load_common`.
     """
+    check_config(checkpoint)
     _, common = verify_checkpoint_and_load_strategy(
         checkpoint, common_strategy=TrustedCommonLoadStrategy()
     )
@@ -306,13 +340,14 @@ def load_sharded_metadata(checkpoint: str) -> dict:
     ``.metadata`` read by :func:`read_metadata`; no tensor or object is read.
 
     Raises:
-        CheckpointError: see :func:`read_metadata`.
+        CheckpointError: see :func:`check_config` and :func:`read_metadata`.
     """
     from megatron.core.dist_checkpointing.serialization import load_sharded_metadata
 
     from megatron_gamma.compat import patch_checkpoint_reader
 
     patch_checkpoint_reader()
+    check_config(checkpoint)
     return load_sharded_metadata(checkpoint, common_strategy=TrustedCommonLoadStrategy())
 
 
@@ -321,9 +356,10 @@ def load_tensors_metadata(checkpoint: str) -> dict:
     ``load_tensors_metadata``), from ``.metadata`` read by :func:`read_metadata`.
 
     Raises:
-        CheckpointError: see :func:`read_metadata`.
+        CheckpointError: see :func:`check_config` and :func:`read_metadata`.
     """
     from megatron_gamma.compat import patch_checkpoint_reader
 
     patch_checkpoint_reader()
+    check_config(checkpoint)
     return dist_checkpointing.load_tensors_metadata(checkpoint)
