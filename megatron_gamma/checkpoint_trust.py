@@ -28,6 +28,7 @@ distributed optimizer) by listing the globals their pickles reference.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -42,6 +43,7 @@ from megatron.core.dist_checkpointing.validation import (
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.futures import Future
 
 from megatron_gamma.config import ConfigError
 
@@ -216,7 +218,50 @@ class TrustedFileSystemReader(FileSystemReader):
         return self._metadata
 
     def read_data(self, plan, planner):
-        return super().read_data(plan, _CheckedObjects(planner, str(self.path)))
+        """torch's ``read_data``, one data file (``__R_N.distcp``) at a time, so that a file
+        that cannot be read is named (:meth:`_unreadable`) rather than surfacing as torch's
+        ``CheckpointException`` with every rank's traceback in its text."""
+        checked = _CheckedObjects(planner, str(self.path))
+        per_file: dict[str, list] = {}
+        for item in plan.items:
+            per_file.setdefault(self.storage_data[item.storage_index].relative_path, []).append(
+                item
+            )
+        for relative_path, items in per_file.items():
+            try:
+                super().read_data(dataclasses.replace(plan, items=items), checked)
+            except CheckpointError:
+                raise
+            except Exception as e:  # many types for damaged files (EOFError, RuntimeError, ...)
+                raise self._unreadable(relative_path, items, e) from e
+        future: Future = Future()
+        future.set_result(None)
+        return future
+
+    def _unreadable(self, relative_path: str, items: list, error: Exception) -> CheckpointError:
+        """The error for data file ``relative_path`` whose ``items`` could not be read
+        (``error``): truncated when it ends before the data the metadata places in it, else the
+        root exception of ``error`` (its ``__cause__`` / ``__context__`` chain)."""
+        path = os.path.join(str(self.path), relative_path)
+        end = max(
+            self.storage_data[i.storage_index].offset + self.storage_data[i.storage_index].length
+            for i in items
+        )
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = None
+        if size is not None and size < end:
+            why = (
+                f"truncated: unexpected end of file at byte {size:,}, where the checkpoint's "
+                f".metadata places data up to byte {end:,}"
+            )
+        else:
+            why = _root_cause(error)
+        return CheckpointError(
+            f"checkpoint file {path!r}: unreadable ({why}). Fix: use a complete checkpoint (an "
+            "earlier iter_N, or rerun the save)"
+        )
 
 
 class TrustedCommonLoadStrategy(TorchCommonLoadStrategy):
@@ -272,6 +317,18 @@ def check_config(checkpoint: str) -> None:
         ) from None
 
 
+def _root_cause(error: BaseException) -> str:
+    """One line for the innermost exception of ``error``'s ``__cause__`` / ``__context__``
+    chain: its type and the last line of its text (``unexpected end of file (EOFError)`` for
+    an ``EOFError``, which has none)."""
+    root = error
+    while (root.__cause__ or root.__context__) is not None:
+        root = root.__cause__ or root.__context__
+    text = str(root).strip().splitlines()
+    why = f"{type(root).__name__}: {text[-1]}" if text else type(root).__name__
+    return f"unexpected end of file ({why})" if isinstance(root, EOFError) else why
+
+
 def _named(e: CheckpointException) -> CheckpointError | None:
     """The :class:`CheckpointError` a rank raised inside torch DCP (which wraps every rank's
     exception in one ``CheckpointException``), if any."""
@@ -298,7 +355,9 @@ def load(sharded_state_dict: dict, checkpoint: str, strict: str) -> dict | tuple
         missing keys, unexpected keys)`` in megatron-core's naming.
 
     Raises:
-        CheckpointError: a refused class in any pickled part (every rank raises it).
+        CheckpointError: a refused class in any pickled part (every rank raises it); a data
+            file that cannot be read (truncated, damaged), named; any other failure inside torch
+            DCP, one line per rank (its root exception).
     """
     from megatron_gamma.compat import patch_checkpoint_reader
 
@@ -314,8 +373,14 @@ def load(sharded_state_dict: dict, checkpoint: str, strict: str) -> dict | tuple
         )
     except CheckpointException as e:
         named = _named(e)
-        if named is None:
-            raise
+        if named is None:  # one line per rank, not torch's text with every rank's traceback
+            causes = "; ".join(
+                f"rank {rank}: {_root_cause(exc)}" for rank, (exc, _) in sorted(e.failures.items())
+            )
+            named = CheckpointError(
+                f"checkpoint={checkpoint!r}: cannot be read ({causes}). Fix: use a complete "
+                "checkpoint (an earlier iter_N, or rerun the save)"
+            )
         raise named from None
 
 

@@ -146,12 +146,22 @@ def _damaged_copy(trained_run: str, tmp_path, damage) -> str:
     return run
 
 
+def _truncate_shard(ckpt: str) -> None:
+    with open(os.path.join(ckpt, "__0_0.distcp"), "r+b") as f:
+        f.truncate(1000)
+
+
 def _garble_config(ckpt: str) -> None:
     with open(os.path.join(ckpt, "metadata.json"), "w") as f:
         f.write("{bad\n")
 
 
 DAMAGE = {
+    "truncated shard": (
+        _truncate_shard,
+        "__0_0.distcp': unreadable (truncated: unexpected end of file at byte 1,000, where the "
+        "checkpoint's .metadata places data up to byte ",
+    ),
     "garbled metadata.json": (
         _garble_config,
         "metadata.json': damaged, not megatron-core's checkpoint config (JSONDecodeError: "
@@ -166,8 +176,9 @@ DAMAGE = {
 def test_a_damaged_checkpoint_file_is_named_in_one_line_with_the_fix(
     trained_run, demo_prefix, tmp_path, kind
 ):
-    """evaluate and pretrain --load name the damaged file (a garbled ``metadata.json``), what
-    is wrong and the fix in one line, not a bare JSON error."""
+    """evaluate and pretrain --load name the damaged file (a truncated ``*.distcp``, a garbled
+    ``metadata.json``), what is wrong and the fix in one line, not torch's CheckpointException
+    with every rank's traceback in its text, nor a bare JSON error."""
     from megatron_gamma.evaluation.evaluate import evaluate
 
     damage, said = DAMAGE[kind]
