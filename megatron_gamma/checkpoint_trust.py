@@ -28,7 +28,9 @@ distributed optimizer) by listing the globals their pickles reference.
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import json
 import os
 import pickle
 
@@ -41,6 +43,7 @@ from megatron.core.dist_checkpointing.validation import (
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.metadata import Metadata, StorageMeta
+from torch.futures import Future
 
 from megatron_gamma.config import ConfigError
 
@@ -215,7 +218,50 @@ class TrustedFileSystemReader(FileSystemReader):
         return self._metadata
 
     def read_data(self, plan, planner):
-        return super().read_data(plan, _CheckedObjects(planner, str(self.path)))
+        """torch's ``read_data``, one data file (``__R_N.distcp``) at a time, so that a file
+        that cannot be read is named (:meth:`_unreadable`) rather than surfacing as torch's
+        ``CheckpointException`` with every rank's traceback in its text."""
+        checked = _CheckedObjects(planner, str(self.path))
+        per_file: dict[str, list] = {}
+        for item in plan.items:
+            per_file.setdefault(self.storage_data[item.storage_index].relative_path, []).append(
+                item
+            )
+        for relative_path, items in per_file.items():
+            try:
+                super().read_data(dataclasses.replace(plan, items=items), checked)
+            except CheckpointError:
+                raise
+            except Exception as e:  # many types for damaged files (EOFError, RuntimeError, ...)
+                raise self._unreadable(relative_path, items, e) from e
+        future: Future = Future()
+        future.set_result(None)
+        return future
+
+    def _unreadable(self, relative_path: str, items: list, error: Exception) -> CheckpointError:
+        """The error for data file ``relative_path`` whose ``items`` could not be read
+        (``error``): truncated when it ends before the data the metadata places in it, else the
+        root exception of ``error`` (its ``__cause__`` / ``__context__`` chain)."""
+        path = os.path.join(str(self.path), relative_path)
+        end = max(
+            self.storage_data[i.storage_index].offset + self.storage_data[i.storage_index].length
+            for i in items
+        )
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = None
+        if size is not None and size < end:
+            why = (
+                f"truncated: unexpected end of file at byte {size:,}, where the checkpoint's "
+                f".metadata places data up to byte {end:,}"
+            )
+        else:
+            why = _root_cause(error)
+        return CheckpointError(
+            f"checkpoint file {path!r}: unreadable ({why}). Fix: use a complete checkpoint (an "
+            "earlier iter_N, or rerun the save)"
+        )
 
 
 class TrustedCommonLoadStrategy(TorchCommonLoadStrategy):
@@ -239,6 +285,48 @@ class TrustedCommonLoadStrategy(TorchCommonLoadStrategy):
             return torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as e:
             raise _refused(f"checkpoint file {path!r}", path, e) from None
+
+
+def check_config(checkpoint: str) -> None:
+    """Refuse a damaged ``metadata.json`` (megatron-core's checkpoint config, which its
+    ``maybe_load_config`` reads with ``json.load``, so that a damaged one would stop every read
+    with a bare JSON error naming neither the file nor a fix). A missing one is left to
+    megatron-core (not a checkpoint).
+
+    Raises:
+        CheckpointError: ``metadata.json`` is not JSON, or not the object megatron-core writes
+            (``sharded_backend``, ...), naming the file, what is wrong and the fix.
+    """
+    from megatron.core.dist_checkpointing.core import CONFIG_FNAME, CheckpointingConfig
+
+    path = os.path.join(str(checkpoint), CONFIG_FNAME)
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)
+        if not isinstance(raw, dict):
+            raise ValueError(f"a JSON {type(raw).__name__}, not an object")
+        CheckpointingConfig(**raw)
+    except (OSError, ValueError, TypeError) as e:  # JSONDecodeError, UnicodeDecodeError: ValueError
+        raise CheckpointError(
+            f"checkpoint file {path!r}: damaged, not megatron-core's checkpoint config "
+            f"({type(e).__name__}: {e}). Fix: use a complete checkpoint (an earlier iter_N, or "
+            "rerun the save); a checkpoint written by megatron-core holds "
+            '{"sharded_backend": "torch_dist", ...} there'
+        ) from None
+
+
+def _root_cause(error: BaseException) -> str:
+    """One line for the innermost exception of ``error``'s ``__cause__`` / ``__context__``
+    chain: its type and the last line of its text (``unexpected end of file (EOFError)`` for
+    an ``EOFError``, which has none)."""
+    root = error
+    while (root.__cause__ or root.__context__) is not None:
+        root = root.__cause__ or root.__context__
+    text = str(root).strip().splitlines()
+    why = f"{type(root).__name__}: {text[-1]}" if text else type(root).__name__
+    return f"unexpected end of file ({why})" if isinstance(root, EOFError) else why
 
 
 def _named(e: CheckpointException) -> CheckpointError | None:
@@ -267,11 +355,14 @@ def load(sharded_state_dict: dict, checkpoint: str, strict: str) -> dict | tuple
         missing keys, unexpected keys)`` in megatron-core's naming.
 
     Raises:
-        CheckpointError: a refused class in any pickled part (every rank raises it).
+        CheckpointError: a refused class in any pickled part (every rank raises it); a data
+            file that cannot be read (truncated, damaged), named; any other failure inside torch
+            DCP, one line per rank (its root exception).
     """
     from megatron_gamma.compat import patch_checkpoint_reader
 
     patch_checkpoint_reader()
+    check_config(checkpoint)
     read_metadata(os.path.join(checkpoint, METADATA_FILE))
     try:
         return dist_checkpointing.load(
@@ -282,8 +373,14 @@ def load(sharded_state_dict: dict, checkpoint: str, strict: str) -> dict | tuple
         )
     except CheckpointException as e:
         named = _named(e)
-        if named is None:
-            raise
+        if named is None:  # one line per rank, not torch's text with every rank's traceback
+            causes = "; ".join(
+                f"rank {rank}: {_root_cause(exc)}" for rank, (exc, _) in sorted(e.failures.items())
+            )
+            named = CheckpointError(
+                f"checkpoint={checkpoint!r}: cannot be read ({causes}). Fix: use a complete "
+                "checkpoint (an earlier iter_N, or rerun the save)"
+            )
         raise named from None
 
 
@@ -292,8 +389,10 @@ def load_common_state_dict(checkpoint: str) -> dict:
     :class:`TrustedCommonLoadStrategy` after megatron-core has checked the format.
 
     Raises:
-        CheckpointError: see :meth:`TrustedCommonLoadStrategy.load_common`.
+        CheckpointError: see :func:`check_config` and
+            :meth:`TrustedCommonLoadStrategy.load_common`.
     """
+    check_config(checkpoint)
     _, common = verify_checkpoint_and_load_strategy(
         checkpoint, common_strategy=TrustedCommonLoadStrategy()
     )
@@ -306,13 +405,14 @@ def load_sharded_metadata(checkpoint: str) -> dict:
     ``.metadata`` read by :func:`read_metadata`; no tensor or object is read.
 
     Raises:
-        CheckpointError: see :func:`read_metadata`.
+        CheckpointError: see :func:`check_config` and :func:`read_metadata`.
     """
     from megatron.core.dist_checkpointing.serialization import load_sharded_metadata
 
     from megatron_gamma.compat import patch_checkpoint_reader
 
     patch_checkpoint_reader()
+    check_config(checkpoint)
     return load_sharded_metadata(checkpoint, common_strategy=TrustedCommonLoadStrategy())
 
 
@@ -321,9 +421,10 @@ def load_tensors_metadata(checkpoint: str) -> dict:
     ``load_tensors_metadata``), from ``.metadata`` read by :func:`read_metadata`.
 
     Raises:
-        CheckpointError: see :func:`read_metadata`.
+        CheckpointError: see :func:`check_config` and :func:`read_metadata`.
     """
     from megatron_gamma.compat import patch_checkpoint_reader
 
     patch_checkpoint_reader()
+    check_config(checkpoint)
     return dist_checkpointing.load_tensors_metadata(checkpoint)

@@ -132,6 +132,40 @@ def test_empty_or_torn_tracker_is_named_with_the_fix(tmp_path, content):
     assert "the newest iter_N here is 2" in message and "Fix: " in message
 
 
+@pytest.mark.parametrize("saved", [[2, 5], []])
+def test_a_tracker_naming_a_missing_iteration_is_refused_wherever_a_root_is_resolved(
+    tmp_path, saved
+):
+    """A stale or hand-edited tracker (a rollback to a deleted iteration) is not passed over for
+    the newest iter_N: pretrain --load, evaluate / export-hf and the layout lookups all stop,
+    naming the tracker, the iteration, those that exist and the fix (as Megatron-LM stops)."""
+    from megatron_gamma.config import load_config
+    from megatron_gamma.rundir import checkpoint
+    from megatron_gamma.training.loop import preflight
+
+    save = tmp_path / "ckpt"
+    for it in saved:
+        os.makedirs(layout.checkpoint_dir(str(save), it))
+        (save / f"iter_{it:07d}" / "metadata.json").write_text("{}")
+    os.makedirs(save, exist_ok=True)
+    (save / TRACKER).write_text("9\n")
+    here = "the iterations here are 2, 5" if saved else "no iter_N is here"
+    want = (
+        f"{save / TRACKER}: names iteration 9, but {save / 'iter_0000009'} does not exist ({here}; "
+    )
+    run = {"mock_data": True, "run_dir": str(tmp_path / "run"), "load": str(save)}
+    for read in (
+        lambda: latest_iteration(str(save)),
+        lambda: layout.resolve_checkpoint(str(save)),
+        lambda: checkpoint.resolve(str(save)),  # evaluate, export-hf
+        lambda: preflight(load_config(None, run)),  # pretrain --load
+    ):
+        with pytest.raises(CheckpointError) as err:
+            read()
+        assert str(err.value).startswith(want), str(err.value)
+        assert "Fix: write the iteration to resume from into it, or delete it" in str(err.value)
+
+
 def _pretrain(tmp_path, demo_prefix, save, *flags):
     args = ["pretrain", "--data-path", demo_prefix, "--run-dir", str(tmp_path / "run")]
     return run_cli([*args, *TINY_MODEL, "--train-iters", "2", "--save", str(save), *flags])

@@ -136,3 +136,82 @@ def test_every_checkpoint_read_goes_through_checkpoint_trust():
                 with open(path, encoding="utf-8") as f:
                     found += [f"{path}: {m.group()}" for m in pattern.finditer(f.read())]
     assert not found, found
+
+
+def _damaged_copy(trained_run: str, tmp_path, damage) -> str:
+    """A copy of ``trained_run`` whose checkpoint ``damage(iter_0000002 directory)`` changed."""
+    run = str(tmp_path / "run")
+    shutil.copytree(trained_run, run)
+    damage(os.path.join(run, "checkpoints", "iter_0000002"))
+    return run
+
+
+def _truncate_shard(ckpt: str) -> None:
+    with open(os.path.join(ckpt, "__0_0.distcp"), "r+b") as f:
+        f.truncate(1000)
+
+
+def _garble_config(ckpt: str) -> None:
+    with open(os.path.join(ckpt, "metadata.json"), "w") as f:
+        f.write("{bad\n")
+
+
+DAMAGE = {
+    "truncated shard": (
+        _truncate_shard,
+        "__0_0.distcp': unreadable (truncated: unexpected end of file at byte 1,000, where the "
+        "checkpoint's .metadata places data up to byte ",
+    ),
+    "garbled metadata.json": (
+        _garble_config,
+        "metadata.json': damaged, not megatron-core's checkpoint config (JSONDecodeError: "
+        "Expecting property name enclosed in double quotes: line 1 column 2 (char 1)). Fix: ",
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+def test_a_damaged_checkpoint_file_is_named_in_one_line_with_the_fix(
+    trained_run, demo_prefix, tmp_path, kind
+):
+    """evaluate and pretrain --load name the damaged file (a truncated ``*.distcp``, a garbled
+    ``metadata.json``), what is wrong and the fix in one line, not torch's CheckpointException
+    with every rank's traceback in its text, nor a bare JSON error."""
+    from megatron_gamma.evaluation.evaluate import evaluate
+
+    damage, said = DAMAGE[kind]
+    run = _damaged_copy(trained_run, tmp_path, damage)
+    ckpt = os.path.join(run, "checkpoints", "iter_0000002")
+    with pytest.raises(CheckpointError) as err:
+        evaluate(run, [demo_prefix], eval_tokens=2 * 64)
+    message = str(err.value)
+    assert f"checkpoint file '{ckpt}{os.sep}" in message and said in message, message
+    assert "\n" not in message and "Fix: use a complete checkpoint" in message, message
+    args = ["pretrain", "--data-path", demo_prefix, "--run-dir", str(tmp_path / "next")]
+    args += [*TINY_MODEL, "--train-iters", "3", "--override-opt-param-scheduler"]
+    proc = run_cli([*args, "--load", os.path.join(run, "checkpoints")])
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert said in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("{bad", "JSONDecodeError: Expecting property name"),
+        ("[1]", "ValueError: a JSON list, not an object"),
+        ('{"backend": 1}', "TypeError: "),
+    ],
+)
+def test_a_damaged_metadata_json_is_named_with_the_fix(tmp_path, text, why):
+    from megatron_gamma.checkpoint_trust import check_config
+
+    (tmp_path / "metadata.json").write_text(text)
+    with pytest.raises(CheckpointError) as err:
+        check_config(str(tmp_path))
+    want = f"checkpoint file {str(tmp_path / 'metadata.json')!r}: damaged, not megatron-core's "
+    assert str(err.value).startswith(f"{want}checkpoint config ({why}"), str(err.value)
+    assert "Fix: use a complete checkpoint" in str(err.value)
+    (tmp_path / "metadata.json").write_text('{"sharded_backend": "torch_dist"}')
+    check_config(str(tmp_path))

@@ -16,6 +16,7 @@ from megatron.core.dist_checkpointing.validation import StrictHandling
 from megatron_gamma import cli
 from megatron_gamma.config import ConfigError, load_config, overrides_from_args
 from megatron_gamma.config.choices import REFUSED_DIST_CKPT_STRICTNESS, DistCkptStrictness
+from megatron_gamma.rundir import layout
 from megatron_gamma.training.checkpointing import checkpoint_dir, latest_iteration
 
 
@@ -168,6 +169,60 @@ def test_optimizer_state_the_checkpoint_lacks_stops_a_resume_offering_no_load_op
     assert "Fix: --no-load-optim to start the optimizer afresh" in error
     fresh = _start(tmp_path / "fresh", demo_prefix, *resume, "--no-load-optim")
     assert fresh.returncode == 0, fresh.stderr[-3000:]
+
+
+MOE = ["--num-experts", "4", "--moe-router-topk", "2", "--moe-ffn-hidden-size", "64"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_an_ep2_checkpoint_resumed_at_ep1_names_the_expert_parallel_layout(tmp_path, demo_prefix):
+    """Under EP > 1 megatron-core's optimizer is a ChainedOptimizer (state keyed
+    chained_N.optimizer.*), at EP = 1 a single one (optimizer.*): the same Adam, so the error
+    names the layout and its fixes, not "another optimizer"; --no-load-optim then resumes."""
+    save = tmp_path / "ep2" / "checkpoints"
+    ep2 = _start(tmp_path / "ep2", demo_prefix, *MOE, "--expert-model-parallel-size", "2",
+                 "--train-iters", "2", "--save", str(save), nproc=2)  # fmt: skip
+    assert ep2.returncode == 0, ep2.stderr[-3000:]
+    resume = [
+        *MOE,
+        "--train-iters",
+        "3",
+        "--use-checkpoint-opt-param-scheduler",
+        "--load",
+        str(save),
+    ]
+    ep1 = _start(tmp_path / "ep1", demo_prefix, *resume)
+    assert ep1.returncode == 2, ep1.stderr[-3000:]
+    [error] = [line for line in ep1.stderr.splitlines() if "lacks keys this run asks for" in line]
+    assert "optimizer.state.exp_avg." in error and "another optimizer" not in error, error
+    assert (
+        "Its optimizer state was saved under another expert-parallel layout: the checkpoint "
+        "holds a ChainedOptimizer's (chained_N.optimizer.*: expert_model_parallel_size=2, "
+    ) in error, error
+    assert (
+        "Fix: resume with --expert-model-parallel-size 2, as it was saved, or add "
+        "--no-load-optim to start the optimizer afresh (the model weights load into any layout)"
+    ) in error, error
+    fresh = _start(tmp_path / "fresh", demo_prefix, *resume, "--no-load-optim")
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+
+
+def test_the_expert_layout_message_names_either_direction(monkeypatch):
+    """The message builder alone: a checkpoint of a single optimizer resumed under EP > 1, and
+    one whose config does not record its layout; no change of layout, no message."""
+    held = {"optimizer.state.exp_avg.w": None, "decoder.w": None}
+    chained = ["chained_0.optimizer.state.exp_avg.w", "chained_1.optimizer.state.exp_avg.e"]
+    monkeypatch.setattr(layout, "saved_description", lambda p: ({"parallel": {}}, None))
+    said = layout.expert_layout_change(chained, held, "ckpt")
+    assert "the checkpoint holds a single optimizer's (optimizer.*: " in said
+    assert "this run, under expert_model_parallel_size > 1, asks for a ChainedOptimizer's" in said
+    assert "Fix: resume with --expert-model-parallel-size 1, as it was saved, or add " in said
+    monkeypatch.setattr(layout, "saved_description", lambda p: (None, None))
+    said = layout.expert_layout_change(["optimizer.state.exp_avg.w"], dict.fromkeys(chained), "c")
+    assert "(chained_N.optimizer.*: expert_model_parallel_size > 1, " in said
+    assert "Fix: resume with the --expert-model-parallel-size it was saved with (> 1), or " in said
+    assert layout.expert_layout_change(["optimizer.state.exp_avg.v"], held, "ckpt") is None
 
 
 @pytest.mark.slow

@@ -117,8 +117,9 @@ def load_model(run: RunCheckpoint) -> tuple[torch.nn.Module, int]:
         iteration = loader.load_model_weights([model], run.path)
     except CheckpointError:
         raise
-    except (Exception, CheckpointException) as e:  # many types for damaged files; torch's
-        # CheckpointException (raised for unreadable tensor files) derives from BaseException
+    except (Exception, CheckpointException) as e:  # many types for damaged files (a data file
+        # that cannot be read is a CheckpointError naming it, from checkpoint_trust); torch's
+        # CheckpointException derives from BaseException
         raise CheckpointError(
             f"checkpoint={run.path!r}: cannot be read ({type(e).__name__}: {e}). Fix: use a "
             "complete checkpoint of this run (an earlier iter_N, or rerun the save)"

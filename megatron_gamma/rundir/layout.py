@@ -47,14 +47,16 @@ def latest_iteration(root: str) -> int | None:
     """Newest complete checkpoint under ``root``: the tracker, else the highest ``iter_N``.
 
     Raises:
-        CheckpointError: the tracker holds no iteration number (empty or torn), naming it.
+        CheckpointError: the tracker holds no iteration number (empty or torn), or names an
+            iteration with no ``iter_N`` directory (a stale or hand-edited tracker; Megatron-LM
+            stops on it too), naming it, the iterations that exist and the fix.
     """
     tracker = os.path.join(root, TRACKER)
+    found = saved_iterations(root)
     if os.path.isfile(tracker):
         with open(tracker) as f:
             text = f.read().strip()
         if not text.isdigit():
-            found = saved_iterations(root)
             newest = f"the newest iter_N here is {found[-1]}" if found else "no iter_N is here"
             raise checkpoint_trust.CheckpointError(
                 f"{tracker}: holds {text!r}, not an iteration number (empty or torn: a write "
@@ -64,7 +66,17 @@ def latest_iteration(root: str) -> int | None:
         it = int(text)
         if os.path.isdir(checkpoint_dir(root, it)):
             return it
-    found = saved_iterations(root)
+        here = (
+            f"the iterations here are {', '.join(map(str, found))}"
+            if found
+            else "no iter_N is here"
+        )
+        raise checkpoint_trust.CheckpointError(
+            f"{tracker}: names iteration {it}, but {checkpoint_dir(root, it)} does not exist "
+            f"({here}; a stale or hand-edited tracker, e.g. a rollback to a deleted "
+            "checkpoint). Fix: write the iteration to resume from into it, or delete it to "
+            "resume from the newest iter_N"
+        )
     return found[-1] if found else None
 
 
@@ -86,6 +98,10 @@ def read_tensors_metadata(path: str) -> dict:
 
 NOT_LOADED_OPTIMIZER = "optimizer."
 """Prefix of the checkpoint keys of the optimizer state (megatron-core's sharded keys)."""
+_CHAINED_OPTIMIZER = re.compile(r"^chained_\d+\.optimizer\.")
+"""Checkpoint keys of a megatron-core ``ChainedOptimizer``'s state (``chained_0.optimizer.*``):
+an MoE run under expert_model_parallel_size > 1 has one optimizer for the dense and one for the
+expert parameters."""
 NOT_LOADED_RNG = "rng_state"
 """Checkpoint key of the per-rank RNG states."""
 _SHOWN_KEYS = 8
@@ -115,7 +131,9 @@ def check_loadable(sharded: dict, path: str) -> None:
     Raises:
         ConfigError: such keys or shapes, named (at most :data:`_SHOWN_KEYS` of each), with the
             fix: the model as the checkpoint was built, or ``--no-load-optim`` where only the
-            optimizer's keys are absent.
+            optimizer's keys are absent (for a change of the expert-parallel layout of the
+            optimizer state, that and the saved ``--expert-model-parallel-size``:
+            :func:`expert_layout_change`).
         CheckpointError: ``path``'s metadata is refused (:func:`checkpoint_trust.read_metadata`).
     """
     from megatron.core.dist_checkpointing import ShardedTensor
@@ -157,7 +175,15 @@ def check_loadable(sharded: dict, path: str) -> None:
         found.append(f"it lacks keys this run asks for ({_keys_text(absent)})")
     if shapes:
         found.append(f"it holds tensors of other shapes ({_keys_text(shapes)})")
-    if not shapes and all(k.startswith(NOT_LOADED_OPTIMIZER) for k in absent):
+    optimizer_only = all(
+        k.startswith(NOT_LOADED_OPTIMIZER) or _CHAINED_OPTIMIZER.match(k) for k in absent
+    )
+    layout_change = (
+        None if shapes or not optimizer_only else expert_layout_change(absent, held, path)
+    )
+    if layout_change:
+        raise ConfigError(f"{path} cannot be loaded into this run: {found[0]}. {layout_change}")
+    if not shapes and optimizer_only:
         what, fix = "optimizer", "--no-load-optim to start the optimizer afresh"
     else:
         what = "model"
@@ -169,6 +195,59 @@ def check_loadable(sharded: dict, path: str) -> None:
         f"{path} cannot be loaded into this run: {'; '.join(found)}. It was saved from another "
         f"{what}, and no --dist-ckpt-strictness loads it, since the model and optimizer are "
         f"loaded strictly. Fix: {fix}, or another checkpoint"
+    )
+
+
+def expert_layout_change(absent: list[str], held, path: str) -> Optional[str]:
+    """Why a resume lacks the optimizer keys ``absent`` of checkpoint ``path``, where the
+    expert-parallel layout changed, with the fix; None otherwise. Under
+    expert_model_parallel_size > 1 an MoE run's optimizer is megatron-core's
+    ``ChainedOptimizer`` (its state keyed ``chained_N.optimizer.*``), otherwise one optimizer
+    (``optimizer.*``), so that the optimizer state of one layout cannot resume the other, though
+    both are the same optimizer. The checkpoint's expert_model_parallel_size is named from its
+    config (:func:`saved_description`) where it records one.
+
+    Args:
+        absent: keys this run asks for and ``path`` lacks, all the optimizer's.
+        held: the keys ``path`` holds (its sharded metadata).
+        path: the checkpoint.
+    """
+    asked_chained = any(_CHAINED_OPTIMIZER.match(k) for k in absent)
+    held_chained = any(_CHAINED_OPTIMIZER.match(k) for k in held)
+    if asked_chained == held_chained:
+        return None
+    try:
+        saved = saved_description(path)[0] or {}
+    except ConfigError:
+        saved = {}
+    ep = (saved.get("parallel") or {}).get("expert_model_parallel_size")
+    if held_chained:
+        was = f"expert_model_parallel_size={ep}" if ep else "expert_model_parallel_size > 1"
+        how = (
+            f"a ChainedOptimizer's (chained_N.optimizer.*: {was}, one optimizer for the dense "
+            "and one for the expert parameters), and this run, under expert_model_parallel_size"
+            "=1, asks for a single optimizer's (optimizer.*)"
+        )
+        same = (
+            f"--expert-model-parallel-size {ep}, as it was saved"
+            if ep
+            else ("the --expert-model-parallel-size it was saved with (> 1)")
+        )
+    else:
+        was = f"expert_model_parallel_size={ep}" if ep else "expert_model_parallel_size=1"
+        how = (
+            f"a single optimizer's (optimizer.*: {was}), and this run, under "
+            "expert_model_parallel_size > 1, asks for a ChainedOptimizer's "
+            "(chained_N.optimizer.*: one optimizer for the dense and one for the expert "
+            "parameters)"
+        )
+        same = f"--expert-model-parallel-size {ep or 1}, as it was saved"
+    return (
+        "Its optimizer state was saved under another expert-parallel layout: the checkpoint "
+        f"holds {how}; no --dist-ckpt-strictness converts one into "
+        f"the other. Fix: resume with {same}, or "
+        "add --no-load-optim to start the optimizer afresh (the model weights load into any "
+        "layout), or another checkpoint"
     )
 
 
