@@ -236,6 +236,29 @@ def test_flags_that_choose_other_samples_are_refused(split_run, tmp_path, capsys
         evaluate(split_run, config=config)
 
 
+@pytest.mark.slow
+def test_a_config_without_the_checkpoints_gates_is_refused(split_run, demo_prefix, tmp_path):
+    """evaluate --config of the same model without gated attention read the gated checkpoint
+    without its gate weights and printed that other model's loss as the checkpoint's (a new
+    user's trial 3). A read of the weights alone now refuses weights the model does not take,
+    naming them and the fix."""
+    with open(os.path.join(split_run, "config.yaml")) as f:
+        raw = yaml.safe_load(f)
+    assert raw["model"]["gated_attention"] == "elementwise"
+    raw["model"]["gated_attention"] = "none"
+    config = tmp_path / "ungated.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError) as e:
+        evaluate(split_run, [demo_prefix], config=str(config), eval_tokens=4 * SEQ)
+    assert str(e.value) == (
+        f"{_ckpt(split_run, 3)} holds weights the model built from this config does not take "
+        "(2: decoder.layers.self_attention.linear_gate._extra_state, "
+        "decoder.layers.self_attention.linear_gate.weight): without them it is another model "
+        "than the checkpoint's. Fix: pass the config.yaml of the run that wrote the checkpoint "
+        "(drop --config: the checkpoint carries its own)"
+    )
+
+
 def test_split_loss_averages_micro_batch_means():
     """Pretrain's rule: each micro-batch's summed loss over its loss-mask count, then the mean
     of those; neither the token-weighted mean nor the mean of per-sample means."""

@@ -108,14 +108,18 @@ def load_model(run: RunCheckpoint) -> tuple[torch.nn.Module, int]:
         (model, iteration).
 
     Raises:
-        CheckpointError: unreadable metadata or tensors (corrupt or truncated files), tensors
-            that do not fit the run's architecture, or a pickled part that references a class
-            no megatron-core checkpoint holds (:mod:`megatron_gamma.checkpoint_trust`).
+        CheckpointError: unreadable metadata or tensors (corrupt or truncated files), or a
+            pickled part that references a class no megatron-core checkpoint holds
+            (:mod:`megatron_gamma.checkpoint_trust`).
+        ConfigError: the model built from the run's config does not fit the checkpoint:
+            tensors it lacks or of other shapes, or model weights it holds that the model does
+            not take (they would be dropped, and another model scored), with the fix
+            (:data:`~megatron_gamma.rundir.loader.READ_FIX`).
     """
     try:
         model = loader.model_for_run(run.cfg, run.path)
-        iteration = loader.load_model_weights([model], run.path)
-    except CheckpointError:
+        iteration = loader.load_model_weights([model], run.path, "raise_all", loader.READ_FIX)
+    except ConfigError:  # named already: a CheckpointError, or a model the checkpoint does not fit
         raise
     except (Exception, CheckpointException) as e:  # many types for damaged files (a data file
         # that cannot be read is a CheckpointError naming it, from checkpoint_trust); torch's

@@ -256,6 +256,7 @@ def read_state(
     path: str,
     strict: str,
     not_loaded: tuple[str, ...] = (),
+    fix: Optional[str] = None,
 ) -> dict:
     """Load checkpoint ``path`` into the sharded state dict ``sharded`` (megatron-core
     ``dist_checkpointing.load``: resharded to this process's layout); returns the loaded dict
@@ -271,7 +272,8 @@ def read_state(
     leaves unread on purpose (``not_loaded``: key prefixes, e.g. :data:`NOT_LOADED_OPTIMIZER`
     for a weights-only load), which megatron-core would report on every such load; ``raise_all``
     stops once the checkpoint is read, since megatron-core's own check, which stops before,
-    cannot leave them out.
+    cannot leave them out. ``fix``: the fix ``raise_all``'s refusal names, for a caller that
+    has no ``--dist-ckpt-strictness`` (a read of the weights alone: ``evaluate``, ...).
 
     Raises:
         ConfigError: keys this run asks for and the checkpoint lacks, or tensors of other
@@ -287,6 +289,12 @@ def read_state(
     if not extra:
         return state
     what = f"held by the checkpoint and not taken by this run's model ({_keys_text(extra)})"
+    if strict == "raise_all" and fix is not None:
+        raise ConfigError(
+            f"{path} holds weights the model built from this config does not take "
+            f"({_keys_text(extra)}): without them it is another model than the checkpoint's. "
+            f"Fix: {fix}"
+        )
     if strict == "raise_all":
         raise ConfigError(
             f"dist_ckpt_strictness='raise_all': {path} holds keys {what}. Fix: build the model "

@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from megatron_gamma import checkpoint_trust, parallel
+from megatron_gamma import parallel
 from megatron_gamma.config import Config, ConfigError, config_from_dict, load_config
 from megatron_gamma.data import demo_dir
 from megatron_gamma.model.vocab import model_vocab_size
@@ -273,15 +273,26 @@ def build_model(cfg: Config, vocab_size: int) -> torch.nn.Module:
     return model.eval()
 
 
+READ_FIX = (
+    "pass the config.yaml of the run that wrote the checkpoint (drop --config: the checkpoint "
+    "carries its own)"
+)
+"""The fix of a read of a checkpoint's weights alone (``evaluate``, ``export-hf``, ``analyze``,
+``compare``) that the model built from the config given does not take whole."""
+
+
 def load_model_weights(
-    models: Sequence[torch.nn.Module], ckpt: str, strict: str = "assume_ok_unexpected"
+    models: Sequence[torch.nn.Module],
+    ckpt: str,
+    strict: str = "assume_ok_unexpected",
+    fix: Optional[str] = None,
 ) -> int:
     """Load the model weights of checkpoint ``ckpt`` (any saved layout, resharded by
     dist_checkpointing) into ``models``: one GPTModel, or this rank's virtual-pipeline chunks
     in order (keys ``model`` / ``model0``, ``model1``, ... as the checkpoint was saved); key
     mismatches of the read handled as ``strict`` says (``--dist-ckpt-strictness``: the
-    checkpoint's optimizer and RNG states are left unread on purpose, not mismatches), the load
-    into the models strict.
+    checkpoint's optimizer and RNG states are left unread on purpose, not mismatches; ``fix``:
+    :func:`~megatron_gamma.rundir.layout.read_state`'s), the load into the models strict.
 
     Returns:
         The checkpoint's iteration.
@@ -293,7 +304,7 @@ def load_model_weights(
     keys = ["model"] if len(models) == 1 else [f"model{i}" for i in range(len(models))]
     sharded = {key: m.sharded_state_dict() for key, m in zip(keys, models, strict=True)}
     not_loaded = (layout.NOT_LOADED_OPTIMIZER, layout.NOT_LOADED_RNG)
-    loaded = layout.read_state(sharded, ckpt, strict, not_loaded)
+    loaded = layout.read_state(sharded, ckpt, strict, not_loaded, fix)
     for key, m in zip(keys, models, strict=True):
         m.load_state_dict(loaded[key], strict=True)
     return int(loaded["iteration"])
@@ -312,8 +323,8 @@ def load_weights(model: torch.nn.Module, ckpt: str) -> int:
         ConfigError: the checkpoint does not match the model (different architecture).
     """
     try:
-        return load_model_weights([model], ckpt)
-    except checkpoint_trust.CheckpointError:
+        return load_model_weights([model], ckpt, "raise_all", READ_FIX)
+    except ConfigError:  # named already: a CheckpointError, or a model the checkpoint does not fit
         raise
     except Exception as e:  # megatron-core raises several types for shape/key mismatches
         raise ConfigError(
