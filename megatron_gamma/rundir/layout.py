@@ -285,7 +285,12 @@ def read_state(
     if strict not in ("log_all", "raise_all"):
         return checkpoint_trust.load(sharded, path, strict)
     state, extra, _ = checkpoint_trust.load(sharded, path, "return_all")
-    extra = sorted(k for k in extra if not k.startswith(not_loaded))
+    # a ChainedOptimizer's state (expert parallelism) is the optimizer's too: chained_N.optimizer.
+    extra = sorted(
+        k
+        for k in extra
+        if not _CHAINED_OPTIMIZER.sub(NOT_LOADED_OPTIMIZER, k).startswith(not_loaded)
+    )
     if not extra:
         return state
     what = f"held by the checkpoint and not taken by this run's model ({_keys_text(extra)})"
