@@ -30,6 +30,7 @@ import contextlib
 import errno
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from typing import IO
 
@@ -137,6 +138,17 @@ def move(src: str, dst: str) -> None:
     existing file ``dst`` is replaced; an existing directory must be empty). ``src`` must lie
     on ``dst``'s file system (in practice: the same directory)."""
     os.replace(src, dst)
+
+
+def creation_refused(directory: str) -> str | None:
+    """Why nothing can be created in the existing ``directory`` (``strerror`` of making and
+    removing a probe directory there), or None where it can: what ``os.access`` cannot tell
+    (root under ``/proc`` or ``/sys``, a mount that refuses new entries)."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".megatron-gamma-probe-", dir=directory))
+    except OSError as e:
+        return e.strerror
+    return None
 
 
 def missing_dirs(path: str) -> list[str]:

@@ -30,10 +30,15 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 from collections.abc import Callable, Iterator
 
-from megatron_gamma.atomic import LinkedFileError, missing_dirs, move, open_in_place
+from megatron_gamma.atomic import (
+    LinkedFileError,
+    creation_refused,
+    missing_dirs,
+    move,
+    open_in_place,
+)
 from megatron_gamma.config import ConfigError, changed_fields
 from megatron_gamma.data.indexed import sha256_file
 from megatron_gamma.data.stats import read_json, write_json
@@ -94,13 +99,12 @@ def check_output_dir(flag: str, path: str) -> None:
             f"{flag} {path!r}: {existing!r} is not writable (read-only file system or no "
             f"permission). Fix: an {flag} in a directory you can write"
         )
-    try:  # what os.access cannot tell: root under /proc or /sys, a mount refusing new entries
-        os.rmdir(tempfile.mkdtemp(prefix=".megatron-gamma-probe-", dir=existing))
-    except OSError as e:
+    refused = creation_refused(existing)
+    if refused is not None:
         raise ConfigError(
-            f"{flag} {path!r}: nothing can be created in {existing!r} ({e.strerror}). Fix: an "
+            f"{flag} {path!r}: nothing can be created in {existing!r} ({refused}). Fix: an "
             f"{flag} in a directory you can write"
-        ) from None
+        )
 
 
 def verify_marker(base: str, marker: dict) -> bool:

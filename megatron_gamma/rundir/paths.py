@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Sequence
 from typing import Optional
 
-from megatron_gamma.atomic import missing_dirs
+from megatron_gamma.atomic import creation_refused, missing_dirs
 from megatron_gamma.config import ConfigError
 
 CONFIG = "config.yaml"
@@ -97,13 +96,12 @@ def check_output_dir(path: str, name: str) -> None:
             f"{name}={path!r}: {existing!r} is not writable by this user. Fix: pass {name} a "
             "directory you can write"
         )
-    try:  # what os.access cannot tell: root under /proc or /sys, a read-only mount
-        os.rmdir(tempfile.mkdtemp(prefix=".megatron-gamma-probe-", dir=existing))
-    except OSError as e:
+    refused = creation_refused(existing)
+    if refused is not None:
         raise ConfigError(
-            f"{name}={path!r}: nothing can be created in {existing!r} ({e.strerror}). Fix: pass "
+            f"{name}={path!r}: nothing can be created in {existing!r} ({refused}). Fix: pass "
             f"{name} a directory you can write"
-        ) from None
+        )
 
 
 def check_new_dir(path: str, name: str, fix: str) -> None:
