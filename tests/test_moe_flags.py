@@ -17,6 +17,7 @@ from megatron_gamma.config import ConfigError, load_config, moe_layer_pattern
 MIXED = dict(
     num_layers=4,
     hidden_size=64,
+    ffn_hidden_size=256,  # the dense layer's width in the closed-form FLOPs below
     num_attention_heads=4,
     seq_length=16,
     vocab_size=256,
