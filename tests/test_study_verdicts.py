@@ -1436,6 +1436,53 @@ def test_a_best_lr_on_its_grid_edge_keeps_the_best_lr_verdicts_inconclusive():
     assert verdicts(extended, {}, None)[1].verdict == REPRODUCED
 
 
+def _four_arm_grid_study(edge_at_s2: bool):
+    """The four arms of claim 3 at s1 and baseline and gamma1 alone at s2, each with an LR grid
+    [1e-3, 2e-3, 4e-3, 8e-3] on seed 1 (best at 2e-3 or 4e-3, inside it) and seeds 2-4 at its
+    best LR; with ``edge_at_s2`` the baseline's best LR at s2 is the grid's largest, 8e-3."""
+    offsets = {"baseline": 0.0, "gamma1": -0.3, "gamma0.5+eps+gate": -0.1, "gamma1+eps+gate": -0.6}
+    spreads = {"baseline": 0.0, "gamma1": 1.0, "gamma0.5+eps+gate": 0.5, "gamma1+eps+gate": 2.0}
+    bests = {(a, "s1"): 2e-3 if a == "baseline" else 4e-3 for a in offsets}
+    bests |= {("baseline", "s2"): 8e-3 if edge_at_s2 else 2e-3, ("gamma1", "s2"): 4e-3}
+    losses, lr = {}, {}
+    for (arm, size), b in bests.items():
+        for x in (1e-3, 2e-3, 4e-3, 8e-3):
+            seed = 1 if x == 2e-3 else 100 + round(x * 1e5)
+            losses[(arm, size, seed)] = 5.0 + offsets[arm] + abs(math.log(x / b))
+            lr[(arm, size, seed)] = (x, "shared" if x == 2e-3 else "grid", True)
+        for seed in (2, 3, 4):
+            spread = 0.002 * (3 - seed) * spreads[arm]  # paired differences with sd > 0
+            scale = 1.2 if size == "s2" else 1.0
+            losses[(arm, size, seed)] = 5.0 + scale * offsets[arm] + 0.01 * seed + spread
+            lr[(arm, size, seed)] = (b, "shared" if b == 2e-3 else "confirm", False)
+    manifest = {"shared_lr": 2e-3, "lr_select_seed": 1}
+    return make_study(losses, {"s1": 256, "s2": 512}, manifest=manifest, lr=lr)
+
+
+def test_a_best_lr_on_its_grid_edge_at_a_size_a_row_does_not_judge_leaves_the_row_as_is():
+    """The baseline's best LR at s2 is its grid's largest. Claim 1 compares s1 and s2, so its
+    best-LR row is inconclusive; claim 3 compares only s1 (the gated arms ran there alone), so
+    its row reads as it does when the baseline's s2 grid is bracketed. The edge check once read
+    every size of the study, and made claim 3's row inconclusive for a size it never used."""
+    edged, bracketed = _four_arm_grid_study(True), _four_arm_grid_study(False)
+    assert edged.edge_lr("baseline", "s2") == (
+        "baseline at s2: best LR 0.008 is the largest of [0.001, 0.002, 0.004, 0.008]"
+    )
+    assert [edged.edge_lr(a, "s1") for a in edged.arms] == [None] * 4
+    rows, reference = verdicts(edged, {}, None), verdicts(bracketed, {}, None)
+    claim1_best, claim3_best = rows[1], rows[5]
+    assert (claim1_best.lr, claim1_best.sizes, claim1_best.verdict) == (
+        "best LR",
+        ("s1", "s2"),
+        INCONCLUSIVE,
+    )
+    assert "the best LR is not bracketed: baseline at s2" in claim1_best.numbers
+    assert "not bracketed" not in reference[1].numbers
+    assert (claim3_best.lr, claim3_best.sizes) == ("best LR", ("s1",))
+    assert claim3_best == reference[5] and claim3_best.verdict == REPRODUCED
+    assert "not bracketed" not in claim3_best.numbers
+
+
 def test_a_diverged_grid_run_is_never_the_best_lr():
     """γ = 1 diverged (NaN) at the shared LR 2e-3 on the selection seed only; its finite grid
     points put its best LR at 1e-3, the grid's smallest. study.json lists shared runs before

@@ -824,8 +824,11 @@ def _kept_scope(row: Verdict, verdict: str) -> str:
 
 def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
     """``row`` (a comparison at each arm's own best LR), made inconclusive where the best LR
-    of one of ``arms`` lies on its grid's edge: its own best LR is then not known."""
-    edges = [e for a in arms if a for s in data.sizes for e in [data.edge_lr(a, s)] if e]
+    of one of ``arms`` lies on its grid's edge at a size the row compares
+    (:attr:`Verdict.sizes`): its own best LR is then not known. A row that compares no size
+    names the edges at every size, where they say why no seed was compared."""
+    sizes = row.sizes or data.sizes
+    edges = [e for a in arms if a for s in sizes for e in [data.edge_lr(a, s)] if e]
     if not edges:
         return row
     verdict = INCONCLUSIVE if row.verdict in (REPRODUCED, NOT_REPRODUCED) else row.verdict
