@@ -22,7 +22,7 @@ from megatron_gamma.study.analysis import (
     scaling_fits,
 )
 from megatron_gamma.study.fits import Interval, trend_interval
-from megatron_gamma.study.report import _multiplicity
+from megatron_gamma.study.report import _multiplicity, stable_rank_cell
 from megatron_gamma.study.rundir import RunRecord
 from megatron_gamma.study.verdicts import (
     INCONCLUSIVE,
@@ -1163,6 +1163,13 @@ def test_a_control_still_falling_at_the_last_point_has_no_measured_dip():
         "[1, 2, 3], so its dip is not measured, nor Δdip" in v.numbers
     )
     assert "gamma1 is still falling" not in v.numbers
+    mech = mechanisms(make_study(losses, {"s1": 256}, diagnostics=diag))
+    assert stable_rank_cell(mech["baseline|s1"]) == (
+        "30.00 → 29.00 (it 100): still falling at the last point, so no minimum and no "
+        "recovery measured"
+    )
+    arm = np.mean([15.0 - e for e in offsets])  # the seed mean at iteration 50
+    assert stable_rank_cell(mech["gamma1|s1"]) == f"30.00 → {arm:.2f} (it 50) → 21.00"
 
 
 def test_the_stable_rank_mean_compares_the_same_matrices_across_arms():

@@ -363,6 +363,22 @@ def report(
     return files
 
 
+def stable_rank_cell(entry: dict) -> str:
+    """The Mechanisms table's stable-rank cell of a :func:`~.analysis.mechanisms` entry: first →
+    min (its iteration) → final; where the minimum is the last point, the trajectory is still
+    falling there, so the cell says that neither a minimum nor a recovery was measured (the
+    fall so far is only a lower bound on the dip); "n/a" with fewer than 3 points."""
+    if "rank_first" not in entry:
+        return "n/a"
+    first, final = entry["rank_first"], entry["rank_final"]
+    if entry["rank_rise"] is None:
+        return (
+            f"{first:.2f} → {final:.2f} (it {entry['rank_min_iteration']}): still falling at "
+            "the last point, so no minimum and no recovery measured"
+        )
+    return f"{first:.2f} → {entry['rank_min']:.2f} (it {entry['rank_min_iteration']}) → {final:.2f}"
+
+
 def _multiplicity(rows: list) -> str:
     """One paragraph on the family of calls the verdict table makes: how many of its rows are
     decided (reproduced or not reproduced), and the chance 1 − 0.95^k that k rows testing true
@@ -562,12 +578,7 @@ def _markdown(
     ]
     for key, e in mech.items():
         arm, size = key.split("|")
-        rank = (
-            f"{e['rank_first']:.2f} → {e['rank_min']:.2f} (it {e['rank_min_iteration']}) "
-            f"→ {e['rank_final']:.2f}"
-            if "rank_first" in e
-            else "n/a"
-        )
+        rank = stable_rank_cell(e)
         out.append(
             f"| {arm} | {size} | {fmt(e.get('saturation_max'))} | "
             f"{fmt(e.get('saturation_final'))} | {fmt(e.get('sink_final'))} | {rank} |"
