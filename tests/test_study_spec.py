@@ -39,10 +39,15 @@ from megatron_gamma.study.spec import (
 )
 from megatron_gamma.study.sweep import (
     DATA_FINGERPRINT,
+    RUN_FILE,
     check_data_unchanged,
+    check_runs_unchanged,
+    check_unchanged,
     describe_plan,
+    dry_run,
     prepare_data,
     write_manifest,
+    write_run_files,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -589,6 +594,45 @@ def test_changed_input_file_is_refused(prepared, tmp_path):
     finally:
         corpus.write_bytes(original)
     assert check_data_unchanged(load_study(study_path), out) is not None
+
+
+def test_a_setting_one_version_does_not_record_is_named_not_refused(tmp_path):
+    """A run recorded by a megatron-gamma without a setting (one added since, as
+    check_for_nan_in_loss_and_grad was), or with one since removed, cannot be compared on it.
+    The sweep once refused, as "changed", every study begun before an upgrade that added a
+    field. Those settings are now named in a note (the plan's last line), and every setting
+    both versions record is still compared."""
+    study_path = _study(tmp_path)
+    out = str(tmp_path / "o")
+    runs = plan(load_study(study_path), out)
+    run = runs[0]
+    write_run_files(run)
+    path = os.path.join(run.config.logging.run_dir, RUN_FILE)
+    with open(path, encoding="utf-8") as f:
+        stored = json.load(f)
+    assert check_unchanged(run) == [] and check_runs_unchanged(runs) == ""
+    assert stored["config"]["training"].pop("check_for_nan_in_loss_and_grad") is False
+    stored["config"]["training"]["retired_setting"] = 3
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(stored, f)
+    uncompared = [
+        "config.training.check_for_nan_in_loss_and_grad (now False)",
+        "config.training.retired_setting (recorded 3, no longer a setting)",
+    ]
+    assert check_unchanged(run) == uncompared
+    note = check_runs_unchanged(runs)
+    assert note == (
+        f"note: 1 existing run(s) ({run.key}) were recorded by a megatron-gamma with other "
+        f"settings, so these were not compared: {'; '.join(uncompared)}. A finished run is kept "
+        "as it is; an unfinished one resumes with today's values. Redo a run by deleting its "
+        "directory, or sweep into a new --output-dir"
+    )
+    assert dry_run(study_path, out).endswith("\n" + note)
+    stored["config"]["optimizer"]["lr"] = 1e-3
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(stored, f)
+    with pytest.raises(StudyChangedError, match=r"config\.optimizer\.lr: 0\.001 -> 0\.002\)"):
+        check_unchanged(run)
 
 
 def test_data_without_fingerprint_is_refused(tmp_path):

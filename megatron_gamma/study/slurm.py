@@ -30,8 +30,8 @@ from megatron_gamma.study import rundir
 from megatron_gamma.study.spec import Run, Study, StudyError, load_study, plan
 from megatron_gamma.study.sweep import (
     check_data_unchanged,
+    check_runs_unchanged,
     check_study_dir,
-    check_unchanged,
     pending_runs,
     prepare_data,
     sizing,
@@ -121,9 +121,10 @@ def submit_study(
     check_study_dir(output_dir)
     study = load_study(study_path)
     runs = plan(study, output_dir)
-    for run in runs:
-        check_unchanged(run)
+    note = check_runs_unchanged(runs)
     check_data_unchanged(study, output_dir)
+    if note:
+        print(note, file=out, flush=True)
     todo = [r for r in runs if not rundir.is_finished(r.config.logging.run_dir, r.train_iters)]
     if not todo:
         raise StudyError(

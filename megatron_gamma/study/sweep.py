@@ -17,7 +17,9 @@ Steps:
    ``--load`` are the run's ``checkpoints/``; its console goes to ``pretrain.log``. A run whose
    checkpoint and validation at ``train_iters`` exist is skipped; an interrupted run resumes
    from its newest checkpoint; a run directory whose stored config differs from the study's
-   raises :class:`~.spec.StudyChangedError` naming the run and the changed fields. When an
+   raises :class:`~.spec.StudyChangedError` naming the run and the changed fields (a setting
+   only one version of megatron-gamma records is named in a note instead:
+   :func:`check_runs_unchanged`). When an
    arm's best LR lands on its grid's edge, the next LR beyond it joins the queue; when the grid
    has settled, its confirm runs do (and ``study.json``).
    A failed run is reported with its log; the others go on, and the sweep fails at the end.
@@ -126,11 +128,31 @@ def _fingerprint(run: Run) -> dict:
     return {"arm": run.arm, "size": run.size, "seed": run.seed, "config": redacted_dict(run.config)}
 
 
-def check_unchanged(run: Run) -> bool:
+def _one_sided(old: dict, new: dict, at: str = "") -> list[tuple[str, str]]:
+    """(dotted name, what) of every entry that only one of two nested dicts holds, descending
+    into the dicts both hold: what the other version of megatron-gamma had no setting for."""
+    out = []
+    for key in sorted(set(old) | set(new)):
+        name = f"{at}{key}"
+        if key not in old:
+            out.append((name, f"{name} (now {new[key]!r})"))
+        elif key not in new:
+            out.append((name, f"{name} (recorded {old[key]!r}, no longer a setting)"))
+        elif isinstance(old[key], dict) and isinstance(new[key], dict):
+            out += _one_sided(old[key], new[key], f"{name}.")
+    return out
+
+
+def check_unchanged(run: Run) -> list[str]:
     """Compare a run directory's stored identity with the study's run.
 
+    A setting that only one side records (a field added to, or removed from, megatron-gamma
+    between the version that recorded the run and this one) cannot be compared: it is returned
+    for the caller to report, not refused. Every setting both record must be equal.
+
     Returns:
-        True when the directory holds this run already, False when it holds none.
+        The settings only one side records, each as "name (value)"; [] when every setting was
+        compared, or when the directory holds no run yet.
 
     Raises:
         StudyChangedError: the directory holds the run with other settings.
@@ -143,11 +165,14 @@ def check_unchanged(run: Run) -> bool:
         raise StudyError(f"run {run.key}: {e}") from None
     path = os.path.join(run.config.logging.run_dir, RUN_FILE)
     if not os.path.isfile(path):
-        return False
+        return []
     with open(path, encoding="utf-8") as f:
         stored = json.load(f)
     new = json.loads(json.dumps(_fingerprint(run)))
-    changed = changed_fields({k: stored.get(k) for k in new}, new)
+    stored = {k: stored.get(k) for k in new}
+    one_sided = _one_sided(stored, new)
+    uncompared = {name for name, _ in one_sided}
+    changed = [c for c in changed_fields(stored, new) if c[0] not in uncompared]
     diff = [f"{name}: {a!r} -> {b!r}" for name, a, b in changed]
     if diff:
         raise StudyChangedError(
@@ -155,7 +180,27 @@ def check_unchanged(run: Run) -> bool:
             f"({'; '.join(diff[:6])}{' ...' if len(diff) > 6 else ''}). Fix: restore the study "
             "file, or sweep into a new --output-dir (or delete this run directory to redo it)"
         )
-    return True
+    return [what for _, what in one_sided]
+
+
+def check_runs_unchanged(runs: list[Run]) -> str:
+    """:func:`check_unchanged` on every run: raises at the first changed run; returns a note
+    naming the settings some existing runs were recorded without (by an earlier or later
+    megatron-gamma), or "" when every setting was compared."""
+    uncompared: dict[str, list[str]] = {}
+    for run in runs:
+        for what in check_unchanged(run):
+            uncompared.setdefault(what, []).append(run.key)
+    if not uncompared:
+        return ""
+    keys = sorted({k for ks in uncompared.values() for k in ks})
+    named = "; ".join(sorted(uncompared))
+    return (
+        f"note: {len(keys)} existing run(s) ({keys[0]}{' ...' if len(keys) > 1 else ''}) were "
+        f"recorded by a megatron-gamma with other settings, so these were not compared: "
+        f"{named}. A finished run is kept as it is; an unfinished one resumes with today's "
+        "values. Redo a run by deleting its directory, or sweep into a new --output-dir"
+    )
 
 
 def _shared_lr(runs: list[Run]) -> Optional[float]:
@@ -535,10 +580,9 @@ def dry_run(study_path: str, output_dir: str, jobs: int = 1) -> str:
     check_study_dir(output_dir, jobs)
     study = load_study(study_path)
     runs = plan(study, output_dir)
-    for run in runs:
-        check_unchanged(run)
+    note = check_runs_unchanged(runs)
     check_data_unchanged(study, output_dir)
-    return describe_plan(study, runs)
+    return describe_plan(study, runs) + (f"\n{note}" if note else "")
 
 
 @dataclass
@@ -618,9 +662,10 @@ def sweep(study_path: str, output_dir: str, jobs: int = 1, out: TextIO = sys.std
     check_study_dir(output_dir, jobs)
     study = load_study(study_path)
     runs = plan(study, output_dir)
-    for run in runs:
-        check_unchanged(run)
+    note = check_runs_unchanged(runs)
     check_data_unchanged(study, output_dir)
+    if note:
+        print(note, file=out, flush=True)
     write_manifest(study, runs, output_dir, study_path)
     prepare_data(study, output_dir, out)
     queue, running, failed, done = [], [], [], 0
@@ -655,8 +700,8 @@ def sweep(study_path: str, output_dir: str, jobs: int = 1, out: TextIO = sys.std
                 flush=True,
             )
             new = _newly_planned(study, output_dir, runs)
-            for run in new:
-                check_unchanged(run)
+            if note := check_runs_unchanged(new):
+                print(note, file=out, flush=True)
             if new:
                 runs.extend(new)
                 runs.sort(key=lambda r: order_key(study, r))
