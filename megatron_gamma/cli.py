@@ -33,20 +33,21 @@ import sys
 from megatron_gamma.atomic import atomic_open
 from megatron_gamma.config import ConfigError
 from megatron_gamma.config.megatron_lm import PREPROCESS_REFUSED, REFUSED, refused_flags
+from megatron_gamma.dist_env import read_dist_env
 from megatron_gamma.warnings_summary import silence_library_noise, summarize_accelerator_warnings
 
 
 def _pretrain(args: argparse.Namespace) -> None:
-    from megatron_gamma.config import load_config, overrides_from_args
+    from megatron_gamma.config import load_config, overrides_from_args, validate_layout
     from megatron_gamma.config.effects import given_keys, no_effect_warnings
 
     overrides = overrides_from_args(args)
     cfg = load_config(args.config, overrides)  # a config error before torch and megatron-core
+    validate_layout(cfg, read_dist_env().world_size)  # so is a layout the world cannot hold
     if cfg.training.deterministic_mode:
         from megatron_gamma.determinism import check_determinism_env
 
         check_determinism_env(os.environ)
-    from megatron_gamma.parallel import read_dist_env
     from megatron_gamma.training.loop import pretrain
 
     if read_dist_env().rank == 0:
@@ -254,7 +255,6 @@ def _evaluate_loss(args: argparse.Namespace) -> None:
     import json
 
     from megatron_gamma.evaluation.evaluate import evaluate
-    from megatron_gamma.parallel import read_dist_env
 
     out = evaluate(
         args.checkpoint,
@@ -902,7 +902,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code: 2 for configuration errors, 1 for a dead worker
     process, a training loss that is not finite (``--check-for-nan-in-loss-and-grad``) or a
     standard output closed early (``| head``), 130 for Ctrl-C (each with its
-    message, or none for the closed output, and no traceback)."""
+    message, or none for the closed output, and no traceback). A configuration error
+    (:class:`~megatron_gamma.config.ConfigError`), the same in every process of a launched job,
+    is printed by the first process of each node (local rank 0), not once per process."""
     args = parse_args(argv)
     summarize_accelerator_warnings()
     silence_library_noise()
@@ -914,7 +916,8 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except (ConfigError, FileNotFoundError, ValueError) as e:
-        print(f"megatron-gamma {args.command}: error: {e}", file=sys.stderr)
+        if not isinstance(e, ConfigError) or read_dist_env().local_rank == 0:
+            print(f"megatron-gamma {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -21,27 +20,7 @@ from megatron.core import parallel_state, tensor_parallel
 
 from megatron_gamma.config import Config, ConfigError, validate_layout, virtual_stages
 from megatron_gamma.determinism import apply_deterministic_mode
-
-
-@dataclass(frozen=True)
-class DistEnv:
-    """Where this process sits in the job."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-
-
-def read_dist_env(environ: dict | None = None) -> DistEnv:
-    """Rank, world size and local rank from torchrun, else SLURM, else a single process."""
-    env = os.environ if environ is None else environ
-    if "RANK" in env and "WORLD_SIZE" in env:
-        return DistEnv(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0)))
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        return DistEnv(
-            int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0))
-        )
-    return DistEnv(0, 1, 0)
+from megatron_gamma.dist_env import read_dist_env
 
 
 def _free_port() -> int:

@@ -27,9 +27,11 @@ print(json.dumps({"rc": rc, "imported": heavy}))
 """
 
 
-def _probe(args: list[str]) -> tuple[dict, str, str]:
-    """(the probe's {'rc', 'imported'}, stdout before its line, stderr) of ``args``."""
+def _probe(args: list[str], launched: dict | None = None) -> tuple[dict, str, str]:
+    """(the probe's {'rc', 'imported'}, stdout before its line, stderr) of ``args``, with the
+    launcher's variables ``launched`` (e.g. torchrun's RANK, WORLD_SIZE, LOCAL_RANK) set."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    env.update(launched or {})
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(args)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
@@ -270,3 +272,21 @@ def test_export_hf_refuses_a_bad_shard_size_before_loading(tmp_path, capsys):
         ["export-hf", str(tmp_path), str(tmp_path / "hf"), "--max-shard-size", "lots"]
     )
     assert rc == 2 and imported == []
+
+
+def test_a_layout_the_world_cannot_hold_is_refused_before_torch_once_per_node(tmp_path):
+    """Under torchrun, ``--num-layers 3 --pipeline-model-parallel-size 2`` was refused 21 s
+    after launch, after torch and megatron-core had been imported, and every process printed
+    the error. The layout is now checked against the launcher's world size before torch, and a
+    configuration error is printed by each node's first process only."""
+    args = ["pretrain", "--config", DEMO_CONFIG, "--num-layers", "3",
+            "--pipeline-model-parallel-size", "2", "--run-dir", str(tmp_path / "run")]  # fmt: skip
+    error = (
+        "megatron-gamma pretrain: error: pipeline_model_parallel_size=2: does not divide "
+        "num_layers=3. Fix: choose a divisor of num_layers\n"
+    )
+    for rank, local_rank, printed in ((0, 0, error), (1, 1, ""), (2, 0, error)):
+        launched = {"RANK": str(rank), "WORLD_SIZE": "4", "LOCAL_RANK": str(local_rank)}
+        doc, _, stderr = _probe(args, launched)
+        assert (doc, stderr) == ({"rc": 2, "imported": []}, printed), rank
+    assert not os.path.exists(tmp_path / "run")
