@@ -1,7 +1,8 @@
 """A run launched with relative paths (``--data-path data/...``, ``--tokenizer-model data/...``,
-``--run-dir runs/demo``), read by ``evaluate`` from another directory: its ``config.yaml``
-records the paths as given, and the read commands look for them under the directory the run was
-launched from (:func:`megatron_gamma.rundir.layout.launch_dirs`), then the current one.
+``--run-dir runs/demo``, ``--save ckpt/demo``), read by ``evaluate`` from another directory: its
+``config.yaml`` records the paths as given, and the read commands look for them, and for its
+checkpoints, under the directory the run was launched from
+(:func:`megatron_gamma.rundir.layout.launch_dirs`), then the current one.
 
 Reference: ``evaluate`` of the same run from the launch directory, in the same process (the same
 weights, samples and order of sums: the losses are equal, not close); for the resolution of each
@@ -26,6 +27,7 @@ ITERS = ["--train-iters", "2", "--eval-interval", "100", "--log-diagnostics-inte
 PREFIX = os.path.join("data", "demo_text_document")
 TOKENIZER = os.path.join("data", "tok.json")
 RUN = os.path.join("runs", "demo")
+SAVE = os.path.join("ckpt", "demo")  # apart from the run directory, as Megatron-LM users keep it
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,7 @@ def launch(tmp_path_factory, demo_prefix) -> str:
         shutil.copy(path, launch / "data" / os.path.basename(path))
     shutil.copy(DEMO_TOKENIZER, launch / TOKENIZER)
     args = ["pretrain", "--data-path", PREFIX, "--tokenizer-model", TOKENIZER, "--run-dir", RUN]
-    args += ["--save", os.path.join(RUN, "checkpoints"), *TINY_MODEL, *ITERS]
+    args += ["--save", SAVE, *TINY_MODEL, *ITERS]
     proc = run_cli(args, cwd=launch)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     return str(launch)
@@ -72,9 +74,10 @@ def test_evaluate_from_another_directory_reads_the_paths_the_run_read(
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_moved_run_without_its_inputs_names_the_directories_tried(launch, tmp_path, monkeypatch):
-    other = tmp_path / "other"  # runs/demo moved under other/, the data left behind
+    other = tmp_path / "other"  # runs/demo and ckpt/demo moved under other/, the data left behind
     moved = other / RUN
     shutil.copytree(os.path.join(launch, RUN), moved)
+    shutil.copytree(os.path.join(launch, SAVE), other / SAVE)
     recorded = _config_text(str(moved))
     os.makedirs(tmp_path / "elsewhere")
     monkeypatch.chdir(tmp_path / "elsewhere")

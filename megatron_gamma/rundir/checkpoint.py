@@ -77,8 +77,10 @@ def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
         )
         why = f" (only the unfinished save {partial[0]})" if partial else ""
         raise CheckpointError(f"{e}{why}") from e
-    cfg = loader.run_config(path, config)
-    recorded = None if config is not None else loader.recorded_paths(path)
+    # the path as given: a run directory whose --save lies elsewhere is the one that holds the
+    # config.yaml locating the run's launch directory
+    cfg = loader.run_config(ckpt, config)
+    recorded = None if config is not None else loader.recorded_paths(ckpt)
     tokenizer = loader.tokenizer_path(cfg)
     if not os.path.isfile(tokenizer):
         relative = ""
