@@ -83,6 +83,7 @@ from megatron_gamma.config.sections import (
     ModelConfig,
     OptimizerConfig,
     ParallelConfig,
+    RecordedPaths,
     TrainingConfig,
     parse_env,
 )
@@ -120,6 +121,7 @@ __all__ = [
     "PositionEmbedding",
     "RecomputeGranularity",
     "RecomputeMethod",
+    "RecordedPaths",
     "TokenDispatcher",
     "TokenizerType",
     "TrainingConfig",

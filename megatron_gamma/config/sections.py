@@ -697,16 +697,22 @@ class DataConfig:
                         "add --tokenizer-type GPT2BPETokenizer, or drop it",
                     )
 
-    def blend(self) -> tuple[list[str], Optional[list[float]]]:
+    def blend(
+        self, recorded: Optional[RecordedPaths] = None
+    ) -> tuple[list[str], Optional[list[float]]]:
         """Return (prefixes, weights) parsed from ``data_path``; weights None for one prefix.
 
         With per-split paths instead, check all of them (:meth:`blend_per_split`) and return the
         training blend, so that one call validates whichever form the run uses.
 
+        Args:
+            recorded: for the config of a run a read command loaded, where its relative paths
+                were looked for: the error of a relative prefix without .bin/.idx names them.
+
         Raises:
             ConfigError: empty path, odd weight/prefix list, or a prefix without .bin/.idx.
         """
-        per_split = self.blend_per_split()
+        per_split = self.blend_per_split(recorded)
         if per_split is not None:
             return per_split[0]
         if not self.data_path:
@@ -716,20 +722,46 @@ class DataConfig:
                 "no dataset given",
                 "pass --data-path PREFIX (made by `megatron-gamma preprocess`)",
             )
-        return _parse_blend("data_path", self.data_path)
+        return _parse_blend("data_path", self.data_path, recorded)
 
-    def blend_per_split(self) -> Optional[list[Optional[tuple[list[str], Optional[list[float]]]]]]:
+    def blend_per_split(
+        self, recorded: Optional[RecordedPaths] = None
+    ) -> Optional[list[Optional[tuple[list[str], Optional[list[float]]]]]]:
         """megatron-core's ``blend_per_split``: [train, valid, test] blends (None where not
         given), or None when no per-split path is set (then :meth:`blend` applies).
 
         Raises:
-            ConfigError: as :meth:`blend`, naming the per-split key.
+            ConfigError: as :meth:`blend` (``recorded`` as there), naming the per-split key.
         """
         if not self.train_data_path:
             return None
         return [
-            _parse_blend(k, getattr(self, k)) if getattr(self, k) else None for k in _SPLIT_KEYS
+            _parse_blend(k, getattr(self, k), recorded) if getattr(self, k) else None
+            for k in _SPLIT_KEYS
         ]
+
+
+@dataclass(frozen=True)
+class RecordedPaths:
+    """Where a read command (``evaluate``, ``analyze``, ...) looked for the relative input paths
+    that the config of a run records as the user gave them (the run read them from the
+    directory it was launched from): the text of the error of one found under none."""
+
+    source: str
+    """The file that records them: ``RUN/config.yaml``."""
+    dirs: tuple[str, ...]
+    """The directories they were looked for under, in order
+    (:func:`megatron_gamma.rundir.layout.launch_dirs`)."""
+
+    def where(self, value: str) -> str:
+        """Why the relative ``value`` was not found: where it is recorded and the directories
+        tried, the last of which is the current directory (``launch_dirs`` gives it last)."""
+        tried = [f"{d} (where the run was launched from, by its run_dir)" for d in self.dirs[:-1]]
+        tried.append(f"{self.dirs[-1]} (the current directory)")
+        return (
+            f"{value!r} is relative, as {self.source} records it, and no directory tried holds "
+            f"it: {', '.join(tried)}"
+        )
 
 
 def split_shares(split: str) -> list[float]:
@@ -790,8 +822,11 @@ def _split_blend_string(key: str, value: str) -> list[str]:
     )
 
 
-def _parse_blend(key: str, items: list[str]) -> tuple[list[str], Optional[list[float]]]:
-    """Megatron's blend list 'PREFIX' or 'W1 P1 W2 P2 ...' -> (prefixes, weights or None)."""
+def _parse_blend(
+    key: str, items: list[str], recorded: Optional[RecordedPaths] = None
+) -> tuple[list[str], Optional[list[float]]]:
+    """Megatron's blend list 'PREFIX' or 'W1 P1 W2 P2 ...' -> (prefixes, weights or None);
+    ``recorded``: :meth:`DataConfig.blend`'s."""
     if len(items) == 1:
         prefixes, weights = items, None
     else:
@@ -806,12 +841,22 @@ def _parse_blend(key: str, items: list[str]) -> tuple[list[str], Optional[list[f
         prefixes = items[1::2]
     for p in prefixes:
         for ext in (".bin", ".idx"):
-            if not os.path.isfile(p + ext):
-                fail(key, p, f"{p + ext} does not exist", _dataset_fix(key, p))
+            if os.path.isfile(p + ext):
+                continue
+            if recorded is not None and not os.path.isabs(p):
+                fail(
+                    key,
+                    p,
+                    f"{p + ext} does not exist: {recorded.where(p)}",
+                    "run this command from the directory the run was launched from, or pass "
+                    "--data-path PREFIX (a path from the current directory)",
+                )
+            fail(key, p, f"{p + ext} does not exist", _dataset_fix(key, p))
     return prefixes, weights
 
 
-def _is_dataset(prefix: str) -> bool:
+def is_dataset(prefix: str) -> bool:
+    """Whether the indexed dataset ``prefix`` exists: ``PREFIX.bin`` and ``PREFIX.idx``."""
     return os.path.isfile(prefix + ".bin") and os.path.isfile(prefix + ".idx")
 
 
@@ -820,12 +865,12 @@ def _dataset_fix(key: str, prefix: str) -> str:
     given with, or the datasets ``preprocess --output-prefix PREFIX`` wrote (``PREFIX_*``)."""
     flag = f"--{key.replace('_', '-')}"
     stem, ext = os.path.splitext(prefix)
-    if ext in (".bin", ".idx") and _is_dataset(stem):
+    if ext in (".bin", ".idx") and is_dataset(stem):
         return f"drop the extension: {flag} {stem}"
     found = sorted(
         p[: -len(".idx")]
         for p in glob.glob(glob.escape(prefix) + "_*.idx")
-        if _is_dataset(p[: -len(".idx")])
+        if is_dataset(p[: -len(".idx")])
     )
     made = f"what `megatron-gamma preprocess --output-prefix {prefix}` wrote"
     if len(found) == 1:

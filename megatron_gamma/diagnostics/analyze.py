@@ -43,7 +43,7 @@ import torch
 from tqdm import tqdm
 
 from megatron_gamma.atomic import atomic_dir, atomic_open, atomic_path, move
-from megatron_gamma.config import Config, ConfigError
+from megatron_gamma.config import Config, ConfigError, RecordedPaths
 from megatron_gamma.diagnostics.callback import first_validation_batch
 from megatron_gamma.diagnostics.condensation import (
     condensation_order,
@@ -113,10 +113,16 @@ def run_summary(cfg: Config) -> dict:
     }
 
 
-def _validation_batch(cfg: Config, batch_size: int, ckpts: Sequence[str] = ()) -> Optional[dict]:
+def _validation_batch(
+    cfg: Config,
+    batch_size: int,
+    ckpts: Sequence[str] = (),
+    recorded: Optional[RecordedPaths] = None,
+) -> Optional[dict]:
     """The first validation micro-batch of ``batch_size`` sequences (at most the split's size),
     built as training builds it (:func:`~megatron_gamma.diagnostics.callback.
-    first_validation_batch`); None without validation data.
+    first_validation_batch`); None without validation data (the line that says so names, for
+    the run's own data, where its relative paths were looked for: ``recorded``).
 
     Raises:
         ConfigError: one of ``ckpts`` was trained with another tokenizer than the run's config
@@ -125,7 +131,7 @@ def _validation_batch(cfg: Config, batch_size: int, ckpts: Sequence[str] = ()) -
     from megatron_gamma.data.datasets import build_datasets
 
     try:
-        cfg.data.blend()
+        cfg.data.blend(recorded)
     except ConfigError as e:
         print(f"analyze: activation diagnostics skipped: {e}", file=sys.stderr)
         return None
@@ -267,7 +273,10 @@ def analyze_run(
     chosen = _parse_heatmaps(specs, cfg.model.num_layers)
     heat_iters = set(_pick_iterations([it for it, _ in points], heatmap_iterations))
     batch = _validation_batch(
-        cfg, batch_size or cfg.training.micro_batch_size, [ckpt for _, ckpt in ckpts]
+        cfg,
+        batch_size or cfg.training.micro_batch_size,
+        [ckpt for _, ckpt in ckpts],
+        None if data_path else loader.recorded_paths(run_dir),
     )
     model = loader.model_for_run(cfg, ckpts[0][1] if ckpts else None)
     if heatmaps:

@@ -51,7 +51,7 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, default_collate
 
 from megatron_gamma import parallel
-from megatron_gamma.config import Config, ConfigError
+from megatron_gamma.config import Config, ConfigError, RecordedPaths
 from megatron_gamma.config.sections import split_shares
 from megatron_gamma.data.datasets import build_datasets, check_splits
 from megatron_gamma.diagnostics.compare import score_tokens, token_windows
@@ -71,11 +71,14 @@ def uses_run_split(cfg: Config, data_path: Optional[list[str]]) -> bool:
     return not data_path and not d.train_data_path and not d.mock_data and bool(d.data_path)
 
 
-def evaluation_blend(cfg, data_path: Optional[list[str]]) -> tuple[list[str], list[float]]:
+def evaluation_blend(
+    cfg, data_path: Optional[list[str]], recorded: Optional[RecordedPaths] = None
+) -> tuple[list[str], list[float]]:
     """(prefixes, weights) to evaluate: ``data_path`` if given, else the run's validation blend.
 
     The run config is rebuilt with ``data_path`` replacing its data paths, so the blend is
-    checked by :meth:`megatron_gamma.config.DataConfig.blend` (files exist, weights pair up).
+    checked by :meth:`megatron_gamma.config.DataConfig.blend` (files exist, weights pair up;
+    ``recorded``, where the run's relative paths were looked for, names them for the run's).
 
     Raises:
         ConfigError: no data path here and no ``valid_data_path`` in the run; a bad blend.
@@ -88,7 +91,7 @@ def evaluation_blend(cfg, data_path: Optional[list[str]]) -> tuple[list[str], li
             "PREFIX (or a blend W1 P1 W2 P2 ...) of held-out data"
         )
     only = cfg.replace(data_path=data, train_data_path=[], valid_data_path=[], test_data_path=[])
-    prefixes, weights = only.data.blend()
+    prefixes, weights = only.data.blend(None if data_path else recorded)
     weights = weights or [1.0] * len(prefixes)
     total = sum(weights)
     return prefixes, [w / total for w in weights]
@@ -121,7 +124,10 @@ def _processes(cfg: Config) -> Iterator[tuple[int, int]]:
 
 
 def check_run_split(
-    cfg: Config, eval_tokens: Optional[int] = None, seq_length: Optional[int] = None
+    cfg: Config,
+    eval_tokens: Optional[int] = None,
+    seq_length: Optional[int] = None,
+    recorded: Optional[RecordedPaths] = None,
 ) -> int:
     """Check that the run's own validation split can be scored as pretrain scored it.
 
@@ -129,6 +135,9 @@ def check_run_split(
         cfg: the run's config (a ``data_path`` run, :func:`uses_run_split`).
         eval_tokens: the ``eval_tokens`` asked for (None: not given).
         seq_length: the ``seq_length`` asked for (None: not given).
+        recorded: where the run's relative paths were looked for
+            (:attr:`~megatron_gamma.rundir.checkpoint.RunCheckpoint.recorded`), named by the
+            error of a missing prefix.
 
     Returns:
         The samples pretrain's validation scored: ``eval_iters x global_batch_size``.
@@ -163,7 +172,7 @@ def check_run_split(
                 f"--{name.replace('_', '-')}, or pass --data-path PREFIX to score windows of a "
                 "dataset"
             )
-    prefixes, _ = d.blend()
+    prefixes, _ = d.blend(recorded)
     check_splits(prefixes, d.split, cfg.model.seq_length, ("valid",))
     return samples
 
@@ -340,7 +349,7 @@ def evaluate(
     """
     run = checkpoint.resolve(ckpt, config)
     if uses_run_split(run.cfg, data_path):
-        samples = check_run_split(run.cfg, eval_tokens, seq_length)
+        samples = check_run_split(run.cfg, eval_tokens, seq_length, run.recorded)
         batch_size = micro_batch_size or run.cfg.training.micro_batch_size
         return _score_run_split(run, samples, batch_size, data_cache_path)
     if data_cache_path is not None:
@@ -364,7 +373,7 @@ def evaluate(
         raise ConfigError(
             f"eval_tokens={eval_tokens}: fewer than one window of {seq} tokens. Fix: raise it"
         )
-    prefixes, weights = evaluation_blend(run.cfg, data_path)
+    prefixes, weights = evaluation_blend(run.cfg, data_path, run.recorded)
     counts = _allocate(n, weights)
     windows = []
     for prefix, count in zip(prefixes, counts, strict=True):

@@ -17,7 +17,7 @@ from torch.distributed.checkpoint.api import CheckpointException
 
 from megatron_gamma import parallel
 from megatron_gamma.checkpoint_trust import CheckpointError
-from megatron_gamma.config import Config, ConfigError
+from megatron_gamma.config import Config, ConfigError, RecordedPaths
 from megatron_gamma.rundir import layout, loader, paths
 
 
@@ -35,12 +35,17 @@ class RunCheckpoint:
             (:func:`~megatron_gamma.rundir.loader.fp32_single_rank`), for loading.
         tokenizer: the run's tokenizer.json.
         original: the run's config as saved (its layout and precision).
+        recorded: where the relative input paths of the run's config were looked for
+            (:func:`~megatron_gamma.rundir.loader.recorded_paths`), for the error of one found
+            under none (:meth:`~megatron_gamma.config.DataConfig.blend`); None for a config
+            given explicitly, or a checkpoint without its run's ``config.yaml``.
     """
 
     path: str
     cfg: Config
     tokenizer: str
     original: Config
+    recorded: Optional[RecordedPaths] = None
 
 
 def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
@@ -72,15 +77,20 @@ def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
         )
         why = f" (only the unfinished save {partial[0]})" if partial else ""
         raise CheckpointError(f"{e}{why}") from e
-    cfg = loader.run_config(path, config)
+    # the path as given: a run directory whose --save lies elsewhere is the one that holds the
+    # config.yaml locating the run's launch directory
+    cfg = loader.run_config(ckpt, config)
+    recorded = None if config is not None else loader.recorded_paths(ckpt)
     tokenizer = loader.tokenizer_path(cfg)
     if not os.path.isfile(tokenizer):
-        relative = (
-            f", a path relative to the directory the run was launched from, not to this one "
-            f"({os.getcwd()})"
-            if not os.path.isabs(tokenizer)
-            else ""
-        )
+        relative = ""
+        if not os.path.isabs(tokenizer) and recorded is not None:
+            relative = f"; {recorded.where(tokenizer)}"
+        elif not os.path.isabs(tokenizer):
+            relative = (
+                f", a path relative to the directory the run was launched from, not to this one "
+                f"({os.getcwd()})"
+            )
         raise TokenizerNotFoundError(
             f"tokenizer_model={tokenizer!r}: file not found (the run's tokenizer, from "
             f"{config or path}{relative}). Fix: restore it, run from the directory the run was "
@@ -95,7 +105,7 @@ def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
     )
     if warning and parallel.read_dist_env().rank == 0:
         print(warning, file=sys.stderr)
-    return RunCheckpoint(path, loader.fp32_single_rank(cfg), tokenizer, cfg)
+    return RunCheckpoint(path, loader.fp32_single_rank(cfg), tokenizer, cfg, recorded)
 
 
 def load_model(run: RunCheckpoint) -> tuple[torch.nn.Module, int]:

@@ -376,11 +376,10 @@ def _recorded_save(run_dir: str) -> tuple[Optional[str], Optional[str]]:
     """(``checkpoint.save`` as ``RUN/config.yaml`` records it, that directory resolved as the
     run resolved it): (None, None) without the file or without ``save``.
 
-    ``pretrain`` opens a relative ``save`` (and ``run_dir``) from its working directory. That
-    directory is ``run_dir`` with the recorded relative ``run_dir`` taken off its end (the run
-    launched from ``/work`` with ``--run-dir runs/x --save ckpt/x`` saved into
-    ``/work/ckpt/x``); else this process's working directory. Of those, the first where the
-    directory exists (the first of all when none does).
+    ``pretrain`` opens a relative ``save`` (and ``run_dir``) from its working directory: the
+    first of :func:`launch_dirs` where the directory exists (the run launched from ``/work``
+    with ``--run-dir runs/x --save ckpt/x`` saved into ``/work/ckpt/x``), the first of all when
+    none does.
 
     Raises:
         ConfigError: ``config.yaml`` is not valid YAML, or ``checkpoint.save`` (or the
@@ -408,16 +407,38 @@ def _recorded_save(run_dir: str) -> tuple[Optional[str], Optional[str]]:
         raise ConfigError(f"{config}: checkpoint.save={save!r}: not a directory path. {fix}")
     if os.path.isabs(save):
         return save, save
+    candidates = [os.path.normpath(os.path.join(base, save)) for base in launch_dirs(run_dir, raw)]
+    return save, next((c for c in candidates if os.path.isdir(c)), candidates[0])
+
+
+def launch_dirs(run_dir: str, raw: Optional[dict]) -> list[str]:
+    """The directories the run in ``run_dir`` may have been launched from, the likeliest first:
+    where ``pretrain`` resolved the relative paths its config records (``save``, ``data_path``,
+    ``tokenizer_model``, ...), since it opens them from its working directory.
+
+    That directory is ``run_dir`` with the relative ``logging.run_dir`` that ``raw`` records
+    taken off its end (the run launched from ``/work`` with ``--run-dir runs/x`` lies in
+    ``/work/runs/x``), when it ends so; then this process's working directory, in any case.
+
+    Args:
+        run_dir: where the run directory lies now.
+        raw: the run's config as a nested dict (``config.yaml``'s YAML, or the config a
+            checkpoint carries); None, or one without a relative ``logging.run_dir``, gives the
+            working directory alone.
+
+    Returns:
+        Absolute directories, without repeats; the working directory last.
+    """
     bases = []
-    recorded = (raw.get("logging") or {}).get("run_dir")
+    section = raw.get("logging") if isinstance(raw, dict) else None
+    recorded = section.get("run_dir") if isinstance(section, dict) else None
     if isinstance(recorded, str) and recorded and not os.path.isabs(recorded):
         parts = os.path.normpath(recorded).split(os.sep)
         here = os.path.abspath(run_dir).split(os.sep)
         if ".." not in parts and here[-len(parts) :] == parts:
             bases.append(os.sep.join(here[: -len(parts)]) or os.sep)
     bases.append(os.getcwd())
-    candidates = [os.path.normpath(os.path.join(base, save)) for base in bases]
-    return save, next((c for c in candidates if os.path.isdir(c)), candidates[0])
+    return list(dict.fromkeys(bases))
 
 
 def run_save_dir(run_dir: str) -> Optional[str]:

@@ -17,13 +17,21 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Optional
 
 import torch
+import yaml
 
 from megatron_gamma import parallel
-from megatron_gamma.config import Config, ConfigError, config_from_dict, load_config
+from megatron_gamma.config import (
+    Config,
+    ConfigError,
+    RecordedPaths,
+    config_from_dict,
+    load_config,
+)
+from megatron_gamma.config.sections import is_dataset
 from megatron_gamma.data import demo_dir
 from megatron_gamma.model.vocab import model_vocab_size
 from megatron_gamma.rundir import layout
@@ -111,6 +119,11 @@ def run_config(path: str, config: Optional[str] = None, run_dir: Optional[str] =
     3. the ``config.yaml`` in ``path`` or up to three levels above it (checkpoints written
        before they carried their config).
 
+    The input paths of 2 and 3 that are relative (data prefixes, ``tokenizer_model``,
+    ``vocab_file``, ``merge_file``) are read as the run read them, from the directory it was
+    launched from (:func:`resolve_recorded`); ``config``'s, like any file's given here, from
+    the current directory.
+
     Args:
         path: where the run's checkpoints lie.
         config: the run's config.yaml, overriding the checkpoint's own.
@@ -130,7 +143,7 @@ def run_config(path: str, config: Optional[str] = None, run_dir: Optional[str] =
         ckpt = None
     saved = layout.saved_description(ckpt)[0] if ckpt else None
     if saved is not None:
-        cfg = config_from_dict(saved)
+        cfg = resolve_recorded(config_from_dict(saved), recorded_paths(path))
         return cfg.replace(run_dir=run_dir) if run_dir else cfg
     found = layout.find_run_config(path)
     if found is None:
@@ -139,7 +152,70 @@ def run_config(path: str, config: Optional[str] = None, run_dir: Optional[str] =
             f"checkpoints did) and there is no {layout.CONFIG} in it or its parents. Fix: pass "
             "the run's config.yaml with --config"
         )
-    return load_config(found).replace(run_dir=run_dir or os.path.dirname(found))
+    cfg = resolve_recorded(load_config(found), recorded_paths(path))
+    return cfg.replace(run_dir=run_dir or os.path.dirname(found))
+
+
+_BLENDS = ("data_path", "train_data_path", "valid_data_path", "test_data_path")
+_INPUT_FILES = ("tokenizer_model", "vocab_file", "merge_file")
+
+
+def recorded_paths(path: str) -> Optional[RecordedPaths]:
+    """Where the relative input paths of the run that wrote ``path`` (a run directory or a
+    checkpoint in it) are looked for: its ``config.yaml`` (:func:`layout.find_run_config`) and
+    the directories it may have been launched from (:func:`layout.launch_dirs`, from the
+    ``run_dir`` that file records). None without that file: the current directory alone, as
+    for any path.
+    """
+    found = layout.find_run_config(path)
+    if found is None:
+        return None
+    try:
+        with open(found, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        raw = None  # the launch directory stays unknown; the checkpoint carries the config
+    return RecordedPaths(found, tuple(layout.launch_dirs(os.path.dirname(found), raw)))
+
+
+def resolve_recorded(cfg: Config, recorded: Optional[RecordedPaths]) -> Config:
+    """``cfg`` with each relative input path it records (the prefixes of ``data_path`` and the
+    per-split blends, ``tokenizer_model``, ``vocab_file``, ``merge_file``) read from the first
+    of ``recorded.dirs`` that holds it (a dataset: its ``.bin`` and ``.idx``): unchanged where
+    that is the current directory, else the path there. One found under none stays as
+    recorded, so that its read fails naming it (:meth:`DataConfig.blend` with ``recorded``).
+    ``data_cache_path`` is left alone: the read commands never use the run's (a scratch
+    directory, or ``--data-cache-path``). Nothing is written.
+
+    Args:
+        cfg: a run's config, as it records its paths.
+        recorded: where to look (:func:`recorded_paths`); None: ``cfg`` unchanged.
+    """
+    if recorded is None:
+        return cfg
+
+    def find(value: Optional[str], exists: Callable[[str], bool]) -> Optional[str]:
+        if not value or os.path.isabs(value):
+            return value
+        for base in recorded.dirs:
+            if exists(os.path.join(base, value)):
+                return value if base == os.getcwd() else os.path.join(base, value)
+        return value
+
+    d, changes = cfg.data, {}
+    for key in _BLENDS:
+        items = list(getattr(d, key))
+        if len(items) == 1 or len(items) % 2 == 0:  # 'PREFIX' or 'W1 P1 W2 P2 ...'
+            first = 1 if len(items) > 1 else 0
+            for i in range(first, len(items), 2):
+                items[i] = find(items[i], is_dataset)
+        if items != getattr(d, key):
+            changes[key] = items
+    for key in _INPUT_FILES:
+        value = find(getattr(d, key), os.path.exists)
+        if value != getattr(d, key):
+            changes[key] = value
+    return cfg.replace(**changes) if changes else cfg
 
 
 _SCRATCH: list[str] = []
