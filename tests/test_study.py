@@ -7,6 +7,7 @@ finished and end with the same final losses; a changed study over the directory 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -221,6 +222,8 @@ def test_report_on_smoke_study(smoke_dir):
     assert md.count("| **") == 12 and "megatron-gamma sweep" in md
     assert "The table has 12 rows and decides none of them" in md
     assert "46% for k = 12, every row of the table" in md and "adjustment for multiplicity" in md
+    assert 0 < summary["unigram_loss"] < math.log(summary["vocab_size"])
+    assert f"below {summary['unigram_loss']:.4f} nats, the held-out loss of the train" in md
     assert "- code: megatron-gamma commit " in md and "No LR grid in this study" in md
     # the per-seed Δsym table: each bin's interval with its df (documents in the bin - 1)
     for b in cmp["bins"]:

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from megatron_gamma.config import ConfigError
+from megatron_gamma.data.indexed import compact_builder
 from megatron_gamma.study.analysis import (
     StudyData,
     gamma_grid,
@@ -20,9 +22,10 @@ from megatron_gamma.study.analysis import (
     mechanisms,
     multiplier_text,
     scaling_fits,
+    unigram_loss,
 )
 from megatron_gamma.study.fits import Interval, trend_interval
-from megatron_gamma.study.report import _multiplicity, stable_rank_cell
+from megatron_gamma.study.report import _learned_bar, _multiplicity, stable_rank_cell
 from megatron_gamma.study.rundir import RunRecord
 from megatron_gamma.study.verdicts import (
     INCONCLUSIVE,
@@ -60,7 +63,15 @@ def _t_interval(x, level=0.95):
 
 
 def make_study(
-    losses, widths, *, arms=None, manifest=None, diagnostics=None, lr=None, vocab_size=None
+    losses,
+    widths,
+    *,
+    arms=None,
+    manifest=None,
+    diagnostics=None,
+    lr=None,
+    vocab_size=None,
+    unigram_loss=None,
 ):
     """StudyData from {(arm, size, seed): loss}; widths {size: hidden_size}; N = 1000·width²;
     ``lr`` {(arm, size, seed): (lr, phase, grid)} for LR-grid studies."""
@@ -89,7 +100,7 @@ def make_study(
             entry["lr"], entry["lr_phase"], entry["grid"] = lr[(arm, size, seed)]
         runs.append(entry)
     manifest = {"name": "synthetic", "baseline": "baseline", **(manifest or {})}
-    return StudyData(manifest, runs, vocab_size=vocab_size)
+    return StudyData(manifest, runs, vocab_size=vocab_size, unigram_loss=unigram_loss)
 
 
 def shared(data):
@@ -116,6 +127,61 @@ def test_clean_effect_is_reproduced_with_sizes_as_units():
     assert v.verdict == REPRODUCED
     assert f"[{lo:+.4f}, {hi:+.4f}] (df 2, 3 sizes)" in v.numbers
     assert "(df 2, 3 seeds)" in v.numbers  # the per-size intervals print theirs
+
+
+def test_an_arm_no_better_than_token_frequencies_has_not_learned():
+    """Trial 4's sweep: every run ended at 7.3-8.7 nats, below ln V = 8.318 but above the
+    7.23 nats of the train split's token frequencies on the held-out split, and the report
+    decided claims on them (a γ = 1 "gain" of 0.2 nats between two models that had learned
+    less than a frequency table). The bar is now that loss where the study knows it."""
+    losses = {}
+    for k, e in ((1, 0.0), (2, 0.02), (3, -0.02)):
+        losses |= {("baseline", "s1", k): 8.25 + e, ("gamma1", "s1", k): 8.05 + 0.5 * e}
+    above_unigram = make_study(losses, {"s1": 256}, vocab_size=4096, unigram_loss=7.2312)
+    row = verdicts(above_unigram, {}, None)[0]
+    assert (row.verdict, row.scope) == (NOT_MEASURABLE, "")
+    assert (
+        "not measurable at this scale: not learned, mean final validation loss >= the held-out "
+        "loss of the train split's token frequencies, 7.2312 (ln V = ln 4096 = 8.3178 is a "
+        "uniform predictor's): gamma1 at s1 8.0500, baseline at s1 8.2500"
+    ) in row.numbers
+    assert verdicts(make_study(losses, {"s1": 256}, vocab_size=4096), {}, None)[0].verdict == (
+        REPRODUCED  # below ln V: the uniform bar alone let it through
+    )
+    below = make_study(losses, {"s1": 256}, vocab_size=4096, unigram_loss=8.5)
+    assert verdicts(below, {}, None)[0].verdict == REPRODUCED
+    assert _learned_bar(above_unigram) == (
+        "An arm has learned where its mean final validation loss is below 7.2312 nats, the "
+        "held-out loss of the train split's token frequencies (add-0.5 smoothed, over the whole "
+        "held-out split; ln V = ln 4096 = 8.3178 nats is a uniform predictor's); a decided row "
+        "resting on one that has not is not measurable."
+    )
+
+
+def test_unigram_loss_is_the_heldout_cross_entropy_of_train_token_frequencies(tmp_path):
+    """fp64 by hand: p(t) = (count + 0.5) / (N + 0.5 V) from the train split's tokens, the
+    mean of −ln p over the held-out split's tokens (EODs included, as written)."""
+    vocab = 7
+    train_docs = [[1, 2, 2, 3], [2, 4, 0]]
+    heldout_docs = [[2, 5, 0], [1, 6]]
+    prefixes = {}
+    for name, docs in (("train", train_docs), ("heldout", heldout_docs)):
+        prefix = str(tmp_path / name)
+        builder = compact_builder(prefix + ".bin", np.uint16)
+        for doc in docs:
+            builder.add_document(np.array(doc, dtype=np.uint16), [len(doc)])
+        builder.finalize(prefix + ".idx")
+        prefixes[name] = prefix
+    train = [t for d in train_docs for t in d]
+    held = [t for d in heldout_docs for t in d]
+    expected = -sum(
+        math.log((train.count(t) + 0.5) / (len(train) + 0.5 * vocab)) for t in held
+    ) / len(held)
+    got = unigram_loss(prefixes["train"], prefixes["heldout"], vocab)
+    assert got == pytest.approx(expected, rel=1e-12)
+    assert unigram_loss(prefixes["train"], str(tmp_path / "missing"), vocab) is None
+    with pytest.raises(ConfigError, match=r"token id 6 >= vocab_size=6: the split was made"):
+        unigram_loss(prefixes["train"], prefixes["heldout"], 6)
 
 
 def test_an_arm_that_has_not_learned_is_not_measurable_and_one_lr_is_scoped():
@@ -178,6 +244,8 @@ def test_the_multiplicity_sentence_counts_decided_rows_and_names_its_k():
     text = _multiplicity(rows)
     assert text.startswith("The table has 4 rows and decides 2 of them (reproduced or not ")
     assert "1 − 0.95^k, 19% for k = 4, every row of the table (an upper bound" in text
+    assert "without independence the bound is k · 5%, 20%." in text
+    assert "without independence the bound is k · 5%, 100%." in _multiplicity(rows * 6)
     assert "decides none of them" in _multiplicity(rows[2:])
 
 

@@ -34,10 +34,58 @@ from megatron_gamma.study.fits import (
     mean_std,
     paired_difference,
 )
-from megatron_gamma.study.spec import NAME_PATTERN, best_lr, margin_ok
+from megatron_gamma.study.spec import NAME_PATTERN, best_lr, data_prefixes, margin_ok
 
 DEFAULT_MARGIN = 0.01
 """The pre-registered margin δ (nats) of a manifest that does not set ``margin``."""
+UNIGRAM_SMOOTHING = 0.5
+"""Add-k smoothing of :func:`unigram_loss` (a token the train split lacks keeps a probability)."""
+
+
+def unigram_loss(train_prefix: str, heldout_prefix: str, vocab_size: int) -> Optional[float]:
+    """Held-out loss of the train split's token frequencies: the mean over every token of the
+    held-out split (the appended EODs included) of −ln p(t), with
+    p(t) = (count_train(t) + k) / (N_train + k·V), k = :data:`UNIGRAM_SMOOTHING`, in fp64.
+
+    A model whose validation loss is not below it has learned nothing beyond how often each
+    token occurs (ln V is a uniform predictor's, above it). It is over the whole split; a run's
+    validation loss scores a sample of the split's windows.
+
+    Args:
+        train_prefix, heldout_prefix: indexed datasets (``.bin``/``.idx``) of the two splits.
+        vocab_size: V, the tokenizer's vocabulary size (unpadded).
+
+    Returns:
+        Nats per token; None when a split's files are missing or the held-out split is empty.
+
+    Raises:
+        ConfigError: a token id >= ``vocab_size`` (the splits were made with another tokenizer).
+    """
+    from megatron_gamma.data.indexed import indexed_dataset
+
+    if not all(
+        os.path.isfile(p + e) for p in (train_prefix, heldout_prefix) for e in (".bin", ".idx")
+    ):
+        return None
+    IndexedDataset = indexed_dataset().IndexedDataset
+    tokens = {}
+    for name, prefix in (("train", train_prefix), ("heldout", heldout_prefix)):
+        dtype = IndexedDataset(prefix).index.dtype
+        tokens[name] = np.memmap(prefix + ".bin", dtype=dtype, mode="r")
+        if len(tokens[name]) and int(tokens[name].max()) >= vocab_size:
+            raise ConfigError(
+                f"{prefix}.bin: token id {int(tokens[name].max())} >= vocab_size={vocab_size}: "
+                "the split was made with another tokenizer. Fix: rerun `megatron-gamma sweep` "
+                "into a new --output-dir"
+            )
+    if not len(tokens["heldout"]):
+        return None
+    counts = np.bincount(tokens["train"], minlength=vocab_size).astype(np.float64)
+    log_p = np.log(counts + UNIGRAM_SMOOTHING) - np.log(
+        counts.sum() + UNIGRAM_SMOOTHING * vocab_size
+    )
+    held = np.bincount(tokens["heldout"], minlength=vocab_size).astype(np.float64)
+    return float(-(held @ log_p) / held.sum())
 
 
 def uniform_sink_share(seq_length: int) -> float:
@@ -126,6 +174,9 @@ class StudyData:
         vocab_size: the tokenizer's vocabulary size V (unpadded), whose ln V (nats) is the
             validation loss of a uniform predictor; None when unknown (then no run is checked
             against it).
+        unigram_loss: the held-out loss of the train split's token frequencies
+            (:func:`unigram_loss`), the bar a learned model's loss is below; None when unknown
+            (then ln V is the bar).
 
     Raises:
         ConfigError: a ``margin`` that is not a finite number >= 0 (:func:`~.spec.margin_ok`).
@@ -137,10 +188,12 @@ class StudyData:
         runs: list[dict],
         study_dir: Optional[str] = None,
         vocab_size: Optional[int] = None,
+        unigram_loss: Optional[float] = None,
     ):
         self.manifest = manifest
         self.dir = study_dir
         self.vocab_size = vocab_size
+        self.unigram_loss = unigram_loss
         self.baseline = manifest["baseline"]
         margin = manifest.get("margin", DEFAULT_MARGIN)
         if not margin_ok(margin):
@@ -175,7 +228,8 @@ class StudyData:
     def from_dir(cls, study_dir: str) -> StudyData:
         """Read ``DIR/study.json`` and every run directory it lists; the vocabulary size from
         the tokenizer fingerprint of the held-out data (``heldout`` in study.json), None
-        without one.
+        without one; with it, the held-out loss of the train split's token frequencies
+        (:func:`unigram_loss`, ``DIR/data``'s two splits).
 
         Raises:
             ConfigError: no study.json in ``study_dir``, or a run whose names could lead out
@@ -207,7 +261,10 @@ class StudyData:
             )
         heldout = manifest.get("heldout")
         doc = read_fingerprint(heldout) if heldout else None
-        return cls(manifest, runs, study_dir, doc.get("vocab_size") if doc else None)
+        vocab = doc.get("vocab_size") if doc else None
+        splits = data_prefixes(study_dir)
+        unigram = unigram_loss(splits["train"], splits["heldout"], vocab) if vocab else None
+        return cls(manifest, runs, study_dir, vocab, unigram)
 
     def _runs(self, arm: str, size: str, phase: str) -> list[dict]:
         return [

@@ -330,6 +330,8 @@ def report(
         "study": data.manifest["name"],
         "runs": len(data.runs),
         "finished": len(data.finished),
+        "vocab_size": data.vocab_size,
+        "unigram_loss": data.unigram_loss,
         "losses": table,
         "fits": {a: {k: v for k, v in f.items()} for a, f in fits.items()},
         "gamma_grid": grids["shared LR"],
@@ -363,6 +365,25 @@ def report(
     return files
 
 
+def _learned_bar(data: StudyData) -> str:
+    """The line that says what loss an arm must beat to count as learned (the verdicts'
+    not-learned check)."""
+    if not data.vocab_size:
+        return "Whether the arms learned is not checked: the study records no vocabulary size."
+    uniform = f"ln V = ln {data.vocab_size} = {np.log(data.vocab_size):.4f} nats"
+    if data.unigram_loss is None:
+        return (
+            f"An arm has learned where its mean final validation loss is below {uniform} (a "
+            "uniform predictor's); a decided row resting on one that has not is not measurable."
+        )
+    return (
+        f"An arm has learned where its mean final validation loss is below "
+        f"{data.unigram_loss:.4f} nats, the held-out loss of the train split's token frequencies "
+        f"(add-0.5 smoothed, over the whole held-out split; {uniform} is a uniform "
+        "predictor's); a decided row resting on one that has not is not measurable."
+    )
+
+
 def stable_rank_cell(entry: dict) -> str:
     """The Mechanisms table's stable-rank cell of a :func:`~.analysis.mechanisms` entry: first →
     min (its iteration) → final; where the minimum is the last point, the trajectory is still
@@ -381,9 +402,10 @@ def stable_rank_cell(entry: dict) -> str:
 
 def _multiplicity(rows: list) -> str:
     """One paragraph on the family of calls the verdict table makes: how many of its rows are
-    decided (reproduced or not reproduced), and the chance 1 − 0.95^k that k rows testing true
-    nulls decide at least one by chance, for k = every row of the table (an upper bound on the
-    rows tested)."""
+    decided (reproduced or not reproduced); the chance 1 − 0.95^k that k independent rows
+    testing true nulls decide at least one by chance, and the Bonferroni bound k · 5% that
+    holds without independence (the rows share runs), for k = every row of the table; and that
+    a row built from several intervals is not one 95% call."""
     n = len(rows)
     d = sum(v.verdict in (REPRODUCED, NOT_REPRODUCED) for v in rows)
     return (
@@ -392,7 +414,10 @@ def _multiplicity(rows: list) -> str:
         "for multiplicity: where k independent rows test true nulls, the chance that at least "
         f"one is decided by chance alone is 1 − 0.95^k, {1 - 0.95**n:.0%} for k = {n}, every "
         "row of the table (an upper bound: a row without the arms or runs it needs tests "
-        "nothing). Read a decisive row as one 95% result, not the table as a whole."
+        "nothing). The rows share runs, so they are not independent; without independence the "
+        f"bound is k · 5%, {min(1.0, 0.05 * n):.0%}. A row decided from several intervals "
+        "(one per part, 'not reproduced' where any part is) is itself more than one call. Read "
+        "a decisive row as one result at that level, not the table as a whole."
     )
 
 
@@ -424,6 +449,8 @@ def _markdown(
         "degrees of freedom (df) and unit of replication: seeds within a size (paired by seed), "
         "sizes across sizes (one per-size mean each). *Inconclusive*: the interval includes "
         "both the claim and its negation, or there are too few seeds/sizes for an interval.",
+        "",
+        _learned_bar(data),
         "",
         _multiplicity(rows),
         "",

@@ -785,10 +785,13 @@ def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdic
     """``row``, made not measurable where a decided verdict rests on an arm that has not
     learned: its seed-mean final validation loss at a size the row compares
     (:attr:`Verdict.sizes`; a size the row does not judge, e.g. a smaller one for a claim read
-    at the largest, is not read) is >= ln V, the loss of a uniform predictor over the
-    vocabulary (V: :attr:`~.analysis.StudyData.vocab_size`; unknown V: no check, and a decided
-    row says so). Losses read: the row's LR phase (confirm runs for ``best LR``). An
-    undecided row keeps its verdict and gets the same note."""
+    at the largest, is not read) is not below the held-out loss of the train split's token
+    frequencies (:attr:`~.analysis.StudyData.unigram_loss`): such a model has learned nothing
+    beyond how often each token occurs, and its differences say nothing of the paper's
+    effects. Without that loss the bar is ln V, a uniform predictor's (V:
+    :attr:`~.analysis.StudyData.vocab_size`; unknown V: no check, and a decided row says so).
+    Losses read: the row's LR phase (confirm runs for ``best LR``). An undecided row keeps its
+    verdict and gets the same note."""
     if not data.vocab_size:
         if row.verdict not in (REPRODUCED, NOT_REPRODUCED):
             return row
@@ -797,21 +800,29 @@ def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdic
             "predictor's) is not checked: the study records no vocabulary size"
         )
         return replace(row, numbers=f"{row.numbers}; {unchecked}")
-    chance = float(np.log(data.vocab_size))
+    uniform = float(np.log(data.vocab_size))
+    if data.unigram_loss is not None:
+        bar = data.unigram_loss
+        what = (
+            f"the held-out loss of the train split's token frequencies, {bar:.4f} (ln V = ln "
+            f"{data.vocab_size} = {uniform:.4f} is a uniform predictor's)"
+        )
+    else:
+        bar = uniform
+        what = f"ln V = ln {data.vocab_size} = {uniform:.4f} (a uniform predictor's)"
     get = data.confirm_losses if row.lr == "best LR" else data.losses
     flat = [
         f"{a} at {s} {mean:.4f}"
         for a in dict.fromkeys(a for a in arms if a)
         for s in row.sizes
-        if (losses := get(a, s)) and (mean := float(np.mean(list(losses.values())))) >= chance
+        if (losses := get(a, s)) and (mean := float(np.mean(list(losses.values())))) >= bar
     ]
     if not flat:
         return row
     decided = row.verdict in (REPRODUCED, NOT_REPRODUCED)
     note = (
         f"{'not measurable at this scale: ' if decided else ''}not learned, mean final "
-        f"validation loss >= ln V = ln {data.vocab_size} = {chance:.4f} (a uniform "
-        f"predictor's): {', '.join(flat)}"
+        f"validation loss >= {what}: {', '.join(flat)}"
     )
     verdict = NOT_MEASURABLE if decided else row.verdict
     return replace(row, verdict=verdict, numbers=f"{row.numbers}; {note}", scope="")
