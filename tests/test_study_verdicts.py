@@ -1240,6 +1240,27 @@ def test_a_control_still_falling_at_the_last_point_has_no_measured_dip():
     assert stable_rank_cell(mech["gamma1|s1"]) == f"30.00 → {arm:.2f} (it 50) → 21.00"
 
 
+def test_a_mechanism_row_decided_on_shared_lr_runs_is_scoped_to_that_lr():
+    """Claims 4, 5, 7 and 8 read only the shared-LR runs, and their diagnostics depend on the
+    LR as the loss does (trial 4: claim 7 reproduced in docs/reproduction.md with the γ = 0.5
+    controls at a quarter of their own best LR). A decided one carried no scope, as if it held
+    at every LR; it now says "at one shared LR", as claims 1-3 and 6 do."""
+    losses, diag = {}, {}
+    for k, e in enumerate((0.0, 0.2, -0.3), start=1):
+        losses |= {("gamma1", "s1", k): 5.0, ("baseline", "s1", k): 5.0}
+        diag[("gamma1", "s1", k)] = {
+            it: {"stable_rank/q": r} for it, r in ((0, 30.0), (50, 15.0 - e), (100, 21.0))
+        }
+        diag[("baseline", "s1", k)] = {
+            it: {"stable_rank/q": r} for it, r in ((0, 30.0), (50, 29.0 + 0.1 * e), (100, 29.5))
+        }
+    rows = verdicts(make_study(losses, {"s1": 256}, diagnostics=diag), {}, None)
+    row = rows[10]
+    assert row.claim == claim7(make_study(losses, {"s1": 256}, diagnostics=diag)).claim
+    assert (row.lr, row.verdict) == ("shared LR", REPRODUCED)
+    assert row.label() == "reproduced (at one shared LR, not tuned per arm)"
+
+
 def test_the_stable_rank_mean_compares_the_same_matrices_across_arms():
     """The trial's smoke study: the gated arm's mean included its gate matrices, the
     baseline's could not, so the two started 24.89 vs 25.77 from draws equal up to scale. The

@@ -769,12 +769,14 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
 
 
 SHARED_LR_SCOPE = "at one shared LR, not tuned per arm"
-"""The scope of a decided shared-LR row of a loss claim (1-3, 6): the arms' own best LRs may
-differ, and in docs/reproduction.md the gain at the shared LR was 5-26x the best-LR one."""
+"""The scope of a decided shared-LR row (claims 1-3 and 6, and 4, 5, 7 and 8, which read only
+the shared-LR runs): the arms' own best LRs may differ, and in docs/reproduction.md the gain at
+the shared LR was 5-26x the best-LR one; saturation, sink share, stable rank and Δsym depend on
+the LR too."""
 
 
 def _at_shared_lr(row: Verdict) -> Verdict:
-    """``row`` (a loss claim at the shared LR) with :data:`SHARED_LR_SCOPE` added to the scope
+    """``row`` (a claim read at the shared LR) with :data:`SHARED_LR_SCOPE` added to the scope
     of a decided verdict."""
     if row.verdict not in (REPRODUCED, NOT_REPRODUCED):
         return row
@@ -918,8 +920,8 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
             rows.append(judged(best, arms))
         else:
             rows.append(_unmeasured_best_lr(rows[-1]))
-    rows.append(judged(claim4(data), [data.role("gamma1"), data.role("gamma1+eps")]))
-    rows.append(judged(claim5(data), [data.baseline, *_sink_arms(data)]))
+    rows.append(judged(_at_shared_lr(claim4(data)), [data.role("gamma1"), data.role("gamma1+eps")]))
+    rows.append(judged(_at_shared_lr(claim5(data)), [data.baseline, *_sink_arms(data)]))
     grid_arms = _neighbour_arms(data)
     shared6 = _at_shared_lr(claim6(data, grids.get("shared LR", {}), "shared LR"))
     rows.append(judged(shared6, grid_arms))
@@ -928,6 +930,6 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
     else:
         rows.append(_unmeasured_best_lr(rows[-1]))
     rank_arms = [x for pair in _condensation_arms(data).items() for x in pair]
-    rows.append(judged(claim7(data), rank_arms))
-    rows.append(judged(claim8(data, cmp), [concentration_arm(data), data.baseline]))
+    rows.append(judged(_at_shared_lr(claim7(data)), rank_arms))
+    rows.append(judged(_at_shared_lr(claim8(data, cmp)), [concentration_arm(data), data.baseline]))
     return rows
