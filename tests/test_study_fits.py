@@ -143,6 +143,8 @@ def test_the_scaling_plot_title_speaks_of_fit_lines_only_when_it_draws_one(monke
     plots.plot_scaling({"a": {**arm, "fit": fit_power_law(n, arm["mean"])}}, "unused.png")
     (no_fit,), (fitted,) = (fig.axes for fig in saved)
     assert no_fit.get_title().endswith("no fit: < 4 sizes, or α not identified)")
+    assert no_fit.get_title().startswith("loss against model size at the shared LR (")
+    assert no_fit.get_xlabel() == "non-embedding parameters N of the baseline arm"
     curves = [[ln for ln in ax.lines if len(ln.get_xdata()) == 50] for ax in (no_fit, fitted)]
     assert curves[0] == [] and len(curves[1]) == 1  # a fit is drawn as a 50-point curve
     assert fitted.get_title().endswith("lines: fits E + A·N^−α)")

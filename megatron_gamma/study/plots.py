@@ -28,8 +28,9 @@ def _save(fig, path: str) -> str:
 
 
 def plot_scaling(arms: dict[str, dict], path: str) -> Optional[str]:
-    """Final validation loss against non-embedding parameters, one colour per arm, with the
-    arm's power-law fit where there is one.
+    """Final validation loss at the shared LR against the baseline arm's non-embedding
+    parameters at each size (a gated arm has a few more), one colour per arm, with the arm's
+    power-law fit where there is one.
 
     Args:
         arms: {arm: {"sizes": [N], "mean": [loss], "std": [loss or None],
@@ -46,11 +47,11 @@ def plot_scaling(arms: dict[str, dict], path: str) -> Optional[str]:
             n = np.geomspace(min(a["sizes"]), max(a["sizes"]), 50)
             ax.plot(n, a["fit"].loss(n), "-", color=c, alpha=0.6)
     ax.set_xscale("log")
-    ax.set_xlabel("non-embedding parameters N")
+    ax.set_xlabel("non-embedding parameters N of the baseline arm")
     ax.set_ylabel("final validation loss (nats)")
     fitted = any(a.get("fit") is not None for a in arms.values())
     lines = "lines: fits E + A·N^−α" if fitted else "no fit: < 4 sizes, or α not identified"
-    ax.set_title(f"loss against model size (mean ± sd over seeds; {lines})")
+    ax.set_title(f"loss against model size at the shared LR (mean ± sd over seeds; {lines})")
     ax.legend(fontsize=8)
     return _save(fig, path)
 

@@ -539,12 +539,17 @@ def _markdown(
                 f"{r['seeds']} | {r['mean']:.4f}{sd} "
                 f"| {r.get('diff_text', '')} |"
             )
-    out += ["", f"![loss vs size]({rel}/loss_vs_size.png)" if "scaling_plot" in files else "", ""]
     out += [
+        "",
         "## Scaling fits L(N) = E + A·N^(−α)",
         "",
+        f"![loss vs size at the shared LR]({rel}/loss_vs_size.png)"
+        if "scaling_plot" in files
+        else "",
+        "",
         "N = non-embedding parameters of the baseline arm (embedding and output layer "
-        "excluded); fitted by least squares to the seed-mean final loss at each size (sizes as "
+        "excluded); fitted by least squares to the seed-mean final loss at the shared LR at "
+        "each size (sizes as "
         "units: one point per size); ± is one standard error with df = sizes − 3. A fit is "
         "shown only where it is identified (more sizes than its 3 parameters, α strictly inside "
         "[0, 3]); a multiplier (the N at which the baseline's fit reaches the arm's seed-mean "
