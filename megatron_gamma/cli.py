@@ -553,12 +553,20 @@ def _sweep(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> None:
+    import json
+
     from megatron_gamma.study.report import report
 
     command = "megatron-gamma " + shlex.join(sys.argv[1:])
     written = report(args.study_dir, output=args.output, command=command, note=args.note)
     for name, path in written.items():
         print(f"wrote {name}: {path}")
+    with open(written["json"], encoding="utf-8") as f:
+        rows = json.load(f)["verdicts"]
+    print(f"verdicts (the numbers and rules: {written['report']}):")
+    for row in rows:
+        label = f"{row['verdict']} ({row['scope']})" if row["scope"] else row["verdict"]
+        print(f"- {row['claim']} [{row['lr']}]: {label}")
 
 
 def _add_cluster_flags(p: argparse.ArgumentParser) -> None:

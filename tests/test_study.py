@@ -186,6 +186,8 @@ def test_report_on_smoke_study(smoke_dir):
         summary = json.load(f)
     verdicts = summary["verdicts"]
     assert len(verdicts) == 12
+    listed = proc.stdout.split("verdicts (the numbers and rules: ", 1)[1].splitlines()[1:]
+    assert listed == [f"- {v['claim']} [{v['lr']}]: {v['verdict']}" for v in verdicts]
     for v in verdicts:
         assert v["verdict"] in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_MEASURABLE)
         assert v["numbers"] and v["rule"], v
