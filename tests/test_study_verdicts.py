@@ -1231,6 +1231,10 @@ def test_a_control_still_falling_at_the_last_point_has_no_measured_dip():
         "[1, 2, 3], so its dip is not measured, nor Δdip" in v.numbers
     )
     assert "gamma1 is still falling" not in v.numbers
+    assert v.numbers.endswith(
+        "so its dip is not measured, nor Δdip (a matter of training length, not only of scale: "
+        "longer runs, with diagnostics to their end, would measure it)"
+    )
     mech = mechanisms(make_study(losses, {"s1": 256}, diagnostics=diag))
     assert stable_rank_cell(mech["baseline|s1"]) == (
         "30.00 → 29.00 (it 100): still falling at the last point, so no minimum and no "
