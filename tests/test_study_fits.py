@@ -178,8 +178,9 @@ def test_the_lr_grid_plot_ticks_the_grid_learning_rates_only(monkeypatch):
     saved = []
     monkeypatch.setattr(plots, "_save", lambda fig, path: saved.append(fig) or path)
     grid = {0.0015: 8.7, 0.003: 8.5, 0.006: 8.2, 0.012: 7.7, 0.024: 7.4}
-    plots.plot_lr_grid({"d32": {"baseline": grid, "gamma1": {k: v - 0.3 for k, v in grid.items()}}},
-                       "unused.png")  # fmt: skip
+    inside = {**grid, 0.024: 7.9}  # best at 0.012, bracketed
+    plots.plot_lr_grid({"d32": {"baseline": grid, "gamma1": {k: v - 0.3 for k, v in grid.items()},
+                                "gamma1+eps": inside}}, "unused.png")  # fmt: skip
     (ax,) = saved[0].axes
     saved[0].canvas.draw()
     assert list(ax.get_xticks()) == sorted(grid)
@@ -193,4 +194,6 @@ def test_the_lr_grid_plot_ticks_the_grid_learning_rates_only(monkeypatch):
     assert not any(t.get_text() for t in ax.get_xticklabels(minor=True))
     circled = [ln for ln in ax.lines if ln.get_markerfacecolor() == "none"]
     circled_at = [ln.get_xydata()[0] for ln in circled]
-    np.testing.assert_allclose(circled_at, [[0.024, 7.4], [0.024, 7.1]])
+    np.testing.assert_allclose(circled_at, [[0.024, 7.4], [0.024, 7.1], [0.012, 7.7]])
+    assert [ln.get_marker() for ln in circled] == ["s", "s", "o"]  # the edge ones squared
+    assert "squared: a best LR on the grid's edge, not bracketed" in saved[0].get_suptitle()

@@ -58,7 +58,9 @@ def plot_scaling(arms: dict[str, dict], path: str) -> Optional[str]:
 
 def plot_lr_grid(per_size: dict[str, dict[str, dict[float, float]]], path: str) -> Optional[str]:
     """Final validation loss against peak LR on the selection seed, one panel per size, one
-    line per arm, each arm's best LR (:func:`~.spec.best_lr`, the sweep's rule) circled.
+    line per arm, each arm's best LR (:func:`~.spec.best_lr`, the sweep's rule) circled, or
+    squared where it is the grid's smallest or largest LR (not bracketed: the arm's own best LR
+    is not known).
 
     Args:
         per_size: {size: {arm: {lr: loss}}} (:meth:`~.analysis.StudyData.lr_grid`).
@@ -77,7 +79,8 @@ def plot_lr_grid(per_size: dict[str, dict[str, dict[float, float]]], path: str) 
             lrs = sorted(grid)
             ax.plot(lrs, [grid[x] for x in lrs], "o-", color=c, label=name)
             best = best_lr(grid)
-            ax.plot([best], [grid[best]], "o", ms=12, mfc="none", color=c)
+            edge = best in (lrs[0], lrs[-1])
+            ax.plot([best], [grid[best]], "s" if edge else "o", ms=12, mfc="none", color=c)
         ax.set_xscale("log")
         grid_lrs = sorted({lr for grid in arms.values() for lr in grid})
         ax.set_xticks(grid_lrs, [f"{lr:.2g}" for lr in grid_lrs], rotation=45)
@@ -86,7 +89,10 @@ def plot_lr_grid(per_size: dict[str, dict[str, dict[float, float]]], path: str) 
         ax.set_title(size)
     axes[0][0].set_ylabel("final validation loss (nats)")
     axes[0][-1].legend(fontsize=8)
-    fig.suptitle("LR grid on the selection seed (circled: each arm's best LR)")
+    fig.suptitle(
+        "LR grid on the selection seed (circled: each arm's best LR; squared: a best LR on the "
+        "grid's edge, not bracketed)"
+    )
     return _save(fig, path)
 
 

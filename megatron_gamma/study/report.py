@@ -600,7 +600,8 @@ def _markdown(
         "## Mechanisms",
         "",
         f"From `--log-diagnostics-interval` (runs made since the diagnostics log at "
-        f"initialization start at iteration 0; older runs at the first interval). "
+        f"initialization start at iteration 0; older runs at the first interval); every value "
+        f"is a mean over the seeds of that arm and size, at the shared LR. "
         f"Uniform-attention sink share for sequence length "
         f"{data.seq_length()}: {uniform_sink_share(data.seq_length()):.4f}.",
         "",
