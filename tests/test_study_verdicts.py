@@ -1017,7 +1017,7 @@ def test_a_diverged_gamma_is_not_the_lowest_loss():
 def _claim6_rows(data):
     grids = {"shared LR": gamma_grid(data), "best LR": gamma_grid(data, "best")}
     rows = verdicts(data, grids, None)
-    return [r for r in rows if r.claim.startswith("loss is best at γ = 1")]
+    return [r for r in rows if r.claim.startswith("loss is lower at γ = 1 than")]
 
 
 def test_gamma_grid_at_one_shared_lr_does_not_stand_alone():

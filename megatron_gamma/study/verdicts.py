@@ -503,7 +503,10 @@ def claim5(data: StudyData) -> Verdict:
 def claim6(data: StudyData, grid: dict, lr: str) -> Verdict:
     """Loss is best at γ = 1 (worse above and below), at the shared LR or at each γ's own best
     LR (``grid``: :func:`~.analysis.gamma_grid` of that phase)."""
-    claim = "loss is best at γ = 1 (worse below and above)"
+    claim = (
+        "loss is lower at γ = 1 than at the γ grid's nearest values below and above (the paper: "
+        "best at γ = 1; the optimum lies between those neighbours)"
+    )
     rule = (
         "the loss of the grid's nearest γ below 1 and nearest above 1, each minus γ = 1's, "
         "paired by seed (the seeds both finished; t, df = seeds − 1): reproduced if both intervals "
