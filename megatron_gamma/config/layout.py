@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from megatron_gamma.config.errors import ConfigError, fail
+from megatron_gamma.config.errors import fail
 from megatron_gamma.config.loading import Config
 
 
@@ -43,10 +43,8 @@ def validate_layout(cfg: Config, world_size: int, world_flags: str = LAUNCHED_WO
         ConfigError: world size not divisible by TP x PP (or by EP x PP for MoE), layers not
             divisible among (virtual) pipeline stages, virtual_pipeline_model_parallel_size and
             num_layers_per_virtual_pipeline_stage both given and disagreeing, heads or experts
-            not divisible by TP / EP, global batch (or a ramp-up START / INCR) not divisible
-            by micro batch x data-parallel size, or MoE with tensor parallelism but without
-            sequence parallelism (megatron-core's MoE layer refuses it in training; checked
-            first, as it does not depend on the world size).
+            not divisible by TP / EP, or global batch (or a ramp-up START / INCR) not divisible
+            by micro batch x data-parallel size.
     """
     m, par = cfg.model, cfg.parallel
     tp, pp, ep = (
@@ -54,12 +52,6 @@ def validate_layout(cfg: Config, world_size: int, world_flags: str = LAUNCHED_WO
         par.pipeline_model_parallel_size,
         par.expert_model_parallel_size,
     )
-    if m.num_experts and tp > 1 and not par.sequence_parallel:
-        raise ConfigError(
-            "sequence_parallel=False: megatron-core's MoE layer refuses to train with "
-            f"tensor_model_parallel_size={tp} without sequence parallelism. Fix: add "
-            "--sequence-parallel"
-        )
     if world_size % (tp * pp):
         fail(
             "tensor_model_parallel_size",

@@ -41,7 +41,7 @@ from megatron.core.optimizer import get_megatron_optimizer
 from megatron.core.pipeline_parallel import get_forward_backward_func
 
 from megatron_gamma import parallel
-from megatron_gamma.config import Config, save_config
+from megatron_gamma.config import Config, ConfigError, save_config
 from megatron_gamma.data.datasets import (
     build_datasets,
     check_split_paths,
@@ -190,7 +190,8 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             data.tokenizer_fingerprint`; a dataset without one gets a warning); a split that is
             empty or holds fewer than ``seq_length + 1`` tokens (:func:`~megatron_gamma.data.
             datasets.check_splits`, :func:`~megatron_gamma.data.datasets.check_split_paths`);
-            a checkpoint to load that lacks
+            MoE with tensor parallelism but without sequence parallelism
+            (megatron-core's MoE layer refuses it in training); a checkpoint to load that lacks
             what the load needs (:func:`~.checkpointing.check_loadable`) or that was trained
             with another tokenizer (:func:`~megatron_gamma.rundir.loader.check_tokenizer`; one
             without a tokenizer fingerprint gets a warning); a backend this machine
@@ -218,6 +219,13 @@ def preflight(cfg: Config) -> BilingualTokenizer:
         check_loadable(ck.load, ck.finetune, ck.load_optim, common=common)
     elif ck.pretrained_checkpoint:
         check_loadable(ck.pretrained_checkpoint, True, False, "pretrained_checkpoint")
+    par = cfg.parallel
+    if cfg.model.num_experts and par.tensor_model_parallel_size > 1 and not par.sequence_parallel:
+        raise ConfigError(
+            "sequence_parallel=False: megatron-core's MoE layer refuses to train with "
+            f"tensor_model_parallel_size={par.tensor_model_parallel_size} without sequence "
+            "parallelism. Fix: add --sequence-parallel"
+        )
     check_telemetry(cfg)
     # RUN/data_cache, RUN/tensorboard: claim_run_dir checks RUN
     for key, path in (
