@@ -38,11 +38,17 @@ from megatron_gamma.warnings_summary import silence_library_noise, summarize_acc
 
 
 def _pretrain(args: argparse.Namespace) -> None:
-    from megatron_gamma.config import load_config, overrides_from_args, validate_layout
+    from megatron_gamma.config import (
+        check_moe_training,
+        load_config,
+        overrides_from_args,
+        validate_layout,
+    )
     from megatron_gamma.config.effects import given_keys, no_effect_warnings
 
     overrides = overrides_from_args(args)
     cfg = load_config(args.config, overrides)  # a config error before torch and megatron-core
+    check_moe_training(cfg)
     validate_layout(cfg, read_dist_env().world_size)  # so is a layout the world cannot hold
     if cfg.training.deterministic_mode:
         from megatron_gamma.determinism import check_determinism_env

@@ -60,7 +60,7 @@ from megatron_gamma.config.choices import (
 )
 from megatron_gamma.config.errors import ConfigError
 from megatron_gamma.config.flags import add_config_flags, field_docs, overrides_from_args
-from megatron_gamma.config.layout import validate_layout, virtual_stages
+from megatron_gamma.config.layout import check_moe_training, validate_layout, virtual_stages
 from megatron_gamma.config.loading import (
     REDACTED,
     Config,
@@ -130,6 +130,7 @@ __all__ = [
     "WsdDecayStyle",
     "add_config_flags",
     "changed_fields",
+    "check_moe_training",
     "config_from_dict",
     "field_docs",
     "load_config",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from megatron_gamma.config.errors import fail
+from megatron_gamma.config.errors import ConfigError, fail
 from megatron_gamma.config.loading import Config
 
 
@@ -22,6 +22,25 @@ def virtual_stages(cfg: Config) -> Optional[int]:
     if per_chunk is None:
         return par.virtual_pipeline_model_parallel_size
     return cfg.model.num_layers // par.pipeline_model_parallel_size // per_chunk
+
+
+def check_moe_training(cfg: Config) -> None:
+    """Refuse a layout megatron-core's MoE layer will not train: tensor parallelism without
+    sequence parallelism. A config check, independent of the world size: ``pretrain`` runs it
+    before :func:`validate_layout` (building such a model, e.g. to count its parameters, is
+    fine, so it is not part of that check).
+
+    Raises:
+        ConfigError: ``num_experts`` set, ``tensor_model_parallel_size`` > 1 and no
+            ``sequence_parallel``.
+    """
+    par = cfg.parallel
+    if cfg.model.num_experts and par.tensor_model_parallel_size > 1 and not par.sequence_parallel:
+        raise ConfigError(
+            "sequence_parallel=False: megatron-core's MoE layer refuses to train with "
+            f"tensor_model_parallel_size={par.tensor_model_parallel_size} without sequence "
+            "parallelism. Fix: add --sequence-parallel"
+        )
 
 
 LAUNCHED_WORLD = "torchrun --nnodes x --nproc-per-node, or srun --ntasks"

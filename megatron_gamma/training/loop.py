@@ -41,7 +41,7 @@ from megatron.core.optimizer import get_megatron_optimizer
 from megatron.core.pipeline_parallel import get_forward_backward_func
 
 from megatron_gamma import parallel
-from megatron_gamma.config import Config, ConfigError, save_config
+from megatron_gamma.config import Config, check_moe_training, save_config
 from megatron_gamma.data.datasets import (
     build_datasets,
     check_split_paths,
@@ -219,13 +219,7 @@ def preflight(cfg: Config) -> BilingualTokenizer:
         check_loadable(ck.load, ck.finetune, ck.load_optim, common=common)
     elif ck.pretrained_checkpoint:
         check_loadable(ck.pretrained_checkpoint, True, False, "pretrained_checkpoint")
-    par = cfg.parallel
-    if cfg.model.num_experts and par.tensor_model_parallel_size > 1 and not par.sequence_parallel:
-        raise ConfigError(
-            "sequence_parallel=False: megatron-core's MoE layer refuses to train with "
-            f"tensor_model_parallel_size={par.tensor_model_parallel_size} without sequence "
-            "parallelism. Fix: add --sequence-parallel"
-        )
+    check_moe_training(cfg)
     check_telemetry(cfg)
     # RUN/data_cache, RUN/tensorboard: claim_run_dir checks RUN
     for key, path in (
