@@ -562,6 +562,7 @@ def _report(args: argparse.Namespace) -> None:
     import json
 
     from megatron_gamma.study.report import report
+    from megatron_gamma.study.verdicts import Verdict
 
     command = "megatron-gamma " + shlex.join(sys.argv[1:])
     written = report(args.study_dir, output=args.output, command=command, note=args.note)
@@ -570,9 +571,8 @@ def _report(args: argparse.Namespace) -> None:
     with open(written["json"], encoding="utf-8") as f:
         rows = json.load(f)["verdicts"]
     print(f"verdicts (the numbers and rules: {written['report']}):")
-    for row in rows:
-        label = f"{row['verdict']} ({row['scope']})" if row["scope"] else row["verdict"]
-        print(f"- {row['claim']} [{row['lr']}]: {label}")
+    for row in (Verdict(**r) for r in rows):
+        print(f"- {row.claim} [{row.lr}]: {row.label()}")
 
 
 def _add_cluster_flags(p: argparse.ArgumentParser) -> None:

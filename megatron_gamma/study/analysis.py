@@ -26,6 +26,7 @@ import numpy as np
 import yaml
 
 from megatron_gamma.config import ConfigError
+from megatron_gamma.config.sections import is_dataset
 from megatron_gamma.data.tokenizer_fingerprint import read_fingerprint
 from megatron_gamma.study import rundir
 from megatron_gamma.study.fits import (
@@ -63,9 +64,7 @@ def unigram_loss(train_prefix: str, heldout_prefix: str, vocab_size: int) -> Opt
     """
     from megatron_gamma.data.indexed import indexed_dataset
 
-    if not all(
-        os.path.isfile(p + e) for p in (train_prefix, heldout_prefix) for e in (".bin", ".idx")
-    ):
+    if not (is_dataset(train_prefix) and is_dataset(heldout_prefix)):
         return None
     IndexedDataset = indexed_dataset().IndexedDataset
     tokens = {}

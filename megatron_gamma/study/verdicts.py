@@ -922,26 +922,28 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
     four = [*pair, data.role("gamma1+eps+gate"), data.role("gamma0.5+eps+gate")]
 
     def judged(row: Verdict, arms: list[Optional[str]]) -> Verdict:
-        return _complete(data, _learned(data, row, arms), arms)
+        """``row`` scoped to the shared LR where it reads the shared-LR runs, then checked for
+        arms that have not learned and for unfinished runs."""
+        scoped = _at_shared_lr(row) if row.lr == "shared LR" else row
+        return _complete(data, _learned(data, scoped, arms), arms)
 
     rows = []
     for claim, arms in ((claim1, pair), (claim2, pair), (claim3, four)):
-        rows.append(judged(_at_shared_lr(claim(data, data.losses, "shared LR")), arms))
+        rows.append(judged(claim(data, data.losses, "shared LR"), arms))
         if data.has_lr_grid:
             best = _bracketed(data, claim(data, data.confirm_losses, "best LR"), arms)
             rows.append(judged(best, arms))
         else:
             rows.append(_unmeasured_best_lr(rows[-1]))
-    rows.append(judged(_at_shared_lr(claim4(data)), [data.role("gamma1"), data.role("gamma1+eps")]))
-    rows.append(judged(_at_shared_lr(claim5(data)), [data.baseline, *_sink_arms(data)]))
+    rows.append(judged(claim4(data), [data.role("gamma1"), data.role("gamma1+eps")]))
+    rows.append(judged(claim5(data), [data.baseline, *_sink_arms(data)]))
     grid_arms = _neighbour_arms(data)
-    shared6 = _at_shared_lr(claim6(data, grids.get("shared LR", {}), "shared LR"))
-    rows.append(judged(shared6, grid_arms))
+    rows.append(judged(claim6(data, grids.get("shared LR", {}), "shared LR"), grid_arms))
     if data.has_lr_grid:
         rows.append(judged(claim6(data, grids.get("best LR", {}), "best LR"), grid_arms))
     else:
         rows.append(_unmeasured_best_lr(rows[-1]))
     rank_arms = [x for pair in _condensation_arms(data).items() for x in pair]
-    rows.append(judged(_at_shared_lr(claim7(data)), rank_arms))
-    rows.append(judged(_at_shared_lr(claim8(data, cmp)), [concentration_arm(data), data.baseline]))
+    rows.append(judged(claim7(data), rank_arms))
+    rows.append(judged(claim8(data, cmp), [concentration_arm(data), data.baseline]))
     return rows
