@@ -39,6 +39,10 @@ from megatron_gamma.study.spec import NAME_PATTERN, best_lr, data_prefixes, marg
 
 DEFAULT_MARGIN = 0.01
 """The pre-registered margin δ (nats) of a manifest that does not set ``margin``."""
+MATRIX_DIAGNOSTICS = ("stable_rank", "condensation")
+"""The per-matrix diagnostics (``PREFIX/ROLE/layer_LL``): :func:`mechanisms` averages them over
+the matrices every arm at a size logged; at iteration 0 they fingerprint a run's initial weights
+(:meth:`StudyData.same_start`)."""
 UNIGRAM_SMOOTHING = 0.5
 """Add-k smoothing of :func:`unigram_loss` (a token the train split lacks keeps a probability)."""
 
@@ -310,22 +314,51 @@ class StudyData:
         lrs = ", ".join(f"{x:g}" for x in grid)
         return f"{arm} at {size}: best LR {best:g} is the {side} of [{lrs}]"
 
-    def confirm_losses(self, arm: str, size: str) -> dict[int, float]:
-        """{seed: loss} of ``arm`` at ``size`` at its best LR on the seeds other than the
+    def _confirm_runs(self, arm: str, size: str) -> list[dict]:
+        """The finished runs of ``arm`` at ``size`` at its best LR on the seeds other than the
         selection seed: its confirm runs, or its shared-LR runs where the shared LR won the
         grid (runs confirmed at another LR, e.g. planned before the grid settled, are left
         out)."""
         best = self.best_lr(arm, size)
         if best is None:
-            return {}
+            return []
         shared = [r for r in self._runs(arm, size, "shared") if r.get("lr") is not None]
         if shared and np.isclose(float(shared[0]["lr"]), best):
-            return {r["seed"]: r["loss"] for r in shared if r["seed"] != self.select_seed}
-        return {
-            r["seed"]: r["loss"]
-            for r in self._runs(arm, size, "confirm")
-            if np.isclose(float(r["lr"]), best)
-        }
+            return [r for r in shared if r["seed"] != self.select_seed]
+        return [r for r in self._runs(arm, size, "confirm") if np.isclose(float(r["lr"]), best)]
+
+    def confirm_losses(self, arm: str, size: str) -> dict[int, float]:
+        """{seed: loss} of ``arm`` at ``size`` at its best LR, on its confirm runs
+        (:meth:`_confirm_runs`)."""
+        return {r["seed"]: r["loss"] for r in self._confirm_runs(arm, size)}
+
+    def same_start(self, arm: str, size: str, best: bool = False) -> list[list[int]]:
+        """Groups of two or more seeds of ``arm`` at ``size`` whose runs start from the same
+        weights: their weight-matrix diagnostics (:data:`MATRIX_DIAGNOSTICS`, e.g. every
+        matrix's stable rank; finite values) at iteration 0 are equal, value for value, where
+        different seeds draw different matrices. Such seeds did not change the
+        initialization: together they are one replicate, not several (a rerun, or a seed that
+        never reached the model). Runs read: the shared-LR runs, or with ``best`` the confirm
+        runs (:meth:`confirm_losses`'); a run with no such diagnostics at iteration 0 is not
+        checked.
+
+        Returns:
+            the groups, each sorted, in order of their first seed ([] when none).
+        """
+        runs = self._confirm_runs(arm, size) if best else self._runs(arm, size, "shared")
+        starts: dict[tuple, list[int]] = {}
+        for r in sorted(runs, key=lambda r: r["seed"]):
+            first = r["record"].diagnostics.get(0, {}) if r.get("record") else {}
+            weights = tuple(
+                sorted(
+                    (k, v)
+                    for k, v in first.items()
+                    if k.split("/")[0] in MATRIX_DIAGNOSTICS and np.isfinite(v)
+                )
+            )
+            if weights:
+                starts.setdefault(weights, []).append(r["seed"])
+        return [seeds for seeds in starts.values() if len(seeds) > 1]
 
     def incomplete(self, arms: list[str], best: bool) -> tuple[list[str], list[str]]:
         """Keys of the planned runs of ``arms`` that have not finished (failed, running or not
@@ -628,11 +661,6 @@ def gamma_grid(data: StudyData, phase: str = "shared") -> dict[str, dict]:
             "edges": edges,
         }
     return out
-
-
-MATRIX_DIAGNOSTICS = ("stable_rank", "condensation")
-"""The per-matrix diagnostics (``PREFIX/ROLE/layer_LL``) that :func:`mechanisms` averages over
-the matrices every arm at a size logged."""
 
 
 def mechanisms(data: StudyData) -> dict[str, dict]:

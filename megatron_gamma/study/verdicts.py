@@ -10,7 +10,8 @@ Verdicts:
   in the claim's direction);
 - *inconclusive*: the interval includes both, or there are too few seeds/sizes for an interval
   (df < 1), or an arm the claim needs is missing, or a planned run of an arm it compares has
-  not finished or has diverged (:func:`_complete`), or the data cannot show the effect;
+  not finished or has diverged (:func:`_complete`), or seeds of an arm it compares start from
+  the same weights (:func:`_independent`), or the data cannot show the effect;
 - *not measurable at this scale*: the mechanism cannot act in these models (the number why),
   or a compared arm has not learned: its mean final validation loss is >= ln V, a uniform
   predictor's, at a size the row judges (:attr:`Verdict.sizes`, :func:`_learned`).
@@ -251,8 +252,9 @@ def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
         "so >= 3 sizes), below −δ, and a gain to shrink: the advantage at the smallest paired "
         "size above +δ (seeds as units, df = seeds − 1); reproduced if both hold, not "
         "reproduced if either interval lies on the other side of δ; both arms' losses must "
-        f"fall with N; not measurable where σ²_emb/ε > {EPS_ACTS_MAX:g} at every size (ε cannot "
-        "act)"
+        f"fall with N; where σ²_emb/ε > {EPS_ACTS_MAX:g} at every size (ε cannot act) the trend "
+        "is judged all the same (the paper reports the shrinking as an observation) and a "
+        "decided verdict is scoped to the trend, not to ε as its cause"
     )
     g1 = data.role("gamma1")
     if not g1:
@@ -264,12 +266,15 @@ def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
             groups[s] = [b[k] - a[k] for k in common]
     adv = "; ".join(f"{s}: {np.mean(g):+.4f}" for s, g in groups.items())
     ratios, rtext = _ratio_text(data, g1)
-    nums = f"advantage {adv or 'none paired'}; {rtext}"
     if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
-        return Verdict(
-            claim, NOT_MEASURABLE, nums + "; ε cannot act at any size, so whatever shrinks is "
-            "not the paper's mechanism", rule, lr, sizes=tuple(groups),
-        )  # fmt: skip
+        rtext += (
+            "; ε cannot act at any size here, so a gain that shrinks here does not shrink by "
+            "the paper's ε mechanism"
+        )
+        cause = "the trend only, not its cause: ε cannot act at these sizes"
+    else:
+        cause = ""
+    nums = f"advantage {adv or 'none paired'}; {rtext}"
     if len(groups) < 3:
         return Verdict(
             claim, INCONCLUSIVE, f"{nums}; the γ = 1 arm is paired at {len(groups)} size(s): a "
@@ -291,7 +296,8 @@ def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
     if rises and verdict == REPRODUCED:
         verdict = INCONCLUSIVE
         why += "; but loss rises with size: " + ", ".join(rises) + " (not a scaling trend)"
-    return Verdict(claim, verdict, f"{nums}: {why}", rule, lr, sizes=tuple(groups))
+    scope = cause if verdict in (REPRODUCED, NOT_REPRODUCED) else ""
+    return Verdict(claim, verdict, f"{nums}: {why}", rule, lr, scope, tuple(groups))
 
 
 def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
@@ -601,7 +607,10 @@ def claim7(data: StudyData) -> Verdict:
     claim = "condensation then expansion: stable rank dips early at γ = 1, not at γ = 0.5"
     rule = (
         "each γ=1 arm against its matched control (same ε and gate, γ = 0.5), from iteration 0, "
-        "paired by seed at the largest size: dip (1 − min/initial stable rank) of the arm − "
+        "paired by seed at the largest size, the stable rank averaged over the matrices both "
+        "arms have (a gated pair's gate matrices included, so it can differ from the "
+        "Mechanisms table's, which averages those every arm has): dip (1 − min/initial stable "
+        "rank) of the arm − "
         f"control's above {DIP_MIN:g}, and the arm's recovery (final/min − 1) above {DIP_MIN:g}, "
         "the minimum taken over every point; not measurable where the arm's or the control's "
         "minimum is its last point in a seed (still falling: the arm's recovery, or the "
@@ -842,6 +851,33 @@ def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdic
     return replace(row, verdict=verdict, numbers=f"{row.numbers}; {note}", scope="")
 
 
+def _independent(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
+    """``row``, made inconclusive where seeds of one of ``arms``, at a size the row compares
+    (:attr:`Verdict.sizes`), start from the same weights
+    (:meth:`~.analysis.StudyData.same_start`; the row's LR phase): they did not change the
+    initialization, so the between-seed spread in the row's intervals is run-to-run noise,
+    not the spread of the initialization the claim is about, and the interval (df = seeds − 1)
+    counts one replicate several times. An undecided row keeps its verdict and gets the
+    note."""
+    best = row.lr == "best LR"
+    same = [
+        f"{a} at {s} seeds {', '.join(map(str, group))}"
+        for a in dict.fromkeys(a for a in arms if a)
+        for s in row.sizes
+        for group in data.same_start(a, s, best)
+    ]
+    if not same:
+        return row
+    verdict = INCONCLUSIVE if row.verdict in (REPRODUCED, NOT_REPRODUCED) else row.verdict
+    numbers = (
+        f"{row.numbers}; not independent replicates: {'; '.join(same)} start from the same "
+        "weights (equal weight-matrix diagnostics at iteration 0), so the seed did not change "
+        "the initialization and each such group is one replicate. Fix: check that each run's "
+        "--seed reaches its model (sweep sets it per seed); a rerun of a seed is not a new seed"
+    )
+    return replace(row, verdict=verdict, numbers=numbers, scope=_kept_scope(row, verdict))
+
+
 def _kept_scope(row: Verdict, verdict: str) -> str:
     """``row``'s scope while its verdict stays decided as ``verdict``; none once it is not."""
     return row.scope if verdict == row.verdict else ""
@@ -923,9 +959,10 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
 
     def judged(row: Verdict, arms: list[Optional[str]]) -> Verdict:
         """``row`` scoped to the shared LR where it reads the shared-LR runs, then checked for
-        arms that have not learned and for unfinished runs."""
+        seeds that did not change the initialization, arms that have not learned and
+        unfinished runs."""
         scoped = _at_shared_lr(row) if row.lr == "shared LR" else row
-        return _complete(data, _learned(data, scoped, arms), arms)
+        return _complete(data, _learned(data, _independent(data, scoped, arms), arms), arms)
 
     rows = []
     for claim, arms in ((claim1, pair), (claim2, pair), (claim3, four)):
