@@ -197,3 +197,29 @@ def test_the_lr_grid_plot_ticks_the_grid_learning_rates_only(monkeypatch):
     np.testing.assert_allclose(circled_at, [[0.024, 7.4], [0.024, 7.1], [0.012, 7.7]])
     assert [ln.get_marker() for ln in circled] == ["s", "s", "o"]  # the edge ones squared
     assert "squared: a best LR on the grid's edge, not bracketed" in saved[0].get_suptitle()
+
+
+def test_the_gamma_plot_draws_the_seed_spread_and_calls_the_lowest_mean_an_estimate(monkeypatch):
+    """Trial 4: loss_vs_gamma.png drew means without their seed spread and a line at the
+    lowest mean even where claim 6 was inconclusive. Each point now carries the sd over its
+    matched seeds (fp64 by hand here), and the title says the dashed line is a point estimate."""
+    from megatron_gamma.study import plots
+
+    saved = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: saved.append(fig) or path)
+    per_seed = {0.5: [5.10, 5.16, 5.13], 1.0: [5.02, 5.12, 5.05], 2.0: [5.30, 5.31, 5.35]}
+    means = [float(np.mean(v)) for v in per_seed.values()]
+    entry = {"gamma": list(per_seed), "mean": means, "seeds": [1, 2, 3], "per_seed": per_seed}
+    one = {"gamma": [0.5, 1.0], "mean": [5.1, 5.0], "seeds": [1],
+           "per_seed": {0.5: [5.1], 1.0: [5.0]}, "best": 1.0}  # fmt: skip
+    plots.plot_gamma({"d64 (shared LR)": {**entry, "best": 1.0}, "d32": one}, "unused.png")
+    (ax,) = saved[0].axes
+    bars = [c for c in ax.containers if hasattr(c, "has_yerr") and c.has_yerr]
+    segments = bars[0].lines[2][0].get_segments()
+    half = [float(seg[1][1] - seg[0][1]) / 2 for seg in segments]
+    pairs = zip(per_seed.values(), means, strict=True)
+    sd = [math.sqrt(sum((x - m) ** 2 for x in v) / 2) for v, m in pairs]
+    np.testing.assert_allclose(half, sd, rtol=1e-12)
+    np.testing.assert_allclose(bars[1].lines[2][0].get_segments()[0][:, 1], [5.1, 5.1])  # 1 seed
+    assert [ln.get_linestyle() for ln in ax.lines if ln.get_xdata()[0] == 1.0][-1] == "--"
+    assert "the lowest mean, a point estimate" in ax.get_title()

@@ -97,11 +97,13 @@ def plot_lr_grid(per_size: dict[str, dict[str, dict[float, float]]], path: str) 
 
 
 def plot_gamma(per_size: dict[str, dict], path: str) -> Optional[str]:
-    """Loss against γ per size at matched seeds, the γ of the lowest mean marked.
+    """Loss against γ per size at matched seeds, mean ± sd over those seeds (no bar with one),
+    the γ of the lowest mean marked as such: a point estimate, not claim 6's verdict.
 
     Args:
         per_size: {size: {"gamma": [γ], "mean": [loss over matched seeds], "seeds": [seed],
-            "best": γ of the lowest mean or None}} (:func:`~.analysis.gamma_grid`).
+            "per_seed": {γ: [loss per matched seed]}, "best": γ of the lowest mean or None}}
+            (:func:`~.analysis.gamma_grid`).
     """
     per_size = {k: d for k, d in per_size.items() if d["mean"]}
     if not per_size:
@@ -109,12 +111,20 @@ def plot_gamma(per_size: dict[str, dict], path: str) -> Optional[str]:
     fig, ax = plt.subplots(figsize=(6.5, 4.2), layout="constrained")
     for i, (size, d) in enumerate(per_size.items()):
         c = COLORS[i % len(COLORS)]
-        ax.plot(d["gamma"], d["mean"], "o-", color=c, label=f"{size} (seeds {d['seeds']})")
+        sd = [
+            float(np.std(d["per_seed"][g], ddof=1)) if len(d["seeds"]) > 1 else 0.0
+            for g in d["gamma"]
+        ]
+        label = f"{size} (seeds {d['seeds']})"
+        ax.errorbar(d["gamma"], d["mean"], yerr=sd, fmt="o-", color=c, label=label, capsize=3)
         if d.get("best") is not None:
-            ax.axvline(d["best"], color=c, alpha=0.4)
+            ax.axvline(d["best"], color=c, alpha=0.4, linestyle="--")
     ax.set_xlabel("γ (σ = fan_in^−γ)")
     ax.set_ylabel("final validation loss (nats)")
-    ax.set_title("loss against γ at matched seeds (vertical: the lowest mean)")
+    ax.set_title(
+        "loss against γ, mean ± sd over matched seeds\n(dashed: the lowest mean, a point "
+        "estimate; claim 6's row says what the seeds support)"
+    )
     ax.legend(fontsize=8)
     return _save(fig, path)
 
