@@ -290,6 +290,31 @@ def test_null_effect_is_not_reproduced_and_one_seed_is_inconclusive():
     assert v.verdict == INCONCLUSIVE and "1 seed: no interval" in v.numbers
 
 
+def test_one_seed_per_size_says_the_across_sizes_interval_is_the_spread_between_sizes():
+    """Trial 4: claim 3 at the best LR printed "1 seed: no interval" at each size and then an
+    across-sizes interval narrower than any within a size, with no word on what it rests on.
+    Sizes as units make it valid (t with df = sizes − 1 over per-size values); the row now
+    says that seed noise is inside that spread, not measured apart."""
+    widths = {"s1": 256, "s2": 512, "s3": 1024}
+    gains = {"s1": -0.30, "s2": -0.31, "s3": -0.28}
+    losses = {}
+    for i, s in enumerate(widths):
+        losses[("baseline", s, 1)] = 5.0 - 0.3 * i
+        losses[("gamma1", s, 1)] = 5.0 - 0.3 * i + gains[s]
+    data = make_study(losses, widths)
+    v = claim1(data, data.losses, "shared LR")
+    lo, hi = _t_interval([losses[("gamma1", s, 1)] - losses[("baseline", s, 1)] for s in widths])
+    assert v.verdict == REPRODUCED and hi < -0.01
+    assert (
+        "across sizes (one seed at every size: the spread between sizes, seed noise inside it "
+        f"but not measured apart) -0.2967 [{lo:+.4f}, {hi:+.4f}] (df 2, 3 sizes)" in v.numbers
+    )
+    losses |= {("baseline", "s1", 2): 5.01, ("gamma1", "s1", 2): 4.70}
+    data = make_study(losses, widths)
+    v = claim1(data, data.losses, "shared LR")
+    assert "; across sizes -0.29" in v.numbers and "one seed at every size" not in v.numbers
+
+
 def test_seeds_that_do_not_change_the_run_are_inconclusive_not_certain():
     """Every seed gives the same loss in both arms (the seed did not reach the run): the paired
     differences all equal -0.3, whose zero-width interval would have lain below -δ."""

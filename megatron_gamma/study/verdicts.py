@@ -161,8 +161,19 @@ def combine(verdicts: list[str]) -> str:
     return INCONCLUSIVE
 
 
-def _scope(per_size: dict) -> str:
-    return "across sizes" if len(per_size) > 1 else "at the one size"
+def _scope(per_size: dict[str, Interval]) -> str:
+    """How the per-size intervals combine: "at the one size", or "across sizes", which with a
+    single seed at every size says that the interval is the spread between the sizes alone
+    (seed noise is inside it, not measured apart: valid for sizes as units, and narrower than
+    no interval at any size)."""
+    if len(per_size) == 1:
+        return "at the one size"
+    if all(d.n == 1 for d in per_size.values()):
+        return (
+            "across sizes (one seed at every size: the spread between sizes, seed noise inside "
+            "it but not measured apart)"
+        )
+    return "across sizes"
 
 
 def across_sizes(per_size: dict[str, Interval]) -> Interval:
