@@ -1593,6 +1593,23 @@ def test_an_arm_whose_shared_lr_wins_its_grid_is_compared_on_its_shared_runs():
     assert best.lr == "best LR" and best.verdict == REPRODUCED and "-0.3000" in best.numbers
 
 
+def test_confirm_runs_that_start_from_the_same_weights_keep_the_best_lr_row_undecided():
+    """The best-LR row reads the confirm runs (seeds 2-4 at each arm's best LR), so the
+    same-start check reads those: γ = 1's seeds 2 and 4 share a draw there, while the
+    shared-LR runs (other runs) are not checked by that row."""
+    data = _lr_grid_study({"baseline": 4e-3, "gamma1": 4e-3})
+    assert verdicts(data, {}, None)[1].verdict == REPRODUCED
+    for r in data.runs:
+        if r["lr_phase"] == "confirm":
+            draw = 30.0 if (r["arm"], r["seed"]) in {("gamma1", 2), ("gamma1", 4)} else r["seed"]
+            r["record"] = RunRecord(diagnostics={0: {"stable_rank/q": draw}})
+    assert data.same_start("gamma1", "s1", best=True) == [[2, 4]]
+    assert data.same_start("gamma1", "s1") == []  # the shared-LR runs log nothing at 0
+    best = verdicts(data, {}, None)[1]
+    assert (best.lr, best.verdict) == ("best LR", INCONCLUSIVE)
+    assert "not independent replicates: gamma1 at s1 seeds 2, 4 start from" in best.numbers
+
+
 def test_a_best_lr_on_its_grid_edge_keeps_the_best_lr_verdicts_inconclusive():
     data = _lr_grid_study({"baseline": 8e-3, "gamma1": 4e-3})
     assert data.edge_lr("baseline", "s1") == (
