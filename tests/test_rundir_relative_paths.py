@@ -19,6 +19,7 @@ import pytest
 from conftest import DEMO_TOKENIZER, TINY_MODEL, run_cli
 
 from megatron_gamma.config import ConfigError, load_config, save_config
+from megatron_gamma.diagnostics.compare import compare
 from megatron_gamma.evaluation.evaluate import evaluate
 from megatron_gamma.rundir import loader
 from megatron_gamma.rundir.checkpoint import TokenizerNotFoundError
@@ -93,6 +94,10 @@ def test_a_moved_run_without_its_inputs_names_the_directories_tried(launch, tmp_
     )
     assert tried in str(err.value)
     assert "Fix: restore it, run from the directory the run was launched from" in str(err.value)
+    with pytest.raises(TokenizerNotFoundError) as err:  # compare said only "not found"
+        compare(str(moved), str(moved), os.path.join(launch, PREFIX), str(tmp_path / "c"))
+    assert tried in str(err.value) and "or pass --config-a with a config.yaml" in str(err.value)
+    assert not os.path.exists(tmp_path / "c")
 
     os.makedirs(other / "data")
     shutil.copy(DEMO_TOKENIZER, other / TOKENIZER)  # found under the launch directory now

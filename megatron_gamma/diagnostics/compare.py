@@ -39,7 +39,7 @@ from megatron_gamma.diagnostics.tokens import (
     target_log_probs,
     token_difficulty,
 )
-from megatron_gamma.rundir import layout, loader
+from megatron_gamma.rundir import checkpoint, layout, loader
 
 CAVEATS = (
     "one checkpoint pair: the intervals cover these token windows (95%, t over documents, "
@@ -181,6 +181,12 @@ def compare(
         loader.run_config(ckpt, given)
         for ckpt, given in zip(paths, (config_a, config_b), strict=True)
     ]
+    for ckpt, path, cfg, given, flag in zip(
+        (ckpt_a, ckpt_b), paths, cfgs, (config_a, config_b), ("--config-a", "--config-b"),
+        strict=True,
+    ):  # fmt: skip
+        recorded = None if given is not None else loader.recorded_paths(ckpt)
+        checkpoint.tokenizer_file(cfg, given or path, recorded, flag)
     if loader.tokenizer_digest(cfgs[0]) != loader.tokenizer_digest(cfgs[1]):
         raise ConfigError(
             f"the runs use different tokenizers ({loader.tokenizer_path(cfgs[0])} vs "

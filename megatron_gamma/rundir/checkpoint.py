@@ -81,22 +81,7 @@ def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
     # config.yaml locating the run's launch directory
     cfg = loader.run_config(ckpt, config)
     recorded = None if config is not None else loader.recorded_paths(ckpt)
-    tokenizer = loader.tokenizer_path(cfg)
-    if not os.path.isfile(tokenizer):
-        relative = ""
-        if not os.path.isabs(tokenizer) and recorded is not None:
-            relative = f"; {recorded.where(tokenizer)}"
-        elif not os.path.isabs(tokenizer):
-            relative = (
-                f", a path relative to the directory the run was launched from, not to this one "
-                f"({os.getcwd()})"
-            )
-        raise TokenizerNotFoundError(
-            f"tokenizer_model={tokenizer!r}: file not found (the run's tokenizer, from "
-            f"{config or path}{relative}). Fix: restore it, run from the directory the run was "
-            "launched from, or pass --config with a config.yaml whose tokenizer_model points at "
-            "the tokenizer.json the run was trained with"
-        )
+    tokenizer = tokenizer_file(cfg, config or path, recorded)
     warning = loader.check_tokenizer(
         path,
         cfg,
@@ -106,6 +91,42 @@ def resolve(ckpt: str, config: Optional[str] = None) -> RunCheckpoint:
     if warning and parallel.read_dist_env().rank == 0:
         print(warning, file=sys.stderr)
     return RunCheckpoint(path, loader.fp32_single_rank(cfg), tokenizer, cfg, recorded)
+
+
+def tokenizer_file(
+    cfg: Config, source: str, recorded: Optional[RecordedPaths], flag: str = "--config"
+) -> str:
+    """The run's tokenizer.json (:func:`~megatron_gamma.rundir.loader.tokenizer_path`), which
+    must exist.
+
+    Args:
+        cfg: the run's config, its relative paths resolved as a read command resolves them.
+        source: where ``cfg`` came from (a checkpoint, or the config.yaml given), for the error.
+        recorded: where its relative paths were looked for (None: ``cfg`` came from the
+            config.yaml given); the error names those directories.
+        flag: the caller's option that passes a config.yaml instead, for the fix.
+
+    Raises:
+        TokenizerNotFoundError: no such file; a relative path's error names the directories
+            tried, or says that it is read from the directory the run was launched from.
+    """
+    tokenizer = loader.tokenizer_path(cfg)
+    if os.path.isfile(tokenizer):
+        return tokenizer
+    relative = ""
+    if not os.path.isabs(tokenizer) and recorded is not None:
+        relative = f"; {recorded.where(tokenizer)}"
+    elif not os.path.isabs(tokenizer):
+        relative = (
+            f", a path relative to the directory the run was launched from, not to this one "
+            f"({os.getcwd()})"
+        )
+    raise TokenizerNotFoundError(
+        f"tokenizer_model={tokenizer!r}: file not found (the run's tokenizer, from "
+        f"{source}{relative}). Fix: restore it, run from the directory the run was launched "
+        f"from, or pass {flag} with a config.yaml whose tokenizer_model points at the "
+        "tokenizer.json the run was trained with"
+    )
 
 
 def load_model(run: RunCheckpoint) -> tuple[torch.nn.Module, int]:
