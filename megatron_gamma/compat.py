@@ -1,6 +1,6 @@
 """Every process-wide patch of megatron-core, in one place: the CPU compatibility layer for its
-hard-coded CUDA calls, one load fix for its distributed optimizer, and the checkpoint reader that
-runs no code from a checkpoint.
+hard-coded CUDA calls, one load fix for its distributed optimizer, the dataset index-cache load
+and the checkpoint reader that run no code from a file.
 
 megatron-core 0.16 assumes a GPU on its training path (about 229 lines touch ``torch.cuda``), so
 on a CPU-only machine :func:`apply_cpu_compat` installs six process-wide shims, once, before any
@@ -50,6 +50,19 @@ distopt    ``DistributedOptimizer._set_main_param_and_       without apex / Tran
                                                              parameter (wrong bias correction)
 =========  ================================================  ===================================
 
+One before every dataset build, installed by
+:func:`~megatron_gamma.data.datasets.build_datasets` (:func:`patch_index_cache_load`):
+
+=========  ================================================  ===================================
+patch      what                                              why
+=========  ================================================  ===================================
+npycache   megatron-core's GPTDataset and BlendedDataset     they load their ``.npy`` index
+           read their index caches with ``numpy.load``       caches with ``allow_pickle=True``,
+           with ``allow_pickle=False`` (a pickled file is    where numpy unpickles a file that
+           refused with the fix: rebuild the cache)          is a pickle: a crafted cache in a
+                                                             run directory ran code on read
+=========  ================================================  ===================================
+
 And one before every checkpoint read, installed by :mod:`megatron_gamma.checkpoint_trust`'s read
 functions (:func:`patch_checkpoint_reader`):
 
@@ -86,10 +99,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import types
 import warnings
 
+import numpy
 import torch
 from torch.overrides import TorchFunctionMode
+
+from megatron_gamma.config import ConfigError
 
 _APPLIED = False
 
@@ -299,3 +317,52 @@ def patch_checkpoint_reader() -> None:
 
     _get_filesystem_reader._megatron_gamma_fix = True
     torch_strategy._get_filesystem_reader = _get_filesystem_reader
+
+
+INDEX_CACHE_MODULES = ("gpt_dataset", "blended_dataset")
+"""The modules of ``megatron.core.datasets`` whose ``numpy.load`` :func:`patch_index_cache_load`
+replaces: the two that read index caches for a GPT run."""
+
+
+class _IndexCacheNumpy(types.ModuleType):
+    """``numpy`` as a megatron-core dataset module sees it: every attribute numpy's, except
+    :meth:`load`, which refuses pickled data."""
+
+    def __init__(self) -> None:
+        super().__init__("numpy")
+
+    def __getattr__(self, name: str):
+        return getattr(numpy, name)
+
+    @staticmethod
+    def load(file, *args, **kwargs):
+        """``numpy.load(file, ..., allow_pickle=False)`` whatever the caller passed.
+
+        Raises:
+            ConfigError: ``file`` holds pickled data (a pickle, or an object array), naming it
+                and the fix.
+        """
+        kwargs["allow_pickle"] = False
+        try:
+            return numpy.load(file, *args, **kwargs)
+        except ValueError as e:
+            if "allow_pickle" not in str(e):
+                raise
+            raise ConfigError(
+                f"index cache {str(file)!r}: holds pickled Python objects, not the plain integer "
+                "array megatron-core writes there; refused, as loading it could run code. Fix: "
+                f"delete {os.path.dirname(str(file))!r} (the next run rebuilds its caches) or "
+                "pass --data-cache-path with a directory of your own"
+            ) from None
+
+
+def patch_index_cache_load() -> None:
+    """The ``npycache`` patch (idempotent; CPU and GPU alike): the ``numpy`` of megatron-core's
+    :data:`INDEX_CACHE_MODULES` becomes :class:`_IndexCacheNumpy`, so their index caches load
+    with ``allow_pickle=False``. Their arrays are integers; writing is unchanged."""
+    import importlib
+
+    for name in INDEX_CACHE_MODULES:
+        module = importlib.import_module(f"megatron.core.datasets.{name}")
+        if not isinstance(module.numpy, _IndexCacheNumpy):
+            module.numpy = _IndexCacheNumpy()

@@ -339,3 +339,38 @@ def test_mock_data_smoke_run_with_the_eod_flags_and_workers(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     metrics = read_metrics(run_dir)
     assert sorted(metrics["train"]) == [1, 2, 3] and 3 in metrics["valid"]
+
+
+class _RunsCode:
+    """Unpickling it writes MARKER: what a crafted index cache would do."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_a_pickled_index_cache_is_refused_before_it_runs_code(tmp_path, demo_prefix):
+    """megatron-core reads its .npy index caches with numpy.load(allow_pickle=True), which
+    unpickles a file that is a pickle: a run directory's data_cache/ from elsewhere ran code
+    (trust audit, 2026-12-06). The caches now load without pickle: a crafted one is refused,
+    naming the file and the fix, and the code does not run; megatron-core's own caches still
+    load, and give the samples a fresh build gives."""
+    import pickle
+
+    cfg = _cfg(tmp_path, demo_prefix)
+    tok = BilingualTokenizer(DEMO_TOKENIZER)
+    fresh = build_datasets(cfg, tok)[0]
+    cached = build_datasets(cfg, tok)[0]  # read back from the caches just written
+    for i in (0, len(fresh) - 1):
+        assert torch.equal(fresh[i]["tokens"], cached[i]["tokens"])
+    index = sorted((tmp_path / "run" / "data_cache").rglob("*document_index.npy"))[0]
+    marker = tmp_path / "ran"
+    with open(index, "wb") as f:
+        pickle.dump(_RunsCode(str(marker)), f)
+    with pytest.raises(ConfigError) as err:
+        build_datasets(cfg, tok)
+    assert not marker.exists()
+    assert f"index cache {str(index)!r}: holds pickled Python objects" in str(err.value)
+    assert f"Fix: delete {str(index.parent)!r} (the next run rebuilds its caches)" in str(err.value)

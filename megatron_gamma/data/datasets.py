@@ -17,6 +17,7 @@ from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, Moc
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
+from megatron_gamma.compat import patch_index_cache_load
 from megatron_gamma.config import Config, ConfigError
 from megatron_gamma.data.tokenizer import BilingualTokenizer
 
@@ -122,7 +123,8 @@ def check_split_paths(
 def build_datasets(
     cfg: Config, tokenizer: BilingualTokenizer
 ) -> tuple[Dataset, Dataset | None, Dataset | None]:
-    """Train / valid / test GPTDatasets over the configured blend and split.
+    """Train / valid / test GPTDatasets over the configured blend and split; their index caches
+    load without pickle (:func:`~megatron_gamma.compat.patch_index_cache_load`).
 
     Wraps megatron-core ``BlendedMegatronDatasetBuilder(GPTDataset, sizes, ...)``. Sizes in
     samples: train ``train_samples``, else ``train_iters x global_batch_size``; valid and test
@@ -140,8 +142,10 @@ def build_datasets(
     convention), cut after every EOD.
 
     Raises:
-        ConfigError: empty or missing ``data_path`` (named by ``DataConfig.blend``).
+        ConfigError: empty or missing ``data_path`` (named by ``DataConfig.blend``); an index
+            cache that holds pickled data (named, with the fix).
     """
+    patch_index_cache_load()
     t, d = cfg.training, cfg.data
     per_split = None if d.mock_data else d.blend_per_split()
     blend, split = None, None  # mock data (megatron-core splits it "1,1,1"), or per-split blends
