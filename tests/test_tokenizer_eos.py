@@ -14,10 +14,13 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
+import yaml
 from helpers import DEMO_INPUTS, DEMO_TOKENIZER, pretrain
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -27,6 +30,7 @@ from megatron_gamma.data.datasets import build_datasets, micro_batches
 from megatron_gamma.data.preprocess import preprocess
 from megatron_gamma.data.tokenizer import (
     BilingualTokenizer,
+    copy_loader_file,
     files_sha256,
     train_bpe,
     write_metadata,
@@ -230,6 +234,63 @@ def test_the_rest_of_tokenizer_config_is_not_the_identity(eos_dir, tmp_path):
     assert BilingualTokenizer(path).sha256 != before.sha256  # PAD masks the loss: identity
 
 
+TROJAN = """
+import pathlib
+pathlib.Path({marker!r}).write_text("ran")
+from transformers import PreTrainedTokenizerFast
+class Trojan(PreTrainedTokenizerFast):
+    pass
+"""
+
+
+def _trojan_copy(eos_dir: str, dest, marker) -> str:
+    """``eos_dir`` with a module beside it whose import writes ``marker``, and an ``auto_map``
+    in its tokenizer_config.json that names a class of that module (trust audit, 2026-12-06)."""
+    folder = _copy(eos_dir, dest)
+    with open(os.path.join(folder, "trojan.py"), "w") as f:
+        f.write(TROJAN.format(marker=str(marker)))
+    _edit_config(folder, auto_map={"AutoTokenizer": [None, "trojan.Trojan"]})
+    return folder
+
+
+def _load_trusting(folder: str, tmp_path) -> subprocess.CompletedProcess:
+    """``AutoTokenizer.from_pretrained(folder, trust_remote_code=True)``, as lm-eval loads an
+    exported model, in a fresh process with its own transformers module cache."""
+    code = (
+        "import sys; from transformers import AutoTokenizer; "
+        "t = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True); "
+        "print(type(t).__name__, t.eos_token)"
+    )
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "hf_modules")}
+    return subprocess.run(
+        [sys.executable, "-c", code, folder], env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_a_copied_tokenizer_config_leaves_out_the_code_transformers_would_run(eos_dir, tmp_path):
+    """An ``auto_map`` in a tokenizer_config.json makes transformers import a module under
+    trust_remote_code=True (lm-eval's load of every exported model): the audit ran code that
+    way through import-hf and evaluate --tasks. The copy that import-hf and export-hf make
+    leaves it out and keeps the special tokens; transformers itself is the reference."""
+    marker = tmp_path / "ran"
+    trojan = _trojan_copy(eos_dir, tmp_path / "trojan", marker)
+    live = _load_trusting(trojan, tmp_path)
+    assert marker.exists(), live.stderr[-2000:]  # the payload is live in the original
+    marker.unlink()
+    clean = _copy(trojan, tmp_path / "clean")
+    src, dst = (os.path.join(d, "tokenizer_config.json") for d in (trojan, clean))
+    note = copy_loader_file(src, dst)
+    assert note.startswith(f"left auto_map of {src} out of its copy: it names Python code")
+    doc = json.load(open(src))
+    assert json.load(open(dst)) == {k: v for k, v in doc.items() if k != "auto_map"}
+    loaded = _load_trusting(clean, tmp_path)
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert not marker.exists() and loaded.stdout.split()[-1] == "</s>"
+    before = open(os.path.join(eos_dir, "tokenizer_config.json"), "rb").read()
+    assert copy_loader_file(os.path.join(eos_dir, "tokenizer_config.json"), dst) is None
+    assert open(dst, "rb").read() == before  # no auto_map: copied byte for byte
+
+
 def test_editing_the_eos_token_changes_the_identity(eos_dir, tmp_path):
     """Data tokenized with EOD </s> is refused once the config names another EOD, at the same
     path: the error says the tokenizer files there changed."""
@@ -414,3 +475,16 @@ def test_pretrain_export_import_evaluate_with_the_config_eos(eos_dir, eos_prefix
     result = evaluate(str(run), [eos_prefix], eval_tokens=4 * 64, seq_length=64)
     assert np.isfinite(result["loss"]) and result["tokens"] == 4 * 64
     assert torch.isfinite(torch.tensor(result["perplexity"]))
+
+    # an auto_map in a model directory, or in the run's tokenizer directory, is not carried
+    trojan = _trojan_copy(str(out), tmp_path / "hf_trojan", tmp_path / "ran")
+    imported = import_hf(trojan, str(tmp_path / "imported_trojan"))
+    doc = json.load(open(tmp_path / "imported_trojan" / "tokenizer_config.json"))
+    assert "auto_map" not in doc and doc["eos_token"] == "</s>"
+    raw = load_config(str(run / "config.yaml")).to_dict()
+    raw["data"]["tokenizer_model"] = _trojan_copy(eos_dir, tmp_path / "tok_trojan", "unused")
+    with open(tmp_path / "trojan.yaml", "w") as f:
+        yaml.safe_dump(raw, f)
+    export_hf(str(run), str(tmp_path / "hf2"), config=str(tmp_path / "trojan.yaml"))
+    doc = json.load(open(tmp_path / "hf2" / "tokenizer_config.json"))
+    assert "auto_map" not in doc and doc["eos_token"] == "</s>"

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Iterable
 
 import numpy as np
@@ -49,6 +50,11 @@ the :data:`TOKENIZER_CONFIG`'s when that one has no ``added_tokens_decoder``
 (:func:`special_tokens`)."""
 LOADER_FILES = (TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP, "tokenizer_metadata.json")
 """The files :func:`write_metadata` writes beside a tokenizer.json, in its folder."""
+CODE_KEYS = ("auto_map",)
+"""Keys of a loader file that make ``transformers`` import Python code: ``auto_map`` names a
+tokenizer class in a module beside the file or on the Hub, which ``AutoTokenizer`` imports under
+``trust_remote_code=True`` (what lm-eval passes for the exported GammaGPT model). megatron-gamma's
+tokenizer is the tokenizer.json alone, so :func:`copy_loader_file` leaves them out."""
 
 
 def write_metadata(
@@ -193,6 +199,35 @@ def _loader_doc(path: str, tokenizer_json: str) -> dict:
             "the tokenizer"
         )
     return doc
+
+
+def copy_loader_file(src: str, dst: str) -> str | None:
+    """Copy the loader file ``src`` (a :data:`TOKENIZER_CONFIG` or :data:`SPECIAL_TOKENS_MAP`
+    from outside: a model directory, a tokenizer directory) to ``dst`` without the keys that
+    make ``transformers`` run code (:data:`CODE_KEYS`); a file without them is copied byte for
+    byte. The special tokens, and so the tokenizer's identity, are unchanged.
+
+    Returns:
+        A line saying which keys were left out and why, for the caller to print; None when
+        none was.
+
+    Raises:
+        ValueError: ``src`` cannot be read, or holds no JSON object.
+    """
+    doc = _loader_doc(src, os.path.join(os.path.dirname(src), "tokenizer.json"))
+    dropped = [key for key in CODE_KEYS if key in doc]
+    if not dropped:
+        shutil.copyfile(src, dst)
+        return None
+    with atomic_open(dst, "w", encoding="utf-8") as f:
+        json.dump({k: v for k, v in doc.items() if k not in CODE_KEYS}, f, indent=2)
+        f.write("\n")
+    return (
+        f"left {', '.join(dropped)} of {src} out of its copy: it names Python code that "
+        "transformers would import (with trust_remote_code=True, as lm-eval loads the exported "
+        "model); megatron-gamma's tokenizer is the tokenizer.json, and its special tokens are "
+        "kept"
+    )
 
 
 def special_tokens(tokenizer_json: str) -> tuple[dict[str, str | None], dict[str, str]]:

@@ -23,12 +23,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from typing import Optional
 
 import torch
 
 from megatron_gamma.atomic import atomic_dir, new_file_mode
 from megatron_gamma.config import Config, redacted_dict
+from megatron_gamma.data.tokenizer import copy_loader_file
 from megatron_gamma.hf import bars_only_on_a_terminal, mapping, register_auto_classes
 from megatron_gamma.hf.hf_model import GammaGPTConfig, GammaGPTForCausalLM
 from megatron_gamma.rundir import checkpoint, loader
@@ -146,7 +148,9 @@ def export_hf(
         )
         named = tok.named_in.get("eod")
         if named in tok.source:  # it made the EOD: part of the tokenizer's identity
-            shutil.copyfile(named, os.path.join(tmp, os.path.basename(named)))
+            note = copy_loader_file(named, os.path.join(tmp, os.path.basename(named)))
+            if note:
+                print(f"export-hf: {note}", file=sys.stderr)
         if model_type == "gamma_gpt":
             from megatron_gamma.hf import hf_model
 

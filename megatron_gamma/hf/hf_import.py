@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from typing import Optional
 
 import torch
@@ -38,7 +39,12 @@ from megatron.core import dist_checkpointing
 from megatron_gamma.atomic import atomic_dir
 from megatron_gamma.checkpoint_trust import CheckpointError
 from megatron_gamma.config import Config, config_from_dict, save_config
-from megatron_gamma.data.tokenizer import SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG, BilingualTokenizer
+from megatron_gamma.data.tokenizer import (
+    SPECIAL_TOKENS_MAP,
+    TOKENIZER_CONFIG,
+    BilingualTokenizer,
+    copy_loader_file,
+)
 from megatron_gamma.data.tokenizer_fingerprint import fingerprint
 from megatron_gamma.hf import mapping
 from megatron_gamma.hf.hf_export import HOST_PATH_FIELDS, META_FILE
@@ -328,8 +334,8 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
     with atomic_dir(run_dir) as tmp:
         shutil.copyfile(tokenizer, os.path.join(tmp, "tokenizer.json"))
         for name, path in loader_files.items():
-            if os.path.isfile(path):
-                shutil.copyfile(path, os.path.join(tmp, name))
+            if os.path.isfile(path) and (note := copy_loader_file(path, os.path.join(tmp, name))):
+                print(f"import-hf: {note}", file=sys.stderr)
         tok = _run_tokenizer(tmp)
         one = loader.fp32_single_rank(cfg)
         with loader.single_process(one):
