@@ -242,6 +242,7 @@ _TASK_FLAGS = (
     "compare",
     "compare_config",
     "include_path",
+    "trust_task_code",
     "num_fewshot",
     "limit",
     "batch_size",
@@ -326,13 +327,16 @@ def _check_evaluate_paths(args: argparse.Namespace) -> None:
         ConfigError: a checkpoint (CKPT, ``--compare``) that does not exist
             (:func:`~megatron_gamma.rundir.paths.missing_checkpoint`), a ``--config`` or
             ``--compare-config`` that is not a file, an ``--include-path`` that is not a
-            directory, a ``--data-path`` blend that is malformed or names a prefix without its
-            files (:meth:`~megatron_gamma.config.DataConfig.blend`), or an ``--output-dir`` or
+            directory or whose task files would run Python code without ``--trust-task-code``
+            (:func:`~megatron_gamma.evaluation.task_code.check_task_code`), a ``--data-path``
+            blend that is malformed or names a prefix without its files
+            (:meth:`~megatron_gamma.config.DataConfig.blend`), or an ``--output-dir`` or
             ``--data-cache-path`` that cannot be made or written
             (:func:`~megatron_gamma.rundir.paths.check_output_dir`);
             the message names the flag, the value and the fix.
     """
     from megatron_gamma.config import load_config
+    from megatron_gamma.evaluation.task_code import check_task_code
     from megatron_gamma.rundir.paths import check_output_dir
 
     checkpoints = {"checkpoint": args.checkpoint, "--compare": args.compare}
@@ -345,6 +349,12 @@ def _check_evaluate_paths(args: argparse.Namespace) -> None:
             f"--include-path={args.include_path!r}: not a directory (lm-eval would skip it "
             "without a word). Fix: pass the directory that holds your task YAML files"
         )
+    if args.trust_task_code is not None and args.include_path is None:
+        raise ConfigError(
+            "--trust-task-code: acts only on the task files of --include-path (lm-eval's own "
+            "tasks come with the installed package). Fix: drop --trust-task-code"
+        )
+    check_task_code(args.include_path, bool(args.trust_task_code))
     if args.data_path:
         load_config(None, {"data_path": args.data_path}).data.blend()
     if args.output_dir is not None:
@@ -387,6 +397,7 @@ def _evaluate(args: argparse.Namespace) -> None:
         config=args.config,
         compare_config=args.compare_config,
         include_path=args.include_path,
+        trust_task_code=bool(args.trust_task_code),
         num_fewshot=args.num_fewshot,
         limit=args.limit,
         batch_size=1 if args.batch_size is None else args.batch_size,
@@ -849,6 +860,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--compare-config", help="OTHER_CKPT's config.yaml")
     p.add_argument("--include-path", help="directory of extra lm-eval task YAML files")
+    p.add_argument(
+        "--trust-task-code",
+        action="store_true",
+        default=None,
+        help="let the task files of --include-path run their Python code (lm-eval's !function "
+        "tag imports the module beside the file); refused without this flag",
+    )
     p.add_argument("--num-fewshot", type=int, help="few-shot examples (default: each task's)")
     p.add_argument("--limit", type=float, help="items per task (whole) or fraction in (0, 1)")
     p.add_argument("--batch-size", type=int, help="lm-eval batch size (default 1)")

@@ -100,12 +100,22 @@ def test_evaluate_and_analyze_refuse_bad_arguments_before_torch_and_megatron_cor
     afile = tmp_path / "afile"
     afile.write_text("")
     gone = str(tmp_path / "gone")
+    coded = tmp_path / "coded_tasks"  # a task whose docs pass through a module's function
+    coded.mkdir()
+    (coded / "t.yaml").write_text("task: t\nprocess_docs: !function utils.keep\n")
     cases = [
         (["evaluate", gone], f"checkpoint={gone!r}: does not exist. Fix: pass a checkpoint"),
         (["evaluate", str(run), "--tasks", "t", "--compare", gone], f"--compare={gone!r}: does "),
         (["evaluate", str(run), "--config", gone], f"--config={gone!r}: no such file. Fix:"),
         (["evaluate", str(run), "--tasks", "t", "--include-path", gone],
          f"--include-path={gone!r}: not a directory"),
+        (["evaluate", str(run), "--tasks", "t", "--include-path", str(coded)],
+         f"--include-path={str(coded)!r}: 1 task file(s) use lm-eval's '!function' tag "
+         f"({str(coded / 't.yaml')!r}), which imports and runs the Python module beside the "
+         "file. Fix: read that code, then pass --trust-task-code"),
+        (["evaluate", str(run), "--tasks", "t", "--trust-task-code"],
+         "--trust-task-code: acts only on the task files of --include-path"),
+        (["evaluate", str(run), "--trust-task-code"], "--trust-task-code=True: acts only with"),
         (["evaluate", str(run), "--data-path", gone], f"data_path={gone!r}: {gone}.bin does not"),
         (["evaluate", str(run), "--output-dir", str(afile)],
          f"--output-dir={str(afile)!r}: exists and is not a directory. Fix:"),

@@ -294,6 +294,36 @@ def test_lm_eval_offline_one_checkpoint_and_compare(runs, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_task_files_that_run_code_need_trust_task_code(runs, tmp_path):
+    """lm-eval's `!function` tag imports the module beside a task file when the task loads:
+    the audit ran code through --include-path. Without --trust-task-code the directory is
+    refused, naming the file, before any model is read, and the module never runs; with it,
+    lm-eval runs the module (the marker proves the refusal was not a no-op)."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    spec = yaml.safe_load(open(os.path.join(TASKS, "tiny_mc.yaml")))
+    spec["task"] = "coded_mc"
+    spec["dataset_kwargs"]["data_files"]["test"] = os.path.join(TASKS, "tiny_mc.jsonl")
+    text = yaml.safe_dump(spec) + "process_docs: !function utils.keep\n"
+    (tasks / "coded_mc.yaml").write_text(text)
+    marker = tmp_path / "ran"
+    (tasks / "utils.py").write_text(
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n\n\n"
+        "def keep(dataset):\n    return dataset\n"
+    )
+    args = ["evaluate", runs["llama_untied"], "--tasks", "coded_mc", "--include-path",
+            str(tasks), "--limit", "2", "--output-dir", str(tmp_path / "out")]  # fmt: skip
+    proc = _cli(*args)
+    assert proc.returncode == 2 and not marker.exists()
+    assert f"({str(tasks / 'coded_mc.yaml')!r}), which imports and runs" in proc.stderr
+    assert not (tmp_path / "out").exists()
+    proc = _cli(*args, "--trust-task-code")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert marker.read_text() == "ran"
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_missing_dataset_names_it(runs, tmp_path):
     tasks = tmp_path / "tasks"

@@ -29,6 +29,7 @@ from megatron_gamma.config import ConfigError
 from megatron_gamma.evaluation.bootstrap import paired_bootstrap
 from megatron_gamma.evaluation.device import lm_eval_device
 from megatron_gamma.evaluation.errors import DatasetUnavailableError
+from megatron_gamma.evaluation.task_code import check_task_code
 from megatron_gamma.hf import bars_only_on_a_terminal
 from megatron_gamma.hf.hf_export import export_hf
 
@@ -335,6 +336,7 @@ def benchmark(
     config: Optional[str] = None,
     compare_config: Optional[str] = None,
     include_path: Optional[str] = None,
+    trust_task_code: bool = False,
     num_fewshot: Optional[int] = None,
     limit: Optional[float] = None,
     batch_size: int = 1,
@@ -352,6 +354,8 @@ def benchmark(
         config, compare_config: config.yaml overriding the config of A / B (default: the
             checkpoint's own, else its run's config.yaml).
         include_path: extra directory of lm-eval task YAML files.
+        trust_task_code: let those files run Python code (lm-eval's ``!function`` tag); without
+            it such a directory is refused (:func:`~.task_code.check_task_code`).
         num_fewshot: few-shot examples (default: each task's).
         limit: items per task (int) or fraction (float < 1), for quick runs.
         batch_size: lm-eval batch size.
@@ -367,13 +371,15 @@ def benchmark(
         is the score).
 
     Raises:
-        ConfigError: a device lm-eval cannot run on here (:func:`lm_eval_device`), before any
+        ConfigError: a device lm-eval cannot run on here (:func:`lm_eval_device`), or task files
+            of ``include_path`` that would run code without ``trust_task_code``, before any
             task is loaded; an unknown task, a group, or with ``compare`` a task without a
             mean-aggregated metric (:func:`_choose_metrics`), before any export.
         DatasetUnavailableError: a dataset that cannot be loaded, before any export.
         ValueError: no tasks or (with ``compare``) bootstrap_samples < 1, before any export.
     """
     device = lm_eval_device(device)
+    check_task_code(include_path, trust_task_code)
     if not tasks:
         raise ValueError("tasks=[]: name at least one lm-eval task. Fix: --tasks hellaswag,...")
     if compare is not None and bootstrap_samples < 1:
