@@ -13,6 +13,7 @@ from megatron_gamma.study.fits import (
     effective_size_multiplier,
     fit_power_law,
     paired_difference,
+    size_interval,
     t_interval,
     trend_interval,
 )
@@ -223,3 +224,59 @@ def test_the_gamma_plot_draws_the_seed_spread_and_calls_the_lowest_mean_an_estim
     np.testing.assert_allclose(bars[1].lines[2][0].get_segments()[0][:, 1], [5.1, 5.1])  # 1 seed
     assert [ln.get_linestyle() for ln in ax.lines if ln.get_xdata()[0] == 1.0][-1] == "--"
     assert "the lowest mean, a point estimate" in ax.get_title()
+
+
+def test_sizes_as_units_are_no_surer_than_the_seeds_within_them():
+    """Trial 5: two sizes, two seeds each, paired differences -0.35/+0.25 and -0.30/+0.198:
+    each size's seed interval spans about ±3.8 nats, but the size means (-0.050, -0.051) land
+    0.001 apart, and t over the two means alone gave [-0.0569, -0.0441]: "reproduced". The
+    variance of a size mean is now at least what its seeds give (random effects, τ² =
+    max(0, spread − SE²), equal weights), by hand in fp64 here."""
+    groups = [[-0.35, 0.25], [-0.30, 0.198]]
+    per_size = [t_interval(g) for g in groups]
+    means = [np.mean(g) for g in groups]
+    naive = t_interval(means, "sizes")
+    assert naive.high < -0.01  # the pseudo-certain interval
+    se2 = [np.var(g, ddof=1) / 2 for g in groups]
+    assert np.var(means, ddof=1) < np.mean(se2)
+    half = stats.t.ppf(0.975, 1) * math.sqrt(np.mean(se2) / 2)
+    got = size_interval(per_size)
+    assert (got.low, got.high, got.df, got.n) == pytest.approx(
+        (np.mean(means) - half, np.mean(means) + half, 1, 2), rel=1e-12
+    )
+    assert got.low < -1 and got.high > 1
+    assert "its width set by the seed noise within the sizes" in got.text()
+    # sizes that truly differ more than their seeds: the spread between them sets the width
+    apart = [t_interval([-0.50, -0.49, -0.51]), t_interval([-0.10, -0.11, -0.09])]
+    assert size_interval(apart) == t_interval([-0.50, -0.10], "sizes")
+    # a size whose seeds all gave the same value: those seeds did not change the run
+    equal = size_interval([t_interval([-0.13, -0.13]), t_interval([-0.10, -0.14])])
+    assert not equal.has_interval and equal.equal_seeds == 1
+    assert equal.text() == (
+        "-0.1250 (2 sizes; at 1 of them every seed gave the same value, so the seeds did not "
+        "change the run: no interval)"
+    )
+    # one seed at every size: no seed noise to measure, the spread between sizes alone
+    single = [t_interval([-0.2]), t_interval([-0.3]), t_interval([-0.25])]
+    assert size_interval(single) == t_interval([-0.2, -0.3, -0.25], "sizes")
+
+
+def test_a_trend_is_no_surer_than_the_seeds_within_its_sizes():
+    """Three sizes whose mean advantages lie within 0.001 of a line while each size's two seeds
+    differ by 0.6 nats: the residual sd alone gave a narrow slope interval. The residual
+    variance is now at least the mean squared standard error of the size means (fp64 here)."""
+    x = np.log([1e6, 4e6, 1.6e7])
+    groups = [[0.60, 0.0], [0.45, -0.149], [0.30, -0.301]]
+    means = np.array([np.mean(g) for g in groups])
+    fit = stats.linregress(x, means)
+    narrow = stats.t.ppf(0.975, 1) * fit.stderr
+    noise = np.mean([np.var(g, ddof=1) / 2 for g in groups])
+    sxx = np.sum((x - x.mean()) ** 2)
+    assert fit.stderr**2 * sxx < noise  # the residual variance is below the seed noise
+    half = stats.t.ppf(0.975, 1) * math.sqrt(noise / sxx)
+    got = trend_interval(x, groups)
+    assert got.mean == pytest.approx(fit.slope, rel=1e-12)
+    assert (got.low, got.high) == pytest.approx((fit.slope - half, fit.slope + half), rel=1e-12)
+    assert half > 20 * narrow and math.isfinite(got.seed_noise)
+    same = trend_interval(x, [[0.6, 0.6], [0.45, -0.149], [0.30, -0.301]])
+    assert not same.has_interval and same.equal_seeds == 1

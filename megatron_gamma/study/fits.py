@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Optional
 
 import numpy as np
@@ -158,6 +158,12 @@ class Interval:
         level: confidence level.
         nonfinite: how many of the units are NaN or inf (a diverged run's loss); any gives no
             interval.
+        seed_noise: with sizes as units, where the seed noise within the sizes set the width
+            (:func:`size_interval`, :func:`trend_interval`): the variance of a size's mean that
+            it alone gives (the mean of the sizes' squared standard errors), larger than the
+            spread between the sizes' means; NaN where that spread set it.
+        equal_seeds: with sizes as units, how many sizes have several seeds that all gave the
+            same value; any gives no interval (those seeds did not change the run).
     """
 
     mean: float
@@ -168,6 +174,8 @@ class Interval:
     unit: str = "seeds"
     level: float = 0.95
     nonfinite: int = 0
+    seed_noise: float = math.nan
+    equal_seeds: int = 0
 
     @property
     def has_interval(self) -> bool:
@@ -183,7 +191,7 @@ class Interval:
         """Several units with no spread about the estimate: all the same value (a mean, sd 0)
         or exactly on a line (a slope, residual sd 0), which estimates no variance, so there
         is no interval (:func:`t_interval`, :func:`trend_interval`)."""
-        return self.n > 1 and not self.has_interval and not self.nonfinite
+        return self.n > 1 and not self.has_interval and not self.nonfinite and not self.equal_seeds
 
     def text(self, digits: int = 4) -> str:
         """``-0.4477 [-1.4052, +0.5098] (df 2, 3 sizes)``, ``+0.0830 (1 seed: no interval)``,
@@ -197,6 +205,12 @@ class Interval:
                 return (
                     f"n/a ({self.n} {unit}, {self.nonfinite} not finite: NaN or inf, no interval)"
                 )
+            if self.equal_seeds:
+                return (
+                    f"{self.mean:+.{digits}f} ({self.n} {unit}; at {self.equal_seeds} of them "
+                    "every seed gave the same value, so the seeds did not change the run: no "
+                    "interval)"
+                )
             why = ":"
             if self.no_spread:
                 why = (
@@ -204,9 +218,15 @@ class Interval:
                 )
             return f"{self.mean:+.{digits}f} ({self.n} {unit}{why} no interval)"
         df = f"{self.df:.0f}" if float(self.df).is_integer() else f"{self.df:.1f}"
+        noise = (
+            "; its width set by the seed noise within the sizes, which exceeds the spread "
+            "between them"
+            if math.isfinite(self.seed_noise)
+            else ""
+        )
         return (
             f"{self.mean:+.{digits}f} [{self.low:+.{digits}f}, {self.high:+.{digits}f}] "
-            f"(df {df}, {self.n} {self.unit})"
+            f"(df {df}, {self.n} {self.unit}{noise})"
         )
 
     def as_dict(self) -> dict:
@@ -258,6 +278,41 @@ def paired_difference(
     return t_interval(a - b, "seeds", level)
 
 
+def _standard_error(d: Interval) -> float:
+    """The standard error of an interval's mean, from its half-width: half / t."""
+    return (d.high - d.low) / 2 / float(stats.t.ppf((1 + d.level) / 2, d.df))
+
+
+def size_interval(per_size: Sequence[Interval], level: float = 0.95) -> Interval:
+    """The mean of per-size effects with sizes as the unit of replication (df = sizes − 1),
+    the variance of a size's mean taken as the larger of the spread between the sizes' means
+    and the seed noise within them (the mean of their squared standard errors, read off their
+    seed intervals): the random-effects variance τ² + SE² with τ² = max(0, spread − SE²)
+    (DerSimonian–Laird, equal weights). Two sizes whose means land close by chance, each with a
+    wide seed interval, then give no narrower an interval than their seeds support. No interval
+    where :func:`t_interval` gives none over the means (one size, a NaN or inf mean, equal
+    means without seed noise to measure), nor where a size's several seeds all gave the same
+    value (``equal_seeds``: those seeds did not change the run).
+
+    Args:
+        per_size: each size's interval over its seeds (:func:`paired_difference`), at ``level``;
+            a one-seed size has none and adds no seed noise.
+    """
+    means = [d.mean for d in per_size]
+    base = t_interval(means, "sizes", level)
+    equal = sum(d.no_spread for d in per_size)
+    if equal:
+        return replace(base, low=math.nan, high=math.nan, equal_seeds=equal)
+    errors = [_standard_error(d) ** 2 for d in per_size if d.has_interval]
+    if base.nonfinite or len(means) < 2 or not errors:
+        return base
+    noise = float(np.mean(errors))
+    if base.has_interval and float(np.var(means, ddof=1)) >= noise:
+        return base
+    half = float(stats.t.ppf((1 + level) / 2, len(means) - 1) * math.sqrt(noise / len(means)))
+    return replace(base, low=base.mean - half, high=base.mean + half, seed_noise=noise)
+
+
 EXACT_LINE = 1e-12
 """Residual sd of a trend, relative to its largest per-size mean (at least 1), at or below
 which the means lie on an exact line (:func:`trend_interval`): least squares leaves rounding
@@ -269,12 +324,17 @@ def trend_interval(
 ) -> Interval:
     """Slope of a per-unit effect against ``x`` (e.g. ln N), sizes as the unit of replication:
     the least-squares slope of the per-size means on ``x`` with its Student-t interval,
-    df = sizes − 2. Seeds enter only through their size's mean: seeds within a size say
-    nothing about how the effect varies between sizes, so two sizes give no trend interval.
-    Means exactly on a line (residual sd 0 up to rounding, e.g. two arms that are one run
-    twice: every mean 0) give no interval (NaN), as equal values do in :func:`t_interval`: a
-    zero-width interval would be a certainty the data cannot carry; so do NaN or inf values
-    (``nonfinite`` counts the sizes whose mean is not finite).
+    df = sizes − 2. Seeds within a size say nothing about how the effect varies between
+    sizes, so two sizes give no trend interval; they do bound how well each size's mean is
+    known: the residual variance of the means is taken as at least the seed noise within the
+    sizes (the mean of their squared standard errors, sizes with >= 2 seeds), as in
+    :func:`size_interval`, so that a line through means that landed close to it by chance is no
+    surer than the seeds allow (``seed_noise``). Means exactly on a line (residual sd 0 up to
+    rounding, e.g. two arms that are one run twice: every mean 0) give no interval (NaN), as
+    equal values do in :func:`t_interval`: a zero-width interval would be a certainty the data
+    cannot carry; so does a size whose several seeds all gave the same value
+    (``equal_seeds``), and NaN or inf values (``nonfinite`` counts the sizes whose mean is not
+    finite).
 
     Args:
         x: (k,) the sizes' abscissae, distinct, k >= 3.
@@ -301,8 +361,18 @@ def trend_interval(
     sd = math.sqrt(resid @ resid / df)
     if sd <= EXACT_LINE * max(1.0, float(np.abs(means).max())):
         return Interval(slope, math.nan, math.nan, int(xs.size), df, "sizes", level)
-    half = float(stats.t.ppf((1 + level) / 2, df) * sd / math.sqrt(sxx))
-    return Interval(slope, slope - half, slope + half, int(xs.size), df, "sizes", level)
+    several = [g for g in gs if g.size > 1]
+    equal = sum(bool(g.min() == g.max()) for g in several)
+    if equal:
+        return Interval(
+            slope, math.nan, math.nan, int(xs.size), df, "sizes", level, equal_seeds=equal
+        )
+    noise = float(np.mean([g.var(ddof=1) / g.size for g in several])) if several else 0.0
+    half = float(stats.t.ppf((1 + level) / 2, df) * math.sqrt(max(sd**2, noise) / sxx))
+    return Interval(
+        slope, slope - half, slope + half, int(xs.size), df, "sizes", level,
+        seed_noise=noise if noise > sd**2 else math.nan,
+    )  # fmt: skip
 
 
 def mean_std(values: Sequence[float]) -> tuple[float, Optional[float]]:

@@ -39,7 +39,13 @@ import numpy as np
 
 from megatron_gamma.diagnostics.norm import SATURATION_FACTOR
 from megatron_gamma.study.analysis import StudyData, gamma_grid_arms, uniform_sink_share
-from megatron_gamma.study.fits import Interval, paired_difference, t_interval, trend_interval
+from megatron_gamma.study.fits import (
+    Interval,
+    paired_difference,
+    size_interval,
+    t_interval,
+    trend_interval,
+)
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
@@ -177,11 +183,12 @@ def _scope(per_size: dict[str, Interval]) -> str:
 
 
 def across_sizes(per_size: dict[str, Interval]) -> Interval:
-    """Sizes as the unit: Student-t over the per-size mean differences (df = sizes − 1); with
+    """Sizes as the unit: Student-t over the per-size mean differences (df = sizes − 1), no
+    narrower than the seed noise within the sizes allows (:func:`~.fits.size_interval`); with
     one size, that size's seed interval."""
     if len(per_size) == 1:
         return next(iter(per_size.values()))
-    return t_interval([d.mean for d in per_size.values()], unit="sizes")
+    return size_interval(list(per_size.values()))
 
 
 Losses = Callable[[str, str], dict[int, float]]
@@ -275,7 +282,7 @@ def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
         a, b = get(g1, s), get(data.baseline, s)
         if common := sorted(set(a) & set(b)):
             groups[s] = [b[k] - a[k] for k in common]
-    adv = "; ".join(f"{s}: {np.mean(g):+.4f}" for s, g in groups.items())
+    adv = "; ".join(f"{s}: {t_interval(g).text()}" for s, g in groups.items())
     ratios, rtext = _ratio_text(data, g1)
     if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
         rtext += (
