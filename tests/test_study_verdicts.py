@@ -1471,6 +1471,51 @@ def test_difficulty_from_the_pair_itself_makes_a_profile_from_noise():
     )
 
 
+def test_claim8_reads_the_learned_bar_off_the_compared_checkpoints_too():
+    """Trial 5: the compared checkpoints scored 7.83 and 8.12 nats on the held-out tokens,
+    above the 7.23 nats of the token frequencies, while the report's "learned" check read the
+    runs' logged losses only, and claim 8 was reproduced. The compared models' own losses now
+    face the bar: not measurable, naming them."""
+    rng = np.random.default_rng(0)
+    seeds = _pairs(rng, {1: 0.4, 2: 0.4, 3: 0.4})
+    runs = {k: {"a": {"mean_loss": 7.0}, "b": {"mean_loss": 7.1}} for k in seeds}
+    cmp = {"arm": "gamma1", "size": "s1", "seeds": seeds, "runs": runs}
+    data = make_study({("baseline", "s1", 1): 5.0}, {"s1": 256}, vocab_size=4096)
+    data.unigram_loss = 7.2297
+    assert claim8(data, cmp).verdict == REPRODUCED  # both below the bar
+    runs[2] = {"a": {"mean_loss": 7.8280}, "b": {"mean_loss": 8.1238}}
+    v = claim8(data, cmp)
+    assert v.verdict == NOT_MEASURABLE
+    assert v.numbers == (
+        "gamma1 vs baseline at s1: not learned: the compared checkpoints' mean loss over the "
+        "scored tokens is not below the held-out loss of the train split's token frequencies, "
+        "7.2297: seed 2 a 7.8280, seed 2 b 8.1238"
+    )
+
+
+def test_claim8_compares_only_checkpoints_inside_the_study(tmp_path):
+    """compare followed a run's config.yaml to a `save` outside the study directory and scored
+    other models than those whose losses the report read. sweep saves inside each run, so a
+    checkpoint elsewhere is refused, named, before compare runs."""
+    from megatron_gamma.study.report import run_compare
+
+    study, outside = tmp_path / "study", tmp_path / "elsewhere" / "checkpoints"
+    ckpt = outside / "iter_0000002"
+    ckpt.mkdir(parents=True)
+    (outside / "latest_checkpointed_iteration.txt").write_text("2")
+    (ckpt / "metadata.json").write_text("{}")
+    for arm in ("gamma1+eps+gate", "baseline"):
+        run = study / arm / "s1" / "seed-1"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(f"checkpoint:\n  save: {outside}\n")
+    losses = {("gamma1+eps+gate", "s1", 1): 4.8, ("baseline", "s1", 1): 5.0}
+    data = make_study(losses, {"s1": 256}, manifest={"heldout": str(tmp_path / "h")})
+    data.dir = str(study)
+    got = run_compare(data, str(tmp_path / "report"))
+    assert got["error"].startswith(f"checkpoint {str(ckpt)!r} lies outside the study directory")
+    assert not (tmp_path / "report").exists()
+
+
 def test_delta_sym_seeds_are_the_unit_not_documents():
     """Two seeds whose hard − easy values have opposite signs: tokens or documents taken as
     replicates once gave a narrow interval above 0 (reproduced); over seeds it is t with

@@ -59,7 +59,8 @@ def run_compare(data: StudyData, out_dir: str) -> Optional[dict]:
 
     Returns:
         {"arm", "size", "seeds": {seed: {"delta", "difficulty"} arrays},
-        "runs": {seed: compare.json}}, or {"error", "arm", "size"}, or None without a pair.
+        "runs": {seed: compare.json}}, or {"error", "arm", "size"} (a checkpoint missing, one
+        outside the study directory, or compare failed), or None without a pair.
     """
     arm = concentration_arm(data)
     for size in reversed(data.sizes) if arm else []:
@@ -75,6 +76,17 @@ def run_compare(data: StudyData, out_dir: str) -> Optional[dict]:
                 ]
             except ConfigError as e:
                 return {"error": str(e), "arm": arm, "size": size}
+            study = os.path.realpath(data.dir)
+            for ckpt in ckpts:
+                if os.path.commonpath([os.path.realpath(ckpt), study]) != study:
+                    return {
+                        "error": f"checkpoint {ckpt!r} lies outside the study directory "
+                        f"{data.dir!r} (where a run's config.yaml names its save), so it may not "
+                        "be the model whose losses the report reads. Fix: restore the run's "
+                        "checkpoints/ (sweep saves there), or rerun sweep",
+                        "arm": arm,
+                        "size": size,
+                    }
             target = os.path.join(out_dir, "compare", f"seed-{seed}")
             cmd = [
                 sys.executable, "-m", "megatron_gamma.cli", "compare", *ckpts,
