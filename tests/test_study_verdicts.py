@@ -1648,6 +1648,24 @@ def test_an_arm_whose_shared_lr_wins_its_grid_is_compared_on_its_shared_runs():
     assert best.lr == "best LR" and best.verdict == REPRODUCED and "-0.3000" in best.numbers
 
 
+def test_a_best_lr_that_won_its_grid_within_delta_scopes_the_best_lr_row():
+    """Trial 5: the baseline's best LR beat its neighbour by 0.002 nats on the one selection
+    seed (sd between seeds 0.15 at that LR), and the best-LR row read a bare "reproduced". A
+    win below δ names the two LRs and scopes the decided row to the LRs chosen."""
+    data = _lr_grid_study({"baseline": 4e-3, "gamma1": 4e-3})
+    assert verdicts(data, {}, None)[1].label() == REPRODUCED
+    for r in data.runs:
+        if r["grid"] and r["arm"] == "baseline" and r["lr"] == 8e-3:
+            r["loss"] = data.lr_grid("baseline", "s1")[4e-3] + 0.002
+    row = verdicts(data, {}, None)[1]
+    assert row.lr == "best LR" and row.verdict == REPRODUCED
+    assert row.scope == "at LRs chosen on one seed, some within δ of another grid LR"
+    assert (
+        "best LR chosen within δ = 0.01 of another: baseline at s1: best LR 0.004 beat 0.008 by "
+        "0.0020 nats on seed 1 alone (another seed may choose another LR)" in row.numbers
+    )
+
+
 def test_confirm_runs_that_start_from_the_same_weights_keep_the_best_lr_row_undecided():
     """The best-LR row reads the confirm runs (seeds 2-4 at each arm's best LR), so the
     same-start check reads those: γ = 1's seeds 2 and 4 share a draw there, while the

@@ -932,6 +932,36 @@ def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verd
     return replace(row, verdict=verdict, numbers=numbers, scope=_kept_scope(row, verdict))
 
 
+def _close_best(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
+    """``row`` (a comparison at each arm's own best LR), its decided verdict scoped where the
+    best LR of one of ``arms``, at a size the row compares, beat the next-best LR of its grid by
+    less than δ on the one selection seed: a difference that small may reverse on another seed,
+    so which LR is the arm's best is not settled, and the row holds at the LRs chosen."""
+    close = []
+    for arm in dict.fromkeys(a for a in arms if a):
+        for size in row.sizes:
+            grid = data.lr_grid(arm, size)
+            best = data.best_lr(arm, size)
+            others = {lr: x for lr, x in grid.items() if lr != best and np.isfinite(x)}
+            if best is None or not others or not np.isfinite(grid[best]):
+                continue
+            runner = min(others, key=others.get)
+            gap = others[runner] - grid[best]
+            if gap < data.margin:
+                close.append(
+                    f"{arm} at {size}: best LR {best:g} beat {runner:g} by {gap:.4f} nats on seed "
+                    f"{data.select_seed} alone"
+                )
+    if not close:
+        return row
+    note = f"best LR chosen within δ = {data.margin:g} of another: {'; '.join(close)}"
+    numbers = f"{row.numbers}; {note} (another seed may choose another LR)"
+    if row.verdict not in (REPRODUCED, NOT_REPRODUCED):
+        return replace(row, numbers=numbers)
+    scope = "at LRs chosen on one seed, some within δ of another grid LR"
+    return replace(row, numbers=numbers, scope="; ".join(x for x in (row.scope, scope) if x))
+
+
 def _complete(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
     """``row``, made inconclusive (whatever it would say otherwise, *not measurable*
     included) where a planned run of one of ``arms`` has not finished or has diverged (a NaN
@@ -1004,7 +1034,7 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
         rows.append(judged(claim(data, data.losses, "shared LR"), arms))
         if data.has_lr_grid:
             best = _bracketed(data, claim(data, data.confirm_losses, "best LR"), arms)
-            rows.append(judged(best, arms))
+            rows.append(judged(_close_best(data, best, arms), arms))
         else:
             rows.append(_unmeasured_best_lr(rows[-1]))
     rows.append(judged(claim4(data), [data.role("gamma1"), data.role("gamma1+eps")]))
@@ -1012,7 +1042,8 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
     grid_arms = _neighbour_arms(data)
     rows.append(judged(claim6(data, grids.get("shared LR", {}), "shared LR"), grid_arms))
     if data.has_lr_grid:
-        rows.append(judged(claim6(data, grids.get("best LR", {}), "best LR"), grid_arms))
+        best = claim6(data, grids.get("best LR", {}), "best LR")
+        rows.append(judged(_close_best(data, best, grid_arms), grid_arms))
     else:
         rows.append(_unmeasured_best_lr(rows[-1]))
     rank_arms = [x for pair in _condensation_arms(data).items() for x in pair]
