@@ -88,9 +88,18 @@ def atomic_path(path: str) -> Iterator[str]:
 def atomic_open(path: str, mode: str = "w", **kwargs) -> Iterator[IO]:
     """``open(temporary, mode, **kwargs)`` (``mode``: ``"w"`` or ``"wb"``; ``encoding``,
     ``newline`` as for ``open``), moved over ``path`` once the block ends without an error and
-    the file is closed (:func:`atomic_path`)."""
-    with atomic_path(path) as tmp, open(tmp, mode, **kwargs) as f:
-        yield f
+    the file is closed (:func:`atomic_path`). The temporary is created exclusively
+    (``O_CREAT | O_EXCL``, the umask's permissions): a file or symbolic link put at its name by
+    someone else between the removal of a leftover and the open is refused, not written
+    through, so a directory others may write cannot redirect the write to another file.
+
+    Raises:
+        FileExistsError: something appeared at the temporary name in that instant.
+    """
+    with atomic_path(path) as tmp:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        with open(fd, mode, **kwargs) as f:
+            yield f
 
 
 def atomic_write_text(

@@ -92,6 +92,27 @@ def test_a_killed_writers_leftover_is_replaced(tmp_path):
     assert _listing(tmp_path) == ["run.sh"]
 
 
+def test_a_link_put_at_the_temporary_name_is_not_written_through(tmp_path, monkeypatch):
+    """Trust audit: the temporary's name is predictable (PATH.tmpPID), so someone who may write
+    the output directory could put a symbolic link there between the removal of a leftover and
+    the open, and the write would land in the file the link names. The temporary is now
+    created exclusively: the link is refused and its target keeps its content."""
+    victim = tmp_path / "victim"
+    victim.write_text("mine")
+    path = tmp_path / "out" / "config.yaml"
+    path.parent.mkdir()
+    real = atomic._remove
+
+    def racer(tmp):  # the leftover removed, then a link put in its place
+        real(tmp)
+        os.symlink(victim, tmp)
+
+    monkeypatch.setattr(atomic, "_remove", racer)
+    with pytest.raises(FileExistsError), atomic.atomic_open(str(path)) as f:
+        f.write("payload")
+    assert victim.read_text() == "mine" and not path.exists()
+
+
 def test_a_directory_appears_whole_or_not_at_all(tmp_path):
     out = tmp_path / "export"
     with pytest.raises(Midway), atomic.atomic_dir(str(out)) as tmp:
