@@ -278,11 +278,13 @@ def test_account_qos_dependency_and_environment(config, sbatch_calls, tmp_path, 
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in capsys.readouterr().out
     for bad, message in (
         (["--dependency", "after"], "dependency='after': not a SLURM dependency"),
-        (["--env", "NOEQUALS"], "env='NOEQUALS': expected KEY=VALUE"),
+        (["--env", "NOEQUALS"], "env='NOE... (8 characters)': expected KEY=VALUE (the item"),
+        (["--env", "hf_secret_token"], "env='hf_... (15 characters)': expected KEY=VALUE"),
         (["--env", "1BAD=x"], "env='1BAD': not a shell variable name"),
     ):
         assert main([*args, *bad, "--dry-run"]) == 2
-        assert message in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert message in err and "secret_token" not in err
 
 
 def test_container_workdir_outside_the_mounts_is_a_warning(config, sbatch_calls, tmp_path, capsys):

@@ -355,8 +355,12 @@ def parse_env(items: Any) -> dict[str, str]:
         pairs = []
         for item in [items] if isinstance(items, str) else items or ():
             name, sep, value = str(item).partition("=")
-            if not sep:
-                fail("env", item, "expected KEY=VALUE", "e.g. --env NCCL_IB_TIMEOUT=22")
+            if not sep:  # shown cut: a value pasted without its name may be a secret
+                shown = f"{str(item)[:3]}... ({len(str(item))} characters)"
+                fail(
+                    "env", shown, "expected KEY=VALUE (the item is cut here: a value given "
+                    "without its name may be a secret)", "e.g. --env NCCL_IB_TIMEOUT=22",
+                )  # fmt: skip
             pairs.append((name, value))
     for name, _ in pairs:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", str(name)):
