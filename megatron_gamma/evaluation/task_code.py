@@ -3,10 +3,12 @@
 lm-eval reads a task YAML with its ``!function module.name`` tag by importing ``module.py`` from
 beside the file (``lm_eval.utils.import_function``), at task loading, before any model is
 scored. A task directory from elsewhere is input like a checkpoint: its code runs only when the
-user says so (``--trust-task-code``). The tag is found in the text of every ``*.yaml`` /
-``*.yml`` under the directory, as lm-eval's ``TaskManager`` walks it, and of each file their
+user says so (``--trust-task-code``). The tag is found by PyYAML's parser, which resolves it as
+lm-eval's loader does (a ``%TAG`` handle, a verbatim ``!<!function>``), in every ``*.yaml`` /
+``*.yml`` under the directory, as lm-eval's ``TaskManager`` walks it, and in each file their
 ``include:`` keys name (lm-eval reads those too), without importing lm-eval: the command line
-refuses such a directory before it imports torch.
+refuses such a directory before it imports torch. A file PyYAML cannot parse is searched as
+text for the tag.
 """
 
 from __future__ import annotations
@@ -18,9 +20,31 @@ import yaml
 
 from megatron_gamma.config import ConfigError
 
-FUNCTION_TAG = re.compile(r"!function\b")
+FUNCTION_TAG = "!function"
 """lm-eval's YAML tag that imports a Python function."""
-_INCLUDE = re.compile(r"^include:\s*(\S+)\s*$", re.MULTILINE)
+
+
+class _AnyTagLoader(yaml.SafeLoader):
+    """PyYAML's safe loader reading every tag it does not know (``!function`` included) as
+    null: the document's plain structure, for its ``include:`` key, with no constructor run."""
+
+
+_AnyTagLoader.add_multi_constructor("", lambda loader, suffix, node: None)
+
+
+def _tags_and_include(text: str) -> tuple[bool, list[str]]:
+    """Whether ``text`` uses :data:`FUNCTION_TAG`, and the ``include:`` values of its
+    documents."""
+    try:
+        tagged = any(
+            getattr(e, "tag", None) == FUNCTION_TAG
+            for e in yaml.parse(text, Loader=yaml.SafeLoader)
+        )
+        docs = list(yaml.load_all(text, Loader=_AnyTagLoader))
+    except yaml.YAMLError:
+        return bool(re.search(re.escape(FUNCTION_TAG) + r"\b", text)), []
+    include = [d["include"] for d in docs if isinstance(d, dict) and "include" in d]
+    return tagged, [x for x in include if isinstance(x, str)]
 
 
 def _yaml_files(folder: str) -> list[str]:
@@ -53,12 +77,10 @@ def files_with_code(include_path: str) -> list[str]:
                 f"--include-path={include_path!r}: cannot read the task file {path!r} "
                 f"({type(e).__name__}: {e}). Fix: pass a directory of readable task YAML files"
             ) from e
-        if FUNCTION_TAG.search(text):
+        tagged, include = _tags_and_include(text)
+        if tagged:
             found.append(path)
-        for target in _INCLUDE.findall(text):
-            target = yaml.safe_load(target)
-            if isinstance(target, str):
-                pending.append(os.path.join(os.path.dirname(path), target))
+        pending += [os.path.join(os.path.dirname(path), target) for target in include]
     return sorted(found)
 
 
