@@ -23,6 +23,7 @@ from megatron_gamma.study.sweep import sweep
 from megatron_gamma.study.verdicts import (
     INCONCLUSIVE,
     NOT_MEASURABLE,
+    NOT_MEASURED,
     NOT_REPRODUCED,
     REPRODUCED,
 )
@@ -189,7 +190,13 @@ def test_report_on_smoke_study(smoke_dir):
     listed = proc.stdout.split("verdicts (the numbers and rules: ", 1)[1].splitlines()[1:]
     assert listed == [f"- {v['claim']} [{v['lr']}]: {v['verdict']}" for v in verdicts]
     for v in verdicts:
-        assert v["verdict"] in (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, NOT_MEASURABLE)
+        assert v["verdict"] in (
+            REPRODUCED,
+            NOT_REPRODUCED,
+            INCONCLUSIVE,
+            NOT_MEASURABLE,
+            NOT_MEASURED,
+        )
         assert v["numbers"] and v["rule"], v
         if v["verdict"] != INCONCLUSIVE:
             assert any(ch.isdigit() for ch in v["numbers"]), v

@@ -30,6 +30,7 @@ from megatron_gamma.study.rundir import RunRecord
 from megatron_gamma.study.verdicts import (
     INCONCLUSIVE,
     NOT_MEASURABLE,
+    NOT_MEASURED,
     NOT_REPRODUCED,
     REPRODUCED,
     Verdict,
@@ -139,9 +140,9 @@ def test_an_arm_no_better_than_token_frequencies_has_not_learned():
         losses |= {("baseline", "s1", k): 8.25 + e, ("gamma1", "s1", k): 8.05 + 0.5 * e}
     above_unigram = make_study(losses, {"s1": 256}, vocab_size=4096, unigram_loss=7.2312)
     row = verdicts(above_unigram, {}, None)[0]
-    assert (row.verdict, row.scope) == (NOT_MEASURABLE, "")
+    assert (row.verdict, row.scope) == (NOT_MEASURED, "")
     assert (
-        "not measurable at this scale: not learned, mean final validation loss >= the held-out "
+        "not measurable in these runs: not learned, mean final validation loss >= the held-out "
         "loss of the train split's token frequencies, 7.2312 (ln V = ln 4096 = 8.3178 is a "
         "uniform predictor's): gamma1 at s1 8.0500, baseline at s1 8.2500"
     ) in row.numbers
@@ -192,9 +193,9 @@ def test_an_arm_that_has_not_learned_is_not_measurable_and_one_lr_is_scoped():
     for k, e in ((1, 0.0), (2, 0.02), (3, -0.02)):
         losses |= {("baseline", "s1", k): 8.3287 + e, ("gamma1", "s1", k): 7.90 + 0.5 * e}
     rows = verdicts(make_study(losses, {"s1": 256}, vocab_size=4096), {}, None)
-    assert rows[0].lr == "shared LR" and rows[0].verdict == NOT_MEASURABLE and rows[0].scope == ""
+    assert rows[0].lr == "shared LR" and rows[0].verdict == NOT_MEASURED and rows[0].scope == ""
     assert (
-        "not measurable at this scale: not learned, mean final validation loss >= ln V = "
+        "not measurable in these runs: not learned, mean final validation loss >= ln V = "
         "ln 4096 = 8.3178 (a uniform predictor's): baseline at s1 8.3287"
     ) in rows[0].numbers
     learned = {key: x - 3.0 for key, x in losses.items()}
@@ -1282,7 +1283,7 @@ def test_a_stable_rank_still_falling_at_the_last_point_has_no_measured_recovery(
         }
     data = make_study(losses, {"s1": 256}, diagnostics=diag)
     v = claim7(data)
-    assert v.verdict == NOT_MEASURABLE
+    assert v.verdict == NOT_MEASURED
     assert (
         "the stable rank of gamma1 is still falling at the last point (its minimum is the last "
         "point, iteration 100) in seed(s) [1, 2, 3], so no recovery is measured" in v.numbers
@@ -1312,7 +1313,7 @@ def test_a_control_still_falling_at_the_last_point_has_no_measured_dip():
     v = claim7(make_study(losses, {"s1": 256}, diagnostics=diag))
     deltas = [(1 - (15.0 - e) / 30) - (1 - 29.0 / 30) for e in offsets]
     lo, hi = _t_interval(deltas)
-    assert v.verdict == NOT_MEASURABLE
+    assert v.verdict == NOT_MEASURED
     assert (
         f"gamma1 vs baseline (s1): Δdip to the last point {np.mean(deltas):+.3f} [{lo:+.3f}, "
         f"{hi:+.3f}] (df 2, 3 seeds); the stable rank of baseline (the control) is still "
@@ -1485,7 +1486,7 @@ def test_claim8_reads_the_learned_bar_off_the_compared_checkpoints_too():
     assert claim8(data, cmp).verdict == REPRODUCED  # both below the bar
     runs[2] = {"a": {"mean_loss": 7.8280}, "b": {"mean_loss": 8.1238}}
     v = claim8(data, cmp)
-    assert v.verdict == NOT_MEASURABLE
+    assert v.verdict == NOT_MEASURED
     assert v.numbers == (
         "gamma1 vs baseline at s1: not learned: the compared checkpoints' mean loss over the "
         "scored tokens is not below the held-out loss of the train split's token frequencies, "

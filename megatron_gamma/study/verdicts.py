@@ -12,9 +12,12 @@ Verdicts:
   (df < 1), or an arm the claim needs is missing, or a planned run of an arm it compares has
   not finished or has diverged (:func:`_complete`), or seeds of an arm it compares start from
   the same weights (:func:`_independent`), or the data cannot show the effect;
-- *not measurable at this scale*: the mechanism cannot act in these models (the number why),
-  or a compared arm has not learned: its mean final validation loss is >= ln V, a uniform
-  predictor's, at a size the row judges (:attr:`Verdict.sizes`, :func:`_learned`).
+- *not measurable at this scale*: the mechanism cannot act in these models (the number why);
+- *not measurable in these runs*: the runs are too short to show it, whatever the scale: a
+  compared arm has not learned (its mean final loss is not below the held-out loss of the train
+  split's token frequencies, at a size the row judges: :attr:`Verdict.sizes`, :func:`_learned`;
+  claim 8 also reads the compared checkpoints' own loss), or a stable rank is still falling at
+  its last logged point (claim 7). Longer runs, not larger models, would measure it.
 
 A decided verdict that covers less than the claim says so in its scope (:attr:`Verdict.scope`):
 a loss claim's shared-LR row holds "at one shared LR, not tuned per arm"; a two-part claim
@@ -51,6 +54,8 @@ REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive"
 NOT_MEASURABLE = "not measurable at this scale"
+NOT_MEASURED = "not measurable in these runs"
+"""The runs are too short to show the effect, whatever the scale (module docstring)."""
 EPS_ACTS_MAX = SATURATION_FACTOR
 """σ²_emb/ε at initialization above which ε cannot act on the first RMSNorm: the saturation
 diagnostic's own threshold (a token is saturated when σ²(h) <= 10 ε,
@@ -80,7 +85,7 @@ class Verdict:
 
     Attributes:
         claim: the paper's claim.
-        verdict: one of the four verdicts.
+        verdict: one of the five verdicts (module docstring).
         numbers: the measured effects with their intervals and degrees of freedom.
         rule: the decision rule.
         lr: which runs the row reads: ``shared LR`` (every arm at the study's shared LR; the
@@ -690,7 +695,7 @@ def claim7(data: StudyData) -> Verdict:
                 + " (a matter of training length, not only of scale: longer runs, with "
                 "diagnostics to their end, would measure it)"
             )
-            verdicts.append(NOT_MEASURABLE)
+            verdicts.append(NOT_MEASURED)
             continue
         rise = t_interval([x[1] for x in da])
         v1, why1 = decide(dip, DIP_MIN, +1)
@@ -699,7 +704,7 @@ def claim7(data: StudyData) -> Verdict:
             f"{arm} vs {ctrl} ({at}): Δdip {dip.text(3)} ({why1}); recovery {rise.text(3)} ({why2})"
         )
         verdicts.append(combine([v1, v2]))
-    verdict = NOT_MEASURABLE if set(verdicts) == {NOT_MEASURABLE} else combine(verdicts)
+    verdict = NOT_MEASURED if set(verdicts) == {NOT_MEASURED} else combine(verdicts)
     at = tuple(s for s in data.sizes if s in judged)
     return Verdict(claim, verdict, "; ".join(parts), rule, sizes=at)
 
@@ -799,7 +804,7 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
     ]
     if flat:
         return Verdict(
-            claim, NOT_MEASURABLE, f"{head}: not learned: the compared checkpoints' mean loss "
+            claim, NOT_MEASURED, f"{head}: not learned: the compared checkpoints' mean loss "
             f"over the scored tokens is not below the held-out loss of the train split's token "
             f"frequencies, {bar:.4f}: {', '.join(flat)}", rule, sizes=at,
         )  # fmt: skip
@@ -840,13 +845,13 @@ def _at_shared_lr(row: Verdict) -> Verdict:
 
 
 def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
-    """``row``, made not measurable where a decided verdict rests on an arm that has not
-    learned: its seed-mean final validation loss at a size the row compares
-    (:attr:`Verdict.sizes`; a size the row does not judge, e.g. a smaller one for a claim read
-    at the largest, is not read) is not below the held-out loss of the train split's token
-    frequencies (:attr:`~.analysis.StudyData.unigram_loss`): such a model has learned nothing
-    beyond how often each token occurs, and its differences say nothing of the paper's
-    effects. Without that loss the bar is ln V, a uniform predictor's (V:
+    """``row``, made not measurable in these runs (:data:`NOT_MEASURED`) where a decided
+    verdict rests on an arm that has not learned: its seed-mean final validation loss at a
+    size the row compares (:attr:`Verdict.sizes`; a size the row does not judge, e.g. a smaller
+    one for a claim read at the largest, is not read) is not below the held-out loss of the
+    train split's token frequencies (:attr:`~.analysis.StudyData.unigram_loss`): such a model
+    has learned nothing beyond how often each token occurs, and its differences say nothing of
+    the paper's effects. Without that loss the bar is ln V, a uniform predictor's (V:
     :attr:`~.analysis.StudyData.vocab_size`; unknown V: no check, and a decided row says so).
     Losses read: the row's LR phase (confirm runs for ``best LR``). An undecided row keeps its
     verdict and gets the same note."""
@@ -879,10 +884,10 @@ def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdic
         return row
     decided = row.verdict in (REPRODUCED, NOT_REPRODUCED)
     note = (
-        f"{'not measurable at this scale: ' if decided else ''}not learned, mean final "
+        f"{NOT_MEASURED + ': ' if decided else ''}not learned, mean final "
         f"validation loss >= {what}: {', '.join(flat)}"
     )
-    verdict = NOT_MEASURABLE if decided else row.verdict
+    verdict = NOT_MEASURED if decided else row.verdict
     return replace(row, verdict=verdict, numbers=f"{row.numbers}; {note}", scope="")
 
 
