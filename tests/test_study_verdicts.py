@@ -155,7 +155,7 @@ def test_an_arm_no_better_than_token_frequencies_has_not_learned():
         "An arm has learned where its mean final validation loss is below 7.2312 nats, the "
         "held-out loss of the train split's token frequencies (add-0.5 smoothed, over the whole "
         "held-out split; ln V = ln 4096 = 8.3178 nats is a uniform predictor's); a decided row "
-        "resting on one that has not is not measurable."
+        "resting on one that has not is not measurable in these runs."
     )
 
 

@@ -386,13 +386,15 @@ def _learned_bar(data: StudyData) -> str:
     if data.unigram_loss is None:
         return (
             f"An arm has learned where its mean final validation loss is below {uniform} (a "
-            "uniform predictor's); a decided row resting on one that has not is not measurable."
+            "uniform predictor's); a decided row resting on one that has not is not measurable in "
+            "these runs."
         )
     return (
         f"An arm has learned where its mean final validation loss is below "
         f"{data.unigram_loss:.4f} nats, the held-out loss of the train split's token frequencies "
         f"(add-0.5 smoothed, over the whole held-out split; {uniform} is a uniform "
-        "predictor's); a decided row resting on one that has not is not measurable."
+        "predictor's); a decided row resting on one that has not is not measurable in these "
+        "runs."
     )
 
 
@@ -459,8 +461,12 @@ def _markdown(
         "",
         f"Pre-registered margin δ = {data.margin:g} nats. Intervals are 95% Student-t with their "
         "degrees of freedom (df) and unit of replication: seeds within a size (paired by seed), "
-        "sizes across sizes (one per-size mean each). *Inconclusive*: the interval includes "
-        "both the claim and its negation, or there are too few seeds/sizes for an interval.",
+        "sizes across sizes (one per-size mean each, known no better than its seeds allow). "
+        "*Inconclusive*: the interval includes both the claim and its negation, or there are "
+        "too few seeds/sizes for an interval. *Not measurable at this scale*: the mechanism "
+        "cannot act in models of these sizes. *Not measurable in these runs*: the runs are too "
+        "short to show it (an arm that has not learned, a trajectory still falling at its last "
+        "point); longer runs would measure it.",
         "",
         _learned_bar(data),
         "",
