@@ -48,6 +48,7 @@ from megatron_gamma.study.verdicts import (
     SINK_MIN,
     concentration_arm,
     concentration_missing,
+    learned_bar,
     verdicts,
 )
 
@@ -379,22 +380,13 @@ def report(
 
 def _learned_bar(data: StudyData) -> str:
     """The line that says what loss an arm must beat to count as learned (the verdicts'
-    not-learned check)."""
-    if not data.vocab_size:
+    not-learned check, :func:`~.verdicts.learned_bar`)."""
+    bar = learned_bar(data)
+    if bar is None:
         return "Whether the arms learned is not checked: the study records no vocabulary size."
-    uniform = f"ln V = ln {data.vocab_size} = {np.log(data.vocab_size):.4f} nats"
-    if data.unigram_loss is None:
-        return (
-            f"An arm has learned where its mean final validation loss is below {uniform} (a "
-            "uniform predictor's); a decided row resting on one that has not is not measurable in "
-            "these runs."
-        )
     return (
-        f"An arm has learned where its mean final validation loss is below "
-        f"{data.unigram_loss:.4f} nats, the held-out loss of the train split's token frequencies "
-        f"(add-0.5 smoothed, over the whole held-out split; {uniform} is a uniform "
-        "predictor's); a decided row resting on one that has not is not measurable in these "
-        "runs."
+        f"An arm has learned where its mean final validation loss is below {bar[1]}; a decided "
+        "row resting on one that has not is not measurable in these runs."
     )
 
 

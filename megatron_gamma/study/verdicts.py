@@ -795,7 +795,7 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
         return Verdict(claim, INCONCLUSIVE, f"compare: {why}", rule)
     seeds, at = cmp["seeds"], (cmp["size"],)
     head = f"{cmp['arm']} vs {data.baseline} at {cmp['size']}"
-    bar = data.unigram_loss
+    bar, what = learned_bar(data) or (None, "")
     flat = [
         f"seed {k} {side} {run[side]['mean_loss']:.4f}"
         for k, run in (cmp.get("runs") or {}).items()
@@ -805,8 +805,7 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
     if flat:
         return Verdict(
             claim, NOT_MEASURED, f"{head}: not learned: the compared checkpoints' mean loss "
-            f"over the scored tokens is not below the held-out loss of the train split's token "
-            f"frequencies, {bar:.4f}: {', '.join(flat)}", rule, sizes=at,
+            f"over the scored tokens is not below {what}: {', '.join(flat)}", rule, sizes=at,
         )  # fmt: skip
     if len(seeds) < 2:
         return Verdict(
@@ -844,6 +843,29 @@ def _at_shared_lr(row: Verdict) -> Verdict:
     return replace(row, scope="; ".join(x for x in (SHARED_LR_SCOPE, row.scope) if x))
 
 
+def learned_bar(data: StudyData) -> Optional[tuple[float, str]]:
+    """The loss an arm's mean loss must lie below for it to have learned, and its description:
+    δ (the study's margin, the smallest effect it counts) below the held-out loss of the train
+    split's token frequencies (:attr:`~.analysis.StudyData.unigram_loss`), or below ln V, a
+    uniform predictor's, without that loss. A model at or near that loss has learned nothing
+    beyond how often each token occurs. None when the vocabulary size is unknown."""
+    if not data.vocab_size:
+        return None
+    uniform = float(np.log(data.vocab_size))
+    if data.unigram_loss is not None:
+        ref = data.unigram_loss
+        what = (
+            f"the held-out loss of the train split's token frequencies, {ref:.4f} nats (add-0.5 "
+            f"smoothed; ln V = ln {data.vocab_size} = {uniform:.4f} nats is a uniform "
+            "predictor's)"
+        )
+    else:
+        ref = uniform
+        what = f"ln V = ln {data.vocab_size} = {uniform:.4f} nats (a uniform predictor's)"
+    bar = ref - data.margin
+    return bar, f"{bar:.4f} nats, δ = {data.margin:g} nats below {what}"
+
+
 def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
     """``row``, made not measurable in these runs (:data:`NOT_MEASURED`) where a decided
     verdict rests on an arm that has not learned: its seed-mean final validation loss at a
@@ -851,8 +873,8 @@ def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdic
     one for a claim read at the largest, is not read) is not below the held-out loss of the
     train split's token frequencies (:attr:`~.analysis.StudyData.unigram_loss`): such a model
     has learned nothing beyond how often each token occurs, and its differences say nothing of
-    the paper's effects. Without that loss the bar is ln V, a uniform predictor's (V:
-    :attr:`~.analysis.StudyData.vocab_size`; unknown V: no check, and a decided row says so).
+    the paper's effects. The bar is δ below that loss, or below ln V without it
+    (:func:`learned_bar`; unknown V: no check, and a decided row says so).
     Losses read: the row's LR phase (confirm runs for ``best LR``). An undecided row keeps its
     verdict and gets the same note."""
     if not data.vocab_size:
@@ -863,16 +885,7 @@ def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdic
             "predictor's) is not checked: the study records no vocabulary size"
         )
         return replace(row, numbers=f"{row.numbers}; {unchecked}")
-    uniform = float(np.log(data.vocab_size))
-    if data.unigram_loss is not None:
-        bar = data.unigram_loss
-        what = (
-            f"the held-out loss of the train split's token frequencies, {bar:.4f} (ln V = ln "
-            f"{data.vocab_size} = {uniform:.4f} is a uniform predictor's)"
-        )
-    else:
-        bar = uniform
-        what = f"ln V = ln {data.vocab_size} = {uniform:.4f} (a uniform predictor's)"
+    bar, what = learned_bar(data)
     get = data.confirm_losses if row.lr == "best LR" else data.losses
     flat = [
         f"{a} at {s} {mean:.4f}"
