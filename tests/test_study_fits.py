@@ -253,9 +253,21 @@ def test_sizes_as_units_are_no_surer_than_the_seeds_within_them():
     equal = size_interval([t_interval([-0.13, -0.13]), t_interval([-0.10, -0.14])])
     assert not equal.has_interval and equal.equal_seeds == 1
     assert equal.text() == (
-        "-0.1250 (2 sizes; at 1 of them every seed gave the same value, so the seeds did not "
-        "change the run: no interval)"
+        "-0.1250 (2 sizes; at 1 of them every seed gave the same value (sd 0: the seeds did not "
+        "change the runs, or the two arms are one run there): no interval)"
     )
+    # trial 6: four seeds at one size, one at two others. A one-seed size's mean carries the
+    # whole seed variance σ², pooled from the sizes that measure it: σ²/n for every size
+    mixed = {"s1": [-0.17, -0.07, -0.12, -0.12], "s2": [-0.121], "s3": [-0.119]}
+    sigma2 = np.var(mixed["s1"], ddof=1)
+    noise = np.mean([sigma2 / len(g) for g in mixed.values()])
+    means = [np.mean(g) for g in mixed.values()]
+    half = stats.t.ppf(0.975, 2) * math.sqrt(noise / 3)
+    got = size_interval([t_interval(g) for g in mixed.values()])
+    assert (got.low, got.high) == pytest.approx(
+        (np.mean(means) - half, np.mean(means) + half), rel=1e-12
+    )
+    assert got.high > -0.05  # the one-seed sizes' noise counted: no longer beyond δ = 0.05
     # one seed at every size: no seed noise to measure, the spread between sizes alone
     single = [t_interval([-0.2]), t_interval([-0.3]), t_interval([-0.25])]
     assert size_interval(single) == t_interval([-0.2, -0.3, -0.25], "sizes")

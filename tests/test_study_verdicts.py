@@ -1504,26 +1504,36 @@ def test_claim8_reads_the_learned_bar_off_the_compared_checkpoints_too():
     )
 
 
-def test_claim8_compares_only_checkpoints_inside_the_study(tmp_path):
-    """compare followed a run's config.yaml to a `save` outside the study directory and scored
-    other models than those whose losses the report read. sweep saves inside each run, so a
-    checkpoint elsewhere is refused, named, before compare runs."""
+@pytest.mark.parametrize("elsewhere", ["outside", "other_run"])
+def test_claim8_compares_only_each_runs_own_checkpoints(tmp_path, elsewhere):
+    """compare followed a run's config.yaml to a `save` outside the study directory (trial 5),
+    or to another run's checkpoints inside it (trial 6: the baseline compared with itself), and
+    scored other models than those whose losses the report read. sweep saves inside each run,
+    so a checkpoint outside its own run directory is refused, named, before compare runs."""
     from megatron_gamma.study.report import run_compare
 
-    study, outside = tmp_path / "study", tmp_path / "elsewhere" / "checkpoints"
+    study = tmp_path / "study"
+    outside = (
+        tmp_path / "elsewhere" / "checkpoints"
+        if elsewhere == "outside"
+        else study / "baseline" / "s1" / "seed-1" / "checkpoints"
+    )
     ckpt = outside / "iter_0000002"
     ckpt.mkdir(parents=True)
     (outside / "latest_checkpointed_iteration.txt").write_text("2")
     (ckpt / "metadata.json").write_text("{}")
     for arm in ("gamma1+eps+gate", "baseline"):
         run = study / arm / "s1" / "seed-1"
-        run.mkdir(parents=True)
+        run.mkdir(parents=True, exist_ok=True)
         (run / "config.yaml").write_text(f"checkpoint:\n  save: {outside}\n")
     losses = {("gamma1+eps+gate", "s1", 1): 4.8, ("baseline", "s1", 1): 5.0}
     data = make_study(losses, {"s1": 256}, manifest={"heldout": str(tmp_path / "h")})
     data.dir = str(study)
     got = run_compare(data, str(tmp_path / "report"))
-    assert got["error"].startswith(f"checkpoint {str(ckpt)!r} lies outside the study directory")
+    run = study / "gamma1+eps+gate" / "s1" / "seed-1"
+    assert got["error"].startswith(
+        f"checkpoint {str(ckpt)!r} lies outside its run directory {str(run)!r}"
+    )
     assert not (tmp_path / "report").exists()
 
 

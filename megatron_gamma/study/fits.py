@@ -160,10 +160,11 @@ class Interval:
             interval.
         seed_noise: with sizes as units, where the seed noise within the sizes set the width
             (:func:`size_interval`, :func:`trend_interval`): the variance of a size's mean that
-            it alone gives (the mean of the sizes' squared standard errors), larger than the
-            spread between the sizes' means; NaN where that spread set it.
+            it alone gives (:func:`_seed_noise`), larger than the spread between the sizes'
+            means; NaN where that spread set it.
         equal_seeds: with sizes as units, how many sizes have several seeds that all gave the
-            same value; any gives no interval (those seeds did not change the run).
+            same value; any gives no interval (those seeds did not change the runs, or the two
+            arms compared are one run there).
     """
 
     mean: float
@@ -208,8 +209,8 @@ class Interval:
             if self.equal_seeds:
                 return (
                     f"{self.mean:+.{digits}f} ({self.n} {unit}; at {self.equal_seeds} of them "
-                    "every seed gave the same value, so the seeds did not change the run: no "
-                    "interval)"
+                    "every seed gave the same value (sd 0: the seeds did not change the runs, "
+                    "or the two arms are one run there): no interval)"
                 )
             why = ":"
             if self.no_spread:
@@ -283,30 +284,44 @@ def _standard_error(d: Interval) -> float:
     return (d.high - d.low) / 2 / float(stats.t.ppf((1 + d.level) / 2, d.df))
 
 
+def _seed_noise(variances: Sequence[float], counts: Sequence[int], seeds: Sequence[int]) -> float:
+    """The mean over sizes of the variance of a size's mean that seed noise gives, σ²/n_s:
+    σ² pooled over the sizes with >= 2 seeds (``variances`` of those, with their ``counts``),
+    n_s the seeds of every size (``seeds``: a one-seed size's mean carries the whole σ²)."""
+    df = sum(n - 1 for n in counts)
+    pooled = sum((n - 1) * v for v, n in zip(variances, counts, strict=True)) / df
+    return float(np.mean([pooled / n for n in seeds]))
+
+
 def size_interval(per_size: Sequence[Interval], level: float = 0.95) -> Interval:
     """The mean of per-size effects with sizes as the unit of replication (df = sizes − 1),
     the variance of a size's mean taken as the larger of the spread between the sizes' means
-    and the seed noise within them (the mean of their squared standard errors, read off their
-    seed intervals): the random-effects variance τ² + SE² with τ² = max(0, spread − SE²)
-    (DerSimonian–Laird, equal weights). Two sizes whose means land close by chance, each with a
-    wide seed interval, then give no narrower an interval than their seeds support. No interval
-    where :func:`t_interval` gives none over the means (one size, a NaN or inf mean, equal
-    means without seed noise to measure), nor where a size's several seeds all gave the same
-    value (``equal_seeds``: those seeds did not change the run).
+    and the seed noise within them (:func:`_seed_noise`: the seed variance σ² pooled over the
+    sizes with several seeds, read off their seed intervals, over each size's seed count): the
+    random-effects variance τ² + σ²/n with τ² = max(0, spread − σ²/n) (DerSimonian–Laird,
+    equal weights). Two sizes whose means land close by chance, each known only as well as its
+    seeds allow, then give no narrower an interval than those seeds support. No interval where
+    :func:`t_interval` gives none over the means (one size, a NaN or inf mean, equal means
+    without seed noise to measure), nor where a size's several seeds all gave the same value
+    (``equal_seeds``).
 
     Args:
         per_size: each size's interval over its seeds (:func:`paired_difference`), at ``level``;
-            a one-seed size has none and adds no seed noise.
+            a one-seed size has none, adds nothing to σ² and takes σ² whole.
     """
     means = [d.mean for d in per_size]
     base = t_interval(means, "sizes", level)
     equal = sum(d.no_spread for d in per_size)
     if equal:
         return replace(base, low=math.nan, high=math.nan, equal_seeds=equal)
-    errors = [_standard_error(d) ** 2 for d in per_size if d.has_interval]
-    if base.nonfinite or len(means) < 2 or not errors:
+    spread = [d for d in per_size if d.has_interval]
+    if base.nonfinite or len(means) < 2 or not spread:
         return base
-    noise = float(np.mean(errors))
+    noise = _seed_noise(
+        [_standard_error(d) ** 2 * d.n for d in spread],
+        [d.n for d in spread],
+        [d.n for d in per_size],
+    )
     if base.has_interval and float(np.var(means, ddof=1)) >= noise:
         return base
     half = float(stats.t.ppf((1 + level) / 2, len(means) - 1) * math.sqrt(noise / len(means)))
@@ -327,7 +342,7 @@ def trend_interval(
     df = sizes − 2. Seeds within a size say nothing about how the effect varies between
     sizes, so two sizes give no trend interval; they do bound how well each size's mean is
     known: the residual variance of the means is taken as at least the seed noise within the
-    sizes (the mean of their squared standard errors, sizes with >= 2 seeds), as in
+    sizes (:func:`_seed_noise`, one-seed sizes included), as in
     :func:`size_interval`, so that a line through means that landed close to it by chance is no
     surer than the seeds allow (``seed_noise``). Means exactly on a line (residual sd 0 up to
     rounding, e.g. two arms that are one run twice: every mean 0) give no interval (NaN), as
@@ -367,7 +382,13 @@ def trend_interval(
         return Interval(
             slope, math.nan, math.nan, int(xs.size), df, "sizes", level, equal_seeds=equal
         )
-    noise = float(np.mean([g.var(ddof=1) / g.size for g in several])) if several else 0.0
+    noise = (
+        _seed_noise(
+            [g.var(ddof=1) for g in several], [g.size for g in several], [g.size for g in gs]
+        )
+        if several
+        else 0.0
+    )
     half = float(stats.t.ppf((1 + level) / 2, df) * math.sqrt(max(sd**2, noise) / sxx))
     return Interval(
         slope, slope - half, slope + half, int(xs.size), df, "sizes", level,

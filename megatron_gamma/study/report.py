@@ -61,7 +61,8 @@ def run_compare(data: StudyData, out_dir: str) -> Optional[dict]:
     Returns:
         {"arm", "size", "seeds": {seed: {"delta", "difficulty"} arrays},
         "runs": {seed: compare.json}}, or {"error", "arm", "size"} (a checkpoint missing, one
-        outside the study directory, or compare failed), or None without a pair.
+        outside its own run directory, as written by sweep, or compare failed), or None
+        without a pair.
     """
     arm = concentration_arm(data)
     for size in reversed(data.sizes) if arm else []:
@@ -70,20 +71,18 @@ def run_compare(data: StudyData, out_dir: str) -> Optional[dict]:
             continue
         result = {"arm": arm, "size": size, "seeds": {}, "runs": {}}
         for seed in common:
+            runs = [os.path.join(data.dir, a, size, f"seed-{seed}") for a in (arm, data.baseline)]
             try:
-                ckpts = [
-                    rundir.resolve_checkpoint(os.path.join(data.dir, a, size, f"seed-{seed}"))
-                    for a in (arm, data.baseline)
-                ]
+                ckpts = [rundir.resolve_checkpoint(run) for run in runs]
             except ConfigError as e:
                 return {"error": str(e), "arm": arm, "size": size}
-            study = os.path.realpath(data.dir)
-            for ckpt in ckpts:
-                if os.path.commonpath([os.path.realpath(ckpt), study]) != study:
+            for run, ckpt in zip(runs, ckpts, strict=True):
+                own = os.path.abspath(run)
+                if os.path.commonpath([os.path.abspath(ckpt), own]) != own:
                     return {
-                        "error": f"checkpoint {ckpt!r} lies outside the study directory "
-                        f"{data.dir!r} (where a run's config.yaml names its save), so it may not "
-                        "be the model whose losses the report reads. Fix: restore the run's "
+                        "error": f"checkpoint {ckpt!r} lies outside its run directory {run!r} "
+                        "(where the run's config.yaml names its save), so it may not be the "
+                        "model whose losses the report reads. Fix: restore the run's "
                         "checkpoints/ (sweep saves there), or rerun sweep",
                         "arm": arm,
                         "size": size,

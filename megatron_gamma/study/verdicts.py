@@ -876,7 +876,8 @@ def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdic
     the paper's effects. The bar is δ below that loss, or below ln V without it
     (:func:`learned_bar`; unknown V: no check, and a decided row says so).
     Losses read: the row's LR phase (confirm runs for ``best LR``). An undecided row keeps its
-    verdict and gets the same note."""
+    verdict and gets the same note: a row not measurable at this scale stays so, since longer
+    runs would not let the mechanism act."""
     if not data.vocab_size:
         if row.verdict not in (REPRODUCED, NOT_REPRODUCED):
             return row
