@@ -110,9 +110,9 @@ def test_evaluate_and_analyze_refuse_bad_arguments_before_torch_and_megatron_cor
         (["evaluate", str(run), "--tasks", "t", "--include-path", gone],
          f"--include-path={gone!r}: not a directory"),
         (["evaluate", str(run), "--tasks", "t", "--include-path", str(coded)],
-         f"--include-path={str(coded)!r}: 1 task file(s) use lm-eval's '!function' tag "
-         f"({str(coded / 't.yaml')!r}), which imports and runs the Python module beside the "
-         "file. Fix: read that code, then pass --trust-task-code"),
+         f"--include-path={str(coded)!r}: its task files would make lm-eval run Python code: "
+         f"{str(coded / 't.yaml')!r} uses the '!function' tag (imports the module beside it). "
+         "Fix: read that code, then pass --trust-task-code"),
         (["evaluate", str(run), "--tasks", "t", "--trust-task-code"],
          "--trust-task-code: acts only on the task files of --include-path"),
         (["evaluate", str(run), "--trust-task-code"], "--trust-task-code=True: acts only with"),

@@ -316,7 +316,7 @@ def test_task_files_that_run_code_need_trust_task_code(runs, tmp_path):
             str(tasks), "--limit", "2", "--output-dir", str(tmp_path / "out")]  # fmt: skip
     proc = _cli(*args)
     assert proc.returncode == 2 and not marker.exists()
-    assert f"({str(tasks / 'coded_mc.yaml')!r}), which imports and runs" in proc.stderr
+    assert f"{str(tasks / 'coded_mc.yaml')!r} uses the '!function' tag" in proc.stderr
     assert not (tmp_path / "out").exists()
     proc = _cli(*args, "--trust-task-code")
     assert proc.returncode == 0, proc.stderr[-4000:]

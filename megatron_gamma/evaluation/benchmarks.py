@@ -29,7 +29,7 @@ from megatron_gamma.config import ConfigError
 from megatron_gamma.evaluation.bootstrap import paired_bootstrap
 from megatron_gamma.evaluation.device import lm_eval_device
 from megatron_gamma.evaluation.errors import DatasetUnavailableError
-from megatron_gamma.evaluation.task_code import check_task_code
+from megatron_gamma.evaluation.task_code import check_task_code, sandbox_templates
 from megatron_gamma.hf import bars_only_on_a_terminal
 from megatron_gamma.hf.hf_export import export_hf
 
@@ -56,13 +56,16 @@ SUGGESTED_TASKS = (
 
 
 def _task_dict(tasks: list[str], task_manager) -> dict:
-    """lm-eval's task objects (this downloads or reads the datasets).
+    """lm-eval's task objects (this downloads or reads the datasets), their prompt templates
+    rendered in Jinja's sandbox (:func:`~.task_code.sandbox_templates`).
 
     Raises:
         DatasetUnavailableError: a task whose dataset cannot be loaded.
         ConfigError: an unknown task name.
     """
     from lm_eval.tasks import get_task_dict
+
+    sandbox_templates()
 
     unknown = [t for t in tasks if not task_manager.match_tasks([t])]
     if unknown:
