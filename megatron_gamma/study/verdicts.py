@@ -927,7 +927,9 @@ def _independent(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Ve
         f"{row.numbers}; not independent replicates: {'; '.join(same)} start from the same "
         "weights (equal weight-matrix diagnostics at iteration 0), so the seed did not change "
         "the initialization and each such group is one replicate. Fix: check that each run's "
-        "--seed reaches its model (sweep sets it per seed); a rerun of a seed is not a new seed"
+        "--seed reaches its model (sweep sets it per seed) and that no run loads its weights "
+        "from a checkpoint (a --pretrained-checkpoint in the study's config starts every run "
+        "from the same weights, whatever γ); a rerun of a seed is not a new seed"
     )
     return replace(row, verdict=verdict, numbers=numbers, scope=_kept_scope(row, verdict))
 
