@@ -12,7 +12,9 @@ which torch unpickles with no restriction:
   (:func:`check_object`).
 - ``common.pt``: megatron-core calls ``torch.load``, weights-only by default from torch 2.6
   unless ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` is set. Read here with ``weights_only=True``
-  always (:class:`TrustedCommonLoadStrategy`).
+  always (:class:`TrustedCommonLoadStrategy`), as are the ``KEY.pt`` object files megatron-core's
+  common strategy reads for a checkpoint whose objects are not in ``*.distcp``
+  (:func:`megatron_gamma.compat.patch_checkpoint_reader`).
 
 Anything else is refused with :class:`CheckpointError` naming the file and the class, before
 the class is imported or called; the tensors themselves torch reads weights-only. Every

@@ -73,8 +73,11 @@ reader     megatron-core's torch_dist strategy reads with    torch's reader unpi
            :class:`~megatron_gamma.checkpoint_trust.         ``.metadata`` with a plain
            TrustedFileSystemReader` (restricted unpickler    ``pickle.load`` and the objects in
            for ``.metadata``, weights-only check of the      ``*.distcp`` with
-           pickled objects)                                  ``weights_only=False``: a crafted
-                                                             checkpoint ran code on load
+           pickled objects); its common strategy's           ``weights_only=False``: a crafted
+           ``torch.load`` reads weights only                 checkpoint ran code on load; the
+                                                             common strategy's ``torch.load``
+                                                             followed
+                                                             ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``
 =========  ================================================  ===================================
 
 The command line also folds megatron-core's import-time warnings about missing accelerators
@@ -300,15 +303,39 @@ def patch_distributed_optimizer_load() -> None:
     cls._set_main_param_and_optimizer_states = _set_main_param_and_optimizer_states
 
 
+class _WeightsOnlyTorch(types.ModuleType):
+    """``torch`` as megatron-core's common checkpoint strategy sees it: every attribute
+    torch's, except :meth:`load`, which reads weights only."""
+
+    def __init__(self) -> None:
+        super().__init__("torch")
+
+    def __getattr__(self, name: str):
+        return getattr(torch, name)
+
+    @staticmethod
+    def load(*args, **kwargs):
+        """``torch.load(..., weights_only=True)`` whatever the caller or
+        ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says (torch honours an explicit True)."""
+        kwargs["weights_only"] = True
+        return torch.load(*args, **kwargs)
+
+
 def patch_checkpoint_reader() -> None:
     """The ``reader`` patch (idempotent; CPU and GPU alike): megatron-core's torch_dist load
     strategy builds its torch DCP reader with ``strategies.torch._get_filesystem_reader``;
     return :class:`~megatron_gamma.checkpoint_trust.TrustedFileSystemReader` instead (it caches
-    the metadata, as megatron-core's ``cache_metadata`` reader does)."""
+    the metadata, as megatron-core's ``cache_metadata`` reader does). And its common strategy
+    (``strategies.common``: ``common.pt``, and the ``KEY.pt`` object files of checkpoints whose
+    objects are not in ``*.distcp``) loads with ``weights_only=True``
+    (:class:`_WeightsOnlyTorch`), so ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` cannot reopen it."""
+    from megatron.core.dist_checkpointing.strategies import common as common_strategy
     from megatron.core.dist_checkpointing.strategies import torch as torch_strategy
 
     from megatron_gamma.checkpoint_trust import TrustedFileSystemReader
 
+    if not isinstance(common_strategy.torch, _WeightsOnlyTorch):
+        common_strategy.torch = _WeightsOnlyTorch()
     if getattr(torch_strategy._get_filesystem_reader, "_megatron_gamma_fix", False):
         return
 

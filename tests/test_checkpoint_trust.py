@@ -215,3 +215,36 @@ def test_a_damaged_metadata_json_is_named_with_the_fix(tmp_path, text, why):
     assert "Fix: use a complete checkpoint" in str(err.value)
     (tmp_path / "metadata.json").write_text('{"sharded_backend": "torch_dist"}')
     check_config(str(tmp_path))
+
+
+def test_the_common_strategys_object_files_load_weights_only_whatever_the_environment(
+    tmp_path, monkeypatch
+):
+    """megatron-core's common strategy reads the `KEY.pt` object files of a checkpoint whose
+    objects are not in `*.distcp` with a bare `torch.load`, which TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD
+    turns into a full unpickler (trust audit, 2026-12-06). With the reader patch installed it
+    reads weights only: the payload is refused and does not run; a plain tensor still loads.
+    The reference: the same file through torch.load under that variable runs the payload."""
+    from megatron.core.dist_checkpointing import ShardedObject
+    from megatron.core.dist_checkpointing.strategies import common
+
+    from megatron_gamma.checkpoint_trust import TrustedCommonLoadStrategy
+    from megatron_gamma.compat import patch_checkpoint_reader
+
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    marker = tmp_path / "payload-ran"
+    obj = ShardedObject("rng", None, (1,), (0,))
+    (tmp_path / f"{obj.unique_key}.pt").parent.mkdir(parents=True, exist_ok=True)
+    torch.save(_Payload(str(marker)), tmp_path / f"{obj.unique_key}.pt")
+    patch_checkpoint_reader()
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        TrustedCommonLoadStrategy().load_sharded_objects({"rng": obj}, str(tmp_path))
+    assert not marker.exists()
+    torch.save(torch.arange(3), tmp_path / f"{obj.unique_key}.pt")
+    loaded = {"rng": ShardedObject("rng", None, (1,), (0,))}
+    TrustedCommonLoadStrategy().load_sharded_objects(loaded, str(tmp_path))
+    assert torch.equal(loaded["rng"], torch.arange(3))
+    torch.save(_Payload(str(marker)), tmp_path / "plain.pt")
+    with pytest.warns(UserWarning, match="TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"):
+        torch.load(tmp_path / "plain.pt")
+    assert marker.exists() and common.torch.load is not torch.load
