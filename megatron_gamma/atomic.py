@@ -1,11 +1,11 @@
 """Atomic writes: a file or directory appears complete under its final name, or not at all.
 
 Every write of the package that a crash or an error must not leave torn goes through here: the
-content is written under a temporary name in the same directory (the same file system, so the
-rename is atomic) and moved over the final name with ``os.replace``; on an error the temporary
-is removed and the previous file, if any, is left as it was. Readers therefore see the old
-content or the new, never a part. (No ``fsync``: the guarantee is against a process that dies or
-raises, not against a power loss.)
+content is written under a temporary name beside it (the same file system, so the rename is atomic;
+:func:`atomic_path` puts it in a private directory of its own) and moved over the final name with
+``os.replace``; on an error the temporary is removed and the previous file, if any, is left as it
+was. Readers therefore see the old content or the new, never a part. (No ``fsync``: the guarantee is
+against a process that dies or raises, not against a power loss.)
 
 - :func:`atomic_path`: yields the temporary path, for writers that take a path (``np.savez``,
   ``savefig``, a tokenizer's ``save``).
@@ -35,13 +35,6 @@ from collections.abc import Iterator
 from typing import IO
 
 
-def temp_path(path: str) -> str:
-    """The temporary name of ``path`` for this process: ``PATH.tmpPID`` followed by ``path``'s
-    extension (``x.npz`` -> ``x.npz.tmp123.npz``), so writers that choose the format by the
-    extension, or append one, keep working."""
-    return f"{path}.tmp{os.getpid()}{os.path.splitext(path)[1]}"
-
-
 def new_file_mode() -> int:
     """The permission bits ``open(path, "w")`` gives a new file: ``0o666`` less the umask (read
     from ``/proc/self/status`` on Linux, which leaves it unchanged; elsewhere set and restored)."""
@@ -64,24 +57,30 @@ def _remove(path: str) -> None:
 
 @contextlib.contextmanager
 def atomic_path(path: str) -> Iterator[str]:
-    """Yield a temporary path (:func:`temp_path`) for the caller to write; when the block ends
-    without an error, move it over ``path`` (``os.replace``).
+    """Yield a temporary path for the caller to write; when the block ends without an error,
+    move it over ``path`` (``os.replace``).
 
-    A leftover temporary of a killed writer with the same pid is removed first (so ``os.open``
-    with ``O_EXCL`` and a mode works). On an error (any exception, ``KeyboardInterrupt``
-    included) the temporary is removed, ``path`` keeps its previous content, and the error
-    propagates.
+    The temporary is ``path``'s base name inside a new directory beside ``path``
+    (``.NAME.XXXXXXXX``, made by ``tempfile.mkdtemp``: an unpredictable name, created
+    exclusively, writable by this user only), so writers that choose the format by the
+    extension, or append one (``np.savez``), keep working, and nobody else who may write
+    ``path``'s directory can put a file or symbolic link where the writer opens its temporary:
+    writers that follow links (``np.savez``, ``savefig``, a tokenizer's ``save``) cannot be sent
+    to another file. On an error (any exception, ``KeyboardInterrupt`` included) the temporary
+    directory is removed, ``path`` keeps its previous content, and the error propagates.
 
     Raises:
-        OSError: the block wrote nothing at the temporary path, or the rename failed.
+        OSError: ``path``'s directory does not exist or refuses new entries, the block wrote
+            nothing at the temporary path, or the rename failed.
     """
-    tmp = temp_path(path)
-    _remove(tmp)
+    parent, name = os.path.split(os.path.abspath(path))
+    folder = tempfile.mkdtemp(prefix=f".{name}.", dir=parent)
     try:
+        tmp = os.path.join(folder, name)
         yield tmp
         os.replace(tmp, path)
     finally:
-        _remove(tmp)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -89,13 +88,7 @@ def atomic_open(path: str, mode: str = "w", **kwargs) -> Iterator[IO]:
     """``open(temporary, mode, **kwargs)`` (``mode``: ``"w"`` or ``"wb"``; ``encoding``,
     ``newline`` as for ``open``), moved over ``path`` once the block ends without an error and
     the file is closed (:func:`atomic_path`). The temporary is created exclusively
-    (``O_CREAT | O_EXCL``, the umask's permissions): a file or symbolic link put at its name by
-    someone else between the removal of a leftover and the open is refused, not written
-    through, so a directory others may write cannot redirect the write to another file.
-
-    Raises:
-        FileExistsError: something appeared at the temporary name in that instant.
-    """
+    (``O_CREAT | O_EXCL``) with the umask's permissions, which the published file keeps."""
     with atomic_path(path) as tmp:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with open(fd, mode, **kwargs) as f:

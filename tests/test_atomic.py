@@ -49,7 +49,8 @@ def test_an_error_midway_before_any_file_existed_leaves_nothing(tmp_path):
 
 def test_a_write_replaces_the_file_in_one_rename(tmp_path, monkeypatch):
     """Until the rename, readers see the old content; the new content arrives whole, through
-    exactly one ``os.replace`` from a temporary in the same directory."""
+    exactly one ``os.replace`` from a temporary in a directory of its own beside the file (the
+    same file system)."""
     path = tmp_path / "out.txt"
     path.write_text("old")
     renames = []
@@ -58,7 +59,7 @@ def test_a_write_replaces_the_file_in_one_rename(tmp_path, monkeypatch):
     def spy(src, dst):
         assert path.read_text() == "old"
         assert open(src).read() == "new content"
-        renames.append((os.path.dirname(src), os.fspath(dst)))
+        renames.append((os.path.dirname(os.path.dirname(src)), os.fspath(dst)))
         real(src, dst)
 
     monkeypatch.setattr(os, "replace", spy)
@@ -79,38 +80,57 @@ def test_bytes_and_extension_keeping_writers(tmp_path):
     assert _listing(tmp_path) == ["a.bin", "x.npz"]
 
 
-def test_a_killed_writers_leftover_is_replaced(tmp_path):
+def test_a_mode_chosen_by_the_writer_is_kept(tmp_path):
+    """A writer that creates its temporary with ``O_EXCL`` and a mode of its own (a SLURM script,
+    0700) finds the name free and publishes that mode."""
     path = str(tmp_path / "run.sh")
-    with open(atomic.temp_path(path), "w") as f:
-        f.write("stale")
-    os.chmod(atomic.temp_path(path), 0o600)
-    with atomic.atomic_path(path) as tmp:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
-        with open(fd, "w") as f:
-            f.write("fresh")
+    umask = os.umask(0o022)
+    try:
+        with atomic.atomic_path(path) as tmp:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+            with open(fd, "w") as f:
+                f.write("fresh")
+    finally:
+        os.umask(umask)
     assert open(path).read() == "fresh"
+    assert os.stat(path).st_mode & 0o777 == 0o700
     assert _listing(tmp_path) == ["run.sh"]
 
 
-def test_a_link_put_at_the_temporary_name_is_not_written_through(tmp_path, monkeypatch):
-    """Trust audit: the temporary's name is predictable (PATH.tmpPID), so someone who may write
-    the output directory could put a symbolic link there between the removal of a leftover and
-    the open, and the write would land in the file the link names. The temporary is now
-    created exclusively: the link is refused and its target keeps its content."""
+def test_a_link_at_a_guessable_temporary_name_is_not_written_through(tmp_path):
+    """Trust audit: writers that take a path (``np.savez``, ``savefig``, a tokenizer's ``save``)
+    open it following symbolic links. The temporary used to be ``PATH.tmpPID.EXT``, a name anyone
+    who may write the output directory could guess and, between the removal of a leftover and the
+    writer's open, fill with a link to another file. It now lies in a directory made by ``mkdtemp``
+    (unpredictable, owner-only): links at the old name, and at names beside the output, are left
+    alone and their targets keep their content."""
     victim = tmp_path / "victim"
     victim.write_text("mine")
-    path = tmp_path / "out" / "config.yaml"
-    path.parent.mkdir()
-    real = atomic._remove
+    out = tmp_path / "out"
+    out.mkdir()
+    path = out / "x.npz"
+    guesses = [f"x.npz.tmp{os.getpid()}.npz", ".x.npz", "x.npz.npz"]
+    for guess in guesses:
+        os.symlink(victim, out / guess)
+    seen = []
+    for _ in range(2):
+        with atomic.atomic_path(str(path)) as tmp:
+            seen.append(os.path.dirname(tmp))
+            assert os.path.basename(tmp) == "x.npz"
+            assert os.stat(os.path.dirname(tmp)).st_mode & 0o777 == 0o700
+            with open(tmp, "wb") as f:  # follows links, as np.savez does
+                f.write(b"payload")
+    assert victim.read_text() == "mine" and path.read_bytes() == b"payload"
+    assert seen[0] != seen[1] and os.path.dirname(seen[0]) == str(out)
+    assert _listing(out) == sorted([*guesses, "x.npz"])
 
-    def racer(tmp):  # the leftover removed, then a link put in its place
-        real(tmp)
-        os.symlink(victim, tmp)
 
-    monkeypatch.setattr(atomic, "_remove", racer)
-    with pytest.raises(FileExistsError), atomic.atomic_open(str(path)) as f:
-        f.write("payload")
-    assert victim.read_text() == "mine" and not path.exists()
+def test_an_error_midway_removes_the_temporary_directory(tmp_path):
+    with pytest.raises(Midway), atomic.atomic_path(str(tmp_path / "fig.png")) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(b"part")
+        raise Midway
+    assert _listing(tmp_path) == []
 
 
 def test_a_directory_appears_whole_or_not_at_all(tmp_path):

@@ -583,7 +583,7 @@ def write_executable(path: str, text: str, private: bool = False) -> None:
     """Write ``text`` to ``path`` through a temporary name and a rename, executable, with mode
     0777 (0700 when ``private``: the script holds environment values, which may be secrets)
     less the user's umask."""
-    with atomic_path(path) as tmp:  # removes a killed writer's leftover: os.open sets the mode
+    with atomic_path(path) as tmp:  # a fresh name: os.open's O_EXCL and mode apply
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700 if private else 0o777)
         with open(fd, "w", encoding="utf-8") as f:
             f.write(text)
