@@ -28,6 +28,7 @@ from megatron_gamma.study.fits import Interval, trend_interval
 from megatron_gamma.study.report import _learned_bar, _multiplicity, stable_rank_cell
 from megatron_gamma.study.rundir import RunRecord
 from megatron_gamma.study.verdicts import (
+    DIP_MIN,
     INCONCLUSIVE,
     NOT_MEASURABLE,
     NOT_MEASURED,
@@ -827,8 +828,10 @@ def test_a_share_a_hair_above_uniform_or_there_at_initialization_is_no_sink():
 
 def test_saturation_is_measured_where_the_diagnostic_can_see_it():
     """Width 256, γ = 1, ε = 1e-5: σ²_emb/ε = 1.53, within the diagnostic's own threshold
-    (σ² <= 10 ε is saturated), so claim 4 is judged on the measured shares; at width 64 (24.4)
-    it is not measurable, and the measured difference is still printed."""
+    (σ² <= 10 ε is saturated), so claim 4 is judged on the measured shares. At width 64 (24.4)
+    ε cannot act at initialization, but the same measured difference is read all the same
+    (trial 7: the row was 'not measurable' before the measurement was read): it is reproduced,
+    saying that the hidden states shrank in training."""
     losses, diag = {}, {}
     for arm, sat in (("baseline", 0.0), ("gamma1", 0.6), ("gamma1+eps", 0.0)):
         for k, e in ((1, 0.0), (2, 0.02), (3, -0.01)):
@@ -841,7 +844,34 @@ def test_saturation_is_measured_where_the_diagnostic_can_see_it():
     assert v.verdict == REPRODUCED
     assert f"s1: Δ max saturated share {d.mean():+.4f} [{lo:+.4f}, {hi:+.4f}] (df 2" in v.numbers
     v = claim4(make_study(losses, {"s1": 64}, diagnostics=diag))
-    assert v.verdict == NOT_MEASURABLE and f"[{lo:+.4f}, {hi:+.4f}]" in v.numbers
+    assert v.verdict == REPRODUCED and f"[{lo:+.4f}, {hi:+.4f}]" in v.numbers
+    assert (
+        "the interval lies beyond +0.01; measured although σ²_emb/ε > 10 at initialization at "
+        "every size: the hidden states shrank during training; σ²_emb/ε at init" in v.numbers
+    )
+
+
+@pytest.mark.parametrize(
+    ("shares", "verdict", "why"),
+    [
+        ((0.0, 0.001, 0.0), NOT_MEASURABLE, "ε cannot act at these sizes, which explains the null"),
+        ((0.0, 0.03, 0.001), INCONCLUSIVE, "the interval includes +0.01"),
+    ],
+)
+def test_where_eps_cannot_act_a_measured_null_is_not_measurable(shares, verdict, why):
+    """Width 64 (σ²_emb/ε 24.4 at every size): a measured saturation difference whose interval
+    lies below the margin is explained by the scale (not measurable at this scale); one that
+    includes the margin is inconclusive, not explained away."""
+    losses, diag = {}, {}
+    for arm in ("baseline", "gamma1", "gamma1+eps"):
+        for k, share in enumerate(shares, start=1):
+            losses[(arm, "s1", k)] = 5.0
+            value = share if arm == "gamma1" else 0.0
+            diag[(arm, "s1", k)] = {it: {"norm_saturated/layer_00": value} for it in (0, 100)}
+    lo, hi = _t_interval(np.array(shares))
+    v = claim4(make_study(losses, {"s1": 64}, diagnostics=diag))
+    assert v.verdict == verdict and f"[{lo:+.4f}, {hi:+.4f}]" in v.numbers
+    assert why in v.numbers and (hi < 0.01) == (verdict == NOT_MEASURABLE)
 
 
 def test_saturation_is_judged_only_where_eps_can_act():
@@ -1304,11 +1334,9 @@ def test_a_stable_rank_still_falling_at_the_last_point_has_no_measured_recovery(
     assert (b["rank_min"], b["rank_min_iteration"]) == (28.0, 100)
 
 
-def test_a_control_still_falling_at_the_last_point_has_no_measured_dip():
-    """γ = 1 dips and recovers (30 → 15 − e → 21); its control, γ = 0.5, is still falling at
-    its last point (30 → 29.5 → 29). The control's minimum is then its last point, its dip
-    (1 − min/first) only how far it had fallen so far, so Δdip = arm − control is not measured:
-    the rule checked only the arm's trajectory for this and called the row reproduced."""
+def _control_falling_study(control_last: float):
+    """γ = 1 dips and recovers (30 → 15 − e → 21) in three seeds; its control, γ = 0.5, goes
+    30 → 29.5 → ``control_last``, its minimum the last point."""
     losses, diag = {}, {}
     offsets = (0.0, 0.2, -0.3)
     for k, e in enumerate(offsets, start=1):
@@ -1317,30 +1345,60 @@ def test_a_control_still_falling_at_the_last_point_has_no_measured_dip():
             it: {"stable_rank/q": r} for it, r in ((0, 30.0), (50, 15.0 - e), (100, 21.0))
         }
         diag[("baseline", "s1", k)] = {
-            it: {"stable_rank/q": r} for it, r in ((0, 30.0), (50, 29.5), (100, 29.0))
+            it: {"stable_rank/q": r} for it, r in ((0, 30.0), (50, 29.5), (100, control_last))
         }
-    v = claim7(make_study(losses, {"s1": 256}, diagnostics=diag))
-    deltas = [(1 - (15.0 - e) / 30) - (1 - 29.0 / 30) for e in offsets]
+    deltas = [(1 - (15.0 - e) / 30) - (1 - control_last / 30) for e in offsets]
+    return make_study(losses, {"s1": 256}, diagnostics=diag), deltas
+
+
+def test_a_control_still_dipping_at_the_last_point_has_no_measured_dip():
+    """The control falls 29.5 → 26 over its last logged interval, 0.117 of its initial 30, more
+    than DIP_MIN: it is still dipping, its dip (1 − min/first) only how far it had fallen so
+    far, so Δdip = arm − control is not measured."""
+    data, deltas = _control_falling_study(26.0)
+    v = claim7(data)
     lo, hi = _t_interval(deltas)
-    assert v.verdict == NOT_MEASURED
+    assert v.verdict == NOT_MEASURED and v.scope == ""
     assert (
         f"gamma1 vs baseline (s1): Δdip to the last point {np.mean(deltas):+.3f} [{lo:+.3f}, "
         f"{hi:+.3f}] (df 2, 3 seeds); the stable rank of baseline (the control) is still "
-        "falling at the last point (its minimum is the last point, iteration 100) in seed(s) "
-        "[1, 2, 3], so its dip is not measured, nor Δdip" in v.numbers
+        "dipping at the last point (iteration 100): it fell by 0.117 (seed 1), 0.117 (seed 2), "
+        "0.117 (seed 3) of its initial value over its last logged interval, more than 0.05, so "
+        "its dip is not measured, nor Δdip" in v.numbers
     )
     assert "gamma1 is still falling" not in v.numbers
     assert v.numbers.endswith(
-        "so its dip is not measured, nor Δdip (a matter of training length, not only of scale: "
-        "longer runs, with diagnostics to their end, would measure it)"
+        "(a matter of training length, not only of scale: longer runs, with diagnostics to "
+        "their end, would measure it)"
     )
-    mech = mechanisms(make_study(losses, {"s1": 256}, diagnostics=diag))
+    mech = mechanisms(data)
     assert stable_rank_cell(mech["baseline|s1"]) == (
-        "30.00 → 29.00 (it 100): still falling at the last point, so no minimum and no "
+        "30.00 → 26.00 (it 100): still falling at the last point, so no minimum and no "
         "recovery measured"
     )
-    arm = np.mean([15.0 - e for e in offsets])  # the seed mean at iteration 50
-    assert stable_rank_cell(mech["gamma1|s1"]) == f"30.00 → {arm:.2f} (it 50) → 21.00"
+
+
+def test_a_control_falling_slowly_at_the_last_point_gives_dip_over_the_window():
+    """Trial 7: the control falls 29.5 → 29 over its last logged interval, 0.017 of its
+    initial 30 (the committed study's controls: 16.042 → 16.035). Its minimum is its last
+    point, but a fall that small does not stop the row: Δdip is read over the runs' window
+    (the control's dip so far), and the decided verdict is scoped to that window. Before,
+    any fall at the last point, however small, made the row not measurable."""
+    data, deltas = _control_falling_study(29.0)
+    v = claim7(data)
+    lo, hi = _t_interval(deltas)
+    rises = [21.0 / (15.0 - e) - 1 for e in (0.0, 0.2, -0.3)]
+    rlo, rhi = _t_interval(rises)
+    assert lo > DIP_MIN and rlo > DIP_MIN
+    assert v.verdict == REPRODUCED
+    assert v.scope == "Δdip over the runs' window; a control still falling slowly at its end"
+    assert v.numbers == (
+        f"gamma1 vs baseline (s1): Δdip {np.mean(deltas):+.3f} [{lo:+.3f}, {hi:+.3f}] (df 2, 3 "
+        f"seeds) (the interval lies beyond +0.05); recovery {np.mean(rises):+.3f} [{rlo:+.3f}, "
+        f"{rhi:+.3f}] (df 2, 3 seeds) (the interval lies beyond +0.05); Δdip over the runs' "
+        "window: the control's minimum is its last point in seed(s) [1, 2, 3], but it fell by "
+        "at most 0.0167 of its initial value over its last logged interval (≤ 0.05)"
+    )
 
 
 def test_a_mechanism_row_decided_on_shared_lr_runs_is_scoped_to_that_lr():

@@ -16,8 +16,9 @@ Verdicts:
 - *not measurable in these runs*: the runs are too short to show it, whatever the scale: a
   compared arm has not learned (its mean final loss is not below the held-out loss of the train
   split's token frequencies, at a size the row judges: :attr:`Verdict.sizes`, :func:`_learned`;
-  claim 8 also reads the compared checkpoints' own loss), or a stable rank is still falling at
-  its last logged point (claim 7). Longer runs, not larger models, would measure it.
+  claim 8 also reads the compared checkpoints' own loss), or a γ = 1 arm's stable rank is still
+  falling at its last logged point, or its control's still dipping there (claim 7). Longer runs,
+  not larger models, would measure it.
 
 A decided verdict that covers less than the claim says so in its scope (:attr:`Verdict.scope`):
 a loss claim's shared-LR row holds "at one shared LR, not tuned per arm"; a two-part claim
@@ -407,7 +408,11 @@ def claim4(data: StudyData) -> Verdict:
         "max saturated-token share, γ=1 (the baseline's ε) − γ=1+ε (smaller ε; only ε differs), "
         "paired by seed at the largest size where ε can act (σ²_emb/ε <= "
         f"{EPS_ACTS_MAX:g}) and both arms logged saturation: reproduced if the interval lies "
-        f"above {SATURATION_MIN:g}; not measurable where σ²_emb/ε > {EPS_ACTS_MAX:g} at every size"
+        f"above {SATURATION_MIN:g}; where σ²_emb/ε > {EPS_ACTS_MAX:g} at every size (ε cannot "
+        "act at initialization), the largest size with both arms' saturation is read all the "
+        "same: an interval above the margin is reproduced (the hidden states shrank in "
+        "training), one below it, or no measurement, not measurable at this scale, and one that "
+        "includes the margin inconclusive"
     )
     g1, g2 = data.role("gamma1"), data.role("gamma1+eps")
     if not g1:
@@ -428,9 +433,19 @@ def claim4(data: StudyData) -> Verdict:
         return f"{size}: Δ max saturated share {d.text()}", d, (size,)
 
     if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
-        text, _, at = measured(None)
-        nums = "; ".join(x for x in (text, rtext) if x)
-        return Verdict(claim, NOT_MEASURABLE, nums, rule, sizes=at)
+        text, d, at = measured(None)
+        if d is None:
+            return Verdict(claim, NOT_MEASURABLE, rtext, rule)
+        verdict, why = decide(d, SATURATION_MIN, +1)
+        if verdict == REPRODUCED:
+            why += (
+                f"; measured although σ²_emb/ε > {EPS_ACTS_MAX:g} at initialization at every "
+                "size: the hidden states shrank during training"
+            )
+        elif verdict == NOT_REPRODUCED:
+            verdict = NOT_MEASURABLE
+            why += ": ε cannot act at these sizes, which explains the null"
+        return Verdict(claim, verdict, f"{text}: {why}; {rtext}", rule, sizes=at)
     if not g2:
         return Verdict(claim, INCONCLUSIVE, f"needs the γ = 1+ε arm; {rtext}", rule)
     acting = [s for s in data.sizes if ratios.get(s, 0.0) <= EPS_ACTS_MAX]
@@ -618,6 +633,13 @@ def _dip_rise(series: dict[int, float]) -> tuple[float, Optional[float]]:
     return 1 - series[low] / series[its[0]], rise
 
 
+def _last_fall(series: dict[int, float]) -> float:
+    """How far a stable-rank trajectory {iteration: stable rank} fell over its last logged
+    interval, as a share of its first value (negative where it rose)."""
+    its = sorted(series)
+    return (series[its[-2]] - series[its[-1]]) / series[its[0]]
+
+
 def _condensation_arms(data: StudyData) -> dict[str, Optional[str]]:
     """{γ = 1 arm: its matched γ = 0.5 control or None} for claim 7."""
     names = ("gamma1", "gamma1+eps", "gamma1+eps+gate")
@@ -639,9 +661,11 @@ def claim7(data: StudyData) -> Verdict:
         "Mechanisms table's, which averages those every arm has): dip (1 − min/initial stable "
         "rank) of the arm − "
         f"control's above {DIP_MIN:g}, and the arm's recovery (final/min − 1) above {DIP_MIN:g}, "
-        "the minimum taken over every point; not measurable where the arm's or the control's "
-        "minimum is its last point in a seed (still falling: the arm's recovery, or the "
-        "control's dip and so Δdip, not measured)"
+        "the minimum taken over every point; not measurable where the arm's minimum is its "
+        "last point in a seed (still falling: no recovery measured), or where the control's is "
+        f"and it fell by more than {DIP_MIN:g} of its initial stable rank over its last logged "
+        "interval (still dipping: its dip, and so Δdip, not measured); a control falling less "
+        "there gives Δdip over the runs' window, and a decided verdict says so"
     )
     controls = _condensation_arms(data)
     pairs = [(a, c) for a, c in controls.items() if c]
@@ -651,7 +675,7 @@ def claim7(data: StudyData) -> Verdict:
         return Verdict(
             claim, INCONCLUSIVE, f"no γ = 1 arm with a matched γ = 0.5 control{why}", rule
         )
-    verdicts, judged = [], set()
+    verdicts, judged, windowed = [], set(), False
     for arm, ctrl in pairs:
         size = _largest_with(data, [arm, ctrl], "stable_rank")
         if size is None:
@@ -678,16 +702,28 @@ def claim7(data: StudyData) -> Verdict:
         da, db = ([_dip_rise(x[k]) for k in seeds] for x in (a, b))
         dip = paired_difference([x[0] for x in da], [x[0] for x in db])
         unmeasured = []
-        for name, series, dr, lost in (
-            (arm, a, da, "no recovery is measured"),
-            (f"{ctrl} (the control)", b, db, "its dip is not measured, nor Δdip"),
-        ):
-            if falling := [k for k, x in zip(seeds, dr, strict=True) if x[1] is None]:
-                unmeasured.append(
-                    f"the stable rank of {name} is still falling at the last point (its minimum "
-                    f"is the last point, iteration {max(series[falling[0]])}) in seed(s) "
-                    f"{falling}, so {lost}"
-                )
+        if falling := [k for k, x in zip(seeds, da, strict=True) if x[1] is None]:
+            unmeasured.append(
+                f"the stable rank of {arm} is still falling at the last point (its minimum is "
+                f"the last point, iteration {max(a[falling[0]])}) in seed(s) {falling}, so no "
+                "recovery is measured"
+            )
+        slow = {k: _last_fall(b[k]) for k, x in zip(seeds, db, strict=True) if x[1] is None}
+        if dipping := [k for k, f in slow.items() if f > DIP_MIN]:
+            unmeasured.append(
+                f"the stable rank of {ctrl} (the control) is still dipping at the last point "
+                f"(iteration {max(b[dipping[0]])}): it fell by "
+                + ", ".join(f"{slow[k]:.3f} (seed {k})" for k in dipping)
+                + f" of its initial value over its last logged interval, more than {DIP_MIN:g}, "
+                "so its dip is not measured, nor Δdip"
+            )
+        window = ""
+        if slow and not dipping:
+            window = (
+                f"Δdip over the runs' window: the control's minimum is its last point in seed(s) "
+                f"{sorted(slow)}, but it fell by at most {max(slow.values()):.4f} of its initial "
+                f"value over its last logged interval (≤ {DIP_MIN:g})"
+            )
         if unmeasured:
             parts.append(
                 f"{arm} vs {ctrl} ({at}): Δdip to the last point {dip.text(3)}; "
@@ -702,11 +738,16 @@ def claim7(data: StudyData) -> Verdict:
         v2, why2 = decide(rise, DIP_MIN, +1)
         parts.append(
             f"{arm} vs {ctrl} ({at}): Δdip {dip.text(3)} ({why1}); recovery {rise.text(3)} ({why2})"
+            + (f"; {window}" if window else "")
         )
         verdicts.append(combine([v1, v2]))
+        windowed |= bool(window)
     verdict = NOT_MEASURED if set(verdicts) == {NOT_MEASURED} else combine(verdicts)
     at = tuple(s for s in data.sizes if s in judged)
-    return Verdict(claim, verdict, "; ".join(parts), rule, sizes=at)
+    scope = ""
+    if windowed and verdict in (REPRODUCED, NOT_REPRODUCED):
+        scope = "Δdip over the runs' window; a control still falling slowly at its end"
+    return Verdict(claim, verdict, "; ".join(parts), rule, scope=scope, sizes=at)
 
 
 def delta_sym_concentration(seeds: dict[int, dict]) -> dict:
