@@ -455,9 +455,10 @@ def _markdown(
         "sizes across sizes (one per-size mean each, known no better than its seeds allow). "
         "*Inconclusive*: the interval includes both the claim and its negation, or there are "
         "too few seeds/sizes for an interval. *Not measurable at this scale*: the mechanism "
-        "cannot act in models of these sizes. *Not measurable in these runs*: the runs are too "
-        "short to show it (an arm that has not learned, a trajectory still falling at its last "
-        "point); longer runs would measure it.",
+        "cannot act in models of these sizes. *Not measurable in these runs*: the runs do not "
+        "show it (an arm that has not learned, a trajectory still falling at its last point: "
+        "longer runs would measure it; no attention sink formed: larger models or longer runs "
+        "might form one, not separated here).",
         "",
         _learned_bar(data),
         "",

@@ -17,8 +17,9 @@ Verdicts:
   compared arm has not learned (its mean final loss is not below the held-out loss of the train
   split's token frequencies, at a size the row judges: :attr:`Verdict.sizes`, :func:`_learned`;
   claim 8 also reads the compared checkpoints' own loss), or a γ = 1 arm's stable rank is still
-  falling at its last logged point, or its control's still dipping there (claim 7). Longer runs,
-  not larger models, would measure it.
+  falling at its last logged point, or its control's still dipping there (claim 7); longer runs,
+  not larger models, would measure it. Claim 5 also says it where no sink has formed in the
+  runs: whether larger models or longer training would form one is not separated.
 
 A decided verdict that covers less than the claim says so in its scope (:attr:`Verdict.scope`):
 a loss claim's shared-LR row holds "at one shared LR, not tuned per arm"; a two-part claim
@@ -332,7 +333,8 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
         "gain with both fixes (γ=1+ε+gate − γ=0.5+ε+gate), each paired by seed within a size "
         "(the seeds with all four arms), sizes as units across sizes: reproduced if both "
         "intervals lie below −δ, not reproduced if either lies above −δ (δ = "
-        f"{data.margin:g} nats)"
+        f"{data.margin:g} nats); where σ²_emb/ε > {EPS_ACTS_MAX:g} at γ = 1 with the baseline's ε "
+        "at every size (ε cannot act), a decided verdict is scoped to the gate"
     )
     g1, g3, c = data.role("gamma1"), data.role("gamma1+eps+gate"), data.role("gamma0.5+eps+gate")
     if not g1 or not g3:
@@ -373,7 +375,13 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
         f"; {_scope(per_size)}: interaction {total.text()}: {why1}; γ=1's gain with the fixes "
         f"{total_gain.text()}: {why2}"
     )
-    return Verdict(claim, combine([v1, v2]), nums, rule, lr, sizes=tuple(per_size))
+    verdict, scope = combine([v1, v2]), ""
+    ratios, rtext = _ratio_text(data, g1)
+    if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
+        nums += f"; {rtext}; ε cannot act at any size here, so the fixes act through the gate"
+        if verdict in (REPRODUCED, NOT_REPRODUCED):
+            scope = "the gate in effect: ε cannot act at these sizes"
+    return Verdict(claim, verdict, nums, rule, lr, scope, tuple(per_size))
 
 
 def _largest_with(
@@ -478,10 +486,10 @@ def claim5(data: StudyData) -> Verdict:
     rule = (
         "final sink share paired by seed at the largest size: γ=1 − baseline (only γ differs) "
         f"above +{SINK_MIN:g}, and γ=1+ε+gate − the same arm ungated (only the gate differs) "
-        f"below −{SINK_MIN:g}; not measurable when no sink has formed: no arm's seed-mean "
-        f"final share exceeds both uniform attention's and its own at the first logged point "
-        f"(iteration 0) by more than {SINK_MIN:g}, the effects' margin; a part whose arms the "
-        "study lacks is not measured, and a verdict then covers the measured part only"
+        f"below −{SINK_MIN:g}; not measurable in these runs when no sink has formed: no arm's "
+        "seed-mean final share exceeds both uniform attention's and its own at the first logged "
+        f"point (iteration 0) by more than {SINK_MIN:g}, the effects' margin; a part whose arms "
+        "the study lacks is not measured, and a verdict then covers the measured part only"
     )
     g1, ungated, g3 = _sink_arms(data)
     arms = [a for a in dict.fromkeys((data.baseline, g1, ungated, g3)) if a]
@@ -506,9 +514,10 @@ def claim5(data: StudyData) -> Verdict:
     formed = [a for a in arms if mean_final[a] - max(uni, mean_first[a]) > SINK_MIN]
     if not formed:
         return Verdict(
-            claim, NOT_MEASURABLE, f"{nums}; no sink has formed: no arm's final share exceeds "
+            claim, NOT_MEASURED, f"{nums}; no sink has formed: no arm's final share exceeds "
             f"both uniform attention's and its own first logged share by more than {SINK_MIN:g} "
-            "(the effects' margin)", rule, sizes=(size,),
+            "(the effects' margin); whether larger models or longer training would form one is "
+            "not separated by these runs", rule, sizes=(size,),
         )  # fmt: skip
     parts, verdicts, unmeasured = [], [], []
     for arm, ref, direction, label, need in (
@@ -817,8 +826,15 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
     hardest ``1 − EASY_SHARE`` of the tokens than on the easiest ``EASY_SHARE`` (the paper's
     "rather than easy or extremely noisy tokens" has a noisy tail this contrast does not
     separate, so the claim names the contrast it tests)."""
+    arm = concentration_arm(data)
+    whose = (
+        "γ = 1+ε+gate's gains over the baseline (γ, ε and the gate together, as the paper "
+        "compares its recipe)"
+        if arm is not None and arm == data.role("gamma1+eps+gate")
+        else "γ = 1's gains over the baseline (γ alone)"
+    )
     claim = (
-        f"the gains are larger on the hardest {1 - EASY_SHARE:.0%} of tokens than on the easiest "
+        f"{whose} are larger on the hardest {1 - EASY_SHARE:.0%} of tokens than on the easiest "
         f"{EASY_SHARE:.0%} (the paper: mid/high-difficulty tokens; its noisy tail is not "
         "separated)"
     )
@@ -996,9 +1012,13 @@ def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verd
 
 def _close_best(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
     """``row`` (a comparison at each arm's own best LR), its decided verdict scoped where the
-    best LR of one of ``arms``, at a size the row compares, beat the next-best LR of its grid by
-    less than δ on the one selection seed: a difference that small may reverse on another seed,
-    so which LR is the arm's best is not settled, and the row holds at the LRs chosen."""
+    best LR of one of ``arms``, at a size the row compares, beat the next-best LR of its grid on
+    the one selection seed by less than δ or than twice the seed noise of such a gap, whichever
+    is larger: a difference that small may reverse on another seed, so which LR is the arm's
+    best is not settled, and the row holds at the LRs chosen. The gap's seed noise is taken as
+    √2 × the sd between seeds of the arm's loss at its best LR (its confirm runs and the
+    selection seed's grid run): the two LRs' losses as independent draws, which overstates it
+    where one seed's runs at two LRs agree, so it flags more, never less."""
     close = []
     for arm in dict.fromkeys(a for a in arms if a):
         for size in row.sizes:
@@ -1009,18 +1029,27 @@ def _close_best(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Ver
                 continue
             runner = min(others, key=others.get)
             gap = others[runner] - grid[best]
-            if gap < data.margin:
+            seeds = [*data.confirm_losses(arm, size).values(), grid[best]]
+            noise = float(np.sqrt(2) * np.std(seeds, ddof=1)) if len(seeds) > 1 else 0.0
+            limit = max(data.margin, 2 * noise)
+            if gap < limit:
+                bound = (
+                    f"δ = {data.margin:g}"
+                    if limit == data.margin
+                    else f"2 × the gap's seed noise, 2 × {noise:.4f} (√2 × the sd of {arm}'s loss "
+                    f"over {len(seeds)} seeds at {best:g})"
+                )
                 close.append(
                     f"{arm} at {size}: best LR {best:g} beat {runner:g} by {gap:.4f} nats on seed "
-                    f"{data.select_seed} alone"
+                    f"{data.select_seed} alone, less than {bound}"
                 )
     if not close:
         return row
-    note = f"best LR chosen within δ = {data.margin:g} of another: {'; '.join(close)}"
+    note = f"best LR chosen by a gap within its noise: {'; '.join(close)}"
     numbers = f"{row.numbers}; {note} (another seed may choose another LR)"
     if row.verdict not in (REPRODUCED, NOT_REPRODUCED):
         return replace(row, numbers=numbers)
-    scope = "at LRs chosen on one seed, some within δ of another grid LR"
+    scope = "at LRs chosen on one seed, some by a gap within its noise"
     return replace(row, numbers=numbers, scope="; ".join(x for x in (row.scope, scope) if x))
 
 
