@@ -407,22 +407,24 @@ def stable_rank_cell(entry: dict) -> str:
 
 def _multiplicity(rows: list) -> str:
     """One paragraph on the family of calls the verdict table makes: how many of its rows are
-    decided (reproduced or not reproduced); the chance 1 − 0.95^k that k independent rows
-    testing true nulls decide at least one by chance, and the Bonferroni bound k · 5% that
-    holds without independence (the rows share runs), for k = every row of the table; and that
-    a row built from several intervals is not one 95% call."""
+    decided (reproduced or not reproduced), and the bounds on chance calls with no adjustment
+    for multiplicity. A false "reproduced" needs a 95% interval to lie wholly beyond the margin
+    while the effect is not: at most 2.5% per interval (one side), and a row that needs every
+    part beyond it (an intersection-union test) is at most that too; over k rows, at most
+    k · 2.5% (Bonferroni, which needs no independence: the rows share runs). A false "not
+    reproduced" (any part on the other side) can take up to 2.5% per part of a row."""
     n = len(rows)
     d = sum(v.verdict in (REPRODUCED, NOT_REPRODUCED) for v in rows)
     return (
         f"The table has {n} rows and decides {d or 'none'} of them (reproduced or not "
-        "reproduced), each row a 95% call (some from several sizes or parts) with no adjustment "
-        "for multiplicity: where k independent rows test true nulls, the chance that at least "
-        f"one is decided by chance alone is 1 − 0.95^k, {1 - 0.95**n:.0%} for k = {n}, every "
-        "row of the table (an upper bound: a row without the arms or runs it needs tests "
-        "nothing). The rows share runs, so they are not independent; without independence the "
-        f"bound is k · 5%, {min(1.0, 0.05 * n):.0%}. A row decided from several intervals "
-        "(one per part, 'not reproduced' where any part is) is itself more than one call. Read "
-        "a decisive row as one result at that level, not the table as a whole."
+        "reproduced), each row a 95% call with no adjustment for multiplicity. A row is called "
+        "reproduced only where its interval (every interval, for a row of several parts) lies "
+        "beyond the margin, which an effect no larger than the margin gives by chance at most "
+        f"2.5% of the time; over the table's k = {n} rows the chance of a false 'reproduced' "
+        f"is at most k · 2.5%, {min(1.0, 0.025 * n):.0%} (a bound that holds although the "
+        "rows share runs). A row of several parts is 'not reproduced' where any part is, so a "
+        "false 'not reproduced' can take up to 2.5% per part. Read a decided row as one result "
+        "at that level, not the table as a whole."
     )
 
 

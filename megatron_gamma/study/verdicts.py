@@ -198,6 +198,35 @@ def across_sizes(per_size: dict[str, Interval]) -> Interval:
     return size_interval(list(per_size.values()))
 
 
+def at_each_size(across: str, per_size: dict[str, str]) -> tuple[str, str, str]:
+    """The call where the across-sizes interval leaves a claim open but every size decides it
+    the same way: an intersection-union call at the measured sizes, seeds the unit within each.
+
+    With few sizes the across-sizes interval is wide (df = sizes − 1: with two sizes t = 12.7,
+    so sizes whose effects differ in size but not in sign leave it inconclusive), while each
+    size's own interval, over its seeds, may be decided. Where ``across`` is inconclusive and
+    every one of two or more sizes is reproduced (or every one not reproduced), that verdict
+    holds at the measured sizes, not beyond them, and says so in its scope.
+
+    Args:
+        across: the verdict of the across-sizes interval.
+        per_size: {size: the verdict of that size's interval(s)}.
+
+    Returns:
+        (verdict, scope, text): ``across`` and "" where it is decided or the sizes disagree;
+        text lists each size's verdict where there are two or more sizes.
+    """
+    if len(per_size) < 2:
+        return across, "", ""
+    text = "at each size: " + ", ".join(f"{s} {v}" for s, v in per_size.items())
+    calls = set(per_size.values())
+    if across != INCONCLUSIVE or len(calls) != 1 or calls <= {INCONCLUSIVE}:
+        return across, "", text
+    (verdict,) = calls
+    scope = f"at each measured size ({', '.join(per_size)}), seeds as units; not across sizes"
+    return verdict, scope, f"{text}: {verdict} at every measured size"
+
+
 Losses = Callable[[str, str], dict[int, float]]
 
 
@@ -254,7 +283,9 @@ def claim1(data: StudyData, get: Losses, lr: str) -> Verdict:
     rule = (
         f"Δloss = γ=1 − baseline, paired by seed within a size; across sizes the mean of "
         f"per-size means (sizes as units, t with df = sizes − 1): reproduced if the interval "
-        f"lies below −δ, not reproduced if above −δ (δ = {data.margin:g} nats)"
+        f"lies below −δ, not reproduced if above −δ (δ = {data.margin:g} nats); where that "
+        "interval is inconclusive but every size's (seeds as units) says the same, that holds "
+        "at the measured sizes"
     )
     g1 = data.role("gamma1")
     if not g1:
@@ -263,9 +294,12 @@ def claim1(data: StudyData, get: Losses, lr: str) -> Verdict:
     if not per_size:
         return Verdict(claim, INCONCLUSIVE, f"no finished seed of {g1} and the baseline", rule, lr)
     total = across_sizes(per_size)
-    verdict, why = decide(total, data.margin, -1)
+    across, why = decide(total, data.margin, -1)
+    each = {s: decide(d, data.margin, -1)[0] for s, d in per_size.items()}
+    verdict, scope, text = at_each_size(across, each)
     nums = f"Δloss {_per_size_text(per_size)}; {_scope(per_size)} {total.text()}: {why}"
-    return Verdict(claim, verdict, nums, rule, lr, sizes=tuple(per_size))
+    nums += f"; {text}" if text else ""
+    return Verdict(claim, verdict, nums, rule, lr, scope, tuple(per_size))
 
 
 def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
@@ -333,8 +367,10 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
         "gain with both fixes (γ=1+ε+gate − γ=0.5+ε+gate), each paired by seed within a size "
         "(the seeds with all four arms), sizes as units across sizes: reproduced if both "
         "intervals lie below −δ, not reproduced if either lies above −δ (δ = "
-        f"{data.margin:g} nats); where σ²_emb/ε > {EPS_ACTS_MAX:g} at γ = 1 with the baseline's ε "
-        "at every size (ε cannot act), a decided verdict is scoped to the gate"
+        f"{data.margin:g} nats); where the sizes leave that open but every size (seeds as "
+        "units) calls it the same, that holds at the measured sizes; where σ²_emb/ε > "
+        f"{EPS_ACTS_MAX:g} at γ = 1 with the baseline's ε at every size (ε cannot act), a "
+        "decided verdict is scoped to the gate"
     )
     g1, g3, c = data.role("gamma1"), data.role("gamma1+eps+gate"), data.role("gamma0.5+eps+gate")
     if not g1 or not g3:
@@ -375,12 +411,18 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
         f"; {_scope(per_size)}: interaction {total.text()}: {why1}; γ=1's gain with the fixes "
         f"{total_gain.text()}: {why2}"
     )
-    verdict, scope = combine([v1, v2]), ""
+    each = {
+        s: combine([decide(per_size[s], data.margin, -1)[0], decide(gain[s], data.margin, -1)[0]])
+        for s in per_size
+    }
+    verdict, scope, text = at_each_size(combine([v1, v2]), each)
+    nums += f"; {text}" if text else ""
     ratios, rtext = _ratio_text(data, g1)
     if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
         nums += f"; {rtext}; ε cannot act at any size here, so the fixes act through the gate"
         if verdict in (REPRODUCED, NOT_REPRODUCED):
-            scope = "the gate in effect: ε cannot act at these sizes"
+            gate = "the gate in effect: ε cannot act at these sizes"
+            scope = "; ".join(x for x in (scope, gate) if x)
     return Verdict(claim, verdict, nums, rule, lr, scope, tuple(per_size))
 
 
@@ -1010,15 +1052,37 @@ def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verd
     return replace(row, verdict=verdict, numbers=numbers, scope=_kept_scope(row, verdict))
 
 
+def _gap_noise(
+    data: StudyData, arm: str, size: str, best: float, runner: float
+) -> tuple[float, str]:
+    """The seed noise (sd, nats) of the loss gap between ``arm``'s best LR and the runner-up
+    at ``size``, and how it was measured: the sd of the gap itself over the seeds that ran
+    both LRs (the runner-up is the shared LR, run on every seed), or else √2 × the sd between
+    seeds of the loss at the best LR (the two LRs as independent draws: larger than the gap's
+    own sd where a seed's runs at two LRs agree); (0.0, "") with one seed."""
+    grid = data.lr_grid(arm, size)
+    at_best = {**data.confirm_losses(arm, size), data.select_seed: grid[best]}
+    shared = data.manifest.get("shared_lr")
+    if shared is not None and np.isclose(runner, float(shared)):
+        at_runner = {**data.losses(arm, size), data.select_seed: grid[runner]}
+        seeds = sorted(set(at_best) & set(at_runner))
+        gaps = [at_runner[k] - at_best[k] for k in seeds]
+        if len(gaps) > 1 and all(np.isfinite(gaps)):
+            return float(np.std(gaps, ddof=1)), f"the sd of that gap over {len(gaps)} seeds"
+    losses = list(at_best.values())
+    if len(losses) < 2 or not all(np.isfinite(losses)):
+        return 0.0, ""
+    noise = float(np.sqrt(2) * np.std(losses, ddof=1))
+    return noise, f"√2 × the sd of {arm}'s loss over {len(losses)} seeds at {best:g}"
+
+
 def _close_best(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
     """``row`` (a comparison at each arm's own best LR), its decided verdict scoped where the
     best LR of one of ``arms``, at a size the row compares, beat the next-best LR of its grid on
     the one selection seed by less than δ or than twice the seed noise of such a gap, whichever
     is larger: a difference that small may reverse on another seed, so which LR is the arm's
-    best is not settled, and the row holds at the LRs chosen. The gap's seed noise is taken as
-    √2 × the sd between seeds of the arm's loss at its best LR (its confirm runs and the
-    selection seed's grid run): the two LRs' losses as independent draws, which overstates it
-    where one seed's runs at two LRs agree, so it flags more, never less."""
+    best is not settled, and the row holds at the LRs chosen. The gap's seed noise:
+    :func:`_gap_noise`."""
     close = []
     for arm in dict.fromkeys(a for a in arms if a):
         for size in row.sizes:
@@ -1029,15 +1093,13 @@ def _close_best(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Ver
                 continue
             runner = min(others, key=others.get)
             gap = others[runner] - grid[best]
-            seeds = [*data.confirm_losses(arm, size).values(), grid[best]]
-            noise = float(np.sqrt(2) * np.std(seeds, ddof=1)) if len(seeds) > 1 else 0.0
+            noise, how = _gap_noise(data, arm, size, best, runner)
             limit = max(data.margin, 2 * noise)
             if gap < limit:
                 bound = (
                     f"δ = {data.margin:g}"
                     if limit == data.margin
-                    else f"2 × the gap's seed noise, 2 × {noise:.4f} (√2 × the sd of {arm}'s loss "
-                    f"over {len(seeds)} seeds at {best:g})"
+                    else f"2 × the gap's seed noise, 2 × {noise:.4f} ({how})"
                 )
                 close.append(
                     f"{arm} at {size}: best LR {best:g} beat {runner:g} by {gap:.4f} nats on seed "
