@@ -10,6 +10,7 @@ from scipy import stats
 
 from megatron_gamma.study.fits import (
     PowerLawFit,
+    crossed_interval,
     effective_size_multiplier,
     fit_power_law,
     paired_difference,
@@ -292,3 +293,20 @@ def test_a_trend_is_no_surer_than_the_seeds_within_its_sizes():
     assert half > 20 * narrow and math.isfinite(got.seed_noise)
     same = trend_interval(x, [[0.6, 0.6], [0.45, -0.149], [0.30, -0.301]])
     assert not same.has_interval and same.equal_seeds == 1
+
+
+def test_crossed_interval_adds_the_document_jackknife_to_the_seeds():
+    """Three seeds (1.0, 1.2, 1.1) and four leave-one-document-out means: SE² = var/3 +
+    (3/4)·Σ(θ₋d − θ̄)², df = min(2, 3) = 2, closed form by hand; one document, or one seed,
+    falls back to the seeds' interval (or none)."""
+    per_seed, left = [1.0, 1.2, 1.1], [1.05, 1.15, 1.0, 1.2]
+    se2 = np.var(per_seed, ddof=1) / 3 + 0.75 * np.sum((np.array(left) - np.mean(left)) ** 2)
+    half = stats.t.ppf(0.975, 2) * math.sqrt(se2)
+    iv = crossed_interval(per_seed, left)
+    assert (iv.mean, iv.df, iv.n, iv.unit) == (pytest.approx(1.1), 2, 3, "seeds × 4 documents")
+    assert (iv.low, iv.high) == pytest.approx((1.1 - half, 1.1 + half))
+    assert (
+        iv.text() == f"+1.1000 [{1.1 - half:+.4f}, {1.1 + half:+.4f}] (df 2, 3 seeds × 4 documents)"
+    )
+    assert crossed_interval(per_seed, [1.1]) == t_interval(per_seed)
+    assert not crossed_interval([1.0], left).has_interval

@@ -7,6 +7,7 @@ read back from the engine's own helpers.
 from __future__ import annotations
 
 import math
+import os
 from typing import Optional
 
 import numpy as np
@@ -1629,6 +1630,89 @@ def test_difficulty_from_the_pair_itself_makes_a_profile_from_noise():
     assert [r["per_seed"][s] for s in seeds] == pytest.approx(
         [_hard_minus_easy(seeds, s) for s in seeds], abs=1e-12
     )
+
+
+COMMITTED_COMPARE = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "reproduction", "compare"
+)
+
+
+def _committed_tokens() -> tuple[dict[int, dict], np.ndarray]:
+    """The committed study's held-out tokens (docs/reproduction/compare/seed-N/tokens.npz: the
+    recipe against the baseline at d64, four seeds, the same 8,192 tokens of 7 documents)."""
+    seeds, docs = {}, None
+    for seed in (1, 2, 3, 4):
+        with np.load(os.path.join(COMMITTED_COMPARE, f"seed-{seed}", "tokens.npz")) as z:
+            seeds[seed] = {
+                "delta": z["delta_sym"].ravel(),
+                "difficulty": z["difficulty"].ravel(),
+                "loss_a": -z["logp_a"].ravel(),
+                "loss_b": -z["logp_b"].ravel(),
+            }
+            docs = z["document"].ravel()
+    return seeds, docs
+
+
+def test_claim8_adds_the_documents_sampling_to_its_interval():
+    """Trial 7: every seed scores the same 7 documents (one holds 55% of the tokens), so an
+    interval over seeds alone treats them as fixed. The document jackknife of the seed-mean
+    hard − easy, by hand, adds its variance to the seeds'; df is the smaller of 3 and 6."""
+    seeds, docs = _committed_tokens()
+    ids, counts = np.unique(docs, return_counts=True)
+    assert ids.size == 7 and counts.max() / counts.sum() > 0.5
+    per_seed = [_hard_minus_easy(seeds, k) for k in seeds]
+    left = []
+    for d in ids:
+        keep = docs != d
+        sub = {k: {kk: v[keep] for kk, v in t.items()} for k, t in seeds.items()}
+        left.append(np.mean([_hard_minus_easy(sub, k) for k in sub]))
+    left = np.array(left)
+    seed_se2 = np.var(per_seed, ddof=1) / 4
+    doc_se2 = 6 / 7 * np.sum((left - left.mean()) ** 2)
+    assert doc_se2 > seed_se2  # the documents vary more than the seeds
+    half = stats.t.ppf(0.975, 3) * math.sqrt(seed_se2 + doc_se2)
+    r = delta_sym_concentration(seeds, docs)
+    assert r["documents"] == 7 and r["interval"].df == 3
+    assert r["interval"].mean == pytest.approx(np.mean(per_seed))
+    assert (r["interval"].low, r["interval"].high) == pytest.approx(
+        (np.mean(per_seed) - half, np.mean(per_seed) + half)
+    )
+    lo, hi = _t_interval(per_seed)
+    assert r["interval"].low < lo and r["interval"].high > hi
+    assert r["interval"].text().endswith("(df 3, 4 seeds × 7 documents)")
+
+
+def test_claim8_is_inconclusive_where_the_model_defining_difficulty_decides_it():
+    """Trial 7, on the committed tokens: with difficulty from the baseline's loss alone hard −
+    easy is +0.048 (reproduced over seeds alone; inconclusive once the documents' sampling
+    counts), from the arm's alone −0.110 (not reproduced), from their mean −0.017
+    (inconclusive). Each is a fair reading of "token difficulty"; the row may not rest on the
+    choice, so it is inconclusive and names all three."""
+    seeds, docs = _committed_tokens()
+    by = {}
+    for key in ("difficulty", "loss_b", "loss_a"):
+        alt = {k: {"delta": t["delta"], "difficulty": t[key]} for k, t in seeds.items()}
+        by[key] = np.mean([_hard_minus_easy(alt, k) for k in alt])
+    assert [round(by[k], 4) for k in ("difficulty", "loss_b", "loss_a")] == [
+        -0.017,
+        0.0484,
+        -0.1103,
+    ]
+    data = make_study({("baseline", "s1", 1): 5.0}, {"s1": 256})
+    cmp = {"arm": "gamma1+eps+gate", "size": "s1", "seeds": seeds, "documents": docs}
+    v = claim8(data, cmp)
+    assert v.verdict == INCONCLUSIVE
+    assert "hard − easy Δsym seed 1 -0.0059, seed 2 -0.0262, seed 3 -0.0404, seed 4 +0.0044" in (
+        v.numbers
+    )
+    assert v.numbers.endswith(
+        "the call depends on which model defines difficulty (both models' mean loss: "
+        "inconclusive, the baseline's loss alone: inconclusive, the arm's alone: not reproduced)"
+    )
+    without = {k: {"delta": t["delta"], "difficulty": t["difficulty"]} for k, t in seeds.items()}
+    v = claim8(data, {**cmp, "seeds": without, "documents": None})
+    assert "over seeds (documents not known)" in v.numbers
+    assert v.numbers.endswith("difficulty from each model alone not checked (no per-model losses)")
 
 
 def test_claim8_reads_the_learned_bar_off_the_compared_checkpoints_too():

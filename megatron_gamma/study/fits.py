@@ -328,6 +328,43 @@ def size_interval(per_size: Sequence[Interval], level: float = 0.95) -> Interval
     return replace(base, low=base.mean - half, high=base.mean + half, seed_noise=noise)
 
 
+def crossed_interval(
+    per_seed: Sequence[float], leave_one_out: Sequence[float], level: float = 0.95
+) -> Interval:
+    """The mean over seeds of a statistic computed on the same sampled documents in every
+    seed, with the documents' sampling in its interval as well as the seeds'.
+
+    Every seed scores the same held-out documents, so an interval over seeds alone treats those
+    documents as fixed: it speaks for them, not for text in general. The standard error here
+    adds the two: SE² = var(per_seed) / n (the seeds') + the jackknife variance over documents
+    of the seed-mean statistic, (D − 1)/D · Σ (θ₋d − θ̄)² over ``leave_one_out`` (θ₋d: the
+    statistic without document d); df the smaller of n − 1 and D − 1, the lower bound of
+    Welch–Satterthwaite's. Both parts carry the seed × document interaction, so the interval is
+    conservative, never narrower than the seeds' alone. One seed, or seeds that all agree, give
+    no interval (:func:`t_interval`).
+
+    Args:
+        per_seed: (n,) the statistic per seed, on all documents.
+        leave_one_out: (D,) the seed-mean statistic with each document left out in turn
+            (D >= 2); fewer than 2 gives :func:`t_interval` over seeds alone.
+
+    Returns:
+        An :class:`Interval` with ``unit`` "seeds × D documents".
+    """
+    base = t_interval(per_seed, "seeds", level)
+    jack = np.asarray(leave_one_out, dtype=np.float64)
+    if not base.has_interval or jack.size < 2 or not np.all(np.isfinite(jack)):
+        return base
+    d = jack.size
+    seed_var = _standard_error(base) ** 2
+    doc_var = float((d - 1) / d * np.sum((jack - jack.mean()) ** 2))
+    total = seed_var + doc_var
+    df = min(base.df, d - 1)
+    half = float(stats.t.ppf((1 + level) / 2, df) * math.sqrt(total))
+    unit = f"seeds × {d} documents"
+    return replace(base, low=base.mean - half, high=base.mean + half, df=df, unit=unit)
+
+
 EXACT_LINE = 1e-12
 """Residual sd of a trend, relative to its largest per-size mean (at least 1), at or below
 which the means lie on an exact line (:func:`trend_interval`): least squares leaves rounding

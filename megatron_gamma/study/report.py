@@ -59,7 +59,8 @@ def run_compare(data: StudyData, out_dir: str) -> Optional[dict]:
     common seed (``OUT/compare/seed-N``).
 
     Returns:
-        {"arm", "size", "seeds": {seed: {"delta", "difficulty"} arrays},
+        {"arm", "size", "seeds": {seed: {"delta", "difficulty", "loss_a", "loss_b"} arrays},
+        "documents": each token's document (the same tokens in every seed),
         "runs": {seed: compare.json}}, or {"error", "arm", "size"} (a checkpoint missing, one
         outside its own run directory, as written by sweep, or compare failed), or None
         without a pair.
@@ -98,7 +99,13 @@ def run_compare(data: StudyData, out_dir: str) -> Optional[dict]:
             with open(os.path.join(target, "compare.json"), encoding="utf-8") as f:
                 result["runs"][seed] = json.load(f)
             with np.load(os.path.join(target, "tokens.npz")) as tok:
-                result["seeds"][seed] = {"delta": tok["delta_sym"], "difficulty": tok["difficulty"]}
+                result["seeds"][seed] = {
+                    "delta": tok["delta_sym"],
+                    "difficulty": tok["difficulty"],
+                    "loss_a": -tok["logp_a"],
+                    "loss_b": -tok["logp_b"],
+                }
+                result.setdefault("documents", tok["document"])
         return result
     return None
 

@@ -28,7 +28,8 @@ with one part unmeasured covers the measured part only.
 Units of replication: seeds within a size (paired by seed); sizes across sizes (the mean of
 per-size mean differences, Student-t with df = sizes − 1; a trend needs >= 3 sizes, df =
 sizes − 2); never pooled (size, seed) pairs, and never tokens or documents of one run (claim 8
-is Student-t over per-seed values). Each compared pair differs in one setting
+is Student-t over per-seed values, with the sampling of the documents every seed scored added to
+its interval). Each compared pair differs in one setting
 (:meth:`~.analysis.StudyData.matching`); claim 8's arm is fixed in advance
 (:func:`concentration_arm`), not chosen by loss. Every row is its own 95% call: the table does
 not adjust for multiplicity, and the report says so.
@@ -46,6 +47,7 @@ from megatron_gamma.diagnostics.norm import SATURATION_FACTOR
 from megatron_gamma.study.analysis import StudyData, gamma_grid_arms, uniform_sink_share
 from megatron_gamma.study.fits import (
     Interval,
+    crossed_interval,
     paired_difference,
     size_interval,
     t_interval,
@@ -801,7 +803,24 @@ def claim7(data: StudyData) -> Verdict:
     return Verdict(claim, verdict, "; ".join(parts), rule, scope=scope, sizes=at)
 
 
-def delta_sym_concentration(seeds: dict[int, dict]) -> dict:
+def _profile(
+    deltas: dict[int, np.ndarray], diffs: dict[int, np.ndarray], keep: Optional[np.ndarray] = None
+) -> tuple[dict[int, float], dict[int, float]]:
+    """({seed: hard − easy mean Δsym}, {seed: mean Δsym on the hard tokens}) over the tokens
+    ``keep`` selects (all without it), each seed's tokens split by the other seeds' mean
+    difficulty at its ``EASY_SHARE`` quantile."""
+    per_seed, hard_mean = {}, {}
+    for seed, delta in deltas.items():
+        others = np.mean([d for k, d in diffs.items() if k != seed], axis=0)
+        if keep is not None:
+            others, delta = others[keep], delta[keep]
+        hard = others > np.quantile(others, EASY_SHARE)
+        hard_mean[seed] = float(delta[hard].mean())
+        per_seed[seed] = hard_mean[seed] - float(delta[~hard].mean())
+    return per_seed, hard_mean
+
+
+def delta_sym_concentration(seeds: dict[int, dict], documents: Optional[np.ndarray] = None) -> dict:
     """Hard − easy mean Δsym per seed, and mean Δsym on the hard tokens, with seeds as the unit
     of replication and each seed's tokens sorted by the other seeds' difficulty.
 
@@ -810,21 +829,27 @@ def delta_sym_concentration(seeds: dict[int, dict]) -> dict:
     models' mean loss) shares their noise with its Δsym, which alone makes hard − easy negative
     (regression to the mean); the difficulty of seed s's tokens is therefore the mean over the
     other seeds' pairs, which scored the same held-out tokens. Easy tokens: that difficulty at
-    or below its ``EASY_SHARE`` quantile. Tokens and documents of one seed are not independent
-    replicates of the effect; the intervals are Student-t over the per-seed values (df =
-    seeds − 1), so the spread between seeds is in them.
+    or below its ``EASY_SHARE`` quantile. Tokens of one seed are not independent replicates of
+    the effect: the intervals are Student-t over the per-seed values (df = seeds − 1), and,
+    with ``documents``, also hold the sampling of the documents every seed scored
+    (:func:`~.fits.crossed_interval`: a document jackknife, df the smaller of seeds − 1 and
+    documents − 1), since an
+    interval over seeds alone speaks for those documents only.
 
     Args:
         seeds: {seed: {"delta": (n,) Δsym, "difficulty": (n,) nats}} (float arrays, the same
             n tokens in the same order for every seed), at least 2 seeds.
+        documents: (n,) the document of each token (the same for every seed), or None.
 
     Returns:
         {"per_seed": {seed: hard − easy}, "interval": :class:`~.fits.Interval` of hard − easy
         over seeds, "hard": {seed: mean Δsym on the hard tokens}, "hard_interval": its
-        interval, "null": {seed: tanh(c/2), the uniform-improvement level}}.
+        interval, "null": {seed: tanh(c/2), the uniform-improvement level}, "documents": how
+        many documents (None without ``documents``)}.
 
     Raises:
-        ValueError: fewer than 2 seeds, or seeds that scored different numbers of tokens.
+        ValueError: fewer than 2 seeds, seeds that scored different numbers of tokens, or
+            ``documents`` of another length.
     """
     deltas = {k: np.asarray(t["delta"], dtype=np.float64).ravel() for k, t in seeds.items()}
     diffs = {k: np.asarray(t["difficulty"], dtype=np.float64).ravel() for k, t in seeds.items()}
@@ -833,19 +858,34 @@ def delta_sym_concentration(seeds: dict[int, dict]) -> dict:
         raise ValueError(
             f"tokens per seed {sizes}: need >= 2 seeds that scored the same held-out tokens"
         )
-    per_seed, hard_mean, null = {}, {}, {}
-    for seed, delta in deltas.items():
-        others = np.mean([d for k, d in diffs.items() if k != seed], axis=0)
-        hard = others > np.quantile(others, EASY_SHARE)
-        hard_mean[seed] = float(delta[hard].mean())
-        per_seed[seed] = hard_mean[seed] - float(delta[~hard].mean())
-        null[seed] = float(np.tanh(np.arctanh(np.clip(delta, -0.999999, 0.999999)).mean()))
+    per_seed, hard_mean = _profile(deltas, diffs)
+    null = {
+        seed: float(np.tanh(np.arctanh(np.clip(delta, -0.999999, 0.999999)).mean()))
+        for seed, delta in deltas.items()
+    }
+    interval = t_interval(list(per_seed.values()))
+    hard_interval = t_interval(list(hard_mean.values()))
+    count = None
+    if documents is not None:
+        doc = np.asarray(documents).ravel()
+        if doc.size != next(iter(sizes.values())):
+            raise ValueError(f"documents for {doc.size} tokens, the seeds scored {sizes}")
+        ids = np.unique(doc)
+        count = int(ids.size)
+        left = [_profile(deltas, diffs, doc != d) for d in ids] if ids.size > 1 else []
+        interval = crossed_interval(
+            list(per_seed.values()), [np.mean(list(p.values())) for p, _ in left]
+        )
+        hard_interval = crossed_interval(
+            list(hard_mean.values()), [np.mean(list(h.values())) for _, h in left]
+        )
     return {
         "per_seed": per_seed,
-        "interval": t_interval(list(per_seed.values())),
+        "interval": interval,
         "hard": hard_mean,
-        "hard_interval": t_interval(list(hard_mean.values())),
+        "hard_interval": hard_interval,
         "null": null,
+        "documents": count,
     }
 
 
@@ -883,11 +923,16 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
     rule = (
         f"held-out, γ=1+ε+gate (else γ=1; fixed in advance, not chosen by loss) vs baseline, so "
         "the recipe's whole effect, not γ's alone; per seed, tokens sorted by the other seeds' "
-        "difficulty (a seed's own shares its noise), then Student-t over seeds (df = "
-        f"seeds − 1): mean Δsym on the hardest {1 - EASY_SHARE:.0%} of tokens − on the easiest "
-        f"{EASY_SHARE:.0%} (a uniform improvement gives a flat profile, 0), and mean Δsym on "
-        f"the hardest {1 - EASY_SHARE:.0%} (a gain there), each against +{CONCENTRATION_MIN:g}: "
-        "reproduced if both intervals lie above it, not reproduced if either lies below it"
+        "difficulty (a seed's own shares its noise; difficulty the two models' mean loss), then "
+        "Student-t over seeds with the scored documents' sampling added (a document jackknife; "
+        "df the smaller of seeds − 1 and documents − 1): mean Δsym on the hardest "
+        f"{1 - EASY_SHARE:.0%} of tokens − on the easiest {EASY_SHARE:.0%} (a uniform "
+        "improvement gives a flat profile, 0), and mean "
+        f"Δsym on the hardest {1 - EASY_SHARE:.0%} (a gain there), each against "
+        f"+{CONCENTRATION_MIN:g}: reproduced if both intervals lie above it, not reproduced if "
+        "either lies below it; the same call with difficulty from the baseline's loss alone and "
+        "from the arm's alone must agree, else inconclusive (which model defines difficulty "
+        "would decide it)"
     )
     if not cmp or cmp.get("error"):
         why = cmp["error"] if cmp else concentration_missing(data)
@@ -911,20 +956,44 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
             claim, INCONCLUSIVE, f"{head}: {len(seeds)} seed ({sorted(seeds)}); the profile "
             "needs >= 2 seeds", rule, sizes=at,
         )  # fmt: skip
+    docs = cmp.get("documents")
     try:
-        r = delta_sym_concentration(seeds)
+        r = delta_sym_concentration(seeds, docs)
     except ValueError as e:
         return Verdict(claim, INCONCLUSIVE, f"{head}: {e}", rule, sizes=at)
     per = ", ".join(f"seed {k} {v:+.4f}" for k, v in r["per_seed"].items())
     null = ", ".join(f"{v:+.4f}" for v in r["null"].values())
     v1, why1 = decide(r["interval"], CONCENTRATION_MIN, +1)
     v2, why2 = decide(r["hard_interval"], CONCENTRATION_MIN, +1)
+    over = "over seeds and documents" if r["documents"] else "over seeds (documents not known)"
     nums = (
-        f"{head}: hard − easy Δsym {per}; over seeds {r['interval'].text()}: {why1}; Δsym on "
+        f"{head}: hard − easy Δsym {per}; {over} {r['interval'].text()}: {why1}; Δsym on "
         f"the hard tokens {r['hard_interval'].text()}: {why2}; uniform-improvement level "
         f"tanh(c/2) per seed {null}"
     )
-    return Verdict(claim, combine([v1, v2]), nums, rule, sizes=at)
+    verdict = combine([v1, v2])
+    calls = {"both models' mean loss": verdict}
+    if all("loss_a" in t and "loss_b" in t for t in seeds.values()):
+        for name, key in (("the baseline's loss alone", "loss_b"), ("the arm's alone", "loss_a")):
+            alt = {k: {"delta": t["delta"], "difficulty": t[key]} for k, t in seeds.items()}
+            ra = delta_sym_concentration(alt, docs)
+            calls[name] = combine(
+                [decide(ra[x], CONCENTRATION_MIN, +1)[0] for x in ("interval", "hard_interval")]
+            )
+            nums += (
+                f"; with difficulty from {name}: hard − easy {ra['interval'].text()}, hard "
+                f"{ra['hard_interval'].text()}: {calls[name]}"
+            )
+        if len(set(calls.values())) > 1:
+            verdict = INCONCLUSIVE
+            nums += (
+                "; the call depends on which model defines difficulty ("
+                + ", ".join(f"{n}: {v}" for n, v in calls.items())
+                + ")"
+            )
+    else:
+        nums += "; difficulty from each model alone not checked (no per-model losses)"
+    return Verdict(claim, verdict, nums, rule, sizes=at)
 
 
 SHARED_LR_SCOPE = "at one shared LR, not tuned per arm"
