@@ -369,7 +369,7 @@ def report(
             for k, m in mech.items()
         },
         "losses_best_lr": best_table,
-        "compare": {k: v for k, v in (cmp or {}).items() if k != "seeds"},
+        "compare": {k: v for k, v in (cmp or {}).items() if k not in ("seeds", "documents")},
         "verdicts": [x.as_dict() for x in rows],
     }
     json_path = os.path.join(out_dir, "report.json")
