@@ -290,6 +290,13 @@ def test_size_recipe_and_overrides_layer_in_order(tmp_path):
     with open(path, encoding="utf-8") as f:
         manifest = json.load(f)
     assert manifest["shared_lr"] is None  # d32 at 9e-4, d64 at 4e-4: per run's lr
+    # each run records its arm's fields, which report checks before it pairs two arms
+    fields = {e["key"]: e["arm_fields"] for e in manifest["runs"]}
+    assert len(fields) == len(runs) and fields["base/d64/lr-0.0002/seed-1"] == {"init_gamma": 0.5}
+    assert {e["arm"]: e["arm_fields"] for e in manifest["runs"]} == {
+        "base": {"init_gamma": 0.5},
+        "g1": {"init_gamma": 1.0},
+    }
     # the printed reproduction command survives the shell: paths with spaces stay one argument
     assert shlex.split(manifest["sweep_command"]) == [
         "megatron-gamma",
