@@ -137,6 +137,68 @@ def test_unsafe_names_are_refused(tmp_path, bad, where):
         load_study(_study(tmp_path, _rename(where, bad)))
 
 
+def _absolute_example(tmp_path, name: str, edit) -> str:
+    """A shipped example study with its relative paths made absolute and ``edit`` applied,
+    written into ``tmp_path``."""
+    with open(os.path.join(STUDIES, name), encoding="utf-8") as f:
+        raw = yaml.safe_load(f)
+    raw["config"] = [os.path.normpath(os.path.join(STUDIES, c)) for c in raw["config"]]
+    data = raw["data"]
+    data["inputs"] = [os.path.normpath(os.path.join(STUDIES, p)) for p in data["inputs"]]
+    data["tokenizer_model"] = os.path.normpath(os.path.join(STUDIES, data["tokenizer_model"]))
+    edit(raw)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    return str(path)
+
+
+def test_an_arm_that_sets_more_than_the_factors_is_refused(tmp_path):
+    # paper-cpu.yaml with gamma1 also changing weight decay and fc2's γ: the report would pair
+    # it with the baseline as "γ alone" and credit both changes to γ
+    def confound(raw):
+        raw["arms"]["gamma1"].update(weight_decay=0.0, init_gamma_overrides="fc2=0.5")
+
+    with pytest.raises(StudyError) as e:
+        load_study(_absolute_example(tmp_path, "paper-cpu.yaml", confound))
+    assert str(e.value) == (
+        "arms.gamma1={'weight_decay': 0.0, 'init_gamma_overrides': 'fc2=0.5'}: arm 'gamma1' sets "
+        "config field(s) other than the study factors (weight_decay, init_gamma_overrides); an "
+        "arm may set only init_gamma, norm_epsilon, gated_attention (and sizes, seeds, lr_grid), "
+        "since the report pairs arms by those settings alone and would credit any other "
+        "difference to γ, ε or the gate. Fix: set weight_decay, init_gamma_overrides in the "
+        "study's shared config (set: or config:) so every arm gets it, or run a separate study"
+    )
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("qk_layernorm", True), ("init_method", "normal"), ("embedding_fan_in", "vocab")],
+)
+def test_an_arm_may_not_set_a_field_even_when_every_arm_sets_it(tmp_path, field, value):
+    def everywhere(raw):
+        for arm in raw["arms"].values():
+            arm[field] = value
+
+    with pytest.raises(StudyError, match=rf"^arms\.base=\{{'{field}': .*\({field}\); an arm may"):
+        load_study(_study(tmp_path, everywhere))
+    # the same field in set: is every arm's, and loads
+    study = load_study(_study(tmp_path, lambda r: r["set"].update({field: value})))
+    assert study.fields[field] == value
+    assert {a.name: a.fields for a in study.arms.values()} == {
+        "base": {"init_gamma": 0.5},
+        "g1": {"init_gamma": 1.0},
+    }
+
+
+@pytest.mark.parametrize("name", sorted(n for n in os.listdir(STUDIES) if n.endswith(".yaml")))
+def test_every_shipped_example_study_loads_with_arms_that_set_only_factors(name):
+    study = load_study(os.path.join(STUDIES, name))
+    assert study.baseline in study.arms and len(study.arms) >= 2
+    for arm in study.arms.values():
+        assert set(arm.fields) <= {"init_gamma", "norm_epsilon", "gated_attention"}, arm.name
+        assert "init_gamma" in arm.fields, arm.name
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "where, bad", [("sizes", "../../escaped-size"), ("sizes", "ABS"), ("arms", "")]
@@ -228,6 +290,13 @@ def test_size_recipe_and_overrides_layer_in_order(tmp_path):
     with open(path, encoding="utf-8") as f:
         manifest = json.load(f)
     assert manifest["shared_lr"] is None  # d32 at 9e-4, d64 at 4e-4: per run's lr
+    # each run records its arm's fields, which report checks before it pairs two arms
+    fields = {e["key"]: e["arm_fields"] for e in manifest["runs"]}
+    assert len(fields) == len(runs) and fields["base/d64/lr-0.0002/seed-1"] == {"init_gamma": 0.5}
+    assert {e["arm"]: e["arm_fields"] for e in manifest["runs"]} == {
+        "base": {"init_gamma": 0.5},
+        "g1": {"init_gamma": 1.0},
+    }
     # the printed reproduction command survives the shell: paths with spaces stay one argument
     assert shlex.split(manifest["sweep_command"]) == [
         "megatron-gamma",

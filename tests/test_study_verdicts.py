@@ -1147,6 +1147,20 @@ def _grid_study(seeds_per_gamma: dict[float, list[int]], curve, noise=0.005, val
     return make_study(losses, {"s1": 256}, arms=arms, manifest=manifest), losses
 
 
+def test_gamma_grid_refuses_a_grid_arm_whose_recorded_settings_differ_from_its_base():
+    curve = {0.5: 5.4, 1.0: 5.0, 1.5: 5.3}.get
+    data, _ = _grid_study({0.5: [1, 2], 1.0: [1, 2], 1.5: [1, 2]}, curve, 0)
+    assert sorted(gamma_grid(data)["s1"]["gamma"]) == [0.5, 1.0, 1.5]
+    odd = _with_arm_fields(data, {_grid_arm(1.5): {"weight_decay": 0.0}})
+    with pytest.raises(ConfigError) as e:
+        gamma_grid(odd)
+    assert str(e.value).startswith(
+        "study.json: arms 'gamma1+eps+gate' and 'gamma1+eps+gate@gamma=1.5' would be compared as "
+        "differing in γ alone, but their arm settings also differ in weight_decay (weight_decay: "
+        "unset vs 0.0)"
+    )
+
+
 def test_gamma_grid_compares_matched_seeds_only():
     """γ = 1 has 2 seeds, the others 1: only seed 1 is matched, so no interval."""
     values = {0.5: 5.4873, 0.75: 4.9889, 1.0: 4.98, 1.25: 5.0330, 1.5: 5.3978}
@@ -1832,6 +1846,98 @@ def test_roles_pair_arms_that_differ_in_one_setting():
     assert mixed.role("gamma0.5+eps+gate") is None and data.role("gamma0.5+eps+gate")
     v = claim3(mixed, mixed.losses, "shared LR")
     assert v.verdict == INCONCLUSIVE and "the study has no γ = 0.5 + fixes arm" in v.numbers
+
+
+def _with_arm_fields(data: StudyData, extra: dict[str, dict]) -> StudyData:
+    """``data`` as sweep records it now: every run with ``arm_fields`` (its arm's factors, plus
+    ``extra[arm]``)."""
+    runs = []
+    for r in data.runs:
+        factors = {k: r[k] for k in ("init_gamma", "norm_epsilon", "gated_attention")}
+        runs.append({**r, "arm_fields": {**factors, **extra.get(r["arm"], {})}})
+    return StudyData(data.manifest, runs)
+
+
+def _paired_losses() -> dict:
+    losses = {}
+    for k in (1, 2):
+        losses |= {("baseline", "s1", k): 5.0, ("gamma1", "s1", k): 4.9 + 0.01 * k}
+        losses |= {("gamma1+eps+gate", "s1", k): 4.8, ("gamma0.5+eps+gate", "s1", k): 4.85}
+    return losses
+
+
+def test_roles_refuse_a_pair_whose_recorded_arm_settings_differ_beyond_the_factor():
+    """The confound of a study file written before arms were restricted: γ = 1 also dropped
+    weight decay and fc2's γ, so "γ alone" would be credited with both."""
+    old = make_study(_paired_losses(), {"s1": 256})
+    data = _with_arm_fields(
+        old, {"gamma1": {"weight_decay": 0.0, "init_gamma_overrides": "fc2=0.5"}}
+    )
+    assert data.other_fields("gamma1") == {"weight_decay": 0.0, "init_gamma_overrides": "fc2=0.5"}
+    assert data.other_fields("baseline") == {}
+    assert data.unmatched_fields("baseline", "gamma1") == {
+        "init_gamma_overrides": (None, "fc2=0.5"),
+        "weight_decay": (None, 0.0),
+    }
+    message = (
+        "study.json: arms 'baseline' and 'gamma1' would be compared as differing in γ alone, but "
+        "their arm settings also differ in init_gamma_overrides, weight_decay "
+        "(init_gamma_overrides: unset vs 'fc2=0.5'; weight_decay: unset vs 0.0), and a verdict "
+        "would credit that difference to γ. Fix: sweep the arms again with those fields in the "
+        "study's set: (every arm gets them), or compare them in a separate study"
+    )
+    with pytest.raises(ConfigError) as e:
+        data.role("gamma1")
+    assert str(e.value) == message
+    with pytest.raises(ConfigError) as e:  # the report's verdicts: refused, not decided
+        verdicts(data, {}, None)
+    assert str(e.value) == message
+    # the other pairs are matched and still resolve
+    assert data.role("gamma1+eps+gate") == "gamma1+eps+gate"
+    assert data.role("gamma0.5+eps+gate") == "gamma0.5+eps+gate"
+    # the control of the fixes differing in the gate's pair: named with the compared factor
+    gated = _with_arm_fields(old, {"gamma0.5+eps+gate": {"qk_layernorm": True}})
+    with pytest.raises(ConfigError, match=r"differing in γ alone, .* in qk_layernorm "):
+        gated.role("gamma0.5+eps+gate")
+    fixed = _with_arm_fields(old, {"gamma1+eps+gate": {"init_method": "normal"}})
+    with pytest.raises(ConfigError, match=r"'baseline' and 'gamma1\+eps\+gate' .* γ, ε and the"):
+        fixed.role("gamma1+eps+gate")
+
+
+def test_roles_prefer_the_arm_matched_in_every_recorded_setting():
+    losses = _paired_losses() | {("gamma1-wd0", "s1", k): 4.5 for k in (1, 2)}
+    arms = dict(ARMS, **{"gamma1-wd0": (1.0, 1e-5, "none")})
+    # gamma1-wd0 has γ = 1 at the baseline's ε and gate, and one more size would make it win
+    losses[("gamma1-wd0", "s2", 1)] = 4.4
+    losses[("baseline", "s2", 1)] = 4.9
+    old = make_study(losses, {"s1": 256, "s2": 512}, arms=arms)
+    assert old.role("gamma1") == "gamma1-wd0"  # before: matched on γ, ε and the gate alone
+    data = _with_arm_fields(old, {"gamma1-wd0": {"weight_decay": 0.0}})
+    assert data.role("gamma1") == "gamma1"
+    assert data.matched_control("gamma1") == "baseline"
+    with pytest.raises(
+        ConfigError, match=r"'gamma1-wd0' and 'baseline' .*\(weight_decay: 0\.0 vs unset\)"
+    ):
+        data.matched_control("gamma1-wd0")
+
+
+def test_an_old_manifest_without_arm_fields_and_factor_only_fields_pair_as_before():
+    old = make_study(_paired_losses(), {"s1": 256})
+    assert all("arm_fields" not in r for r in old.runs)
+    new = _with_arm_fields(old, {})
+    for data in (old, new):
+        assert (
+            data.other_fields("gamma1") == {} and data.unmatched_fields("baseline", "gamma1") == {}
+        )
+        assert [data.role(n) for n in ("gamma1", "gamma1+eps+gate", "gamma0.5+eps+gate")] == [
+            "gamma1",
+            "gamma1+eps+gate",
+            "gamma0.5+eps+gate",
+        ]
+        assert data.matched_control("gamma1+eps+gate") == "gamma0.5+eps+gate"
+    assert [(r.claim, r.verdict) for r in verdicts(old, {}, None)] == [
+        (r.claim, r.verdict) for r in verdicts(new, {}, None)
+    ]
 
 
 # --- LR grid, old manifests, fits -----------------------------------------------------------

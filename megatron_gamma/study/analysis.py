@@ -8,7 +8,12 @@ Arms are recognized by their settings, not their names (:meth:`StudyData.role`):
 baseline's ε and gate; **γ=1+ε** has init_gamma 1, a smaller ε and the baseline's gate;
 **γ=1+ε+gate** has init_gamma 1, a smaller ε and a gate other than the baseline's (not none);
 **γ=0.5+ε+gate** has exactly γ=1+ε+gate's ε and gate at the baseline's γ (the control that
-separates the fixes' main effect from their interaction with γ).
+separates the fixes' main effect from their interaction with γ). Two arms are paired only
+when the config fields their study file set besides these three (``arm_fields`` in
+``study.json``; the study file refuses any, :data:`~.spec.ARM_FACTORS`) are the same
+(:meth:`StudyData.check_matched`): a pair that differs in more than the compared setting is
+refused, naming the fields, rather than credited to γ, ε or the gate. A manifest written before
+``arm_fields`` was recorded is read as no arm setting anything else.
 
 Learning-rate phases (``study.json``, one per run): ``shared`` (the study's shared LR, every arm
 × size × seed), ``grid`` (the arm's LR grid on the selection seed; a shared run that is also a
@@ -35,7 +40,13 @@ from megatron_gamma.study.fits import (
     mean_std,
     paired_difference,
 )
-from megatron_gamma.study.spec import NAME_PATTERN, best_lr, data_prefixes, margin_ok
+from megatron_gamma.study.spec import (
+    ARM_FACTORS,
+    NAME_PATTERN,
+    best_lr,
+    data_prefixes,
+    margin_ok,
+)
 
 DEFAULT_MARGIN = 0.01
 """The pre-registered margin δ (nats) of a manifest that does not set ``margin``."""
@@ -379,7 +390,45 @@ class StudyData:
 
     def settings(self, arm: str) -> dict:
         r = next(r for r in self.runs if r["arm"] == arm)
-        return {k: r[k] for k in ("init_gamma", "norm_epsilon", "gated_attention")}
+        return {k: r[k] for k in ARM_FACTORS}
+
+    def other_fields(self, arm: str) -> dict:
+        """The config fields ``arm``'s study entry set besides the factors (``arm_fields`` of
+        its runs in ``study.json``, merged); {} for a manifest without ``arm_fields``."""
+        out: dict = {}
+        for r in self.runs:
+            if r["arm"] == arm:
+                fields = r.get("arm_fields") or {}
+                out.update({k: v for k, v in fields.items() if k not in ARM_FACTORS})
+        return out
+
+    def unmatched_fields(self, arm: str, other: str) -> dict[str, tuple]:
+        """{field: (``arm``'s value, ``other``'s value)} of the non-factor fields the two arms
+        set differently (None: not set)."""
+        a, b = self.other_fields(arm), self.other_fields(other)
+        return {k: (a.get(k), b.get(k)) for k in sorted({*a, *b}) if a.get(k) != b.get(k)}
+
+    def check_matched(self, arm: str, other: str, compared: str) -> None:
+        """Refuse to pair ``arm`` with ``other`` as differing in ``compared`` alone when their
+        recorded settings differ in any other field.
+
+        Raises:
+            ConfigError: naming both arms and each differing field with the two values.
+        """
+        differ = self.unmatched_fields(arm, other)
+        if differ:
+
+            def value(v) -> str:
+                return "unset" if v is None else repr(v)
+
+            shown = "; ".join(f"{k}: {value(a)} vs {value(b)}" for k, (a, b) in differ.items())
+            raise ConfigError(
+                f"study.json: arms {arm!r} and {other!r} would be compared as differing in "
+                f"{compared} alone, but their arm settings also differ in {', '.join(differ)} "
+                f"({shown}), and a verdict would credit that difference to {compared}. Fix: "
+                "sweep the arms again with those fields in the study's set: (every arm gets "
+                "them), or compare them in a separate study"
+            )
 
     def role(self, name: str) -> Optional[str]:
         """The arm playing a named role (see the module docstring), the one with most sizes.
@@ -404,20 +453,44 @@ class StudyData:
             and (s["gated_attention"] == base["gated_attention"]) != gate_wanted
             and (s["gated_attention"] != "none" or not gate_wanted)
         ]
-        return max(found, key=lambda a: len(self.arm_sizes(a)), default=None)
+        return self._best_matched(
+            self.baseline, found, "γ, ε and the gate" if gate_wanted else "γ and ε"
+        )
+
+    def _best_matched(self, arm: str, found: list[str], compared: str) -> Optional[str]:
+        """Of ``found`` (arms whose factors fit a role), those whose other fields are
+        ``arm``'s: the baseline first, else the one with most sizes; None if ``found`` is
+        empty. Raises ConfigError (:meth:`check_matched`) when ``found`` has arms but none
+        matches ``arm`` in its other fields."""
+
+        def best(arms: list[str]) -> Optional[str]:
+            if self.baseline in arms:
+                return self.baseline
+            return max(arms, key=lambda a: len(self.arm_sizes(a)), default=None)
+
+        matched = [other for other in found if not self.unmatched_fields(arm, other)]
+        if found and not matched:
+            self.check_matched(arm, best(found), compared)
+        return best(matched)
 
     def matching(self, arm: str, **changes) -> Optional[str]:
         """The arm whose γ, ε and gate are exactly ``arm``'s with ``changes`` applied (keys of
-        :meth:`settings`), the baseline first, else the one with most sizes; None if none."""
+        :meth:`settings`) and whose other recorded fields are ``arm``'s, the baseline first,
+        else the one with most sizes; None if none.
+
+        Raises:
+            ConfigError: arms have those γ, ε and gate but each also differs from ``arm`` in
+                another field (:meth:`check_matched`).
+        """
         want = {**self.settings(arm), **changes}
         found = [
             other
             for other in dict.fromkeys([self.baseline, *self.arms])
             if other != arm and self.settings(other) == want
         ]
-        if self.baseline in found:
-            return self.baseline
-        return max(found, key=lambda a: len(self.arm_sizes(a)), default=None)
+        names = {"init_gamma": "γ", "norm_epsilon": "ε", "gated_attention": "the gate"}
+        compared = " and ".join(names[k] for k in changes) or "nothing"
+        return self._best_matched(arm, found, compared)
 
     def matched_control(self, arm: str) -> Optional[str]:
         """The arm with ``arm``'s ε and gate at the baseline's γ (the baseline itself when ε
@@ -605,10 +678,19 @@ def multiplier_text(entry: dict) -> str:
 
 
 def gamma_grid_arms(data: StudyData) -> list[str]:
-    """The arms of the γ grid: its base arm and the ``BASE@gamma=V`` arms ([] without one)."""
+    """The arms of the γ grid: its base arm and the ``BASE@gamma=V`` arms ([] without one).
+
+    Raises:
+        ConfigError: a grid arm whose recorded fields other than the factors differ from the
+            base arm's (:meth:`StudyData.check_matched`).
+    """
     grid = data.manifest.get("gamma_grid")
     base = grid["arm"] if grid else None
-    return [a for a in data.arms if base and (a == base or a.startswith(base + "@gamma="))]
+    arms = [a for a in data.arms if base and (a == base or a.startswith(base + "@gamma="))]
+    for arm in arms:
+        if arm != base:
+            data.check_matched(base, arm, "γ")
+    return arms
 
 
 def gamma_grid(data: StudyData, phase: str = "shared") -> dict[str, dict]:

@@ -10,7 +10,7 @@ A study is a YAML mapping (paths relative to the study file)::
       tokenizer_model: tokenizer.json
       heldout_every: 20                   # every 20th document is held out
     baseline: baseline                    # the arm every other arm is compared with
-    arms:                                 # name -> config fields (+ optional sizes/seeds subset)
+    arms:                                 # name -> γ, ε, gate only (+ sizes/seeds, lr_grid)
       baseline: {init_gamma: 0.5, norm_epsilon: 1.0e-5, gated_attention: none}
       gamma1+eps+gate: {init_gamma: 1.0}
     sizes:                                # name -> width/depth (+ heads, ffn) and token budget
@@ -21,6 +21,12 @@ A study is a YAML mapping (paths relative to the study file)::
     margin: 0.01                          # δ (nats): the smallest effect a verdict counts
     diagnostics_points: 10                # --log-diagnostics-interval = train_iters / this
     checkpoints: 4                        # --save-interval = train_iters / this
+
+**Arms** set only the study's factors (:data:`ARM_FACTORS`: ``init_gamma``, ``norm_epsilon``,
+``gated_attention``), plus an optional ``sizes`` / ``seeds`` subset and ``lr_grid``: the report
+pairs arms by these three settings alone, so that each compared pair differs in the setting a
+verdict credits. Any other config field (``weight_decay``, ``init_gamma_overrides``,
+``init_method``, ...) belongs in ``set`` (every arm gets it) or in a separate study.
 
 Each (arm, size, seed) becomes one run whose resolved config (base files + ``set`` + size +
 arm + seed + data paths + run directory) is validated by :func:`megatron_gamma.config.load_config`
@@ -98,6 +104,10 @@ SIZE_KEYS = (
 )
 DATA_KEYS = ("inputs", "tokenizer_model", "heldout_every")
 RESTRICT_KEYS = ("sizes", "seeds")
+ARM_FACTORS = ("init_gamma", "norm_epsilon", "gated_attention")
+"""The config fields an arm may set: the settings the report's roles and verdicts compare
+(:meth:`~.analysis.StudyData.settings`). Any other field set in one arm would differ between
+two arms the report pairs as differing in one factor, and its effect would be credited to it."""
 LR_GRID_KEYS = ("values", "factors", "extend", "select_seed")
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=@-]*")
 """Arm, size and study names: usable as one directory name, never ``..`` or a path."""
@@ -428,6 +438,19 @@ def _parse_arms(raw: Any, sizes: dict, seeds: list[int]) -> dict[str, Arm]:
                     f"give the arm an lr_grid (arms.{name}.lr_grid: {{values: [...]}}); the shared "
                     "LR is set's or the size's lr",
                 )
+        others = [k for k in spec if k not in ARM_FACTORS]
+        if others:
+            _fail(
+                f"arms.{name}",
+                {k: spec[k] for k in others},
+                f"arm {name!r} sets config field(s) other than the study factors "
+                f"({', '.join(others)}); an arm may set only {', '.join(ARM_FACTORS)} (and "
+                "sizes, seeds, lr_grid), since the report "
+                "pairs arms by those settings alone and would credit any other difference to γ, "
+                "ε or the gate",
+                f"set {', '.join(others)} in the study's shared config (set: or config:) so every "
+                "arm gets it, or run a separate study",
+            )
         arms[name] = Arm(name, spec, list(arm_sizes), arm_seeds, lr_grid=grid)
     if not arms:
         _fail("arms", raw, "no arms", "give at least a baseline and one other arm")

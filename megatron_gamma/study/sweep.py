@@ -211,7 +211,9 @@ def _shared_lr(runs: list[Run]) -> Optional[float]:
 def write_manifest(study: Study, runs: list[Run], output_dir: str, study_arg: str) -> str:
     """Write ``DIR/study.json``: the study's name, file, baseline, γ grid, margin, LR selection
     and every run planned so far with its arm settings, LR and phase, tokens and parameter
-    counts (what ``report`` reads besides the runs).
+    counts (what ``report`` reads besides the runs). ``arm_fields`` are the config fields the
+    run's arm sets in the study file (the study factors only, :data:`~.spec.ARM_FACTORS`), which
+    :meth:`~.analysis.StudyData.matching` checks before it pairs two arms.
 
     ``shared_lr`` is the shared LR when every size shares it, else None (sizes with their own
     ``lr``: each run's ``lr`` gives it); ``lr_select_seed`` is None without an LR grid. A run's
@@ -236,6 +238,7 @@ def write_manifest(study: Study, runs: list[Run], output_dir: str, study_arg: st
             "init_gamma": run.config.init.init_gamma,
             "norm_epsilon": m.norm_epsilon,
             "gated_attention": m.gated_attention,
+            "arm_fields": dict(study.arms[run.arm].fields),
             "hidden_size": m.hidden_size,
             "num_layers": m.num_layers,
             "seq_length": m.seq_length,
