@@ -464,8 +464,24 @@ def test_empty_inputs_are_clear_errors_and_write_nothing(tmp_path):
     short = tmp_path / "in" / "short.jsonl"
     short.write_text('{"text": "hi"}\n{"text": "  "}\n')
     opts = EncodeOptions(filters=Filters(min_chars=10))
-    with pytest.raises(ValueError, match=r"every record .* dropped .*empty: 1, min_chars: 1"):
+    with pytest.raises(ValueError) as e:
         preprocess([str(short)], TOKENIZER, str(out / "x"), options=opts, progress=False)
+    assert str(e.value).endswith(
+        "dropped or skipped (empty: 1, min_chars: 1). Fix: the text is empty or blank: check "
+        "--json-keys names the text field; lower --min-chars"
+    )
+    # trial 7: a wrong --json-keys once got "loosen --min-chars/--min-tokens/--max-symbol-ratio"
+    (tmp_path / "keyed").mkdir()
+    keyed = tmp_path / "keyed" / "keyed.jsonl"
+    keyed.write_text('{"body": "one"}\n{"body": "two"}\nnot json\n')
+    skip = EncodeOptions(on_error="skip")
+    with pytest.raises(ValueError) as e:
+        preprocess([str(keyed)], TOKENIZER, str(out / "x"), options=skip, progress=False)
+    assert str(e.value).endswith(
+        "dropped or skipped (malformed_json: 1, missing_key: 2). Fix: pass the field that holds "
+        "the text as --json-keys (the skipped records' messages list each record's keys); repair "
+        "the input (the skipped records' messages name each bad line)"
+    )
     assert not out.exists()
     with pytest.raises(InputError, match="no such file and no glob match"):
         preprocess([str(tmp_path / "in" / "*.zst")], TOKENIZER, str(out / "x"), progress=False)

@@ -253,6 +253,31 @@ def _result(
     )
 
 
+_DROP_FLAGS = {
+    "empty": "the text is empty or blank: check --json-keys names the text field",
+    "min_chars": "lower --min-chars",
+    "min_tokens": "lower --min-tokens",
+    "max_symbol_ratio": "raise --max-symbol-ratio",
+}
+"""The fix for each document filter that dropped every document (filters.DROP_REASONS)."""
+
+
+def _empty_fixes(dropped: dict, errors: dict) -> list[str]:
+    """The fixes for a run that wrote nothing, one per cause that occurred, most common first:
+    a missing key (wrong ``--json-keys``), bad records, or a filter that dropped the rest."""
+    fixes = []
+    for kind, _ in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0])):
+        if kind == "missing_key":
+            fixes.append(
+                "pass the field that holds the text as --json-keys (the skipped records' "
+                "messages list each record's keys)"
+            )
+        elif "repair the input" not in " ".join(fixes):
+            fixes.append("repair the input (the skipped records' messages name each bad line)")
+    fixes += [_DROP_FLAGS[r] for r, _ in sorted(dropped.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return list(dict.fromkeys(fixes))
+
+
 def _empty_error(files: list[str], counts: dict) -> ValueError:
     dropped = {}
     for lang in counts.get("languages", {}).values():
@@ -263,7 +288,7 @@ def _empty_error(files: list[str], counts: dict) -> ValueError:
         detail = ", ".join(f"{k}: {v}" for k, v in sorted((dropped | errors).items()))
         return ValueError(
             f"no documents to write: every record of {what} was dropped or skipped ({detail}). "
-            "Fix: loosen --min-chars/--min-tokens/--max-symbol-ratio or repair the input"
+            f"Fix: {'; '.join(_empty_fixes(dropped, errors))}"
         )
     return ValueError(f"no documents to write: {what} hold no records. Fix: give non-empty input")
 
