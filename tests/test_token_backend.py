@@ -7,6 +7,7 @@ import gzip
 import json
 import os
 import random
+import signal
 import sys
 
 import numpy as np
@@ -127,6 +128,37 @@ def test_auto_falls_back_saying_why_and_gigatoken_refuses(tmp_path, monkeypatch)
     assert "gigatoken is not importable" in reason and "pip install gigatoken==" in reason
     with pytest.raises(ConfigError, match="tokenizer_backend='fast': unknown"):
         resolve_backend("fast", TOKENIZER, [])
+
+
+def test_a_ctrl_c_swallowed_by_native_code_during_the_check_is_not_a_fallback(monkeypatch):
+    """Trial 7: a SIGINT that landed inside gigatoken's encode came back as "AttributeError:
+    'list' object has no attribute 'layout'", and the check fell back to hf and finished the
+    run. A fake encode receives a real SIGINT, swallows the KeyboardInterrupt as native code
+    did and raises that AttributeError: the check now raises KeyboardInterrupt, and the
+    process's SIGINT handler is back as it was; the same error without a SIGINT still falls
+    back."""
+
+    def swallowing(self, texts):
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            pass
+        raise AttributeError("'list' object has no attribute 'layout'")
+
+    def failing(self, texts):
+        raise AttributeError("'list' object has no attribute 'layout'")
+
+    before = signal.getsignal(signal.SIGINT)
+    monkeypatch.setattr(token_backend.GigatokenBackend, "encode_batch", swallowing)
+    with pytest.raises(KeyboardInterrupt) as e:
+        resolve_backend("auto", TOKENIZER, [])
+    assert isinstance(e.value.__cause__, AttributeError)
+    assert signal.getsignal(signal.SIGINT) is before
+    monkeypatch.setattr(token_backend.GigatokenBackend, "encode_batch", failing)
+    backend, reason = resolve_backend("auto", TOKENIZER, [])
+    assert backend == "hf" and reason.endswith(
+        "AttributeError: 'list' object has no attribute 'layout'"
+    )
 
 
 def test_the_check_hands_over_the_backends_it_loaded():

@@ -22,8 +22,11 @@ a run's resume fingerprint.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+import signal
+import threading
+from collections.abc import Iterator, Sequence
 from itertools import chain
 
 import numpy as np
@@ -197,6 +200,34 @@ def first_difference(
     return None
 
 
+@contextlib.contextmanager
+def _noting_interrupts() -> Iterator[list[int]]:
+    """Note each SIGINT received in the block (the list it yields), then handle it as before.
+
+    A Ctrl-C that lands while native code runs (``gigatoken`` calls back into Python to build
+    its result) can surface as another exception, or none, once that code has swallowed the
+    ``KeyboardInterrupt``: a user's interrupt must never read as "this backend failed". Outside
+    the main thread (where no signal handler can be set) the block runs unchanged."""
+    seen: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None or threading.current_thread() is not threading.main_thread():
+        yield seen  # a handler not set from Python, or a thread that cannot set one
+        return
+
+    def note(signum, frame):
+        seen.append(signum)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield seen
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def resolve_backend(
     requested: str,
     tokenizer_path: str,
@@ -222,6 +253,8 @@ def resolve_backend(
     Raises:
         ConfigError: ``requested`` is unknown, or is 'gigatoken' and gigatoken cannot load the
             tokenizer or gives other ids.
+        KeyboardInterrupt: a SIGINT arrived during the check, even where the native code it
+            interrupted raised another error instead (:func:`_noting_interrupts`).
     """
     if requested not in BACKENDS:
         raise ConfigError(
@@ -249,15 +282,22 @@ def resolve_backend(
     else:
         checked = f"{probes} probe texts and no input text: the first records read hold none"
     loaded = {} if loaded is None else loaded
-    try:
-        loaded["hf"] = HFBackend(tokenizer_path, plain)
-        loaded["gigatoken"] = GigatokenBackend(tokenizer_path, plain=plain)
-        diff = first_difference(texts, loaded["hf"], loaded["gigatoken"])
-    except ImportError as e:
-        why = f"gigatoken is not importable ({e}); install it: pip install gigatoken==0.10.0"
-    except Exception as e:  # noqa: BLE001  (any failure to load or encode means: not usable)
-        why = f"gigatoken cannot tokenize with {tokenizer_path!r}: {type(e).__name__}: {e}"
-    else:
+    with _noting_interrupts() as interrupts:
+        try:
+            loaded["hf"] = HFBackend(tokenizer_path, plain)
+            loaded["gigatoken"] = GigatokenBackend(tokenizer_path, plain=plain)
+            diff = first_difference(texts, loaded["hf"], loaded["gigatoken"])
+        except ImportError as e:
+            why = f"gigatoken is not importable ({e}); install it: pip install gigatoken==0.10.0"
+        except Exception as e:  # noqa: BLE001  (any failure to load or encode means: not usable)
+            if interrupts:  # a Ctrl-C that native code turned into another error
+                raise KeyboardInterrupt from e
+            why = f"gigatoken cannot tokenize with {tokenizer_path!r}: {type(e).__name__}: {e}"
+        else:
+            why = None
+    if interrupts:  # a Ctrl-C that native code swallowed whole
+        raise KeyboardInterrupt
+    if why is None:
         if diff is None:
             return "gigatoken", f"gigatoken: ids identical to HF tokenizers on {checked}"
         i, a, b = diff
