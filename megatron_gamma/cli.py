@@ -50,6 +50,8 @@ def _pretrain(args: argparse.Namespace) -> None:
     cfg = load_config(args.config, overrides)  # a config error before torch and megatron-core
     check_moe_training(cfg)
     validate_layout(cfg, read_dist_env().world_size)  # so is a layout the world cannot hold
+    if not cfg.data.mock_data:
+        cfg.data.blend()  # and a dataset prefix without its .bin/.idx
     if cfg.training.deterministic_mode:
         from megatron_gamma.determinism import check_determinism_env
 
@@ -572,6 +574,9 @@ def _sweep(args: argparse.Namespace) -> None:
 def _report(args: argparse.Namespace) -> None:
     import json
 
+    from megatron_gamma.study.spec import manifest_path
+
+    manifest_path(args.study_dir)  # before the imports of the report's statistics and plots
     from megatron_gamma.study.report import report
     from megatron_gamma.study.verdicts import Verdict
 

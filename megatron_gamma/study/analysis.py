@@ -45,6 +45,7 @@ from megatron_gamma.study.spec import (
     NAME_PATTERN,
     best_lr,
     data_prefixes,
+    manifest_path,
     margin_ok,
 )
 
@@ -249,12 +250,7 @@ class StudyData:
             ConfigError: no study.json in ``study_dir``, or a run whose names could lead out
                 of the study (:func:`check_entry`), before any run directory is read.
         """
-        path = os.path.join(study_dir, "study.json")
-        if not os.path.isfile(path):
-            raise ConfigError(
-                f"study_dir={study_dir!r}: no study.json. Fix: run `megatron-gamma sweep "
-                "STUDY.yaml --output-dir DIR` first"
-            )
+        path = manifest_path(study_dir)
         with open(path, encoding="utf-8") as f:
             manifest = json.load(f)
         for index, entry in enumerate(manifest["runs"]):

@@ -123,6 +123,26 @@ class StudyChangedError(StudyError):
     """The study file changed an arm, size, seed, budget or the data of a run that exists."""
 
 
+MANIFEST = "study.json"
+"""The file ``sweep`` writes into its ``--output-dir`` and ``report`` reads."""
+
+
+def manifest_path(study_dir: str) -> str:
+    """``study_dir``'s :data:`MANIFEST`, checked to exist (the first check of ``report``, before
+    its imports).
+
+    Raises:
+        ConfigError: ``study_dir`` holds no study.json, naming it and the fix.
+    """
+    path = os.path.join(study_dir, MANIFEST)
+    if not os.path.isfile(path):
+        raise ConfigError(
+            f"study_dir={study_dir!r}: no {MANIFEST}. Fix: run `megatron-gamma sweep "
+            "STUDY.yaml --output-dir DIR` first, and pass that DIR"
+        )
+    return path
+
+
 def _fail(key: str, value: Any, why: str, fix: str) -> None:
     raise StudyError(f"{key}={value!r}: {why}. Fix: {fix}")
 
