@@ -289,6 +289,15 @@ class TrustedCommonLoadStrategy(TorchCommonLoadStrategy):
             raise _refused(f"checkpoint file {path!r}", path, e) from None
 
 
+def weights_only_load(*args, **kwargs):
+    """``torch.load(..., weights_only=True)`` whatever the caller passed or
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says (torch honours an explicit True): what
+    megatron-core's common strategy calls in place of ``torch.load``
+    (:func:`~megatron_gamma.compat.patch_checkpoint_reader`)."""
+    kwargs["weights_only"] = True
+    return torch.load(*args, **kwargs)
+
+
 def check_config(checkpoint: str) -> None:
     """Refuse a damaged ``metadata.json`` (megatron-core's checkpoint config, which its
     ``maybe_load_config`` reads with ``json.load``, so that a damaged one would stop every read

@@ -315,10 +315,11 @@ class _WeightsOnlyTorch(types.ModuleType):
 
     @staticmethod
     def load(*args, **kwargs):
-        """``torch.load(..., weights_only=True)`` whatever the caller or
-        ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says (torch honours an explicit True)."""
-        kwargs["weights_only"] = True
-        return torch.load(*args, **kwargs)
+        """:func:`~megatron_gamma.checkpoint_trust.weights_only_load`, where every checkpoint
+        read is."""
+        from megatron_gamma.checkpoint_trust import weights_only_load
+
+        return weights_only_load(*args, **kwargs)
 
 
 def patch_checkpoint_reader() -> None:

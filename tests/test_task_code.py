@@ -91,8 +91,10 @@ def test_templates_render_in_a_sandbox(tmp_path):
     """Trial 6: lm-eval renders doc_to_text in a plain Jinja environment, and a task file's
     template ran os.system when the task loaded, with no tag to find. In the sandbox the same
     template raises SecurityError and the marker is not made; the tiny task's own templates
-    render as before."""
+    render as before. (The reference is a new plain environment: where an earlier evaluation
+    in this process sandboxed lm-eval's, as CI's workers do, that one refuses it too.)"""
     pytest.importorskip("lm_eval")
+    import jinja2
     import lm_eval.utils
     from jinja2.exceptions import SecurityError
 
@@ -112,5 +114,5 @@ def test_templates_render_in_a_sandbox(tmp_path):
         assert lm_eval.utils.env.filters["regex_replace"] is plain.filters["regex_replace"]
     finally:
         lm_eval.utils.env = plain
-    plain.from_string(evil).render(q="x")  # the reference: the plain environment runs it
+    jinja2.Environment().from_string(evil).render(q="x")  # the reference: a plain one runs it
     assert marker.exists()
