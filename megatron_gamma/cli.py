@@ -779,7 +779,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--heatmaps", nargs="+", metavar="ROLE/layer_LL", help="e.g. qkv.q/layer_00")
     p.add_argument("--heatmap-iterations", nargs="+", type=int, help="checkpoint iterations")
     p.add_argument("--heatmap-rows", type=int, default=256, help="rows sampled per heatmap")
-    p.add_argument("--condensation-rows", type=int, default=512, help="rows per score")
+    p.add_argument(
+        "--condensation-rows",
+        type=int,
+        help="rows sampled per condensation score (default 128, the sample pretrain's live "
+        "diagnostics take, so a tag has one value in metrics.jsonl and analysis.csv)",
+    )
     p.add_argument("--no-init", action="store_true", help="skip iteration 0 (initialization)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_analyze)

@@ -53,6 +53,7 @@ from megatron_gamma.diagnostics.condensation import (
 )
 from megatron_gamma.diagnostics.norm import HIST_EDGES
 from megatron_gamma.diagnostics.probes import (
+    CONDENSATION_ROWS,
     ActivationProbe,
     aggregate_experts,
     parse_metric_key,
@@ -225,7 +226,7 @@ def analyze_run(
     heatmaps: Optional[Sequence[str]] = None,
     heatmap_iterations: Optional[Sequence[int]] = None,
     heatmap_rows: int = 256,
-    condensation_rows: int = 512,
+    condensation_rows: Optional[int] = None,
     batch_size: Optional[int] = None,
     progress: bool = True,
 ) -> RunAnalysis:
@@ -246,7 +247,9 @@ def analyze_run(
         heatmaps: matrices for cosine heatmaps as ``ROLE/layer_LL``.
         heatmap_iterations: iterations for the heatmaps (default: up to 4 spread out).
         heatmap_rows: rows sampled per heatmap.
-        condensation_rows: rows sampled for the condensation score.
+        condensation_rows: rows sampled for the condensation score (default
+            :data:`~.probes.CONDENSATION_ROWS`, pretrain's own sample: a tag then has one value
+            in ``metrics.jsonl`` and ``analysis.csv``).
         batch_size: sequences in the activation batch (default: the run's micro-batch size).
         progress: show a progress bar.
 
@@ -282,6 +285,7 @@ def analyze_run(
     if heatmaps:
         _check_heatmap_roles(chosen, model)
     device = next(model.parameters()).device
+    sampled = CONDENSATION_ROWS if condensation_rows is None else condensation_rows
     rows: list[dict[str, float]] = []
     bar = tqdm(
         points,
@@ -294,7 +298,7 @@ def analyze_run(
         if ckpt is not None:
             loader.load_weights(model, ckpt)
         with torch.no_grad():
-            values = weight_diagnostics([model], None, max_rows=condensation_rows)
+            values = weight_diagnostics([model], None, max_rows=sampled)
             values = aggregate_experts(values)
             if batch is not None:
                 with ActivationProbe([model]) as probe:

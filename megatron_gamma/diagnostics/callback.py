@@ -28,6 +28,7 @@ from torch.utils.data import Dataset
 
 from megatron_gamma.data.datasets import micro_batches
 from megatron_gamma.diagnostics.probes import (
+    CONDENSATION_ROWS,
     ActivationProbe,
     aggregate_experts,
     parse_metric_key,
@@ -53,7 +54,7 @@ class DiagnosticsCallback(Callback):
         ValueError: interval < 1.
     """
 
-    def __init__(self, interval: int, max_rows: int = 128):
+    def __init__(self, interval: int, max_rows: int = CONDENSATION_ROWS):
         if interval < 1:
             raise ValueError(f"interval={interval}: must be >= 1 (0 disables the callback)")
         self.interval = interval

@@ -45,7 +45,8 @@ from megatron_gamma.model.init import global_name
 from megatron_gamma.model.roles import Group, layer_and_expert, norm_kind, role_of
 
 CONDENSATION_ROWS = 128
-"""Rows sampled per matrix for the condensation score during training."""
+"""Rows sampled per matrix for the condensation score: during training, and by ``analyze``
+unless ``--condensation-rows`` says otherwise (one sample, so one value per tag)."""
 
 
 def metric_key(
