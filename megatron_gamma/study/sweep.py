@@ -538,9 +538,9 @@ def describe_plan(study: Study, runs: list[Run]) -> str:
         )
     )
     lines.append(
-        f"estimated time left on this machine: {total / 60:.1f} min one run at a time, "
-        f"{total / 60 / 2:.1f} min with --jobs 2 if the cores are free ({basis}, "
-        f"{STARTUP_S:.0f} s start-up per run)"
+        f"estimated time left on this machine with its cores free: {total / 60:.1f} min one "
+        f"run at a time, {total / 60 / 2:.1f} min with --jobs 2 ({basis}, {STARTUP_S:.0f} s "
+        "start-up per run; other load on the machine stretches it)"
     )
     return "\n".join(lines)
 
