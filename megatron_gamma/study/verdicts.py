@@ -37,6 +37,7 @@ not adjust for multiplicity, and the report says so.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Optional
@@ -208,20 +209,33 @@ def at_each_size(across: str, per_size: dict[str, str]) -> tuple[str, str, str]:
     so sizes whose effects differ in size but not in sign leave it inconclusive), while each
     size's own interval, over its seeds, may be decided. Where ``across`` is inconclusive and
     every one of two or more sizes is reproduced (or every one not reproduced), that verdict
-    holds at the measured sizes, not beyond them, and says so in its scope.
+    holds at the measured sizes, not beyond them, and says so in its scope. Where the
+    across-sizes interval is decided but a size's own interval decides the opposite (a gain on
+    average that reverses at the largest size), the row is inconclusive.
 
     Args:
         across: the verdict of the across-sizes interval.
         per_size: {size: the verdict of that size's interval(s)}.
 
     Returns:
-        (verdict, scope, text): ``across`` and "" where it is decided or the sizes disagree;
-        text lists each size's verdict where there are two or more sizes.
+        (verdict, scope, text): ``across`` and "" where it is decided and no size opposes it,
+        or where the sizes do not all agree; inconclusive where a size opposes a decided
+        ``across``; text lists each size's verdict where there are two or more sizes.
     """
     if len(per_size) < 2:
         return across, "", ""
     text = "at each size: " + ", ".join(f"{s} {v}" for s, v in per_size.items())
     calls = set(per_size.values())
+    opposite = {REPRODUCED: NOT_REPRODUCED, NOT_REPRODUCED: REPRODUCED}.get(across)
+    if against := [s for s, v in per_size.items() if v == opposite]:
+        return (
+            INCONCLUSIVE,
+            "",
+            (
+                f"{text}: the sizes disagree, {', '.join(against)} {opposite} where the "
+                f"across-sizes interval says {across}, so neither holds for every size"
+            ),
+        )
     if across != INCONCLUSIVE or len(calls) != 1 or calls <= {INCONCLUSIVE}:
         return across, "", text
     (verdict,) = calls
@@ -463,8 +477,10 @@ def claim4(data: StudyData) -> Verdict:
         f"above {SATURATION_MIN:g}; where σ²_emb/ε > {EPS_ACTS_MAX:g} at every size (ε cannot "
         "act at initialization), the largest size with both arms' saturation is read all the "
         "same: an interval above the margin is reproduced (the hidden states shrank in "
-        "training), one below it, or no measurement, not measurable at this scale, and one that "
-        "includes the margin inconclusive"
+        "training), one below it not measurable at this scale, and one that includes the "
+        "margin inconclusive; without the γ = 1+ε arm, γ = 1's own saturated share bounds the "
+        "difference (not measurable at this scale where it is within the margin in every "
+        "seed, else inconclusive)"
     )
     g1, g2 = data.role("gamma1"), data.role("gamma1+eps")
     if not g1:
@@ -487,7 +503,7 @@ def claim4(data: StudyData) -> Verdict:
     if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
         text, d, at = measured(None)
         if d is None:
-            return Verdict(claim, NOT_MEASURABLE, rtext, rule)
+            return _saturation_bound(data, g1, claim, rule, rtext)
         verdict, why = decide(d, SATURATION_MIN, +1)
         if verdict == REPRODUCED:
             why += (
@@ -509,6 +525,36 @@ def claim4(data: StudyData) -> Verdict:
         )  # fmt: skip
     verdict, why = decide(d, SATURATION_MIN, +1)
     return Verdict(claim, verdict, f"{text}: {why}; {rtext}", rule, sizes=at)
+
+
+def _saturation_bound(data: StudyData, g1: str, claim: str, rule: str, rtext: str) -> Verdict:
+    """Claim 4 where ε cannot act at initialization at any size and no γ = 1+ε difference was
+    measured: γ = 1's own max saturated share bounds the difference (shares are >= 0), so
+    where every seed's lies at or below the margin that is a measured null, explained by the
+    scale (not measurable at this scale); where γ = 1 saturates more, or logged no
+    saturation, the row is inconclusive: only the γ = 1+ε arm could tell."""
+    size = _largest_with(data, [g1], "norm_saturated")
+    if size is None:
+        return Verdict(
+            claim, INCONCLUSIVE, f"no saturation measured (no γ = 1+ε difference, no "
+            f"saturation diagnostics of {g1}); {rtext}: ε cannot act at initialization, but the "
+            "hidden states may shrink in training", rule,
+        )  # fmt: skip
+    shares = {k: max(v.values()) for k, v in data.seed_series(g1, size, "norm_saturated").items()}
+    top = max(shares.values())
+    each = ", ".join(f"seed {k} {v:.4f}" for k, v in shares.items())
+    head = f"{size}: {g1}'s own max saturated share {each}, a bound on the difference ε makes"
+    if top <= SATURATION_MIN:
+        return Verdict(
+            claim, NOT_MEASURABLE, f"{head}: at most {top:.4f}, within the margin "
+            f"{SATURATION_MIN:g}; {rtext}: ε cannot act at these sizes, which explains the null",
+            rule, sizes=(size,),
+        )  # fmt: skip
+    return Verdict(
+        claim, INCONCLUSIVE, f"{head}: up to {top:.4f}, above the margin {SATURATION_MIN:g}, "
+        f"and the study has no γ = 1+ε arm to tell whether ε does it; {rtext}", rule,
+        sizes=(size,),
+    )  # fmt: skip
 
 
 def _sink_arms(data: StudyData) -> tuple[Optional[str], Optional[str], Optional[str]]:
@@ -717,8 +763,9 @@ def claim7(data: StudyData) -> Verdict:
         "the minimum taken over every point; not measurable where the arm's minimum is its "
         "last point in a seed (still falling: no recovery measured), or where the control's is "
         f"and it fell by more than {DIP_MIN:g} of its initial stable rank over its last logged "
-        "interval (still dipping: its dip, and so Δdip, not measured); a control falling less "
-        "there gives Δdip over the runs' window, and a decided verdict says so"
+        "interval (still dipping: its dip, and so Δdip, not measured), or by as much as the "
+        "margin Δdip's interval has left over it; a control falling less there gives Δdip "
+        "over the runs' window, and a decided verdict says so"
     )
     controls = _condensation_arms(data)
     pairs = [(a, c) for a, c in controls.items() if c]
@@ -770,8 +817,16 @@ def claim7(data: StudyData) -> Verdict:
                 + f" of its initial value over its last logged interval, more than {DIP_MIN:g}, "
                 "so its dip is not measured, nor Δdip"
             )
+        left = dip.low - DIP_MIN if dip.has_interval else math.inf
+        if slow and not dipping and max(slow.values()) >= left:
+            unmeasured.append(
+                f"the stable rank of {ctrl} (the control) is still falling at the last point: "
+                f"it fell by up to {max(slow.values()):.4f} of its initial value over its last "
+                f"logged interval, as much as the margin Δdip has left over {DIP_MIN:g} "
+                f"({left:.4f}), so one more such interval could close it: Δdip is not measured"
+            )
         window = ""
-        if slow and not dipping:
+        if slow and not dipping and not unmeasured:
             window = (
                 f"Δdip over the runs' window: the control's minimum is its last point in seed(s) "
                 f"{sorted(slow)}, but it fell by at most {max(slow.values()):.4f} of its initial "
