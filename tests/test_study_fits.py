@@ -296,17 +296,23 @@ def test_a_trend_is_no_surer_than_the_seeds_within_its_sizes():
 
 
 def test_crossed_interval_adds_the_document_jackknife_to_the_seeds():
-    """Three seeds (1.0, 1.2, 1.1) and four leave-one-document-out means: SE² = var/3 +
-    (3/4)·Σ(θ₋d − θ̄)², df = min(2, 3) = 2, closed form by hand; one document, or one seed,
-    falls back to the seeds' interval (or none)."""
+    """Three seeds (1.0, 1.2, 1.1) and four leave-one-document-out means: SE² = s²/3 + (3/4)·Σa,
+    a_d = (θ₋d − θ̄)²; df by Welch–Satterthwaite with the document term's (Σa)²/Σa² − 1, capped
+    at the seeds' 2; closed form by hand. One document, or a NaN, is refused; one seed gives no
+    interval."""
     per_seed, left = [1.0, 1.2, 1.1], [1.05, 1.15, 1.0, 1.2]
-    se2 = np.var(per_seed, ddof=1) / 3 + 0.75 * np.sum((np.array(left) - np.mean(left)) ** 2)
-    half = stats.t.ppf(0.975, 2) * math.sqrt(se2)
+    a = (np.array(left) - np.mean(left)) ** 2
+    seed_se2, doc_se2 = np.var(per_seed, ddof=1) / 3, 0.75 * a.sum()
+    doc_df = a.sum() ** 2 / (a**2).sum() - 1
+    df = min(2.0, (seed_se2 + doc_se2) ** 2 / (seed_se2**2 / 2 + doc_se2**2 / doc_df))
+    half = stats.t.ppf(0.975, df) * math.sqrt(seed_se2 + doc_se2)
     iv = crossed_interval(per_seed, left)
-    assert (iv.mean, iv.df, iv.n, iv.unit) == (pytest.approx(1.1), 2, 3, "seeds × 4 documents")
+    assert (iv.mean, iv.df, iv.n) == (pytest.approx(1.1), pytest.approx(df), 3)
+    assert iv.unit == "seeds × 4 documents"
     assert (iv.low, iv.high) == pytest.approx((1.1 - half, 1.1 + half))
-    assert (
-        iv.text() == f"+1.1000 [{1.1 - half:+.4f}, {1.1 + half:+.4f}] (df 2, 3 seeds × 4 documents)"
-    )
-    assert crossed_interval(per_seed, [1.1]) == t_interval(per_seed)
+    shown = f"{df:.0f}" if float(df).is_integer() else f"{df:.1f}"
+    assert iv.text().endswith(f"(df {shown}, 3 seeds × 4 documents)")
+    for bad in ([1.1], [1.1, math.nan]):
+        with pytest.raises(ValueError, match="need >= 2 documents"):
+            crossed_interval(per_seed, bad)
     assert not crossed_interval([1.0], left).has_interval

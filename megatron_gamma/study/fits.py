@@ -337,31 +337,44 @@ def crossed_interval(
     Every seed scores the same held-out documents, so an interval over seeds alone treats those
     documents as fixed: it speaks for them, not for text in general. The standard error here
     adds the two: SE² = var(per_seed) / n (the seeds') + the jackknife variance over documents
-    of the seed-mean statistic, (D − 1)/D · Σ (θ₋d − θ̄)² over ``leave_one_out`` (θ₋d: the
-    statistic without document d); df the smaller of n − 1 and D − 1, the lower bound of
-    Welch–Satterthwaite's. Both parts carry the seed × document interaction, so the interval is
-    conservative, never narrower than the seeds' alone. One seed, or seeds that all agree, give
-    no interval (:func:`t_interval`).
+    of the seed-mean statistic, (D − 1)/D · Σ a_d with a_d = (θ₋d − θ̄)² over ``leave_one_out``
+    (θ₋d: the statistic without document d). Its df is Welch–Satterthwaite's, the document
+    term's own df taken as (Σ a)² / Σ a² − 1 (D − 1 where the documents weigh alike, near 0
+    where one dominates, at least 1), and never above n − 1, so the interval is never narrower
+    than the seeds' alone. Both parts carry the seed × document interaction, which counts it
+    twice: conservative.
 
     Args:
         per_seed: (n,) the statistic per seed, on all documents.
-        leave_one_out: (D,) the seed-mean statistic with each document left out in turn
-            (D >= 2); fewer than 2 gives :func:`t_interval` over seeds alone.
+        leave_one_out: (D,) the seed-mean statistic with each document left out in turn.
 
     Returns:
-        An :class:`Interval` with ``unit`` "seeds × D documents".
+        An :class:`Interval` with ``unit`` "seeds × D documents"; no interval where
+        :func:`t_interval` over the seeds gives none.
+
+    Raises:
+        ValueError: fewer than 2 documents, or a leave-one-out value that is not finite: the
+            documents' sampling cannot be measured.
     """
     base = t_interval(per_seed, "seeds", level)
     jack = np.asarray(leave_one_out, dtype=np.float64)
-    if not base.has_interval or jack.size < 2 or not np.all(np.isfinite(jack)):
-        return base
+    if jack.size < 2 or not np.all(np.isfinite(jack)):
+        raise ValueError(
+            f"leave-one-document-out values {jack.tolist()}: need >= 2 documents, each leaving "
+            "a finite statistic, to measure the documents' sampling"
+        )
+    unit = f"seeds × {jack.size} documents"
+    if not base.has_interval:
+        return replace(base, unit=unit)
     d = jack.size
+    a = (jack - jack.mean()) ** 2
     seed_var = _standard_error(base) ** 2
-    doc_var = float((d - 1) / d * np.sum((jack - jack.mean()) ** 2))
+    doc_var = float((d - 1) / d * a.sum())
     total = seed_var + doc_var
-    df = min(base.df, d - 1)
+    doc_df = max(1.0, float(a.sum() ** 2 / np.sum(a**2)) - 1) if a.any() else d - 1.0
+    welch = total**2 / (seed_var**2 / base.df + doc_var**2 / doc_df)
+    df = min(float(base.df), welch)
     half = float(stats.t.ppf((1 + level) / 2, df) * math.sqrt(total))
-    unit = f"seeds × {d} documents"
     return replace(base, low=base.mean - half, high=base.mean + half, df=df, unit=unit)
 
 

@@ -904,7 +904,8 @@ def delta_sym_concentration(seeds: dict[int, dict], documents: Optional[np.ndarr
 
     Raises:
         ValueError: fewer than 2 seeds, seeds that scored different numbers of tokens, or
-            ``documents`` of another length.
+            ``documents`` of another length, of one document, or one whose removal leaves a
+            seed without hard or easy tokens.
     """
     deltas = {k: np.asarray(t["delta"], dtype=np.float64).ravel() for k, t in seeds.items()}
     diffs = {k: np.asarray(t["difficulty"], dtype=np.float64).ravel() for k, t in seeds.items()}
@@ -927,7 +928,18 @@ def delta_sym_concentration(seeds: dict[int, dict], documents: Optional[np.ndarr
             raise ValueError(f"documents for {doc.size} tokens, the seeds scored {sizes}")
         ids = np.unique(doc)
         count = int(ids.size)
-        left = [_profile(deltas, diffs, doc != d) for d in ids] if ids.size > 1 else []
+        if count < 2:
+            raise ValueError(
+                f"all {doc.size} scored tokens come from one document: an interval over seeds "
+                "speaks for that document only, and the documents' sampling cannot be "
+                "measured. Fix: score more held-out documents"
+            )
+        left = [_profile(deltas, diffs, doc != d) for d in ids]
+        if not all(np.isfinite(list(p.values())).all() for p, _ in left):
+            raise ValueError(
+                "a document without which a seed has no hard or no easy token: the documents' "
+                "sampling cannot be measured. Fix: score more held-out documents"
+            )
         interval = crossed_interval(
             list(per_seed.values()), [np.mean(list(p.values())) for p, _ in left]
         )
