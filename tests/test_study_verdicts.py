@@ -682,7 +682,7 @@ def test_eps_that_cannot_act_is_not_measurable():
         v.numbers
     )
     assert v.verdict == REPRODUCED
-    assert v.scope == "the trend only, not its cause: ε cannot act at these sizes"
+    assert v.scope == "the trend only, not its cause: ε cannot act at initialization at these sizes"
     assert "d32 97.7, d64 24.4, d96 10.9" in v.numbers and "(10ε)^(−1/(2γ)) = 100" in v.numbers
     assert "does not shrink by the paper's ε mechanism" in v.numbers
     losses |= {("gamma1+eps", s, k): x for (a, s, k), x in losses.items() if a == "gamma1"}
@@ -1111,7 +1111,10 @@ def test_gate_main_effect_is_not_credited_to_gamma():
     narrow = make_study({(a, {"s1": "n1", "s2": "n2"}[s], k): x for (a, s, k), x in losses.items()},
                         {"n1": 64, "n2": 96})  # fmt: skip
     v = claim3(narrow, narrow.losses, "shared LR")
-    assert (v.verdict, v.scope) == (REPRODUCED, "the gate in effect: ε cannot act at these sizes")
+    assert (v.verdict, v.scope) == (
+        REPRODUCED,
+        "the gate in effect: ε cannot act at initialization at these sizes",
+    )
     assert "n1 24.4, n2 10.9" in v.numbers
 
 

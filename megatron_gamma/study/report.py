@@ -425,8 +425,9 @@ def _multiplicity(rows: list) -> str:
     return (
         f"The table has {n} rows and decides {d or 'none'} of them (reproduced or not "
         "reproduced), each row a 95% call with no adjustment for multiplicity. A row is called "
-        "reproduced only where its interval (every interval, for a row of several parts) lies "
-        "beyond the margin, which an effect no larger than the margin gives by chance at most "
+        "reproduced only where its interval (every interval it needs: each part's, or each "
+        "size's for a row called at the measured sizes) lies beyond the margin, which an effect "
+        "no larger than the margin gives by chance at most "
         f"2.5% of the time; over the table's k = {n} rows the chance of a false 'reproduced' "
         f"is at most k · 2.5%, {min(1.0, 0.025 * n):.0%} (a bound that holds although the "
         "rows share runs). A row of several parts is 'not reproduced' where any part is, so a "

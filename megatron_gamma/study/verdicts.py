@@ -346,7 +346,7 @@ def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
             "; ε cannot act at any size here, so a gain that shrinks here does not shrink by "
             "the paper's ε mechanism"
         )
-        cause = "the trend only, not its cause: ε cannot act at these sizes"
+        cause = "the trend only, not its cause: ε cannot act at initialization at these sizes"
     else:
         cause = ""
     nums = f"advantage {adv or 'none paired'}; {rtext}"
@@ -437,7 +437,7 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
     if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
         nums += f"; {rtext}; ε cannot act at any size here, so the fixes act through the gate"
         if verdict in (REPRODUCED, NOT_REPRODUCED):
-            gate = "the gate in effect: ε cannot act at these sizes"
+            gate = "the gate in effect: ε cannot act at initialization at these sizes"
             scope = "; ".join(x for x in (scope, gate) if x)
     return Verdict(claim, verdict, nums, rule, lr, scope, tuple(per_size))
 
