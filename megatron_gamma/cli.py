@@ -50,19 +50,19 @@ def _pretrain(args: argparse.Namespace) -> None:
     cfg = load_config(args.config, overrides)  # a config error before torch and megatron-core
     check_moe_training(cfg)
     validate_layout(cfg, read_dist_env().world_size)  # so is a layout the world cannot hold
-    if not cfg.data.mock_data:
-        cfg.data.blend()  # and a dataset prefix without its .bin/.idx
     if cfg.training.deterministic_mode:
         from megatron_gamma.determinism import check_determinism_env
 
         check_determinism_env(os.environ)
-    from megatron_gamma.training.loop import pretrain
-
     if read_dist_env().rank == 0:
         for line in no_effect_warnings(cfg, given_keys(args.config, overrides)):
             print(f"megatron-gamma pretrain: warning: {line}", file=sys.stderr, flush=True)
         if cfg.checkpoint.save is None:
             print(f"megatron-gamma pretrain: warning: {NO_SAVE}", file=sys.stderr, flush=True)
+    if not cfg.data.mock_data:
+        cfg.data.blend()  # and a dataset prefix without its .bin/.idx, before the imports
+    from megatron_gamma.training.loop import pretrain
+
     result = pretrain(cfg)
     if read_dist_env().rank == 0:
         print(done_line(result, saved=cfg.checkpoint.save is not None))
