@@ -303,23 +303,18 @@ def patch_distributed_optimizer_load() -> None:
     cls._set_main_param_and_optimizer_states = _set_main_param_and_optimizer_states
 
 
-class _WeightsOnlyTorch(types.ModuleType):
-    """``torch`` as megatron-core's common checkpoint strategy sees it: every attribute
-    torch's, except :meth:`load`, which reads weights only."""
+class _LoadGuard(types.ModuleType):
+    """``module`` as one megatron-core module sees it: every attribute ``module``'s, except
+    ``load``, which is ``load`` (a reader that runs no code from the file). Installed in place
+    of that module's global name (:func:`patch_checkpoint_reader`,
+    :func:`patch_index_cache_load`); the rest of the process keeps the real module."""
 
-    def __init__(self) -> None:
-        super().__init__("torch")
+    def __init__(self, module: types.ModuleType, load) -> None:
+        super().__init__(module.__name__)
+        self._module, self.load = module, load
 
     def __getattr__(self, name: str):
-        return getattr(torch, name)
-
-    @staticmethod
-    def load(*args, **kwargs):
-        """:func:`~megatron_gamma.checkpoint_trust.weights_only_load`, where every checkpoint
-        read is."""
-        from megatron_gamma.checkpoint_trust import weights_only_load
-
-        return weights_only_load(*args, **kwargs)
+        return getattr(self._module, name)
 
 
 def patch_checkpoint_reader() -> None:
@@ -329,14 +324,15 @@ def patch_checkpoint_reader() -> None:
     the metadata, as megatron-core's ``cache_metadata`` reader does). And its common strategy
     (``strategies.common``: ``common.pt``, and the ``KEY.pt`` object files of checkpoints whose
     objects are not in ``*.distcp``) loads with ``weights_only=True``
-    (:class:`_WeightsOnlyTorch`), so ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` cannot reopen it."""
+    (:func:`~megatron_gamma.checkpoint_trust.weights_only_load` as its ``torch.load``:
+    :class:`_LoadGuard`), so ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` cannot reopen it."""
     from megatron.core.dist_checkpointing.strategies import common as common_strategy
     from megatron.core.dist_checkpointing.strategies import torch as torch_strategy
 
-    from megatron_gamma.checkpoint_trust import TrustedFileSystemReader
+    from megatron_gamma.checkpoint_trust import TrustedFileSystemReader, weights_only_load
 
-    if not isinstance(common_strategy.torch, _WeightsOnlyTorch):
-        common_strategy.torch = _WeightsOnlyTorch()
+    if not isinstance(common_strategy.torch, _LoadGuard):
+        common_strategy.torch = _LoadGuard(torch, weights_only_load)
     if getattr(torch_strategy._get_filesystem_reader, "_megatron_gamma_fix", False):
         return
 
@@ -352,45 +348,36 @@ INDEX_CACHE_MODULES = ("gpt_dataset", "blended_dataset")
 replaces: the two that read index caches for a GPT run."""
 
 
-class _IndexCacheNumpy(types.ModuleType):
-    """``numpy`` as a megatron-core dataset module sees it: every attribute numpy's, except
-    :meth:`load`, which refuses pickled data."""
+def _index_cache_load(file, *args, **kwargs):
+    """``numpy.load(file, ..., allow_pickle=False)`` whatever the caller passed: the ``load``
+    of megatron-core's dataset modules (:func:`patch_index_cache_load`).
 
-    def __init__(self) -> None:
-        super().__init__("numpy")
-
-    def __getattr__(self, name: str):
-        return getattr(numpy, name)
-
-    @staticmethod
-    def load(file, *args, **kwargs):
-        """``numpy.load(file, ..., allow_pickle=False)`` whatever the caller passed.
-
-        Raises:
-            ConfigError: ``file`` holds pickled data (a pickle, or an object array), naming it
-                and the fix.
-        """
-        kwargs["allow_pickle"] = False
-        try:
-            return numpy.load(file, *args, **kwargs)
-        except ValueError as e:
-            if "allow_pickle" not in str(e):
-                raise
-            raise ConfigError(
-                f"index cache {str(file)!r}: holds pickled Python objects, not the plain integer "
-                "array megatron-core writes there; refused, as loading it could run code. Fix: "
-                f"delete {os.path.dirname(str(file))!r} (the next run rebuilds its caches) or "
-                "pass --data-cache-path with a directory of your own"
-            ) from None
+    Raises:
+        ConfigError: ``file`` holds pickled data (a pickle, or an object array), naming it and
+            the fix.
+    """
+    kwargs["allow_pickle"] = False
+    try:
+        return numpy.load(file, *args, **kwargs)
+    except ValueError as e:
+        if "allow_pickle" not in str(e):
+            raise
+        raise ConfigError(
+            f"index cache {str(file)!r}: holds pickled Python objects, not the plain integer "
+            "array megatron-core writes there; refused, as loading it could run code. Fix: "
+            f"delete {os.path.dirname(str(file))!r} (the next run rebuilds its caches) or "
+            "pass --data-cache-path with a directory of your own"
+        ) from None
 
 
 def patch_index_cache_load() -> None:
     """The ``npycache`` patch (idempotent; CPU and GPU alike): the ``numpy`` of megatron-core's
-    :data:`INDEX_CACHE_MODULES` becomes :class:`_IndexCacheNumpy`, so their index caches load
+    :data:`INDEX_CACHE_MODULES` becomes a :class:`_LoadGuard` whose ``load`` is
+    :func:`_index_cache_load`, so their index caches load
     with ``allow_pickle=False``. Their arrays are integers; writing is unchanged."""
     import importlib
 
     for name in INDEX_CACHE_MODULES:
         module = importlib.import_module(f"megatron.core.datasets.{name}")
-        if not isinstance(module.numpy, _IndexCacheNumpy):
-            module.numpy = _IndexCacheNumpy()
+        if not isinstance(module.numpy, _LoadGuard):
+            module.numpy = _LoadGuard(numpy, _index_cache_load)

@@ -265,17 +265,18 @@ _DROP_FLAGS = {
 def _empty_fixes(dropped: dict, errors: dict) -> list[str]:
     """The fixes for a run that wrote nothing, one per cause that occurred, most common first:
     a missing key (wrong ``--json-keys``), bad records, or a filter that dropped the rest."""
-    fixes = []
-    for kind, _ in sorted(errors.items(), key=lambda kv: (-kv[1], kv[0])):
-        if kind == "missing_key":
-            fixes.append(
-                "pass the field that holds the text as --json-keys (the skipped records' "
-                "messages list each record's keys)"
-            )
-        elif "repair the input" not in " ".join(fixes):
-            fixes.append("repair the input (the skipped records' messages name each bad line)")
-    fixes += [_DROP_FLAGS[r] for r, _ in sorted(dropped.items(), key=lambda kv: (-kv[1], kv[0]))]
-    return list(dict.fromkeys(fixes))
+    key = (
+        "pass the field that holds the text as --json-keys (the skipped records' messages list "
+        "each record's keys)"
+    )
+    repair = "repair the input (the skipped records' messages name each bad line)"
+    fixes = [key if kind == "missing_key" else repair for kind in _most_first(errors)]
+    return list(dict.fromkeys(fixes + [_DROP_FLAGS[r] for r in _most_first(dropped)]))
+
+
+def _most_first(counts: dict) -> list[str]:
+    """The keys of ``counts``, the largest count first (ties by name)."""
+    return sorted(counts, key=lambda k: (-counts[k], k))
 
 
 def _empty_error(files: list[str], counts: dict) -> ValueError:
