@@ -929,6 +929,82 @@ def test_sink_shares_on_disjoint_seeds_give_no_pair():
     assert v.verdict == INCONCLUSIVE
 
 
+def _reviewer_sinks(finals: dict[str, float]):
+    """Trial 9 #2's construction: one size, 4 seeds, every arm's sink share 0.02 at iteration
+    0 and ``finals[arm]`` plus a seed offset × (the arm's position + 1) at iteration 100."""
+    losses, diag = {}, {}
+    for i, (arm, y) in enumerate(finals.items()):
+        for k, e in REVIEW_NOISE.items():
+            losses[(arm, "s1", k)] = 5.0
+            diag[(arm, "s1", k)] = {
+                0: {"sink_share/layer_00": 0.02},
+                100: {"sink_share/layer_00": y + e * (i + 1)},
+            }
+    return make_study(losses, {"s1": 64}, diagnostics=diag)
+
+
+REVIEW_NOISE = {1: 0.0, 2: 0.001, 3: -0.001, 4: 0.0005}
+
+
+def _review_effect(finals: dict[str, float], arm: str, ref: str) -> str:
+    index = list(finals)
+    d = [
+        (finals[arm] + e * (index.index(arm) + 1)) - (finals[ref] + e * (index.index(ref) + 1))
+        for e in REVIEW_NOISE.values()
+    ]
+    lo, hi = _t_interval(d)
+    return f"({arm} − {ref}) {np.mean(d):+.4f} [{lo:+.4f}, {hi:+.4f}] (df 3, 4 seeds)"
+
+
+@pytest.mark.parametrize("gamma1", [0.034, 0.0199])
+def test_a_sink_part_is_decided_only_where_one_of_its_own_arms_formed_a_sink(gamma1):
+    """Trial 9 #2: a sink only in the ungated γ = 1+ε (0.080, uniform attention 0.0349) let the
+    row decide the γ part, γ = 1 − baseline, though neither arm formed one (finals 0.034 or
+    0.0199 and 0.020, both below uniform): "reproduced" from γ = 1 at 0.034 (its interval lies
+    beyond +0.01), "not reproduced" from 0.0199. Each part now needs a sink in its own arms:
+    the γ part is not measured, and the row is the gate part's call, scoped so."""
+    finals = {"baseline": 0.020, "gamma1": gamma1, "gamma1+eps": 0.080, "gamma1+eps+gate": 0.030}
+    v = claim5(_reviewer_sinks(finals))
+    gamma = _review_effect(finals, "gamma1", "baseline")
+    lo = float(gamma.split("[")[1].split(",")[0])
+    hi = float(gamma.split(", ")[1].split("]")[0])
+    assert lo > 0.01 if gamma1 == 0.034 else hi < 0.01  # the old rule decided it either way
+    assert (v.verdict, v.scope) == (
+        REPRODUCED,
+        "the gate part only; the γ part not measured: no sink in its arms",
+    )
+    assert (
+        f"a sink has formed in gamma1+eps; effect of γ {gamma}: not measured, no sink in its arms "
+        "(neither gamma1's final share nor baseline's exceeds both uniform attention's and its "
+        "own first logged share by more than 0.01)" in v.numbers
+    )
+    gate = _review_effect(finals, "gamma1+eps+gate", "gamma1+eps")
+    assert f"effect of the gate {gate}: the interval lies beyond -0.01" in v.numbers
+
+
+def test_a_sink_in_the_gamma_part_alone_leaves_the_gate_part_unmeasured():
+    """The other way round: γ = 1 forms a sink (0.080), the gate pair does not (0.020,
+    0.030): the γ part decides, the gate part is not measured. With no γ = 1 arm and a sink
+    only in the baseline, the one part the study has formed none in its arms: not measurable
+    in these runs."""
+    finals = {"baseline": 0.020, "gamma1": 0.080, "gamma1+eps": 0.020, "gamma1+eps+gate": 0.030}
+    v = claim5(_reviewer_sinks(finals))
+    assert (v.verdict, v.scope) == (
+        REPRODUCED,
+        "the γ part only; the gate part not measured: no sink in its arms",
+    )
+    gamma = _review_effect(finals, "gamma1", "baseline")
+    assert f"effect of γ {gamma}: the interval lies beyond +0.01" in v.numbers
+    only_base = {"baseline": 0.080, "gamma1+eps": 0.020, "gamma1+eps+gate": 0.030}
+    v = claim5(_reviewer_sinks(only_base))
+    assert v.verdict == NOT_MEASURED and "a sink has formed in baseline;" in v.numbers
+    assert "effect of γ: not measured, needs a γ = 1 arm" in v.numbers
+    assert v.numbers.endswith(
+        "; no part has a sink in its own arms: whether larger models or longer training would "
+        "form one there is not separated by these runs"
+    )
+
+
 def test_a_gated_baseline_has_no_gate_fix_to_credit():
     """Every arm has the baseline's gate: the fixes differ from the baseline in ε alone, so no
     arm plays γ = 1+ε+gate (the engine once called claim 3 reproduced here)."""

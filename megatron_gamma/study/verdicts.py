@@ -576,10 +576,12 @@ def claim5(data: StudyData) -> Verdict:
     rule = (
         "final sink share paired by seed at the largest size: γ=1 − baseline (only γ differs) "
         f"above +{SINK_MIN:g}, and γ=1+ε+gate − the same arm ungated (only the gate differs) "
-        f"below −{SINK_MIN:g}; not measurable in these runs when no sink has formed: no arm's "
-        "seed-mean final share exceeds both uniform attention's and its own at the first logged "
-        f"point (iteration 0) by more than {SINK_MIN:g}, the effects' margin; a part whose arms "
-        "the study lacks is not measured, and a verdict then covers the measured part only"
+        f"below −{SINK_MIN:g}; a sink has formed in an arm whose seed-mean final share exceeds "
+        "both uniform attention's and its own at the first logged point (iteration 0) by more "
+        f"than {SINK_MIN:g}, the effects' margin; a part is measured only where a sink has "
+        "formed in one of its own two arms, else not measured (no sink in its arms); not "
+        "measurable in these runs when no part is; a part whose arms the study lacks is not "
+        "measured, and a verdict then covers the measured part only"
     )
     g1, ungated, g3 = _sink_arms(data)
     arms = [a for a in dict.fromkeys((data.baseline, g1, ungated, g3)) if a]
@@ -609,7 +611,7 @@ def claim5(data: StudyData) -> Verdict:
             "(the effects' margin); whether larger models or longer training would form one is "
             "not separated by these runs", rule, sizes=(size,),
         )  # fmt: skip
-    parts, verdicts, unmeasured = [], [], []
+    parts, verdicts, unmeasured, unpaired, sinkless = [], [], [], [], []
     for arm, ref, direction, label, need in (
         (g1, data.baseline, 1, "γ", "a γ = 1 arm with the baseline's ε and gate"),
         (g3, ungated, -1, "the gate", "γ = 1+ε+gate and the same arm without the gate"),
@@ -625,21 +627,35 @@ def claim5(data: StudyData) -> Verdict:
                 "diagnostics"
             )
             unmeasured.append(label)
+            unpaired.append(label)
             continue
         d = paired_difference([final[arm][k] for k in seeds], [final[ref][k] for k in seeds])
+        if arm not in formed and ref not in formed:
+            parts.append(
+                f"effect of {label} ({arm} − {ref}) {d.text()}: not measured, no sink in its arms "
+                f"(neither {arm}'s final share nor {ref}'s exceeds both uniform attention's and "
+                f"its own first logged share by more than {SINK_MIN:g})"
+            )
+            sinkless.append(label)
+            continue
         v, why = decide(d, SINK_MIN, direction)
         parts.append(f"effect of {label} ({arm} − {ref}) {d.text()}: {why}")
         verdicts.append((label, v))
     nums += f"; a sink has formed in {', '.join(formed)}; " + "; ".join(parts)
+    if not verdicts and sinkless and not unpaired:
+        return Verdict(
+            claim, NOT_MEASURED, f"{nums}; no part has a sink in its own arms: whether larger "
+            "models or longer training would form one there is not separated by these runs",
+            rule, sizes=(size,),
+        )  # fmt: skip
     if not verdicts:
         return Verdict(claim, INCONCLUSIVE, nums, rule, sizes=(size,))
     verdict = combine([v for _, v in verdicts])
     scope = ""
-    if unmeasured and verdict != INCONCLUSIVE:
-        scope = (
-            f"{' and '.join(_part(x) for x, _ in verdicts)} only; "
-            f"{' and '.join(_part(x) for x in unmeasured)} not measured"
-        )
+    if (unmeasured or sinkless) and verdict != INCONCLUSIVE:
+        missing = [f"{_part(x)} not measured" for x in unmeasured]
+        missing += [f"{_part(x)} not measured: no sink in its arms" for x in sinkless]
+        scope = f"{' and '.join(_part(x) for x, _ in verdicts)} only; {'; '.join(missing)}"
     return Verdict(claim, verdict, nums, rule, scope=scope, sizes=(size,))
 
 
