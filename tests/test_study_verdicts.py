@@ -159,8 +159,9 @@ def test_an_arm_no_better_than_token_frequencies_has_not_learned():
     below = make_study(losses, {"s1": 256}, vocab_size=4096, unigram_loss=8.5)
     assert verdicts(below, {}, None)[0].verdict == REPRODUCED
     assert _learned_bar(above_unigram) == (
-        f"An arm has learned where its mean final validation loss is below {bar}; a decided row "
-        "resting on one that has not is not measurable in these runs."
+        f"An arm has learned where its mean final validation loss is below {bar}; a decided row, "
+        "or a null credited to the scale, resting on one that has not is not measurable in these "
+        "runs."
     )
     # within δ of the frequency table is not learned either (trial 5: arms 0.005 nats below)
     near = make_study({k: x + 0.205 for k, x in losses.items()}, {"s1": 256}, vocab_size=4096,
@@ -897,6 +898,82 @@ def test_where_eps_cannot_act_a_measured_null_is_not_measurable(shares, verdict,
     v = claim4(make_study(losses, {"s1": 64}, diagnostics=diag))
     assert v.verdict == verdict and f"[{lo:+.4f}, {hi:+.4f}]" in v.numbers
     assert why in v.numbers and (hi < 0.01) == (verdict == NOT_MEASURABLE)
+
+
+def _saturation_study(shares, loss=5.0, size="s1", **kw):
+    """Width 64 (σ²_emb/ε = 64^-2 / 1e-5 = 24.4 > 10 by default: ε cannot act at
+    initialization), the baseline and γ = 1 (no γ = 1+ε arm), γ = 1's max saturated share
+    ``shares[k - 1]`` at seed k."""
+    losses, diag = {}, {}
+    for k, share in enumerate(shares, start=1):
+        for arm in ("baseline", "gamma1"):
+            losses[(arm, size, k)] = loss
+            value = share if arm == "gamma1" else 0.0
+            diag[(arm, size, k)] = {it: {"norm_saturated/layer_00": value * it / 100}
+                                    for it in (0, 100)}  # fmt: skip
+    return make_study(losses, {size: 64}, diagnostics=diag, **kw)
+
+
+def test_a_saturation_bound_needs_an_interval_within_the_margin():
+    """Trial 9 #7: without a γ = 1+ε arm, γ = 1's own max saturated share bounds the
+    difference ε makes; the engine called a null "not measurable at this scale" on one seed,
+    or on seeds whose t-interval reaches past the margin (0.0090-0.0099: [0.0089, 0.0102]).
+    A null now needs >= 2 seeds and the upper end of their interval at or below 0.01 (or 0 in
+    every one of them)."""
+    close = (0.0090, 0.0095, 0.0098, 0.0099)
+    lo, hi = _t_interval(close)
+    assert hi > 0.01 and max(close) <= 0.01  # the old rule's "within the margin in every seed"
+    v = claim4(_saturation_study(close))
+    assert v.verdict == INCONCLUSIVE and v.sizes == ("s1",)
+    assert (
+        f": +{np.mean(close):.4f} [{lo:+.4f}, {hi:+.4f}] (df 3, 4 seeds): the interval reaches "
+        "above the margin 0.01, and the study has no γ = 1+ε arm to tell whether ε does it"
+    ) in v.numbers
+    for one in ((0.0090,), (0.0,)):  # one seed: no interval, not even at 0
+        v = claim4(_saturation_study(one))
+        assert v.verdict == INCONCLUSIVE
+        assert "one seed, no interval: a measured null needs >= 2 seeds" in v.numbers
+    low = (0.001, 0.002, 0.0015)
+    lo, hi = _t_interval(low)
+    assert hi <= 0.01
+    v = claim4(_saturation_study(low))
+    assert v.verdict == NOT_MEASURABLE
+    assert (
+        f"s1: gamma1's own max saturated share seed 1 0.0010, seed 2 0.0020, seed 3 0.0015, a "
+        f"bound on the difference ε makes: +0.0015 [{lo:+.4f}, {hi:+.4f}] (df 2, 3 seeds), at or "
+        "below the margin 0.01; σ²_emb/ε at init (γ = 1, ε = 1e-05): s1 24.4"
+    ) in v.numbers
+    assert v.numbers.endswith("ε cannot act at these sizes, which explains the null")
+    zero = claim4(_saturation_study((0.0, 0.0)))
+    assert zero.verdict == NOT_MEASURABLE and ": 0 in all 2 seeds, within the margin" in (
+        zero.numbers
+    )
+
+
+def test_a_null_in_arms_that_have_not_learned_is_not_credited_to_the_scale():
+    """Trial 9 #8: γ = 1's mean loss 8.30, above the bar 6.755 (δ below the token
+    frequencies' 6.765): the row stayed "not measurable at this scale ... which explains the
+    null", though training length explains a null in a model that learned nothing as well."""
+    kw = {"vocab_size": 4096, "unigram_loss": 6.765}
+    rows = verdicts(_saturation_study((0.0, 0.0, 0.0), loss=8.3, **kw), {}, None)
+    row = next(r for r in rows if r.claim.startswith("ε = 1e-5 saturates"))
+    assert row.verdict == NOT_MEASURED and "explains the null" not in row.numbers
+    assert row.numbers.endswith(
+        "ε cannot act at these sizes; not measurable in these runs: not learned, mean final "
+        "validation loss >= 6.7550 nats, δ = 0.01 nats below the held-out loss of the train "
+        "split's token frequencies, 6.7650 nats (add-0.5 smoothed; ln V = ln 4096 = 8.3178 nats "
+        "is a uniform predictor's): gamma1 at s1 8.3000 (so the null may be the training "
+        "length, not the scale)"
+    )
+    rows = verdicts(_saturation_study((0.0, 0.0, 0.0), loss=5.0, **kw), {}, None)
+    row = next(r for r in rows if r.claim.startswith("ε = 1e-5 saturates"))
+    assert row.verdict == NOT_MEASURABLE and row.numbers.endswith("which explains the null")
+    rows = verdicts(_saturation_study((0.0, 0.0, 0.0), loss=8.3), {}, None)  # V unknown
+    row = next(r for r in rows if r.claim.startswith("ε = 1e-5 saturates"))
+    assert row.verdict == NOT_MEASURABLE and row.numbers.endswith(
+        "which explains the null; whether the compared arms learned (mean final loss below ln V, "
+        "a uniform predictor's) is not checked: the study records no vocabulary size"
+    )
 
 
 def test_saturation_is_judged_only_where_eps_can_act():

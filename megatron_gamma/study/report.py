@@ -392,7 +392,8 @@ def _learned_bar(data: StudyData) -> str:
         return "Whether the arms learned is not checked: the study records no vocabulary size."
     return (
         f"An arm has learned where its mean final validation loss is below {bar[1]}; a decided "
-        "row resting on one that has not is not measurable in these runs."
+        "row, or a null credited to the scale, resting on one that has not is not measurable in "
+        "these runs."
     )
 
 

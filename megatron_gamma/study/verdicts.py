@@ -12,14 +12,17 @@ Verdicts:
   (df < 1), or an arm the claim needs is missing, or a planned run of an arm it compares has
   not finished or has diverged (:func:`_complete`), or seeds of an arm it compares start from
   the same weights (:func:`_independent`), or the data cannot show the effect;
-- *not measurable at this scale*: the mechanism cannot act in these models (the number why);
+- *not measurable at this scale*: the mechanism cannot act in these models (the number why),
+  and a measured null in models that learned says so;
 - *not measurable in these runs*: the runs are too short to show it, whatever the scale: a
   compared arm has not learned (its mean final loss is not below the held-out loss of the train
   split's token frequencies, at a size the row judges: :attr:`Verdict.sizes`, :func:`_learned`;
-  claim 8 also reads the compared checkpoints' own loss), or a γ = 1 arm's stable rank is still
-  falling at its last logged point, or its control's still dipping there (claim 7); longer runs,
-  not larger models, would measure it. Claim 5 also says it where no sink has formed in the
-  runs: whether larger models or longer training would form one is not separated.
+  claim 8 also reads the compared checkpoints' own loss; a null otherwise not measurable at
+  this scale included, since training length would explain it as well), or a γ = 1 arm's
+  stable rank is still falling at its last logged point, or its control's still dipping there
+  (claim 7); longer runs, not larger models, would measure it. Claim 5 also says it where no
+  sink has formed in the runs, and of a part (γ, the gate) where neither of its own two arms
+  formed one: whether larger models or longer training would form one is not separated.
 
 A decided verdict that covers less than the claim says so in its scope (:attr:`Verdict.scope`):
 a loss claim's shared-LR row holds "at one shared LR, not tuned per arm"; a two-part claim
@@ -61,6 +64,9 @@ INCONCLUSIVE = "inconclusive"
 NOT_MEASURABLE = "not measurable at this scale"
 NOT_MEASURED = "not measurable in these runs"
 """The runs are too short to show the effect, whatever the scale (module docstring)."""
+EXPLAINS_NULL = ", which explains the null"
+"""How a *not measurable at this scale* row credits its null to the scale; :func:`_learned`
+drops it where a compared arm has not learned (training length then explains it as well)."""
 EPS_ACTS_MAX = SATURATION_FACTOR
 """σ²_emb/ε at initialization above which ε cannot act on the first RMSNorm: the saturation
 diagnostic's own threshold (a token is saturated when σ²(h) <= 10 ε,
@@ -478,9 +484,10 @@ def claim4(data: StudyData) -> Verdict:
         "act at initialization), the largest size with both arms' saturation is read all the "
         "same: an interval above the margin is reproduced (the hidden states shrank in "
         "training), one below it not measurable at this scale, and one that includes the "
-        "margin inconclusive; without the γ = 1+ε arm, γ = 1's own saturated share bounds the "
-        "difference (not measurable at this scale where it is within the margin in every "
-        "seed, else inconclusive)"
+        "margin inconclusive; without the γ = 1+ε arm, γ = 1's own max saturated share bounds "
+        "the difference: not measurable at this scale where its t-interval over >= 2 seeds lies "
+        "at or below the margin (or it is 0 in every one of >= 2 seeds), else inconclusive; "
+        "where an arm has not learned, a null is not measurable in these runs"
     )
     g1, g2 = data.role("gamma1"), data.role("gamma1+eps")
     if not g1:
@@ -512,7 +519,7 @@ def claim4(data: StudyData) -> Verdict:
             )
         elif verdict == NOT_REPRODUCED:
             verdict = NOT_MEASURABLE
-            why += ": ε cannot act at these sizes, which explains the null"
+            why += f": ε cannot act at these sizes{EXPLAINS_NULL}"
         return Verdict(claim, verdict, f"{text}: {why}; {rtext}", rule, sizes=at)
     if not g2:
         return Verdict(claim, INCONCLUSIVE, f"needs the γ = 1+ε arm; {rtext}", rule)
@@ -530,9 +537,11 @@ def claim4(data: StudyData) -> Verdict:
 def _saturation_bound(data: StudyData, g1: str, claim: str, rule: str, rtext: str) -> Verdict:
     """Claim 4 where ε cannot act at initialization at any size and no γ = 1+ε difference was
     measured: γ = 1's own max saturated share bounds the difference (shares are >= 0), so
-    where every seed's lies at or below the margin that is a measured null, explained by the
-    scale (not measurable at this scale); where γ = 1 saturates more, or logged no
-    saturation, the row is inconclusive: only the γ = 1+ε arm could tell."""
+    where the upper end of its t-interval over >= 2 seeds lies at or below the margin (or every
+    one of >= 2 seeds saturated no token, an interval of sd 0) that is a measured null,
+    explained by the scale (not measurable at this scale). One seed (no interval), an interval
+    that reaches past the margin, or no saturation logged leaves the row inconclusive: only
+    more seeds, or the γ = 1+ε arm, could tell."""
     size = _largest_with(data, [g1], "norm_saturated")
     if size is None:
         return Verdict(
@@ -541,19 +550,33 @@ def _saturation_bound(data: StudyData, g1: str, claim: str, rule: str, rtext: st
             "hidden states may shrink in training", rule,
         )  # fmt: skip
     shares = {k: max(v.values()) for k, v in data.seed_series(g1, size, "norm_saturated").items()}
-    top = max(shares.values())
     each = ", ".join(f"seed {k} {v:.4f}" for k, v in shares.items())
     head = f"{size}: {g1}'s own max saturated share {each}, a bound on the difference ε makes"
-    if top <= SATURATION_MIN:
+    null = f"; {rtext}: ε cannot act at these sizes{EXPLAINS_NULL}"
+    values = list(shares.values())
+    iv = t_interval(values)
+    if len(values) >= 2 and all(v == 0 for v in values):
         return Verdict(
-            claim, NOT_MEASURABLE, f"{head}: at most {top:.4f}, within the margin "
-            f"{SATURATION_MIN:g}; {rtext}: ε cannot act at these sizes, which explains the null",
-            rule, sizes=(size,),
+            claim, NOT_MEASURABLE, f"{head}: 0 in all {len(values)} seeds, within the margin "
+            f"{SATURATION_MIN:g}{null}", rule, sizes=(size,),
         )  # fmt: skip
+    if iv.has_interval and iv.high <= SATURATION_MIN:
+        return Verdict(
+            claim, NOT_MEASURABLE, f"{head}: {iv.text()}, at or below the margin "
+            f"{SATURATION_MIN:g}{null}", rule, sizes=(size,),
+        )  # fmt: skip
+    if len(values) < 2:
+        why = (
+            f"one seed, no interval: a measured null needs >= 2 seeds whose interval lies at or "
+            f"below the margin {SATURATION_MIN:g}"
+        )
+    elif not iv.has_interval:
+        why = decide(iv, SATURATION_MIN, +1)[1]
+    else:
+        why = f"the interval reaches above the margin {SATURATION_MIN:g}"
     return Verdict(
-        claim, INCONCLUSIVE, f"{head}: up to {top:.4f}, above the margin {SATURATION_MIN:g}, "
-        f"and the study has no γ = 1+ε arm to tell whether ε does it; {rtext}", rule,
-        sizes=(size,),
+        claim, INCONCLUSIVE, f"{head}: {iv.text()}: {why}, and the study has no γ = 1+ε arm to "
+        f"tell whether ε does it; {rtext}", rule, sizes=(size,),
     )  # fmt: skip
 
 
@@ -1119,18 +1142,21 @@ def learned_bar(data: StudyData) -> Optional[tuple[float, str]]:
 
 def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
     """``row``, made not measurable in these runs (:data:`NOT_MEASURED`) where a decided
-    verdict rests on an arm that has not learned: its seed-mean final validation loss at a
-    size the row compares (:attr:`Verdict.sizes`; a size the row does not judge, e.g. a smaller
-    one for a claim read at the largest, is not read) is not below the held-out loss of the
-    train split's token frequencies (:attr:`~.analysis.StudyData.unigram_loss`): such a model
-    has learned nothing beyond how often each token occurs, and its differences say nothing of
-    the paper's effects. The bar is δ below that loss, or below ln V without it
-    (:func:`learned_bar`; unknown V: no check, and a decided row says so).
-    Losses read: the row's LR phase (confirm runs for ``best LR``). An undecided row keeps its
-    verdict and gets the same note: a row not measurable at this scale stays so, since longer
-    runs would not let the mechanism act."""
+    verdict, or one not measurable at this scale, rests on an arm that has not learned: its
+    seed-mean final validation loss at a size the row compares (:attr:`Verdict.sizes`; a size
+    the row does not judge, e.g. a smaller one for a claim read at the largest, is not read) is
+    not below the held-out loss of the train split's token frequencies
+    (:attr:`~.analysis.StudyData.unigram_loss`): such a model has learned nothing beyond how
+    often each token occurs, and its differences say nothing of the paper's effects. The bar
+    is δ below that loss, or below ln V without it (:func:`learned_bar`; unknown V: no check,
+    and a decided or not-measurable row says so). Losses read: the row's LR phase (confirm
+    runs for ``best LR``). A row not measurable at this scale (a measured null credited to the
+    scale) becomes not measurable in these runs as well, its "which explains the null"
+    dropped: the hidden states may shrink in training until ε acts (claim 4's measured
+    branch), so in a model that has not learned, the scale and the training length explain
+    the null alike. An inconclusive row keeps its verdict and gets the same note."""
     if not data.vocab_size:
-        if row.verdict not in (REPRODUCED, NOT_REPRODUCED):
+        if row.verdict not in (REPRODUCED, NOT_REPRODUCED, NOT_MEASURABLE):
             return row
         unchecked = (
             "whether the compared arms learned (mean final loss below ln V, a uniform "
@@ -1147,13 +1173,17 @@ def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdic
     ]
     if not flat:
         return row
-    decided = row.verdict in (REPRODUCED, NOT_REPRODUCED)
+    decided = row.verdict in (REPRODUCED, NOT_REPRODUCED, NOT_MEASURABLE)
     note = (
         f"{NOT_MEASURED + ': ' if decided else ''}not learned, mean final "
         f"validation loss >= {what}: {', '.join(flat)}"
     )
+    numbers = row.numbers
+    if row.verdict == NOT_MEASURABLE:
+        numbers = numbers.replace(EXPLAINS_NULL, "")
+        note += " (so the null may be the training length, not the scale)"
     verdict = NOT_MEASURED if decided else row.verdict
-    return replace(row, verdict=verdict, numbers=f"{row.numbers}; {note}", scope="")
+    return replace(row, verdict=verdict, numbers=f"{numbers}; {note}", scope="")
 
 
 def _independent(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
