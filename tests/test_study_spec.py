@@ -172,7 +172,11 @@ def test_an_arm_that_sets_more_than_the_factors_is_refused(tmp_path):
 
 @pytest.mark.parametrize(
     "field, value",
-    [("qk_layernorm", True), ("init_method", "normal"), ("embedding_fan_in", "vocab")],
+    [
+        ("qk_layernorm", True),
+        ("init_gamma_overrides", "embedding=2"),
+        ("embedding_fan_in", "vocab"),
+    ],
 )
 def test_an_arm_may_not_set_a_field_even_when_every_arm_sets_it(tmp_path, field, value):
     def everywhere(raw):
@@ -188,6 +192,35 @@ def test_an_arm_may_not_set_a_field_even_when_every_arm_sets_it(tmp_path, field,
         "base": {"init_gamma": 0.5},
         "g1": {"init_gamma": 1.0},
     }
+
+
+def test_a_shared_init_method_under_which_gamma_does_nothing_is_refused(tmp_path):
+    """Trial 9 #5: `set: {init_method: normal}` loaded and planned, though under it every
+    weight is drawn from init_method_std whatever init_gamma, the factor every γ arm differs
+    in; an arm may not set it (above), and now neither may the study's set nor a size's own
+    config file."""
+    normal = _study(tmp_path, lambda r: r["set"].update(init_method="normal"))
+    with pytest.raises(StudyError) as e:
+        load_study(normal)
+    assert str(e.value) == (
+        "init_method='normal': given in the study's set; init_gamma, the factor this study "
+        "compares, has no effect under it (every weight is drawn from init_method_std whatever "
+        "γ), so its γ arms would differ in nothing and the report would credit their noise to "
+        "γ. Fix: set init_method: gamma in the study's set: (or remove init_method from its "
+        "set: and config files)"
+    )
+    recipe = tmp_path / "normal-init.yaml"
+    recipe.write_text("init: {init_method: normal}\n", encoding="utf-8")
+
+    def in_a_size_config(raw):
+        raw["sizes"]["d64"]["config"] = [str(recipe)]
+
+    with pytest.raises(StudyError, match=r"^init_method='normal': given in the config file\(s\) "
+                       rf"of size 'd64' \(.*demo\.yaml, {recipe}\); init_gamma"):  # fmt: skip
+        load_study(_study(tmp_path, in_a_size_config))
+    # init_method: gamma given explicitly loads
+    gamma = _study(tmp_path, lambda r: r["set"].update(init_method="gamma"))
+    assert load_study(gamma).fields["init_method"] == "gamma"
 
 
 @pytest.mark.parametrize("name", sorted(n for n in os.listdir(STUDIES) if n.endswith(".yaml")))

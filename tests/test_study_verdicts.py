@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from megatron_gamma.config import ConfigError
+from megatron_gamma.config import ConfigError, load_config, save_config
 from megatron_gamma.data.indexed import compact_builder
 from megatron_gamma.study.analysis import (
     StudyData,
+    embedding_init,
     gamma_grid,
     loss_table,
     mechanisms,
@@ -76,9 +77,11 @@ def make_study(
     lr=None,
     vocab_size=None,
     unigram_loss=None,
+    run_dir=None,
 ):
     """StudyData from {(arm, size, seed): loss}; widths {size: hidden_size}; N = 1000·width²;
-    ``lr`` {(arm, size, seed): (lr, phase, grid)} for LR-grid studies."""
+    ``lr`` {(arm, size, seed): (lr, phase, grid)} for LR-grid studies; ``run_dir`` {(arm,
+    size): a run directory whose config.yaml gives the embedding's init}."""
     arms = arms or ARMS
     runs = []
     for (arm, size, seed), loss in losses.items():
@@ -102,6 +105,8 @@ def make_study(
         }
         if lr and (arm, size, seed) in lr:
             entry["lr"], entry["lr_phase"], entry["grid"] = lr[(arm, size, seed)]
+        if run_dir and (arm, size) in run_dir:
+            entry["embedding_init"] = embedding_init(run_dir[(arm, size)], entry, vocab_size)
         runs.append(entry)
     manifest = {"name": "synthetic", "baseline": "baseline", **(manifest or {})}
     return StudyData(manifest, runs, vocab_size=vocab_size, unigram_loss=unigram_loss)
@@ -994,6 +999,39 @@ def test_saturation_is_judged_only_where_eps_can_act():
     disjoint = {(a, "d512", k): d for (a, _, k), d in disjoint.items()}
     v = claim4(make_study(losses, {"d64": 64, "d512": 512}, diagnostics=disjoint))
     assert v.verdict == INCONCLUSIVE
+
+
+def test_eps_acts_is_read_from_the_embedding_init_each_run_drew(tmp_path):
+    """Trial 9 #5: the study's set: gave every arm init_gamma_overrides embedding=2, and the
+    engine read σ²_emb/ε off the arm's init_gamma (64^-2 / 1e-5 = 24.4: "ε cannot act ...,
+    which explains the null"). By hand, the embedding's σ = 64^-2, so σ²_emb/ε = 64^-4 / 1e-5
+    = 0.00596, where ε can act: without the γ = 1+ε arm the row is inconclusive. Under
+    init_method normal σ_emb = init_method_std; under the vocab fan-in policy d_in is the
+    padded vocabulary (4000 → 4096)."""
+    cases = {
+        "override": ({"init_gamma_overrides": "embedding=2"}, 64.0**-4 / 1e-5),
+        "normal": ({"init_method": "normal", "init_method_std": 0.01}, 0.01**2 / 1e-5),
+        "vocab": ({"embedding_fan_in": "vocab"}, 4096.0**-2 / 1e-5),
+    }
+    for name, (fields, ratio) in cases.items():
+        dirs = {}
+        for arm in ("baseline", "gamma1"):
+            d = tmp_path / name / arm
+            d.mkdir(parents=True)
+            gamma = 0.5 if arm == "baseline" else 1.0
+            cfg = load_config(None, {"hidden_size": 64, "init_gamma": gamma, **fields})
+            save_config(cfg, str(d / "config.yaml"))
+            dirs[(arm, "d64")] = str(d)
+        data = _saturation_study((0.0, 0.0), size="d64", run_dir=dirs, vocab_size=4000)
+        assert data.embedding_variance_over_eps("gamma1", "d64") == pytest.approx(ratio, rel=1e-12)
+        if name == "override":
+            v = claim4(data)
+    assert v.verdict == INCONCLUSIVE and v.numbers.startswith("needs the γ = 1+ε arm; ")
+    assert (
+        "σ²_emb/ε at init (γ = 2 for the embedding, from init_gamma_overrides (gamma1's γ 1), "
+        f"ε = 1e-05): d64 {64.0**-4 / 1e-5:.3g}; ε acts where σ²_emb ≤ 10ε (the saturation "
+        "diagnostic's threshold), i.e. embedding fan-in ≥ (10ε)^(−1/(2γ)) = 10"
+    ) in v.numbers
 
 
 def test_sink_shares_on_disjoint_seeds_give_no_pair():

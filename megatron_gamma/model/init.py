@@ -30,7 +30,8 @@ and no tensor of the global size on any rank.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import torch
 from megatron.core import parallel_state
@@ -50,11 +51,12 @@ from megatron_gamma.model.roles import (
 
 @dataclass(frozen=True)
 class ParamInit:
-    """How one parameter is initialized: its role, fan_in, gamma and sigma (0 for constants)."""
+    """How one parameter is initialized: its role, fan_in, gamma (None where gamma has no
+    effect: ``--init-method normal``, :func:`drawn_init`) and sigma (0 for constants)."""
 
     role: str
     fan_in: int
-    gamma: float
+    gamma: float | None
     sigma: float
     constant: float | None = None
 
@@ -73,6 +75,27 @@ def param_init(name: str, cfg: Config, vocab_size: int) -> ParamInit:
     gamma = cfg.init.init_gamma_overrides.get(role.name, cfg.init.init_gamma)
     d_in = fan_in(role.name, cfg.model, cfg.init.embedding_fan_in, vocab_size)
     return ParamInit(role.name, d_in, gamma, float(d_in) ** (-gamma))
+
+
+def drawn_init(name: str, cfg: Config, vocab_size: int) -> ParamInit:
+    """How parameter ``name`` is drawn under the run's ``init_method``: the gamma rule's
+    :func:`param_init` (per-role ``init_gamma_overrides`` and the embedding fan-in policy
+    included), or for ``normal`` megatron-core's N(0, init_method_std), divided by
+    sqrt(2 num_layers) for the registry's depth-scaled roles (attn_out, fc2, expert_fc2,
+    shared_fc2), with gamma None: gamma has no effect there. The one place that says which
+    sigma a parameter starts with (the init audit's expectation, the study report's
+    sigma_emb^2 / epsilon).
+
+    Raises:
+        ValueError: a parameter without a role (see ``roles.role_of``).
+    """
+    init = param_init(name, cfg, vocab_size)
+    if init.constant is not None or cfg.init.init_method != "normal":
+        return init
+    std = cfg.init.init_method_std
+    if ROLES[init.role].depth_scaled:
+        std /= math.sqrt(2.0 * cfg.model.num_layers)
+    return replace(init, gamma=None, sigma=std)
 
 
 def global_name(name: str, module: torch.nn.Module) -> str:

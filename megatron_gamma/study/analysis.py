@@ -31,8 +31,11 @@ import numpy as np
 import yaml
 
 from megatron_gamma.config import ConfigError
+from megatron_gamma.config.loading import config_from_dict
 from megatron_gamma.config.sections import is_dataset
 from megatron_gamma.data.tokenizer_fingerprint import read_fingerprint
+from megatron_gamma.model.init import ParamInit, drawn_init
+from megatron_gamma.model.vocab import model_vocab_size
 from megatron_gamma.study import rundir
 from megatron_gamma.study.fits import (
     effective_size_multiplier,
@@ -116,18 +119,51 @@ def fmt(x: Optional[float], digits: int = 4) -> str:
     return f"{x:.{digits}f}"
 
 
-def _embedding_fan_in(run_dir: str, entry: dict) -> Optional[int]:
-    """The embedding's d_in (:mod:`megatron_gamma.model.roles`): hidden_size under the default
-    ``embedding_fan_in: hidden`` policy, the vocabulary size under ``vocab`` (from the run's
-    config.yaml; None when that config sets no vocab_size)."""
-    path = os.path.join(run_dir, "config.yaml")
-    if not os.path.isfile(path):
-        return entry.get("hidden_size")
-    with open(path, encoding="utf-8") as f:
-        cfg = yaml.safe_load(f)
-    if cfg.get("init", {}).get("embedding_fan_in", "hidden") == "hidden":
-        return cfg["model"]["hidden_size"]
-    return cfg["model"].get("vocab_size")
+EMBEDDING = "embedding.word_embeddings.weight"
+"""The input embedding's parameter name (:mod:`megatron_gamma.model.roles`): its output is what
+the first RMSNorm sees, so its init sigma sets σ²_emb / ε
+(:meth:`StudyData.embedding_variance_over_eps`)."""
+
+
+def embedding_init(
+    run_dir: Optional[str], entry: dict, tokenizer_vocab: Optional[int] = None
+) -> Optional[ParamInit]:
+    """How the run drew its input embedding (:func:`~megatron_gamma.model.init.drawn_init`, the
+    one rule the model and the init audit use): from the ``model``, ``init`` and ``parallel``
+    sections of the run's config.yaml, the resolved config, so that a study-wide ``set:`` of
+    ``init_gamma_overrides`` (e.g. ``embedding=2``), ``init_method`` or ``embedding_fan_in``
+    counts; without a config.yaml, from the manifest entry's ``hidden_size`` and
+    ``init_gamma`` under the default init (what such a manifest's runs were given).
+
+    Args:
+        run_dir: the run's directory (None: read the entry alone).
+        entry: the run's study.json entry.
+        tokenizer_vocab: the tokenizer's vocabulary size, which the ``vocab`` fan-in policy
+            pads as ``pretrain`` does (None where unknown).
+
+    Returns:
+        The embedding's :class:`~megatron_gamma.model.init.ParamInit`; None where its sigma
+        depends on a vocabulary size that is unknown, or the config.yaml no longer reads as a
+        config of this version.
+    """
+    path = os.path.join(run_dir, "config.yaml") if run_dir else None
+    if path and os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            raw = yaml.safe_load(f) or {}
+        names = ("model", "init", "parallel")
+        sections = {k: raw[k] for k in names if isinstance(raw.get(k), dict)}
+    else:
+        init = {"init_gamma": entry["init_gamma"]} if "init_gamma" in entry else {}
+        sections = {"model": {"hidden_size": entry.get("hidden_size")}, "init": init}
+    try:
+        cfg = config_from_dict(sections)
+    except ConfigError:
+        return None
+    vocab = max(tokenizer_vocab or 0, cfg.model.vocab_size or 0)
+    uses_vocab = cfg.init.init_method == "gamma" and cfg.init.embedding_fan_in == "vocab"
+    if uses_vocab and not vocab:
+        return None
+    return drawn_init(EMBEDDING, cfg, model_vocab_size(cfg, vocab) if vocab else 0)
 
 
 def _safe_name(name) -> bool:
@@ -226,6 +262,11 @@ class StudyData:
                 **r,
                 "lr_phase": r.get("lr_phase", "shared"),
                 "grid": r.get("grid", r.get("lr_phase") == "grid"),
+                "embedding_init": (
+                    r["embedding_init"]
+                    if "embedding_init" in r
+                    else embedding_init(None, r, vocab_size)  # entries alone, no run directory
+                ),
             }
             for r in runs
         ]
@@ -255,6 +296,9 @@ class StudyData:
             manifest = json.load(f)
         for index, entry in enumerate(manifest["runs"]):
             check_entry(path, index, entry)
+        heldout = manifest.get("heldout")
+        doc = read_fingerprint(heldout) if heldout else None
+        vocab = doc.get("vocab_size") if doc else None
         runs = []
         for entry in manifest["runs"]:
             run_dir = os.path.join(study_dir, entry["key"])
@@ -263,15 +307,12 @@ class StudyData:
             runs.append(
                 {
                     **entry,
-                    "embedding_fan_in": _embedding_fan_in(run_dir, entry),
+                    "embedding_init": embedding_init(run_dir, entry, vocab),
                     "record": rec,
                     "finished": done,
                     "loss": rec.valid.get(entry["train_iters"]) if done else None,
                 }
             )
-        heldout = manifest.get("heldout")
-        doc = read_fingerprint(heldout) if heldout else None
-        vocab = doc.get("vocab_size") if doc else None
         splits = data_prefixes(study_dir)
         unigram = unigram_loss(splits["train"], splits["heldout"], vocab) if vocab else None
         return cls(manifest, runs, study_dir, vocab, unigram)
@@ -493,15 +534,22 @@ class StudyData:
         and gate are the baseline's), or None."""
         return self.matching(arm, init_gamma=self.settings(self.baseline)["init_gamma"])
 
-    def embedding_variance_over_eps(self, arm: str, size: str) -> Optional[float]:
-        """σ²_emb / ε at initialization: ``d_in^(−2γ) / norm_epsilon`` with the embedding's
-        fan-in d_in (:mod:`megatron_gamma.model.roles`); the embedding output's mean square
-        that the first RMSNorm sees, against its ε. None when d_in is unknown."""
+    def embedding_init(self, arm: str, size: str) -> Optional[ParamInit]:
+        """How ``arm``'s runs at ``size`` drew the input embedding (:func:`embedding_init`:
+        the run's resolved init, overrides and ``init_method`` included); None where unknown
+        or the arm has no run there."""
         r = next((r for r in self.runs if r["arm"] == arm and r["size"] == size), None)
-        d_in = r and r.get("embedding_fan_in", r.get("hidden_size"))
-        if not d_in:
+        return r and r["embedding_init"]
+
+    def embedding_variance_over_eps(self, arm: str, size: str) -> Optional[float]:
+        """σ²_emb / ε at initialization: the square of the embedding's init sigma as the run
+        drew it (:meth:`embedding_init`) over ``norm_epsilon``; the embedding output's mean
+        square that the first RMSNorm sees, against its ε. None when that sigma is unknown."""
+        init = self.embedding_init(arm, size)
+        if init is None:
             return None
-        return float(d_in) ** (-2 * r["init_gamma"]) / r["norm_epsilon"]
+        r = next(r for r in self.runs if r["arm"] == arm and r["size"] == size)
+        return init.sigma**2 / r["norm_epsilon"]
 
     def common_keys(self, arms: list[str], size: str, prefix: str) -> set[str]:
         """The diagnostic keys ``prefix/...`` (e.g. ``stable_rank/ROLE/layer_LL``) that every

@@ -26,7 +26,9 @@ A study is a YAML mapping (paths relative to the study file)::
 ``gated_attention``), plus an optional ``sizes`` / ``seeds`` subset and ``lr_grid``: the report
 pairs arms by these three settings alone, so that each compared pair differs in the setting a
 verdict credits. Any other config field (``weight_decay``, ``init_gamma_overrides``,
-``init_method``, ...) belongs in ``set`` (every arm gets it) or in a separate study.
+``embedding_fan_in``, ...) belongs in ``set`` (every arm gets it) or in a separate study. A
+shared ``init_method`` under which ``init_gamma`` has no effect (``normal``) is refused: the γ
+arms would differ in nothing.
 
 Each (arm, size, seed) becomes one run whose resolved config (base files + ``set`` + size +
 arm + seed + data paths + run directory) is validated by :func:`megatron_gamma.config.load_config`
@@ -74,6 +76,7 @@ from typing import Any, Optional
 import yaml
 
 from megatron_gamma.config import Config, ConfigError, load_config
+from megatron_gamma.config.effects import RULES
 
 TOP_KEYS = (
     "name",
@@ -525,6 +528,38 @@ def _base_gamma(study: Study) -> float:
         raise StudyError(f"study config + set: {e}") from e
 
 
+def _check_gamma_acts(study: Study) -> None:
+    """Refuse a study whose shared config (its ``config`` files, a size's own, ``set:``) makes
+    ``init_gamma``, the factor every study compares, a no-op (the rule of
+    :data:`megatron_gamma.config.effects.RULES`: ``init_method: normal`` draws every weight
+    from init_method_std whatever γ). Its γ arms would differ in nothing, and the report would
+    read their difference as γ's. A size whose config fails to load is left to the planner,
+    which names the run."""
+    in_effect = RULES["init_gamma"][0]
+    for size in study.sizes.values():
+        files = study.config_files + size.config_files
+        try:
+            cfg = load_config(files, _warmup({**study.fields, **size.fields}))
+        except ConfigError:
+            continue
+        if in_effect(cfg):
+            continue
+        where = (
+            "the study's set"
+            if "init_method" in study.fields
+            else f"the config file(s) of size {size.name!r} ({', '.join(files)})"
+        )
+        _fail(
+            "init_method",
+            cfg.init.init_method,
+            f"given in {where}; init_gamma, the factor this study compares, has no effect under "
+            "it (every weight is drawn from init_method_std whatever γ), so its γ arms would "
+            "differ in nothing and the report would credit their noise to γ",
+            "set init_method: gamma in the study's set: (or remove init_method from its set: "
+            "and config files)",
+        )
+
+
 def _check_lr_grids(study: Study, select_seed: Optional[int]) -> None:
     """Set ``study.lr_select_seed`` when any arm has a grid; the seed must be one of every
     gridded arm's seeds."""
@@ -561,7 +596,9 @@ def load_study(path: str) -> Study:
 
     Raises:
         StudyError: unknown keys, missing files, unsafe names, bad sizes/arms/seeds/LR grids,
-            or a run whose config fails validation (the ConfigError text names the run).
+            a shared ``init_method`` under which ``init_gamma`` has no effect
+            (:func:`_check_gamma_acts`), or a run whose config fails validation (the
+            ConfigError text names the run).
     """
     if not os.path.isfile(path):
         _fail("study", path, "file not found", "give the path of a study YAML file")
@@ -609,6 +646,7 @@ def load_study(path: str) -> Study:
     )
     if study.baseline not in study.arms:
         _fail("baseline", study.baseline, "not an arm", f"use one of {list(study.arms)}")
+    _check_gamma_acts(study)
     if study.diagnostics_points < 1 or study.checkpoints < 1:
         _fail(
             "diagnostics_points/checkpoints",

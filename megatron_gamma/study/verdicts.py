@@ -267,18 +267,31 @@ def _per_size_text(per_size: dict[str, Interval]) -> str:
 
 
 def _ratio_text(data: StudyData, arm: str) -> tuple[dict[str, float], str]:
-    ratios = {
-        s: r
-        for s in data.arm_sizes(arm)
-        if (r := data.embedding_variance_over_eps(arm, s)) is not None
-    }
+    """({size: σ²_emb/ε at init}, its text) of ``arm``: σ_emb as its runs drew the embedding
+    (:meth:`~.analysis.StudyData.embedding_init`: the embedding's own γ where
+    ``init_gamma_overrides`` sets one, init_method_std under ``init_method: normal``)."""
+    sizes = data.arm_sizes(arm)
+    ratios = {s: r for s in sizes if (r := data.embedding_variance_over_eps(arm, s)) is not None}
     st = data.settings(arm)
-    need = (EPS_ACTS_MAX * st["norm_epsilon"]) ** (-1 / (2 * st["init_gamma"]))
+    eps = st["norm_epsilon"]
+    gammas = {i.gamma for s in sizes if (i := data.embedding_init(arm, s))}
+    how = f"ε acts where σ²_emb ≤ {EPS_ACTS_MAX:g}ε (the saturation diagnostic's threshold)"
+    if len(gammas) == 1 and None not in gammas:
+        (g,) = gammas
+        head = f"σ²_emb/ε at init (γ = {g:g}"
+        if g != st["init_gamma"]:
+            head += " for the embedding, from init_gamma_overrides "
+            head += f"({arm}'s γ {st['init_gamma']:g})"
+        need = (EPS_ACTS_MAX * eps) ** (-1 / (2 * g))
+        how += f", i.e. embedding fan-in ≥ ({EPS_ACTS_MAX:g}ε)^(−1/(2γ)) = {need:.0f}"
+    elif gammas == {None}:
+        head = "σ²_emb/ε at init (init_method normal: σ_emb = init_method_std whatever γ"
+    else:
+        head = "σ²_emb/ε at init (σ_emb as each run drew it"
     text = (
-        "σ²_emb/ε at init (γ = {:g}, ε = {:.0e}): ".format(st["init_gamma"], st["norm_epsilon"])
+        f"{head}, ε = {eps:.0e}): "
         + ", ".join(f"{s} {r:.3g}" for s, r in ratios.items())
-        + f"; ε acts where σ²_emb ≤ {EPS_ACTS_MAX:g}ε (the saturation diagnostic's threshold), "
-        f"i.e. embedding fan-in ≥ ({EPS_ACTS_MAX:g}ε)^(−1/(2γ)) = {need:.0f}"
+        + f"; {how}"
     )
     return ratios, text
 

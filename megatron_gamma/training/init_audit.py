@@ -33,21 +33,16 @@ from megatron.core import parallel_state
 from megatron_gamma import ops
 from megatron_gamma.atomic import atomic_open
 from megatron_gamma.config import Config
-from megatron_gamma.model.init import global_name, global_shape, param_init, tp_size_rank
-from megatron_gamma.model.roles import ROLES, Group, WeightRole, layer_and_expert, role_of
+from megatron_gamma.model.init import drawn_init, global_name, global_shape, tp_size_rank
+from megatron_gamma.model.roles import Group, WeightRole, layer_and_expert, role_of
 from megatron_gamma.rundir.layout import INIT_AUDIT
 
 
 def _expected(cfg: Config, name: str, vocab_size: int) -> dict:
-    init = param_init(name, cfg, vocab_size)
+    init = drawn_init(name, cfg, vocab_size)
     row = {"role": init.role, "fan_in": init.fan_in, "gamma": init.gamma}
     if init.constant is not None:
         row.update(expected_sigma=0.0, expected_mean=init.constant)
-    elif cfg.init.init_method == "normal":
-        std = cfg.init.init_method_std
-        if ROLES[init.role].depth_scaled:
-            std /= math.sqrt(2.0 * cfg.model.num_layers)
-        row.update(expected_sigma=std, expected_mean=0.0, gamma=None)
     else:
         row.update(expected_sigma=init.sigma, expected_mean=0.0)
     return row
