@@ -1285,6 +1285,69 @@ def _complete(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdi
     return replace(row, verdict=verdict, numbers=numbers, scope=_kept_scope(row, verdict))
 
 
+def _lr_penalties(
+    data: StudyData, row: Verdict, arms: list[Optional[str]]
+) -> tuple[list[str], list[str]]:
+    """Each of ``arms``' LR penalty at each size ``row`` compares: its loss at the shared LR
+    minus its loss at its own best LR, paired by seed over the seeds that ran both (the
+    confirm seeds); 0 exactly where its best LR is the shared LR. Returns the texts of all,
+    and those of the arms whose mean penalty exceeds δ (the shared LR is measurably off their
+    own best)."""
+    shared = data.manifest.get("shared_lr")
+    every, off = [], []
+    for arm in dict.fromkeys(a for a in arms if a):
+        for size in row.sizes:
+            best = data.best_lr(arm, size)
+            if best is None or shared is None:
+                continue
+            if np.isclose(best, float(shared)):
+                every.append(f"{arm} at {size} 0 (its best LR is the shared LR)")
+                continue
+            at_shared, at_best = data.losses(arm, size), data.confirm_losses(arm, size)
+            seeds = sorted(set(at_shared) & set(at_best))
+            if not seeds:
+                continue
+            pen = paired_difference([at_shared[k] for k in seeds], [at_best[k] for k in seeds])
+            text = (
+                f"{arm} at {size} {pen.text()} (its best LR {best:g}, "
+                f"{best / float(shared):g}× the shared {float(shared):g})"
+            )
+            every.append(text)
+            if pen.mean > data.margin:
+                off.append(text)
+    return every, off
+
+
+def _lr_dependent(
+    data: StudyData, shared: Verdict, best: Verdict, arms: list[Optional[str]]
+) -> Verdict:
+    """``shared`` (a claim read at the shared LR), with each compared arm's LR penalty
+    (:func:`_lr_penalties`) added to its numbers, and made inconclusive where it is decided,
+    the shared LR lies more than δ from some compared arm's own best LR, and ``best`` (the
+    same claim at each arm's own best LR, judged) does not reach the same verdict: the
+    difference at the shared LR may then be the arms' distances from their own best LRs, an
+    effect of the learning rate, credited to the claim's factor (docs/reproduction.md: at d64
+    γ = 0.5's penalty was 96 % of claim 1's shared-LR gap)."""
+    if not data.has_lr_grid or shared.verdict not in (REPRODUCED, NOT_REPRODUCED):
+        return shared
+    every, off = _lr_penalties(data, shared, arms)
+    if not every:
+        return shared
+    numbers = (
+        f"{shared.numbers}; LR penalties (loss at the shared LR − loss at the arm's own best LR, "
+        f"paired by seed): {'; '.join(every)}"
+    )
+    if not off or best.verdict == shared.verdict:
+        return replace(shared, numbers=numbers)
+    numbers += (
+        f"; not decided: the shared LR is more than δ = {data.margin:g} nats off the own best LR "
+        f"of {len(off)} compared arm-size{'s' if len(off) > 1 else ''}, and at each arm's own "
+        f"best LR this claim is {best.verdict}, so the difference at the shared LR may be the "
+        "learning rate's, not the claim's factor's"
+    )
+    return replace(shared, verdict=INCONCLUSIVE, numbers=numbers, scope="")
+
+
 def _unmeasured_best_lr(row: Verdict) -> Verdict:
     """The best-LR row of a study without an LR grid: not measured, so inconclusive."""
     why = (
@@ -1320,21 +1383,25 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
 
     rows = []
     for claim, arms in ((claim1, pair), (claim2, pair), (claim3, four)):
-        rows.append(judged(claim(data, data.losses, "shared LR"), arms))
+        shared = claim(data, data.losses, "shared LR")
         if data.has_lr_grid:
             best = _bracketed(data, claim(data, data.confirm_losses, "best LR"), arms)
-            rows.append(judged(_close_best(data, best, arms), arms))
+            best = judged(_close_best(data, best, arms), arms)
+            rows += [judged(_lr_dependent(data, shared, best, arms), arms), best]
         else:
-            rows.append(_unmeasured_best_lr(rows[-1]))
+            shared = judged(shared, arms)
+            rows += [shared, _unmeasured_best_lr(shared)]
     rows.append(judged(claim4(data), [data.role("gamma1"), data.role("gamma1+eps")]))
     rows.append(judged(claim5(data), [data.baseline, *_sink_arms(data)]))
     grid_arms = _neighbour_arms(data)
-    rows.append(judged(claim6(data, grids.get("shared LR", {}), "shared LR"), grid_arms))
+    shared = claim6(data, grids.get("shared LR", {}), "shared LR")
     if data.has_lr_grid:
         best = claim6(data, grids.get("best LR", {}), "best LR")
-        rows.append(judged(_close_best(data, best, grid_arms), grid_arms))
+        best = judged(_close_best(data, best, grid_arms), grid_arms)
+        rows += [judged(_lr_dependent(data, shared, best, grid_arms), grid_arms), best]
     else:
-        rows.append(_unmeasured_best_lr(rows[-1]))
+        shared = judged(shared, grid_arms)
+        rows += [shared, _unmeasured_best_lr(shared)]
     rank_arms = [x for pair in _condensation_arms(data).items() for x in pair]
     rows.append(judged(claim7(data), rank_arms))
     rows.append(judged(claim8(data, cmp), [concentration_arm(data), data.baseline]))
