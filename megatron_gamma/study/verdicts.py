@@ -75,6 +75,11 @@ a smaller excess, or one present at initialization, is below the smallest effect
 counts."""
 DIP_MIN = 0.05
 """Margin on the relative stable-rank dip (and recovery) for claim 7."""
+RANK_WINDOW = 3
+"""Logged points claim 7 averages for a stable-rank minimum and end (:func:`_dip_rise`)."""
+END_SHARE = 0.1
+"""Share of training (of the last logged iteration) over which claim 7 measures how far a
+control still falls at its end (:func:`_end_fall`)."""
 EASY_SHARE = 0.3
 """Share of tokens (easiest first, by difficulty) counted as easy in the Δsym verdict."""
 CONCENTRATION_MIN = 0.01
@@ -721,22 +726,75 @@ def _neighbour_arms(data: StudyData) -> list[str]:
     return [a for a in gamma_grid_arms(data) if data.settings(a)["init_gamma"] in near]
 
 
+def _rank_window(points: int) -> int:
+    """How many logged points claim 7 averages for a stable-rank trajectory's minimum and end:
+    :data:`RANK_WINDOW` where ``points`` (those logged after initialization) hold two such
+    windows apart, else 1 (the single points)."""
+    return RANK_WINDOW if points >= 2 * RANK_WINDOW else 1
+
+
 def _dip_rise(series: dict[int, float]) -> tuple[float, Optional[float]]:
-    """(dip, rise) of a stable-rank trajectory {iteration: stable rank}: dip = 1 − min/first,
-    rise = final/min − 1 with the minimum over every point, the last included; rise is None
-    when the minimum is the last point (still falling there: no recovery was measured, and the
-    dip is only the fall so far, a lower bound, so claim 7 reads neither)."""
+    """(dip, rise) of a stable-rank trajectory {iteration: stable rank}, its first point the
+    initialization: dip = 1 − low/first, rise = end/low − 1, where low is the mean of the
+    window of k = :func:`_rank_window` logged points after initialization centred on the lowest
+    of them (clipped at the ends: 2 points there), and end the mean of the last k points.
+
+    The lowest of n noisy points lies below the level (about 1.5 sd for n = 10, 2.3 for 50), so
+    a single-point minimum makes a flat noisy trajectory "recover" by more the more points are
+    logged (trial 9); its k − 1 neighbours carry no such selection, which cuts the bias to about
+    a third. A low at or above the first value is the first value (no dip: dip 0, rise from
+    it). rise is None when low's window reaches the last point (still falling there, or
+    flattened too late to tell: no recovery was measured, and the dip is only the fall so far,
+    a lower bound, so claim 7 reads neither)."""
     its = sorted(series)
-    low = min(its, key=series.get)
-    rise = None if low == its[-1] else series[its[-1]] / series[low] - 1
-    return 1 - series[low] / series[its[0]], rise
+    first, after = series[its[0]], [series[i] for i in its[1:]]
+    k = _rank_window(len(after))
+    end = float(np.mean(after[-k:]))
+    j = int(np.argmin(after))
+    half = k // 2
+    low = float(np.mean(after[max(0, j - half) : j + half + 1]))
+    if low >= first:
+        return 0.0, end / first - 1
+    rise = None if j + half >= len(after) - 1 else end / low - 1
+    return 1 - low / first, rise
 
 
-def _last_fall(series: dict[int, float]) -> float:
-    """How far a stable-rank trajectory {iteration: stable rank} fell over its last logged
-    interval, as a share of its first value (negative where it rose)."""
+def _end_fall(series: dict[int, float]) -> tuple[float, float, str]:
+    """How far a stable-rank trajectory {iteration: stable rank} fell over the last
+    :data:`END_SHARE` of training, (SR at (1 − END_SHARE)·T − SR at T) / SR at the first
+    point, T its last logged iteration (negative where it rose), with the stable rank at
+    (1 − END_SHARE)·T interpolated linearly between the logged points around it: a share of
+    training, so the same trajectory gives the same fall however often it was logged (rounded
+    to 12 decimals, below which an interpolated and a logged reading differ by rounding only).
+
+    Returns:
+        (fall, (1 − END_SHARE)·T, "" or how that point was read where it was not logged).
+    """
     its = sorted(series)
-    return (series[its[-2]] - series[its[-1]]) / series[its[0]]
+    start = round((1 - END_SHARE) * its[-1], 9)
+    value = float(np.interp(start, its, [series[i] for i in its]))
+    how = ""
+    if start not in series:
+        before = max(i for i in its if i < start)
+        after = min(i for i in its if i > start)
+        how = f"interpolated between logged iterations {before} and {after}"
+    return round((value - series[its[-1]]) / series[its[0]], 12), start, how
+
+
+def _end_span(
+    ends: dict[int, tuple[float, float, str]], series: dict[int, dict[int, float]], seeds: list
+) -> str:
+    """Where a control's end fall (:func:`_end_fall`, ``ends`` by seed) was measured in
+    ``seeds``: the share of training, and each distinct stretch of iterations it covers."""
+    spans = []
+    for k in seeds:
+        _, start, how = ends[k]
+        text = f"iterations {start:g}-{max(series[k])}" + (
+            f", the stable rank at {start:g} {how}" if how else ""
+        )
+        if text not in spans:
+            spans.append(text)
+    return f"over the last {END_SHARE:.0%} of training ({'; '.join(spans)})"
 
 
 def _condensation_arms(data: StudyData) -> dict[str, Optional[str]]:
@@ -759,12 +817,18 @@ def claim7(data: StudyData) -> Verdict:
         "arms have (a gated pair's gate matrices included, so it can differ from the "
         "Mechanisms table's, which averages those every arm has): dip (1 − min/initial stable "
         "rank) of the arm − "
-        f"control's above {DIP_MIN:g}, and the arm's recovery (final/min − 1) above {DIP_MIN:g}, "
-        "the minimum taken over every point; not measurable where the arm's minimum is its "
-        "last point in a seed (still falling: no recovery measured), or where the control's is "
-        f"and it fell by more than {DIP_MIN:g} of its initial stable rank over its last logged "
-        "interval (still dipping: its dip, and so Δdip, not measured), or by as much as the "
-        "margin Δdip's interval has left over it; a control falling less there gives Δdip "
+        f"control's above {DIP_MIN:g}, and the arm's recovery (end/min − 1) above {DIP_MIN:g}, "
+        f"the min and the end each the mean of {RANK_WINDOW} logged points after iteration 0 "
+        "(the min's centred on the lowest, 2 at an end; the end's the last ones), single points "
+        f"where fewer than {2 * RANK_WINDOW} are logged after iteration 0 (the lowest of many "
+        "noisy points lies below their level, so a single-point min makes a flat trajectory "
+        "recover); not measurable where the arm's min reaches its last point in a seed (still "
+        "falling: no recovery measured), or where the control's does and it fell by at least "
+        f"{DIP_MIN:g} of its initial stable rank over the last {END_SHARE:.0%} of training "
+        f"(from {1 - END_SHARE:g}·T to T, the last logged iteration, the stable rank at "
+        f"{1 - END_SHARE:g}·T interpolated linearly between logged points; a share of training, "
+        "not of logging) (still dipping: its dip, and so Δdip, not measured), or by as much as "
+        "the margin Δdip's interval has left over it; a control falling less there gives Δdip "
         "over the runs' window, and a decided verdict says so"
     )
     controls = _condensation_arms(data)
@@ -801,36 +865,41 @@ def claim7(data: StudyData) -> Verdict:
         judged.add(size)
         da, db = ([_dip_rise(x[k]) for k in seeds] for x in (a, b))
         dip = paired_difference([x[0] for x in da], [x[0] for x in db])
+        windows = {_rank_window(len(x[k]) - 1) for x in (a, b) for k in seeds}
         unmeasured = []
         if falling := [k for k, x in zip(seeds, da, strict=True) if x[1] is None]:
+            w = _rank_window(len(a[falling[0]]) - 1)
+            around = f" (the mean of the {w} logged points around its lowest)" if w > 1 else ""
             unmeasured.append(
-                f"the stable rank of {arm} is still falling at the last point (its minimum is "
-                f"the last point, iteration {max(a[falling[0]])}) in seed(s) {falling}, so no "
-                "recovery is measured"
+                f"the stable rank of {arm} is still falling at the last point (its minimum"
+                f"{around} reaches the last point, iteration {max(a[falling[0]])}) in seed(s) "
+                f"{falling}, so no recovery is measured"
             )
-        slow = {k: _last_fall(b[k]) for k, x in zip(seeds, db, strict=True) if x[1] is None}
-        if dipping := [k for k, f in slow.items() if f > DIP_MIN]:
+        ends = {k: _end_fall(b[k]) for k, x in zip(seeds, db, strict=True) if x[1] is None}
+        slow = {k: e[0] for k, e in ends.items()}
+        if dipping := [k for k, f in slow.items() if f >= DIP_MIN]:
             unmeasured.append(
                 f"the stable rank of {ctrl} (the control) is still dipping at the last point "
                 f"(iteration {max(b[dipping[0]])}): it fell by "
                 + ", ".join(f"{slow[k]:.3f} (seed {k})" for k in dipping)
-                + f" of its initial value over its last logged interval, more than {DIP_MIN:g}, "
+                + f" of its initial value {_end_span(ends, b, dipping)}, at least {DIP_MIN:g}, "
                 "so its dip is not measured, nor Δdip"
             )
         left = dip.low - DIP_MIN if dip.has_interval else math.inf
         if slow and not dipping and max(slow.values()) >= left:
             unmeasured.append(
                 f"the stable rank of {ctrl} (the control) is still falling at the last point: "
-                f"it fell by up to {max(slow.values()):.4f} of its initial value over its last "
-                f"logged interval, as much as the margin Δdip has left over {DIP_MIN:g} "
-                f"({left:.4f}), so one more such interval could close it: Δdip is not measured"
+                f"it fell by up to {max(slow.values()):.4f} of its initial value "
+                f"{_end_span(ends, b, sorted(slow))}, as much as the margin Δdip has left over "
+                f"{DIP_MIN:g} ({left:.4f}), so one more such stretch of training could close "
+                "it: Δdip is not measured"
             )
         window = ""
         if slow and not dipping and not unmeasured:
             window = (
-                f"Δdip over the runs' window: the control's minimum is its last point in seed(s) "
-                f"{sorted(slow)}, but it fell by at most {max(slow.values()):.4f} of its initial "
-                f"value over its last logged interval (≤ {DIP_MIN:g})"
+                f"Δdip over the runs' window: the control's minimum reaches its last point in "
+                f"seed(s) {sorted(slow)}, but it fell by at most {max(slow.values()):.4f} of its "
+                f"initial value {_end_span(ends, b, sorted(slow))} (< {DIP_MIN:g})"
             )
         if unmeasured:
             parts.append(
@@ -844,8 +913,17 @@ def claim7(data: StudyData) -> Verdict:
         rise = t_interval([x[1] for x in da])
         v1, why1 = decide(dip, DIP_MIN, +1)
         v2, why2 = decide(rise, DIP_MIN, +1)
+        means = (
+            f"; min and end each the mean of {RANK_WINDOW} logged points"
+            if windows == {RANK_WINDOW}
+            else f"; min and end the mean of {RANK_WINDOW} logged points where a seed logged "
+            f"at least {2 * RANK_WINDOW} after iteration 0, single points elsewhere"
+            if RANK_WINDOW in windows
+            else ""
+        )
         parts.append(
             f"{arm} vs {ctrl} ({at}): Δdip {dip.text(3)} ({why1}); recovery {rise.text(3)} ({why2})"
+            + means
             + (f"; {window}" if window else "")
         )
         verdicts.append(combine([v1, v2]))
