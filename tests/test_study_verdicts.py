@@ -1241,7 +1241,7 @@ def test_gamma_grid_neighbours_paired_by_seed():
         {g: [1, 2, 3, 4, 5] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1) ** 2 + 5
     )
     v = claim6(clear, gamma_grid(clear), "shared LR")
-    assert v.verdict == REPRODUCED
+    assert (v.verdict, v.scope) == (REPRODUCED, "at s1 only, seeds as units")
     assert _neighbour_text(losses, 0.5) in v.numbers and _neighbour_text(losses, 1.5) in v.numbers
     elsewhere, _ = _grid_study({g: [1, 2, 3, 4] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1.5) ** 2)
     assert claim6(elsewhere, gamma_grid(elsewhere), "shared LR").verdict == NOT_REPRODUCED
@@ -1396,6 +1396,61 @@ def test_gamma_grid_sides_come_from_the_planned_grid():
     alone, _ = _grid_study({1.0: [1, 2, 3]}, curve, values=[0.5, 1.0, 1.5])
     v = claim6(alone, gamma_grid(alone), "shared LR")
     assert v.verdict == INCONCLUSIVE and "no seed finished γ = 1 and another γ" in v.numbers
+
+
+def _two_size_grid(curves: dict[str, dict[float, float]]):
+    """γ ∈ {0.5, 1, 1.5} at the sizes of ``curves`` ({size: {γ: loss}}), seeds 1-4: γ = 1 at
+    its curve on every seed, γ = 0.5 and 1.5 at theirs + 0.00, 0.01, 0.02, 0.03 on seeds 1-4
+    (the construction of trial 9's review, exp/claim6.py, without its random noise)."""
+    arms, losses = dict(ARMS), {}
+    for size, curve in curves.items():
+        for g, y in curve.items():
+            arms[_grid_arm(g)] = (g, 1e-12, "elementwise")
+            for seed in (1, 2, 3, 4):
+                losses[(_grid_arm(g), size, seed)] = y + (0 if g == 1.0 else 0.01 * (seed - 1))
+        for seed in (1, 2, 3, 4):
+            losses[("baseline", size, seed)] = 6.0
+    grid = {"arm": "gamma1+eps+gate", "values": [0.5, 1.0, 1.5], "sizes": list(curves)}
+    widths = {"s1": 128, "s2": 256}
+    data = make_study(
+        losses, {s: widths[s] for s in curves}, arms=arms, manifest={"gamma_grid": grid}
+    )
+    return claim6(data, gamma_grid(data), "shared LR")
+
+
+def test_gamma_grid_sizes_that_disagree_leave_claim6_inconclusive():
+    """Trial 9 #9: γ = 1 best at s1 by 0.3-0.4 nats, γ = 0.5 better at s2 by 0.1. Claim 6 once
+    let s2's "not reproduced" decide the whole row, unscoped. By hand, per-seed differences
+    c + 0.00, 0.01, 0.02, 0.03: mean c + 0.015, sd sqrt(0.0005/3) = 0.012910, se 0.0064550,
+    t(0.975, 3) = 3.18245, half-width 0.020543."""
+    s1 = {0.5: 5.40, 1.0: 5.00, 1.5: 5.30}
+    v = _two_size_grid({"s1": s1, "s2": {0.5: 4.60, 1.0: 4.70, 1.5: 4.90}})
+    assert (v.verdict, v.scope) == (INCONCLUSIVE, "")
+    for text in (
+        "γ=0.5 − γ=1 (seeds [1, 2, 3, 4]) +0.4150 [+0.3945, +0.4355] (df 3",
+        "γ=1.5 − γ=1 (seeds [1, 2, 3, 4]) +0.3150 [+0.2945, +0.3355] (df 3",
+        "γ=0.5 − γ=1 (seeds [1, 2, 3, 4]) -0.0850 [-0.1055, -0.0645] (df 3",
+        "γ=1.5 − γ=1 (seeds [1, 2, 3, 4]) +0.2150 [+0.1945, +0.2355] (df 3",
+    ):
+        assert text in v.numbers
+    assert v.numbers.endswith(
+        "the sizes disagree: reproduced at s1, not at s2, so neither holds for every size"
+    )
+    agree = _two_size_grid({"s1": s1, "s2": {0.5: 4.90, 1.0: 4.70, 1.5: 4.95}})
+    assert (agree.verdict, agree.scope) == (
+        REPRODUCED,
+        "at each measured size (s1, s2), seeds as units; not across sizes",
+    )
+    assert "γ=1.5 − γ=1 (seeds [1, 2, 3, 4]) +0.2650 [+0.2445, +0.2855] (df 3" in agree.numbers
+    # s2 flat: differences 0.015 [-0.0055, +0.0355] include +0.01, so s2 is undecided
+    open_ = _two_size_grid({"s1": s1, "s2": {0.5: 4.70, 1.0: 4.70, 1.5: 4.70}})
+    assert (open_.verdict, open_.scope) == (INCONCLUSIVE, "")
+    assert "+0.0150 [-0.0055, +0.0355] (df 3" in open_.numbers
+    assert open_.numbers.endswith("at each size: s1 reproduced, s2 inconclusive")
+    one = _two_size_grid({"s1": s1})
+    assert (one.verdict, one.scope) == (REPRODUCED, "at s1 only, seeds as units")
+    worse = _two_size_grid({"s2": {0.5: 4.60, 1.0: 4.70, 1.5: 4.90}})
+    assert (worse.verdict, worse.scope) == (NOT_REPRODUCED, "at s2 only, seeds as units")
 
 
 # --- claim 7: condensation from iteration 0 against the matched control -------------------
