@@ -1793,8 +1793,9 @@ def test_claim8_adds_the_documents_sampling_to_its_interval():
     """Trial 7: every seed scores the same 7 documents (one holds 55% of the tokens), so an
     interval over seeds alone treats them as fixed. The document jackknife of the seed-mean
     hard − easy, by hand, adds its variance to the seeds'; df by Welch–Satterthwaite, the
-    document term's df (Σa)²/Σa² − 1 of its squared deviations a (trial 8: D − 1 = 6 overstated
-    it where a few documents carry most of the sum), capped at the seeds' 3."""
+    document term's df the Bell–McCaffrey df of the documents' token counts, 2.20 (trial 9:
+    design-based; D − 1 = 6 overstated it, the data-based (Σa)²/Σa² − 1 was a noisy
+    underestimate), capped at the seeds' 3: the Welch df is above 3 here, so df 3."""
     seeds, docs = _committed_tokens()
     ids, counts = np.unique(docs, return_counts=True)
     assert ids.size == 7 and counts.max() / counts.sum() > 0.5
@@ -1808,10 +1809,11 @@ def test_claim8_adds_the_documents_sampling_to_its_interval():
     seed_se2 = np.var(per_seed, ddof=1) / 4
     doc_se2 = 6 / 7 * a.sum()
     assert doc_se2 > seed_se2  # the documents vary more than the seeds
-    doc_df = a.sum() ** 2 / np.sum(a**2) - 1
-    assert 1 < doc_df < 6
-    df = (seed_se2 + doc_se2) ** 2 / (seed_se2**2 / 3 + doc_se2**2 / doc_df)
-    assert df < 3
+    assert counts.tolist() == [1474, 1236, 4482, 189, 298, 307, 206]
+    doc_df = 2.2027  # document_df(counts): the closed form, checked against the matrices
+    welch = (seed_se2 + doc_se2) ** 2 / (seed_se2**2 / 3 + doc_se2**2 / doc_df)
+    assert welch > 3
+    df = 3
     half = stats.t.ppf(0.975, df) * math.sqrt(seed_se2 + doc_se2)
     r = delta_sym_concentration(seeds, docs)
     assert r["documents"] == 7 and r["interval"].df == pytest.approx(df)
@@ -1821,7 +1823,7 @@ def test_claim8_adds_the_documents_sampling_to_its_interval():
     )
     lo, hi = _t_interval(per_seed)
     assert r["interval"].low < lo and r["interval"].high > hi
-    assert r["interval"].text().endswith(f"(df {df:.1f}, 4 seeds × 7 documents)")
+    assert r["interval"].text() == "-0.0170 [-0.0737, +0.0397] (df 3, 4 seeds × 7 documents)"
     # one document: its sampling cannot be measured, and the row says so (trial 8)
     one = np.zeros_like(docs)
     with pytest.raises(ValueError, match="all 8192 scored tokens come from one document"):
@@ -1836,7 +1838,9 @@ def test_claim8_is_inconclusive_where_the_model_defining_difficulty_decides_it()
     baseline's loss alone hard − easy is +0.048 (reproduced), from the arm's alone −0.110 (not
     reproduced), from their mean −0.017 (inconclusive). Each is a fair reading of "token
     difficulty"; the row may not rest on the choice, so it is inconclusive and names all
-    three. With the documents' sampling in the intervals all three are inconclusive."""
+    three. With the documents' sampling in the intervals (df 3), the baseline's alone is
+    inconclusive too, +0.0484 [+0.0083, +0.0885], and the arm's alone still not reproduced,
+    −0.1103 [−0.2020, −0.0187]: inconclusive again, the call depending on the model."""
     seeds, docs = _committed_tokens()
     by = {}
     for key in ("difficulty", "loss_b", "loss_a"):
@@ -1859,8 +1863,13 @@ def test_claim8_is_inconclusive_where_the_model_defining_difficulty_decides_it()
         "inconclusive, the baseline's loss alone: reproduced, the arm's alone: not reproduced)"
     )
     v = claim8(data, {**cmp, "documents": docs})
-    assert v.verdict == INCONCLUSIVE and "depends on which model" not in v.numbers
-    assert v.numbers.endswith(": inconclusive") and "over seeds and documents" in v.numbers
+    assert v.verdict == INCONCLUSIVE and "over seeds and documents" in v.numbers
+    assert "hard − easy +0.0484 [+0.0083, +0.0885] (df 3, 4 seeds × 7 documents)" in v.numbers
+    assert "hard − easy -0.1103 [-0.2020, -0.0187] (df 3, 4 seeds × 7 documents)" in v.numbers
+    assert v.numbers.endswith(
+        "the call depends on which model defines difficulty (both models' mean loss: "
+        "inconclusive, the baseline's loss alone: inconclusive, the arm's alone: not reproduced)"
+    )
     without = {k: {"delta": t["delta"], "difficulty": t["difficulty"]} for k, t in seeds.items()}
     v = claim8(data, {**cmp, "seeds": without})
     assert "over seeds (documents not known)" in v.numbers

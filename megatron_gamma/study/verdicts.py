@@ -915,9 +915,9 @@ def delta_sym_concentration(seeds: dict[int, dict], documents: Optional[np.ndarr
     or below its ``EASY_SHARE`` quantile. Tokens of one seed are not independent replicates of
     the effect: the intervals are Student-t over the per-seed values (df = seeds − 1), and,
     with ``documents``, also hold the sampling of the documents every seed scored
-    (:func:`~.fits.crossed_interval`: a document jackknife, df the smaller of seeds − 1 and
-    documents − 1), since an
-    interval over seeds alone speaks for those documents only.
+    (:func:`~.fits.crossed_interval`: a document jackknife; df by Welch–Satterthwaite from
+    seeds − 1 and the documents' Bell–McCaffrey df, at most seeds − 1), since an interval over
+    seeds alone speaks for those documents only.
 
     Args:
         seeds: {seed: {"delta": (n,) Δsym, "difficulty": (n,) nats}} (float arrays, the same
@@ -954,7 +954,7 @@ def delta_sym_concentration(seeds: dict[int, dict], documents: Optional[np.ndarr
         doc = np.asarray(documents).ravel()
         if doc.size != next(iter(sizes.values())):
             raise ValueError(f"documents for {doc.size} tokens, the seeds scored {sizes}")
-        ids = np.unique(doc)
+        ids, tokens = np.unique(doc, return_counts=True)
         count = int(ids.size)
         if count < 2:
             raise ValueError(
@@ -969,10 +969,10 @@ def delta_sym_concentration(seeds: dict[int, dict], documents: Optional[np.ndarr
                 "sampling cannot be measured. Fix: score more held-out documents"
             )
         interval = crossed_interval(
-            list(per_seed.values()), [np.mean(list(p.values())) for p, _ in left]
+            list(per_seed.values()), [np.mean(list(p.values())) for p, _ in left], tokens
         )
         hard_interval = crossed_interval(
-            list(hard_mean.values()), [np.mean(list(h.values())) for _, h in left]
+            list(hard_mean.values()), [np.mean(list(h.values())) for _, h in left], tokens
         )
     return {
         "per_seed": per_seed,
@@ -1020,7 +1020,8 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
         "the recipe's whole effect, not γ's alone; per seed, tokens sorted by the other seeds' "
         "difficulty (a seed's own shares its noise; difficulty the two models' mean loss), then "
         "Student-t over seeds with the scored documents' sampling added (a document jackknife; "
-        "df the smaller of seeds − 1 and documents − 1): mean Δsym on the hardest "
+        "df Welch–Satterthwaite's from seeds − 1 and the documents' Bell–McCaffrey df, at most "
+        "seeds − 1): mean Δsym on the hardest "
         f"{1 - EASY_SHARE:.0%} of tokens − on the easiest {EASY_SHARE:.0%} (a uniform "
         "improvement gives a flat profile, 0), and mean "
         f"Δsym on the hardest {1 - EASY_SHARE:.0%} (a gain there), each against "
