@@ -1244,7 +1244,7 @@ def test_gamma_grid_neighbours_paired_by_seed():
         {g: [1, 2, 3, 4, 5] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1) ** 2 + 5
     )
     v = claim6(clear, gamma_grid(clear), "shared LR")
-    assert v.verdict == REPRODUCED
+    assert (v.verdict, v.scope) == (REPRODUCED, "at s1 only, seeds as units")
     assert _neighbour_text(losses, 0.5) in v.numbers and _neighbour_text(losses, 1.5) in v.numbers
     elsewhere, _ = _grid_study({g: [1, 2, 3, 4] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1.5) ** 2)
     assert claim6(elsewhere, gamma_grid(elsewhere), "shared LR").verdict == NOT_REPRODUCED
@@ -1399,6 +1399,61 @@ def test_gamma_grid_sides_come_from_the_planned_grid():
     alone, _ = _grid_study({1.0: [1, 2, 3]}, curve, values=[0.5, 1.0, 1.5])
     v = claim6(alone, gamma_grid(alone), "shared LR")
     assert v.verdict == INCONCLUSIVE and "no seed finished γ = 1 and another γ" in v.numbers
+
+
+def _two_size_grid(curves: dict[str, dict[float, float]]):
+    """γ ∈ {0.5, 1, 1.5} at the sizes of ``curves`` ({size: {γ: loss}}), seeds 1-4: γ = 1 at
+    its curve on every seed, γ = 0.5 and 1.5 at theirs + 0.00, 0.01, 0.02, 0.03 on seeds 1-4
+    (the construction of trial 9's review, exp/claim6.py, without its random noise)."""
+    arms, losses = dict(ARMS), {}
+    for size, curve in curves.items():
+        for g, y in curve.items():
+            arms[_grid_arm(g)] = (g, 1e-12, "elementwise")
+            for seed in (1, 2, 3, 4):
+                losses[(_grid_arm(g), size, seed)] = y + (0 if g == 1.0 else 0.01 * (seed - 1))
+        for seed in (1, 2, 3, 4):
+            losses[("baseline", size, seed)] = 6.0
+    grid = {"arm": "gamma1+eps+gate", "values": [0.5, 1.0, 1.5], "sizes": list(curves)}
+    widths = {"s1": 128, "s2": 256}
+    data = make_study(
+        losses, {s: widths[s] for s in curves}, arms=arms, manifest={"gamma_grid": grid}
+    )
+    return claim6(data, gamma_grid(data), "shared LR")
+
+
+def test_gamma_grid_sizes_that_disagree_leave_claim6_inconclusive():
+    """Trial 9 #9: γ = 1 best at s1 by 0.3-0.4 nats, γ = 0.5 better at s2 by 0.1. Claim 6 once
+    let s2's "not reproduced" decide the whole row, unscoped. By hand, per-seed differences
+    c + 0.00, 0.01, 0.02, 0.03: mean c + 0.015, sd sqrt(0.0005/3) = 0.012910, se 0.0064550,
+    t(0.975, 3) = 3.18245, half-width 0.020543."""
+    s1 = {0.5: 5.40, 1.0: 5.00, 1.5: 5.30}
+    v = _two_size_grid({"s1": s1, "s2": {0.5: 4.60, 1.0: 4.70, 1.5: 4.90}})
+    assert (v.verdict, v.scope) == (INCONCLUSIVE, "")
+    for text in (
+        "γ=0.5 − γ=1 (seeds [1, 2, 3, 4]) +0.4150 [+0.3945, +0.4355] (df 3",
+        "γ=1.5 − γ=1 (seeds [1, 2, 3, 4]) +0.3150 [+0.2945, +0.3355] (df 3",
+        "γ=0.5 − γ=1 (seeds [1, 2, 3, 4]) -0.0850 [-0.1055, -0.0645] (df 3",
+        "γ=1.5 − γ=1 (seeds [1, 2, 3, 4]) +0.2150 [+0.1945, +0.2355] (df 3",
+    ):
+        assert text in v.numbers
+    assert v.numbers.endswith(
+        "the sizes disagree: reproduced at s1, not at s2, so neither holds for every size"
+    )
+    agree = _two_size_grid({"s1": s1, "s2": {0.5: 4.90, 1.0: 4.70, 1.5: 4.95}})
+    assert (agree.verdict, agree.scope) == (
+        REPRODUCED,
+        "at each measured size (s1, s2), seeds as units; not across sizes",
+    )
+    assert "γ=1.5 − γ=1 (seeds [1, 2, 3, 4]) +0.2650 [+0.2445, +0.2855] (df 3" in agree.numbers
+    # s2 flat: differences 0.015 [-0.0055, +0.0355] include +0.01, so s2 is undecided
+    open_ = _two_size_grid({"s1": s1, "s2": {0.5: 4.70, 1.0: 4.70, 1.5: 4.70}})
+    assert (open_.verdict, open_.scope) == (INCONCLUSIVE, "")
+    assert "+0.0150 [-0.0055, +0.0355] (df 3" in open_.numbers
+    assert open_.numbers.endswith("at each size: s1 reproduced, s2 inconclusive")
+    one = _two_size_grid({"s1": s1})
+    assert (one.verdict, one.scope) == (REPRODUCED, "at s1 only, seeds as units")
+    worse = _two_size_grid({"s2": {0.5: 4.60, 1.0: 4.70, 1.5: 4.90}})
+    assert (worse.verdict, worse.scope) == (NOT_REPRODUCED, "at s2 only, seeds as units")
 
 
 # --- claim 7: condensation from iteration 0 against the matched control -------------------
@@ -1910,8 +1965,9 @@ def test_claim8_adds_the_documents_sampling_to_its_interval():
     """Trial 7: every seed scores the same 7 documents (one holds 55% of the tokens), so an
     interval over seeds alone treats them as fixed. The document jackknife of the seed-mean
     hard − easy, by hand, adds its variance to the seeds'; df by Welch–Satterthwaite, the
-    document term's df (Σa)²/Σa² − 1 of its squared deviations a (trial 8: D − 1 = 6 overstated
-    it where a few documents carry most of the sum), capped at the seeds' 3."""
+    document term's df the Bell–McCaffrey df of the documents' token counts, 2.20 (trial 9:
+    design-based; D − 1 = 6 overstated it, the data-based (Σa)²/Σa² − 1 was a noisy
+    underestimate), capped at the seeds' 3: the Welch df is above 3 here, so df 3."""
     seeds, docs = _committed_tokens()
     ids, counts = np.unique(docs, return_counts=True)
     assert ids.size == 7 and counts.max() / counts.sum() > 0.5
@@ -1925,10 +1981,11 @@ def test_claim8_adds_the_documents_sampling_to_its_interval():
     seed_se2 = np.var(per_seed, ddof=1) / 4
     doc_se2 = 6 / 7 * a.sum()
     assert doc_se2 > seed_se2  # the documents vary more than the seeds
-    doc_df = a.sum() ** 2 / np.sum(a**2) - 1
-    assert 1 < doc_df < 6
-    df = (seed_se2 + doc_se2) ** 2 / (seed_se2**2 / 3 + doc_se2**2 / doc_df)
-    assert df < 3
+    assert counts.tolist() == [1474, 1236, 4482, 189, 298, 307, 206]
+    doc_df = 2.2027  # document_df(counts): the closed form, checked against the matrices
+    welch = (seed_se2 + doc_se2) ** 2 / (seed_se2**2 / 3 + doc_se2**2 / doc_df)
+    assert welch > 3
+    df = 3
     half = stats.t.ppf(0.975, df) * math.sqrt(seed_se2 + doc_se2)
     r = delta_sym_concentration(seeds, docs)
     assert r["documents"] == 7 and r["interval"].df == pytest.approx(df)
@@ -1938,7 +1995,7 @@ def test_claim8_adds_the_documents_sampling_to_its_interval():
     )
     lo, hi = _t_interval(per_seed)
     assert r["interval"].low < lo and r["interval"].high > hi
-    assert r["interval"].text().endswith(f"(df {df:.1f}, 4 seeds × 7 documents)")
+    assert r["interval"].text() == "-0.0170 [-0.0737, +0.0397] (df 3, 4 seeds × 7 documents)"
     # one document: its sampling cannot be measured, and the row says so (trial 8)
     one = np.zeros_like(docs)
     with pytest.raises(ValueError, match="all 8192 scored tokens come from one document"):
@@ -1953,7 +2010,9 @@ def test_claim8_is_inconclusive_where_the_model_defining_difficulty_decides_it()
     baseline's loss alone hard − easy is +0.048 (reproduced), from the arm's alone −0.110 (not
     reproduced), from their mean −0.017 (inconclusive). Each is a fair reading of "token
     difficulty"; the row may not rest on the choice, so it is inconclusive and names all
-    three. With the documents' sampling in the intervals all three are inconclusive."""
+    three. With the documents' sampling in the intervals (df 3), the baseline's alone is
+    inconclusive too, +0.0484 [+0.0083, +0.0885], and the arm's alone still not reproduced,
+    −0.1103 [−0.2020, −0.0187]: inconclusive again, the call depending on the model."""
     seeds, docs = _committed_tokens()
     by = {}
     for key in ("difficulty", "loss_b", "loss_a"):
@@ -1976,8 +2035,13 @@ def test_claim8_is_inconclusive_where_the_model_defining_difficulty_decides_it()
         "inconclusive, the baseline's loss alone: reproduced, the arm's alone: not reproduced)"
     )
     v = claim8(data, {**cmp, "documents": docs})
-    assert v.verdict == INCONCLUSIVE and "depends on which model" not in v.numbers
-    assert v.numbers.endswith(": inconclusive") and "over seeds and documents" in v.numbers
+    assert v.verdict == INCONCLUSIVE and "over seeds and documents" in v.numbers
+    assert "hard − easy +0.0484 [+0.0083, +0.0885] (df 3, 4 seeds × 7 documents)" in v.numbers
+    assert "hard − easy -0.1103 [-0.2020, -0.0187] (df 3, 4 seeds × 7 documents)" in v.numbers
+    assert v.numbers.endswith(
+        "the call depends on which model defines difficulty (both models' mean loss: "
+        "inconclusive, the baseline's loss alone: inconclusive, the arm's alone: not reproduced)"
+    )
     without = {k: {"delta": t["delta"], "difficulty": t["difficulty"]} for k, t in seeds.items()}
     v = claim8(data, {**cmp, "seeds": without})
     assert "over seeds (documents not known)" in v.numbers

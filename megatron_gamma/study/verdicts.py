@@ -648,6 +648,31 @@ def claim5(data: StudyData) -> Verdict:
     return Verdict(claim, verdict, nums, rule, scope=scope, sizes=(size,))
 
 
+def _grid_sizes_call(per_size: dict[str, str]) -> tuple[str, str, str]:
+    """Claim 6's call over the sizes its grid measured, each size decided on its own seeds
+    (there is no across-sizes interval): one size decides "at SIZE only"; two or more that all
+    decide alike decide "at each measured size" (:func:`at_each_size`); sizes that decide
+    opposite ways, or a decided size beside an undecided one, leave the row inconclusive.
+
+    Returns:
+        (verdict, scope, text); text says how the sizes disagree, or lists each size's call.
+    """
+    if len(per_size) == 1:
+        ((size, verdict),) = per_size.items()
+        scope = f"at {size} only, seeds as units" if verdict != INCONCLUSIVE else ""
+        return verdict, scope, ""
+    yes = [s for s, v in per_size.items() if v == REPRODUCED]
+    no = [s for s, v in per_size.items() if v == NOT_REPRODUCED]
+    if yes and no:
+        return (
+            INCONCLUSIVE,
+            "",
+            f"the sizes disagree: reproduced at {', '.join(yes)}, not at {', '.join(no)}, so "
+            "neither holds for every size",
+        )
+    return at_each_size(INCONCLUSIVE, per_size)
+
+
 def claim6(data: StudyData, grid: dict, lr: str) -> Verdict:
     """Loss is best at γ = 1 (worse above and below), at the shared LR or at each γ's own best
     LR (``grid``: :func:`~.analysis.gamma_grid` of that phase)."""
@@ -661,22 +686,23 @@ def claim6(data: StudyData, grid: dict, lr: str) -> Verdict:
         f"lie above +δ (δ = {data.margin:g} nats), not reproduced if either lies below +δ; a "
         "side whose grid γ did not finish, or a grid without a γ on that side, is not measured; "
         "at the best LR, a size where one of the three γ's best LR is on its grid's edge is not "
-        "decided"
+        "decided; each size on its own seeds: one size decides at that size only, several "
+        "decide only if every size decides alike (then at each measured size), else inconclusive"
     )
     if not grid:
         return Verdict(claim, INCONCLUSIVE, "no γ grid in this study", rule, lr)
     values = sorted(data.manifest["gamma_grid"].get("values") or [])
-    parts, verdicts, judged = [], [], set()
+    parts, calls, judged = [], {}, set()
     for size, g in grid.items():
         seeds = ", ".join(f"γ={k:g} {v}" for k, v in g["all_seeds"].items())
         if 1.0 not in (values or g["gamma"]):
             parts.append(f"{size}: the grid has no γ = 1")
-            verdicts.append(INCONCLUSIVE)
+            calls[size] = INCONCLUSIVE
             continue
         losses = g["losses"]
         if 1.0 not in losses or len(losses) < 2:
             parts.append(f"{size}: no seed finished γ = 1 and another γ (seeds {seeds})")
-            verdicts.append(INCONCLUSIVE)
+            calls[size] = INCONCLUSIVE
             continue
         pts = ", ".join(f"γ={x:g} {y:.4f}" for x, y in zip(g["gamma"], g["mean"], strict=True))
         text = f"{size} ({g['lr']}) at the seed(s) every γ finished {g['seeds']}: {pts or 'none'}"
@@ -712,9 +738,11 @@ def claim6(data: StudyData, grid: dict, lr: str) -> Verdict:
             verdict = INCONCLUSIVE if verdict in (REPRODUCED, NOT_REPRODUCED) else verdict
             text += f"; the best LR is not bracketed: {'; '.join(edges)}"
         parts.append(text)
-        verdicts.append(verdict)
+        calls[size] = verdict
+    verdict, scope, text = _grid_sizes_call(calls)
+    nums = "; ".join(parts) + (f"; {text}" if text else "")
     at = tuple(s for s in data.sizes if s in judged)
-    return Verdict(claim, combine(verdicts), "; ".join(parts), rule, lr, sizes=at)
+    return Verdict(claim, verdict, nums, rule, lr, scope, sizes=at)
 
 
 def _neighbour_arms(data: StudyData) -> list[str]:
@@ -965,9 +993,9 @@ def delta_sym_concentration(seeds: dict[int, dict], documents: Optional[np.ndarr
     or below its ``EASY_SHARE`` quantile. Tokens of one seed are not independent replicates of
     the effect: the intervals are Student-t over the per-seed values (df = seeds − 1), and,
     with ``documents``, also hold the sampling of the documents every seed scored
-    (:func:`~.fits.crossed_interval`: a document jackknife, df the smaller of seeds − 1 and
-    documents − 1), since an
-    interval over seeds alone speaks for those documents only.
+    (:func:`~.fits.crossed_interval`: a document jackknife; df by Welch–Satterthwaite from
+    seeds − 1 and the documents' Bell–McCaffrey df, at most seeds − 1), since an interval over
+    seeds alone speaks for those documents only.
 
     Args:
         seeds: {seed: {"delta": (n,) Δsym, "difficulty": (n,) nats}} (float arrays, the same
@@ -1004,7 +1032,7 @@ def delta_sym_concentration(seeds: dict[int, dict], documents: Optional[np.ndarr
         doc = np.asarray(documents).ravel()
         if doc.size != next(iter(sizes.values())):
             raise ValueError(f"documents for {doc.size} tokens, the seeds scored {sizes}")
-        ids = np.unique(doc)
+        ids, tokens = np.unique(doc, return_counts=True)
         count = int(ids.size)
         if count < 2:
             raise ValueError(
@@ -1019,10 +1047,10 @@ def delta_sym_concentration(seeds: dict[int, dict], documents: Optional[np.ndarr
                 "sampling cannot be measured. Fix: score more held-out documents"
             )
         interval = crossed_interval(
-            list(per_seed.values()), [np.mean(list(p.values())) for p, _ in left]
+            list(per_seed.values()), [np.mean(list(p.values())) for p, _ in left], tokens
         )
         hard_interval = crossed_interval(
-            list(hard_mean.values()), [np.mean(list(h.values())) for _, h in left]
+            list(hard_mean.values()), [np.mean(list(h.values())) for _, h in left], tokens
         )
     return {
         "per_seed": per_seed,
@@ -1070,7 +1098,8 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
         "the recipe's whole effect, not γ's alone; per seed, tokens sorted by the other seeds' "
         "difficulty (a seed's own shares its noise; difficulty the two models' mean loss), then "
         "Student-t over seeds with the scored documents' sampling added (a document jackknife; "
-        "df the smaller of seeds − 1 and documents − 1): mean Δsym on the hardest "
+        "df Welch–Satterthwaite's from seeds − 1 and the documents' Bell–McCaffrey df, at most "
+        "seeds − 1): mean Δsym on the hardest "
         f"{1 - EASY_SHARE:.0%} of tokens − on the easiest {EASY_SHARE:.0%} (a uniform "
         "improvement gives a flat profile, 0), and mean "
         f"Δsym on the hardest {1 - EASY_SHARE:.0%} (a gain there), each against "
