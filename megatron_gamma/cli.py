@@ -168,7 +168,7 @@ def _compare(args: argparse.Namespace) -> None:
         progress=not args.no_progress,
     )
     iv = out["mean_delta_sym_interval"]
-    interval = f" [{iv[0]:+.4f}, {iv[1]:+.4f}] (df {out['documents'] - 1})" if iv else ""
+    interval = f" [{iv[0]:+.4f}, {iv[1]:+.4f}] (df {out['mean_delta_sym_df']:.1f})" if iv else ""
     print(
         f"{out['tokens']} tokens of {out['documents']} documents: loss A "
         f"{out['a']['mean_loss']:.4f}, loss B {out['b']['mean_loss']:.4f}, mean delta_sym "

@@ -32,6 +32,7 @@ from megatron_gamma.diagnostics.tokens import (
     target_log_probs,
     token_difficulty,
 )
+from megatron_gamma.study.fits import document_df
 
 
 def _gen(seed: int = 0) -> torch.Generator:
@@ -340,35 +341,99 @@ def test_delta_sym_is_exact_where_probabilities_underflow():
     assert float(symmetric_gap(a, b)) == pytest.approx(math.tanh(0.5))
 
 
+def cr2_by_matrix(x: np.ndarray, docs: np.ndarray) -> tuple[float, float]:
+    """(CR2 variance, Bell–McCaffrey df) of the mean of x clustered by docs, from the
+    definitions in fp64 matrices (Bell & McCaffrey 2002; Imbens & Kolesár 2016), not from
+    document_df's closed form: X = 1, H = X(XᵀX)⁻¹Xᵀ, A_g = (I − H_gg)^(−1/2) by
+    eigendecomposition, V = Σ_g (XᵀX)⁻¹ X_gᵀ A_g e_g e_gᵀ A_g X_g (XᵀX)⁻¹ with e = (I − H) x,
+    written V = xᵀBx; under working independence (Var x = I) its Satterthwaite df is
+    (tr B)² / tr(B²)."""
+    n = x.size
+    X = np.ones((n, 1))
+    bread = np.linalg.inv(X.T @ X)
+    resid = np.eye(n) - X @ bread @ X.T
+    B = np.zeros((n, n))
+    for g in np.unique(docs):
+        rows = np.flatnonzero(docs == g)
+        w, v = np.linalg.eigh(np.eye(rows.size) - (X @ bread @ X.T)[np.ix_(rows, rows)])
+        A = v @ np.diag(w**-0.5) @ v.T
+        c = np.zeros((1, n))  # x ↦ (XᵀX)⁻¹ X_gᵀ A_g e_g
+        c[:, rows] = bread @ X[rows].T @ A
+        c = c @ resid
+        B += c.T @ c
+    return float(x @ B @ x), float(np.trace(B) ** 2 / np.trace(B @ B))
+
+
 def _clustered_by_hand(x: np.ndarray, docs: np.ndarray) -> tuple[float, float, float]:
-    """Mean and 95% interval of x with document-clustered (CR1) variance, one loop per
-    document, fp64: var = G/(G-1) * sum_g (sum_{i in g} (x_i - mean))^2 / n^2, t with G - 1."""
-    mean = sum(x) / len(x)
-    groups = sorted(set(docs.tolist()))
-    total = sum(sum(x[i] - mean for i in range(len(x)) if docs[i] == g) ** 2 for g in groups)
-    se = math.sqrt(len(groups) / (len(groups) - 1) * total) / len(x)
-    half = sp_stats.t.ppf(0.975, len(groups) - 1) * se
-    return mean, mean - half, mean + half
+    """Mean and 95% interval of x with the document-clustered CR2 variance and its
+    Bell–McCaffrey df (:func:`cr2_by_matrix`), t with that df."""
+    var, df = cr2_by_matrix(x, docs)
+    half = sp_stats.t.ppf(0.975, df) * math.sqrt(var)
+    return x.mean(), x.mean() - half, x.mean() + half
+
+
+def test_document_df_closed_form_against_the_matrices():
+    """document_df's closed form of the Bell–McCaffrey df against the fp64 matrices; by hand,
+    shares (1/4, 1/4, 1/2): 1 / (2 · (1/16)(1/2)/(9/16) + (2 · (1/16)/(3/4) + (1/4)/(1/2))²)
+    = 1 / (1/9 + 4/9) = 1.8, and (1/6, 1/6, 1/6, 1/2): 1 / (3 · (2/3)/25 + (3/30 + 1/2)²)
+    = 1 / 0.44 = 25/11; G documents of equal length: G − 1."""
+    assert document_df([1, 1, 2]) == pytest.approx(1.8, rel=1e-12)
+    assert document_df([1, 1, 1, 3]) == pytest.approx(25 / 11, rel=1e-12)
+    assert document_df([9] * 7) == pytest.approx(6, rel=1e-12)
+    assert math.isnan(document_df([5]))
+    rng = np.random.default_rng(2)
+    for counts in ([1, 1, 2], [15, 12, 45, 2, 3, 3, 2], [7, 7, 7, 7], [1, 30]):
+        docs = np.repeat(np.arange(len(counts)), counts)
+        x = rng.normal(0, 1, docs.size)
+        var, df = cr2_by_matrix(x, docs)
+        assert document_df(counts) == pytest.approx(df, rel=1e-9)
+        got = document_interval(x, docs)
+        assert (got.se**2, got.df) == pytest.approx((var, df), rel=1e-9)
+    with pytest.raises(ValueError, match="each must be >= 1"):
+        document_df([3, 0])
+
+
+def test_document_intervals_cover_with_unequal_documents():
+    """Trial 9 #6: 7 documents of very unequal length (the committed study's 1474, 1236, 4482,
+    189, 298, 307 and 206 tokens, scaled by 1/10), independent N(0, 1) tokens, true mean 0,
+    2000 draws (seed 0). CR1 with t(G − 1), the old interval, covered 0 in about 89% of draws;
+    CR2 with the Bell–McCaffrey df (2.20 here) covers it in at least 95% (about 97.5%)."""
+    counts = np.array([147, 124, 448, 19, 30, 31, 21])
+    docs = np.repeat(np.arange(7), counts)
+    rng = np.random.default_rng(0)
+    new = old = 0
+    for _ in range(2000):
+        x = rng.normal(0, 1, docs.size)
+        got = document_interval(x, docs)
+        new += got.low <= 0 <= got.high
+        sums = np.bincount(docs, weights=x - x.mean())
+        se1 = math.sqrt(7 / 6 * float(sums @ sums)) / x.size
+        old += abs(x.mean()) <= sp_stats.t.ppf(0.975, 6) * se1
+    assert got.df == pytest.approx(document_df(counts)) and 2.1 < got.df < 2.3
+    assert new / 2000 >= 0.95 and old / 2000 < 0.92
 
 
 def test_intervals_are_clustered_by_document():
     """Tokens of one document share a shift: the per-token standard error understates the
-    spread; the document-clustered interval is checked against a loop by hand."""
+    spread; the document-clustered interval (CR2, Bell–McCaffrey df) is checked against the
+    matrices by hand, documents of unequal length."""
     rng = np.random.default_rng(5)
-    docs = np.repeat(np.arange(12), 40)
+    docs = np.repeat(np.arange(12), np.arange(12) * 4 + 10)
     x = rng.normal(0, 0.3, 12)[docs] + rng.normal(0, 0.1, docs.size)
-    mean, se, low, high, count = document_interval(x, docs)
-    assert count == 12
+    mean, se, low, high, count, df = document_interval(x, docs)
+    assert count == 12 and 1 < df < 11
     assert (mean, low, high) == pytest.approx(_clustered_by_hand(x, docs), rel=1e-10)
     assert se > 3 * x.std(ddof=1) / math.sqrt(x.size)
-    one = document_interval(x[:40], docs[:40])
-    assert one[4] == 1 and all(math.isnan(v) for v in one[1:4])
-    diff = torch.tensor(np.tile(np.linspace(0, 1, 40), 12))
+    one = document_interval(x[:10], docs[:10])
+    assert one.documents == 1 and all(math.isnan(v) for v in (one.se, one.low, one.high, one.df))
+    diff = torch.tensor(np.tile(np.linspace(0, 1, 2), docs.size // 2 + 1)[: docs.size])
     bins = gap_by_difficulty(torch.tensor(x), diff, num_bins=2, documents=docs)
     for b, sel in zip(bins, (diff.numpy() < 0.5, diff.numpy() >= 0.5), strict=True):
         _, lo, hi = _clustered_by_hand(x[sel], docs[sel])
         assert b.documents == 12 and (b.low, b.high) == pytest.approx((lo, hi), rel=1e-10)
-    assert gap_by_difficulty(torch.tensor(x), diff, num_bins=2)[0].low is None
+        assert b.df == pytest.approx(cr2_by_matrix(x[sel], docs[sel])[1], rel=1e-9)
+    plain = gap_by_difficulty(torch.tensor(x), diff, num_bins=2)[0]
+    assert plain.low is None and plain.df is None
 
 
 def test_bins_with_explicit_edges_and_ties():

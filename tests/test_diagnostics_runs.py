@@ -18,6 +18,7 @@ import sys
 import pytest
 from helpers import REPO, check_nproc, cli_command, cli_env, close, read_diagnostics, run_cli
 from scipy import stats as scipy_stats
+from test_diagnostics import cr2_by_matrix
 
 from megatron_gamma.rundir.paths import ANALYSIS_FILES
 
@@ -193,13 +194,13 @@ def test_compare_checkpoints(demo):
     ds = IndexedDataset(demo["data"])
     owner = np.repeat(np.arange(len(ds)), ds.sequence_lengths)
     np.testing.assert_array_equal(tok["document"], owner[1 : 16 * 64 + 1].reshape(16, 64))
-    # the headline interval is clustered by document (CR1, t with documents - 1 df), by hand
+    # the headline interval is clustered by document (CR2, t with the Bell–McCaffrey df), by
+    # hand from the matrices
     x, docs = tok["delta_sym"].astype(np.float64).ravel(), tok["document"].ravel()
-    groups = np.unique(docs)
-    sums = np.array([(x[docs == g] - x.mean()).sum() for g in groups])
-    se = np.sqrt(groups.size / (groups.size - 1) * (sums**2).sum()) / x.size
-    half = scipy_stats.t.ppf(0.975, groups.size - 1) * se
-    assert summary["documents"] == groups.size
+    var, df = cr2_by_matrix(x, docs)
+    half = scipy_stats.t.ppf(0.975, df) * np.sqrt(var)
+    assert summary["documents"] == np.unique(docs).size
+    assert summary["mean_delta_sym_df"] == pytest.approx(df, rel=1e-9)
     assert summary["mean_delta_sym_interval"] == pytest.approx([x.mean() - half, x.mean() + half])
     assert "regression to the mean" in summary["caveats"]
     # megatron-core's own loss on the same windows, from the same checkpoint

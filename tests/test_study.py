@@ -250,11 +250,13 @@ def test_report_on_smoke_study(smoke_dir):
         f"of the train split's token frequencies, {summary['unigram_loss']:.4f} nats" in md
     )
     assert "- code: megatron-gamma commit " in md and "No LR grid in this study" in md
-    # the per-seed Δsym table: each bin's interval with its df (documents in the bin - 1)
+    # the per-seed Δsym table: each bin's interval with its df (Bell–McCaffrey, of the bin's
+    # tokens per document, one decimal)
     for b in cmp["bins"]:
         if b.get("low") is not None:
             row = f"| {b['count']} ({b['documents']}) | {b['mean_delta']:+.4f} [{b['low']:+.4f}, "
-            assert f"{row}{b['high']:+.4f}] (df {b['documents'] - 1}) |" in md
+            assert 1 <= b["df"] <= b["documents"] - 1 + 1e-9
+            assert f"{row}{b['high']:+.4f}] (df {b['df']:.1f}) |" in md
     assert "(over these tokens, not those of the final validation loss above)" in md
 
 

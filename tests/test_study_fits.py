@@ -296,23 +296,36 @@ def test_a_trend_is_no_surer_than_the_seeds_within_its_sizes():
 
 
 def test_crossed_interval_adds_the_document_jackknife_to_the_seeds():
-    """Three seeds (1.0, 1.2, 1.1) and four leave-one-document-out means: SE² = s²/3 + (3/4)·Σa,
-    a_d = (θ₋d − θ̄)²; df by Welch–Satterthwaite with the document term's (Σa)²/Σa² − 1, capped
-    at the seeds' 2; closed form by hand. One document, or a NaN, is refused; one seed gives no
+    """Three seeds (1.0, 1.2, 1.1) and four leave-one-document-out means, the documents of 1,
+    1, 1 and 3 tokens: SE² = s²/3 + (3/4)·Σ(θ₋d − θ̄)²; df by Welch–Satterthwaite with the
+    document term's design-based df, Bell–McCaffrey's for shares (1/6, 1/6, 1/6, 1/2), by
+    hand 1 / (3 · (1/36)(2/3)/(25/36) + (3 · (1/36)/(5/6) + (1/4)/(1/2))²) = 25/11 (trial 9
+    #10: the data-based (Σa)²/Σa² − 1 had a median near D/3 − 1 for equal documents, not the
+    D − 1 its docstring said), capped at the seeds' 2; closed form by hand. One document, a
+    NaN, or token counts that do not match the documents are refused; one seed gives no
     interval."""
-    per_seed, left = [1.0, 1.2, 1.1], [1.05, 1.15, 1.0, 1.2]
-    a = (np.array(left) - np.mean(left)) ** 2
-    seed_se2, doc_se2 = np.var(per_seed, ddof=1) / 3, 0.75 * a.sum()
-    doc_df = a.sum() ** 2 / (a**2).sum() - 1
-    df = min(2.0, (seed_se2 + doc_se2) ** 2 / (seed_se2**2 / 2 + doc_se2**2 / doc_df))
-    half = stats.t.ppf(0.975, df) * math.sqrt(seed_se2 + doc_se2)
-    iv = crossed_interval(per_seed, left)
-    assert (iv.mean, iv.df, iv.n) == (pytest.approx(1.1), pytest.approx(df), 3)
+    per_seed, left, tokens = [1.0, 1.2, 1.1], [1.05, 1.15, 1.0, 1.2], [1, 1, 1, 3]
+    seed_se2 = 0.01 / 3  # s² = (0.1² + 0.1² + 0) / 2
+    doc_se2 = 0.75 * 0.025  # Σ(θ₋d − θ̄)², θ̄ = 1.1: 0.05² + 0.05² + 0.1² + 0.1²
+    welch = (seed_se2 + doc_se2) ** 2 / (seed_se2**2 / 2 + doc_se2**2 / (25 / 11))
+    assert 2 < welch < 4  # so the cap binds
+    half = stats.t.ppf(0.975, 2) * math.sqrt(seed_se2 + doc_se2)
+    iv = crossed_interval(per_seed, left, tokens)
+    assert (iv.mean, iv.df, iv.n) == (pytest.approx(1.1), 2.0, 3)
     assert iv.unit == "seeds × 4 documents"
     assert (iv.low, iv.high) == pytest.approx((1.1 - half, 1.1 + half))
-    shown = f"{df:.0f}" if float(df).is_integer() else f"{df:.1f}"
-    assert iv.text().endswith(f"(df {shown}, 3 seeds × 4 documents)")
+    assert iv.text().endswith("(df 2, 3 seeds × 4 documents)")
+    # ten seeds: the documents' df, not the seeds', sets the Welch df
+    many = [1.0, 1.2, 1.1, 1.05, 1.15, 1.1, 1.1, 1.0, 1.2, 1.1]
+    seed_se2 = np.var(many, ddof=1) / 10
+    df = (seed_se2 + doc_se2) ** 2 / (seed_se2**2 / 9 + doc_se2**2 / (25 / 11))
+    iv = crossed_interval(many, left, tokens)
+    assert iv.df == pytest.approx(df) and 25 / 11 < df < 3
+    half = stats.t.ppf(0.975, df) * math.sqrt(seed_se2 + doc_se2)
+    assert (iv.low, iv.high) == pytest.approx((1.1 - half, 1.1 + half))
     for bad in ([1.1], [1.1, math.nan]):
         with pytest.raises(ValueError, match="need >= 2 documents"):
-            crossed_interval(per_seed, bad)
-    assert not crossed_interval([1.0], left).has_interval
+            crossed_interval(per_seed, bad, [1] * len(bad))
+    with pytest.raises(ValueError, match="3 token counts for 4 documents"):
+        crossed_interval(per_seed, left, [1, 1, 1])
+    assert not crossed_interval([1.0], left, tokens).has_interval

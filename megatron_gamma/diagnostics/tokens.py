@@ -12,7 +12,9 @@ gap Delta_sym and token difficulty (average loss) without defining them; **our d
   of the two models on the token (symmetric, so swapping A and B changes neither d nor the bins).
 
 Two cautions for reading a profile. Tokens of one document are not independent, so intervals
-are clustered by document (:func:`document_interval`; df = documents − 1), not per token. And
+are clustered by document (:func:`document_interval`: CR2, with the Bell–McCaffrey df of
+:func:`~megatron_gamma.study.fits.document_df`, G − 1 only for documents of equal length), not
+per token. And
 difficulty computed from the same two models shares their noise with Δsym: where A and B
 differ only by noise, the tokens B happened to get wrong sort into the hard bins, so the
 profile slopes towards "B better on hard tokens" with no real difference (regression to the
@@ -26,11 +28,13 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
 from scipy import stats
+
+from megatron_gamma.study.fits import document_df
 
 
 def target_log_probs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -83,13 +87,28 @@ def token_difficulty(logp_a: torch.Tensor, logp_b: torch.Tensor) -> torch.Tensor
     return -(logp_a.double() + logp_b.double()) / 2
 
 
+class DocumentInterval(NamedTuple):
+    """A token mean with its interval clustered by document (:func:`document_interval`)."""
+
+    mean: float
+    se: float
+    low: float
+    high: float
+    documents: int
+    df: float
+
+
 def document_interval(
     values: torch.Tensor | np.ndarray, documents: torch.Tensor | np.ndarray, level: float = 0.95
-) -> tuple[float, float, float, float, int]:
+) -> DocumentInterval:
     """Mean of per-token ``values`` with a cluster-robust interval, documents as clusters.
 
-    ``SE² = G/(G − 1) · Σ_g (Σ_{i∈g} (x_i − x̄))² / n²`` (the CR1 sandwich estimator of a mean),
-    interval ``x̄ ± t_{(1+level)/2, G−1} · SE``: tokens within a document may be correlated,
+    ``SE² = Σ_g (Σ_{i∈g} (x_i − x̄))² / (n² (1 − n_g/n))``, the CR2 (bias-reduced
+    linearization, Bell & McCaffrey 2002) estimator of a mean's variance, unbiased where tokens
+    are independent with equal variance; interval ``x̄ ± t_{(1+level)/2, df} · SE`` with the
+    Bell–McCaffrey df of :func:`~megatron_gamma.study.fits.document_df`, which is G − 1 only
+    where the documents hold equally many tokens (with a few large documents the sum rests on
+    those few, and CR1 with G − 1 is too narrow). Tokens within a document may be correlated,
     documents are taken as independent.
 
     Args:
@@ -98,7 +117,8 @@ def document_interval(
         level: confidence level in (0, 1).
 
     Returns:
-        (mean, se, low, high, documents G); se, low and high are NaN for G < 2.
+        :class:`DocumentInterval` (mean, se, low, high, documents G, df); se, low, high and df
+        are NaN for G < 2.
 
     Raises:
         ValueError: shape mismatch or no values.
@@ -107,14 +127,15 @@ def document_interval(
     g = np.asarray(documents).reshape(-1)
     if x.shape != g.shape or x.size == 0:
         raise ValueError(f"values {x.shape} and documents {g.shape}: need equal, non-empty")
-    labels, inverse = np.unique(g, return_inverse=True)
+    labels, inverse, counts = np.unique(g, return_inverse=True, return_counts=True)
     mean, count = float(x.mean()), labels.size
     if count < 2:
-        return mean, math.nan, math.nan, math.nan, count
+        return DocumentInterval(mean, math.nan, math.nan, math.nan, count, math.nan)
     sums = np.bincount(inverse, weights=x - mean, minlength=count)
-    se = math.sqrt(count / (count - 1) * float(sums @ sums)) / x.size
-    half = float(stats.t.ppf((1 + level) / 2, count - 1)) * se
-    return mean, se, mean - half, mean + half, count
+    se = math.sqrt(float(np.sum(sums**2 / (1 - counts / x.size)))) / x.size
+    df = document_df(counts)
+    half = float(stats.t.ppf((1 + level) / 2, df)) * se
+    return DocumentInterval(mean, se, mean - half, mean + half, count, df)
 
 
 @dataclass
@@ -130,9 +151,12 @@ class DifficultyBin:
         sem_delta: standard error of that mean: clustered by document when documents were given
             (:func:`document_interval`), else per token (tokens taken as independent, which
             understates it); None when it cannot be computed (one document, or one token).
-        low, high: the 95% interval of ``mean_delta`` (t, df = documents − 1) when documents
-            were given and the bin has at least 2; else None.
+        low, high: the 95% interval of ``mean_delta`` (t with ``df``) when documents were given
+            and the bin has at least 2; else None.
         documents: distinct documents in the bin, when documents were given; else None.
+        df: that interval's degrees of freedom (:func:`~megatron_gamma.study.fits.document_df`
+            of the bin's tokens per document: documents − 1 only where they hold equally
+            many); else None.
         a_better: fraction of tokens with Delta_sym > 0.
         mean_loss_a: A's mean loss on the bin's tokens (nats), when log-probs were given.
         mean_loss_b: B's mean loss on the bin's tokens (nats), when log-probs were given.
@@ -150,6 +174,7 @@ class DifficultyBin:
     low: Optional[float] = None
     high: Optional[float] = None
     documents: Optional[int] = None
+    df: Optional[float] = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -220,10 +245,11 @@ def gap_by_difficulty(
         if n == 0:
             continue
         xs = x[sel]
-        low = high = count = None
+        low = high = count = df = None
         if docs is not None:
-            _, sem, low, high, count = document_interval(xs.numpy(), docs[sel.numpy()])
-            sem, low, high = (None, None, None) if math.isnan(sem) else (sem, low, high)
+            _, sem, low, high, count, df = document_interval(xs.numpy(), docs[sel.numpy()])
+            if math.isnan(sem):
+                sem = low = high = df = None
         else:
             sem = float(xs.std(unbiased=True) / n**0.5) if n > 1 else None
         bins.append(
@@ -240,6 +266,7 @@ def gap_by_difficulty(
                 low=low,
                 high=high,
                 documents=count,
+                df=df,
             )
         )
     return bins

@@ -328,8 +328,48 @@ def size_interval(per_size: Sequence[Interval], level: float = 0.95) -> Interval
     return replace(base, low=base.mean - half, high=base.mean + half, seed_noise=noise)
 
 
+def document_df(counts: Sequence[int] | np.ndarray) -> float:
+    """Bell–McCaffrey degrees of freedom of a mean over tokens clustered into documents of
+    ``counts`` tokens, with its CR2 variance
+    (:func:`~megatron_gamma.diagnostics.tokens.document_interval`).
+
+    Design-based (it depends on the token counts, not on the values): the Satterthwaite df of
+    the CR2 variance under working independence (tokens of equal variance, uncorrelated), the
+    small-sample df of Bell & McCaffrey (2002) and Imbens & Kolesár (2016). For the mean, with
+    p_g = n_g / n the documents' token shares, it has the closed form
+
+        df = 1 / (Σ_g p_g² (1 − 2 p_g) / (1 − p_g)² + (Σ_g p_g² / (1 − p_g))²),
+
+    G − 1 for G documents of equal size, towards 1 as one document holds most tokens (7
+    documents of 1474, 1236, 4482, 189, 298, 307, 206 tokens: 2.20). Derivation: the CR2 variance
+    is yᵀBy with B = (I − H) Σ_g a_g a_gᵀ (I − H), H = 11ᵀ/n, a_g = 1_g / (n √(1 − p_g)); the
+    G × G matrix M = [a_gᵀ (I − H) a_h] = (diag(p/(1 − p)) − q qᵀ) / n, q_g = p_g / √(1 − p_g),
+    has trace 1/n, and df = (tr M)² / tr(M²).
+
+    Args:
+        counts: (G,) tokens per document, each >= 1.
+
+    Returns:
+        The df (float, in [1, G − 1] up to rounding); NaN for fewer than 2 documents.
+
+    Raises:
+        ValueError: a count below 1.
+    """
+    n = np.asarray(counts, dtype=np.float64).reshape(-1)
+    if np.any(n < 1):
+        raise ValueError(f"document token counts {n.tolist()}: each must be >= 1")
+    if n.size < 2:
+        return math.nan
+    p = n / n.sum()
+    odds = p**2 / (1 - p)
+    return float(1 / (np.sum(odds * (1 - 2 * p) / (1 - p)) + np.sum(odds) ** 2))
+
+
 def crossed_interval(
-    per_seed: Sequence[float], leave_one_out: Sequence[float], level: float = 0.95
+    per_seed: Sequence[float],
+    leave_one_out: Sequence[float],
+    tokens: Sequence[int],
+    level: float = 0.95,
 ) -> Interval:
     """The mean over seeds of a statistic computed on the same sampled documents in every
     seed, with the documents' sampling in its interval as well as the seeds'.
@@ -337,24 +377,29 @@ def crossed_interval(
     Every seed scores the same held-out documents, so an interval over seeds alone treats those
     documents as fixed: it speaks for them, not for text in general. The standard error here
     adds the two: SE² = var(per_seed) / n (the seeds') + the jackknife variance over documents
-    of the seed-mean statistic, (D − 1)/D · Σ a_d with a_d = (θ₋d − θ̄)² over ``leave_one_out``
-    (θ₋d: the statistic without document d). Its df is Welch–Satterthwaite's, the document
-    term's own df taken as (Σ a)² / Σ a² − 1 (D − 1 where the documents weigh alike, near 0
-    where one dominates, at least 1), and never above n − 1, so the interval is never narrower
-    than the seeds' alone. Both parts carry the seed × document interaction, which counts it
-    twice: conservative.
+    of the seed-mean statistic, (D − 1)/D · Σ_d (θ₋d − θ̄)² over ``leave_one_out`` (θ₋d: the
+    statistic without document d). Its df is Welch–Satterthwaite's, never above n − 1, so the
+    interval is never narrower than the seeds' alone. The document term's own df is
+    design-based, :func:`document_df` of the documents' ``tokens``: the Bell–McCaffrey df of a
+    token mean clustered into those documents (D − 1 for documents of equal length, towards 1
+    where one holds most tokens). That df is exact for the CR2 variance of a plain token mean;
+    it is taken here for the jackknife of a statistic that is not one (a difference of means
+    over parts of the tokens), an approximation. Both parts carry the seed × document
+    interaction, which counts it twice: conservative.
 
     Args:
         per_seed: (n,) the statistic per seed, on all documents.
         leave_one_out: (D,) the seed-mean statistic with each document left out in turn.
+        tokens: (D,) the scored tokens of each document, in ``leave_one_out``'s order.
 
     Returns:
         An :class:`Interval` with ``unit`` "seeds × D documents"; no interval where
         :func:`t_interval` over the seeds gives none.
 
     Raises:
-        ValueError: fewer than 2 documents, or a leave-one-out value that is not finite: the
-            documents' sampling cannot be measured.
+        ValueError: fewer than 2 documents, a leave-one-out value that is not finite (the
+            documents' sampling cannot be measured), or ``tokens`` not one count >= 1 per
+            document.
     """
     base = t_interval(per_seed, "seeds", level)
     jack = np.asarray(leave_one_out, dtype=np.float64)
@@ -363,15 +408,16 @@ def crossed_interval(
             f"leave-one-document-out values {jack.tolist()}: need >= 2 documents, each leaving "
             "a finite statistic, to measure the documents' sampling"
         )
+    if len(tokens) != jack.size:
+        raise ValueError(f"{len(tokens)} token counts for {jack.size} documents: need one each")
+    doc_df = document_df(tokens)
     unit = f"seeds × {jack.size} documents"
     if not base.has_interval:
         return replace(base, unit=unit)
     d = jack.size
-    a = (jack - jack.mean()) ** 2
     seed_var = _standard_error(base) ** 2
-    doc_var = float((d - 1) / d * a.sum())
+    doc_var = float((d - 1) / d * np.sum((jack - jack.mean()) ** 2))
     total = seed_var + doc_var
-    doc_df = max(1.0, float(a.sum() ** 2 / np.sum(a**2)) - 1) if a.any() else d - 1.0
     welch = total**2 / (seed_var**2 / base.df + doc_var**2 / doc_df)
     df = min(float(base.df), welch)
     half = float(stats.t.ppf((1 + level) / 2, df) * math.sqrt(total))

@@ -665,8 +665,7 @@ def _markdown(
                 "|---|---|---|---|",
             ]
             for b in c["bins"]:
-                docs = b.get("documents")
-                df = f" (df {docs - 1})" if docs else ""  # clustered by document
+                df = f" (df {b['df']:.1f})" if b.get("df") is not None else ""  # by document
                 iv = f" [{b['low']:+.4f}, {b['high']:+.4f}]{df}" if b.get("low") is not None else ""
                 out.append(
                     f"| {b['lo']:.2f}–{b['hi']:.2f} | {b['count']} ({b.get('documents')}) | "

@@ -81,6 +81,11 @@ a smaller excess, or one present at initialization, is below the smallest effect
 counts."""
 DIP_MIN = 0.05
 """Margin on the relative stable-rank dip (and recovery) for claim 7."""
+RANK_WINDOW = 3
+"""Logged points claim 7 averages for a stable-rank minimum and end (:func:`_dip_rise`)."""
+END_SHARE = 0.1
+"""Share of training (of the last logged iteration) over which claim 7 measures how far a
+control still falls at its end (:func:`_end_fall`)."""
 EASY_SHARE = 0.3
 """Share of tokens (easiest first, by difficulty) counted as easy in the Δsym verdict."""
 CONCENTRATION_MIN = 0.01
@@ -695,6 +700,31 @@ def claim5(data: StudyData) -> Verdict:
     return Verdict(claim, verdict, nums, rule, scope=scope, sizes=(size,))
 
 
+def _grid_sizes_call(per_size: dict[str, str]) -> tuple[str, str, str]:
+    """Claim 6's call over the sizes its grid measured, each size decided on its own seeds
+    (there is no across-sizes interval): one size decides "at SIZE only"; two or more that all
+    decide alike decide "at each measured size" (:func:`at_each_size`); sizes that decide
+    opposite ways, or a decided size beside an undecided one, leave the row inconclusive.
+
+    Returns:
+        (verdict, scope, text); text says how the sizes disagree, or lists each size's call.
+    """
+    if len(per_size) == 1:
+        ((size, verdict),) = per_size.items()
+        scope = f"at {size} only, seeds as units" if verdict != INCONCLUSIVE else ""
+        return verdict, scope, ""
+    yes = [s for s, v in per_size.items() if v == REPRODUCED]
+    no = [s for s, v in per_size.items() if v == NOT_REPRODUCED]
+    if yes and no:
+        return (
+            INCONCLUSIVE,
+            "",
+            f"the sizes disagree: reproduced at {', '.join(yes)}, not at {', '.join(no)}, so "
+            "neither holds for every size",
+        )
+    return at_each_size(INCONCLUSIVE, per_size)
+
+
 def claim6(data: StudyData, grid: dict, lr: str) -> Verdict:
     """Loss is best at γ = 1 (worse above and below), at the shared LR or at each γ's own best
     LR (``grid``: :func:`~.analysis.gamma_grid` of that phase)."""
@@ -708,22 +738,23 @@ def claim6(data: StudyData, grid: dict, lr: str) -> Verdict:
         f"lie above +δ (δ = {data.margin:g} nats), not reproduced if either lies below +δ; a "
         "side whose grid γ did not finish, or a grid without a γ on that side, is not measured; "
         "at the best LR, a size where one of the three γ's best LR is on its grid's edge is not "
-        "decided"
+        "decided; each size on its own seeds: one size decides at that size only, several "
+        "decide only if every size decides alike (then at each measured size), else inconclusive"
     )
     if not grid:
         return Verdict(claim, INCONCLUSIVE, "no γ grid in this study", rule, lr)
     values = sorted(data.manifest["gamma_grid"].get("values") or [])
-    parts, verdicts, judged = [], [], set()
+    parts, calls, judged = [], {}, set()
     for size, g in grid.items():
         seeds = ", ".join(f"γ={k:g} {v}" for k, v in g["all_seeds"].items())
         if 1.0 not in (values or g["gamma"]):
             parts.append(f"{size}: the grid has no γ = 1")
-            verdicts.append(INCONCLUSIVE)
+            calls[size] = INCONCLUSIVE
             continue
         losses = g["losses"]
         if 1.0 not in losses or len(losses) < 2:
             parts.append(f"{size}: no seed finished γ = 1 and another γ (seeds {seeds})")
-            verdicts.append(INCONCLUSIVE)
+            calls[size] = INCONCLUSIVE
             continue
         pts = ", ".join(f"γ={x:g} {y:.4f}" for x, y in zip(g["gamma"], g["mean"], strict=True))
         text = f"{size} ({g['lr']}) at the seed(s) every γ finished {g['seeds']}: {pts or 'none'}"
@@ -759,9 +790,11 @@ def claim6(data: StudyData, grid: dict, lr: str) -> Verdict:
             verdict = INCONCLUSIVE if verdict in (REPRODUCED, NOT_REPRODUCED) else verdict
             text += f"; the best LR is not bracketed: {'; '.join(edges)}"
         parts.append(text)
-        verdicts.append(verdict)
+        calls[size] = verdict
+    verdict, scope, text = _grid_sizes_call(calls)
+    nums = "; ".join(parts) + (f"; {text}" if text else "")
     at = tuple(s for s in data.sizes if s in judged)
-    return Verdict(claim, combine(verdicts), "; ".join(parts), rule, lr, sizes=at)
+    return Verdict(claim, verdict, nums, rule, lr, scope, sizes=at)
 
 
 def _neighbour_arms(data: StudyData) -> list[str]:
@@ -773,22 +806,75 @@ def _neighbour_arms(data: StudyData) -> list[str]:
     return [a for a in gamma_grid_arms(data) if data.settings(a)["init_gamma"] in near]
 
 
+def _rank_window(points: int) -> int:
+    """How many logged points claim 7 averages for a stable-rank trajectory's minimum and end:
+    :data:`RANK_WINDOW` where ``points`` (those logged after initialization) hold two such
+    windows apart, else 1 (the single points)."""
+    return RANK_WINDOW if points >= 2 * RANK_WINDOW else 1
+
+
 def _dip_rise(series: dict[int, float]) -> tuple[float, Optional[float]]:
-    """(dip, rise) of a stable-rank trajectory {iteration: stable rank}: dip = 1 − min/first,
-    rise = final/min − 1 with the minimum over every point, the last included; rise is None
-    when the minimum is the last point (still falling there: no recovery was measured, and the
-    dip is only the fall so far, a lower bound, so claim 7 reads neither)."""
+    """(dip, rise) of a stable-rank trajectory {iteration: stable rank}, its first point the
+    initialization: dip = 1 − low/first, rise = end/low − 1, where low is the mean of the
+    window of k = :func:`_rank_window` logged points after initialization centred on the lowest
+    of them (clipped at the ends: 2 points there), and end the mean of the last k points.
+
+    The lowest of n noisy points lies below the level (about 1.5 sd for n = 10, 2.3 for 50), so
+    a single-point minimum makes a flat noisy trajectory "recover" by more the more points are
+    logged (trial 9); its k − 1 neighbours carry no such selection, which cuts the bias to about
+    a third. A low at or above the first value is the first value (no dip: dip 0, rise from
+    it). rise is None when low's window reaches the last point (still falling there, or
+    flattened too late to tell: no recovery was measured, and the dip is only the fall so far,
+    a lower bound, so claim 7 reads neither)."""
     its = sorted(series)
-    low = min(its, key=series.get)
-    rise = None if low == its[-1] else series[its[-1]] / series[low] - 1
-    return 1 - series[low] / series[its[0]], rise
+    first, after = series[its[0]], [series[i] for i in its[1:]]
+    k = _rank_window(len(after))
+    end = float(np.mean(after[-k:]))
+    j = int(np.argmin(after))
+    half = k // 2
+    low = float(np.mean(after[max(0, j - half) : j + half + 1]))
+    if low >= first:
+        return 0.0, end / first - 1
+    rise = None if j + half >= len(after) - 1 else end / low - 1
+    return 1 - low / first, rise
 
 
-def _last_fall(series: dict[int, float]) -> float:
-    """How far a stable-rank trajectory {iteration: stable rank} fell over its last logged
-    interval, as a share of its first value (negative where it rose)."""
+def _end_fall(series: dict[int, float]) -> tuple[float, float, str]:
+    """How far a stable-rank trajectory {iteration: stable rank} fell over the last
+    :data:`END_SHARE` of training, (SR at (1 − END_SHARE)·T − SR at T) / SR at the first
+    point, T its last logged iteration (negative where it rose), with the stable rank at
+    (1 − END_SHARE)·T interpolated linearly between the logged points around it: a share of
+    training, so the same trajectory gives the same fall however often it was logged (rounded
+    to 12 decimals, below which an interpolated and a logged reading differ by rounding only).
+
+    Returns:
+        (fall, (1 − END_SHARE)·T, "" or how that point was read where it was not logged).
+    """
     its = sorted(series)
-    return (series[its[-2]] - series[its[-1]]) / series[its[0]]
+    start = round((1 - END_SHARE) * its[-1], 9)
+    value = float(np.interp(start, its, [series[i] for i in its]))
+    how = ""
+    if start not in series:
+        before = max(i for i in its if i < start)
+        after = min(i for i in its if i > start)
+        how = f"interpolated between logged iterations {before} and {after}"
+    return round((value - series[its[-1]]) / series[its[0]], 12), start, how
+
+
+def _end_span(
+    ends: dict[int, tuple[float, float, str]], series: dict[int, dict[int, float]], seeds: list
+) -> str:
+    """Where a control's end fall (:func:`_end_fall`, ``ends`` by seed) was measured in
+    ``seeds``: the share of training, and each distinct stretch of iterations it covers."""
+    spans = []
+    for k in seeds:
+        _, start, how = ends[k]
+        text = f"iterations {start:g}-{max(series[k])}" + (
+            f", the stable rank at {start:g} {how}" if how else ""
+        )
+        if text not in spans:
+            spans.append(text)
+    return f"over the last {END_SHARE:.0%} of training ({'; '.join(spans)})"
 
 
 def _condensation_arms(data: StudyData) -> dict[str, Optional[str]]:
@@ -811,12 +897,18 @@ def claim7(data: StudyData) -> Verdict:
         "arms have (a gated pair's gate matrices included, so it can differ from the "
         "Mechanisms table's, which averages those every arm has): dip (1 − min/initial stable "
         "rank) of the arm − "
-        f"control's above {DIP_MIN:g}, and the arm's recovery (final/min − 1) above {DIP_MIN:g}, "
-        "the minimum taken over every point; not measurable where the arm's minimum is its "
-        "last point in a seed (still falling: no recovery measured), or where the control's is "
-        f"and it fell by more than {DIP_MIN:g} of its initial stable rank over its last logged "
-        "interval (still dipping: its dip, and so Δdip, not measured), or by as much as the "
-        "margin Δdip's interval has left over it; a control falling less there gives Δdip "
+        f"control's above {DIP_MIN:g}, and the arm's recovery (end/min − 1) above {DIP_MIN:g}, "
+        f"the min and the end each the mean of {RANK_WINDOW} logged points after iteration 0 "
+        "(the min's centred on the lowest, 2 at an end; the end's the last ones), single points "
+        f"where fewer than {2 * RANK_WINDOW} are logged after iteration 0 (the lowest of many "
+        "noisy points lies below their level, so a single-point min makes a flat trajectory "
+        "recover); not measurable where the arm's min reaches its last point in a seed (still "
+        "falling: no recovery measured), or where the control's does and it fell by at least "
+        f"{DIP_MIN:g} of its initial stable rank over the last {END_SHARE:.0%} of training "
+        f"(from {1 - END_SHARE:g}·T to T, the last logged iteration, the stable rank at "
+        f"{1 - END_SHARE:g}·T interpolated linearly between logged points; a share of training, "
+        "not of logging) (still dipping: its dip, and so Δdip, not measured), or by as much as "
+        "the margin Δdip's interval has left over it; a control falling less there gives Δdip "
         "over the runs' window, and a decided verdict says so"
     )
     controls = _condensation_arms(data)
@@ -853,36 +945,41 @@ def claim7(data: StudyData) -> Verdict:
         judged.add(size)
         da, db = ([_dip_rise(x[k]) for k in seeds] for x in (a, b))
         dip = paired_difference([x[0] for x in da], [x[0] for x in db])
+        windows = {_rank_window(len(x[k]) - 1) for x in (a, b) for k in seeds}
         unmeasured = []
         if falling := [k for k, x in zip(seeds, da, strict=True) if x[1] is None]:
+            w = _rank_window(len(a[falling[0]]) - 1)
+            around = f" (the mean of the {w} logged points around its lowest)" if w > 1 else ""
             unmeasured.append(
-                f"the stable rank of {arm} is still falling at the last point (its minimum is "
-                f"the last point, iteration {max(a[falling[0]])}) in seed(s) {falling}, so no "
-                "recovery is measured"
+                f"the stable rank of {arm} is still falling at the last point (its minimum"
+                f"{around} reaches the last point, iteration {max(a[falling[0]])}) in seed(s) "
+                f"{falling}, so no recovery is measured"
             )
-        slow = {k: _last_fall(b[k]) for k, x in zip(seeds, db, strict=True) if x[1] is None}
-        if dipping := [k for k, f in slow.items() if f > DIP_MIN]:
+        ends = {k: _end_fall(b[k]) for k, x in zip(seeds, db, strict=True) if x[1] is None}
+        slow = {k: e[0] for k, e in ends.items()}
+        if dipping := [k for k, f in slow.items() if f >= DIP_MIN]:
             unmeasured.append(
                 f"the stable rank of {ctrl} (the control) is still dipping at the last point "
                 f"(iteration {max(b[dipping[0]])}): it fell by "
                 + ", ".join(f"{slow[k]:.3f} (seed {k})" for k in dipping)
-                + f" of its initial value over its last logged interval, more than {DIP_MIN:g}, "
+                + f" of its initial value {_end_span(ends, b, dipping)}, at least {DIP_MIN:g}, "
                 "so its dip is not measured, nor Δdip"
             )
         left = dip.low - DIP_MIN if dip.has_interval else math.inf
         if slow and not dipping and max(slow.values()) >= left:
             unmeasured.append(
                 f"the stable rank of {ctrl} (the control) is still falling at the last point: "
-                f"it fell by up to {max(slow.values()):.4f} of its initial value over its last "
-                f"logged interval, as much as the margin Δdip has left over {DIP_MIN:g} "
-                f"({left:.4f}), so one more such interval could close it: Δdip is not measured"
+                f"it fell by up to {max(slow.values()):.4f} of its initial value "
+                f"{_end_span(ends, b, sorted(slow))}, as much as the margin Δdip has left over "
+                f"{DIP_MIN:g} ({left:.4f}), so one more such stretch of training could close "
+                "it: Δdip is not measured"
             )
         window = ""
         if slow and not dipping and not unmeasured:
             window = (
-                f"Δdip over the runs' window: the control's minimum is its last point in seed(s) "
-                f"{sorted(slow)}, but it fell by at most {max(slow.values()):.4f} of its initial "
-                f"value over its last logged interval (≤ {DIP_MIN:g})"
+                f"Δdip over the runs' window: the control's minimum reaches its last point in "
+                f"seed(s) {sorted(slow)}, but it fell by at most {max(slow.values()):.4f} of its "
+                f"initial value {_end_span(ends, b, sorted(slow))} (< {DIP_MIN:g})"
             )
         if unmeasured:
             parts.append(
@@ -896,8 +993,17 @@ def claim7(data: StudyData) -> Verdict:
         rise = t_interval([x[1] for x in da])
         v1, why1 = decide(dip, DIP_MIN, +1)
         v2, why2 = decide(rise, DIP_MIN, +1)
+        means = (
+            f"; min and end each the mean of {RANK_WINDOW} logged points"
+            if windows == {RANK_WINDOW}
+            else f"; min and end the mean of {RANK_WINDOW} logged points where a seed logged "
+            f"at least {2 * RANK_WINDOW} after iteration 0, single points elsewhere"
+            if RANK_WINDOW in windows
+            else ""
+        )
         parts.append(
             f"{arm} vs {ctrl} ({at}): Δdip {dip.text(3)} ({why1}); recovery {rise.text(3)} ({why2})"
+            + means
             + (f"; {window}" if window else "")
         )
         verdicts.append(combine([v1, v2]))
@@ -939,9 +1045,9 @@ def delta_sym_concentration(seeds: dict[int, dict], documents: Optional[np.ndarr
     or below its ``EASY_SHARE`` quantile. Tokens of one seed are not independent replicates of
     the effect: the intervals are Student-t over the per-seed values (df = seeds − 1), and,
     with ``documents``, also hold the sampling of the documents every seed scored
-    (:func:`~.fits.crossed_interval`: a document jackknife, df the smaller of seeds − 1 and
-    documents − 1), since an
-    interval over seeds alone speaks for those documents only.
+    (:func:`~.fits.crossed_interval`: a document jackknife; df by Welch–Satterthwaite from
+    seeds − 1 and the documents' Bell–McCaffrey df, at most seeds − 1), since an interval over
+    seeds alone speaks for those documents only.
 
     Args:
         seeds: {seed: {"delta": (n,) Δsym, "difficulty": (n,) nats}} (float arrays, the same
@@ -978,7 +1084,7 @@ def delta_sym_concentration(seeds: dict[int, dict], documents: Optional[np.ndarr
         doc = np.asarray(documents).ravel()
         if doc.size != next(iter(sizes.values())):
             raise ValueError(f"documents for {doc.size} tokens, the seeds scored {sizes}")
-        ids = np.unique(doc)
+        ids, tokens = np.unique(doc, return_counts=True)
         count = int(ids.size)
         if count < 2:
             raise ValueError(
@@ -993,10 +1099,10 @@ def delta_sym_concentration(seeds: dict[int, dict], documents: Optional[np.ndarr
                 "sampling cannot be measured. Fix: score more held-out documents"
             )
         interval = crossed_interval(
-            list(per_seed.values()), [np.mean(list(p.values())) for p, _ in left]
+            list(per_seed.values()), [np.mean(list(p.values())) for p, _ in left], tokens
         )
         hard_interval = crossed_interval(
-            list(hard_mean.values()), [np.mean(list(h.values())) for _, h in left]
+            list(hard_mean.values()), [np.mean(list(h.values())) for _, h in left], tokens
         )
     return {
         "per_seed": per_seed,
@@ -1044,7 +1150,8 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
         "the recipe's whole effect, not γ's alone; per seed, tokens sorted by the other seeds' "
         "difficulty (a seed's own shares its noise; difficulty the two models' mean loss), then "
         "Student-t over seeds with the scored documents' sampling added (a document jackknife; "
-        "df the smaller of seeds − 1 and documents − 1): mean Δsym on the hardest "
+        "df Welch–Satterthwaite's from seeds − 1 and the documents' Bell–McCaffrey df, at most "
+        "seeds − 1): mean Δsym on the hardest "
         f"{1 - EASY_SHARE:.0%} of tokens − on the easiest {EASY_SHARE:.0%} (a uniform "
         "improvement gives a flat profile, 0), and mean "
         f"Δsym on the hardest {1 - EASY_SHARE:.0%} (a gain there), each against "
@@ -1344,6 +1451,69 @@ def _complete(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdi
     return replace(row, verdict=verdict, numbers=numbers, scope=_kept_scope(row, verdict))
 
 
+def _lr_penalties(
+    data: StudyData, row: Verdict, arms: list[Optional[str]]
+) -> tuple[list[str], list[str]]:
+    """Each of ``arms``' LR penalty at each size ``row`` compares: its loss at the shared LR
+    minus its loss at its own best LR, paired by seed over the seeds that ran both (the
+    confirm seeds); 0 exactly where its best LR is the shared LR. Returns the texts of all,
+    and those of the arms whose mean penalty exceeds δ (the shared LR is measurably off their
+    own best)."""
+    shared = data.manifest.get("shared_lr")
+    every, off = [], []
+    for arm in dict.fromkeys(a for a in arms if a):
+        for size in row.sizes:
+            best = data.best_lr(arm, size)
+            if best is None or shared is None:
+                continue
+            if np.isclose(best, float(shared)):
+                every.append(f"{arm} at {size} 0 (its best LR is the shared LR)")
+                continue
+            at_shared, at_best = data.losses(arm, size), data.confirm_losses(arm, size)
+            seeds = sorted(set(at_shared) & set(at_best))
+            if not seeds:
+                continue
+            pen = paired_difference([at_shared[k] for k in seeds], [at_best[k] for k in seeds])
+            text = (
+                f"{arm} at {size} {pen.text()} (its best LR {best:g}, "
+                f"{best / float(shared):g}× the shared {float(shared):g})"
+            )
+            every.append(text)
+            if pen.mean > data.margin:
+                off.append(text)
+    return every, off
+
+
+def _lr_dependent(
+    data: StudyData, shared: Verdict, best: Verdict, arms: list[Optional[str]]
+) -> Verdict:
+    """``shared`` (a claim read at the shared LR), with each compared arm's LR penalty
+    (:func:`_lr_penalties`) added to its numbers, and made inconclusive where it is decided,
+    the shared LR lies more than δ from some compared arm's own best LR, and ``best`` (the
+    same claim at each arm's own best LR, judged) does not reach the same verdict: the
+    difference at the shared LR may then be the arms' distances from their own best LRs, an
+    effect of the learning rate, credited to the claim's factor (docs/reproduction.md: at d64
+    γ = 0.5's penalty was 96 % of claim 1's shared-LR gap)."""
+    if not data.has_lr_grid or shared.verdict not in (REPRODUCED, NOT_REPRODUCED):
+        return shared
+    every, off = _lr_penalties(data, shared, arms)
+    if not every:
+        return shared
+    numbers = (
+        f"{shared.numbers}; LR penalties (loss at the shared LR − loss at the arm's own best LR, "
+        f"paired by seed): {'; '.join(every)}"
+    )
+    if not off or best.verdict == shared.verdict:
+        return replace(shared, numbers=numbers)
+    numbers += (
+        f"; not decided: the shared LR is more than δ = {data.margin:g} nats off the own best LR "
+        f"of {len(off)} compared arm-size{'s' if len(off) > 1 else ''}, and at each arm's own "
+        f"best LR this claim is {best.verdict}, so the difference at the shared LR may be the "
+        "learning rate's, not the claim's factor's"
+    )
+    return replace(shared, verdict=INCONCLUSIVE, numbers=numbers, scope="")
+
+
 def _unmeasured_best_lr(row: Verdict) -> Verdict:
     """The best-LR row of a study without an LR grid: not measured, so inconclusive."""
     why = (
@@ -1379,21 +1549,25 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
 
     rows = []
     for claim, arms in ((claim1, pair), (claim2, pair), (claim3, four)):
-        rows.append(judged(claim(data, data.losses, "shared LR"), arms))
+        shared = claim(data, data.losses, "shared LR")
         if data.has_lr_grid:
             best = _bracketed(data, claim(data, data.confirm_losses, "best LR"), arms)
-            rows.append(judged(_close_best(data, best, arms), arms))
+            best = judged(_close_best(data, best, arms), arms)
+            rows += [judged(_lr_dependent(data, shared, best, arms), arms), best]
         else:
-            rows.append(_unmeasured_best_lr(rows[-1]))
+            shared = judged(shared, arms)
+            rows += [shared, _unmeasured_best_lr(shared)]
     rows.append(judged(claim4(data), [data.role("gamma1"), data.role("gamma1+eps")]))
     rows.append(judged(claim5(data), [data.baseline, *_sink_arms(data)]))
     grid_arms = _neighbour_arms(data)
-    rows.append(judged(claim6(data, grids.get("shared LR", {}), "shared LR"), grid_arms))
+    shared = claim6(data, grids.get("shared LR", {}), "shared LR")
     if data.has_lr_grid:
         best = claim6(data, grids.get("best LR", {}), "best LR")
-        rows.append(judged(_close_best(data, best, grid_arms), grid_arms))
+        best = judged(_close_best(data, best, grid_arms), grid_arms)
+        rows += [judged(_lr_dependent(data, shared, best, grid_arms), grid_arms), best]
     else:
-        rows.append(_unmeasured_best_lr(rows[-1]))
+        shared = judged(shared, grid_arms)
+        rows += [shared, _unmeasured_best_lr(shared)]
     rank_arms = [x for pair in _condensation_arms(data).items() for x in pair]
     rows.append(judged(claim7(data), rank_arms))
     rows.append(judged(claim8(data, cmp), [concentration_arm(data), data.baseline]))
