@@ -137,7 +137,7 @@ def _unknown(key: str, known: list[str], where: str) -> None:
 _EXAMPLES = {int: "an integer, e.g. 64", float: "a number, e.g. 3.0e-4", bool: "true or false"}
 
 
-def _typed(where: str, key: str, value: Any, tp: Any) -> Any:
+def typed_value(where: str, key: str, value: Any, tp: Any) -> Any:
     """``value`` as the field type ``tp`` wants it, or a ConfigError naming key and type.
 
     YAML 1.1 reads ``3e-4`` (no dot) as a string: a float field accepts any string that parses
@@ -191,7 +191,7 @@ def config_from_dict(raw: dict) -> Config:
             if key not in names:
                 _unknown(key, names, f"{section}.")
         hints = typing.get_type_hints(cls)
-        values = {k: _typed(f"{section}.", k, v, hints[k]) for k, v in (values or {}).items()}
+        values = {k: typed_value(f"{section}.", k, v, hints[k]) for k, v in (values or {}).items()}
         try:
             kwargs[section] = cls(**values)
         except TypeError as e:
@@ -290,6 +290,35 @@ def read_yaml(path: str) -> dict:
     return raw
 
 
+def sectioned(overrides: dict) -> dict:
+    """``{field name: value}`` overrides as a YAML layer, ``{section: {field name: value}}``.
+
+    Raises:
+        ConfigError: an unknown field name (with the closest known one).
+    """
+    index = field_index()
+    layer: dict = {}
+    for key, value in overrides.items():
+        if key not in index:
+            _unknown(key, list(index), "")
+        layer.setdefault(index[key][0], {})[key] = value
+    return layer
+
+
+def layered(layers: list[dict]) -> dict:
+    """The nested dict that YAML layers (``{section: {key: value}}``, e.g. :func:`read_yaml`'s,
+    then :func:`sectioned` flags) give when laid over one another in order, key by key; a layer
+    that gives one of Megatron-LM's alternatives (``train_samples`` for ``train_iters``, ...)
+    drops the others from the layers under it (:func:`drop_alternatives`). The layers are not
+    modified."""
+    raw: dict = {}
+    for layer in layers:
+        drop_alternatives(raw, layer)
+        for section, values in layer.items():
+            raw.setdefault(section, {}).update(values or {})
+    return raw
+
+
 def load_config(path: Optional[str | list[str]], overrides: Optional[dict] = None) -> Config:
     """Read YAML config file(s) and apply ``{field_name: value}`` overrides (flag names,
     underscored).
@@ -306,26 +335,16 @@ def load_config(path: Optional[str | list[str]], overrides: Optional[dict] = Non
     Raises:
         ConfigError: missing file, bad YAML, unknown key, or an invalid value.
     """
-    raw: dict = {}
-    index = field_index()
     origin: dict[str, str] = {}
     layers = []
     for one in [path] if isinstance(path, str) else path or []:
         layers.append(read_yaml(one))
         for section, values in layers[-1].items():
             origin.update({k: f"{section}.{k} of the YAML file {one!r}" for k in values or {}})
-    flags: dict = {}
-    for key, value in (overrides or {}).items():
-        if key not in index:
-            _unknown(key, list(index), "")
-        flags.setdefault(index[key][0], {})[key] = value
-        origin[key] = f"the flag --{key.replace('_', '-')}"
-    for layer in [*layers, flags]:
-        drop_alternatives(raw, layer)
-        for section, values in layer.items():
-            raw.setdefault(section, {}).update(values or {})
+    flags = sectioned(overrides or {})
+    origin.update({key: f"the flag --{key.replace('_', '-')}" for key in overrides or {}})
     try:
-        return config_from_dict(raw)
+        return config_from_dict(layered([*layers, flags]))
     except ConfigError as e:
         where = ", ".join(f"{k} from {origin[k]}" for k in e.keys if k in origin)
         if not where:
