@@ -352,6 +352,48 @@ def load_config(path: Optional[str | list[str]], overrides: Optional[dict] = Non
         raise ConfigError(f"{e} ({where})", e.keys) from e
 
 
+def check_load_origin(cfg: Config, path: Optional[str | list[str]], overrides: dict) -> None:
+    """Refuse a resume that only a YAML file asks for: ``load`` given by a ``--config`` file
+    (not by ``--load``) that is not this run's ``save``, without ``--finetune``.
+
+    Every run's ``config.yaml`` records the ``load`` it ran with, so a run's config.yaml
+    reused as ``--config`` for a new run (its own ``--run-dir`` and ``--save``) would otherwise
+    resume the old run's checkpoints without a word. A file whose ``load`` is its run's own
+    ``save`` (the ``--save X --load X`` automatic resume: ``sweep``'s ``study-config.yaml``, a
+    recipe such as ``examples/configs/gpt-0.1b.yaml``), ``--load`` on the command line, and
+    ``--finetune`` (``load`` is then the weights to start from, at iteration 0) are kept.
+    Pure path arithmetic (relative paths from the working directory, as ``pretrain`` opens
+    them): it runs before torch and megatron-core are imported.
+
+    Args:
+        cfg: the run config :func:`load_config` built from ``path`` and ``overrides``.
+        path: the ``--config`` file(s), as given to :func:`load_config`.
+        overrides: the command-line values, keyed by field name.
+
+    Raises:
+        ConfigError: naming the file, both directories and the two fixes (``--load`` on the
+            command line to resume from those checkpoints, or no ``load`` in the file to start
+            fresh).
+    """
+    ck = cfg.checkpoint
+    if not ck.load or ck.finetune or "load" in overrides:
+        return
+    if ck.save and os.path.realpath(ck.load) == os.path.realpath(ck.save):
+        return
+    files = [path] if isinstance(path, str) else path or []
+    named = [f for f in files if "load" in (read_yaml(f).get("checkpoint") or {})]
+    source = f"the YAML file {named[-1]!r}" if named else "a YAML file"
+    save = f"this run's save={ck.save!r}" if ck.save else "this run's save (none)"
+    raise ConfigError(
+        f"load={ck.load!r}: comes from {source} (checkpoint.load), not from --load, and is not "
+        f"{save}: this run would resume another run's checkpoints (a run's config.yaml records "
+        f"the load it ran with). Fix: pass --load {ck.load} on the command line to start from "
+        "those checkpoints, or remove `load` from the file (or from a copy of it) to start "
+        "fresh",
+        ("load",),
+    )
+
+
 REDACTED = "<redacted>"
 """Written in place of every ``cluster.env`` value (which may be a secret: ``HF_TOKEN``,
 ``WANDB_API_KEY``) in a saved config, the W&B run config, an export and a log; names are kept."""
