@@ -39,6 +39,7 @@ from megatron_gamma.warnings_summary import silence_library_noise, summarize_acc
 
 def _pretrain(args: argparse.Namespace) -> None:
     from megatron_gamma.config import (
+        check_load_origin,
         check_moe_training,
         load_config,
         overrides_from_args,
@@ -48,6 +49,7 @@ def _pretrain(args: argparse.Namespace) -> None:
 
     overrides = overrides_from_args(args)
     cfg = load_config(args.config, overrides)  # a config error before torch and megatron-core
+    check_load_origin(cfg, args.config, overrides)  # a reused config.yaml's load, likewise
     check_moe_training(cfg)
     validate_layout(cfg, read_dist_env().world_size)  # so is a layout the world cannot hold
     if cfg.training.deterministic_mode:

@@ -91,6 +91,39 @@ def test_a_pretrain_config_error_comes_before_torch_and_megatron_core(tmp_path):
     assert rc != 0 and imported == []
 
 
+def test_a_reused_config_yaml_with_another_runs_load_is_refused_before_torch(tmp_path):
+    """Trial 9, finding 1: ``pretrain --config RUN1/config.yaml --run-dir E4 --save E4/ck``
+    resumed RUN1's checkpoints (the file records the load RUN1 ran with) after 50 false
+    no-effect warnings. It is refused before torch and megatron-core, without a warning; the
+    same file with --load on the command line gets past that check (to the next one, the
+    missing data here)."""
+    from megatron_gamma.config import load_config, save_config
+
+    run1 = tmp_path / "run1"
+    run1.mkdir()
+    ckpt, config = str(run1 / "ckpt"), str(run1 / "config.yaml")
+    save_config(
+        load_config(DEMO_CONFIG, {"run_dir": str(run1), "save": ckpt, "load": ckpt}), config
+    )
+    new = ["--run-dir", str(tmp_path / "e4"), "--save", str(tmp_path / "e4" / "ck")]
+    doc, _, err = _probe(["pretrain", "--config", config, *new, "--train-iters", "2"])
+    assert doc == {"rc": 2, "imported": []}
+    assert err == (
+        f"megatron-gamma pretrain: error: load={ckpt!r}: comes from the YAML file {config!r} "
+        f"(checkpoint.load), not from --load, and is not this run's save={new[3]!r}: this run "
+        "would resume another run's checkpoints (a run's config.yaml records the load it ran "
+        f"with). Fix: pass --load {ckpt} on the command line to start from those checkpoints, "
+        "or remove `load` from the file (or from a copy of it) to start fresh\n"
+    )
+    missing = str(tmp_path / "none")
+    doc, _, err = _probe(
+        ["pretrain", "--config", config, *new, "--load", ckpt, "--data-path", missing]
+    )
+    assert doc == {"rc": 2, "imported": []}
+    assert "warning" not in err and "load=" not in err
+    assert f"error: data_path={missing!r}: {missing}.bin does not exist" in err
+
+
 def test_evaluate_and_analyze_refuse_bad_arguments_before_torch_and_megatron_core(tmp_path):
     """A mistyped checkpoint, run directory, config, data prefix or output directory, or a bad
     row count, was refused only after megatron-core's import (5 s and more); a bad --device needs

@@ -476,3 +476,73 @@ def test_values_torch_or_rope_would_fail_on_are_refused_when_the_config_is_read(
     with pytest.raises(ConfigError) as e:
         load_config(None, {key: value})
     assert str(e.value).startswith(f"{key}={value!r}: {why}") and "Fix: " in str(e.value)
+
+
+def _run_config(tmp_path, **checkpoint) -> str:
+    """The config.yaml of a run in ``tmp_path/run1`` as pretrain writes it (save_config)."""
+    from megatron_gamma.config import save_config
+
+    run = tmp_path / "run1"
+    run.mkdir()
+    path = str(run / "config.yaml")
+    save_config(load_config(None, {"run_dir": str(run), **checkpoint}), path)
+    return path
+
+
+def test_a_reused_config_yaml_does_not_resume_its_runs_checkpoints(tmp_path):
+    """Trial 9, finding 1: a run resumed with --load records checkpoint.load in its config.yaml;
+    that file reused as --config for a new run (its own --run-dir and --save) resumed the old
+    run's checkpoints without a word. Such a load, from the file alone, is refused, naming the
+    file, both directories and the two fixes."""
+    from megatron_gamma.config import check_load_origin
+
+    ckpt = str(tmp_path / "run1" / "ckpt")
+    path = _run_config(tmp_path, save=ckpt, load=ckpt)
+    new = {"run_dir": str(tmp_path / "e4"), "save": str(tmp_path / "e4" / "ck")}
+    with pytest.raises(ConfigError) as e:
+        check_load_origin(load_config(path, new), path, new)
+    assert str(e.value) == (
+        f"load={ckpt!r}: comes from the YAML file {path!r} (checkpoint.load), not from --load, "
+        f"and is not this run's save={new['save']!r}: this run would resume another run's "
+        "checkpoints (a run's config.yaml records the load it ran with). Fix: pass --load "
+        f"{ckpt} on the command line to start from those checkpoints, or remove `load` from the "
+        "file (or from a copy of it) to start fresh"
+    )
+    assert e.value.keys == ("load",)
+    no_save = {"run_dir": str(tmp_path / "e5")}
+    layered = [path, str(_write(tmp_path / "no-save.yaml", "checkpoint:\n  save: null\n"))]
+    with pytest.raises(
+        ConfigError, match=rf"from the YAML file {path!r} .* this run's save \(none"
+    ):
+        check_load_origin(load_config(layered, no_save), layered, no_save)
+
+
+def test_a_load_that_is_the_runs_own_save_or_a_flag_still_resumes(tmp_path):
+    """What stays: the file's own run resumed from it (load == save: the --save X --load X
+    automatic resume of a recipe or of sweep's study-config.yaml, however the path is spelled),
+    --load on the command line (another run's checkpoints, asked for), --finetune (load is the
+    weights to start from), and a file without load."""
+    from megatron_gamma.config import check_load_origin
+
+    ckpt = str(tmp_path / "run1" / "ckpt")
+    path = _run_config(tmp_path, save=ckpt, load=ckpt)
+    elsewhere = {"run_dir": str(tmp_path / "e4"), "save": str(tmp_path / "e4" / "ck")}
+    for overrides in (
+        {},
+        {"run_dir": str(tmp_path / "e4")},  # a resume of run1 that logs elsewhere
+        {"save": ckpt + "/"},
+        {**elsewhere, "load": ckpt},
+        {**elsewhere, "finetune": True},
+    ):
+        cfg = load_config(path, overrides)
+        assert check_load_origin(cfg, path, overrides) is None, overrides
+        assert cfg.checkpoint.load == ckpt
+    hand = _write(tmp_path / "hand.yaml", "checkpoint:\n  save: ck/x\n  load: ./ck//x/\n")
+    assert check_load_origin(load_config(str(hand)), str(hand), {}) is None
+    fresh = _write(tmp_path / "fresh.yaml", "checkpoint:\n  save: ck/y\n")
+    assert check_load_origin(load_config(str(fresh), elsewhere), str(fresh), elsewhere) is None
+
+
+def _write(path, text: str):
+    path.write_text(text, encoding="utf-8")
+    return path

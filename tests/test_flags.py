@@ -2,6 +2,7 @@
 named warning or error (from the public API and the CLI)."""
 
 import dataclasses
+import os
 
 import pytest
 import yaml
@@ -10,6 +11,7 @@ from helpers import run_cli
 from megatron_gamma import cli
 from megatron_gamma.config import Config, ConfigError, load_config
 from megatron_gamma.config.effects import ALWAYS_EFFECTIVE, RULES, given_keys, no_effect_warnings
+from megatron_gamma.config.loading import read_yaml
 
 # key: (settings where the given value does nothing, the setting the warning must name,
 #       settings that make it count)
@@ -375,6 +377,73 @@ def test_defaults_and_recipes_warn_about_nothing(tmp_path):
     path.write_text(yaml.safe_dump({"cluster": {"slurm_nodes": 2}, "init": {"init_gamma": 1.0}}))
     cfg = load_config(str(path))
     assert no_effect_warnings(cfg, given_keys(str(path), {})) == []
+
+
+REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
+
+
+def _resolved(tmp_path, recipe: str | None, overrides: dict | None = None) -> tuple[Config, str]:
+    """(the config, the path of its config.yaml) as pretrain writes RUN/config.yaml."""
+    from megatron_gamma.config import save_config
+
+    cfg = load_config(recipe and os.path.join(REPO_CONFIGS, "configs", recipe), overrides or {})
+    path = str(tmp_path / "config.yaml")
+    save_config(cfg, path)
+    return cfg, path
+
+
+@pytest.mark.parametrize("recipe", [None, "demo.yaml", "moe-0.6b-a0.3b.yaml", "gpt-1.5b.yaml"])
+def test_a_resolved_config_yaml_warns_about_nothing(tmp_path, recipe):
+    """Trial 9, findings 1 and 2: a run's config.yaml records every field, and each key it held
+    counted as given: 50 false warnings (104 per sweep run) on a config.yaml reused as
+    --config. A YAML key now counts where its value is not the field's default or the value it
+    derives to (moe's ffn_hidden_size 2688, every layer an expert layer)."""
+    cfg, path = _resolved(tmp_path, recipe)
+    every_key = {k: "yaml" for values in read_yaml(path).values() for k in values}
+    assert len(every_key) > 150 and len(no_effect_warnings(cfg, every_key)) >= 40  # as before
+    assert no_effect_warnings(cfg, given_keys(path, {})) == []
+    original = os.path.join(REPO_CONFIGS, "configs", recipe) if recipe else None
+    assert given_keys(path, {}) == given_keys(original, {})  # what the recipe itself gives
+
+
+def test_given_keys_of_a_resolved_config_yaml_are_its_non_default_values(tmp_path):
+    _, path = _resolved(tmp_path, "moe-0.6b-a0.3b.yaml")
+    given = given_keys(path, {"lr": 1e-3})
+    assert "ffn_hidden_size" not in given  # derived from hidden_size, as recorded
+    assert {k: given[k] for k in ("num_experts", "moe_ffn_hidden_size", "lr")} == {
+        "num_experts": "yaml",
+        "moe_ffn_hidden_size": "yaml",
+        "lr": "flag",
+    }
+    assert "moe_router_topk" not in given and "init_method_std" not in given  # defaults
+
+
+def test_a_non_default_yaml_value_without_effect_still_warns_by_name(tmp_path):
+    """Edited into a resolved config.yaml: a value unlike its default (init_method_std under
+    gamma init, moe_router_topk without experts) or unlike what it derives to (ffn_hidden_size
+    with every layer an expert layer) still gets its warning; a flag at its default too."""
+    cfg, path = _resolved(tmp_path, "demo.yaml")
+    raw = read_yaml(path)
+    raw["init"]["init_method_std"] = 0.01
+    raw["model"]["moe_router_topk"] = 4
+    with open(path, "w", encoding="utf-8") as f:
+        yaml.safe_dump(raw, f)
+    cfg = load_config(path)
+    assert no_effect_warnings(cfg, given_keys(path, {})) == [
+        "init_method_std=0.01: no effect under these settings; it counts with --init-method normal",
+        "moe_router_topk=4: no effect under these settings; it counts with --num-experts",
+    ]
+    typed = {"moe_router_topk": 2}  # the default, typed as a flag: meant
+    assert no_effect_warnings(load_config(path, typed), given_keys(path, typed))[1] == (
+        "moe_router_topk=2: no effect under these settings; it counts with --num-experts"
+    )
+    cfg, path = _resolved(tmp_path, "moe-0.6b-a0.3b.yaml")
+    raw = read_yaml(path)
+    raw["model"]["ffn_hidden_size"] = 1024
+    with open(path, "w", encoding="utf-8") as f:
+        yaml.safe_dump(raw, f)
+    (line,) = no_effect_warnings(load_config(path), given_keys(path, {}))
+    assert line.startswith("ffn_hidden_size=1024: no effect under these settings; it counts with")
 
 
 @pytest.mark.slow

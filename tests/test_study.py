@@ -127,6 +127,12 @@ def test_smoke_sweep_run_directories_complete(smoke_dir):
         with open(os.path.join(d, "config.yaml"), encoding="utf-8") as f:
             cfg = yaml.safe_load(f)
         assert cfg["init"]["init_gamma"] == (0.5 if run.arm == "baseline" else 1.0)
+        with open(os.path.join(d, "pretrain.log"), encoding="utf-8") as f:
+            warned = [line for line in f if "no effect" in line]
+        assert warned == [  # trial 9: 104 lines, one per default the resolved config records
+            "megatron-gamma pretrain: warning: split='95,5,0': no effect under these settings; "
+            "it counts with --data-path (not per-split paths, not --mock-data)\n"
+        ]
 
 
 @pytest.mark.slow

@@ -12,9 +12,20 @@ are reported for ``pretrain`` only when given as flags (recipes carry them in YA
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
-from megatron_gamma.config.loading import REDACTED, Config, field_index, read_yaml
+from megatron_gamma.config.errors import ConfigError
+from megatron_gamma.config.loading import (
+    REDACTED,
+    Config,
+    config_from_dict,
+    field_index,
+    layered,
+    read_yaml,
+    sectioned,
+    typed_value,
+)
 from megatron_gamma.config.megatron_lm import FUSIONS, moe_layer_pattern
 from megatron_gamma.config.sections import split_shares
 
@@ -243,11 +254,44 @@ _CLUSTER_KEYS = frozenset(("slurm_nodes", "slurm_gpus_per_node", "gpu_memory_gb"
 
 
 def given_keys(paths: str | list[str] | None, overrides: dict) -> dict[str, str]:
-    """{field name: 'flag' or 'yaml'} for every value the user gave (flags win)."""
+    """{field name: 'flag' or 'yaml'} for every value the user gave (flags win).
+
+    Every flag counts (a flag typed at its default value was meant). A YAML key counts only
+    where its value is not the one the field takes without it: its default, or, for a field
+    whose default is derived from the other settings (the dataclass default None:
+    ``ffn_hidden_size``, ``max_position_embeddings``, ``train_iters``, ...), the value it
+    derives to. A resolved ``config.yaml`` (:func:`~megatron_gamma.config.save_config`: what
+    every run records, and what ``sweep`` launches ``pretrain`` on) writes every field, and its
+    defaults are not values anyone gave.
+
+    Args:
+        paths: the ``--config`` file(s), layered in order as by :func:`load_config`.
+        overrides: the command-line values, keyed by field name.
+    """
+    layers = [read_yaml(path) for path in ([paths] if isinstance(paths, str) else paths or [])]
+    layers = [{s: values or {} for s, values in layer.items()} for layer in layers]
+    flags = sectioned(overrides)
+    index = field_index()
+    written = {k: v for layer in layers for values in layer.values() for k, v in values.items()}
+    full = config_from_dict(layered([*layers, flags])) if written else None
     out = {}
-    for path in [paths] if isinstance(paths, str) else paths or []:
-        for values in read_yaml(path).values():
-            out.update({key: "yaml" for key in values or {}})
+    for key, value in written.items():
+        section, f, hint = index[key]
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if key in overrides or typed_value(f"{section}.", key, value, hint) == default:
+            continue
+        if default is None:  # derived from the other settings, maybe to this very value
+            without = [{s: {k: v for k, v in vals.items() if k != key} for s, vals in layer.items()}
+                       for layer in layers]  # fmt: skip
+            try:
+                derived = getattr(
+                    getattr(config_from_dict(layered([*without, flags])), section), key
+                )
+            except ConfigError:
+                derived = None  # the other settings need the key: it was given
+            if derived == getattr(getattr(full, section), key):
+                continue
+        out[key] = "yaml"
     out.update({key: "flag" for key in overrides})
     return out
 

@@ -137,7 +137,7 @@ def _unknown(key: str, known: list[str], where: str) -> None:
 _EXAMPLES = {int: "an integer, e.g. 64", float: "a number, e.g. 3.0e-4", bool: "true or false"}
 
 
-def _typed(where: str, key: str, value: Any, tp: Any) -> Any:
+def typed_value(where: str, key: str, value: Any, tp: Any) -> Any:
     """``value`` as the field type ``tp`` wants it, or a ConfigError naming key and type.
 
     YAML 1.1 reads ``3e-4`` (no dot) as a string: a float field accepts any string that parses
@@ -191,7 +191,7 @@ def config_from_dict(raw: dict) -> Config:
             if key not in names:
                 _unknown(key, names, f"{section}.")
         hints = typing.get_type_hints(cls)
-        values = {k: _typed(f"{section}.", k, v, hints[k]) for k, v in (values or {}).items()}
+        values = {k: typed_value(f"{section}.", k, v, hints[k]) for k, v in (values or {}).items()}
         try:
             kwargs[section] = cls(**values)
         except TypeError as e:
@@ -290,6 +290,35 @@ def read_yaml(path: str) -> dict:
     return raw
 
 
+def sectioned(overrides: dict) -> dict:
+    """``{field name: value}`` overrides as a YAML layer, ``{section: {field name: value}}``.
+
+    Raises:
+        ConfigError: an unknown field name (with the closest known one).
+    """
+    index = field_index()
+    layer: dict = {}
+    for key, value in overrides.items():
+        if key not in index:
+            _unknown(key, list(index), "")
+        layer.setdefault(index[key][0], {})[key] = value
+    return layer
+
+
+def layered(layers: list[dict]) -> dict:
+    """The nested dict that YAML layers (``{section: {key: value}}``, e.g. :func:`read_yaml`'s,
+    then :func:`sectioned` flags) give when laid over one another in order, key by key; a layer
+    that gives one of Megatron-LM's alternatives (``train_samples`` for ``train_iters``, ...)
+    drops the others from the layers under it (:func:`drop_alternatives`). The layers are not
+    modified."""
+    raw: dict = {}
+    for layer in layers:
+        drop_alternatives(raw, layer)
+        for section, values in layer.items():
+            raw.setdefault(section, {}).update(values or {})
+    return raw
+
+
 def load_config(path: Optional[str | list[str]], overrides: Optional[dict] = None) -> Config:
     """Read YAML config file(s) and apply ``{field_name: value}`` overrides (flag names,
     underscored).
@@ -306,31 +335,63 @@ def load_config(path: Optional[str | list[str]], overrides: Optional[dict] = Non
     Raises:
         ConfigError: missing file, bad YAML, unknown key, or an invalid value.
     """
-    raw: dict = {}
-    index = field_index()
     origin: dict[str, str] = {}
     layers = []
     for one in [path] if isinstance(path, str) else path or []:
         layers.append(read_yaml(one))
         for section, values in layers[-1].items():
             origin.update({k: f"{section}.{k} of the YAML file {one!r}" for k in values or {}})
-    flags: dict = {}
-    for key, value in (overrides or {}).items():
-        if key not in index:
-            _unknown(key, list(index), "")
-        flags.setdefault(index[key][0], {})[key] = value
-        origin[key] = f"the flag --{key.replace('_', '-')}"
-    for layer in [*layers, flags]:
-        drop_alternatives(raw, layer)
-        for section, values in layer.items():
-            raw.setdefault(section, {}).update(values or {})
+    flags = sectioned(overrides or {})
+    origin.update({key: f"the flag --{key.replace('_', '-')}" for key in overrides or {}})
     try:
-        return config_from_dict(raw)
+        return config_from_dict(layered([*layers, flags]))
     except ConfigError as e:
         where = ", ".join(f"{k} from {origin[k]}" for k in e.keys if k in origin)
         if not where:
             raise
         raise ConfigError(f"{e} ({where})", e.keys) from e
+
+
+def check_load_origin(cfg: Config, path: Optional[str | list[str]], overrides: dict) -> None:
+    """Refuse a resume that only a YAML file asks for: ``load`` given by a ``--config`` file
+    (not by ``--load``) that is not this run's ``save``, without ``--finetune``.
+
+    Every run's ``config.yaml`` records the ``load`` it ran with, so a run's config.yaml
+    reused as ``--config`` for a new run (its own ``--run-dir`` and ``--save``) would otherwise
+    resume the old run's checkpoints without a word. A file whose ``load`` is its run's own
+    ``save`` (the ``--save X --load X`` automatic resume: ``sweep``'s ``study-config.yaml``, a
+    recipe such as ``examples/configs/gpt-0.1b.yaml``), ``--load`` on the command line, and
+    ``--finetune`` (``load`` is then the weights to start from, at iteration 0) are kept.
+    Pure path arithmetic (relative paths from the working directory, as ``pretrain`` opens
+    them): it runs before torch and megatron-core are imported.
+
+    Args:
+        cfg: the run config :func:`load_config` built from ``path`` and ``overrides``.
+        path: the ``--config`` file(s), as given to :func:`load_config`.
+        overrides: the command-line values, keyed by field name.
+
+    Raises:
+        ConfigError: naming the file, both directories and the two fixes (``--load`` on the
+            command line to resume from those checkpoints, or no ``load`` in the file to start
+            fresh).
+    """
+    ck = cfg.checkpoint
+    if not ck.load or ck.finetune or "load" in overrides:
+        return
+    if ck.save and os.path.realpath(ck.load) == os.path.realpath(ck.save):
+        return
+    files = [path] if isinstance(path, str) else path or []
+    named = [f for f in files if "load" in (read_yaml(f).get("checkpoint") or {})]
+    source = f"the YAML file {named[-1]!r}" if named else "a YAML file"
+    save = f"this run's save={ck.save!r}" if ck.save else "this run's save (none)"
+    raise ConfigError(
+        f"load={ck.load!r}: comes from {source} (checkpoint.load), not from --load, and is not "
+        f"{save}: this run would resume another run's checkpoints (a run's config.yaml records "
+        f"the load it ran with). Fix: pass --load {ck.load} on the command line to start from "
+        "those checkpoints, or remove `load` from the file (or from a copy of it) to start "
+        "fresh",
+        ("load",),
+    )
 
 
 REDACTED = "<redacted>"
