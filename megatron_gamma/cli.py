@@ -30,7 +30,6 @@ import os
 import shlex
 import sys
 
-from megatron_gamma.atomic import atomic_open
 from megatron_gamma.config import ConfigError
 from megatron_gamma.config.megatron_lm import PREPROCESS_REFUSED, REFUSED, refused_flags
 from megatron_gamma.dist_env import read_dist_env
@@ -146,7 +145,7 @@ def _check_checkpoints(checkpoints: dict, configs: dict) -> None:
 
 def _compare(args: argparse.Namespace) -> None:
     from megatron_gamma.config import load_config
-    from megatron_gamma.rundir.paths import check_output_dir
+    from megatron_gamma.rundir.paths import check_output_dir, check_replaced_dir
 
     _check_checkpoints(
         {"CKPT_A": args.ckpt_a, "CKPT_B": args.ckpt_b},
@@ -154,6 +153,7 @@ def _compare(args: argparse.Namespace) -> None:
     )
     load_config(None, {"data_path": [args.data_path]}).data.blend()
     check_output_dir(args.output_dir, "--output-dir")
+    check_replaced_dir(args.output_dir, "compare")
     from megatron_gamma.diagnostics.compare import compare
 
     out = compare(
@@ -283,11 +283,12 @@ def _evaluate_loss(args: argparse.Namespace) -> None:
         f"perplexity {out['perplexity']:.4f} on {out['tokens']} tokens of {out['scored']}"
     )
     if args.output_dir:
-        os.makedirs(args.output_dir, exist_ok=True)
-        path = os.path.join(args.output_dir, "eval_loss.json")
-        with atomic_open(path, "w") as f:
-            json.dump(out, f, indent=2)
-        print(f"wrote {path}")
+        from megatron_gamma.rundir.paths import replaced_dir
+
+        with replaced_dir(args.output_dir, "evaluate") as tmp:
+            with open(os.path.join(tmp, "eval_loss.json"), "w", encoding="utf-8") as f:
+                json.dump(out, f, indent=2)
+        print(f"wrote {os.path.join(args.output_dir, 'eval_loss.json')}")
 
 
 def _check_evaluate_values(args: argparse.Namespace) -> None:
@@ -334,14 +335,16 @@ def _check_evaluate_paths(args: argparse.Namespace) -> None:
             directory or whose task files would run Python code without ``--trust-task-code``
             (:func:`~megatron_gamma.evaluation.task_code.check_task_code`), a ``--data-path``
             blend that is malformed or names a prefix without its files
-            (:meth:`~megatron_gamma.config.DataConfig.blend`), or an ``--output-dir`` or
+            (:meth:`~megatron_gamma.config.DataConfig.blend`), an ``--output-dir`` (with
+            ``--tasks`` its default ``./eval`` too) that holds files evaluate does not write
+            (:func:`~megatron_gamma.rundir.paths.check_replaced_dir`), or an ``--output-dir`` or
             ``--data-cache-path`` that cannot be made or written
             (:func:`~megatron_gamma.rundir.paths.check_output_dir`);
             the message names the flag, the value and the fix.
     """
     from megatron_gamma.config import load_config
     from megatron_gamma.evaluation.task_code import check_task_code
-    from megatron_gamma.rundir.paths import check_output_dir
+    from megatron_gamma.rundir.paths import check_output_dir, check_replaced_dir
 
     checkpoints = {"checkpoint": args.checkpoint, "--compare": args.compare}
     _check_checkpoints(
@@ -361,8 +364,10 @@ def _check_evaluate_paths(args: argparse.Namespace) -> None:
     check_task_code(args.include_path, bool(args.trust_task_code))
     if args.data_path:
         load_config(None, {"data_path": args.data_path}).data.blend()
-    if args.output_dir is not None:
-        check_output_dir(args.output_dir, "--output-dir")
+    output_dir = args.output_dir if args.tasks is None else args.output_dir or "eval"
+    if output_dir is not None:
+        check_output_dir(output_dir, "--output-dir")
+        check_replaced_dir(output_dir, "evaluate")
     if args.data_cache_path is not None:
         check_output_dir(args.data_cache_path, "--data-cache-path")
 
@@ -806,7 +811,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output-dir",
         required=True,
-        help="(required) where compare.json, tokens.npz, delta_sym_by_difficulty.csv and .png go",
+        help="(required) where compare.json, tokens.npz, delta_sym_by_difficulty.csv and .png "
+        "go; written whole, an earlier compare there moved aside to DIR.superseded-N",
     )
     p.add_argument("--config-a", help="A's config.yaml (default: the checkpoint's own)")
     p.add_argument("--config-b", help="B's config.yaml (default: the checkpoint's own)")
@@ -884,7 +890,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, help="lm-eval batch size (default 1)")
     p.add_argument("--device", help="lm-eval device, with --tasks: cpu (default), cuda or cuda:N")
     p.add_argument("--bootstrap-samples", type=int, help="paired bootstrap draws (default 10000)")
-    p.add_argument("--output-dir", help="eval.json/eval.md (tasks; default ./eval) or loss json")
+    p.add_argument(
+        "--output-dir",
+        help="eval.json/eval.md (tasks; default ./eval) or eval_loss.json; written whole, an "
+        "earlier evaluate there moved aside to DIR.superseded-N",
+    )
     p.set_defaults(func=_evaluate)
 
     p = sub.add_parser(

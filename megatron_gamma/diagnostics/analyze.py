@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from megatron_gamma.atomic import atomic_dir, atomic_open, atomic_path, move
+from megatron_gamma.atomic import atomic_open, atomic_path
 from megatron_gamma.config import Config, ConfigError, RecordedPaths
 from megatron_gamma.diagnostics.callback import first_validation_batch
 from megatron_gamma.diagnostics.condensation import (
@@ -427,11 +427,7 @@ def analyze(
         runs = [analyze_run(d, **kwargs) for d in run_dirs]
     for run, label in zip(runs, labels, strict=True):
         run.name = label
-    with atomic_dir(output_dir) as tmp:
+    with paths.replaced_dir(output_dir, "analyze") as tmp:
         written = write_numbers(runs, tmp)
         written.update(plots.plot_analysis(runs, tmp))
-        if os.path.isdir(output_dir) and os.listdir(output_dir):
-            aside = layout.superseded_path(output_dir)
-            move(output_dir, aside)
-            print(f"{output_dir}: the earlier analysis moved to {aside}", flush=True)
     return {name: os.path.join(output_dir, os.path.basename(p)) for name, p in written.items()}

@@ -40,6 +40,7 @@ from megatron_gamma.diagnostics.tokens import (
     token_difficulty,
 )
 from megatron_gamma.rundir import checkpoint, layout, loader
+from megatron_gamma.rundir.paths import check_replaced_dir, replaced_dir
 
 CAVEATS = (
     "one checkpoint pair: the intervals cover these token windows (95%, clustered by document: "
@@ -152,7 +153,9 @@ def compare(
         ckpt_a: checkpoint (``SAVE/iter_N``), checkpoint root or run directory of model A.
         ckpt_b: same for model B.
         data_path: indexed-dataset prefix (held-out text) to score.
-        output_dir: where the plot, table and numbers go.
+        output_dir: where the plot, table and numbers go, written whole: an earlier compare
+            output there moves aside to ``OUTPUT_DIR.superseded-N``
+            (:func:`~megatron_gamma.rundir.paths.replaced_dir`).
         config_a: A's config.yaml (default: the checkpoint's own, else the config.yaml of its
             run, :func:`~megatron_gamma.rundir.loader.run_config`).
         config_b: B's config.yaml.
@@ -169,8 +172,10 @@ def compare(
         ConfigError: missing checkpoints/configs/data, different tokenizers, a checkpoint
             trained with another tokenizer than its config's
             (:func:`~megatron_gamma.rundir.loader.check_tokenizer`), or a seq_length beyond a
-            model's maximum.
+            model's maximum; an ``output_dir`` that is a file or holds files compare does not
+            write (:func:`~megatron_gamma.rundir.paths.check_replaced_dir`).
     """
+    check_replaced_dir(output_dir, "compare")
     paths = [layout.resolve_checkpoint(ckpt_a), layout.resolve_checkpoint(ckpt_b)]
     if os.path.realpath(paths[0]) == os.path.realpath(paths[1]):
         print(
@@ -266,9 +271,18 @@ def compare(
 def _write(
     summary, bins, labels, windows, logp_a, logp_b, delta, difficulty, documents, out_dir
 ) -> dict:
+    with replaced_dir(out_dir, "compare") as tmp:
+        files = _write_files(
+            summary, bins, labels, windows, logp_a, logp_b, delta, difficulty, documents, tmp
+        )
+    return {name: os.path.join(out_dir, os.path.basename(p)) for name, p in files.items()}
+
+
+def _write_files(
+    summary, bins, labels, windows, logp_a, logp_b, delta, difficulty, documents, out_dir
+) -> dict:
     from megatron_gamma.diagnostics.plots import plot_compare
 
-    os.makedirs(out_dir, exist_ok=True)
     files = {
         "json": os.path.join(out_dir, "compare.json"),
         "csv": os.path.join(out_dir, "delta_sym_by_difficulty.csv"),

@@ -32,6 +32,7 @@ from megatron_gamma.evaluation.errors import DatasetUnavailableError
 from megatron_gamma.evaluation.task_code import check_task_code, sandbox_templates
 from megatron_gamma.hf import bars_only_on_a_terminal
 from megatron_gamma.hf.hf_export import export_hf
+from megatron_gamma.rundir.paths import check_replaced_dir, replaced_dir
 
 # Fewer items than this: eval.md does not show the paired-bootstrap interval. A rule of thumb:
 # a percentile bootstrap over a handful of items is often degenerate (zero width when A and B
@@ -352,7 +353,9 @@ def benchmark(
     Args:
         ckpt: checkpoint A (``SAVE/iter_N``, checkpoint root or run directory).
         tasks: lm-eval task names.
-        output_dir: where eval.json and eval.md go (created).
+        output_dir: where eval.json and eval.md go, written whole: an earlier evaluate output
+            there moves aside to ``OUTPUT_DIR.superseded-N``
+            (:func:`~megatron_gamma.rundir.paths.replaced_dir`).
         compare: checkpoint B, evaluated on the same items.
         config, compare_config: config.yaml overriding the config of A / B (default: the
             checkpoint's own, else its run's config.yaml).
@@ -376,13 +379,16 @@ def benchmark(
     Raises:
         ConfigError: a device lm-eval cannot run on here (:func:`lm_eval_device`), or task files
             of ``include_path`` that would run code without ``trust_task_code``, before any
-            task is loaded; an unknown task, a group, or with ``compare`` a task without a
-            mean-aggregated metric (:func:`_choose_metrics`), before any export.
+            task is loaded; an ``output_dir`` that is a file or holds files evaluate does not
+            write (:func:`~megatron_gamma.rundir.paths.check_replaced_dir`); an unknown task, a
+            group, or with ``compare`` a task without a mean-aggregated metric
+            (:func:`_choose_metrics`), before any export.
         DatasetUnavailableError: a dataset that cannot be loaded, before any export.
         ValueError: no tasks or (with ``compare``) bootstrap_samples < 1, before any export.
     """
     device = lm_eval_device(device)
     check_task_code(include_path, trust_task_code)
+    check_replaced_dir(output_dir, "evaluate")
     if not tasks:
         raise ValueError("tasks=[]: name at least one lm-eval task. Fix: --tasks hellaswag,...")
     if compare is not None and bootstrap_samples < 1:
@@ -443,6 +449,7 @@ def benchmark(
     json_path = os.path.join(output_dir, "eval.json")
     md_path = os.path.join(output_dir, "eval.md")
     report["files"] = {"json": json_path, "markdown": md_path}
-    _write(json_path, json.dumps(report, indent=2) + "\n")
-    _write(md_path, _table(report))
+    with replaced_dir(output_dir, "evaluate") as tmp:
+        _write(os.path.join(tmp, "eval.json"), json.dumps(report, indent=2) + "\n")
+        _write(os.path.join(tmp, "eval.md"), _table(report))
     return report

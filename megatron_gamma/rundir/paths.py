@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Optional
 
-from megatron_gamma.atomic import creation_refused, missing_dirs
+from megatron_gamma.atomic import atomic_dir, creation_refused, missing_dirs, move
 from megatron_gamma.config import ConfigError
 
 CONFIG = "config.yaml"
@@ -33,6 +34,20 @@ ANALYSIS_FILES = re.compile(
 )
 """The name of every file ``analyze`` writes (:mod:`megatron_gamma.diagnostics.analyze`), to be
 matched whole: an output directory holding only these is an earlier analysis."""
+
+COMPARE_FILES = re.compile(r"compare\.json|delta_sym_by_difficulty\.(csv|png)|tokens\.npz")
+"""The name of every file ``compare`` writes (:mod:`megatron_gamma.diagnostics.compare`)."""
+EVALUATE_FILES = re.compile(r"eval_loss\.json|eval\.json|eval\.md|\.hf_export\..+")
+"""The name of every file ``evaluate`` writes: the held-out loss's ``eval_loss.json``, the
+benchmark's ``eval.json`` and ``eval.md`` (:mod:`megatron_gamma.evaluation.benchmarks`), and
+the scratch export a killed benchmark left."""
+OUTPUT_FILES = {
+    "analyze": (ANALYSIS_FILES, "analysis"),
+    "compare": (COMPARE_FILES, "comparison"),
+    "evaluate": (EVALUATE_FILES, "evaluation"),
+}
+"""The commands that write an ``--output-dir`` whole (:func:`replaced_dir`): their files, and
+what the messages call their output."""
 
 _SAVED_DIR = re.compile(r"^iter_(\d{7})$")  # what checkpoint_dir names
 
@@ -137,13 +152,18 @@ def missing_hf_dir(hf_dir: str) -> Optional[str]:
     )
 
 
-def check_analysis_dir(output_dir: str) -> None:
-    """Refuse an ``output_dir`` that ``analyze`` would not replace whole: a file, or a directory
-    holding anything but an earlier analysis's files (:data:`ANALYSIS_FILES`).
+def check_replaced_dir(output_dir: str, command: str) -> None:
+    """Refuse an ``output_dir`` that ``command`` (``analyze``, ``compare``, ``evaluate``) would
+    not replace whole: a file, or a directory holding anything but an earlier output of that
+    command (:data:`OUTPUT_FILES`), which :func:`replaced_dir` moves aside.
+
+    Args:
+        output_dir: the ``--output-dir``.
+        command: the command that writes it, a key of :data:`OUTPUT_FILES`.
 
     Raises:
-        ConfigError: naming the directory, the files it holds that analyze does not write (five
-            at most) and the fix.
+        ConfigError: naming the directory, the files it holds that ``command`` does not write
+            (five at most) and the fix.
     """
     if os.path.lexists(output_dir) and not os.path.isdir(output_dir):
         raise ConfigError(
@@ -152,19 +172,41 @@ def check_analysis_dir(output_dir: str) -> None:
         )
     if not os.path.isdir(output_dir):
         return
-    foreign = sorted(n for n in os.listdir(output_dir) if not ANALYSIS_FILES.fullmatch(n))
-    if foreign:
-        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
-        raise ConfigError(
-            f"output_dir={output_dir!r}: holds {', '.join(foreign[:5])}{more}, which analyze "
-            "does not write; it replaces its output directory whole (an earlier analysis is "
-            "moved aside to DIR.superseded-N), so it will not mix its files with these. Fix: "
-            + (
-                "this is a run directory: leave out --output-dir (RUN/analysis) or pass a new one"
-                if os.path.isfile(os.path.join(output_dir, CONFIG))
-                else "pass a new --output-dir DIR, or move those files out"
-            )
-        )
+    own, noun = OUTPUT_FILES[command]
+    foreign = sorted(n for n in os.listdir(output_dir) if not own.fullmatch(n))
+    if not foreign:
+        return
+    more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+    if not os.path.isfile(os.path.join(output_dir, CONFIG)):
+        fix = "pass a new --output-dir DIR, or move those files out"
+    elif command == "analyze":
+        fix = "this is a run directory: leave out --output-dir (RUN/analysis) or pass a new one"
+    else:
+        fix = f"this is a run directory: pass a new --output-dir DIR (e.g. RUN/{command})"
+    raise ConfigError(
+        f"output_dir={output_dir!r}: holds {', '.join(foreign[:5])}{more}, which {command} "
+        f"does not write; it replaces its output directory whole (an earlier {noun} is moved "
+        f"aside to DIR.superseded-N), so it will not mix its files with these. Fix: {fix}"
+    )
+
+
+@contextmanager
+def replaced_dir(output_dir: str, command: str) -> Iterator[str]:
+    """Yield a new empty directory for ``command`` to write its whole output into; when the block
+    ends without an error, an earlier output at ``output_dir`` moves aside to
+    ``OUTPUT_DIR.superseded-N`` (a line on stdout says so; nothing is deleted) and the new one
+    takes its place (:func:`~megatron_gamma.atomic.atomic_dir`). On an error ``output_dir`` is
+    left as it was. Callers refuse a foreign ``output_dir`` first (:func:`check_replaced_dir`).
+    """
+    from megatron_gamma.rundir.layout import superseded_path  # imports torch: at write time
+
+    with atomic_dir(output_dir) as tmp:
+        yield tmp
+        if os.path.isdir(output_dir) and os.listdir(output_dir):
+            aside = superseded_path(output_dir)
+            move(output_dir, aside)
+            noun = OUTPUT_FILES[command][1]
+            print(f"{output_dir}: the earlier {noun} moved to {aside}", flush=True)
 
 
 def run_labels(run_dirs: Sequence[str]) -> list[str]:
@@ -196,7 +238,7 @@ def analysis_dir(
     condensation_rows: Optional[int] = None,
 ) -> str:
     """``analyze``'s output directory for ``run_dirs``, after the checks of its arguments that
-    read no checkpoint: the row counts, the output directory (:func:`check_analysis_dir`) and
+    read no checkpoint: the row counts, the output directory (:func:`check_replaced_dir`) and
     that the run directories exist.
 
     Args:
@@ -210,7 +252,7 @@ def analysis_dir(
 
     Raises:
         ConfigError: no run directory, a row count below 2, several runs without
-            ``output_dir``, an ``output_dir`` refused by :func:`check_analysis_dir`, a run
+            ``output_dir``, an ``output_dir`` refused by :func:`check_replaced_dir`, a run
             directory that is not a directory or is given twice (:func:`run_labels`); each
             names the value and the fix.
     """
@@ -226,7 +268,7 @@ def analysis_dir(
         if len(run_dirs) > 1:
             raise ConfigError("several runs need --output-dir. Fix: add --output-dir DIR")
         output_dir = os.path.join(run_dirs[0], ANALYSIS)
-    check_analysis_dir(output_dir)
+    check_replaced_dir(output_dir, "analyze")
     for d in run_dirs:
         if not os.path.isdir(d):
             raise ConfigError(f"run_dir={d!r}: not a directory. Fix: pass a run directory")
