@@ -193,6 +193,31 @@ def test_train_tokenizer_output_as_a_directory_writes_its_tokenizer_json(tmp_pat
     assert f"output={want!r}: already exists" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name", ["tok4", "tok4.model"])
+def test_train_tokenizer_refuses_an_output_that_is_no_directory_and_no_json(
+    tmp_path, capsys, monkeypatch, name
+):
+    """--output ../w/tok4 (meant as a folder: no trailing '/', not there yet, no .json) wrote a
+    file named tok4 and put tokenizer_config.json and the other loader files into ../w itself.
+    Refused before any input is read, naming the path and both fixes; nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    os.mkdir("w")
+    args = ["train-tokenizer", "--input", *DEMO, "--vocab-size", "300", "--no-progress",
+            "--output", f"w/{name}"]  # fmt: skip
+    assert main(args) == 2
+    assert capsys.readouterr().err == (
+        f"megatron-gamma train-tokenizer: error: output='w/{name}': neither an existing "
+        f"directory nor a .json file name; train-tokenizer would write a file named '{name}' "
+        "and put its loader files (tokenizer_config.json, special_tokens_map.json, "
+        f"tokenizer_metadata.json) into 'w'. Fix: --output w/{name}/ for a directory holding "
+        f"tokenizer.json, or a path ending in .json (e.g. w/{name}.json)\n"
+    )
+    assert os.listdir("w") == []
+    with pytest.raises(ValueError, match=r"output='tok': neither .* into '\.'\. Fix:"):
+        train_tokenizer(DEMO, "tok", 300, {"en": 1.0}, 20000)
+    assert sorted(os.listdir(".")) == ["w"]
+
+
 def test_train_tokenizer_help_shows_the_default_of_each_option(capsys):
     """Each option's help ends with the default the parser gives it (the sampling budgets were
     shown without theirs)."""

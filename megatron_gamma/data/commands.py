@@ -392,7 +392,8 @@ def add_data_commands(sub) -> None:
     p.add_argument(
         "--output", required=True,
         help="tokenizer.json to write (metadata beside it); a directory (existing, or ending in "
-        "/): DIR/tokenizer.json, what --tokenizer-model DIR reads",
+        "/): DIR/tokenizer.json, what --tokenizer-model DIR reads; a new path that is neither "
+        "is refused",
     )  # fmt: skip
     p.add_argument(
         "--lang-proportions", default="zh=0.5,en=0.5",

@@ -41,9 +41,25 @@ def chars_per_token(tok: BilingualTokenizer, texts: dict[str, list[str]]) -> dic
 def tokenizer_output(output: str) -> str:
     """The tokenizer.json that ``--output`` names: ``output``, or ``output/tokenizer.json`` for a
     directory (an existing one, or a path ending in ``/``), the file ``--tokenizer-model DIR``
-    reads."""
+    reads.
+
+    Raises:
+        ValueError: ``output`` does not exist, does not end in ``/`` and is not named
+            ``*.json``: meant as a directory, it would become a file of that name, with its
+            loader files and report written into its parent folder; the message names it and
+            both fixes.
+    """
     if output.endswith(os.sep) or os.path.isdir(output):
         return os.path.join(output, "tokenizer.json")
+    if not os.path.lexists(output) and not output.lower().endswith(".json"):
+        folder = os.path.dirname(output) or "."
+        raise ValueError(
+            f"output={output!r}: neither an existing directory nor a .json file name; "
+            f"train-tokenizer would write a file named {os.path.basename(output)!r} and put "
+            f"its loader files ({', '.join(LOADER_FILES)}) into {folder!r}. Fix: --output "
+            f"{output}/ for a directory holding tokenizer.json, or a path ending in .json "
+            f"(e.g. {output}.json)"
+        )
     return output
 
 
