@@ -232,7 +232,7 @@ setup(
             *EVAL_REQUIRES,
         ],
     },
-    entry_points={"console_scripts": ["megatron-gamma=megatron_gamma.cli:main"]},
+    entry_points={"console_scripts": ["megatron-gamma=megatron_gamma.entry:main"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,
 )
