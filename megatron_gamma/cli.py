@@ -62,9 +62,13 @@ def _pretrain(args: argparse.Namespace) -> None:
             print(f"megatron-gamma pretrain: warning: {NO_SAVE}", file=sys.stderr, flush=True)
     if not cfg.data.mock_data:
         cfg.data.blend()  # and a dataset prefix without its .bin/.idx, before the imports
-    from megatron_gamma.training.loop import pretrain
+    try:
+        from megatron_gamma.training.loop import pretrain
 
-    result = pretrain(cfg)
+        result = pretrain(cfg)
+    except KeyboardInterrupt:
+        stop = "SIGUSR1 or SIGTERM" if cfg.training.exit_signal_handler else "SIGUSR1"
+        raise KeyboardInterrupt(pretrain_interrupted(cfg.checkpoint.save, stop)) from None
     if read_dist_env().rank == 0:
         print(done_line(result, saved=cfg.checkpoint.save is not None))
 
@@ -74,6 +78,31 @@ NO_SAVE = (
     "will find nothing of this run. Fix: pass --save DIR (e.g. RUN_DIR/checkpoints)"
 )
 """pretrain's warning at start-up when the run has no ``checkpoint.save``."""
+
+
+def pretrain_interrupted(save: str | None, stop: str) -> str:
+    """What follows 'interrupted' when pretrain is stopped by Ctrl-C: that it saved nothing
+    (``stop``, the signals that save first: 'SIGUSR1 or SIGTERM'), and the newest complete
+    checkpoint that ``save``'s tracker names, with how to go on from it. Reads the tracker and
+    nothing else (no module that imports torch: the interrupt may have left one half imported).
+    """
+    from megatron_gamma.rundir.paths import TRACKER, checkpoint_dir
+
+    said = f"; Ctrl-C saves nothing ({stop} saves a checkpoint first, then stops)"
+    if save is None:
+        return f"{said}, and this run has no --save: nothing of it can be resumed"
+    try:
+        with open(os.path.join(save, TRACKER), encoding="utf-8") as f:
+            text = f.read().strip()
+    except OSError:
+        text = ""
+    if not text.isdigit() or not os.path.isdir(checkpoint_dir(save, int(text))):
+        return f"{said}; {save} holds no complete checkpoint yet, so there is nothing to resume"
+    return (
+        f"{said}; the newest complete checkpoint is {checkpoint_dir(save, int(text))} (iteration "
+        f"{int(text)}: what was trained after it is lost). Fix: to go on from it, rerun with "
+        f"--load {save}"
+    )
 
 
 def done_line(result, saved: bool = True) -> str:
@@ -236,7 +265,8 @@ def _vocabulary_line(cfg, tokenizer_vocab: int, padded: int) -> str:
 
 _KEPT = "; finished outputs are kept, nothing half-written: rerun the same command to go on"
 INTERRUPTED = {"preprocess": _KEPT, "merge": _KEPT}
-"""What an interrupted (Ctrl-C) command leaves, where it says more than 'interrupted'."""
+"""What an interrupted (Ctrl-C) command leaves, where it says more than 'interrupted' (pretrain
+says it with the interrupt it raises again: :func:`pretrain_interrupted`)."""
 
 EVAL_EXTRA_MODULES = ("transformers", "safetensors", "lm_eval", "accelerate")
 """Import names of setup.py's ``eval`` extra (``EVAL_REQUIRES``): ``export-hf``, ``import-hf``
@@ -973,11 +1003,9 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(e, ConfigError) or read_dist_env().local_rank == 0:
             print(f"megatron-gamma {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(
-            f"megatron-gamma {args.command}: interrupted{INTERRUPTED.get(args.command, '')}",
-            file=sys.stderr,
-        )
+    except KeyboardInterrupt as e:
+        note = e.args[0] if e.args else INTERRUPTED.get(args.command, "")
+        print(f"megatron-gamma {args.command}: interrupted{note}", file=sys.stderr)
         return 130
     except RuntimeError as e:
         from megatron_gamma.data.workers import WorkerDied
