@@ -161,6 +161,32 @@ def test_help_prints_docstring_choices_and_default():
     assert "'headwise': one scalar gate per head" in gate and "default: 'elementwise'" in gate
 
 
+def test_no_flag_help_states_two_defaults(capsys):
+    """--train-iters said "(default 40; derived from train_samples ...) [training; default:
+    None]": a field whose None stands for a derived default its docstring states shows no
+    second "default: None"; a None that means "not given" keeps it."""
+    from megatron_gamma.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["pretrain", "--help"])
+    blocks = {}
+    for block in capsys.readouterr().out.split("\n  --")[1:]:
+        blocks["--" + block.split()[0]] = " ".join(block.split())
+    assert blocks["--train-iters"].endswith(
+        "Optimizer steps (default 40; derived from train_samples when that is given). [training]"
+    )
+    assert blocks["--tensorboard-dir"].endswith("(default: <run_dir>/tensorboard). [logging]")
+    assert blocks["--lr-decay-iters"].endswith("[optimizer]")
+    assert blocks["--exit-interval"].endswith("[training; default: None]")
+    twice = [
+        flag
+        for flag, text in blocks.items()
+        if text.endswith("default: None]") and "default" in text[: text.rindex("[")].lower()
+    ]
+    assert twice == []
+    assert sum(text.endswith("; default: None]") for text in blocks.values()) > 20
+
+
 def test_field_docs_match_each_class_source_read_alone():
     """Every section's field docs equal those read from ``inspect.getsource`` of its class alone
     (the reference: one parse per class instead of one per file), and none is missing."""

@@ -64,13 +64,19 @@ def _help(section: str, f: dataclasses.Field, base: Any) -> str:
     if isinstance(base, type) and issubclass(base, Choice):
         parts.append(f"Choices: {base.help()}.")
     default = default.value if isinstance(default, Choice) else default
-    parts.append(f"[{section}; default: {default!r}]")
+    if default is None and re.search(r"\bdefault\b", doc, re.IGNORECASE):
+        # None stands for the default the docstring states (derived from other fields, e.g.
+        # train_iters "(default 40; derived from train_samples ...)"): no second "default: None"
+        parts.append(f"[{section}]")
+    else:
+        parts.append(f"[{section}; default: {default!r}]")
     return " ".join(parts).replace("%", "%%")
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
     """Add one ``--field-name`` flag per config field (default: not given); its help is the
-    field's docstring, its choices (with theirs) and its section and default."""
+    field's docstring, its choices (with theirs) and its section and default (none where the
+    default is None and the docstring states what it stands for)."""
     for name, (section, f, tp) in field_index().items():
         flag = "--" + name.replace("_", "-")
         base = base_type(tp)
