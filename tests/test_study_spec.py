@@ -908,6 +908,26 @@ def test_a_pretrain_config_given_as_a_study_is_named_as_one(tmp_path):
         assert str(e.value).startswith(f"{shown}: unknown study key. Fix: use one of name, ")
 
 
+def test_a_study_file_given_to_pretrain_is_named_as_one(tmp_path, capsys):
+    """pretrain --config examples/studies/smoke.yaml said "name: unknown key"; it is named as a
+    study file, with the sweep command that runs it. One stray study key in a pretrain config
+    keeps the unknown-key error (with its sections)."""
+    from megatron_gamma.cli import main
+
+    smoke = os.path.join(STUDIES, "smoke.yaml")
+    assert main(["pretrain", "--config", smoke]) == 2
+    assert capsys.readouterr().err == (
+        f"megatron-gamma pretrain: error: config={smoke!r}: keys arms, baseline, checkpoints, "
+        "config, diagnostics_points, name, seeds, set, sizes make it a study file, not a "
+        f"pretrain config. Fix: run it with `megatron-gamma sweep {smoke} --output-dir DIR`, or "
+        "pass --config a pretrain config (examples/configs/*.yaml)\n"
+    )
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"name": "x", "training": {"train_iters": 3}}))
+    assert main(["pretrain", "--config", str(config)]) == 2
+    assert f"config={str(config)!r}: name: unknown key. Fix: remove it" in capsys.readouterr().err
+
+
 def test_study_runs_train_on_through_a_nan(tmp_path):
     """A sweep records a diverged run as a result (an LR that diverged ranks last, a diverged
     seed keeps a row undecided), so every run it plans trains on through a NaN loss instead of

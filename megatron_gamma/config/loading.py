@@ -17,6 +17,7 @@ import yaml
 from megatron_gamma.atomic import atomic_open
 from megatron_gamma.config.choices import Choice, base_type
 from megatron_gamma.config.errors import ConfigError, fail
+from megatron_gamma.config.file_kinds import keys_of_the_other_kind
 from megatron_gamma.config.schedule import check_schedule_units, drop_alternatives
 from megatron_gamma.config.sections import (
     CheckpointConfig,
@@ -251,7 +252,8 @@ def read_yaml(path: str) -> dict:
     """The sections of a YAML config file, each a mapping (or empty).
 
     Raises:
-        ConfigError: a missing file, bad YAML, a key given twice in one mapping (its line), or a
+        ConfigError: a missing file, bad YAML, a key given twice in one mapping (its line), a
+            study file (:func:`~megatron_gamma.config.file_kinds.keys_of_the_other_kind`), or a
             top-level entry that is not a section (a setting named with its section)."""
     if not os.path.isfile(path):
         fail("config", path, "file not found", "pass an existing YAML file to --config")
@@ -266,6 +268,13 @@ def read_yaml(path: str) -> dict:
             "Fix: see examples/configs/demo.yaml"
         )
     sections, index = section_types(), field_index()
+    study = keys_of_the_other_kind(raw, list(sections), "pretrain")
+    if len(study) > 1:  # one could be a stray key: the unknown-key error below names it
+        raise ConfigError(
+            f"config={path!r}: keys {', '.join(study)} make it a study file, not a pretrain "
+            f"config. Fix: run it with `megatron-gamma sweep {path} --output-dir DIR`, or pass "
+            "--config a pretrain config (examples/configs/*.yaml)"
+        )
     for key, value in raw.items():
         if isinstance(value, dict | None):
             continue

@@ -77,22 +77,9 @@ import yaml
 
 from megatron_gamma.config import Config, ConfigError, load_config
 from megatron_gamma.config.effects import RULES
+from megatron_gamma.config.file_kinds import STUDY_KEYS, keys_of_the_other_kind
 
-TOP_KEYS = (
-    "name",
-    "config",
-    "set",
-    "data",
-    "baseline",
-    "arms",
-    "sizes",
-    "seeds",
-    "gamma_grid",
-    "lr_grid",
-    "margin",
-    "diagnostics_points",
-    "checkpoints",
-)
+TOP_KEYS = STUDY_KEYS
 SIZE_KEYS = (
     "hidden_size",
     "num_layers",
@@ -608,7 +595,7 @@ def load_study(path: str) -> Study:
         except yaml.YAMLError as e:
             _fail("study", path, f"not valid YAML ({e})", "fix the syntax")
     raw = _mapping("study", raw)
-    sections = sorted(set(raw) & {f.name for f in dataclasses.fields(Config)} - set(TOP_KEYS))
+    sections = keys_of_the_other_kind(raw, [f.name for f in dataclasses.fields(Config)], "study")
     if sections:
         raise StudyError(
             f"{path}: sections {', '.join(sections)} make it a pretrain config, not a study. Fix: "
