@@ -928,6 +928,23 @@ def test_a_study_file_given_to_pretrain_is_named_as_one(tmp_path, capsys):
     assert f"config={str(config)!r}: name: unknown key. Fix: remove it" in capsys.readouterr().err
 
 
+def test_report_on_a_missing_directory_says_it_does_not_exist(tmp_path, capsys):
+    """report DIR said "no study.json" of a DIR that does not exist."""
+    from megatron_gamma.cli import main
+
+    gone = str(tmp_path / "nothere")
+    assert main(["report", gone]) == 2
+    assert capsys.readouterr().err == (
+        f"megatron-gamma report: error: study_dir={gone!r}: does not exist. Fix: pass the "
+        "--output-dir DIR of a `megatron-gamma sweep STUDY.yaml --output-dir DIR` run\n"
+    )
+    (tmp_path / "afile").write_text("")
+    assert main(["report", str(tmp_path / "afile")]) == 2
+    assert ": is not a directory. Fix: pass the --output-dir DIR" in capsys.readouterr().err
+    assert main(["report", str(tmp_path)]) == 2
+    assert f"study_dir={str(tmp_path)!r}: no study.json. Fix:" in capsys.readouterr().err
+
+
 def test_study_runs_train_on_through_a_nan(tmp_path):
     """A sweep records a diverged run as a result (an LR that diverged ranks last, a diverged
     seed keeps a row undecided), so every run it plans trains on through a NaN loss instead of

@@ -122,9 +122,16 @@ def manifest_path(study_dir: str) -> str:
     its imports).
 
     Raises:
-        ConfigError: ``study_dir`` holds no study.json, naming it and the fix.
+        ConfigError: ``study_dir`` does not exist, is not a directory, or holds no study.json,
+            naming it and the fix.
     """
     path = os.path.join(study_dir, MANIFEST)
+    if not os.path.isdir(study_dir):
+        why = "is not a directory" if os.path.lexists(study_dir) else "does not exist"
+        raise ConfigError(
+            f"study_dir={study_dir!r}: {why}. Fix: pass the --output-dir DIR of a `megatron-gamma "
+            "sweep STUDY.yaml --output-dir DIR` run"
+        )
     if not os.path.isfile(path):
         raise ConfigError(
             f"study_dir={study_dir!r}: no {MANIFEST}. Fix: run `megatron-gamma sweep "
