@@ -12,6 +12,7 @@ import pytest
 import torch
 from scipy import stats as sp_stats
 
+from megatron_gamma.clustered import document_df
 from megatron_gamma.diagnostics.attention import attention_sink_share
 from megatron_gamma.diagnostics.condensation import (
     condensation_order,
@@ -32,7 +33,6 @@ from megatron_gamma.diagnostics.tokens import (
     target_log_probs,
     token_difficulty,
 )
-from megatron_gamma.study.fits import document_df
 
 
 def _gen(seed: int = 0) -> torch.Generator:

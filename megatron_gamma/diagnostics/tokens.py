@@ -13,7 +13,7 @@ gap Delta_sym and token difficulty (average loss) without defining them; **our d
 
 Two cautions for reading a profile. Tokens of one document are not independent, so intervals
 are clustered by document (:func:`document_interval`: CR2, with the Bell–McCaffrey df of
-:func:`~megatron_gamma.study.fits.document_df`, G − 1 only for documents of equal length), not
+:func:`~megatron_gamma.clustered.document_df`, G − 1 only for documents of equal length), not
 per token. And
 difficulty computed from the same two models shares their noise with Δsym: where A and B
 differ only by noise, the tokens B happened to get wrong sort into the hard bins, so the
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from scipy import stats
 
-from megatron_gamma.study.fits import document_df
+from megatron_gamma.clustered import document_df
 
 
 def target_log_probs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -106,7 +106,7 @@ def document_interval(
     ``SE² = Σ_g (Σ_{i∈g} (x_i − x̄))² / (n² (1 − n_g/n))``, the CR2 (bias-reduced
     linearization, Bell & McCaffrey 2002) estimator of a mean's variance, unbiased where tokens
     are independent with equal variance; interval ``x̄ ± t_{(1+level)/2, df} · SE`` with the
-    Bell–McCaffrey df of :func:`~megatron_gamma.study.fits.document_df`, which is G − 1 only
+    Bell–McCaffrey df of :func:`~megatron_gamma.clustered.document_df`, which is G − 1 only
     where the documents hold equally many tokens (with a few large documents the sum rests on
     those few, and CR1 with G − 1 is too narrow). Tokens within a document may be correlated,
     documents are taken as independent.
@@ -154,7 +154,7 @@ class DifficultyBin:
         low, high: the 95% interval of ``mean_delta`` (t with ``df``) when documents were given
             and the bin has at least 2; else None.
         documents: distinct documents in the bin, when documents were given; else None.
-        df: that interval's degrees of freedom (:func:`~megatron_gamma.study.fits.document_df`
+        df: that interval's degrees of freedom (:func:`~megatron_gamma.clustered.document_df`
             of the bin's tokens per document: documents − 1 only where they hold equally
             many); else None.
         a_better: fraction of tokens with Delta_sym > 0.
