@@ -62,6 +62,11 @@ def _pretrain(args: argparse.Namespace) -> None:
             print(f"megatron-gamma pretrain: warning: {NO_SAVE}", file=sys.stderr, flush=True)
     if not cfg.data.mock_data:
         cfg.data.blend()  # and a dataset prefix without its .bin/.idx, before the imports
+    if not cfg.checkpoint.overwrite:
+        from megatron_gamma.rundir.paths import check_takeover
+
+        # and another run's directory; claim_run_dir checks again under the run-directory lock
+        check_takeover(cfg.logging.run_dir, cfg.checkpoint.load)
     try:
         from megatron_gamma.training.loop import pretrain
 

@@ -121,6 +121,33 @@ def test_a_metrics_file_that_is_a_symbolic_link_is_refused_before_anything_is_wr
     assert not os.path.lexists(target)
 
 
+def test_the_run_dir_lock_still_refuses_a_takeover_the_command_line_did_not_see(tmp_path):
+    """The command line refuses another run's directory before torch (``test_cli_imports``);
+    a run started without it (``Trainer``), or a directory written into after that check,
+    meets the same refusal under the run-directory lock, and a resume of that run or
+    ``--overwrite`` takes the lock."""
+    from megatron_gamma.config import ConfigError, load_config
+    from megatron_gamma.rundir import loader
+
+    run, save = tmp_path / "run", tmp_path / "ckpt"
+    run.mkdir()
+    (run / layout.CONFIG).write_text(f"checkpoint:\n  save: {save}\n")
+    (run / layout.METRICS).write_text('{"iteration": 1}\n')
+    with loader.single_process(load_config(None)):
+        with pytest.raises(ConfigError) as e:
+            checkpointing.claim_run_dir(str(run), None, overwrite=False)
+        assert not os.path.exists(run / checkpointing.RUN_LOCK)  # released on the refusal
+        for load, overwrite in ((str(save), False), (None, True)):
+            handle = checkpointing.claim_run_dir(str(run), load, overwrite=overwrite)
+            assert handle is not None and os.path.isfile(run / checkpointing.RUN_LOCK)
+            checkpointing.release_lock(handle)
+    assert str(e.value).startswith(
+        f"run_dir={str(run)!r}: holds another run (config.yaml, metrics.jsonl) and this run "
+        "does not resume from its checkpoints (no --load);"
+    )
+    assert sorted(os.listdir(run)) == [layout.CONFIG, layout.METRICS]
+
+
 @pytest.mark.parametrize("content", ["", "\n", "12\x00\x00", "iter_0000002"])
 def test_empty_or_torn_tracker_is_named_with_the_fix(tmp_path, content):
     os.makedirs(tmp_path / "iter_0000002")

@@ -349,3 +349,29 @@ def test_report_and_pretrain_refuse_missing_inputs_before_torch(tmp_path):
     assert doc == {"rc": 2, "imported": []}
     assert f"{missing}.bin does not exist" in err
     assert not (tmp_path / "run").exists()
+
+
+def test_pretrain_refuses_another_runs_directory_before_torch_and_megatron_core(tmp_path):
+    """A fresh run in a directory that holds another run's config.yaml and metrics was refused
+    only under the run-directory lock, after torch and megatron-core were imported; the same
+    refusal (``rundir.paths.check_takeover``) now comes first, and nothing in the directory
+    changes."""
+    run, save, other = tmp_path / "run", tmp_path / "ckpt", str(tmp_path / "other")
+    run.mkdir()
+    (run / "config.yaml").write_text(f"checkpoint:\n  save: {save}\n")
+    (run / "metrics.jsonl").write_text('{"iteration": 1, "split": "train", "loss": 9.0}\n')
+    data = str(tmp_path / "d")
+    for suffix in (".bin", ".idx"):  # a prefix whose files exist: the dataset check passes
+        Path(data + suffix).write_bytes(b"")
+    args = ["pretrain", "--config", DEMO_CONFIG, "--run-dir", str(run), "--data-path", data]
+    for flags, why in (([], "no --load"), (["--load", other], f"load={other!r} is elsewhere")):
+        doc, _, err = _probe([*args, *flags])
+        assert doc == {"rc": 2, "imported": []}, err[-2000:]
+        assert (
+            f"megatron-gamma pretrain: error: run_dir={str(run)!r}: holds another run "
+            f"(config.yaml, metrics.jsonl) and this run does not resume from its checkpoints "
+            f"({why}); starting here would replace its config.yaml. Fix: give this run its own "
+            f"--run-dir NEW_DIR, add --load {save} to resume that run, or add --overwrite"
+        ) in err, err[-2000:]
+    assert sorted(os.listdir(run)) == ["config.yaml", "metrics.jsonl"]
+    assert (run / "config.yaml").read_text() == f"checkpoint:\n  save: {save}\n"

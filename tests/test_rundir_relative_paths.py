@@ -2,7 +2,7 @@
 ``--run-dir runs/demo``, ``--save ckpt/demo``), read by ``evaluate`` from another directory: its
 ``config.yaml`` records the paths as given, and the read commands look for them, and for its
 checkpoints, under the directory the run was launched from
-(:func:`megatron_gamma.rundir.layout.launch_dirs`), then the current one.
+(:func:`megatron_gamma.rundir.paths.launch_dirs`), then the current one.
 
 Reference: ``evaluate`` of the same run from the launch directory, in the same process (the same
 weights, samples and order of sums: the losses are equal, not close); for the resolution of each

@@ -755,7 +755,7 @@ class RecordedPaths:
     """The file that records them: ``RUN/config.yaml``."""
     dirs: tuple[str, ...]
     """The directories they were looked for under, in order
-    (:func:`megatron_gamma.rundir.layout.launch_dirs`)."""
+    (:func:`megatron_gamma.rundir.paths.launch_dirs`)."""
 
     def where(self, value: str) -> str:
         """Why the relative ``value`` was not found: where it is recorded and the directories

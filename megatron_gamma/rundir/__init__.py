@@ -19,13 +19,13 @@ A run directory, as ``pretrain`` writes it (Megatron-LM's checkpoint layout insi
 checkpoint carries the resolved config and the tokenizer fingerprint in its common state, so a
 bare ``iter_N`` directory describes itself; checkpoints written before that are described by
 the ``config.yaml`` in or above them. A run directory's checkpoints are found where its
-``config.yaml`` records ``save`` (:func:`~megatron_gamma.rundir.layout.run_save_dir`), then in
+``config.yaml`` records ``save`` (:func:`~megatron_gamma.rundir.paths.run_save_dir`), then in
 ``RUN/checkpoints``.
 
 - :mod:`~megatron_gamma.rundir.paths`: the file names, checkpoint directory names, and the
   checks of a path a command is given that read no checkpoint (a missing checkpoint, ``analyze``'s
-  and ``evaluate``'s output directory); imports neither torch nor megatron-core, so the command
-  line runs them first.
+  and ``evaluate``'s output directory, another run's directory that ``pretrain`` would take
+  over); imports neither torch nor megatron-core, so the command line runs them first.
 - :mod:`~megatron_gamma.rundir.layout`: the tracker, checkpoint discovery, the
   checkpoint's self-description, every read of a checkpoint's files
   (:func:`~megatron_gamma.rundir.layout.read_common`, :func:`~megatron_gamma.rundir.layout.

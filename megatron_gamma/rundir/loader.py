@@ -34,7 +34,7 @@ from megatron_gamma.config import (
 from megatron_gamma.config.sections import is_dataset
 from megatron_gamma.data import demo_dir
 from megatron_gamma.model.vocab import model_vocab_size
-from megatron_gamma.rundir import layout
+from megatron_gamma.rundir import layout, paths
 
 
 def single_rank_config(cfg: Config) -> Config:
@@ -163,7 +163,7 @@ _INPUT_FILES = ("tokenizer_model", "vocab_file", "merge_file")
 def recorded_paths(path: str) -> Optional[RecordedPaths]:
     """Where the relative input paths of the run that wrote ``path`` (a run directory or a
     checkpoint in it) are looked for: its ``config.yaml`` (:func:`layout.find_run_config`) and
-    the directories it may have been launched from (:func:`layout.launch_dirs`, from the
+    the directories it may have been launched from (:func:`paths.launch_dirs`, from the
     ``run_dir`` that file records). None without that file: the current directory alone, as
     for any path.
     """
@@ -175,7 +175,7 @@ def recorded_paths(path: str) -> Optional[RecordedPaths]:
             raw = yaml.safe_load(f)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         raw = None  # the launch directory stays unknown; the checkpoint carries the config
-    return RecordedPaths(found, tuple(layout.launch_dirs(os.path.dirname(found), raw)))
+    return RecordedPaths(found, tuple(paths.launch_dirs(os.path.dirname(found), raw)))
 
 
 def resolve_recorded(cfg: Config, recorded: Optional[RecordedPaths]) -> Config:

@@ -1,9 +1,12 @@
 """The run directory's file names, and the checks of a path a command is given that read no
-checkpoint (layout: :mod:`megatron_gamma.rundir`).
+checkpoint (layout: :mod:`megatron_gamma.rundir`), among them where ``RUN/config.yaml`` records
+its checkpoints (:func:`run_save_dir`) and the refusal of a fresh run in another run's directory
+(:func:`check_takeover`).
 
 Imports neither torch nor megatron-core (nor anything that does), so that the command line
-refuses a mistyped checkpoint, run directory or ``--output-dir`` at once, before the seconds those
-imports take (:mod:`megatron_gamma.cli`: ``evaluate``, ``analyze``). :mod:`~megatron_gamma.
+refuses a mistyped checkpoint, run directory or ``--output-dir``, and ``pretrain`` a run that
+would take over another run's directory, at once, before the seconds those imports take
+(:mod:`megatron_gamma.cli`: ``evaluate``, ``analyze``, ``pretrain``). :mod:`~megatron_gamma.
 rundir.layout` builds on these names.
 """
 
@@ -14,6 +17,8 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Optional
+
+import yaml
 
 from megatron_gamma.atomic import atomic_dir, creation_refused, missing_dirs, move
 from megatron_gamma.config import ConfigError
@@ -274,3 +279,135 @@ def analysis_dir(
             raise ConfigError(f"run_dir={d!r}: not a directory. Fix: pass a run directory")
     run_labels(run_dirs)
     return output_dir
+
+
+def recorded_save(run_dir: str) -> tuple[Optional[str], Optional[str]]:
+    """(``checkpoint.save`` as ``RUN/config.yaml`` records it, that directory resolved as the
+    run resolved it): (None, None) without the file or without ``save``.
+
+    ``pretrain`` opens a relative ``save`` (and ``run_dir``) from its working directory: the
+    first of :func:`launch_dirs` where the directory exists (the run launched from ``/work``
+    with ``--run-dir runs/x --save ckpt/x`` saved into ``/work/ckpt/x``), the first of all when
+    none does.
+
+    Raises:
+        ConfigError: ``config.yaml`` is not valid YAML, or ``checkpoint.save`` (or the
+            ``checkpoint`` section) is not a path, naming the file, the value and the fix.
+    """
+    config = os.path.join(run_dir, CONFIG)
+    if not os.path.isfile(config):
+        return None, None
+    fix = (
+        "Fix: correct it in that file, or pass the checkpoint directory itself "
+        "(SAVE or SAVE/iter_NNNNNNN) instead of the run directory"
+    )
+    try:
+        with open(config, encoding="utf-8") as f:
+            raw = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise ConfigError(f"{config}: cannot be read as YAML ({e}). {fix}") from e
+    section = raw.get("checkpoint") if isinstance(raw, dict) else None
+    if section is not None and not isinstance(section, dict):
+        raise ConfigError(f"{config}: checkpoint={section!r}: not a mapping of keys. {fix}")
+    save = (section or {}).get("save")
+    if save is None:
+        return None, None
+    if not isinstance(save, str) or not save.strip():
+        raise ConfigError(f"{config}: checkpoint.save={save!r}: not a directory path. {fix}")
+    if os.path.isabs(save):
+        return save, save
+    candidates = [os.path.normpath(os.path.join(base, save)) for base in launch_dirs(run_dir, raw)]
+    return save, next((c for c in candidates if os.path.isdir(c)), candidates[0])
+
+
+def launch_dirs(run_dir: str, raw: Optional[dict]) -> list[str]:
+    """The directories the run in ``run_dir`` may have been launched from, the likeliest first:
+    where ``pretrain`` resolved the relative paths its config records (``save``, ``data_path``,
+    ``tokenizer_model``, ...), since it opens them from its working directory.
+
+    That directory is ``run_dir`` with the relative ``logging.run_dir`` that ``raw`` records
+    taken off its end (the run launched from ``/work`` with ``--run-dir runs/x`` lies in
+    ``/work/runs/x``), when it ends so; then this process's working directory, in any case.
+
+    Args:
+        run_dir: where the run directory lies now.
+        raw: the run's config as a nested dict (``config.yaml``'s YAML, or the config a
+            checkpoint carries); None, or one without a relative ``logging.run_dir``, gives the
+            working directory alone.
+
+    Returns:
+        Absolute directories, without repeats; the working directory last.
+    """
+    bases = []
+    section = raw.get("logging") if isinstance(raw, dict) else None
+    recorded = section.get("run_dir") if isinstance(section, dict) else None
+    if isinstance(recorded, str) and recorded and not os.path.isabs(recorded):
+        parts = os.path.normpath(recorded).split(os.sep)
+        here = os.path.abspath(run_dir).split(os.sep)
+        if ".." not in parts and here[-len(parts) :] == parts:
+            bases.append(os.sep.join(here[: -len(parts)]) or os.sep)
+    bases.append(os.getcwd())
+    return list(dict.fromkeys(bases))
+
+
+def run_save_dir(run_dir: str) -> Optional[str]:
+    """The checkpoint directory (``save``) that ``RUN/config.yaml`` records, resolved as the
+    run resolved it (a relative one from the directory the run was launched from:
+    :func:`recorded_save`).
+
+    Args:
+        run_dir: a run directory.
+
+    Returns:
+        The directory (it may not exist), or None without ``config.yaml`` or without ``save``.
+
+    Raises:
+        ConfigError: ``config.yaml`` is not valid YAML, or its ``checkpoint.save`` is not a
+            path (names the file, the value and the fix).
+    """
+    return recorded_save(run_dir)[1]
+
+
+def check_takeover(run_dir: str, load: Optional[str]) -> None:
+    """Refuse a run that would take over ``run_dir`` from another run: the directory already
+    holds a run's ``config.yaml`` and records (a non-empty ``metrics.jsonl``, or checkpoints in
+    ``RUN/checkpoints``), and this run does not continue it, i.e. ``load`` is neither the
+    ``save`` that ``config.yaml`` records (:func:`run_save_dir`) nor ``RUN/checkpoints``. Its
+    config.yaml would no longer describe that run's checkpoints, and its curves would end.
+    ``--overwrite`` skips this check (the caller's choice).
+
+    Args:
+        run_dir: the run directory this run writes.
+        load: this run's ``--load`` (None: a fresh start).
+
+    Raises:
+        ConfigError: naming the directory, the earlier run's records and the fixes
+            (``--run-dir NEW_DIR``, ``--load SAVE``, ``--overwrite``); a ``config.yaml`` whose
+            ``save`` is unreadable (:func:`run_save_dir`).
+    """
+    config = os.path.join(run_dir, CONFIG)
+    if not os.path.isfile(config):
+        return
+    metrics = os.path.join(run_dir, METRICS)
+    records = []
+    if os.path.isfile(metrics) and os.path.getsize(metrics):
+        records.append(METRICS)
+    own = os.path.join(run_dir, CHECKPOINTS)
+    if saved_iterations(own):
+        records.append(f"{CHECKPOINTS}/iter_{saved_iterations(own)[-1]:07d}")
+    if not records:
+        return
+    save = run_save_dir(run_dir)
+    continued = [os.path.realpath(p) for p in (save, own) if p is not None]
+    if load is not None and os.path.realpath(load) in continued:
+        return
+    resume = f"add --load {save} to resume that run, " if save is not None else ""
+    raise ConfigError(
+        f"run_dir={run_dir!r}: holds another run ({CONFIG}, {' and '.join(records)}) and this "
+        f"run does not resume from its checkpoints ("
+        + (f"load={load!r} is elsewhere" if load is not None else "no --load")
+        + f"); starting here would replace "
+        f"its {CONFIG}. Fix: give this run its own --run-dir NEW_DIR, {resume}or add "
+        f"--overwrite to start afresh here (its {METRICS}, tensorboard/, {INIT_AUDIT} and "
+        f"{ANALYSIS}/ are moved aside to *.superseded-N)"
+    )

@@ -64,7 +64,6 @@ from megatron_gamma.rundir.layout import (
     NOT_LOADED_OPTIMIZER,
     NOT_LOADED_RNG,
     TRACKER,
-    check_takeover,
     checkpoint_dir,
     latest_iteration,
     read_common,
@@ -72,6 +71,7 @@ from megatron_gamma.rundir.layout import (
     saved_iterations,
 )
 from megatron_gamma.rundir.loader import load_model_weights
+from megatron_gamma.rundir.paths import check_takeover
 
 _ITER_DIR = re.compile(r"^iter_(\d{7})$")
 _PARTIAL_DIR = re.compile(r"^iter_(\d{7})\.partial$")
@@ -249,9 +249,11 @@ def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
     directory) takes an exclusive ``fcntl.flock`` of ``RUN/.run.lock`` (held until the returned
     file is passed to :func:`release_lock`, or the process ends), then, without ``overwrite``,
     refuses to take over a directory that holds another run's records
-    (:func:`~megatron_gamma.rundir.layout.check_takeover`), and refuses a ``RUN/.run.lock`` or
-    ``RUN/metrics.jsonl`` that is a symbolic link (both are written in place:
-    :func:`~megatron_gamma.atomic.open_in_place`). The outcome is broadcast, so that
+    (:func:`~megatron_gamma.rundir.paths.check_takeover`: the command line ran it before torch
+    was imported, without the lock; here it runs under the lock, for what was written into
+    ``run_dir`` since, and for a run started without the command line), and refuses a
+    ``RUN/.run.lock`` or ``RUN/metrics.jsonl`` that is a symbolic link (both are written in
+    place: :func:`~megatron_gamma.atomic.open_in_place`). The outcome is broadcast, so that
     every rank stops together. Collective over the world group; call it before anything is
     written into ``run_dir`` or ``save``.
 
