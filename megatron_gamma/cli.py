@@ -407,6 +407,39 @@ def _check_evaluate_paths(args: argparse.Namespace) -> None:
         check_output_dir(args.data_cache_path, "--data-cache-path")
 
 
+def _check_evaluate_windows(args: argparse.Namespace) -> None:
+    """Refuse the held-out loss's counts that cannot be scored, before torch and megatron-core,
+    where the flags decide them: with ``--data-path`` the windows are cut from its prefixes (not
+    from the run's split), of ``--seq-length`` tokens, else of the ``seq_length`` of ``--config``
+    (the run's config then); without either the run's seq_length is in its checkpoint, read
+    with torch, and :func:`~megatron_gamma.evaluation.evaluate.evaluate` checks them there.
+
+    Raises:
+        ConfigError: ``--data-cache-path`` with ``--data-path``, a window longer than the
+            positions of ``--config``'s model, fewer than one window in ``--eval-tokens``, or a
+            prefix whose ``.idx`` holds fewer tokens than one window or than its share
+            (:mod:`~megatron_gamma.evaluation.windows`, the checks ``evaluate`` makes).
+    """
+    if args.tasks is not None or not args.data_path:
+        return
+    from megatron_gamma.config import load_config
+    from megatron_gamma.evaluation.windows import (
+        check_data_cache_path,
+        evaluation_blend,
+        window_count,
+        window_shares,
+    )
+
+    check_data_cache_path(args.data_cache_path, args.data_path)
+    cfg = load_config(args.config)  # the run's config where --config gives it
+    model = cfg.model if args.config is not None else None
+    seq = args.seq_length if args.seq_length is not None else getattr(model, "seq_length", None)
+    if seq is None:
+        return
+    window_count(args.eval_tokens, seq, getattr(model, "max_position_embeddings", None))
+    window_shares(args.eval_tokens, seq, *evaluation_blend(cfg, args.data_path))
+
+
 def _evaluate(args: argparse.Namespace) -> None:
     # every check that needs no model, before torch (the device check aside) and megatron-core
     # are imported: a refusal takes a fraction of a second instead of those imports' seconds
@@ -422,6 +455,7 @@ def _evaluate(args: argparse.Namespace) -> None:
                 args, ("compare_config", "bootstrap_samples"), "acts only with --compare"
             )
     _check_evaluate_paths(args)
+    _check_evaluate_windows(args)
     if args.tasks is None:
         _evaluate_loss(args)
         return

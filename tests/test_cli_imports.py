@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from megatron_gamma.data import demo_dir
@@ -375,3 +376,49 @@ def test_pretrain_refuses_another_runs_directory_before_torch_and_megatron_core(
         ) in err, err[-2000:]
     assert sorted(os.listdir(run)) == ["config.yaml", "metrics.jsonl"]
     assert (run / "config.yaml").read_text() == f"checkpoint:\n  save: {save}\n"
+
+
+def test_evaluate_refuses_window_counts_its_flags_decide_before_torch(tmp_path):
+    """``evaluate --data-path`` refused --data-cache-path, too few --eval-tokens for one window,
+    a window longer than --config's positions, and a prefix shorter than its share only after
+    torch and megatron-core were imported and the checkpoint read; where the flags (and the
+    .idx, read with numpy) decide them, they now come first. A count the data holds exactly
+    goes on to the checkpoint (an empty run directory here), with torch."""
+    from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+
+    run, prefix = tmp_path / "run", str(tmp_path / "p")
+    run.mkdir()
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=DType.optimal_dtype(1000))
+    for n in (10, 20, 11):  # 41 tokens: (41 - 1) // 8 = 5 windows of 8
+        builder.add_document(np.arange(n, dtype=np.int64), [n])
+    builder.finalize(prefix + ".idx")
+    config = tmp_path / "run.yaml"
+    config.write_text("model:\n  seq_length: 16\n  max_position_embeddings: 16\n")
+    cache = str(tmp_path / "cache")
+    data = ["evaluate", str(run), "--data-path", prefix]
+    cases = [
+        ([*data, "--data-cache-path", cache],
+         f"data_cache_path={cache!r}: acts only on the run's own validation split; windows of "
+         "--data-path are read straight from the dataset, with no index cache. Fix: drop "
+         "--data-cache-path"),
+        ([*data, "--seq-length", "64", "--eval-tokens", "10"],
+         "eval_tokens=10: fewer than one window of 64 tokens. Fix: raise it"),
+        ([*data, "--seq-length", "8", "--eval-tokens", "48"],
+         f"eval_tokens=48: {prefix} holds 5 windows of 8 tokens, its share needs 6. Fix: lower "
+         "--eval-tokens or add data"),
+        ([*data, "--seq-length", "64"],
+         f"data_path={prefix!r}: 41 tokens, fewer than one window of 65. Fix: use more data or "
+         "a smaller --seq-length"),
+        ([*data, "--config", str(config), "--seq-length", "32"],
+         "seq_length=32: must lie in [1, max_position_embeddings=16]. Fix: use a shorter "
+         "--seq-length"),
+        ([*data, "--config", str(config), "--eval-tokens", "8"],
+         "eval_tokens=8: fewer than one window of 16 tokens. Fix: raise it"),
+    ]  # fmt: skip
+    for args, message in cases:
+        doc, _, err = _probe(args)
+        assert (doc["rc"], doc["imported"]) == (2, []), (args, doc, err[-2000:])
+        assert f"megatron-gamma evaluate: error: {message}\n" in err, (args, err[-2000:])
+    doc, _, err = _probe([*data, "--seq-length", "8", "--eval-tokens", "40"])
+    assert doc == {"rc": 2, "imported": ["torch", "megatron.core"]}, err[-2000:]
+    assert f"checkpoint={str(run)!r}: no complete checkpoint found" in err, err[-2000:]

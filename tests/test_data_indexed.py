@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from megatron.core.datasets.indexed_dataset import DType, IndexedDataset, IndexedDatasetBuilder
 
-from megatron_gamma.data.indexed import ChunkWriter, token_dtype
+from megatron_gamma.data.indexed import ChunkWriter, index_token_count, token_dtype
 
 
 def _documents(seed: int, vocab_size: int) -> list[list[np.ndarray]]:
@@ -49,6 +49,32 @@ def test_chunks_write_the_bytes_of_add_document(tmp_path, vocab_size):
     assert (writer.documents, writer.sequences) == (40, sum(map(len, docs)))
     assert writer.tokens == sum(len(s) for doc in docs for s in doc)
     assert IndexedDataset(ours).index.dtype is DType.optimal_dtype(vocab_size)
+
+
+@pytest.mark.parametrize("vocab_size", [1000, 70000])
+def test_the_token_count_read_with_numpy_is_megatron_cores(tmp_path, vocab_size):
+    """``index_token_count`` (no torch, for ``evaluate``'s checks before the imports) sums the
+    sequence lengths megatron-core's reader takes from the same ``.idx``; a file that is not a
+    whole version-1 index gives None."""
+    docs = _documents(vocab_size + 1, vocab_size)
+    prefix = str(tmp_path / "d")
+    builder = IndexedDatasetBuilder(prefix + ".bin", dtype=DType.optimal_dtype(vocab_size))
+    for doc in docs:
+        builder.add_document(np.concatenate(doc), [len(s) for s in doc])
+    builder.finalize(prefix + ".idx")
+    expected = sum(len(s) for doc in docs for s in doc)
+    assert index_token_count(prefix + ".idx") == expected
+    assert int(IndexedDataset(prefix).sequence_lengths.sum()) == expected
+    index = (tmp_path / "d.idx").read_bytes()
+    for name, data in (
+        ("empty", b""),
+        ("header only", index[:34]),
+        ("truncated", index[: 34 + 4 * 10]),
+        ("version 2", index[:9] + (2).to_bytes(8, "little") + index[17:]),
+        ("not an index", b"x" * len(index)),
+    ):
+        (tmp_path / "bad.idx").write_bytes(data)
+        assert index_token_count(str(tmp_path / "bad.idx")) is None, name
 
 
 @pytest.mark.parametrize("vocab_size", [1, 255, 65499, 65500, 65536, 10**6])

@@ -132,6 +132,44 @@ def compact_builder(bin_path: str, dtype: type) -> IndexedDatasetBuilder:
     return builder
 
 
+INDEX_HEADER = b"MMIDIDX\x00\x00"
+"""The first 9 bytes of a Megatron ``.idx`` (megatron-core's ``_INDEX_HEADER``), then the version
+(``<Q``, 1), the token dtype code (``<B``), the sequence and document counts (``<Q`` each) and
+the int32 length of every sequence."""
+
+
+def index_token_count(idx_path: str) -> int | None:
+    """The tokens of an indexed dataset, the sum of the sequence lengths its ``.idx`` holds, read
+    with numpy alone (megatron-core's ``_IndexReader`` reads the same columns), so that a command
+    can compare it with what it needs before torch is imported.
+
+    Args:
+        idx_path: ``PREFIX.idx``.
+
+    Returns:
+        The count; None where the file is not a version-1 index, or is shorter than its sequence
+        count says (megatron-core's reader names that when it opens the file).
+    """
+    with open(idx_path, "rb") as f:
+        head = f.read(34)
+        if len(head) < 34 or head[:9] != INDEX_HEADER or head[9:17] != (1).to_bytes(8, "little"):
+            return None
+        sequences = int.from_bytes(head[18:26], "little")
+        lengths = np.fromfile(f, dtype="<i4", count=sequences)
+    if len(lengths) < sequences:
+        return None
+    return int(lengths.sum(dtype=np.int64))
+
+
+def short_dataset(prefix: str, tokens: int, seq_length: int) -> str:
+    """The error of a dataset ``prefix`` of ``tokens`` tokens, fewer than one window of
+    ``seq_length + 1`` (the windows of ``compare`` and ``evaluate``)."""
+    return (
+        f"data_path={prefix!r}: {tokens} tokens, fewer than one window of {seq_length + 1}. Fix: "
+        "use more data or a smaller --seq-length"
+    )
+
+
 def sha256_file(path: str, block: int = 1 << 22) -> str:
     """Hex SHA-256 of a file, read in 4 MiB blocks."""
     h = hashlib.sha256()

@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from megatron_gamma.atomic import atomic_open, atomic_path
 from megatron_gamma.config import ConfigError
+from megatron_gamma.data.indexed import short_dataset
 from megatron_gamma.diagnostics.tokens import (
     document_interval,
     gap_by_difficulty,
@@ -83,10 +84,7 @@ def token_windows(prefix: str, num_sequences: int, seq_length: int) -> torch.Ten
     tokens = torch.from_numpy(np.concatenate(parts)) if parts else torch.zeros(0, dtype=torch.long)
     n = min(num_sequences, (len(tokens) - 1) // seq_length)
     if n < 1:
-        raise ConfigError(
-            f"data_path={prefix!r}: {len(tokens)} tokens, fewer than one window of "
-            f"{seq_length + 1}. Fix: use more data or a smaller --seq-length"
-        )
+        raise ConfigError(short_dataset(prefix, len(tokens), seq_length))
     starts = torch.arange(n) * seq_length
     return torch.stack([tokens[s : s + seq_length + 1] for s in starts.tolist()])
 

@@ -55,10 +55,14 @@ from megatron_gamma.config import Config, ConfigError, RecordedPaths
 from megatron_gamma.config.sections import split_shares
 from megatron_gamma.data.datasets import build_datasets, check_splits
 from megatron_gamma.diagnostics.compare import score_tokens, token_windows
+from megatron_gamma.evaluation.windows import (
+    check_data_cache_path,
+    evaluation_blend,
+    window_count,
+    window_shares,
+)
 from megatron_gamma.rundir import checkpoint, loader
 
-DEFAULT_EVAL_TOKENS = 65536
-"""Tokens scored on ``--data-path`` or ``valid_data_path`` when ``eval_tokens`` is not given."""
 DEFAULT_MICRO_BATCH_SIZE = 4
 """Windows per forward pass on ``--data-path`` or ``valid_data_path`` by default."""
 
@@ -69,41 +73,6 @@ def uses_run_split(cfg: Config, data_path: Optional[list[str]]) -> bool:
     ``train_data_path``; no mock data)."""
     d = cfg.data
     return not data_path and not d.train_data_path and not d.mock_data and bool(d.data_path)
-
-
-def evaluation_blend(
-    cfg, data_path: Optional[list[str]], recorded: Optional[RecordedPaths] = None
-) -> tuple[list[str], list[float]]:
-    """(prefixes, weights) to evaluate: ``data_path`` if given, else the run's validation blend.
-
-    The run config is rebuilt with ``data_path`` replacing its data paths, so the blend is
-    checked by :meth:`megatron_gamma.config.DataConfig.blend` (files exist, weights pair up;
-    ``recorded``, where the run's relative paths were looked for, names them for the run's).
-
-    Raises:
-        ConfigError: no data path here and no ``valid_data_path`` in the run; a bad blend.
-    """
-    data = list(data_path or cfg.data.valid_data_path)
-    if not data:
-        raise ConfigError(
-            "data_path=[]: nothing to evaluate on (the run has no valid_data_path, and no "
-            "data_path with a split to take its validation split from). Fix: pass --data-path "
-            "PREFIX (or a blend W1 P1 W2 P2 ...) of held-out data"
-        )
-    only = cfg.replace(data_path=data, train_data_path=[], valid_data_path=[], test_data_path=[])
-    prefixes, weights = only.data.blend(None if data_path else recorded)
-    weights = weights or [1.0] * len(prefixes)
-    total = sum(weights)
-    return prefixes, [w / total for w in weights]
-
-
-def _allocate(n: int, weights: list[float]) -> list[int]:
-    exact = [n * w for w in weights]
-    counts = [math.floor(x) for x in exact]
-    order = sorted(range(len(weights)), key=lambda i: exact[i] - counts[i], reverse=True)
-    for i in order[: n - sum(counts)]:
-        counts[i] += 1
-    return counts
 
 
 @contextlib.contextmanager
@@ -320,8 +289,9 @@ def evaluate(
             validation split (a ``data_path`` + ``split`` run).
         config: a config.yaml that overrides the checkpoint's own config.
         eval_tokens: tokens to score on ``data_path`` or ``valid_data_path`` (default
-            :data:`DEFAULT_EVAL_TOKENS`); rounded down to whole windows (the count used is
-            returned). Refused on the run's split, which scores pretrain's samples.
+            :data:`~megatron_gamma.evaluation.windows.DEFAULT_EVAL_TOKENS`); rounded down to
+            whole windows (the count used is returned). Refused on the run's split, which
+            scores pretrain's samples.
         seq_length: window length in tokens (default the run's; at most
             max_position_embeddings). Refused on the run's split.
         micro_batch_size: windows (samples) per forward pass (default
@@ -343,8 +313,9 @@ def evaluate(
     Raises:
         CheckpointError, TokenizerNotFoundError: see :func:`checkpoint.resolve`.
         ConfigError: no data, a bad blend, a window longer than the model's positions, a
-            prefix with fewer tokens than its share (fix: lower --eval-tokens), or
-            ``data_cache_path`` off the run's split; on the run's split, see
+            prefix with fewer tokens than one window or than its share (fix: lower
+            --eval-tokens), or ``data_cache_path`` off the run's split
+            (:mod:`~megatron_gamma.evaluation.windows`); on the run's split, see
             :func:`check_run_split`.
     """
     run = checkpoint.resolve(ckpt, config)
@@ -352,42 +323,18 @@ def evaluate(
         samples = check_run_split(run.cfg, eval_tokens, seq_length, run.recorded)
         batch_size = micro_batch_size or run.cfg.training.micro_batch_size
         return _score_run_split(run, samples, batch_size, data_cache_path)
-    if data_cache_path is not None:
-        named = "--data-path" if data_path else "the run's valid_data_path"
-        raise ConfigError(
-            f"data_cache_path={data_cache_path!r}: acts only on the run's own validation split; "
-            f"windows of {named} are read straight from the dataset, with no index cache. Fix: "
-            "drop --data-cache-path"
-        )
-    eval_tokens = DEFAULT_EVAL_TOKENS if eval_tokens is None else eval_tokens
+    # the checks the command line ran before torch where its flags decide them (cli.py)
+    check_data_cache_path(data_cache_path, data_path)
     micro_batch_size = micro_batch_size or DEFAULT_MICRO_BATCH_SIZE
     m = run.cfg.model
     seq = m.seq_length if seq_length is None else seq_length
-    if not 1 <= seq <= m.max_position_embeddings:
-        raise ConfigError(
-            f"seq_length={seq}: must lie in [1, max_position_embeddings="
-            f"{m.max_position_embeddings}]. Fix: use a shorter --seq-length"
-        )
-    n = eval_tokens // seq
-    if n < 1:
-        raise ConfigError(
-            f"eval_tokens={eval_tokens}: fewer than one window of {seq} tokens. Fix: raise it"
-        )
+    n = window_count(eval_tokens, seq, m.max_position_embeddings)
     prefixes, weights = evaluation_blend(run.cfg, data_path, run.recorded)
-    counts = _allocate(n, weights)
-    windows = []
-    for prefix, count in zip(prefixes, counts, strict=True):
-        w = (
-            token_windows(prefix, count, seq)
-            if count
-            else torch.zeros(0, seq + 1, dtype=torch.long)
-        )
-        if w.size(0) < count:
-            raise ConfigError(
-                f"eval_tokens={eval_tokens}: {prefix} holds {w.size(0)} windows of {seq} tokens, "
-                f"its share needs {count}. Fix: lower --eval-tokens or add data"
-            )
-        windows.append(w)
+    counts = window_shares(eval_tokens, seq, prefixes, weights)
+    windows = [
+        token_windows(prefix, count, seq) if count else torch.zeros(0, seq + 1, dtype=torch.long)
+        for prefix, count in zip(prefixes, counts, strict=True)
+    ]
     sums = torch.zeros(len(windows), dtype=torch.float64)  # summed nll per prefix
     with _processes(run.cfg) as (rank, world):
         model, iteration = checkpoint.load_model(run)
