@@ -664,7 +664,7 @@ def _report(args: argparse.Namespace) -> None:
         rows = json.load(f)["verdicts"]
     print(f"verdicts (the numbers and rules: {written['report']}):")
     for row in (Verdict(**r) for r in rows):
-        print(f"- {row.claim} [{row.lr}]: {row.label()}")
+        print(row.console_line())
 
 
 def _add_cluster_flags(p: argparse.ArgumentParser) -> None:

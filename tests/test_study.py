@@ -195,7 +195,14 @@ def test_report_on_smoke_study(smoke_dir):
     verdicts = summary["verdicts"]
     assert len(verdicts) == 12
     listed = proc.stdout.split("verdicts (the numbers and rules: ", 1)[1].splitlines()[1:]
-    assert listed == [f"- {v['claim']} [{v['lr']}]: {v['verdict']}" for v in verdicts]
+    assert listed == [
+        f"- {v['claim']} [{v['lr']}]: {v['verdict']}" + (f": {v['reason']}" if v["reason"] else "")
+        for v in verdicts
+    ]
+    assert listed[1].endswith("[best LR]: inconclusive: not measured: this study has no LR grid, "
+                              "so each arm's own best LR is unknown and a difference at one "
+                              "shared LR may be the arms' different best LRs (add lr_grid to the "
+                              "study file)")  # fmt: skip
     for v in verdicts:
         assert v["verdict"] in (
             REPRODUCED,

@@ -2871,7 +2871,79 @@ def test_a_shared_lr_gap_that_is_one_arms_distance_from_its_best_lr_is_not_credi
     assert "(its best LR 0.008, 4× the shared 0.002)" in shared_row.numbers
     assert "gamma1 at s1 0 (its best LR is the shared LR)" in shared_row.numbers
     assert "at each arm's own best LR this claim is not reproduced" in shared_row.numbers
+    assert shared_row.reason.startswith("not decided: the shared LR is more than δ = 0.01 nats")
+    assert shared_row.console_line().endswith(f"inconclusive: {shared_row.reason}")
     agreed = verdicts(_penalty_study(best_gap=0.15), {}, None)
     assert agreed[1].verdict == REPRODUCED
     assert agreed[0].verdict == REPRODUCED and "baseline at s1 +0.14" in agreed[0].numbers
     assert agreed[0].scope.startswith("at one shared LR, not tuned per arm")
+
+
+# --- the console line: a row the study cannot test carries its reason -------------------------
+
+
+def _untestable_rows() -> list[Verdict]:
+    """A study of the baseline and γ = 1 alone at one size, four seeds, no LR or γ grid: claim
+    1 at the shared LR is decided; the best-LR rows, claims 3 and 6 cannot be tested."""
+    losses = {}
+    for k, e in ((1, 0.0), (2, 0.01), (3, -0.01), (4, 0.005)):
+        losses |= {("baseline", "s1", k): 5.0 + e, ("gamma1", "s1", k): 4.8 + e + 0.003 * k}
+    return verdicts(make_study(losses, {"s1": 256}), {}, None)
+
+
+def test_a_row_the_study_cannot_test_carries_its_reason_to_the_console():
+    """``report`` printed a bare "inconclusive" for a row the study cannot test while report.md
+    gave the reason; each such row now carries it, and it is the text of report.md's column
+    (``numbers``), not a second wording."""
+    rows = _untestable_rows()
+    by_claim = {(v.claim.split(" (")[0], v.lr): v for v in rows}
+    decided = by_claim[("γ = 1 beats γ = 0.5", "shared LR")]
+    assert decided.verdict == REPRODUCED and decided.reason == ""
+    assert decided.console_line() == f"- {decided.claim} [shared LR]: {decided.label()}"
+    best = by_claim[("γ = 1 beats γ = 0.5", "best LR")]
+    assert best.verdict == INCONCLUSIVE
+    assert best.console_line() == (
+        f"- {best.claim} [best LR]: inconclusive: not measured: this study has no LR grid, so "
+        "each arm's own best LR is unknown and a difference at one shared LR may be the arms' "
+        "different best LRs (add lr_grid to the study file)"
+    )
+    claim3 = next(v for v in rows if v.claim.startswith("removing both blockers"))
+    assert claim3.console_line().endswith(
+        "[shared LR]: inconclusive: needs the γ = 1 and γ = 1+ε+gate arms"
+    )
+    claim6 = next(v for v in rows if v.claim.startswith("loss is lower at γ = 1"))
+    assert claim6.console_line().endswith(": inconclusive: no γ grid in this study")
+    untestable = [v for v in rows if v.reason]
+    assert len(untestable) == len(rows) - 1  # claim 2 too: one size gives no trend
+    for v in untestable:
+        assert v.verdict not in (REPRODUCED, NOT_REPRODUCED), v
+        assert v.reason in v.numbers, v  # report.md's text
+        assert v.console_line() == f"- {v.claim} [{v.lr}]: {v.label()}: {v.reason}"
+    for v in rows:  # as the CLI reads report.json back
+        assert Verdict(**v.as_dict()).console_line() == v.console_line()
+
+
+def test_report_prints_the_reason_of_a_row_it_cannot_test(tmp_path, monkeypatch, capsys):
+    """The console of ``megatron-gamma report`` (its report.json read back), with the report's
+    analysis replaced by the rows above."""
+    import json
+
+    from megatron_gamma import cli
+    from megatron_gamma.study import report as report_module
+
+    rows = _untestable_rows()
+    (tmp_path / "study.json").write_text("{}")
+
+    def fake_report(study_dir, output=None, command=None, note=None):
+        path = tmp_path / "report" / "report.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({"verdicts": [v.as_dict() for v in rows]}))
+        return {"json": str(path), "report": str(tmp_path / "report.md")}
+
+    monkeypatch.setattr(report_module, "report", fake_report)
+    assert cli.main(["report", str(tmp_path)]) == 0
+    printed = capsys.readouterr().out.split("verdicts (the numbers and rules: ")[1]
+    lines = printed.splitlines()[1:]
+    assert lines == [v.console_line() for v in rows]
+    claim6 = next(v for v in rows if v.claim.startswith("loss is lower at γ = 1"))
+    assert f"- {claim6.claim} [shared LR]: inconclusive: no γ grid in this study" in lines

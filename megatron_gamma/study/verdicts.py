@@ -112,6 +112,12 @@ class Verdict:
         sizes: the model sizes (the study's size names) whose runs the row's numbers compare,
             e.g. only the largest for the mechanism claims; the not-learned check
             (:func:`_learned`) reads these only. Empty when the row compared none.
+        reason: why the study cannot test the row, where it cannot: an arm, grid or run it
+            lacks, runs unfinished or not learned, a mechanism that cannot act or did not
+            show (``not measurable ...``). The same text is part of ``numbers`` (report.md's
+            column), built from one string; the console prints it with the verdict
+            (:meth:`console_line`). Empty where the numbers decide the row, or leave it open
+            by their interval alone.
     """
 
     claim: str
@@ -121,10 +127,17 @@ class Verdict:
     lr: str = "shared LR"
     scope: str = ""
     sizes: tuple[str, ...] = ()
+    reason: str = ""
 
     def label(self) -> str:
         """The verdict with its scope: ``reproduced (the γ part only; …)``."""
         return f"{self.verdict} ({self.scope})" if self.scope else self.verdict
+
+    def console_line(self) -> str:
+        """The row as ``report`` prints it on the console: claim, LR, :meth:`label` and, where
+        the study cannot test the row, its :attr:`reason`."""
+        line = f"- {self.claim} [{self.lr}]: {self.label()}"
+        return f"{line}: {self.reason}" if self.reason else line
 
     def as_dict(self) -> dict:
         return {
@@ -135,6 +148,7 @@ class Verdict:
             "rule": self.rule,
             "lr": self.lr,
             "sizes": list(self.sizes),
+            "reason": self.reason,
         }
 
 
@@ -186,6 +200,16 @@ def combine(verdicts: list[str]) -> str:
     if verdicts and all(v == REPRODUCED for v in verdicts):
         return REPRODUCED
     return INCONCLUSIVE
+
+
+def _untested(claim: str, why: str, rule: str, lr: str = "shared LR") -> Verdict:
+    """An inconclusive row the study cannot test, whose numbers are its reason ``why``."""
+    return Verdict(claim, INCONCLUSIVE, why, rule, lr, reason=why)
+
+
+def _reasons(*parts: str) -> str:
+    """Reasons joined, the empty ones left out."""
+    return "; ".join(p for p in parts if p)
 
 
 def _scope(per_size: dict[str, Interval]) -> str:
@@ -329,10 +353,10 @@ def claim1(data: StudyData, get: Losses, lr: str) -> Verdict:
     )
     g1 = data.role("gamma1")
     if not g1:
-        return Verdict(claim, INCONCLUSIVE, "no γ = 1 arm with the baseline's ε and gate", rule, lr)
+        return _untested(claim, "no γ = 1 arm with the baseline's ε and gate", rule, lr)
     per_size = _paired(get, data, g1, data.baseline)
     if not per_size:
-        return Verdict(claim, INCONCLUSIVE, f"no finished seed of {g1} and the baseline", rule, lr)
+        return _untested(claim, f"no finished seed of {g1} and the baseline", rule, lr)
     total = across_sizes(per_size)
     across, why = decide(total, data.margin, -1)
     each = {s: decide(d, data.margin, -1)[0] for s, d in per_size.items()}
@@ -357,7 +381,7 @@ def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
     )
     g1 = data.role("gamma1")
     if not g1:
-        return Verdict(claim, INCONCLUSIVE, "no γ = 1 arm with the baseline's ε and gate", rule, lr)
+        return _untested(claim, "no γ = 1 arm with the baseline's ε and gate", rule, lr)
     groups = {}
     for s in data.sizes:
         a, b = get(g1, s), get(data.baseline, s)
@@ -375,11 +399,13 @@ def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
         cause = ""
     nums = f"advantage {adv or 'none paired'}; {rtext}"
     if len(groups) < 3:
+        why = (
+            f"the γ = 1 arm is paired at {len(groups)} size(s): a trend across sizes, with sizes "
+            "as units, needs >= 3 (df = sizes − 2)"
+        )
         return Verdict(
-            claim, INCONCLUSIVE, f"{nums}; the γ = 1 arm is paired at {len(groups)} size(s): a "
-            "trend across sizes, with sizes as units, needs >= 3 (df = sizes − 2)", rule, lr,
-            sizes=tuple(groups),
-        )  # fmt: skip
+            claim, INCONCLUSIVE, f"{nums}; {why}", rule, lr, sizes=tuple(groups), reason=why
+        )
     x = np.log([data.size_n[s] for s in groups])
     slope = trend_interval(x, list(groups.values()))
     span = float(x[-1] - x[0])
@@ -414,15 +440,15 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
     )
     g1, g3, c = data.role("gamma1"), data.role("gamma1+eps+gate"), data.role("gamma0.5+eps+gate")
     if not g1 or not g3:
-        return Verdict(claim, INCONCLUSIVE, "needs the γ = 1 and γ = 1+ε+gate arms", rule, lr)
+        return _untested(claim, "needs the γ = 1 and γ = 1+ε+gate arms", rule, lr)
     fix1 = _paired(get, data, g3, g1)
     if not c:
         nums = "fixes at γ = 1: " + _per_size_text(fix1) if fix1 else ""
-        return Verdict(
-            claim, INCONCLUSIVE, "the study has no γ = 0.5 + fixes arm; the gate's main effect "
-            "cannot be separated (the control is γ = 1+ε+gate's exact ε and gate at the "
-            f"baseline's γ). {nums}", rule, lr,
-        )  # fmt: skip
+        why = (
+            "the study has no γ = 0.5 + fixes arm; the gate's main effect cannot be separated "
+            "(the control is γ = 1+ε+gate's exact ε and gate at the baseline's γ)"
+        )
+        return Verdict(claim, INCONCLUSIVE, f"{why}. {nums}", rule, lr, reason=why)
     per_size, gain, parts = {}, {}, []
     for s in data.sizes:
         arms = [get(a, s) for a in (g3, g1, c, data.baseline)]
@@ -440,10 +466,8 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
             f"interaction {per_size[s].text()}, γ=1's gain with the fixes {gain[s].text()}"
         )
     if not per_size:
-        return Verdict(
-            claim, INCONCLUSIVE, "no seed has all four arms (γ ∈ {0.5, 1} × fixes) at one size",
-            rule, lr,
-        )  # fmt: skip
+        why = "no seed has all four arms (γ ∈ {0.5, 1} × fixes) at one size"
+        return _untested(claim, why, rule, lr)
     total, total_gain = across_sizes(per_size), across_sizes(gain)
     v1, why1 = decide(total, data.margin, -1)
     v2, why2 = decide(total_gain, data.margin, -1)
@@ -509,7 +533,7 @@ def claim4(data: StudyData) -> Verdict:
     )
     g1, g2 = data.role("gamma1"), data.role("gamma1+eps")
     if not g1:
-        return Verdict(claim, INCONCLUSIVE, "needs the γ = 1 and γ = 1+ε arms", rule)
+        return _untested(claim, "needs the γ = 1 and γ = 1+ε arms", rule)
     ratios, rtext = _ratio_text(data, g1)
 
     def measured(sizes: Optional[list[str]]) -> tuple[str, Optional[Interval], tuple[str, ...]]:
@@ -535,19 +559,22 @@ def claim4(data: StudyData) -> Verdict:
                 f"; measured although σ²_emb/ε > {EPS_ACTS_MAX:g} at initialization at every "
                 "size: the hidden states shrank during training"
             )
-        elif verdict == NOT_REPRODUCED:
-            verdict = NOT_MEASURABLE
-            why += f": ε cannot act at these sizes{EXPLAINS_NULL}"
-        return Verdict(claim, verdict, f"{text}: {why}; {rtext}", rule, sizes=at)
+        reason = ""
+        if verdict == NOT_REPRODUCED:
+            verdict, reason = NOT_MEASURABLE, f"ε cannot act at these sizes{EXPLAINS_NULL}"
+            why += f": {reason}"
+        return Verdict(claim, verdict, f"{text}: {why}; {rtext}", rule, sizes=at, reason=reason)
     if not g2:
-        return Verdict(claim, INCONCLUSIVE, f"needs the γ = 1+ε arm; {rtext}", rule)
+        why = "needs the γ = 1+ε arm"
+        return Verdict(claim, INCONCLUSIVE, f"{why}; {rtext}", rule, reason=why)
     acting = [s for s in data.sizes if ratios.get(s, 0.0) <= EPS_ACTS_MAX]
     text, d, at = measured(acting)
     if d is None:
-        return Verdict(
-            claim, INCONCLUSIVE, "no saturation diagnostics on a common seed at a size where ε "
-            f"can act ({', '.join(acting)}); {rtext}", rule,
-        )  # fmt: skip
+        why = (
+            "no saturation diagnostics on a common seed at a size where ε can act "
+            f"({', '.join(acting)})"
+        )
+        return Verdict(claim, INCONCLUSIVE, f"{why}; {rtext}", rule, reason=why)
     verdict, why = decide(d, SATURATION_MIN, +1)
     return Verdict(claim, verdict, f"{text}: {why}; {rtext}", rule, sizes=at)
 
@@ -562,26 +589,27 @@ def _saturation_bound(data: StudyData, g1: str, claim: str, rule: str, rtext: st
     more seeds, or the γ = 1+ε arm, could tell."""
     size = _largest_with(data, [g1], "norm_saturated")
     if size is None:
+        why = f"no saturation measured (no γ = 1+ε difference, no saturation diagnostics of {g1})"
         return Verdict(
-            claim, INCONCLUSIVE, f"no saturation measured (no γ = 1+ε difference, no "
-            f"saturation diagnostics of {g1}); {rtext}: ε cannot act at initialization, but the "
-            "hidden states may shrink in training", rule,
+            claim, INCONCLUSIVE, f"{why}; {rtext}: ε cannot act at initialization, but the "
+            "hidden states may shrink in training", rule, reason=why,
         )  # fmt: skip
     shares = {k: max(v.values()) for k, v in data.seed_series(g1, size, "norm_saturated").items()}
     each = ", ".join(f"seed {k} {v:.4f}" for k, v in shares.items())
     head = f"{size}: {g1}'s own max saturated share {each}, a bound on the difference ε makes"
-    null = f"; {rtext}: ε cannot act at these sizes{EXPLAINS_NULL}"
+    scale = f"ε cannot act at these sizes{EXPLAINS_NULL}"
+    null = f"; {rtext}: {scale}"
     values = list(shares.values())
     iv = t_interval(values)
     if len(values) >= 2 and all(v == 0 for v in values):
         return Verdict(
             claim, NOT_MEASURABLE, f"{head}: 0 in all {len(values)} seeds, within the margin "
-            f"{SATURATION_MIN:g}{null}", rule, sizes=(size,),
+            f"{SATURATION_MIN:g}{null}", rule, sizes=(size,), reason=scale,
         )  # fmt: skip
     if iv.has_interval and iv.high <= SATURATION_MIN:
         return Verdict(
             claim, NOT_MEASURABLE, f"{head}: {iv.text()}, at or below the margin "
-            f"{SATURATION_MIN:g}{null}", rule, sizes=(size,),
+            f"{SATURATION_MIN:g}{null}", rule, sizes=(size,), reason=scale,
         )  # fmt: skip
     if len(values) < 2:
         why = (
@@ -592,9 +620,10 @@ def _saturation_bound(data: StudyData, g1: str, claim: str, rule: str, rtext: st
         why = decide(iv, SATURATION_MIN, +1)[1]
     else:
         why = f"the interval reaches above the margin {SATURATION_MIN:g}"
+    lacks = "the study has no γ = 1+ε arm to tell whether ε does it"
     return Verdict(
-        claim, INCONCLUSIVE, f"{head}: {iv.text()}: {why}, and the study has no γ = 1+ε arm to "
-        f"tell whether ε does it; {rtext}", rule, sizes=(size,),
+        claim, INCONCLUSIVE, f"{head}: {iv.text()}: {why}, and {lacks}; {rtext}", rule,
+        sizes=(size,), reason=lacks,
     )  # fmt: skip
 
 
@@ -627,10 +656,10 @@ def claim5(data: StudyData) -> Verdict:
     g1, ungated, g3 = _sink_arms(data)
     arms = [a for a in dict.fromkeys((data.baseline, g1, ungated, g3)) if a]
     if len(arms) < 2:
-        return Verdict(claim, INCONCLUSIVE, "needs the γ = 1 or the γ = 1+ε+gate arm", rule)
+        return _untested(claim, "needs the γ = 1 or the γ = 1+ε+gate arm", rule)
     size = _largest_with(data, arms, "sink_share")
     if size is None:
-        return Verdict(claim, INCONCLUSIVE, "no sink diagnostics at a size with all arms", rule)
+        return _untested(claim, "no sink diagnostics at a size with all arms", rule)
     final, first, first_it = {}, {}, {}
     for a in arms:
         series = data.seed_series(a, size, "sink_share")
@@ -646,11 +675,13 @@ def claim5(data: StudyData) -> Verdict:
     nums = f"{_size_label(data, size)}: sink share {means} (uniform attention {uni:.4f})"
     formed = [a for a in arms if mean_final[a] - max(uni, mean_first[a]) > SINK_MIN]
     if not formed:
+        why = (
+            "no sink has formed: no arm's final share exceeds both uniform attention's and its "
+            f"own first logged share by more than {SINK_MIN:g} (the effects' margin)"
+        )
         return Verdict(
-            claim, NOT_MEASURED, f"{nums}; no sink has formed: no arm's final share exceeds "
-            f"both uniform attention's and its own first logged share by more than {SINK_MIN:g} "
-            "(the effects' margin); whether larger models or longer training would form one is "
-            "not separated by these runs", rule, sizes=(size,),
+            claim, NOT_MEASURED, f"{nums}; {why}; whether larger models or longer training "
+            "would form one is not separated by these runs", rule, sizes=(size,), reason=why,
         )  # fmt: skip
     parts, verdicts, unmeasured, unpaired, sinkless = [], [], [], [], []
     for arm, ref, direction, label, need in (
@@ -684,13 +715,14 @@ def claim5(data: StudyData) -> Verdict:
         verdicts.append((label, v))
     nums += f"; a sink has formed in {', '.join(formed)}; " + "; ".join(parts)
     if not verdicts and sinkless and not unpaired:
+        why = "no part has a sink in its own arms"
         return Verdict(
-            claim, NOT_MEASURED, f"{nums}; no part has a sink in its own arms: whether larger "
-            "models or longer training would form one there is not separated by these runs",
-            rule, sizes=(size,),
+            claim, NOT_MEASURED, f"{nums}; {why}: whether larger models or longer training "
+            "would form one there is not separated by these runs", rule, sizes=(size,),
+            reason=why,
         )  # fmt: skip
-    if not verdicts:
-        return Verdict(claim, INCONCLUSIVE, nums, rule, sizes=(size,))
+    if not verdicts:  # every part is "not measured" and why
+        return Verdict(claim, INCONCLUSIVE, nums, rule, sizes=(size,), reason="; ".join(parts))
     verdict = combine([v for _, v in verdicts])
     scope = ""
     if (unmeasured or sinkless) and verdict != INCONCLUSIVE:
@@ -742,7 +774,7 @@ def claim6(data: StudyData, grid: dict, lr: str) -> Verdict:
         "decide only if every size decides alike (then at each measured size), else inconclusive"
     )
     if not grid:
-        return Verdict(claim, INCONCLUSIVE, "no γ grid in this study", rule, lr)
+        return _untested(claim, "no γ grid in this study", rule, lr)
     values = sorted(data.manifest["gamma_grid"].get("values") or [])
     parts, calls, judged = [], {}, set()
     for size, g in grid.items():
@@ -916,14 +948,14 @@ def claim7(data: StudyData) -> Verdict:
     parts = [f"{a}: no matched γ = 0.5 control, not judged" for a, c in controls.items() if not c]
     if not pairs:
         why = f" ({'; '.join(parts)})" if parts else ""
-        return Verdict(
-            claim, INCONCLUSIVE, f"no γ = 1 arm with a matched γ = 0.5 control{why}", rule
-        )
+        return _untested(claim, f"no γ = 1 arm with a matched γ = 0.5 control{why}", rule)
     verdicts, judged, windowed = [], set(), False
+    untested, tested = [], False  # why a pair was not tested; whether one was
     for arm, ctrl in pairs:
         size = _largest_with(data, [arm, ctrl], "stable_rank")
         if size is None:
-            parts.append(f"{arm} vs {ctrl}: no size where both logged the stable rank")
+            untested.append(f"{arm} vs {ctrl}: no size where both logged the stable rank")
+            parts.append(untested[-1])
             verdicts.append(INCONCLUSIVE)
             continue
         roles = data.common_keys([arm, ctrl], size, "stable_rank")
@@ -931,15 +963,17 @@ def claim7(data: StudyData) -> Verdict:
         at = _size_label(data, size)
         seeds = sorted(k for k in set(a) & set(b) if len(a[k]) >= 3 and len(b[k]) >= 3)
         if not seeds:
-            parts.append(f"{arm} vs {ctrl} ({at}): no common seed with >= 3 stable-rank points")
+            untested.append(f"{arm} vs {ctrl} ({at}): no common seed with >= 3 stable-rank points")
+            parts.append(untested[-1])
             verdicts.append(INCONCLUSIVE)
             continue
         first = max(min(x[k]) for x in (a, b) for k in seeds)
         if first != 0:
-            parts.append(
+            untested.append(
                 f"{arm} vs {ctrl} ({at}): a first stable rank is logged at iteration "
                 f"{first}, not at initialization, so an early collapse is unobserved"
             )
+            parts.append(untested[-1])
             verdicts.append(INCONCLUSIVE)
             continue
         judged.add(size)
@@ -982,6 +1016,7 @@ def claim7(data: StudyData) -> Verdict:
                 f"initial value {_end_span(ends, b, sorted(slow))} (< {DIP_MIN:g})"
             )
         if unmeasured:
+            untested.append("; ".join(unmeasured))
             parts.append(
                 f"{arm} vs {ctrl} ({at}): Δdip to the last point {dip.text(3)}; "
                 + "; ".join(unmeasured)
@@ -990,6 +1025,7 @@ def claim7(data: StudyData) -> Verdict:
             )
             verdicts.append(NOT_MEASURED)
             continue
+        tested = True
         rise = t_interval([x[1] for x in da])
         v1, why1 = decide(dip, DIP_MIN, +1)
         v2, why2 = decide(rise, DIP_MIN, +1)
@@ -1013,7 +1049,8 @@ def claim7(data: StudyData) -> Verdict:
     scope = ""
     if windowed and verdict in (REPRODUCED, NOT_REPRODUCED):
         scope = "Δdip over the runs' window; a control still falling slowly at its end"
-    return Verdict(claim, verdict, "; ".join(parts), rule, scope=scope, sizes=at)
+    reason = "" if tested else "; ".join(untested)
+    return Verdict(claim, verdict, "; ".join(parts), rule, scope=scope, sizes=at, reason=reason)
 
 
 def _profile(
@@ -1162,7 +1199,7 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
     )
     if not cmp or cmp.get("error"):
         why = cmp["error"] if cmp else concentration_missing(data)
-        return Verdict(claim, INCONCLUSIVE, f"compare: {why}", rule)
+        return _untested(claim, f"compare: {why}", rule)
     seeds, at = cmp["seeds"], (cmp["size"],)
     head = f"{cmp['arm']} vs {data.baseline} at {cmp['size']}"
     bar, what = learned_bar(data) or (None, "")
@@ -1173,20 +1210,19 @@ def claim8(data: StudyData, cmp: Optional[dict]) -> Verdict:
         if bar is not None and not run[side]["mean_loss"] < bar
     ]
     if flat:
-        return Verdict(
-            claim, NOT_MEASURED, f"{head}: not learned: the compared checkpoints' mean loss "
-            f"over the scored tokens is not below {what}: {', '.join(flat)}", rule, sizes=at,
-        )  # fmt: skip
+        why = (
+            "not learned: the compared checkpoints' mean loss over the scored tokens is not "
+            f"below {what}: {', '.join(flat)}"
+        )
+        return Verdict(claim, NOT_MEASURED, f"{head}: {why}", rule, sizes=at, reason=why)
     if len(seeds) < 2:
-        return Verdict(
-            claim, INCONCLUSIVE, f"{head}: {len(seeds)} seed ({sorted(seeds)}); the profile "
-            "needs >= 2 seeds", rule, sizes=at,
-        )  # fmt: skip
+        why = f"{len(seeds)} seed ({sorted(seeds)}); the profile needs >= 2 seeds"
+        return Verdict(claim, INCONCLUSIVE, f"{head}: {why}", rule, sizes=at, reason=why)
     docs = cmp.get("documents")
     try:
         r = delta_sym_concentration(seeds, docs)
     except ValueError as e:
-        return Verdict(claim, INCONCLUSIVE, f"{head}: {e}", rule, sizes=at)
+        return Verdict(claim, INCONCLUSIVE, f"{head}: {e}", rule, sizes=at, reason=str(e))
     per = ", ".join(f"seed {k} {v:+.4f}" for k, v in r["per_seed"].items())
     null = ", ".join(f"{v:+.4f}" for v in r["null"].values())
     v1, why1 = decide(r["interval"], CONCENTRATION_MIN, +1)
@@ -1294,16 +1330,20 @@ def _learned(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdic
     if not flat:
         return row
     decided = row.verdict in (REPRODUCED, NOT_REPRODUCED, NOT_MEASURABLE)
-    note = (
-        f"{NOT_MEASURED + ': ' if decided else ''}not learned, mean final "
-        f"validation loss >= {what}: {', '.join(flat)}"
-    )
-    numbers = row.numbers
+    why = f"not learned, mean final validation loss >= {what}: {', '.join(flat)}"
+    numbers, reason = row.numbers, row.reason
     if row.verdict == NOT_MEASURABLE:
-        numbers = numbers.replace(EXPLAINS_NULL, "")
-        note += " (so the null may be the training length, not the scale)"
+        numbers, reason = numbers.replace(EXPLAINS_NULL, ""), reason.replace(EXPLAINS_NULL, "")
+        why += " (so the null may be the training length, not the scale)"
+    note = f"{NOT_MEASURED + ': ' if decided else ''}{why}"
     verdict = NOT_MEASURED if decided else row.verdict
-    return replace(row, verdict=verdict, numbers=f"{numbers}; {note}", scope="")
+    return replace(
+        row,
+        verdict=verdict,
+        numbers=f"{numbers}; {note}",
+        scope="",
+        reason=_reasons(reason, why),
+    )
 
 
 def _independent(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
@@ -1324,15 +1364,21 @@ def _independent(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Ve
     if not same:
         return row
     verdict = INCONCLUSIVE if row.verdict in (REPRODUCED, NOT_REPRODUCED) else row.verdict
-    numbers = (
-        f"{row.numbers}; not independent replicates: {'; '.join(same)} start from the same "
+    why = (
+        f"not independent replicates: {'; '.join(same)} start from the same "
         "weights (equal weight-matrix diagnostics at iteration 0), so the seed did not change "
         "the initialization and each such group is one replicate. Fix: check that each run's "
         "--seed reaches its model (sweep sets it per seed) and that no run loads its weights "
         "from a checkpoint (a --pretrained-checkpoint in the study's config starts every run "
         "from the same weights, whatever γ); a rerun of a seed is not a new seed"
     )
-    return replace(row, verdict=verdict, numbers=numbers, scope=_kept_scope(row, verdict))
+    return replace(
+        row,
+        verdict=verdict,
+        numbers=f"{row.numbers}; {why}",
+        scope=_kept_scope(row, verdict),
+        reason=_reasons(row.reason, why),
+    )
 
 
 def _kept_scope(row: Verdict, verdict: str) -> str:
@@ -1350,8 +1396,14 @@ def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verd
     if not edges:
         return row
     verdict = INCONCLUSIVE if row.verdict in (REPRODUCED, NOT_REPRODUCED) else row.verdict
-    numbers = f"{row.numbers}; the best LR is not bracketed: {'; '.join(edges)}"
-    return replace(row, verdict=verdict, numbers=numbers, scope=_kept_scope(row, verdict))
+    why = f"the best LR is not bracketed: {'; '.join(edges)}"
+    return replace(
+        row,
+        verdict=verdict,
+        numbers=f"{row.numbers}; {why}",
+        scope=_kept_scope(row, verdict),
+        reason=_reasons(row.reason, why),
+    )
 
 
 def _gap_noise(
@@ -1444,11 +1496,17 @@ def _complete(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdi
         fix.append(
             "a diverged run is a result (that arm diverged at that LR), not a loss to average"
         )
-    numbers = (
-        f"{row.numbers}; not decided while planned runs of the compared arms are "
-        f"{' and '.join(parts)}: {'; '.join(fix)}"
+    why = (
+        f"not decided while planned runs of the compared arms are {' and '.join(parts)}: "
+        f"{'; '.join(fix)}"
     )
-    return replace(row, verdict=verdict, numbers=numbers, scope=_kept_scope(row, verdict))
+    return replace(
+        row,
+        verdict=verdict,
+        numbers=f"{row.numbers}; {why}",
+        scope=_kept_scope(row, verdict),
+        reason=_reasons(row.reason, why),
+    )
 
 
 def _lr_penalties(
@@ -1505,13 +1563,19 @@ def _lr_dependent(
     )
     if not off or best.verdict == shared.verdict:
         return replace(shared, numbers=numbers)
-    numbers += (
-        f"; not decided: the shared LR is more than δ = {data.margin:g} nats off the own best LR "
+    why = (
+        f"not decided: the shared LR is more than δ = {data.margin:g} nats off the own best LR "
         f"of {len(off)} compared arm-size{'s' if len(off) > 1 else ''}, and at each arm's own "
         f"best LR this claim is {best.verdict}, so the difference at the shared LR may be the "
         "learning rate's, not the claim's factor's"
     )
-    return replace(shared, verdict=INCONCLUSIVE, numbers=numbers, scope="")
+    return replace(
+        shared,
+        verdict=INCONCLUSIVE,
+        numbers=f"{numbers}; {why}",
+        scope="",
+        reason=_reasons(shared.reason, why),
+    )
 
 
 def _unmeasured_best_lr(row: Verdict) -> Verdict:
@@ -1521,7 +1585,7 @@ def _unmeasured_best_lr(row: Verdict) -> Verdict:
         "difference at one shared LR may be the arms' different best LRs (add lr_grid to the "
         "study file)"
     )
-    return Verdict(row.claim, INCONCLUSIVE, why, row.rule, "best LR")
+    return _untested(row.claim, why, row.rule, "best LR")
 
 
 def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> list[Verdict]:
