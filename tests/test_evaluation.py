@@ -126,9 +126,9 @@ def test_export_from_tp2_pp2_checkpoint(tp2pp2_run, tmp_path):
 def test_evaluate_on_two_ranks_equals_one_rank(tp2pp2_run, demo_prefix, tmp_path):
     one = evaluate(tp2pp2_run, [demo_prefix], eval_tokens=6 * 64)
     args = ["evaluate", tp2pp2_run, "--data-path", demo_prefix, "--eval-tokens", str(6 * 64)]
-    proc = run_cli([*args, "--output-dir", str(tmp_path)], nproc=2)
+    proc = run_cli([*args, "--output-dir", str(tmp_path / "eval")], nproc=2)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    two = json.loads((tmp_path / "eval_loss.json").read_text())
+    two = json.loads((tmp_path / "eval" / "eval_loss.json").read_text())
     assert two["tokens"] == one["tokens"] == 6 * 64
     assert two["loss"] == pytest.approx(one["loss"], abs=1e-9)
 

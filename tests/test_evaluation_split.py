@@ -88,10 +88,10 @@ def test_evaluate_equals_the_validation_loss_pretrain_logged(split_run, demo_pre
 @pytest.mark.slow
 def test_cli_prints_and_writes_what_it_scored(split_run, tmp_path):
     proc = run_cli(
-        ["evaluate", split_run, "--micro-batch-size", "3", "--output-dir", str(tmp_path)]
+        ["evaluate", split_run, "--micro-batch-size", "3", "--output-dir", str(tmp_path / "eval")]
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads((tmp_path / "eval_loss.json").read_text())
+    out = json.loads((tmp_path / "eval" / "eval_loss.json").read_text())
     # another forward batch size (3 does not divide a micro-batch of 4), the same loss
     assert out["loss"] == pytest.approx(read_metrics(split_run)["valid"][3], abs=TOL)
     assert f"(iteration 3): loss {out['loss']:.6f}" in proc.stdout
@@ -103,9 +103,9 @@ def test_two_processes_score_the_split_as_one(split_run, tmp_path):
     """Under torchrun every process builds the split in its own scratch directory (not one
     that only rank 0 wrote) and the per-sample sums are all-reduced: the loss of one process."""
     one = evaluate(_ckpt(split_run, 2))
-    proc = run_cli(["evaluate", _ckpt(split_run, 2), "--output-dir", str(tmp_path)], nproc=2)
+    proc = run_cli(["evaluate", _ckpt(split_run, 2), "--output-dir", str(tmp_path / "eval")], nproc=2)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    two = json.loads((tmp_path / "eval_loss.json").read_text())
+    two = json.loads((tmp_path / "eval" / "eval_loss.json").read_text())
     assert two["processes"] == 2 and two["tokens"] == one["tokens"]
     assert two["loss"] == pytest.approx(one["loss"], abs=1e-12)
 

@@ -455,7 +455,7 @@ def test_evaluate_takes_its_ranks_from_slurm(bare, demo_prefix, tmp_path):
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), SLURM_NTASKS="2")
     env.update(OMP_NUM_THREADS="1", TORCHDYNAMO_DISABLE="1")
     args = ["evaluate", save, "--data-path", demo_prefix, "--eval-tokens", str(6 * 64)]
-    cmd = [sys.executable, "-m", "megatron_gamma.cli", *args, "--output-dir", str(tmp_path)]
+    cmd = [sys.executable, "-m", "megatron_gamma.cli", *args, "--output-dir", str(tmp_path / "eval")]
     procs = [
         subprocess.Popen(
             cmd,
@@ -469,7 +469,7 @@ def test_evaluate_takes_its_ranks_from_slurm(bare, demo_prefix, tmp_path):
     for p in procs:
         _, err = p.communicate(timeout=600)
         assert p.returncode == 0, err[-4000:]
-    two = json.loads((tmp_path / "eval_loss.json").read_text())
+    two = json.loads((tmp_path / "eval" / "eval_loss.json").read_text())
     assert two["processes"] == 2 and one["processes"] == 1
     assert two["tokens"] == one["tokens"] == 6 * 64
     assert two["loss"] == pytest.approx(one["loss"], abs=1e-9)
@@ -494,9 +494,9 @@ def test_moe_run_trained_with_tp2_evaluates_on_two_ranks(demo_prefix, tmp_path):
     assert load_config(str(run / "config.yaml")).parallel.expert_tensor_parallel_size == 2
     one = _evaluate_one_process(str(run), demo_prefix)
     args = ["evaluate", str(run), "--data-path", demo_prefix, "--eval-tokens", str(6 * 64)]
-    proc = run_cli([*args, "--output-dir", str(tmp_path)], nproc=2)
+    proc = run_cli([*args, "--output-dir", str(tmp_path / "eval")], nproc=2)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    two = json.loads((tmp_path / "eval_loss.json").read_text())
+    two = json.loads((tmp_path / "eval" / "eval_loss.json").read_text())
     assert two["processes"] == 2
     assert two["loss"] == pytest.approx(one["loss"], abs=1e-9)
 
@@ -609,7 +609,7 @@ def test_a_checkpoint_read_prints_no_library_deprecation(bare, demo_prefix, tmp_
     run, save = bare
     args = ["evaluate", save, "--config", os.path.join(run, "config.yaml")]
     args += ["--data-path", demo_prefix, "--eval-tokens", str(6 * 64)]
-    proc = run_cli([*args, "--output-dir", str(tmp_path)])
+    proc = run_cli([*args, "--output-dir", str(tmp_path / "eval")])
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "Warning" not in proc.stderr, proc.stderr[-4000:]
 
