@@ -1372,18 +1372,19 @@ def _independent(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Ve
         "from a checkpoint (a --pretrained-checkpoint in the study's config starts every run "
         "from the same weights, whatever γ); a rerun of a seed is not a new seed"
     )
+    return _with_reason(row, verdict, why)
+
+
+def _with_reason(row: Verdict, verdict: str, why: str) -> Verdict:
+    """``row`` made ``verdict``, ``why`` added to its numbers and to its reasons; its scope kept
+    while the verdict stays what it was, none once it changed."""
     return replace(
         row,
         verdict=verdict,
         numbers=f"{row.numbers}; {why}",
-        scope=_kept_scope(row, verdict),
+        scope=row.scope if verdict == row.verdict else "",
         reason=_reasons(row.reason, why),
     )
-
-
-def _kept_scope(row: Verdict, verdict: str) -> str:
-    """``row``'s scope while its verdict stays decided as ``verdict``; none once it is not."""
-    return row.scope if verdict == row.verdict else ""
 
 
 def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
@@ -1397,13 +1398,7 @@ def _bracketed(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verd
         return row
     verdict = INCONCLUSIVE if row.verdict in (REPRODUCED, NOT_REPRODUCED) else row.verdict
     why = f"the best LR is not bracketed: {'; '.join(edges)}"
-    return replace(
-        row,
-        verdict=verdict,
-        numbers=f"{row.numbers}; {why}",
-        scope=_kept_scope(row, verdict),
-        reason=_reasons(row.reason, why),
-    )
+    return _with_reason(row, verdict, why)
 
 
 def _gap_noise(
@@ -1500,13 +1495,7 @@ def _complete(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdi
         f"not decided while planned runs of the compared arms are {' and '.join(parts)}: "
         f"{'; '.join(fix)}"
     )
-    return replace(
-        row,
-        verdict=verdict,
-        numbers=f"{row.numbers}; {why}",
-        scope=_kept_scope(row, verdict),
-        reason=_reasons(row.reason, why),
-    )
+    return _with_reason(row, verdict, why)
 
 
 def _lr_penalties(
