@@ -103,7 +103,9 @@ def test_two_processes_score_the_split_as_one(split_run, tmp_path):
     """Under torchrun every process builds the split in its own scratch directory (not one
     that only rank 0 wrote) and the per-sample sums are all-reduced: the loss of one process."""
     one = evaluate(_ckpt(split_run, 2))
-    proc = run_cli(["evaluate", _ckpt(split_run, 2), "--output-dir", str(tmp_path / "eval")], nproc=2)
+    proc = run_cli(
+        ["evaluate", _ckpt(split_run, 2), "--output-dir", str(tmp_path / "eval")], nproc=2
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     two = json.loads((tmp_path / "eval" / "eval_loss.json").read_text())
     assert two["processes"] == 2 and two["tokens"] == one["tokens"]

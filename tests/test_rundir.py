@@ -455,7 +455,14 @@ def test_evaluate_takes_its_ranks_from_slurm(bare, demo_prefix, tmp_path):
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), SLURM_NTASKS="2")
     env.update(OMP_NUM_THREADS="1", TORCHDYNAMO_DISABLE="1")
     args = ["evaluate", save, "--data-path", demo_prefix, "--eval-tokens", str(6 * 64)]
-    cmd = [sys.executable, "-m", "megatron_gamma.cli", *args, "--output-dir", str(tmp_path / "eval")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "megatron_gamma.cli",
+        *args,
+        "--output-dir",
+        str(tmp_path / "eval"),
+    ]
     procs = [
         subprocess.Popen(
             cmd,
