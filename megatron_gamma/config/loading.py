@@ -78,12 +78,7 @@ class Config:
         Raises:
             ConfigError: an unknown field, or a combination that fails validation.
         """
-        index = field_index()
-        changes: dict = {}
-        for key, value in fields.items():
-            if key not in index:
-                _unknown(key, list(index), "")
-            changes.setdefault(index[key][0], {})[key] = value
+        changes = sectioned(fields)
         base = self.to_dict()
         drop_alternatives(base, changes)
         return config_from_dict(merge(base, changes))
