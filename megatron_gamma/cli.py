@@ -40,6 +40,7 @@ def _pretrain(args: argparse.Namespace) -> None:
     from megatron_gamma.config import (
         check_load_origin,
         check_moe_training,
+        check_run_dir_outputs,
         load_config,
         overrides_from_args,
         validate_layout,
@@ -49,6 +50,7 @@ def _pretrain(args: argparse.Namespace) -> None:
     overrides = overrides_from_args(args)
     cfg = load_config(args.config, overrides)  # a config error before torch and megatron-core
     check_load_origin(cfg, args.config, overrides)  # a reused config.yaml's load, likewise
+    check_run_dir_outputs(cfg, args.config, overrides)  # and its paths under a new --run-dir
     check_moe_training(cfg)
     validate_layout(cfg, read_dist_env().world_size)  # so is a layout the world cannot hold
     if cfg.training.deterministic_mode:

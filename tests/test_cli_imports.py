@@ -125,6 +125,32 @@ def test_a_reused_config_yaml_with_another_runs_load_is_refused_before_torch(tmp
     assert f"error: data_path={missing!r}: {missing}.bin does not exist" in err
 
 
+def test_a_reused_config_yaml_under_only_a_new_run_dir_is_refused_before_torch(tmp_path):
+    """``pretrain --config RUN1/config.yaml --run-dir NEW`` (no --save) kept RUN1's save and
+    load (equal, so the load check passed) and resumed and saved into RUN1's checkpoints. It is
+    refused before torch and megatron-core; ``submit --dry-run`` refuses it too, and writes no
+    script."""
+    from megatron_gamma.config import load_config, save_config
+
+    run1, new = tmp_path / "run1", str(tmp_path / "new")
+    run1.mkdir()
+    ckpt, config = str(run1 / "checkpoints"), str(run1 / "config.yaml")
+    save_config(
+        load_config(DEMO_CONFIG, {"run_dir": str(run1), "save": ckpt, "load": ckpt}), config
+    )
+    doc, _, err = _probe(["pretrain", "--config", config, "--run-dir", new])
+    assert doc == {"rc": 2, "imported": []}
+    assert err.startswith(
+        f"megatron-gamma pretrain: error: save={ckpt!r}, load={ckpt!r}: from the YAML file "
+        f"{config!r}, inside its run_dir={str(run1)!r}, while this run's --run-dir is {new!r}"
+    )
+    assert f"Fix: pass --save {new}/checkpoints --load {new}/checkpoints for a run" in err
+    submit = ["submit", "--config", config, "--run-dir", new, "--nodes", "1", "--dry-run"]
+    doc, _, err = _probe([*submit, "--gpus-per-node", "1"])
+    assert doc["rc"] == 2 and f"save={ckpt!r}, load={ckpt!r}: from the YAML file" in err
+    assert not os.path.exists(new)
+
+
 def test_evaluate_and_analyze_refuse_bad_arguments_before_torch_and_megatron_core(tmp_path):
     """A mistyped checkpoint, run directory, config, data prefix or output directory, or a bad
     row count, was refused only after megatron-core's import (5 s and more); a bad --device needs

@@ -555,7 +555,7 @@ def test_a_load_that_is_the_runs_own_save_or_a_flag_still_resumes(tmp_path):
     elsewhere = {"run_dir": str(tmp_path / "e4"), "save": str(tmp_path / "e4" / "ck")}
     for overrides in (
         {},
-        {"run_dir": str(tmp_path / "e4")},  # a resume of run1 that logs elsewhere
+        {"run_dir": str(tmp_path / "e4")},  # refused by check_run_dir_outputs instead
         {"save": ckpt + "/"},
         {**elsewhere, "load": ckpt},
         {**elsewhere, "finetune": True},
@@ -567,6 +567,60 @@ def test_a_load_that_is_the_runs_own_save_or_a_flag_still_resumes(tmp_path):
     assert check_load_origin(load_config(str(hand)), str(hand), {}) is None
     fresh = _write(tmp_path / "fresh.yaml", "checkpoint:\n  save: ck/y\n")
     assert check_load_origin(load_config(str(fresh), elsewhere), str(fresh), elsewhere) is None
+
+
+def test_a_reused_config_yaml_under_a_new_run_dir_keeps_none_of_its_runs_directories(tmp_path):
+    """``pretrain --config RUN1/config.yaml --run-dir NEW`` (no --save) passed the load check
+    (the file's load is its own save) and resumed and saved into RUN1's checkpoints, outside
+    NEW's lock. Every output path the file puts inside its own run_dir is refused, each named
+    with the flag that moves it under NEW and the flag that keeps it on purpose."""
+    from megatron_gamma.config import check_run_dir_outputs
+
+    run1, new = tmp_path / "run1", str(tmp_path / "new")
+    ckpt, tb = str(run1 / "checkpoints"), str(run1 / "tb")
+    path = _run_config(tmp_path, save=ckpt, load=ckpt, tensorboard_dir=tb)
+    overrides = {"run_dir": new}
+    with pytest.raises(ConfigError) as e:
+        check_run_dir_outputs(load_config(path, overrides), path, overrides)
+    moved = f"{new}/checkpoints"
+    assert str(e.value) == (
+        f"save={ckpt!r}, load={ckpt!r}, tensorboard_dir={tb!r}: from the YAML file {path!r}, "
+        f"inside its run_dir={str(run1)!r}, while this run's --run-dir is {new!r}: this run "
+        "would write into (and resume from) that run's directories. Fix: pass --save "
+        f"{moved} --load {moved} --tensorboard-dir {new}/tb for a run of its own, or --save "
+        f"{ckpt} --load {ckpt} --tensorboard-dir {tb} to use that run's on purpose"
+    )
+    assert e.value.keys == ("save", "load", "tensorboard_dir")
+    given = {"run_dir": new, "save": ckpt, "load": ckpt}
+    with pytest.raises(ConfigError) as e:
+        check_run_dir_outputs(load_config(path, given), path, given)
+    assert e.value.keys == ("tensorboard_dir",)
+
+
+def test_paths_outside_the_files_run_dir_or_given_as_flags_are_kept(tmp_path):
+    """What stays: the file's own run_dir (however spelled, or not given), each output path
+    given on the command line, output paths outside the file's run_dir (a shared checkpoint
+    store), and a file that names no run_dir."""
+    from megatron_gamma.config import check_run_dir_outputs
+
+    run1 = tmp_path / "run1"
+    ckpt = str(run1 / "checkpoints")
+    path = _run_config(tmp_path, save=ckpt, load=ckpt)
+    for overrides in (
+        {},
+        {"run_dir": str(run1) + "/./"},
+        {"run_dir": str(tmp_path / "new"), "save": ckpt, "load": ckpt},
+        {"run_dir": str(tmp_path / "new"), "save": str(tmp_path / "new" / "ck"), "load": None},
+    ):
+        cfg = load_config(path, overrides)
+        assert check_run_dir_outputs(cfg, path, overrides) is None, overrides
+    store = str(tmp_path / "store" / "ck")
+    shared = str(_write(tmp_path / "shared.yaml", f"logging:\n  run_dir: {run1}\ncheckpoint:\n"
+                        f"  save: {store}\n  load: {store}\n"))  # fmt: skip
+    elsewhere = {"run_dir": str(tmp_path / "new")}
+    assert check_run_dir_outputs(load_config(shared, elsewhere), shared, elsewhere) is None
+    bare = str(_write(tmp_path / "bare.yaml", f"checkpoint:\n  save: {ckpt}\n"))
+    assert check_run_dir_outputs(load_config(bare, elsewhere), bare, elsewhere) is None
 
 
 def _write(path, text: str):

@@ -401,6 +401,7 @@ def test_saved_configs_hold_environment_names_not_values(config, stubs, tmp_path
     assert frozen["cluster"]["env"] == {"HF_TOKEN": REDACTED, "NCCL_IB_TIMEOUT": REDACTED}
     capsys.readouterr()
     again = [*base, "--config", str(slurm / "config.yaml"), "--run-dir", str(tmp_path / "again")]
+    again += ["--save", str(tmp_path / "again" / "ck"), "--load", str(tmp_path / "again" / "ck")]
     assert main(again) == 2
     err = capsys.readouterr().err
     assert f"cluster.env: HF_TOKEN={REDACTED}: the config was saved by megatron-gamma" in err

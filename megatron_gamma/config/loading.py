@@ -398,6 +398,72 @@ def check_load_origin(cfg: Config, path: Optional[str | list[str]], overrides: d
     )
 
 
+def check_run_dir_outputs(cfg: Config, path: Optional[str | list[str]], overrides: dict) -> None:
+    """Refuse a new ``--run-dir`` whose ``--config`` file keeps its own run's output paths.
+
+    A run's ``config.yaml`` names that run's ``run_dir`` and the directories it wrote and
+    resumed (``save``, ``load`` = ``save``, ...), most of them inside that ``run_dir``. Reused
+    as ``--config`` with only a new ``--run-dir``, it would resume the old run's checkpoints and
+    save into its directory (outside this run's ``run_dir`` lock, so beside a still-running
+    first run), while the new ``run_dir``'s config.yaml and curves describe another run.
+    Refused, before torch is imported, when ``run_dir`` is given on the command line and differs
+    from the last ``--config`` file's, and one of these values from the files lies inside
+    the file's ``run_dir``: ``save``, ``load``, ``tensorboard_dir``, ``wandb_save_dir``,
+    ``data_cache_path``. Giving such a field on the command line (even the same value: to
+    continue that run's checkpoints on purpose) keeps it.
+
+    Args:
+        cfg: the run config :func:`load_config` built from ``path`` and ``overrides``.
+        path: the ``--config`` file(s), as given to :func:`load_config`.
+        overrides: the command-line values, keyed by field name.
+
+    Raises:
+        ConfigError: naming each such field, its value, the file's ``run_dir`` and the flags
+            that put it under this run's ``run_dir``.
+    """
+    if "run_dir" not in overrides:
+        return
+    files = [path] if isinstance(path, str) else path or []
+    named = [(f, d) for f in files if (d := (read_yaml(f).get("logging") or {}).get("run_dir"))]
+    if not named:
+        return
+    source, run_dir = named[-1]
+    old, new = os.path.realpath(run_dir), os.path.realpath(cfg.logging.run_dir)
+    if old == new:
+        return
+    ck, log = cfg.checkpoint, cfg.logging
+    values = {
+        "save": ck.save,
+        "load": ck.load,
+        "tensorboard_dir": log.tensorboard_dir,
+        "wandb_save_dir": log.wandb_save_dir,
+        "data_cache_path": cfg.data.data_cache_path,
+    }
+    inside = {
+        key: value
+        for key, value in values.items()
+        if key not in overrides
+        and isinstance(value, str)
+        and os.path.commonpath([old, os.path.realpath(value)]) == old
+    }
+    if not inside:
+        return
+    listed = ", ".join(f"{key}={value!r}" for key, value in inside.items())
+    fix = " ".join(
+        f"--{key.replace('_', '-')} "
+        f"{os.path.join(cfg.logging.run_dir, os.path.relpath(os.path.realpath(v), old))}"
+        for key, v in inside.items()
+    )
+    keep = " ".join(f"--{key.replace('_', '-')} {v}" for key, v in inside.items())
+    raise ConfigError(
+        f"{listed}: from the YAML file {source!r}, inside its run_dir={run_dir!r}, while this "
+        f"run's --run-dir is {cfg.logging.run_dir!r}: this run would write into (and resume "
+        f"from) that run's directories. Fix: pass {fix} for a run of its own, or {keep} to "
+        "use that run's on purpose",
+        tuple(inside),
+    )
+
+
 REDACTED = "<redacted>"
 """Written in place of every ``cluster.env`` value (which may be a secret: ``HF_TOKEN``,
 ``WANDB_API_KEY``) in a saved config, the W&B run config, an export and a log; names are kept."""

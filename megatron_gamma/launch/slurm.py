@@ -39,6 +39,7 @@ from megatron_gamma.config import (
     REDACTED,
     Config,
     ConfigError,
+    check_run_dir_outputs,
     load_config,
     parse_env,
     save_config,
@@ -713,8 +714,9 @@ def submit_pretrain(
         The script, its path, and (unless ``dry_run``) the job id and log path.
 
     Raises:
-        ConfigError: a missing or invalid config, or (unless ``dry_run`` or with a container
-            image) dataset files that do not exist on this host.
+        ConfigError: a missing or invalid config, a reused run config's output paths under a
+            new ``--run-dir`` (:func:`~megatron_gamma.config.check_run_dir_outputs`), or (unless
+            ``dry_run`` or with a container image) dataset files that do not exist on this host.
         SubmitError: no node count, the job does not fit the config's layout, ``checkpoint.load``
             differs from ``checkpoint.save`` (except with ``--finetune``: see
             :func:`_finetune_as_pretrained_checkpoint`), (unless ``dry_run`` or with a container
@@ -722,6 +724,7 @@ def submit_pretrain(
             missing or rejects the script.
     """
     cfg = load_config(config_path, overrides)
+    check_run_dir_outputs(cfg, config_path, overrides)
     job = job.with_cluster_defaults(cfg.cluster)
     check_layout(cfg, job)
     run_dir = os.path.abspath(cfg.logging.run_dir)
