@@ -342,6 +342,7 @@ def test_missing_dataset_names_it(runs, tmp_path):
                 str(tmp_path / "out"))  # fmt: skip
     assert proc.returncode == 2
     assert "task='hellaswag': its dataset 'Rowan/hellaswag' could not be loaded" in proc.stderr
+    assert "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1" in proc.stderr
     assert not os.path.exists(tmp_path / "out")
 
 

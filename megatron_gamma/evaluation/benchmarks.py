@@ -86,7 +86,9 @@ def _task_dict(tasks: list[str], task_manager) -> dict:
             raise DatasetUnavailableError(
                 f"task={task!r}: its dataset {dataset!r} could not be loaded "
                 f"({type(e).__name__}: {str(e)[:300]}). Fix: run once with network access so "
-                "the Hugging Face cache holds it (HF_HOME), or copy it locally and pass "
+                "the Hugging Face cache holds it (HF_HOME; on a node without network, export "
+                "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 so that cache is read at once instead of "
+                "retrying the Hub for about a minute), or copy it locally and pass "
                 "--include-path DIR with a task YAML using `dataset_path: json` and "
                 "`dataset_kwargs: {data_files: {test: /path/to/file.jsonl}}`"
             ) from e
