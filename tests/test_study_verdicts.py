@@ -2821,8 +2821,9 @@ def test_report_markdown_lists_the_gamma_grid_at_both_lrs(tmp_path):
     }
 
 
-def _penalty_study(best_gap: float):
-    """Arms baseline and gamma1 at one size, every seed (1-4) at the shared LR 2e-3, where
+def _penalty_study(best_gap: float, shared_lr: float | None = 2e-3):
+    """Arms baseline and gamma1 at one size, every seed (1-4) at the shared LR 2e-3 (the
+    manifest's ``shared_lr``: None as in a study whose sizes have their own LR), where
     gamma1 is 0.3 nats below the baseline (0.299-0.301 by seed); gamma1's own best LR is the
     shared LR, the baseline's is 8e-3 (its grid on seed 1, the shared LR a grid point), where
     its confirm runs (seeds 2-4) lie ``best_gap`` + 0.004·(seed − 3)² above gamma1's shared-LR
@@ -2842,7 +2843,8 @@ def _penalty_study(best_gap: float):
     for seed in (2, 3, 4):  # the baseline's confirm runs at its own best LR
         spread = 0.004 * (seed - 3) ** 2  # the gap varies between seeds
         losses[("baseline", "s1", 5000 + seed)] = losses[("gamma1", "s1", seed)] + best_gap + spread
-    data = make_study(losses, {"s1": 256}, manifest={"shared_lr": 2e-3, "lr_select_seed": 1}, lr=lr)
+    manifest = {"shared_lr": shared_lr, "lr_select_seed": 1}
+    data = make_study(losses, {"s1": 256}, manifest=manifest, lr=lr)
     for r in data.runs:  # the confirm runs carry the seeds they confirm
         if r["seed"] > 5000:
             r["seed"], r["lr"], r["lr_phase"], r["grid"] = r["seed"] - 5000, 8e-3, "confirm", False
@@ -2877,6 +2879,66 @@ def test_a_shared_lr_gap_that_is_one_arms_distance_from_its_best_lr_is_not_credi
     assert agreed[1].verdict == REPRODUCED
     assert agreed[0].verdict == REPRODUCED and "baseline at s1 +0.14" in agreed[0].numbers
     assert agreed[0].scope.startswith("at one shared LR, not tuned per arm")
+
+
+def test_the_lr_penalty_rule_holds_where_each_size_has_its_own_shared_lr():
+    """Trial 10, finding 1: the penalty rule read the study-wide ``shared_lr``, which a study
+    whose sizes have their own LR (examples/studies/paper-gpu.yaml) records as None, so it
+    skipped every arm and the shared-LR row stood "reproduced" in 100 of 100 simulated studies
+    with no γ effect at the arms' own best LRs. Each arm-size's shared LR now comes from its own
+    shared-LR runs: the same rows as with the study-wide value."""
+    for best_gap in (0.0, 0.15):
+        with_value = verdicts(_penalty_study(best_gap), {}, None)[:2]
+        per_size = verdicts(_penalty_study(best_gap, shared_lr=None), {}, None)[:2]
+        assert per_size == with_value
+    assert per_size[0].verdict == REPRODUCED and "baseline at s1 +0.14" in per_size[0].numbers
+    undecided = verdicts(_penalty_study(0.0, shared_lr=None), {}, None)[0]
+    assert undecided.verdict == INCONCLUSIVE and "(its best LR 0.008, 4× the shared 0.002)" in (
+        undecided.numbers
+    )
+
+
+def test_an_lr_penalty_that_cannot_be_measured_leaves_a_disagreeing_row_undecided():
+    """Where an arm-size's distance from its own best LR cannot be measured (here: no seed ran
+    both its shared and its best LR), it may exceed δ: a shared-LR row the best-LR row does not
+    confirm is not decided, and the penalty is listed as not measured."""
+    data = _penalty_study(best_gap=0.0)
+    data.runs = [r for r in data.runs if r["lr_phase"] != "confirm"]
+    data.finished = [r for r in data.finished if r["lr_phase"] != "confirm"]
+    shared = verdicts(data, {}, None)[0]
+    assert shared.verdict == INCONCLUSIVE
+    assert "baseline at s1 not measured (no seed ran both LRs)" in shared.numbers
+
+
+def test_mechanism_rows_read_at_a_shared_lr_far_from_an_arms_best_are_not_decided(monkeypatch):
+    """Trial 10, finding 2: claims 4, 5, 7 and 8 read only the shared-LR runs, and the LR check
+    never reached them: a control that dipped as much as the γ = 1 arm at its own best LR, and
+    less only at the shared LR, gave claim 7 "reproduced". A decided mechanism row of an
+    LR-grid study now lists the compared arms' LR penalties and is inconclusive where one
+    exceeds δ; where every compared arm ran at its own best LR it stands."""
+    from megatron_gamma.study import verdicts as engine
+
+    def decided(data):
+        return Verdict("condensation", REPRODUCED, "Δdip +0.38", "rule", sizes=("s1",))
+
+    monkeypatch.setattr(engine, "claim7", decided)
+    data = _penalty_study(best_gap=0.0)
+    monkeypatch.setattr(engine, "_condensation_arms", lambda d: {"gamma1": "baseline"})
+    row = next(v for v in verdicts(data, {}, None) if v.claim == "condensation")
+    pen = [5.02 - 4.7235, 5.03 - 4.7305, 5.04 - 4.7455]
+    lo, hi = _t_interval(pen)
+    assert row.verdict == INCONCLUSIVE and row.scope == ""
+    assert f"baseline at s1 +{np.mean(pen):.4f} [{lo:+.4f}, {hi:+.4f}] (df 2" in row.numbers
+    assert "gamma1 at s1 0 (its best LR is the shared LR)" in row.numbers
+    assert row.reason.startswith(
+        "not decided: the shared LR is more than δ = 0.01 nats off (or not measured against) "
+        "the own best LR of 1 compared arm-size, and these diagnostics, which depend on the LR"
+    )
+    at_best = engine._lr_confounded(data, decided(data), ["gamma1"])
+    assert at_best.verdict == REPRODUCED
+    assert at_best.numbers.endswith(
+        "paired by seed): gamma1 at s1 0 (its best LR is the shared LR)"
+    )
 
 
 # --- the console line: a row the study cannot test carries its reason -------------------------

@@ -362,6 +362,13 @@ class StudyData:
         lrs = ", ".join(f"{x:g}" for x in grid)
         return f"{arm} at {size}: best LR {best:g} is the {side} of [{lrs}]"
 
+    def shared_lr_of(self, arm: str, size: str) -> Optional[float]:
+        """The LR of ``arm``'s finished shared-LR runs at ``size``: the study's shared LR, or the
+        size's own where its sizes have their own (the manifest's ``shared_lr`` is then None);
+        None without such a run, or where its runs disagree."""
+        lrs = {float(r["lr"]) for r in self._runs(arm, size, "shared") if r.get("lr") is not None}
+        return lrs.pop() if len(lrs) == 1 else None
+
     def _confirm_runs(self, arm: str, size: str) -> list[dict]:
         """The finished runs of ``arm`` at ``size`` at its best LR on the seeds other than the
         selection seed: its confirm runs, or its shared-LR runs where the shared LR won the
@@ -370,9 +377,9 @@ class StudyData:
         best = self.best_lr(arm, size)
         if best is None:
             return []
-        shared = [r for r in self._runs(arm, size, "shared") if r.get("lr") is not None]
-        if shared and np.isclose(float(shared[0]["lr"]), best):
-            return [r for r in shared if r["seed"] != self.select_seed]
+        shared = self.shared_lr_of(arm, size)
+        if shared is not None and np.isclose(shared, best):
+            return [r for r in self._runs(arm, size, "shared") if r["seed"] != self.select_seed]
         return [r for r in self._runs(arm, size, "confirm") if np.isclose(float(r["lr"]), best)]
 
     def confirm_losses(self, arm: str, size: str) -> dict[int, float]:

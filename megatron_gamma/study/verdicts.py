@@ -1411,8 +1411,8 @@ def _gap_noise(
     own sd where a seed's runs at two LRs agree); (0.0, "") with one seed."""
     grid = data.lr_grid(arm, size)
     at_best = {**data.confirm_losses(arm, size), data.select_seed: grid[best]}
-    shared = data.manifest.get("shared_lr")
-    if shared is not None and np.isclose(runner, float(shared)):
+    shared = data.shared_lr_of(arm, size)
+    if shared is not None and np.isclose(runner, shared):
         at_runner = {**data.losses(arm, size), data.select_seed: grid[runner]}
         seeds = sorted(set(at_best) & set(at_runner))
         gaps = [at_runner[k] - at_best[k] for k in seeds]
@@ -1501,29 +1501,35 @@ def _complete(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdi
 def _lr_penalties(
     data: StudyData, row: Verdict, arms: list[Optional[str]]
 ) -> tuple[list[str], list[str]]:
-    """Each of ``arms``' LR penalty at each size ``row`` compares: its loss at the shared LR
-    minus its loss at its own best LR, paired by seed over the seeds that ran both (the
-    confirm seeds); 0 exactly where its best LR is the shared LR. Returns the texts of all,
-    and those of the arms whose mean penalty exceeds δ (the shared LR is measurably off their
-    own best)."""
-    shared = data.manifest.get("shared_lr")
+    """Each of ``arms``' LR penalty at each size ``row`` compares: its loss at its shared LR
+    (:meth:`~.analysis.StudyData.shared_lr_of`: the study's, or the size's own) minus its loss at
+    its own best LR, paired by seed over the seeds that ran both (the confirm seeds); 0 exactly
+    where its best LR is the shared LR. Returns the texts of all, and those of the arm-sizes
+    whose mean penalty exceeds δ (the shared LR is measurably off their own best) or cannot be
+    measured (no grid, no shared-LR run, or no seed that ran both), which may exceed it."""
     every, off = [], []
     for arm in dict.fromkeys(a for a in arms if a):
         for size in row.sizes:
-            best = data.best_lr(arm, size)
-            if best is None or shared is None:
-                continue
-            if np.isclose(best, float(shared)):
+            best, shared = data.best_lr(arm, size), data.shared_lr_of(arm, size)
+            if best is not None and shared is not None and np.isclose(best, shared):
                 every.append(f"{arm} at {size} 0 (its best LR is the shared LR)")
                 continue
             at_shared, at_best = data.losses(arm, size), data.confirm_losses(arm, size)
             seeds = sorted(set(at_shared) & set(at_best))
-            if not seeds:
+            if best is None or shared is None or not seeds:
+                missing = (
+                    "no LR grid run" if best is None
+                    else "no shared-LR run" if shared is None
+                    else "no seed ran both LRs"
+                )  # fmt: skip
+                text = f"{arm} at {size} not measured ({missing})"
+                every.append(text)
+                off.append(text)
                 continue
             pen = paired_difference([at_shared[k] for k in seeds], [at_best[k] for k in seeds])
             text = (
                 f"{arm} at {size} {pen.text()} (its best LR {best:g}, "
-                f"{best / float(shared):g}× the shared {float(shared):g})"
+                f"{best / shared:g}× the shared {shared:g})"
             )
             every.append(text)
             if pen.mean > data.margin:
@@ -1531,40 +1537,79 @@ def _lr_penalties(
     return every, off
 
 
+def _with_penalties(
+    data: StudyData, row: Verdict, arms: list[Optional[str]]
+) -> tuple[Verdict, list[str]]:
+    """``row`` with each compared arm's LR penalty (:func:`_lr_penalties`) added to its
+    numbers where it is decided in a study with an LR grid, and the penalties over δ or not
+    measured; ``(row, [])`` otherwise."""
+    if not data.has_lr_grid or row.verdict not in (REPRODUCED, NOT_REPRODUCED):
+        return row, []
+    every, off = _lr_penalties(data, row, arms)
+    if not every:
+        return row, []
+    numbers = (
+        f"{row.numbers}; LR penalties (loss at the shared LR − loss at the arm's own best LR, "
+        f"paired by seed): {'; '.join(every)}"
+    )
+    return replace(row, numbers=numbers), off
+
+
+def _off_best(data: StudyData, off: list[str]) -> str:
+    return (
+        f"the shared LR is more than δ = {data.margin:g} nats off (or not measured against) the "
+        f"own best LR of {len(off)} compared arm-size{'s' if len(off) > 1 else ''}"
+    )
+
+
+def _undecided(row: Verdict, why: str) -> Verdict:
+    return replace(
+        row,
+        verdict=INCONCLUSIVE,
+        numbers=f"{row.numbers}; {why}",
+        scope="",
+        reason=_reasons(row.reason, why),
+    )
+
+
 def _lr_dependent(
     data: StudyData, shared: Verdict, best: Verdict, arms: list[Optional[str]]
 ) -> Verdict:
     """``shared`` (a claim read at the shared LR), with each compared arm's LR penalty
-    (:func:`_lr_penalties`) added to its numbers, and made inconclusive where it is decided,
-    the shared LR lies more than δ from some compared arm's own best LR, and ``best`` (the
-    same claim at each arm's own best LR, judged) does not reach the same verdict: the
-    difference at the shared LR may then be the arms' distances from their own best LRs, an
-    effect of the learning rate, credited to the claim's factor (docs/reproduction.md: at d64
-    γ = 0.5's penalty was 96 % of claim 1's shared-LR gap)."""
-    if not data.has_lr_grid or shared.verdict not in (REPRODUCED, NOT_REPRODUCED):
-        return shared
-    every, off = _lr_penalties(data, shared, arms)
-    if not every:
-        return shared
-    numbers = (
-        f"{shared.numbers}; LR penalties (loss at the shared LR − loss at the arm's own best LR, "
-        f"paired by seed): {'; '.join(every)}"
-    )
+    (:func:`_with_penalties`) added to its numbers, and made inconclusive where it is decided,
+    the shared LR lies more than δ from some compared arm's own best LR (or that distance is
+    not measured), and ``best`` (the same claim at each arm's own best LR, judged) does not
+    reach the same verdict: the difference at the shared LR may then be the arms' distances
+    from their own best LRs, an effect of the learning rate, credited to the claim's factor
+    (docs/reproduction.md: at d64 γ = 0.5's penalty was 96 % of claim 1's shared-LR gap)."""
+    shared, off = _with_penalties(data, shared, arms)
     if not off or best.verdict == shared.verdict:
-        return replace(shared, numbers=numbers)
+        return shared
     why = (
-        f"not decided: the shared LR is more than δ = {data.margin:g} nats off the own best LR "
-        f"of {len(off)} compared arm-size{'s' if len(off) > 1 else ''}, and at each arm's own "
-        f"best LR this claim is {best.verdict}, so the difference at the shared LR may be the "
-        "learning rate's, not the claim's factor's"
+        f"not decided: {_off_best(data, off)}, and at each arm's own best LR this claim is "
+        f"{best.verdict}, so the difference at the shared LR may be the learning rate's, not "
+        "the claim's factor's"
     )
-    return replace(
-        shared,
-        verdict=INCONCLUSIVE,
-        numbers=f"{numbers}; {why}",
-        scope="",
-        reason=_reasons(shared.reason, why),
+    return _undecided(shared, why)
+
+
+def _lr_confounded(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
+    """``row`` (a mechanism claim: 4, 5, 7 or 8, read at the shared LR only), with the compared
+    arms' LR penalties (:func:`_with_penalties`) added, made inconclusive where it is decided
+    and some compared arm ran more than δ from its own best LR (or that distance is not
+    measured): saturation, sink share, stable rank and Δsym depend on the LR, and no reading at
+    each arm's own best LR exists to separate the LR's effect from the claim's factor's (trial
+    10: a control that dipped as much as the γ = 1 arm at its own best LR, and less only at the
+    shared LR, gave claim 7 "reproduced")."""
+    row, off = _with_penalties(data, row, arms)
+    if not off:
+        return row
+    why = (
+        f"not decided: {_off_best(data, off)}, and these diagnostics, which depend on the LR, "
+        "were read at the shared LR only, so the difference may be the learning rate's, not "
+        "the claim's factor's"
     )
+    return _undecided(row, why)
 
 
 def _unmeasured_best_lr(row: Verdict) -> Verdict:
@@ -1581,7 +1626,9 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
     """The rows in the paper's order; claims 1–3 and 6 at the shared LR and again at each
     arm's own best LR (chosen on the selection seed, compared on the other seeds; a decisive
     verdict there needs every compared arm's best LR inside its grid; without an LR grid that
-    row is inconclusive, not measured).
+    row is inconclusive, not measured); claims 4, 5, 7 and 8 at the shared LR only, undecided
+    in an LR-grid study where a compared arm ran more than δ from its own best LR
+    (:func:`_lr_confounded`).
 
     Args:
         data: the study.
@@ -1610,8 +1657,12 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
         else:
             shared = judged(shared, arms)
             rows += [shared, _unmeasured_best_lr(shared)]
-    rows.append(judged(claim4(data), [data.role("gamma1"), data.role("gamma1+eps")]))
-    rows.append(judged(claim5(data), [data.baseline, *_sink_arms(data)]))
+
+    def mechanism(row: Verdict, arms: list[Optional[str]]) -> Verdict:
+        return judged(_lr_confounded(data, row, arms), arms)
+
+    rows.append(mechanism(claim4(data), [data.role("gamma1"), data.role("gamma1+eps")]))
+    rows.append(mechanism(claim5(data), [data.baseline, *_sink_arms(data)]))
     grid_arms = _neighbour_arms(data)
     shared = claim6(data, grids.get("shared LR", {}), "shared LR")
     if data.has_lr_grid:
@@ -1622,6 +1673,6 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
         shared = judged(shared, grid_arms)
         rows += [shared, _unmeasured_best_lr(shared)]
     rank_arms = [x for pair in _condensation_arms(data).items() for x in pair]
-    rows.append(judged(claim7(data), rank_arms))
-    rows.append(judged(claim8(data, cmp), [concentration_arm(data), data.baseline]))
+    rows.append(mechanism(claim7(data), rank_arms))
+    rows.append(mechanism(claim8(data, cmp), [concentration_arm(data), data.baseline]))
     return rows
