@@ -945,6 +945,23 @@ def test_report_on_a_missing_directory_says_it_does_not_exist(tmp_path, capsys):
     assert f"study_dir={str(tmp_path)!r}: no study.json. Fix:" in capsys.readouterr().err
 
 
+def test_report_on_a_reports_own_output_says_it_keeps_no_runs(capsys):
+    """Trial 10: ``report docs/reproduction`` (the committed study's report output) said only
+    "no study.json ... run sweep first"; it now says the folder holds a report's tables and no
+    runs, and where the committed rows' re-judging is described."""
+    from megatron_gamma.cli import main
+
+    committed = os.path.join(ROOT, "docs", "reproduction")
+    assert main(["report", committed]) == 2
+    assert capsys.readouterr().err == (
+        f"megatron-gamma report: error: study_dir={committed!r}: no study.json; it holds a "
+        "report's tables (runs.csv, losses.csv), not a study: report judges the runs of a "
+        "sweep's --output-dir, and a report's output keeps no runs (docs/reproduction.md says "
+        "how the committed study's rows were re-judged). Fix: pass the --output-dir DIR of a "
+        "`megatron-gamma sweep STUDY.yaml --output-dir DIR` run\n"
+    )
+
+
 def test_study_runs_train_on_through_a_nan(tmp_path):
     """A sweep records a diverged run as a result (an LR that diverged ranks last, a diverged
     seed keeps a row undecided), so every run it plans trains on through a NaN loss instead of

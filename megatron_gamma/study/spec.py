@@ -117,13 +117,18 @@ MANIFEST = "study.json"
 """The file ``sweep`` writes into its ``--output-dir`` and ``report`` reads."""
 
 
+REPORT_TABLES = ("runs.csv", "losses.csv")
+"""Two of the files ``report`` writes beside its report.md, with no study.json: a folder holding
+both is a report's output, not a study."""
+
+
 def manifest_path(study_dir: str) -> str:
     """``study_dir``'s :data:`MANIFEST`, checked to exist (the first check of ``report``, before
     its imports).
 
     Raises:
         ConfigError: ``study_dir`` does not exist, is not a directory, or holds no study.json,
-            naming it and the fix.
+            naming it and the fix (and saying so where it holds a report's tables instead).
     """
     path = os.path.join(study_dir, MANIFEST)
     if not os.path.isdir(study_dir):
@@ -133,6 +138,15 @@ def manifest_path(study_dir: str) -> str:
             "sweep STUDY.yaml --output-dir DIR` run"
         )
     if not os.path.isfile(path):
+        tables = [f for f in REPORT_TABLES if os.path.isfile(os.path.join(study_dir, f))]
+        if len(tables) == len(REPORT_TABLES):
+            raise ConfigError(
+                f"study_dir={study_dir!r}: no {MANIFEST}; it holds a report's tables "
+                f"({', '.join(tables)}), not a study: report judges the runs of a sweep's "
+                "--output-dir, and a report's output keeps no runs (docs/reproduction.md says "
+                "how the committed study's rows were re-judged). Fix: pass the --output-dir DIR "
+                "of a `megatron-gamma sweep STUDY.yaml --output-dir DIR` run"
+            )
         raise ConfigError(
             f"study_dir={study_dir!r}: no {MANIFEST}. Fix: run `megatron-gamma sweep "
             "STUDY.yaml --output-dir DIR` first, and pass that DIR"
