@@ -64,11 +64,15 @@ def _pretrain(args: argparse.Namespace) -> None:
             print(f"megatron-gamma pretrain: warning: {NO_SAVE}", file=sys.stderr, flush=True)
     if not cfg.data.mock_data:
         cfg.data.blend()  # and a dataset prefix without its .bin/.idx, before the imports
-    if not cfg.checkpoint.overwrite:
-        from megatron_gamma.rundir.paths import check_takeover
+    from megatron_gamma.data.tokenizer_types import tokenizer_vocab_size
+    from megatron_gamma.rundir.paths import check_save_dir, check_takeover
 
+    tokenizer_vocab_size(cfg.data)  # and a missing tokenizer
+    ck = cfg.checkpoint
+    check_save_dir(ck.save, ck.load, ck.overwrite)  # and another run's checkpoints in --save
+    if not ck.overwrite:
         # and another run's directory; claim_run_dir checks again under the run-directory lock
-        check_takeover(cfg.logging.run_dir, cfg.checkpoint.load)
+        check_takeover(cfg.logging.run_dir, ck.load)
     try:
         from megatron_gamma.training.loop import pretrain
 

@@ -151,6 +151,28 @@ def test_a_reused_config_yaml_under_only_a_new_run_dir_is_refused_before_torch(t
     assert not os.path.exists(new)
 
 
+def test_a_missing_tokenizer_and_another_runs_save_are_refused_before_torch(tmp_path):
+    """Trials 9 and 10: a missing --tokenizer-model and a --save holding another run's
+    checkpoints (no --load) were refused only after torch and megatron-core loaded (11-19 s on a
+    busy host). Both are now refused before them, with the same messages."""
+    gone = str(tmp_path / "no-tokenizer")
+    base = ["pretrain", "--mock-data", "--train-iters", "2", "--run-dir", str(tmp_path / "r")]
+    doc, _, err = _probe([*base, "--tokenizer-model", gone])
+    assert doc == {"rc": 2, "imported": []}
+    assert f"tokenizer_model={gone!r}" in err and "Fix: " in err
+    save = tmp_path / "other" / "ckpt"
+    (save / "iter_0000005").mkdir(parents=True)
+    doc, _, err = _probe([*base, "--save", str(save)])
+    assert doc == {"rc": 2, "imported": []}
+    assert err == (
+        f"megatron-gamma pretrain: error: save={str(save)!r}: holds checkpoints of another run "
+        f"(newest iter_0000005) and this run does not load them (no --load). Fix: add --load "
+        f"{save} to resume from them, --overwrite to delete them and start afresh, or give "
+        "another --save\n"
+    )
+    assert not os.path.exists(tmp_path / "r")
+
+
 def test_evaluate_and_analyze_refuse_bad_arguments_before_torch_and_megatron_core(tmp_path):
     """A mistyped checkpoint, run directory, config, data prefix or output directory, or a bad
     row count, was refused only after megatron-core's import (5 s and more); a bad --device needs

@@ -69,6 +69,26 @@ def saved_iterations(root: str) -> list[int]:
     return sorted(int(m.group(1)) for d in os.listdir(root) if (m := _SAVED_DIR.match(d)))
 
 
+def check_save_dir(save: str | None, load: str | None, overwrite: bool) -> None:
+    """Refuse, before torch is imported (``pretrain``'s early checks) and again before anything is
+    built, a run without ``load`` whose ``save`` directory
+    already holds checkpoints: its saves would mix with that other run's and its retention
+    would delete them.
+
+    Raises:
+        ConfigError: naming the directory, its newest checkpoint and the flags that resolve it.
+    """
+    if not save or load or overwrite:
+        return
+    found = saved_iterations(save)
+    if found:
+        raise ConfigError(
+            f"save={save!r}: holds checkpoints of another run (newest iter_{found[-1]:07d}) and "
+            f"this run does not load them (no --load). Fix: add --load {save} to resume from "
+            "them, --overwrite to delete them and start afresh, or give another --save"
+        )
+
+
 def missing_checkpoint(ckpt: str, name: str = "checkpoint") -> Optional[str]:
     """The error for a checkpoint path ``ckpt`` that does not exist: the accepted forms, and the
     checkpoints its parent directory holds (a mistyped iteration); None where ``ckpt`` exists.

@@ -68,7 +68,6 @@ from megatron_gamma.rundir.layout import (
     latest_iteration,
     read_common,
     read_state,
-    saved_iterations,
 )
 from megatron_gamma.rundir.loader import load_model_weights
 from megatron_gamma.rundir.paths import check_takeover
@@ -84,25 +83,6 @@ class TrainState:
 
     iteration: int = 0
     consumed_samples: int = 0
-
-
-def check_save_dir(save: str | None, load: str | None, overwrite: bool) -> None:
-    """Refuse, before anything is built, a run without ``load`` whose ``save`` directory
-    already holds checkpoints: its saves would mix with that other run's and its retention
-    would delete them.
-
-    Raises:
-        ConfigError: naming the directory, its newest checkpoint and the flags that resolve it.
-    """
-    if not save or load or overwrite:
-        return
-    found = saved_iterations(save)
-    if found:
-        raise ConfigError(
-            f"save={save!r}: holds checkpoints of another run (newest iter_{found[-1]:07d}) and "
-            f"this run does not load them (no --load). Fix: add --load {save} to resume from "
-            "them, --overwrite to delete them and start afresh, or give another --save"
-        )
 
 
 def check_load_dir(load: str | None) -> None:

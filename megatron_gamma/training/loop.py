@@ -66,13 +66,12 @@ from megatron_gamma.rundir.layout import (
     set_aside_earlier_run,
 )
 from megatron_gamma.rundir.loader import check_tokenizer
-from megatron_gamma.rundir.paths import check_output_dir
+from megatron_gamma.rundir.paths import check_output_dir, check_save_dir
 from megatron_gamma.training.callback import Callback, StepOutput
 from megatron_gamma.training.checkpointing import (
     TrainState,
     check_load_dir,
     check_loadable,
-    check_save_dir,
     claim_run_dir,
     claim_save_dir,
     latest_iteration,
@@ -201,7 +200,7 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             made or written into (:func:`~megatron_gamma.rundir.paths.check_output_dir`); a
             ``--save`` directory
             holding another run's checkpoints without ``--load`` or ``--overwrite``
-            (:func:`~.checkpointing.check_save_dir`); a
+            (:func:`~megatron_gamma.rundir.paths.check_save_dir`); a
             resume with other initialization settings than the checkpoint's run
             (:func:`~megatron_gamma.rundir.layout.check_resume_init`).
     """
