@@ -623,6 +623,32 @@ def test_paths_outside_the_files_run_dir_or_given_as_flags_are_kept(tmp_path):
     assert check_run_dir_outputs(load_config(bare, elsewhere), bare, elsewhere) is None
 
 
+def test_an_unknown_key_names_its_file_and_a_directory_names_its_config_yaml(tmp_path):
+    """Trial 10: with two --config files an unknown key's error did not say which file held it
+    (a type error did); and --config RUN_DIR said "file not found" of a directory holding the
+    run's config.yaml."""
+    base = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "configs")
+    bad = str(_write(tmp_path / "bad.yaml", "model:\n  hiden_size: 64\n"))
+    with pytest.raises(ConfigError) as e:
+        load_config([os.path.join(base, "demo.yaml"), bad])
+    assert str(e.value) == (
+        "model.hiden_size: unknown key. Fix: remove it or correct it; did you mean "
+        f"'hidden_size'? (hiden_size from model.hiden_size of the YAML file {bad!r})"
+    )
+    run = tmp_path / "run"
+    run.mkdir()
+    with pytest.raises(ConfigError) as e:
+        load_config(str(run))
+    assert str(e.value) == f"config={str(run)!r}: is a directory. Fix: pass a YAML file to --config"
+    _write(run / "config.yaml", "")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(run))
+    assert str(e.value) == (
+        f"config={str(run)!r}: is a directory. Fix: pass {run / 'config.yaml'}, the run's "
+        "resolved config"
+    )
+
+
 def _write(path, text: str):
     path.write_text(text, encoding="utf-8")
     return path

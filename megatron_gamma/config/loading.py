@@ -109,6 +109,10 @@ def merge(base: dict, changes: dict) -> dict:
     return out
 
 
+CONFIG = "config.yaml"
+"""The resolved config a run writes into its run directory (:func:`save_config`)."""
+
+
 def section_types() -> dict[str, type]:
     hints = typing.get_type_hints(Config)
     return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
@@ -124,10 +128,10 @@ def field_index() -> dict[str, tuple[str, dataclasses.Field, Any]]:
     return index
 
 
-def _unknown(key: str, known: list[str], where: str) -> None:
+def _unknown(key: str, known: list[str], where: str, keys: tuple[str, ...] = ()) -> None:
     close = difflib.get_close_matches(key, known, n=1)
     hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(known))}"
-    raise ConfigError(f"{where}{key}: unknown key. Fix: remove it or correct it; {hint}")
+    raise ConfigError(f"{where}{key}: unknown key. Fix: remove it or correct it; {hint}", keys)
 
 
 _EXAMPLES = {int: "an integer, e.g. 64", float: "a number, e.g. 3.0e-4", bool: "true or false"}
@@ -185,7 +189,7 @@ def config_from_dict(raw: dict) -> Config:
         names = [f.name for f in dataclasses.fields(cls)]
         for key in values or {}:
             if key not in names:
-                _unknown(key, names, f"{section}.")
+                _unknown(key, names, f"{section}.", (key,))  # load_config names its file
         hints = typing.get_type_hints(cls)
         values = {k: typed_value(f"{section}.", k, v, hints[k]) for k, v in (values or {}).items()}
         try:
@@ -250,6 +254,12 @@ def read_yaml(path: str) -> dict:
         ConfigError: a missing file, bad YAML, a key given twice in one mapping (its line), a
             study file (:func:`~megatron_gamma.config.file_kinds.keys_of_the_other_kind`), or a
             top-level entry that is not a section (a setting named with its section)."""
+    if os.path.isdir(path):
+        inside = os.path.join(path, CONFIG)
+        fix = f"pass {inside}, the run's resolved config" if os.path.isfile(inside) else (
+            "pass a YAML file to --config"
+        )  # fmt: skip
+        fail("config", path, "is a directory", fix)
     if not os.path.isfile(path):
         fail("config", path, "file not found", "pass an existing YAML file to --config")
     with open(path, encoding="utf-8") as f:

@@ -22,8 +22,8 @@ import yaml
 
 from megatron_gamma.atomic import atomic_dir, creation_refused, missing_dirs, move
 from megatron_gamma.config import ConfigError
+from megatron_gamma.config.loading import CONFIG
 
-CONFIG = "config.yaml"
 METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
 INIT_AUDIT = "init_audit.json"
