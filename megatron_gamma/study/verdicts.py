@@ -931,7 +931,10 @@ def _condensation_arms(data: StudyData) -> dict[str, Optional[str]]:
 
 
 def claim7(data: StudyData) -> Verdict:
-    """Condensation then expansion, against each arm's matched control."""
+    """Condensation then expansion, against each arm's matched control: each seed's dip and
+    recovery by :func:`~.analysis.rank_dip` (the minimum cross-fitted, trial 10 finding 4; the
+    rule the Mechanisms table reads, finding 6), and the control's fall at its end by
+    :func:`_end_fall` in every seed, judged by its upper 95% bound across seeds (finding 3)."""
     claim = (
         "condensation then expansion: the stable rank dips more at γ = 1 than at its γ = 0.5 "
         "control, then recovers (the paper: an early dip at γ = 1, none at γ = 0.5; when the "
