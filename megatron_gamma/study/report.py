@@ -399,9 +399,12 @@ def _learned_bar(data: StudyData) -> str:
 
 def stable_rank_cell(entry: dict) -> str:
     """The Mechanisms table's stable-rank cell of a :func:`~.analysis.mechanisms` entry: first →
-    min (its iteration) → final; where the minimum is the last point, the trajectory is still
-    falling there, so the cell says that neither a minimum nor a recovery was measured (the
-    fall so far is only a lower bound on the dip); "n/a" with fewer than 3 points."""
+    min (its iteration) → final, min and final by claim 7's rule
+    (:func:`~.analysis.rank_dip`: the min cross-fitted and the final the mean of the last 3
+    points where 6 or more are logged after iteration 0); where the minimum reaches the last
+    point, the trajectory is still falling there, so the cell says that neither a minimum nor a
+    recovery was measured (the fall so far is only a lower bound on the dip); "n/a" with fewer
+    than 3 points."""
     if "rank_first" not in entry:
         return "n/a"
     first, final = entry["rank_first"], entry["rank_final"]
@@ -624,7 +627,12 @@ def _markdown(
         f"initialization start at iteration 0; older runs at the first interval); every value "
         f"is a mean over the seeds of that arm and size, at the shared LR. "
         f"Uniform-attention sink share for sequence length "
-        f"{data.seq_length()}: {uniform_sink_share(data.seq_length()):.4f}.",
+        f"{data.seq_length()}: {uniform_sink_share(data.seq_length()):.4f}. "
+        "The stable rank's min and final are read by claim 7's rule (one helper): where 6 or "
+        "more points are logged after iteration 0 the final is the mean of the last 3 and the "
+        "min is cross-fitted (the lowest even-indexed point's level read on its odd-indexed "
+        "neighbours, and the reverse, averaged), so a flat noisy trajectory shows no recovery; "
+        "single points with fewer; its iteration is the lowest logged point's.",
         "",
         "| arm | size | max saturated share | final saturated share | final sink share | "
         "stable rank first → min → final (mean over the matrices every arm has) |",

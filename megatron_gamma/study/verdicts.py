@@ -48,7 +48,14 @@ from typing import Optional
 import numpy as np
 
 from megatron_gamma.diagnostics.norm import SATURATION_FACTOR
-from megatron_gamma.study.analysis import StudyData, gamma_grid_arms, uniform_sink_share
+from megatron_gamma.study.analysis import (
+    RANK_WINDOW,
+    StudyData,
+    gamma_grid_arms,
+    rank_dip,
+    rank_window,
+    uniform_sink_share,
+)
 from megatron_gamma.study.fits import (
     Interval,
     crossed_interval,
@@ -81,11 +88,12 @@ a smaller excess, or one present at initialization, is below the smallest effect
 counts."""
 DIP_MIN = 0.05
 """Margin on the relative stable-rank dip (and recovery) for claim 7."""
-RANK_WINDOW = 3
-"""Logged points claim 7 averages for a stable-rank minimum and end (:func:`_dip_rise`)."""
 END_SHARE = 0.1
-"""Share of training (of the last logged iteration) over which claim 7 measures how far a
+"""Share of training (of the last logged iteration) over which claim 7 expresses how far a
 control still falls at its end (:func:`_end_fall`)."""
+FIT_SHARE = 0.2
+"""Share of training at its end whose logged points claim 7 fits the control's end slope to
+(:func:`_end_fall`)."""
 EASY_SHARE = 0.3
 """Share of tokens (easiest first, by difficulty) counted as easy in the Δsym verdict."""
 CONCENTRATION_MIN = 0.01
@@ -839,74 +847,80 @@ def _neighbour_arms(data: StudyData) -> list[str]:
 
 
 def _rank_window(points: int) -> int:
-    """How many logged points claim 7 averages for a stable-rank trajectory's minimum and end:
-    :data:`RANK_WINDOW` where ``points`` (those logged after initialization) hold two such
-    windows apart, else 1 (the single points)."""
-    return RANK_WINDOW if points >= 2 * RANK_WINDOW else 1
+    """How many logged points claim 7 reads a stable-rank minimum and end over
+    (:func:`~.analysis.rank_window`)."""
+    return rank_window(points)
 
 
 def _dip_rise(series: dict[int, float]) -> tuple[float, Optional[float]]:
-    """(dip, rise) of a stable-rank trajectory {iteration: stable rank}, its first point the
-    initialization: dip = 1 − low/first, rise = end/low − 1, where low is the mean of the
-    window of k = :func:`_rank_window` logged points after initialization centred on the lowest
-    of them (clipped at the ends: 2 points there), and end the mean of the last k points.
-
-    The lowest of n noisy points lies below the level (about 1.5 sd for n = 10, 2.3 for 50), so
-    a single-point minimum makes a flat noisy trajectory "recover" by more the more points are
-    logged (trial 9); its k − 1 neighbours carry no such selection, which cuts the bias to about
-    a third. A low at or above the first value is the first value (no dip: dip 0, rise from
-    it). rise is None when low's window reaches the last point (still falling there, or
-    flattened too late to tell: no recovery was measured, and the dip is only the fall so far,
-    a lower bound, so claim 7 reads neither)."""
-    its = sorted(series)
-    first, after = series[its[0]], [series[i] for i in its[1:]]
-    k = _rank_window(len(after))
-    end = float(np.mean(after[-k:]))
-    j = int(np.argmin(after))
-    half = k // 2
-    low = float(np.mean(after[max(0, j - half) : j + half + 1]))
-    if low >= first:
-        return 0.0, end / first - 1
-    rise = None if j + half >= len(after) - 1 else end / low - 1
-    return 1 - low / first, rise
+    """(dip, rise) of a stable-rank trajectory {iteration: stable rank} by
+    :func:`~.analysis.rank_dip`, the rule the report's Mechanisms table reads too: the minimum
+    cross-fitted (located on one half of the logged points, read on the other) where at least
+    6 points are logged after initialization; rise None where it reaches the last point."""
+    r = rank_dip(series)
+    return r.dip, r.rise
 
 
-def _end_fall(series: dict[int, float]) -> tuple[float, float, str]:
-    """How far a stable-rank trajectory {iteration: stable rank} fell over the last
-    :data:`END_SHARE` of training, (SR at (1 − END_SHARE)·T − SR at T) / SR at the first
-    point, T its last logged iteration (negative where it rose), with the stable rank at
-    (1 − END_SHARE)·T interpolated linearly between the logged points around it: a share of
-    training, so the same trajectory gives the same fall however often it was logged (rounded
-    to 12 decimals, below which an interpolated and a logged reading differ by rounding only).
+@dataclass(frozen=True)
+class EndFall:
+    """How far a control's stable rank falls at its end (:func:`_end_fall`).
 
-    Returns:
-        (fall, (1 − END_SHARE)·T, "" or how that point was read where it was not logged).
+    Attributes:
+        fall: −slope · END_SHARE · T / (stable rank at the first point); negative where it rose.
+        start, stop: the first and last logged iterations the slope was fit to (stop = T).
+        points: how many logged points it was fit to.
     """
-    its = sorted(series)
-    start = round((1 - END_SHARE) * its[-1], 9)
-    value = float(np.interp(start, its, [series[i] for i in its]))
-    how = ""
-    if start not in series:
-        before = max(i for i in its if i < start)
-        after = min(i for i in its if i > start)
-        how = f"interpolated between logged iterations {before} and {after}"
-    return round((value - series[its[-1]]) / series[its[0]], 12), start, how
+
+    fall: float
+    start: int
+    stop: int
+    points: int
 
 
-def _end_span(
-    ends: dict[int, tuple[float, float, str]], series: dict[int, dict[int, float]], seeds: list
-) -> str:
-    """Where a control's end fall (:func:`_end_fall`, ``ends`` by seed) was measured in
-    ``seeds``: the share of training, and each distinct stretch of iterations it covers."""
+def _end_fall(series: dict[int, float]) -> EndFall:
+    """How far a stable-rank trajectory {iteration: stable rank} falls over the last
+    :data:`END_SHARE` of training at its end rate, as a share of its first (initial) value:
+    −slope · END_SHARE · T / SR₀, T the last logged iteration, slope the least-squares slope
+    over the points logged after initialization in the last :data:`FIT_SHARE` of training
+    (iteration >= (1 − FIT_SHARE)·T), extended back to the last 2 logged points where fewer lie
+    there (a line through 2 points: sparse logging; the interval across seeds carries its
+    noise). A share of training, so the same trajectory gives the same fall however often it
+    was logged (trial 9), and a slope over every point in the stretch, not a difference of two
+    single noisy points (trial 10, finding 3). Rounded to 12 decimals (below that, rounding)."""
+    its = sorted(series)[1:]
+    stop = its[-1]
+    fit = [i for i in its if i >= (1 - FIT_SHARE) * stop - 1e-9]
+    if len(fit) < 2:
+        fit = its[-2:]
+    x = np.asarray(fit, dtype=np.float64)
+    y = np.asarray([series[i] for i in fit], dtype=np.float64)
+    slope = float(np.sum((x - x.mean()) * (y - y.mean())) / np.sum((x - x.mean()) ** 2))
+    fall = round(-slope * END_SHARE * stop / series[min(series)], 12)
+    return EndFall(fall, int(fit[0]), int(stop), len(fit))
+
+
+def _end_span(ends: dict[int, EndFall]) -> str:
+    """Where a control's end falls (:func:`_end_fall`, ``ends`` by seed) were measured: the
+    share of training, and each distinct stretch of iterations the slope was fit to."""
     spans = []
-    for k in seeds:
-        _, start, how = ends[k]
-        text = f"iterations {start:g}-{max(series[k])}" + (
-            f", the stable rank at {start:g} {how}" if how else ""
-        )
+    for e in ends.values():
+        text = f"iterations {e.start}-{e.stop}, {e.points} points"
         if text not in spans:
             spans.append(text)
-    return f"over the last {END_SHARE:.0%} of training ({'; '.join(spans)})"
+    return (
+        f"over the last {END_SHARE:.0%} of training (the least-squares slope over the logged "
+        f"points in its last {FIT_SHARE:.0%}, at least 2: {'; '.join(spans)})"
+    )
+
+
+def _end_bound(iv: Interval) -> tuple[float, str]:
+    """The upper bound claim 7 compares a control's end fall with, and its words: the high end
+    of its 95% interval across seeds (Student t, df = seeds − 1), or, with no interval (one
+    seed, or seeds that all fell by the same amount), the value itself."""
+    if iv.has_interval:
+        return iv.high, f"the upper bound of its 95% interval, {iv.high:.4f},"
+    why = "one seed" if iv.n < 2 else "no spread across seeds"
+    return iv.mean, f"the value itself (no interval: {why}), {iv.mean:.4f},"
 
 
 def _condensation_arms(data: StudyData) -> dict[str, Optional[str]]:
@@ -917,7 +931,10 @@ def _condensation_arms(data: StudyData) -> dict[str, Optional[str]]:
 
 
 def claim7(data: StudyData) -> Verdict:
-    """Condensation then expansion, against each arm's matched control."""
+    """Condensation then expansion, against each arm's matched control: each seed's dip and
+    recovery by :func:`~.analysis.rank_dip` (the minimum cross-fitted, trial 10 finding 4; the
+    rule the Mechanisms table reads, finding 6), and the control's fall at its end by
+    :func:`_end_fall` in every seed, judged by its upper 95% bound across seeds (finding 3)."""
     claim = (
         "condensation then expansion: the stable rank dips more at γ = 1 than at its γ = 0.5 "
         "control, then recovers (the paper: an early dip at γ = 1, none at γ = 0.5; when the "
@@ -930,18 +947,23 @@ def claim7(data: StudyData) -> Verdict:
         "Mechanisms table's, which averages those every arm has): dip (1 − min/initial stable "
         "rank) of the arm − "
         f"control's above {DIP_MIN:g}, and the arm's recovery (end/min − 1) above {DIP_MIN:g}, "
-        f"the min and the end each the mean of {RANK_WINDOW} logged points after iteration 0 "
-        "(the min's centred on the lowest, 2 at an end; the end's the last ones), single points "
-        f"where fewer than {2 * RANK_WINDOW} are logged after iteration 0 (the lowest of many "
-        "noisy points lies below their level, so a single-point min makes a flat trajectory "
-        "recover); not measurable where the arm's min reaches its last point in a seed (still "
-        "falling: no recovery measured), or where the control's does and it fell by at least "
-        f"{DIP_MIN:g} of its initial stable rank over the last {END_SHARE:.0%} of training "
-        f"(from {1 - END_SHARE:g}·T to T, the last logged iteration, the stable rank at "
-        f"{1 - END_SHARE:g}·T interpolated linearly between logged points; a share of training, "
-        "not of logging) (still dipping: its dip, and so Δdip, not measured), or by as much as "
-        "the margin Δdip's interval has left over it; a control falling less there gives Δdip "
-        "over the runs' window, and a decided verdict says so"
+        f"the min and the end each read over {RANK_WINDOW} logged points after iteration 0 "
+        "where at least "
+        f"{2 * RANK_WINDOW} are logged after it, single points elsewhere: the end the mean of "
+        "the last ones, the min cross-fitted (the lowest even-indexed point located and read as "
+        "the mean of the odd-indexed points next to it, and the reverse, the two readings "
+        "averaged: the lowest of many noisy points lies below their level, so a min read on "
+        "the points it was chosen on makes a flat trajectory recover); not measurable where the "
+        "arm's min reaches its last point in a seed (still falling: no recovery measured), or "
+        "where the control's fall at its end, −slope · "
+        f"{END_SHARE:g}·T / initial stable rank (its fall over the last {END_SHARE:.0%} of "
+        "training, T the last logged iteration, at the least-squares slope over the logged "
+        f"points in the last {FIT_SHARE:.0%} of training, at least 2; a share of training, not "
+        "of logging), measured in every seed, has an upper 95% bound across seeds (Student t, "
+        f"seeds the unit) of at least {DIP_MIN:g} (still dipping: its dip, and so Δdip, not "
+        "measured), or as large as the margin Δdip's interval has left over it; a control "
+        "whose bound is below both but above 0 gives Δdip over the runs' window, and a decided "
+        "verdict says so"
     )
     controls = _condensation_arms(data)
     pairs = [(a, c) for a, c in controls.items() if c]
@@ -983,37 +1005,41 @@ def claim7(data: StudyData) -> Verdict:
         unmeasured = []
         if falling := [k for k, x in zip(seeds, da, strict=True) if x[1] is None]:
             w = _rank_window(len(a[falling[0]]) - 1)
-            around = f" (the mean of the {w} logged points around its lowest)" if w > 1 else ""
+            around = (
+                f" (cross-fitted over the {w} logged points around its lowest)" if w > 1 else ""
+            )
             unmeasured.append(
                 f"the stable rank of {arm} is still falling at the last point (its minimum"
                 f"{around} reaches the last point, iteration {max(a[falling[0]])}) in seed(s) "
                 f"{falling}, so no recovery is measured"
             )
-        ends = {k: _end_fall(b[k]) for k, x in zip(seeds, db, strict=True) if x[1] is None}
-        slow = {k: e[0] for k, e in ends.items()}
-        if dipping := [k for k, f in slow.items() if f >= DIP_MIN]:
+        ends = {k: _end_fall(b[k]) for k in seeds}
+        slow = {k: e.fall for k, e in ends.items()}
+        end = t_interval(list(slow.values()))
+        bound, bound_text = _end_bound(end)
+        per_seed = ", ".join(f"{f:.3f} (seed {k})" for k, f in slow.items())
+        fell = (
+            f"it fell by {end.text(4)} of its initial value {_end_span(ends)}; per seed {per_seed}"
+        )
+        if dipping := bound >= DIP_MIN:
             unmeasured.append(
                 f"the stable rank of {ctrl} (the control) is still dipping at the last point "
-                f"(iteration {max(b[dipping[0]])}): it fell by "
-                + ", ".join(f"{slow[k]:.3f} (seed {k})" for k in dipping)
-                + f" of its initial value {_end_span(ends, b, dipping)}, at least {DIP_MIN:g}, "
-                "so its dip is not measured, nor Δdip"
+                f"(iteration {max(b[seeds[0]])}): {fell}; {bound_text} is at least "
+                f"{DIP_MIN:g}, so its dip is not measured, nor Δdip"
             )
         left = dip.low - DIP_MIN if dip.has_interval else math.inf
-        if slow and not dipping and max(slow.values()) >= left:
+        if not dipping and 0 < left <= bound:
             unmeasured.append(
                 f"the stable rank of {ctrl} (the control) is still falling at the last point: "
-                f"it fell by up to {max(slow.values()):.4f} of its initial value "
-                f"{_end_span(ends, b, sorted(slow))}, as much as the margin Δdip has left over "
+                f"{fell}; {bound_text} is as much as the margin Δdip has left over "
                 f"{DIP_MIN:g} ({left:.4f}), so one more such stretch of training could close "
                 "it: Δdip is not measured"
             )
         window = ""
-        if slow and not dipping and not unmeasured:
+        if not dipping and not unmeasured and bound > 0:
             window = (
-                f"Δdip over the runs' window: the control's minimum reaches its last point in "
-                f"seed(s) {sorted(slow)}, but it fell by at most {max(slow.values()):.4f} of its "
-                f"initial value {_end_span(ends, b, sorted(slow))} (< {DIP_MIN:g})"
+                f"Δdip over the runs' window: the control may still be falling at its end, "
+                f"but slowly: {fell}; {bound_text} is below {DIP_MIN:g}"
             )
         if unmeasured:
             untested.append("; ".join(unmeasured))
@@ -1030,10 +1056,10 @@ def claim7(data: StudyData) -> Verdict:
         v1, why1 = decide(dip, DIP_MIN, +1)
         v2, why2 = decide(rise, DIP_MIN, +1)
         means = (
-            f"; min and end each the mean of {RANK_WINDOW} logged points"
+            f"; min (cross-fitted) and end each read over {RANK_WINDOW} logged points"
             if windows == {RANK_WINDOW}
-            else f"; min and end the mean of {RANK_WINDOW} logged points where a seed logged "
-            f"at least {2 * RANK_WINDOW} after iteration 0, single points elsewhere"
+            else f"; min (cross-fitted) and end read over {RANK_WINDOW} logged points where a "
+            f"seed logged at least {2 * RANK_WINDOW} after iteration 0, single points elsewhere"
             if RANK_WINDOW in windows
             else ""
         )
