@@ -66,7 +66,7 @@ from megatron_gamma.rundir.layout import (
     set_aside_earlier_run,
 )
 from megatron_gamma.rundir.loader import check_tokenizer
-from megatron_gamma.rundir.paths import check_output_dir
+from megatron_gamma.rundir.paths import check_output_dir, write_launch_dir
 from megatron_gamma.training.callback import Callback, StepOutput
 from megatron_gamma.training.checkpointing import (
     TrainState,
@@ -354,14 +354,16 @@ class Trainer:
         shape, say) changes nothing in a run directory it shares with the run it would continue:
         a fresh start first moves an earlier run's ``init_audit.json`` and ``analysis/`` aside
         (:func:`~megatron_gamma.rundir.layout.set_aside_earlier_run`), then each start writes
-        ``config.yaml`` (the resolved config) and, a fresh start, the init audit's
-        ``init_audit.json`` (measured by :meth:`_audit_init`). Both are written before the
-        first iteration, so a run that stops later leaves them."""
+        ``config.yaml`` (the resolved config), ``launch.json`` (the directory its relative paths
+        were opened from: :func:`~megatron_gamma.rundir.paths.write_launch_dir`) and, a fresh
+        start, the init audit's ``init_audit.json`` (measured by :meth:`_audit_init`). All are
+        written before the first iteration, so a run that stops later leaves them."""
         os.makedirs(run_dir, exist_ok=True)
         if not self._resumes():
             for line in set_aside_earlier_run(run_dir):
                 print(line, flush=True)
         save_config(self.cfg, os.path.join(run_dir, CONFIG))
+        write_launch_dir(run_dir)
         if self.init_audit:
             write_audit(self.init_audit, run_dir)
 
