@@ -8,6 +8,7 @@ import os
 import re
 
 import pytest
+import yaml
 from helpers import TINY_MODEL, run_cli
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -309,6 +310,40 @@ def test_second_run_in_a_live_run_dir_is_refused(tmp_path, demo_prefix):
     ) in second.stderr
     assert sorted(os.listdir(run)) == [".run.lock"]  # refused before anything was written
     assert not os.path.exists(tmp_path / "ckpt")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_refused_resume_leaves_the_run_directory_as_it_was(tmp_path, demo_prefix):
+    """A resume refused at the checkpoint load (another --num-layers: tensors of other shapes)
+    changes no file of the run directory, config.yaml least of all: its refusal sends the user to
+    that file. The resume that loads records its config there."""
+    run, save = tmp_path / "run", tmp_path / "run" / "ckpt"
+    first = _pretrain(tmp_path, demo_prefix, save, "--train-iters", "4", "--exit-interval", "2",
+                      "--init-audit", "summary")  # fmt: skip
+    assert first.returncode == 0, first.stderr[-3000:]
+
+    def files() -> dict[str, bytes]:
+        return {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+
+    before, names = files(), sorted(os.listdir(run))
+    assert {"config.yaml", "metrics.jsonl", "init_audit.json"} <= set(before)
+    refused = _pretrain(tmp_path, demo_prefix, save, "--train-iters", "4", "--num-layers", "3",
+                        "--load", str(save))  # fmt: skip
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "cannot be loaded into this run: it holds tensors of other shapes" in refused.stderr
+    assert "Fix: build the model as the checkpoint was (its run's config.yaml" in refused.stderr
+    assert files() == before  # config.yaml byte for byte, metrics.jsonl, init_audit.json
+    assert sorted(os.listdir(run)) == names
+
+    resumed = _pretrain(tmp_path, demo_prefix, save, "--train-iters", "4", "--load", str(save),
+                        "--log-interval", "2")  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed at iteration 2" in resumed.stdout
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["logging"]["log_interval"] == 2 and config["checkpoint"]["load"] == str(save)
+    assert config["model"]["num_layers"] == 2 and config["training"]["exit_interval"] is None
+    assert (run / "init_audit.json").read_bytes() == before["init_audit.json"]  # the run's start
 
 
 def _train_losses(tb_dir) -> list[int]:

@@ -12,6 +12,7 @@ kind of path, the files laid out by hand.
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 
@@ -59,6 +60,8 @@ def test_evaluate_from_another_directory_reads_the_paths_the_run_read(
     run = os.path.join(launch, RUN)
     recorded = _config_text(run)
     assert f"- {PREFIX}\n" in recorded and f"tokenizer_model: {TOKENIZER}\n" in recorded
+    with open(os.path.join(run, "launch.json"), encoding="utf-8") as f:
+        assert json.load(f) == {"launch_dir": launch}  # written with config.yaml
     monkeypatch.chdir(launch)
     want = evaluate(RUN)
     os.makedirs(tmp_path / "elsewhere")
@@ -156,3 +159,40 @@ def test_only_the_paths_a_run_config_records_are_read_from_the_launch_directory(
 
     monkeypatch.chdir(launch)  # from the launch directory the paths stay as they were given
     assert loader.resolve_recorded(cfg, loader.recorded_paths(str(launch / RUN))) == cfg
+
+
+def test_a_run_dir_with_dotdot_is_read_from_the_launch_directory_it_records(tmp_path, monkeypatch):
+    """``--run-dir ../w/r1 --save ../w/r1/ckpt`` launched from ``repo/``: the launch directory
+    cannot be taken off the run directory's path, so ``RUN/launch.json`` records it; a run
+    without the file, or moved (or copied) since, falls back to the inference and the cwd."""
+    from megatron_gamma.rundir import layout, paths
+
+    repo, run, elsewhere = tmp_path / "x" / "repo", tmp_path / "x" / "w" / "r1", tmp_path / "cwd"
+    _touch(run / "ckpt" / "iter_0000002" / "metadata.json", repo / TOKENIZER)
+    (run / "ckpt" / layout.TRACKER).write_text("2")
+    os.makedirs(elsewhere)
+    cfg = load_config(
+        None,
+        {"run_dir": "../w/r1", "save": "../w/r1/ckpt", "tokenizer_model": TOKENIZER},
+    )
+    save_config(cfg, str(run / "config.yaml"))
+    monkeypatch.chdir(elsewhere)
+    assert paths.launch_dirs(str(run), cfg.to_dict()) == [str(elsewhere)]  # before launch.json
+    with pytest.raises(ConfigError, match=r"checkpoint.save='../w/r1/ckpt': no such directory"):
+        layout.resolve_checkpoint(str(run))
+
+    monkeypatch.chdir(repo)
+    paths.write_launch_dir(str(run))  # as pretrain writes it, from its working directory
+    monkeypatch.chdir(elsewhere)
+    assert paths.launch_dirs(str(run), cfg.to_dict()) == [str(repo), str(elsewhere)]
+    assert paths.recorded_save(str(run)) == ("../w/r1/ckpt", str(run / "ckpt"))
+    assert layout.resolve_checkpoint(str(run)) == str(run / "ckpt" / "iter_0000002")
+    resolved = loader.resolve_recorded(cfg, loader.recorded_paths(str(run)))
+    assert resolved.data.tokenizer_model == str(repo / TOKENIZER)
+
+    copy = tmp_path / "copy" / "r1"  # launch.json comes along, but leads to w/r1, not here
+    shutil.copytree(run, copy)
+    assert paths.recorded_launch_dir(str(copy), "../w/r1") is None
+    assert paths.launch_dirs(str(copy), cfg.to_dict()) == [str(elsewhere)]
+    (run / paths.LAUNCH).write_text("{not json")
+    assert paths.launch_dirs(str(run), cfg.to_dict()) == [str(elsewhere)]

@@ -12,6 +12,7 @@ rundir.layout` builds on these names.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -20,7 +21,13 @@ from typing import Optional
 
 import yaml
 
-from megatron_gamma.atomic import atomic_dir, creation_refused, missing_dirs, move
+from megatron_gamma.atomic import (
+    atomic_dir,
+    atomic_write_text,
+    creation_refused,
+    missing_dirs,
+    move,
+)
 from megatron_gamma.config import ConfigError
 from megatron_gamma.config.loading import CONFIG
 
@@ -31,6 +38,10 @@ INIT_AUDIT = "init_audit.json"
 ANALYSIS = "analysis"
 """``analyze``'s output directory for one run (:mod:`megatron_gamma.diagnostics.analyze`)."""
 TRACKER = "latest_checkpointed_iteration.txt"
+LAUNCH = "launch.json"
+"""The absolute directory ``pretrain`` was launched from, ``{"launch_dir": ...}``, written with
+``config.yaml`` at each start (:func:`write_launch_dir`): the relative paths that file records
+are read from it (:func:`launch_dirs`)."""
 
 ANALYSIS_FILES = re.compile(
     r"analysis\.json|analysis\.csv|heatmaps\.npz"
@@ -340,20 +351,55 @@ def recorded_save(run_dir: str) -> tuple[Optional[str], Optional[str]]:
     return save, next((c for c in candidates if os.path.isdir(c)), candidates[0])
 
 
+def write_launch_dir(run_dir: str) -> None:
+    """Record this process's working directory, the directory the run was launched from, in
+    ``RUN/launch.json`` (:data:`LAUNCH`; atomically). ``pretrain`` writes it beside
+    ``config.yaml``, whose relative paths (``--run-dir ../w/r1``, ``--save ../w/r1/ckpt``) it
+    opened from there, so that the read commands find them from any directory
+    (:func:`launch_dirs`)."""
+    text = json.dumps({"launch_dir": os.getcwd()}) + "\n"
+    atomic_write_text(os.path.join(run_dir, LAUNCH), text)
+
+
+def recorded_launch_dir(run_dir: str, recorded_run_dir: object) -> Optional[str]:
+    """The launch directory ``RUN/launch.json`` records (:func:`write_launch_dir`), where it
+    still leads to ``run_dir``: the ``logging.run_dir`` the run's config records
+    (``recorded_run_dir``) opened from it is this directory. None without the file, for one
+    that cannot be read, and where the run directory was moved or copied since (the recorded
+    directory would then resolve the relative paths of another copy, or of nothing)."""
+    try:
+        with open(os.path.join(run_dir, LAUNCH), encoding="utf-8") as f:
+            launch = json.load(f).get("launch_dir")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        return None
+    if not isinstance(launch, str) or not os.path.isabs(launch):
+        return None
+    if not isinstance(recorded_run_dir, str) or not recorded_run_dir:
+        return None
+    opened = os.path.join(launch, recorded_run_dir)  # an absolute run_dir stays itself
+    try:
+        return launch if os.path.samefile(opened, run_dir) else None
+    except OSError:
+        return None
+
+
 def launch_dirs(run_dir: str, raw: Optional[dict]) -> list[str]:
     """The directories the run in ``run_dir`` may have been launched from, the likeliest first:
     where ``pretrain`` resolved the relative paths its config records (``save``, ``data_path``,
     ``tokenizer_model``, ...), since it opens them from its working directory.
 
-    That directory is ``run_dir`` with the relative ``logging.run_dir`` that ``raw`` records
-    taken off its end (the run launched from ``/work`` with ``--run-dir runs/x`` lies in
-    ``/work/runs/x``), when it ends so; then this process's working directory, in any case.
+    That directory is the one ``RUN/launch.json`` records (:func:`recorded_launch_dir`), where
+    it still leads to ``run_dir``; else, for a run written before that file or since moved,
+    ``run_dir`` with the relative ``logging.run_dir`` that ``raw`` records taken off its end
+    (the run launched from ``/work`` with ``--run-dir runs/x`` lies in ``/work/runs/x``), when
+    it ends so (a ``run_dir`` with ``..`` never does); then this process's working directory,
+    in any case.
 
     Args:
         run_dir: where the run directory lies now.
         raw: the run's config as a nested dict (``config.yaml``'s YAML, or the config a
-            checkpoint carries); None, or one without a relative ``logging.run_dir``, gives the
-            working directory alone.
+            checkpoint carries); None, or one without ``logging.run_dir``, gives the working
+            directory alone.
 
     Returns:
         Absolute directories, without repeats; the working directory last.
@@ -361,7 +407,10 @@ def launch_dirs(run_dir: str, raw: Optional[dict]) -> list[str]:
     bases = []
     section = raw.get("logging") if isinstance(raw, dict) else None
     recorded = section.get("run_dir") if isinstance(section, dict) else None
-    if isinstance(recorded, str) and recorded and not os.path.isabs(recorded):
+    launch = recorded_launch_dir(run_dir, recorded)
+    if launch is not None:
+        bases.append(launch)
+    elif isinstance(recorded, str) and recorded and not os.path.isabs(recorded):
         parts = os.path.normpath(recorded).split(os.sep)
         here = os.path.abspath(run_dir).split(os.sep)
         if ".." not in parts and here[-len(parts) :] == parts:

@@ -66,7 +66,7 @@ from megatron_gamma.rundir.layout import (
     set_aside_earlier_run,
 )
 from megatron_gamma.rundir.loader import check_tokenizer
-from megatron_gamma.rundir.paths import check_output_dir, check_save_dir
+from megatron_gamma.rundir.paths import check_output_dir, check_save_dir, write_launch_dir
 from megatron_gamma.training.callback import Callback, StepOutput
 from megatron_gamma.training.checkpointing import (
     TrainState,
@@ -326,8 +326,6 @@ class Trainer:
         self.world_size = dist.get_world_size()
         run_dir = cfg.logging.run_dir
         if self.rank == 0:
-            os.makedirs(run_dir, exist_ok=True)
-            save_config(cfg, os.path.join(run_dir, CONFIG))
             for warning in (fp16_epsilon_warning(cfg), warmup_warning(cfg)):
                 if warning:
                     print(f"WARNING: {warning}", flush=True)
@@ -342,13 +340,31 @@ class Trainer:
         self.tcfg = transformer_config(cfg, on_gpu=parallel.uses_gpu())
         self.chunks, self.init_plan = self._build_model()
         self.weights_from = self._weights_source()
-        if self.rank == 0 and not self._resumes():
-            for line in set_aside_earlier_run(run_dir):
-                print(line, flush=True)
         self.init_audit = self._audit_init(run_dir)
         self.optimizer = get_megatron_optimizer(self._optimizer_config(), self.chunks)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.state = self._load()
+        if self.rank == 0:
+            self._write_run_records(run_dir)
+
+    def _write_run_records(self, run_dir: str) -> None:
+        """Write what the run directory records of this run's start (rank 0), once every check
+        and the checkpoint load have passed, so that a refused run (a resume with another model
+        shape, say) changes nothing in a run directory it shares with the run it would continue:
+        a fresh start first moves an earlier run's ``init_audit.json`` and ``analysis/`` aside
+        (:func:`~megatron_gamma.rundir.layout.set_aside_earlier_run`), then each start writes
+        ``config.yaml`` (the resolved config), ``launch.json`` (the directory its relative paths
+        were opened from: :func:`~megatron_gamma.rundir.paths.write_launch_dir`) and, a fresh
+        start, the init audit's ``init_audit.json`` (measured by :meth:`_audit_init`). All are
+        written before the first iteration, so a run that stops later leaves them."""
+        os.makedirs(run_dir, exist_ok=True)
+        if not self._resumes():
+            for line in set_aside_earlier_run(run_dir):
+                print(line, flush=True)
+        save_config(self.cfg, os.path.join(run_dir, CONFIG))
+        write_launch_dir(run_dir)
+        if self.init_audit:
+            write_audit(self.init_audit, run_dir)
 
     def _warn_memory(self) -> None:
         """Print :func:`~megatron_gamma.estimate.memory_warning` against GPU 0's memory, or on
@@ -416,7 +432,8 @@ class Trainer:
     def _audit_init(self, run_dir: str) -> list[dict]:
         """The start-up init audit of ``--init-audit`` (none for 'off'); rank 0 prints the
         per-role summary (:func:`~.init_audit.summarize_audit`) and the flagged parameters'
-        rows, and writes the full per-parameter table to init_audit.json. It measures the
+        rows; the full per-parameter table it returns goes to init_audit.json once the
+        checkpoint load has passed (:meth:`_write_run_records`). It measures the
         initialization this config gives; when a checkpoint's weights replace it
         (``self.weights_from``: ``--finetune``, ``--pretrained-checkpoint``), the header says
         so. A resume measures nothing and keeps the run's init_audit.json, the audit of the
@@ -443,7 +460,7 @@ class Trainer:
             return []
         rows = audit_init([c.module for c in self.chunks], self.cfg, self.vocab_size, scope=scope)
         if self.rank == 0:
-            path = write_audit(rows, run_dir)
+            path = os.path.join(run_dir, INIT_AUDIT)  # written once the load passed
             replaced = (
                 f"; the weights of {self.weights_from}, loaded next, replace this "
                 "initialization, so it does not describe the weights trained"
