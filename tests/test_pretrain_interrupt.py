@@ -37,7 +37,8 @@ def test_with_a_checkpoint_it_names_it_and_the_resume(interrupted, tmp_path):
         (save / f"iter_00000{it}").mkdir(parents=True)
     (save / "iter_0000040.partial").mkdir()  # a save the interrupt cut short
     (save / "latest_checkpointed_iteration.txt").write_text("30")
-    assert interrupted("--save", str(save)) == (
+    # --load too: the checkpoints are this run's own (pretrain refuses another run's in --save)
+    assert interrupted("--save", str(save), "--load", str(save)) == (
         130,
         f"{SAID}; the newest complete checkpoint is {save}/iter_0000030 (iteration 30: what "
         f"was trained after it is lost). Fix: to go on from it, rerun with --load {save}",
