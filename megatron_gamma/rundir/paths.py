@@ -81,10 +81,9 @@ def saved_iterations(root: str) -> list[int]:
 
 
 def check_save_dir(save: str | None, load: str | None, overwrite: bool) -> None:
-    """Refuse, before torch is imported (``pretrain``'s early checks) and again before anything is
-    built, a run without ``load`` whose ``save`` directory
-    already holds checkpoints: its saves would mix with that other run's and its retention
-    would delete them.
+    """Refuse a run without ``load`` whose ``save`` directory already holds checkpoints: its
+    saves would mix with that other run's and its retention would delete them. ``pretrain``
+    checks it before torch is imported, and again before anything is built.
 
     Raises:
         ConfigError: naming the directory, its newest checkpoint and the flags that resolve it.

@@ -42,6 +42,7 @@ from megatron_gamma.study.analysis import (
     uniform_sink_share,
 )
 from megatron_gamma.study.fits import PowerLawFit, mean_std
+from megatron_gamma.study.spec import LOSSES_CSV, RUNS_CSV
 from megatron_gamma.study.verdicts import (
     NOT_REPRODUCED,
     REPRODUCED,
@@ -321,9 +322,9 @@ def report(
         png = os.path.join(out_dir, "compare", f"seed-{seed}", "delta_sym_by_difficulty.png")
         if os.path.isfile(png):
             files[f"delta_sym_plot_seed{seed}"] = png
-    files["losses_csv"] = _write_csv(os.path.join(out_dir, "losses.csv"), table)
+    files["losses_csv"] = _write_csv(os.path.join(out_dir, LOSSES_CSV), table)
     files["runs_csv"] = _write_csv(
-        os.path.join(out_dir, "runs.csv"),
+        os.path.join(out_dir, RUNS_CSV),
         [
             {
                 k: r.get(k)

@@ -117,9 +117,10 @@ MANIFEST = "study.json"
 """The file ``sweep`` writes into its ``--output-dir`` and ``report`` reads."""
 
 
-REPORT_TABLES = ("runs.csv", "losses.csv")
-"""Two of the files ``report`` writes beside its report.md, with no study.json: a folder holding
-both is a report's output, not a study."""
+RUNS_CSV, LOSSES_CSV = "runs.csv", "losses.csv"
+"""Two of the tables ``report`` writes beside its report.md (:mod:`~.report`)."""
+REPORT_TABLES = (RUNS_CSV, LOSSES_CSV)
+"""A folder holding both, with no study.json, is a report's output, not a study."""
 
 
 def manifest_path(study_dir: str) -> str:

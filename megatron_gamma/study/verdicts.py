@@ -846,12 +846,6 @@ def _neighbour_arms(data: StudyData) -> list[str]:
     return [a for a in gamma_grid_arms(data) if data.settings(a)["init_gamma"] in near]
 
 
-def _rank_window(points: int) -> int:
-    """How many logged points claim 7 reads a stable-rank minimum and end over
-    (:func:`~.analysis.rank_window`)."""
-    return rank_window(points)
-
-
 def _dip_rise(series: dict[int, float]) -> tuple[float, Optional[float]]:
     """(dip, rise) of a stable-rank trajectory {iteration: stable rank} by
     :func:`~.analysis.rank_dip`, the rule the report's Mechanisms table reads too: the minimum
@@ -1001,10 +995,10 @@ def claim7(data: StudyData) -> Verdict:
         judged.add(size)
         da, db = ([_dip_rise(x[k]) for k in seeds] for x in (a, b))
         dip = paired_difference([x[0] for x in da], [x[0] for x in db])
-        windows = {_rank_window(len(x[k]) - 1) for x in (a, b) for k in seeds}
+        windows = {rank_window(len(x[k]) - 1) for x in (a, b) for k in seeds}
         unmeasured = []
         if falling := [k for k, x in zip(seeds, da, strict=True) if x[1] is None]:
-            w = _rank_window(len(a[falling[0]]) - 1)
+            w = rank_window(len(a[falling[0]]) - 1)
             around = (
                 f" (cross-fitted over the {w} logged points around its lowest)" if w > 1 else ""
             )
@@ -1588,16 +1582,6 @@ def _off_best(data: StudyData, off: list[str]) -> str:
     )
 
 
-def _undecided(row: Verdict, why: str) -> Verdict:
-    return replace(
-        row,
-        verdict=INCONCLUSIVE,
-        numbers=f"{row.numbers}; {why}",
-        scope="",
-        reason=_reasons(row.reason, why),
-    )
-
-
 def _lr_dependent(
     data: StudyData, shared: Verdict, best: Verdict, arms: list[Optional[str]]
 ) -> Verdict:
@@ -1616,7 +1600,7 @@ def _lr_dependent(
         f"{best.verdict}, so the difference at the shared LR may be the learning rate's, not "
         "the claim's factor's"
     )
-    return _undecided(shared, why)
+    return _with_reason(shared, INCONCLUSIVE, why)
 
 
 def _lr_confounded(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
@@ -1635,7 +1619,7 @@ def _lr_confounded(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> 
         "were read at the shared LR only, so the difference may be the learning rate's, not "
         "the claim's factor's"
     )
-    return _undecided(row, why)
+    return _with_reason(row, INCONCLUSIVE, why)
 
 
 def _unmeasured_best_lr(row: Verdict) -> Verdict:
