@@ -13,7 +13,7 @@ import math
 
 import pytest
 import yaml
-from helpers import pretrain, run_cli
+from helpers import TINY_MODEL, pretrain, run_cli
 
 BASE = ["--train-iters", "8", "--eval-interval", "100", "--log-interval", "1"]
 CHANGED = ["--lr", "1e-2", "--min-lr", "1e-3", "--train-iters", "12"]
@@ -45,7 +45,7 @@ def test_changed_schedule_on_resume_errors_overrides_or_keeps(tmp_path, demo_pre
         assert lrs[it] == pytest.approx(cosine_lr(it - 1, 3e-3, 3e-4, 2, 8), rel=1e-9), it
 
     args = ["pretrain", "--data-path", demo_prefix, "--load", ckpt, "--split", "95,5,0"]
-    proc = run_cli([*args, "--run-dir", str(tmp_path / "refused"), *BASE, *CHANGED])
+    proc = run_cli([*args, "--run-dir", str(tmp_path / "refused"), *TINY_MODEL, *BASE, *CHANGED])
     assert proc.returncode == 2, proc.stderr[-2000:]
     for difference in (
         "lr: checkpoint 0.003, config 0.01",
@@ -56,6 +56,16 @@ def test_changed_schedule_on_resume_errors_overrides_or_keeps(tmp_path, demo_pre
         "--use-checkpoint-opt-param-scheduler",
     ):
         assert difference in proc.stderr, difference
+    assert "model settings" not in proc.stderr  # the model is the run's
+
+    # Another model shape too: the refusal names it beside the schedule, so the user does not
+    # fix the schedule first and only then learn that the checkpoint takes no other shape.
+    wider = ["--hidden-size", "128", "--run-dir", str(tmp_path / "wider")]
+    proc = run_cli([*args, *TINY_MODEL, *BASE, *CHANGED, *wider])
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "lr: checkpoint 0.003, config 0.01" in proc.stderr
+    assert "model settings differ from the checkpoint's run as well: " in proc.stderr
+    assert "hidden_size=128 (the run had 64)" in proc.stderr
 
     both = ["--override-opt-param-scheduler", "--use-checkpoint-opt-param-scheduler"]
     proc = run_cli([*args, "--run-dir", str(tmp_path / "both"), *BASE, *CHANGED, *both])

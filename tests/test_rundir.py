@@ -250,6 +250,22 @@ def test_a_resume_with_other_initialization_settings_is_refused():
         )
 
 
+def test_section_changes_name_each_changed_model_setting():
+    """What a resume's schedule refusal lists of the model (resolved values, sorted by key)."""
+    started = yaml.safe_load(yaml.safe_dump(redacted_dict(load_config(None, {}))))
+    assert layout.section_changes(load_config(None, {}), started, "model") == []
+    wider = load_config(None, {"hidden_size": 256, "num_layers": 2})
+    assert layout.section_changes(wider, started, "model") == [
+        f"ffn_hidden_size={wider.model.ffn_hidden_size} "
+        f"(the run had {started['model']['ffn_hidden_size']})",
+        f"hidden_size=256 (the run had {started['model']['hidden_size']})",
+        f"kv_channels={wider.model.kv_channels} (the run had {started['model']['kv_channels']})",
+        f"num_layers=2 (the run had {started['model']['num_layers']})",
+    ]
+    assert layout.section_changes(wider, None, "model") == []  # nothing saved
+    assert layout.section_changes(wider, {"init": {}}, "model") == []  # no model section
+
+
 def _resumable_checkpoint(save, cfg) -> None:
     """``save/iter_0000002``: the common state a resume's preflight reads (iteration, scheduler,
     ``cfg`` and its tokenizer's fingerprint, as a run saves them), no tensor."""

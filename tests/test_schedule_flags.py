@@ -372,6 +372,15 @@ def test_resume_reconciliation_covers_the_new_keys():
     assert (o.lr_wsd_decay_style, o.lr_wsd_decay_iters, o.lr_warmup_init) == ("exponential", 10, 0)
     wd = cfg.replace(weight_decay_incr_style="cosine", start_weight_decay=0.0, end_weight_decay=0.2)
     assert any("weight_decay_incr_style" in d for d in schedule_differences(wd, saved))
+    with pytest.raises(ConfigError) as refused:
+        reconcile_schedule(changed, saved, "ck", ["hidden_size=128 (the run had 64)"])
+    message = str(refused.value)
+    assert "lr_warmup_init: checkpoint 0.0, config 0.0001" in message
+    assert "differ from the checkpoint's run as well: hidden_size=128 (the run had 64);" in message
+    assert "Fix: give the run's model settings where they change shapes" in message
+    with pytest.raises(ConfigError) as refused:
+        reconcile_schedule(changed, saved, "ck")
+    assert "model settings" not in str(refused.value)
     # A checkpoint from before the schedule counted samples counted iterations.
     legacy = {k: v for k, v in saved.items() if k not in ("steps_unit", "init_lr")}
     legacy.update(lr_warmup_steps=2, lr_decay_steps=40, wd_incr_steps=40, wsd_decay_steps=80)

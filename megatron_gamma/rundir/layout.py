@@ -432,6 +432,26 @@ def saved_description(path: str) -> tuple[Optional[dict], Optional[dict]]:
     return description(read_common(path))
 
 
+def section_changes(
+    cfg: Config, saved: Optional[dict], section: str, ignore: tuple[str, ...] = ()
+) -> list[str]:
+    """Each setting of config section ``section`` (``"model"``, ``"init"``) whose value in
+    ``cfg`` differs from the one the checkpoint's run recorded (``saved``:
+    :func:`description`), as ``key=now (the run had then)``, sorted by key; keys in
+    ``ignore`` and keys an older version did not record are left out. Empty when ``saved``
+    is None or holds no such section (a checkpoint written before checkpoints carried
+    their config)."""
+    if not saved or not isinstance(saved.get(section), dict):
+        return []
+    then = saved[section]
+    now = yaml.safe_load(yaml.safe_dump(redacted_dict(cfg)))[section]
+    return [
+        f"{key}={now[key]!r} (the run had {then[key]!r})"
+        for key in sorted(now)
+        if key not in ignore and key in then and then[key] != now[key]
+    ]
+
+
 def check_resume_init(cfg: Config, saved: Optional[dict], load: str) -> None:
     """Refuse a resume whose ``init`` settings differ from those the checkpoint's run recorded
     (:func:`saved_description`; ``init_audit`` aside, a reporting choice, and settings a
@@ -442,14 +462,7 @@ def check_resume_init(cfg: Config, saved: Optional[dict], load: str) -> None:
     Raises:
         ConfigError: naming each changed setting with both values, and the fix.
     """
-    if not saved or not isinstance(saved.get("init"), dict):
-        return
-    now = yaml.safe_load(yaml.safe_dump(redacted_dict(cfg)))["init"]
-    changed = [
-        f"{key}={now[key]!r} (the run had {saved['init'].get(key)!r})"
-        for key in sorted(now)
-        if key != "init_audit" and key in saved["init"] and saved["init"][key] != now[key]
-    ]
+    changed = section_changes(cfg, saved, "init", ignore=("init_audit",))
     if changed:
         raise ConfigError(
             f"load={load!r}: resuming with other initialization settings: {', '.join(changed)}; "

@@ -523,16 +523,6 @@ def save_checkpoint(
     return final
 
 
-def saved_schedule(root: str) -> dict | None:
-    """The scheduler state (megatron-core ``OptimizerParamScheduler.state_dict()``) of the newest
-    complete checkpoint under ``root``, read from its common state without loading any tensor;
-    None when ``root`` holds no checkpoint."""
-    iteration = latest_iteration(root)
-    if iteration is None:
-        return None
-    return read_common(checkpoint_dir(root, iteration)).get("scheduler")
-
-
 def check_loadable(
     root: str,
     weights_only: bool,

@@ -63,6 +63,7 @@ from megatron_gamma.rundir.layout import (
     describe,
     description,
     read_common,
+    section_changes,
     set_aside_earlier_run,
 )
 from megatron_gamma.rundir.loader import check_tokenizer
@@ -80,7 +81,6 @@ from megatron_gamma.training.checkpointing import (
     missing_load_warning,
     release_lock,
     save_checkpoint,
-    saved_schedule,
 )
 from megatron_gamma.training.errors import NonFiniteLossError
 from megatron_gamma.training.init_audit import (
@@ -317,7 +317,10 @@ class Trainer:
         self.save_lock = claim_save_dir(ck.save, ck.overwrite and not ck.load)
         load = cfg.checkpoint.load
         resume = load and not cfg.checkpoint.finetune
-        cfg = reconcile_schedule(cfg, saved_schedule(load) if resume else None, load)
+        newest = latest_iteration(load) if resume else None
+        common = {} if newest is None else read_common(checkpoint_dir(load, newest))
+        changes = section_changes(cfg, description(common)[0], "model")
+        cfg = reconcile_schedule(cfg, common.get("scheduler"), load, changes)
         self.cfg = cfg
         self.wandb: WandbWriter | None = start_wandb(cfg)
         self.callbacks: list[Callback] = []

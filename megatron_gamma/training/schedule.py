@@ -13,6 +13,8 @@ rewritten to it so that ``config.yaml`` records what is in effect).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
 from megatron_gamma.config import Config, ConfigError
@@ -223,9 +225,16 @@ def _checkpoint_schedule(cfg: Config, saved: dict) -> dict:
     return values
 
 
-def reconcile_schedule(cfg: Config, saved: dict | None, path: str) -> Config:
+def reconcile_schedule(
+    cfg: Config, saved: dict | None, path: str, model_changes: Sequence[str] = ()
+) -> Config:
     """The config to train with when resuming from a checkpoint whose scheduler state is
     ``saved`` (None: no checkpoint, ``cfg`` unchanged).
+
+    ``model_changes`` are the model settings that differ from the checkpoint's run
+    (:func:`~megatron_gamma.rundir.layout.section_changes`): a refusal names them too, so that
+    a resume with another model shape and another schedule (``--hidden-size`` and
+    ``--train-iters`` both changed) is not first sent to fix the schedule alone.
 
     Returns:
         ``cfg`` itself, or with ``--use-checkpoint-opt-param-scheduler`` a copy whose schedule
@@ -249,11 +258,20 @@ def reconcile_schedule(cfg: Config, saved: dict | None, path: str) -> Config:
     if not differences or o.override_opt_param_scheduler:
         return cfg
     if not o.use_checkpoint_opt_param_scheduler:
+        model = restore = ""
+        if model_changes:
+            model = (
+                f" The model settings differ from the checkpoint's run as well: "
+                f"{', '.join(model_changes)}; a resume loads the run's tensors, so a setting "
+                "that changes their shapes is refused next, once the model is built."
+            )
+            restore = "give the run's model settings where they change shapes (its config.yaml); "
         raise ConfigError(
             f"load={path!r}: the configured learning-rate schedule differs from the "
-            f"checkpoint's: {'; '.join(differences)}. Fix: restore these values, or add "
-            "--override-opt-param-scheduler to train on with the config's schedule, or "
-            "--use-checkpoint-opt-param-scheduler to keep the checkpoint's"
+            f"checkpoint's: {'; '.join(differences)}.{model} Fix: {restore}restore the "
+            "schedule's values, or add --override-opt-param-scheduler to train on with the "
+            "config's schedule, or --use-checkpoint-opt-param-scheduler to keep the "
+            "checkpoint's"
         )
     saved = in_samples(saved, cfg.training.global_batch_size)
     return cfg.replace(**_checkpoint_schedule(cfg, saved))
