@@ -218,9 +218,13 @@ def test_save_dir_of_another_run_needs_load_or_overwrite(tmp_path, demo_prefix):
     assert (save / TRACKER).read_text() == "2"
     said = f"--overwrite: deleted the earlier run's checkpoints in {save}: iter_0000007\n"
     assert said in replaced.stdout, replaced.stdout[-3000:]
-    assert "training iterations 1 to 2: a line every 5 iterations and at the last\n" in (
-        replaced.stdout
-    )  # said before the first step: a log without a terminal is silent until the first line
+    run = tmp_path / "run"
+    assert (
+        f"run directory {run}: config.yaml, metrics.jsonl; TensorBoard events in "
+        f"{run / 'tensorboard'}\ntraining iterations 1 to 2: a line every 5 iterations and at "
+        "the last\n"
+    ) in replaced.stdout  # said before the first step: a log without a terminal is silent
+    assert {"config.yaml", "metrics.jsonl", "tensorboard"} <= set(os.listdir(run))  # as named
     assert re.search(
         r"done: iteration 2, validation loss \d\.\d{4} \(2 iterations trained\)\n$", replaced.stdout
     )

@@ -58,6 +58,7 @@ from megatron_gamma.model.vocab import model_vocab_size
 from megatron_gamma.rundir.layout import (
     CONFIG,
     INIT_AUDIT,
+    METRICS,
     check_resume_init,
     checkpoint_dir,
     describe,
@@ -706,6 +707,10 @@ class Trainer:
             tensorboard_log_interval=lg.tensorboard_log_interval,
             validation_ppl_to_tensorboard=lg.log_validation_ppl_to_tensorboard,
             mirror=self.wandb,
+        )
+        log.message(
+            f"run directory {lg.run_dir}: {CONFIG}, {METRICS}; TensorBoard events in "
+            f"{lg.tensorboard_path()}"
         )
         if self.state.iteration:
             log.message(f"resumed at iteration {self.state.iteration}")
