@@ -42,6 +42,9 @@ TINY_MODEL = [
 ]  # fmt: skip
 """The same-sized model for CLI runs on the demo corpus (flags)."""
 
+HAVE_WANDB = importlib.util.find_spec("wandb") is not None
+"""Whether W&B is installed (the ``[test]`` extra pins it), for the tests of ``--wandb-project``."""
+
 _in_slow_test = True
 
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 import yaml
-from helpers import TINY_MODEL, run_cli
+from helpers import HAVE_WANDB, TINY_MODEL, run_cli
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from megatron_gamma.checkpoint_trust import CheckpointError
@@ -318,10 +318,11 @@ def test_second_run_in_a_live_run_dir_is_refused(tmp_path, demo_prefix):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_refused_resume_leaves_the_run_directory_as_it_was(tmp_path, demo_prefix):
+def test_a_refused_resume_leaves_the_run_directory_as_it_was(tmp_path, demo_prefix, monkeypatch):
     """A resume refused at the checkpoint load (another --num-layers: tensors of other shapes)
     changes no file of the run directory, config.yaml least of all: its refusal sends the user to
-    that file. The resume that loads records its config there."""
+    that file; nor does it open a W&B run (its files would go to RUN/wandb). The resume that
+    loads records its config there."""
     run, save = tmp_path / "run", tmp_path / "run" / "ckpt"
     first = _pretrain(tmp_path, demo_prefix, save, "--train-iters", "4", "--exit-interval", "2",
                       "--init-audit", "summary")  # fmt: skip
@@ -332,8 +333,10 @@ def test_a_refused_resume_leaves_the_run_directory_as_it_was(tmp_path, demo_pref
 
     before, names = files(), sorted(os.listdir(run))
     assert {"config.yaml", "metrics.jsonl", "init_audit.json"} <= set(before)
+    wandb = ["--wandb-project", "p"] if HAVE_WANDB else []
+    monkeypatch.setenv("WANDB_MODE", "offline")
     refused = _pretrain(tmp_path, demo_prefix, save, "--train-iters", "4", "--num-layers", "3",
-                        "--load", str(save))  # fmt: skip
+                        "--load", str(save), *wandb)  # fmt: skip
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert "cannot be loaded into this run: it holds tensors of other shapes" in refused.stderr
     assert "Fix: build the model as the checkpoint was (its run's config.yaml" in refused.stderr

@@ -16,12 +16,11 @@ import os
 
 import pytest
 from distributed import run_distributed
-from helpers import pretrain
+from helpers import HAVE_WANDB, pretrain
 
 from megatron_gamma.config import ConfigError, load_config
 from megatron_gamma.training.telemetry import check_telemetry
 
-HAVE_WANDB = importlib.util.find_spec("wandb") is not None
 DENSE = dict(num_layers=4, hidden_size=64, num_attention_heads=4, seq_length=16, vocab_size=256)
 
 
@@ -103,8 +102,8 @@ def _pretrain_with_wandb_failing_on_rank_0(run_dir: str, blocked: str) -> str:
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not HAVE_WANDB, reason="wandb is not installed")
 def test_wandb_failing_on_rank_0_stops_every_rank(tmp_path):
-    """W&B starts on rank 0 before any collective and the outcome is broadcast: rank 1 stops
-    with rank 0's error instead of waiting at the next collective."""
+    """W&B starts on rank 0 and the outcome is broadcast: rank 1 stops with rank 0's error
+    instead of waiting at the next collective."""
     blocked = tmp_path / "not-a-directory"
     blocked.write_text("")
     errors = run_distributed(

@@ -323,7 +323,6 @@ class Trainer:
         changes = section_changes(cfg, description(common)[0], "model")
         cfg = reconcile_schedule(cfg, common.get("scheduler"), load, changes)
         self.cfg = cfg
-        self.wandb: WandbWriter | None = start_wandb(cfg)
         self.callbacks: list[Callback] = []
         self.device = torch.device("cuda") if parallel.uses_gpu() else torch.device("cpu")
         self.rank = dist.get_rank()
@@ -348,6 +347,8 @@ class Trainer:
         self.optimizer = get_megatron_optimizer(self._optimizer_config(), self.chunks)
         self.scheduler = build_scheduler(self.optimizer, cfg)
         self.state = self._load()
+        # once the load has passed: a refused resume opens no W&B run
+        self.wandb: WandbWriter | None = start_wandb(cfg)
         if self.rank == 0:
             self._write_run_records(run_dir)
 

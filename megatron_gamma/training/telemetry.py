@@ -83,8 +83,8 @@ def start_wandb(cfg: Config) -> WandbWriter | None:
     """Start the W&B run of ``--wandb-project`` on rank 0 and broadcast the outcome, so that a
     failure on rank 0 (no API key, no network, an unwritable ``--wandb-save-dir``) stops every
     rank with the same error instead of leaving the others waiting at the next collective.
-    Collective over the world group: call it on every rank right after the process group
-    exists, before any other collective.
+    Collective over the world group: call it on every rank at the same point (the trainer
+    does once the checkpoint load has passed, so that a refused resume opens no W&B run).
 
     Returns:
         The run's writer on rank 0; None on the other ranks and without ``--wandb-project``.
