@@ -182,3 +182,17 @@ def test_two_ranks_log_the_mean_of_each_ranks_reference(tmp_path, demo_prefix, l
         assert all({layer for _, layer in r["refs"]} == {1, 2} for r in ranks)
         (a, b) = (_expected([r], name) for r in ranks)
         assert a != b  # the ranks' data differ, so the mean is a real reduction
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_dense_first_stage_logs_the_data_parallel_mean(tmp_path, demo_prefix):
+    """PP 2 x DP 2 with ``--moe-layer-freq [0,1]``: rank 0's stage has no MoE layer, so its
+    tracker entry names no reduce group; the last stage's data-parallel mean still reaches it
+    (megatron-core's order, the pipeline sum first, would leave it rank 2's own value)."""
+    layout = {"pipeline_model_parallel_size": 2, "moe_layer_freq": "[0,1]", "global_batch_size": 8}
+    ranks = run_distributed(_train, 4, str(tmp_path), demo_prefix, {**MOE, **layout})
+    assert [sorted({layer for _, layer in r["refs"]}) for r in ranks] == [[], [], [2], [2]]
+    name = "load_balancing_loss"
+    _check_logged(ranks[0], _expected(ranks, name), name, rel=1e-6)
+    assert _expected(ranks[2:3], name) != _expected(ranks[3:], name)
