@@ -100,10 +100,11 @@ class MoeAuxLosses:
         self.device = device
 
     def start(self) -> None:
-        """Empty megatron-core's tracker and make one zeroed entry per name, with no reduce
-        groups (the routers set theirs when they record), so that every rank holds the same
-        names, as Megatron-LM's ``force_initialize`` does; an earlier model's entries (another
-        layer count, groups since destroyed) and anything recorded outside the step go."""
+        """Empty megatron-core's tracker and make one zeroed entry per name (float32 values of
+        shape (num_layers,) on ``device``, one per global layer, with no reduce groups: the
+        routers set theirs when they record), so that every rank holds the same names, as
+        Megatron-LM's ``force_initialize`` does; an earlier model's entries (another layer
+        count, groups since destroyed) and anything recorded outside the step go."""
         tracker = get_moe_layer_wise_logging_tracker()
         tracker.clear()
         for name in self.names:
