@@ -93,6 +93,7 @@ from megatron_gamma.training.init_audit import (
 )
 from megatron_gamma.training.manual_gc import ManualGCCallback
 from megatron_gamma.training.metrics import MetricsLogger
+from megatron_gamma.training.moe_metrics import MoeAuxLosses, tracked_names
 from megatron_gamma.training.precision import (
     check_precision,
     fp16_epsilon_warning,
@@ -342,6 +343,9 @@ class Trainer:
         )
         self.tcfg = transformer_config(cfg, on_gpu=parallel.uses_gpu())
         self.chunks, self.init_plan = self._build_model()
+        names = tracked_names(cfg.model)
+        self.moe_losses = MoeAuxLosses(names, cfg.model, self.device) if names else None
+        self.moe_aux_losses: dict[str, float] = {}
         self.weights_from = self._weights_source()
         self.init_audit = self._audit_init(run_dir)
         self.optimizer = get_megatron_optimizer(self._optimizer_config(), self.chunks)
@@ -578,11 +582,20 @@ class Trainer:
         by that many samples, unless fp16 loss scaling skipped the update on an overflow (as in
         Megatron-LM). Returns (loss, grad norm, learning rate used); with
         ``--log-num-zeros-in-grad`` the step's count of zero gradient entries (megatron-core's
-        ``optimizer.step()``, over all ranks) is left in ``self.num_zeros_in_grad``."""
+        ``optimizer.step()``, over all ranks) is left in ``self.num_zeros_in_grad``, and an MoE
+        model's router auxiliary losses of the step ({name: value},
+        :meth:`.moe_metrics.MoeAuxLosses.collect`; empty for a dense model or a router that
+        records none) in ``self.moe_aux_losses``."""
         for chunk in self.chunks:
             chunk.zero_grad_buffer()
         self.optimizer.zero_grad()
-        loss = self._run_schedule(batch_iter, get_num_microbatches(), forward_only=False)
+        num_microbatches = get_num_microbatches()
+        if self.moe_losses is not None:
+            self.moe_losses.start()
+        loss = self._run_schedule(batch_iter, num_microbatches, forward_only=False)
+        if self.moe_losses is not None:
+            iteration = self.state.iteration + 1
+            self.moe_aux_losses = self.moe_losses.collect(iteration, num_microbatches)
         updated, grad_norm, self.num_zeros_in_grad = self.optimizer.step()
         lr = self.optimizer.param_groups[0]["lr"]
         if updated:

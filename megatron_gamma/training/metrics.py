@@ -102,19 +102,23 @@ class MetricsLogger:
         self._bar.update(1)
         self._bar.set_postfix(loss=f"{values['loss']:.4f}")
 
-    def interval_summary(self, iteration: int, total: int, values: dict) -> None:
+    def interval_summary(
+        self, iteration: int, total: int, values: dict, moe_losses: dict | None = None
+    ) -> None:
         """The Megatron-style one-line summary of a logging interval; its throughput figures
         (tokens/s, ms/iter, TFLOP/s per device, MFU), where ``values`` has them, also go to
-        TensorBoard as ``throughput/*``; params norm and zeros in the gradients where given."""
+        TensorBoard as ``throughput/*``; params norm and zeros in the gradients where given;
+        ``moe_losses`` ({name: mean over the interval's iterations}, an MoE model's router
+        auxiliary losses) after the loss, in Megatron-LM's names and format (``%.6E``)."""
         if not self.active:
             return
         for key in ("tokens_per_s", "ms_per_iter", "tflops_per_device", "mfu"):
             if key in values:
                 self._scalar(f"throughput/{key}", values[key], iteration)
-        line = (
-            f"iteration {iteration:6d}/{total} | loss {values['loss']:.6f} | "
-            f"lr {values['lr']:.3e} | grad norm {values['grad_norm']:.4f}"
-        )
+        line = f"iteration {iteration:6d}/{total} | loss {values['loss']:.6f} | "
+        for name, value in (moe_losses or {}).items():
+            line += f"{name} {value:.6E} | "
+        line += f"lr {values['lr']:.3e} | grad norm {values['grad_norm']:.4f}"
         if "params_norm" in values:
             line += f" | params norm {values['params_norm']:.4f}"
         if "num_zeros_in_grad" in values:

@@ -32,8 +32,11 @@ class MetricsCallback(Callback):
     ``--log-memory-to-tensorboard``, on by default), params norm (``--log-params-norm``) and
     zeros in the gradients (``--log-num-zeros-in-grad``); a summary line (with
     ``--log-throughput``: tokens/s, ms/iter, TFLOP/s per device, MFU on known GPUs) every
-    ``log_interval`` steps and at the last one; validation losses and perplexities and
-    checkpoint messages, all through the trainer's ``trainer.log``."""
+    ``log_interval`` steps and at the last one; an MoE model's router auxiliary losses
+    (``load_balancing_loss``, ``z_loss``, ...: ``trainer.moe_aux_losses``) every step, and
+    their mean over the interval's steps in the summary line, as Megatron-LM prints them;
+    validation losses and perplexities and checkpoint messages, all through the trainer's
+    ``trainer.log``."""
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
@@ -42,6 +45,7 @@ class MetricsCallback(Callback):
         self.flops_per_token = train_flops_per_token(self.cfg, trainer.vocab_size)
         self.peak = parallel.peak_tflops()
         self.interval_start, self.interval_iters, self.interval_tokens = time.time(), 0, 0
+        self.interval_moe: dict[str, float] = {}
 
     def on_step_end(self, trainer: Trainer, step: StepOutput) -> None:
         lg = self.cfg.logging
@@ -65,9 +69,12 @@ class MetricsCallback(Callback):
             values["params_norm"] = params_l2_norm([c.module for c in trainer.chunks])
         if lg.log_num_zeros_in_grad:
             values["num_zeros_in_grad"] = int(trainer.num_zeros_in_grad)
+        values.update(trainer.moe_aux_losses)
         trainer.log.train_step(step.iteration, values)
         self.interval_iters += 1
         self.interval_tokens += tokens
+        for name, value in trainer.moe_aux_losses.items():
+            self.interval_moe[name] = self.interval_moe.get(name, 0.0) + value
         if not due(step.iteration, self.cfg.logging.log_interval, trainer.end_iteration):
             return
         if lg.log_throughput:
@@ -78,8 +85,11 @@ class MetricsCallback(Callback):
             values["tflops_per_device"] = tflops / 1e12
             if self.peak is not None:
                 values["mfu"] = values["tflops_per_device"] / self.peak
-        trainer.log.interval_summary(step.iteration, self.cfg.training.train_iters, values)
+        moe = {name: total / self.interval_iters for name, total in self.interval_moe.items()}
+        total_iters = self.cfg.training.train_iters
+        trainer.log.interval_summary(step.iteration, total_iters, values, moe_losses=moe)
         self.interval_start, self.interval_iters, self.interval_tokens = time.time(), 0, 0
+        self.interval_moe = {}
 
     def on_eval(self, trainer: Trainer, iteration: int, loss: float) -> None:
         trainer.log.validation(iteration, loss)
