@@ -266,6 +266,17 @@ def test_section_changes_name_each_changed_model_setting():
     assert layout.section_changes(wider, {"init": {}}, "model") == []  # no model section
 
 
+def test_a_resume_at_another_seq_length_is_warned_about():
+    """Trial 11: --seq-length changed on resume passed silently, though the data position then
+    points into another sample index (Megatron-LM allows it: a warning, not a refusal)."""
+    started = yaml.safe_load(yaml.safe_dump(redacted_dict(load_config(None, {"seq_length": 64}))))
+    assert layout.seq_length_warning(load_config(None, {"seq_length": 64}), started) is None
+    assert layout.seq_length_warning(load_config(None, {"seq_length": 128}), None) is None
+    warning = layout.seq_length_warning(load_config(None, {"seq_length": 128}), started)
+    assert warning.startswith("WARNING: seq_length=128 (the run had 64): the resumed run's data ")
+    assert "Fix: resume with --seq-length 64, or start a run of its own" in warning
+
+
 def _resumable_checkpoint(save, cfg) -> None:
     """``save/iter_0000002``: the common state a resume's preflight reads (iteration, scheduler,
     ``cfg`` and its tokenizer's fingerprint, as a run saves them), no tensor."""

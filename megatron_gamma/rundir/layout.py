@@ -473,6 +473,25 @@ def check_resume_init(cfg: Config, saved: Optional[dict], load: str) -> None:
         )
 
 
+def seq_length_warning(cfg: Config, saved: Optional[dict]) -> Optional[str]:
+    """The warning for a resume at another ``--seq-length`` than the checkpoint's run
+    (``saved``: :func:`description`), or None. The run's data position (consumed samples)
+    counts samples of the old length, while the resumed run builds its sample index at the new
+    one, so it does not continue where the run stopped in the data; Megatron-LM allows it too,
+    so it is a warning, not a refusal."""
+    then = (saved or {}).get("model", {}).get("seq_length")
+    now = cfg.model.seq_length
+    if then is None or then == now:
+        return None
+    return (
+        f"WARNING: seq_length={now} (the run had {then}): the resumed run's data position "
+        f"counts {then}-token samples, while its sample index is built of {now}-token ones, so "
+        "it does not continue where the run stopped in the data. Fix: resume with "
+        f"--seq-length {then}, or start a run of its own from these weights (--finetune, its "
+        "own --run-dir and --save) to train at the new length"
+    )
+
+
 def superseded_path(path: str) -> str:
     """Where to set ``path`` aside, beside it, under the first free number N from 1:
     ``STEM.superseded-N.EXT`` for a file (``metrics.superseded-1.jsonl``),

@@ -65,6 +65,7 @@ from megatron_gamma.rundir.layout import (
     description,
     read_common,
     section_changes,
+    seq_length_warning,
     set_aside_earlier_run,
 )
 from megatron_gamma.rundir.loader import check_tokenizer
@@ -238,7 +239,11 @@ def preflight(cfg: Config) -> BilingualTokenizer:
         if warning and parallel.read_dist_env().rank == 0:
             print(warning, flush=True)
     if resume and not ck.finetune:  # root is ck.load
-        check_resume_init(cfg, description(common)[0], ck.load)
+        saved = description(common)[0]
+        check_resume_init(cfg, saved, ck.load)
+        warning = seq_length_warning(cfg, saved)
+        if warning and parallel.read_dist_env().rank == 0:
+            print(warning, flush=True)
         if ck.overwrite and parallel.read_dist_env().rank == 0:
             print(
                 f"WARNING: overwrite=True: no effect, this run resumes from load={ck.load!r} "
