@@ -113,8 +113,10 @@ def test_a_reused_config_yaml_with_another_runs_load_is_refused_before_torch(tmp
         f"megatron-gamma pretrain: error: load={ckpt!r}: comes from the YAML file {config!r} "
         f"(checkpoint.load), not from --load, and is not this run's save={new[3]!r}: this run "
         "would resume another run's checkpoints (a run's config.yaml records the load it ran "
-        f"with). Fix: pass --load {ckpt} on the command line to start from those checkpoints, "
-        "or remove `load` from the file (or from a copy of it) to start fresh\n"
+        f"with). Fix: pass --load {new[3]} for a run of its own (it resumes from its save "
+        "directory, and starts fresh while that holds no checkpoint), --load "
+        f"{ckpt} on the command line to start from those checkpoints, or remove `load` from "
+        "the file (or from a copy of it)\n"
     )
     missing = str(tmp_path / "none")
     doc, _, err = _probe(
@@ -142,7 +144,7 @@ def test_a_reused_config_yaml_under_only_a_new_run_dir_is_refused_before_torch(t
     assert doc == {"rc": 2, "imported": []}
     assert err.startswith(
         f"megatron-gamma pretrain: error: save={ckpt!r}, load={ckpt!r}: from the YAML file "
-        f"{config!r}, inside its run_dir={str(run1)!r}, while this run's --run-dir is {new!r}"
+        f"{config!r}, whose run_dir={str(run1)!r}, while this run's --run-dir is {new!r}"
     )
     assert f"Fix: pass --save {new}/checkpoints --load {new}/checkpoints for a run" in err
     submit = ["submit", "--config", config, "--run-dir", new, "--nodes", "1", "--dry-run"]

@@ -531,8 +531,9 @@ def test_a_reused_config_yaml_does_not_resume_its_runs_checkpoints(tmp_path):
         f"load={ckpt!r}: comes from the YAML file {path!r} (checkpoint.load), not from --load, "
         f"and is not this run's save={new['save']!r}: this run would resume another run's "
         "checkpoints (a run's config.yaml records the load it ran with). Fix: pass --load "
-        f"{ckpt} on the command line to start from those checkpoints, or remove `load` from the "
-        "file (or from a copy of it) to start fresh"
+        f"{new['save']} for a run of its own (it resumes from its save directory, and starts "
+        f"fresh while that holds no checkpoint), --load {ckpt} on the command line to start "
+        "from those checkpoints, or remove `load` from the file (or from a copy of it)"
     )
     assert e.value.keys == ("load",)
     no_save = {"run_dir": str(tmp_path / "e5")}
@@ -585,7 +586,7 @@ def test_a_reused_config_yaml_under_a_new_run_dir_keeps_none_of_its_runs_directo
     moved = f"{new}/checkpoints"
     assert str(e.value) == (
         f"save={ckpt!r}, load={ckpt!r}, tensorboard_dir={tb!r}: from the YAML file {path!r}, "
-        f"inside its run_dir={str(run1)!r}, while this run's --run-dir is {new!r}: this run "
+        f"whose run_dir={str(run1)!r}, while this run's --run-dir is {new!r}: this run "
         "would write into (and resume from) that run's directories. Fix: pass --save "
         f"{moved} --load {moved} --tensorboard-dir {new}/tb for a run of its own, or --save "
         f"{ckpt} --load {ckpt} --tensorboard-dir {tb} to use that run's on purpose"
@@ -614,13 +615,50 @@ def test_paths_outside_the_files_run_dir_or_given_as_flags_are_kept(tmp_path):
     ):
         cfg = load_config(path, overrides)
         assert check_run_dir_outputs(cfg, path, overrides) is None, overrides
-    store = str(tmp_path / "store" / "ck")
-    shared = str(_write(tmp_path / "shared.yaml", f"logging:\n  run_dir: {run1}\ncheckpoint:\n"
-                        f"  save: {store}\n  load: {store}\n"))  # fmt: skip
+    tb = str(tmp_path / "store" / "tb")
+    shared = str(_write(tmp_path / "shared.yaml", f"logging:\n  run_dir: {run1}\n"
+                        f"  tensorboard_dir: {tb}\n"))  # fmt: skip
     elsewhere = {"run_dir": str(tmp_path / "new")}
     assert check_run_dir_outputs(load_config(shared, elsewhere), shared, elsewhere) is None
     bare = str(_write(tmp_path / "bare.yaml", f"checkpoint:\n  save: {ckpt}\n"))
     assert check_run_dir_outputs(load_config(bare, elsewhere), bare, elsewhere) is None
+
+
+def test_a_recipes_checkpoints_outside_its_run_dir_are_not_shared_with_a_new_run_dir(tmp_path):
+    """Trial 11: a recipe (its run_dir runs/gpt-0.3b, its save and load /checkpoints/gpt-0.3b)
+    layered with an ablation file under a new --run-dir, no --save: the ablation would save
+    among the baseline's checkpoints, or resume them. Refused, with the sibling named after the
+    new run directory; with --save alone, load is refused with --save's value as the fix; the
+    README's command (--save and --load) passes, on the shipped recipe and ablation files."""
+    from megatron_gamma.config import check_load_origin, check_run_dir_outputs
+
+    store = tmp_path / "checkpoints"
+    base, ckpt = str(store / "gpt-0.3b"), str(store / "gpt-0.3b-gamma-0.5")
+    recipe = str(_write(tmp_path / "recipe.yaml", "logging:\n  run_dir: runs/gpt-0.3b\n"
+                        f"checkpoint:\n  save: {base}\n  load: {base}\n"))  # fmt: skip
+    ablation = str(_write(tmp_path / "gamma-0.5.yaml", "init:\n  init_gamma: 0.5\n"))
+    files, run_dir = [recipe, ablation], "runs/gpt-0.3b-gamma-0.5"
+    given = {"run_dir": run_dir}
+    with pytest.raises(ConfigError) as e:
+        check_run_dir_outputs(load_config(files, given), files, given)
+    assert str(e.value) == (
+        f"save={base!r}, load={base!r}: from the YAML file {recipe!r}, whose "
+        f"run_dir='runs/gpt-0.3b', while this run's --run-dir is {run_dir!r}: this run would "
+        f"write into (and resume from) that run's directories. Fix: pass --save {ckpt} --load "
+        f"{ckpt} for a run of its own, or --save {base} --load {base} to use that run's on "
+        "purpose"
+    )
+    given = {"run_dir": run_dir, "save": ckpt}
+    with pytest.raises(ConfigError) as e:
+        check_run_dir_outputs(load_config(files, given), files, given)
+    assert e.value.keys == ("load",) and f"Fix: pass --load {ckpt} for a run" in str(e.value)
+    shipped = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "configs")
+    files = [f"{shipped}/gpt-0.3b.yaml", f"{shipped}/ablations/gamma-0.5.yaml"]
+    given = {"run_dir": run_dir, "save": ckpt, "load": ckpt}
+    cfg = load_config(files, given)
+    assert check_load_origin(cfg, files, given) is None
+    assert check_run_dir_outputs(cfg, files, given) is None
+    assert (cfg.init.init_gamma, cfg.checkpoint.save) == (0.5, ckpt)
 
 
 def test_an_unknown_key_names_its_file_and_a_directory_names_its_config_yaml(tmp_path):

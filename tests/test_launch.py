@@ -90,7 +90,10 @@ def test_time_limits_in_every_slurm_form():
         (["--nodes", "1", "--gpus-per-node", "4", "--time", "4h"], "time='4h'"),
         (["--nodes", "1", "--gpus-per-node", "4", "--time", "5"], "warning_seconds=300"),
         (["--nodes", "1", "--gpus-per-node", "4", "--container-mounts", "/a:/a"], "container_m"),
-        (["--nodes", "1", "--gpus-per-node", "4", "--load", "/elsewhere"], "load='/elsewhere'"),
+        (  # the fix gives the job its own load, not "drop --load" (a recipe's file sets it)
+            ["--nodes", "1", "--gpus-per-node", "4", "--load", "/elsewhere"],
+            "a requeued job resumes from --load. Fix: pass --load ",
+        ),
     ],
 )
 def test_bad_submission_fails_before_sbatch(config, sbatch_calls, tmp_path, capsys, flags, message):

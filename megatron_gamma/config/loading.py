@@ -398,12 +398,14 @@ def check_load_origin(cfg: Config, path: Optional[str | list[str]], overrides: d
     named = [f for f in files if "load" in (read_yaml(f).get("checkpoint") or {})]
     source = f"the YAML file {named[-1]!r}" if named else "a YAML file"
     save = f"this run's save={ck.save!r}" if ck.save else "this run's save (none)"
+    own = f"--load {ck.save}" if ck.save else "--save DIR --load DIR"
     raise ConfigError(
         f"load={ck.load!r}: comes from {source} (checkpoint.load), not from --load, and is not "
         f"{save}: this run would resume another run's checkpoints (a run's config.yaml records "
-        f"the load it ran with). Fix: pass --load {ck.load} on the command line to start from "
-        "those checkpoints, or remove `load` from the file (or from a copy of it) to start "
-        "fresh",
+        f"the load it ran with). Fix: pass {own} for a run of its own (it resumes from its "
+        f"save directory, and starts fresh while that holds no checkpoint), --load {ck.load} "
+        "on the command line to start from those checkpoints, or remove `load` from the file "
+        "(or from a copy of it)",
         ("load",),
     )
 
@@ -419,8 +421,13 @@ def check_run_dir_outputs(cfg: Config, path: Optional[str | list[str]], override
     Refused, before torch is imported, when ``run_dir`` is given on the command line and differs
     from the last ``--config`` file's, and one of these values from the files lies inside
     the file's ``run_dir``: ``save``, ``load``, ``tensorboard_dir``, ``wandb_save_dir``,
-    ``data_cache_path``. Giving such a field on the command line (even the same value: to
-    continue that run's checkpoints on purpose) keeps it.
+    ``data_cache_path``; ``save`` and ``load`` are refused outside it too (a recipe's
+    ``/checkpoints/gpt-0.3b`` layered with an ablation file under ``--run-dir
+    runs/gpt-0.3b-gamma-0.5`` would write the ablation's checkpoints among the baseline's, or
+    resume the baseline's), with their sibling named after the new ``run_dir``
+    (``/checkpoints/gpt-0.3b-gamma-0.5``) as the fix, or ``--save``'s value for ``load``.
+    Giving such a field on the command line (even the same value: to continue that run's
+    checkpoints on purpose) keeps it.
 
     Args:
         cfg: the run config :func:`load_config` built from ``path`` and ``overrides``.
@@ -449,29 +456,40 @@ def check_run_dir_outputs(cfg: Config, path: Optional[str | list[str]], override
         "wandb_save_dir": log.wandb_save_dir,
         "data_cache_path": cfg.data.data_cache_path,
     }
-    inside = {
-        key: value
-        for key, value in values.items()
-        if key not in overrides
-        and isinstance(value, str)
-        and os.path.commonpath([old, os.path.realpath(value)]) == old
-    }
-    if not inside:
+    moved = {}  # field -> where this run's own would go
+    for key, value in values.items():
+        if key in overrides or not isinstance(value, str):
+            continue
+        real = os.path.realpath(value)
+        if os.path.commonpath([old, real]) == old:
+            moved[key] = os.path.join(cfg.logging.run_dir, os.path.relpath(real, old))
+        elif key == "load" and "save" in overrides:
+            moved[key] = ck.save
+        elif key in ("save", "load"):
+            moved[key] = _sibling(value, cfg.logging.run_dir)
+    if not moved:
         return
-    listed = ", ".join(f"{key}={value!r}" for key, value in inside.items())
-    fix = " ".join(
-        f"--{key.replace('_', '-')} "
-        f"{os.path.join(cfg.logging.run_dir, os.path.relpath(os.path.realpath(v), old))}"
-        for key, v in inside.items()
-    )
-    keep = " ".join(f"--{key.replace('_', '-')} {v}" for key, v in inside.items())
+    listed = ", ".join(f"{key}={values[key]!r}" for key in moved)
+    fix = " ".join(f"--{key.replace('_', '-')} {v}" for key, v in moved.items())
+    keep = " ".join(f"--{key.replace('_', '-')} {values[key]}" for key in moved)
     raise ConfigError(
-        f"{listed}: from the YAML file {source!r}, inside its run_dir={run_dir!r}, while this "
-        f"run's --run-dir is {cfg.logging.run_dir!r}: this run would write into (and resume "
-        f"from) that run's directories. Fix: pass {fix} for a run of its own, or {keep} to "
-        "use that run's on purpose",
-        tuple(inside),
+        f"{listed}: from the YAML file {source!r}, whose run_dir={run_dir!r}, while this run's "
+        f"--run-dir is {cfg.logging.run_dir!r}: this run would write into (and resume from) "
+        f"that run's directories. Fix: pass {fix} for a run of its own, or {keep} to use that "
+        "run's on purpose",
+        tuple(moved),
     )
+
+
+def _sibling(path: str, run_dir: str) -> str:
+    """``path``'s sibling named after ``run_dir``'s last component (``/checkpoints/gpt-0.3b`` for
+    ``runs/gpt-0.3b-gamma-0.5`` -> ``/checkpoints/gpt-0.3b-gamma-0.5``), or ``run_dir``'s
+    ``checkpoints`` where that name is ``path``'s own."""
+    name = os.path.basename(os.path.normpath(run_dir))
+    sibling = os.path.join(os.path.dirname(os.path.normpath(path)), name)
+    if os.path.realpath(sibling) == os.path.realpath(path):
+        return os.path.join(run_dir, "checkpoints")
+    return sibling
 
 
 REDACTED = "<redacted>"

@@ -753,7 +753,9 @@ def submit_pretrain(
             "load",
             cfg.checkpoint.load,
             f"differs from the save directory {checkpoints}; a requeued job resumes from --load",
-            "drop --load (the job loads from its save directory) or set save to the same path",
+            f"pass --load {checkpoints} (the job resumes from its own save directory), or "
+            "--save the same path as load (to continue that run); a --load given only to start "
+            "from other weights is --pretrained-checkpoint",
         )
     cfg = cfg.replace(
         run_dir=run_dir,
