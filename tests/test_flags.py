@@ -175,6 +175,10 @@ CASES = {
         {"attention_backend": "unfused", "transformer_impl": "transformer_engine"},
     ),
     "use_mcore_models": ({"use_mcore_models": True}, "megatron-core models", None),
+    "attention_softmax_in_fp32": ({"attention_softmax_in_fp32": True}, "in fp32", None),
+    "distributed_backend": ({"distributed_backend": "gloo"}, "follows the device", None),
+    "log_timers_to_tensorboard": ({"log_timers_to_tensorboard": True}, "per-phase", None),
+    "timing_log_level": ({"timing_log_level": 2}, "per-phase timers", None),
     "fp8_recipe": (
         {"fp8_recipe": "tensorwise"},
         "--fp8-format",

@@ -72,10 +72,9 @@ NO_CUDA = {
         "--calculate-per-token-loss",
         "--empty-unused-memory-level",
         "--profile",  # without --use-pytorch-profiler: nsys's CUDA profiler API
-        "--log-timers-to-tensorboard",
     },
 }
-NO_CUDA["llama3_8b_fp8.args"] = NO_CUDA["llama3_8b_bf16.args"] - {"--log-timers-to-tensorboard"} | {
+NO_CUDA["llama3_8b_fp8.args"] = NO_CUDA["llama3_8b_bf16.args"] | {
     "--fp8-format",
     "--fp8-amax-history-len",
     "--fp8-amax-compute-algo",

@@ -137,6 +137,13 @@ class MoeRouterDtype(Choice):
     FP64 = "fp64", "float64"
 
 
+class DistributedBackend(Choice):
+    """Megatron-LM's ``--distributed-backend``; megatron-gamma picks the backend by device."""
+
+    NCCL = "nccl", "NCCL (what megatron-gamma runs GPU collectives on)"
+    GLOO = "gloo", "gloo (what megatron-gamma runs CPU collectives on)"
+
+
 class InitMethod(Choice):
     """Weight initialization rule."""
 

@@ -159,6 +159,22 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
         lambda c: False,
         "nothing: megatron-gamma always builds megatron-core models",
     ),
+    "attention_softmax_in_fp32": (
+        lambda c: False,
+        "nothing: the attention softmax always runs in fp32",
+    ),
+    "distributed_backend": (
+        lambda c: False,
+        "nothing: the backend follows the device (NCCL for GPU tensors, gloo for CPU ones)",
+    ),
+    "log_timers_to_tensorboard": (
+        lambda c: False,
+        "nothing: no per-phase timers are kept; ms_per_iter and throughput are logged",
+    ),
+    "timing_log_level": (
+        lambda c: False,
+        "nothing: no per-phase timers are kept; ms_per_iter and throughput are logged",
+    ),
     "fp8_recipe": (lambda c: c.model.fp8_format is not None, "--fp8-format"),
     "weight_decay": (
         lambda c: c.optimizer.weight_decay_incr_style == "constant",

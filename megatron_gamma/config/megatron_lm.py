@@ -271,14 +271,6 @@ REFUSED: dict[str, tuple[str, str]] = {
         "TikTokenizer is not supported (tokenizers are HF tokenizer.json or GPT-2 BPE files)",
         "drop the flag",
     ),
-    "--log-timers-to-tensorboard": (
-        "megatron-gamma has no per-phase timers; throughput/ms_per_iter is logged",
-        "drop the flag",
-    ),
-    "--timing-log-level": (
-        "megatron-gamma has no per-phase timers; throughput/ms_per_iter is logged",
-        "drop the flag",
-    ),
     "--log-world-size-to-tensorboard": (
         "the world size is in config.yaml and the run's first log lines",
         "drop the flag",
@@ -291,10 +283,6 @@ REFUSED: dict[str, tuple[str, str]] = {
     "--init-method-xavier-uniform": (
         "initialization is --init-method gamma (sigma = fan_in^-gamma) or normal",
         "use --init-method gamma --init-gamma 0.5 for the Xavier-like baseline",
-    ),
-    "--distributed-backend": (
-        "the backend follows the device: nccl on GPU, gloo on CPU",
-        "drop the flag",
     ),
     "--use-torch-fsdp2": (
         "FSDP is not supported; shard the optimizer state with --use-distributed-optimizer",
@@ -382,10 +370,6 @@ REFUSED: dict[str, tuple[str, str]] = {
     ),
     "--apply-query-key-layer-scaling": (
         "attention scores are scaled by 1/sqrt(kv_channels) in fp32 softmax",
-        "drop the flag",
-    ),
-    "--attention-softmax-in-fp32": (
-        "the attention softmax always runs in fp32 (SDPA / megatron-core's unfused path)",
         "drop the flag",
     ),
     "--tensorboard-queue-size": ("TensorBoard's default queue is used", "drop the flag"),

@@ -14,6 +14,7 @@ from typing import Any, Optional
 from megatron_gamma.config.choices import (
     AttentionBackend,
     DistCkptStrictness,
+    DistributedBackend,
     EmbeddingFanIn,
     Fp8Format,
     Fp8Recipe,
@@ -141,6 +142,9 @@ class ModelConfig:
     use_mcore_models: bool = False
     """Accepted for Megatron-LM launch scripts and does nothing: megatron-gamma always builds
     megatron-core models (a one-line notice says so)."""
+    attention_softmax_in_fp32: bool = False
+    """Accepted for Megatron-LM launch scripts and does nothing: the attention softmax always
+    runs in fp32 (torch SDPA, megatron-core's unfused path) (a one-line notice says so)."""
     fp8_format: Optional[Fp8Format] = None
     """FP8 GEMMs through Transformer Engine (megatron-core ``fp8``): needs --transformer-impl
     transformer_engine and a GPU with FP8 (compute capability >= 8.9); refused by name otherwise."""
@@ -472,6 +476,9 @@ class ParallelConfig:
     distributed_timeout_minutes: int = 10
     """Timeout of torch.distributed collectives in minutes (``init_process_group(timeout=...)``
     and megatron-core's model-parallel groups); Megatron-LM's default 10."""
+    distributed_backend: DistributedBackend = DistributedBackend.NCCL
+    """Accepted for Megatron-LM launch scripts and does nothing: the backend follows the device,
+    NCCL for GPU tensors and gloo for CPU ones (a one-line notice says so)."""
     context_parallel_size: int = 1
     """Context-parallel group size (megatron-core CP, sequence split over ranks). Only 1:
     megatron-core implements CP in Transformer Engine's attention only
@@ -482,6 +489,7 @@ class ParallelConfig:
     when both are given and differ)."""
 
     def __post_init__(self) -> None:
+        check_choices(self)
         for key in (
             "tensor_model_parallel_size",
             "pipeline_model_parallel_size",
@@ -1481,10 +1489,19 @@ class LoggingConfig:
     use_pytorch_profiler: bool = False
     """Profile with torch.profiler and write a trace per profiling rank into tensorboard_dir
     (TensorBoard's profile plugin and Perfetto open it)."""
+    log_timers_to_tensorboard: bool = False
+    """Accepted for Megatron-LM launch scripts and does nothing: megatron-gamma keeps no
+    per-phase timers; every iteration's ms_per_iter and throughput are logged (a one-line
+    notice says so)."""
+    timing_log_level: int = 0
+    """Accepted for Megatron-LM launch scripts (0, 1 or 2, as there) and does nothing, as
+    log_timers_to_tensorboard."""
 
     def __post_init__(self) -> None:
         if self.log_interval < 1:
             fail("log_interval", self.log_interval, "must be >= 1", "use e.g. 10")
+        if self.timing_log_level not in (0, 1, 2):
+            fail("timing_log_level", self.timing_log_level, "must be 0, 1 or 2", "drop the flag")
         _check_logging(self)
         if self.log_diagnostics_interval < 0:
             fail(
