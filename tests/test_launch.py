@@ -200,7 +200,11 @@ def test_dry_run_of_a_cluster_recipe_warns_for_paths_absent_here(tmp_path, capsy
     recipe = os.path.join(REPO, "examples", "configs", "gpt-1.5b.yaml")
     with open(recipe, encoding="utf-8") as f:
         raw = yaml.safe_load(f)
-    assert main(["submit", "--config", recipe, "--run-dir", str(tmp_path / "r"), "--dry-run"]) == 0
+    run = ["--run-dir", str(tmp_path / "r")]
+    assert main(["submit", "--config", recipe, *run, "--dry-run"]) == 2  # the recipe's checkpoints
+    assert f"--save {raw['checkpoint']['save']} --load " in capsys.readouterr().err
+    own = ["--save", str(tmp_path / "ck"), "--load", str(tmp_path / "ck")]
+    assert main(["submit", "--config", recipe, *run, *own, "--dry-run"]) == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
     assert f"#SBATCH --nodes={raw['cluster']['slurm_nodes']}" in lines
