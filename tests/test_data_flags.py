@@ -269,6 +269,12 @@ def test_pretrain_refuses_data_made_with_another_tokenizer(tmp_path, demo_prefix
     assert DEMO_TOKENIZER in msg and vocab in msg
     assert "Fix: pass the tokenizer the data was made with (--tokenizer-type " in msg
     assert f"--tokenizer-model {os.path.abspath(DEMO_TOKENIZER)}" in msg
+    # With a split too small as well, the tokenizer is named first (trial 11): the split error
+    # alone, with the data's own tokenizer, is the control.
+    with pytest.raises(ConfigError, match=r"seq_length=200000: the train split \(--split 95,5,0"):
+        preflight(_cfg(tmp_path, demo_prefix, seq_length=200000))
+    with pytest.raises(ConfigError, match=f"data_path={demo_prefix!r}: tokenized with Hugging"):
+        preflight(_cfg(tmp_path, demo_prefix, seq_length=200000, **other))
     # A dataset from before fingerprints: a warning, not an error.
     old = str(tmp_path / "old")
     for ext in (".bin", ".idx"):

@@ -256,13 +256,15 @@ def preflight(cfg: Config) -> BilingualTokenizer:
     read = ("train", "valid") if cfg.training.eval_iters > 0 else ("train",)
     if per_split is None:
         prefixes, _ = cfg.data.blend()
-        check_splits(prefixes, cfg.data.split, cfg.model.seq_length, read)
     else:
         check_split_paths(per_split, cfg.model.seq_length, read)
         prefixes = [p for blend in per_split if blend is not None for p in blend[0]]
+    # the tokenizer first: a dataset of another tokenizer is the mistake to fix before its split
     warnings = check_datasets(list(dict.fromkeys(prefixes)), tokenizer)
     if warnings and parallel.read_dist_env().rank == 0:
         print("\n".join(warnings), flush=True)
+    if per_split is None:
+        check_splits(prefixes, cfg.data.split, cfg.model.seq_length, read)
     return tokenizer
 
 
