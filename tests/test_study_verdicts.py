@@ -1656,15 +1656,14 @@ def _rank_study(first_iteration: int, arm_dip: float):
     widths = {"s1": 256}
     losses, diag = {}, {}
     for seed, e in ((1, 0.0), (2, 0.01), (3, -0.01)):
-        # the control recovers too (rise 0.1): flat after its dip, it fell to its last point in
-        # seed 3, where its dip is not measured (claim 7's rule)
+        # 10 points after the first (claim 7 reads none below 6): flat at the dip to iteration
+        # 50, then a linear rise to 100; the control recovers too (rise 0.1)
         for arm, dip, rise, k in (("gamma1", arm_dip, 0.4, 1.0), ("baseline", 0.02, 0.1, 0.5)):
             losses[(arm, "s1", seed)] = 5.0
-            ranks = {
-                first_iteration: 30.0,
-                50: 30.0 * (1 - dip - k * e),
-                100: 30.0 * (1 - dip) * (1 + rise),
-            }
+            low, high = 30.0 * (1 - dip - k * e), 30.0 * (1 - dip) * (1 + rise)
+            ranks = {first_iteration: 30.0}
+            ranks |= {t: low + (high - low) * max(0, t - 50) / 50 for t in range(60, 101, 10)}
+            ranks |= {t: low for t in (10, 20, 30, 40, 50) if t > first_iteration}
             draw = 1 + 1e-3 * seed  # each seed draws other matrices (dip and rise: ratios)
             diag[(arm, "s1", seed)] = {
                 it: {"stable_rank/qkv.q/layer_00": r * draw} for it, r in ranks.items()
@@ -1818,15 +1817,29 @@ def test_a_control_falling_by_the_margin_left_has_no_measured_dip():
 
 
 def test_a_control_falling_slowly_at_the_last_point_gives_dip_over_the_window():
-    """Trial 7: the control falls 29.5 → 29 over the last 10% of training, 0.017 of its
-    initial 30 (the committed study's controls: 16.042 → 16.035). Its minimum is its last
+    """Trial 7: the control falls 29.5 → 29 at its end, 0.008 of its initial 30 over the last
+    10% of training (the committed study's controls: 16.042 → 16.035). Its minimum is its last
     point, but a fall that small does not stop the row: Δdip is read over the runs' window
     (the control's dip so far), and the decided verdict is scoped to that window. Before,
-    any fall at the last point, however small, made the row not measurable."""
-    data, deltas = _control_falling_study(29.0)
-    v = claim7(data)
+    any fall at the last point, however small, made the row not measurable.
+    Logged every 10 iterations (10 points after iteration 0, so the minima are cross-fitted):
+    γ = 1 30 → 15 − e (iterations 10-40) → 20.5 (50, 60) → 21 (70-100); the control 30 → 29.5
+    (10-80) → 29.25 → 29. By hand: the arm's cross-fitted minimum 15 − e, its end 21; the
+    control's lowest even-indexed point 29.25 (iteration 90) read as (29.5 + 29)/2, its lowest
+    odd-indexed 29 (100) read as 29.25: minimum 29.25; its end slope over 80-100 −0.025 a
+    step, a fall of 0.25/30 = 0.0083 over the last 10%."""
+    losses, diag = {}, {}
+    offsets = (0.0, 0.2, -0.3)
+    for k, e in enumerate(offsets, start=1):
+        losses |= {("gamma1", "s1", k): 5.0, ("baseline", "s1", k): 5.0}
+        arm = [30.0] + [15.0 - e] * 4 + [20.5] * 2 + [21.0] * 4
+        ctrl = [30.0] + [29.5] * 8 + [29.25, 29.0]
+        for name, ranks in (("gamma1", arm), ("baseline", ctrl)):
+            diag[(name, "s1", k)] = {10 * i: {"stable_rank/q": r} for i, r in enumerate(ranks)}
+    v = claim7(make_study(losses, {"s1": 256}, diagnostics=diag))
+    deltas = [(29.25 - 15.0 + e) / 30 for e in offsets]
     lo, hi = _t_interval(deltas)
-    rises = [21.0 / (15.0 - e) - 1 for e in (0.0, 0.2, -0.3)]
+    rises = [21.0 / (15.0 - e) - 1 for e in offsets]
     rlo, rhi = _t_interval(rises)
     assert lo > DIP_MIN and rlo > DIP_MIN
     assert v.verdict == REPRODUCED
@@ -1834,12 +1847,14 @@ def test_a_control_falling_slowly_at_the_last_point_gives_dip_over_the_window():
     assert v.numbers == (
         f"gamma1 vs baseline (s1): Δdip {np.mean(deltas):+.3f} [{lo:+.3f}, {hi:+.3f}] (df 2, 3 "
         f"seeds) (the interval lies beyond +0.05); recovery {np.mean(rises):+.3f} [{rlo:+.3f}, "
-        f"{rhi:+.3f}] (df 2, 3 seeds) (the interval lies beyond +0.05); Δdip over the runs' "
-        "window: the control may still be falling at its end, but slowly: it fell by +0.0167 (3 "
+        f"{rhi:+.3f}] (df 2, 3 seeds) (the interval lies beyond +0.05); min (cross-fitted) and "
+        "end each read over 3 logged points; read at 10 logged points after iteration 0, every "
+        "10 iterations: a dip shorter than 10 iterations is not seen; Δdip over the runs' "
+        "window: the control may still be falling at its end, but slowly: it fell by +0.0083 (3 "
         "seeds, all equal: sd 0, no interval) of its initial value over the last 10% of "
         "training (the least-squares slope over the logged points in its last 20%, at least 2: "
-        "iterations 90-100, 2 points); per seed 0.017 (seed 1), 0.017 (seed 2), 0.017 (seed 3); "
-        "the value itself (no interval: no spread across seeds), 0.0167, is below 0.05"
+        "iterations 80-100, 3 points); per seed 0.008 (seed 1), 0.008 (seed 2), 0.008 (seed 3); "
+        "the value itself (no interval: no spread across seeds), 0.0083, is below 0.05"
     )
 
 
@@ -1901,9 +1916,10 @@ def test_a_control_still_falling_gets_one_verdict_however_often_it_was_logged(
     """Trial 9: the fall at the control's end was read over the last *logged interval*, so the
     same linear control (30 → 15) was "falling slowly" (0.01 of 30 per interval, reproduced)
     logged at 51 points and still dipping (0.15, not measurable) at 4. Over the last 10% of
-    training it falls by the same share either way, by hand (30 − control_end)/10/30."""
+    training it falls by the same share either way, by hand (30 − control_end)/10/30. (Logged
+    at 6 points after iteration 0, the fewest claim 7 reads a minimum from.)"""
     dense = claim7(_linear_control_study(list(range(0, 1001, 20)), control_end))
-    sparse = claim7(_linear_control_study([0, 300, 700, 1000], control_end))
+    sparse = claim7(_linear_control_study([0, 100, 250, 400, 550, 700, 1000], control_end))
     assert dense.verdict == sparse.verdict == verdict
     assert "at least 2: iterations 800-1000, 11 points)" in dense.numbers
     assert "at least 2: iterations 700-1000, 2 points)" in sparse.numbers
@@ -2021,8 +2037,48 @@ def test_a_clear_recovery_read_over_windows_is_still_reproduced():
         f"gamma1 vs baseline (s1): Δdip {np.mean(deltas):+.3f} [{lo:+.3f}, {hi:+.3f}] (df 2, 3 "
         f"seeds) (the interval lies beyond +0.05); recovery {np.mean(rises):+.3f} [{rlo:+.3f}, "
         f"{rhi:+.3f}] (df 2, 3 seeds) (the interval lies beyond +0.05); min (cross-fitted) and "
-        "end each read over 3 logged points"
+        "end each read over 3 logged points; read at 7 logged points after iteration 0, every "
+        "100 iterations: a dip shorter than 100 iterations is not seen"
     )
+
+
+def _one_low_point_study(points: int):
+    """γ = 1 30 → flat at 12 over ``points`` logged points after iteration 0 (every 100
+    iterations), one of them low by "noise" (12 · (0.9 − 0.01·seed), at position seed mod 4,
+    never the last); its control flat at 24; four seeds. The true recovery is 0."""
+    losses, diag = {}, {}
+    for k in range(1, 5):
+        losses |= {("gamma1", "s1", k): 5.0, ("baseline", "s1", k): 5.0}
+        arm = [30.0] + [12.0] * points
+        arm[1 + k % 4] = 12.0 * (0.9 - 0.01 * k)
+        ctrl = [30.0] + [24.0 + 0.1 * k] * points
+        for name, ranks in (("gamma1", arm), ("baseline", ctrl)):
+            diag[(name, "s1", k)] = {100 * i: {"stable_rank/q": r} for i, r in enumerate(ranks)}
+    return make_study(losses, {"s1": 256}, diagnostics=diag)
+
+
+def test_a_minimum_from_fewer_than_six_points_is_not_measured():
+    """Trial 11 (finding 2): below 6 points after iteration 0 the minimum was the single
+    lowest point, biased low, so a flat arm "recovered": here by hand 12/(12 · (0.9 − 0.01k))
+    − 1 = 0.112-0.149 in the four seeds, an interval beyond 0.05: "reproduced", with a true
+    recovery of 0 and no word of single points. Now not measurable in these runs, and the row
+    says why and how to log more; 6 points (cross-fitted) read no recovery."""
+    rises = [1 / (0.9 - 0.01 * k) - 1 for k in range(1, 5)]
+    assert _t_interval(rises)[0] > DIP_MIN  # the old single-point reading's call
+    v = claim7(_one_low_point_study(5))
+    assert v.verdict == NOT_MEASURED and v.scope == ""
+    lo, hi = _t_interval(rises)
+    assert f"recovery {np.mean(rises):+.3f} [{lo:+.3f}, {hi:+.3f}] (df 3, 4 seeds)" in v.numbers
+    assert (
+        "fewer than 6 stable-rank points logged after iteration 0 (the arm's seed 1 has 5), "
+        "where a single-point minimum reads biased low" in v.reason
+    )
+    assert "diagnostics_points, at least 7 with iteration 0, or --log-diagnostics-interval" in (
+        v.numbers
+    )
+    dense = claim7(_one_low_point_study(6))
+    assert dense.verdict in (NOT_REPRODUCED, INCONCLUSIVE)
+    assert "recovery +0.0" in dense.numbers or "recovery -0.0" in dense.numbers
 
 
 def test_a_mechanism_row_decided_on_shared_lr_runs_is_scoped_to_that_lr():
@@ -2034,13 +2090,12 @@ def test_a_mechanism_row_decided_on_shared_lr_runs_is_scoped_to_that_lr():
     for k, e in enumerate((0.0, 0.2, -0.3), start=1):
         losses |= {("gamma1", "s1", k): 5.0, ("baseline", "s1", k): 5.0}
         draw = 1 + 1e-3 * k  # each seed draws other matrices
-        diag[("gamma1", "s1", k)] = {
-            it: {"stable_rank/q": r * draw} for it, r in ((0, 30.0), (50, 15.0 - e), (100, 21.0))
-        }
-        diag[("baseline", "s1", k)] = {
-            it: {"stable_rank/q": r * draw}
-            for it, r in ((0, 30.0), (50, 29.0 + 0.1 * e), (100, 29.5))
-        }
+        arm = [30.0] + [15.0 - e] * 3 + [21.0] * 4
+        ctrl = [30.0] + [29.0 + 0.1 * e] * 3 + [29.5] * 4
+        for name, ranks in (("gamma1", arm), ("baseline", ctrl)):
+            diag[(name, "s1", k)] = {
+                10 * i: {"stable_rank/q": r * draw} for i, r in enumerate(ranks)
+            }
     rows = verdicts(make_study(losses, {"s1": 256}, diagnostics=diag), {}, None)
     row = rows[10]
     assert row.claim == claim7(make_study(losses, {"s1": 256}, diagnostics=diag)).claim

@@ -917,6 +917,51 @@ def _end_bound(iv: Interval) -> tuple[float, str]:
     return iv.mean, f"the value itself (no interval: {why}), {iv.mean:.4f},"
 
 
+FEW_POINTS = "fewer than"
+"""How :func:`_few_points`'s reason starts."""
+
+
+def _few_points(a: dict[int, dict], b: dict[int, dict], seeds: list[int]) -> str:
+    """Why claim 7 cannot read the pair's minima, or "": some seed of the arm (``a``) or its
+    control (``b``), {seed: {iteration: stable rank}}, logged fewer than 2 ×
+    :data:`~.analysis.RANK_WINDOW` points after iteration 0, where
+    :func:`~.analysis.rank_dip` reads the minimum as the single lowest point: the lowest of a
+    few noisy points lies 0.8-1.2 sd below their level, which makes a flat arm recover (trial 11,
+    finding 2: 5.5-13.5 % false "reproduced", more with more seeds, as the interval narrows and
+    the bias stays) and biases each dip by its own arm's noise, so Δdip too."""
+    short = sorted(
+        (len(x[k]) - 1, name, k) for name, x in (("arm", a), ("control", b)) for k in seeds
+    )
+    n, name, k = short[0]
+    if n >= 2 * RANK_WINDOW:
+        return ""
+    return (
+        f"{FEW_POINTS} {2 * RANK_WINDOW} stable-rank points logged after iteration 0 (the "
+        f"{name}'s seed {k} has {n}), where a single-point minimum reads biased low (the lowest "
+        "of a few noisy points lies below their level), which makes a flat arm recover and "
+        "biases each dip by its arm's noise: log more points (the study file's "
+        f"diagnostics_points, at least {2 * RANK_WINDOW + 1} with iteration 0, or "
+        "--log-diagnostics-interval)"
+    )
+
+
+def _logging(a: dict[int, dict], b: dict[int, dict], seeds: list[int]) -> str:
+    """At what logging claim 7 read a pair (``a`` the arm, ``b`` its control, {seed:
+    {iteration: stable rank}}): the points logged after iteration 0 and the largest step
+    between two logged iterations, K. A dip shorter than K iterations can fall between two
+    logged points, so a control's short dip is not seen (trial 11, finding 3: equal dips of
+    different length gave "reproduced" at 10-100 points and "not reproduced" at 500)."""
+    points = sorted({len(x[k]) - 1 for x in (a, b) for k in seeds})
+    step = max(int(np.max(np.diff(sorted(x[k])))) for x in (a, b) for k in seeds)
+    even = all(len(set(np.diff(sorted(x[k])))) == 1 for x in (a, b) for k in seeds)
+    count = f"{points[0]}-{points[-1]}" if len(points) > 1 else str(points[0])
+    return (
+        f"read at {count} logged points after iteration 0, {'every' if even else 'at most'} "
+        f"{step} iterations{'' if even else ' apart'}: a dip shorter than {step} iterations "
+        "is not seen"
+    )
+
+
 def _condensation_arms(data: StudyData) -> dict[str, Optional[str]]:
     """{γ = 1 arm: its matched γ = 0.5 control or None} for claim 7."""
     names = ("gamma1", "gamma1+eps", "gamma1+eps+gate")
@@ -941,13 +986,14 @@ def claim7(data: StudyData) -> Verdict:
         "Mechanisms table's, which averages those every arm has): dip (1 − min/initial stable "
         "rank) of the arm − "
         f"control's above {DIP_MIN:g}, and the arm's recovery (end/min − 1) above {DIP_MIN:g}, "
-        f"the min and the end each read over {RANK_WINDOW} logged points after iteration 0 "
-        "where at least "
-        f"{2 * RANK_WINDOW} are logged after it, single points elsewhere: the end the mean of "
-        "the last ones, the min cross-fitted (the lowest even-indexed point located and read as "
-        "the mean of the odd-indexed points next to it, and the reverse, the two readings "
-        "averaged: the lowest of many noisy points lies below their level, so a min read on "
-        "the points it was chosen on makes a flat trajectory recover); not measurable where the "
+        f"the min and the end each read over {RANK_WINDOW} logged points after iteration 0, "
+        f"which needs at least {2 * RANK_WINDOW} logged after it in every seed of both arms "
+        "(fewer: not measurable in these runs, since a single-point minimum reads biased low): "
+        "the end the mean of the last ones, the min cross-fitted (the lowest even-indexed "
+        "point located and read as the mean of the odd-indexed points next to it, and the "
+        "reverse, the two readings averaged: the lowest of many noisy points lies below their "
+        "level, so a min read on the points it was chosen on makes a flat trajectory recover); "
+        "not measurable where the "
         "arm's min reaches its last point in a seed (still falling: no recovery measured), or "
         "where the control's fall at its end, −slope · "
         f"{END_SHARE:g}·T / initial stable rank (its fall over the last {END_SHARE:.0%} of "
@@ -957,7 +1003,9 @@ def claim7(data: StudyData) -> Verdict:
         f"seeds the unit) of at least {DIP_MIN:g} (still dipping: its dip, and so Δdip, not "
         "measured), or as large as the margin Δdip's interval has left over it; a control "
         "whose bound is below both but above 0 gives Δdip over the runs' window, and a decided "
-        "verdict says so"
+        "verdict says so; read only at the logged iterations: the row names the largest step "
+        "K between them, and a dip shorter than K iterations (a control's brief dip) is not "
+        "seen"
     )
     controls = _condensation_arms(data)
     pairs = [(a, c) for a, c in controls.items() if c]
@@ -995,7 +1043,6 @@ def claim7(data: StudyData) -> Verdict:
         judged.add(size)
         da, db = ([_dip_rise(x[k]) for k in seeds] for x in (a, b))
         dip = paired_difference([x[0] for x in da], [x[0] for x in db])
-        windows = {rank_window(len(x[k]) - 1) for x in (a, b) for k in seeds}
         unmeasured = []
         if falling := [k for k, x in zip(seeds, da, strict=True) if x[1] is None]:
             w = rank_window(len(a[falling[0]]) - 1)
@@ -1029,6 +1076,8 @@ def claim7(data: StudyData) -> Verdict:
                 f"{DIP_MIN:g} ({left:.4f}), so one more such stretch of training could close "
                 "it: Δdip is not measured"
             )
+        if not unmeasured and (few := _few_points(a, b, seeds)):
+            unmeasured.append(few)
         window = ""
         if not dipping and not unmeasured and bound > 0:
             window = (
@@ -1037,11 +1086,19 @@ def claim7(data: StudyData) -> Verdict:
             )
         if unmeasured:
             untested.append("; ".join(unmeasured))
+            rises = [x[1] for x in da]
+            few = unmeasured[-1].startswith(FEW_POINTS)
+            rise = f"; recovery {t_interval(rises).text(3)}" if few and None not in rises else ""
             parts.append(
-                f"{arm} vs {ctrl} ({at}): Δdip to the last point {dip.text(3)}; "
+                f"{arm} vs {ctrl} ({at}): Δdip to the last point {dip.text(3)}{rise}; "
                 + "; ".join(unmeasured)
-                + " (a matter of training length, not only of scale: longer runs, with "
-                "diagnostics to their end, would measure it)"
+                + (
+                    " (a matter of logging, not of scale: the same runs logged more densely "
+                    "would measure it)"
+                    if few
+                    else " (a matter of training length, not only of scale: longer runs, with "
+                    "diagnostics to their end, would measure it)"
+                )
             )
             verdicts.append(NOT_MEASURED)
             continue
@@ -1049,17 +1106,10 @@ def claim7(data: StudyData) -> Verdict:
         rise = t_interval([x[1] for x in da])
         v1, why1 = decide(dip, DIP_MIN, +1)
         v2, why2 = decide(rise, DIP_MIN, +1)
-        means = (
-            f"; min (cross-fitted) and end each read over {RANK_WINDOW} logged points"
-            if windows == {RANK_WINDOW}
-            else f"; min (cross-fitted) and end read over {RANK_WINDOW} logged points where a "
-            f"seed logged at least {2 * RANK_WINDOW} after iteration 0, single points elsewhere"
-            if RANK_WINDOW in windows
-            else ""
-        )
         parts.append(
             f"{arm} vs {ctrl} ({at}): Δdip {dip.text(3)} ({why1}); recovery {rise.text(3)} ({why2})"
-            + means
+            f"; min (cross-fitted) and end each read over {RANK_WINDOW} logged points; "
+            + _logging(a, b, seeds)
             + (f"; {window}" if window else "")
         )
         verdicts.append(combine([v1, v2]))
