@@ -3018,14 +3018,78 @@ def test_mechanism_rows_read_at_a_shared_lr_far_from_an_arms_best_are_not_decide
     assert f"baseline at s1 +{np.mean(pen):.4f} [{lo:+.4f}, {hi:+.4f}] (df 2" in row.numbers
     assert "gamma1 at s1 0 (its best LR is the shared LR)" in row.numbers
     assert row.reason.startswith(
-        "not decided: the shared LR is more than δ = 0.01 nats off (or not measured against) "
-        "the own best LR of 1 compared arm-size, and these diagnostics, which depend on the LR"
+        "not decided: the shared LR may be more than δ = 0.01 nats (in loss) off the own best LR "
+        "of 1 compared arm-size (the upper end of its penalty's 95% interval above δ, or no "
+        "interval, or its best LR on its grid's edge or chosen within its noise), and these "
+        "diagnostics, which depend on the LR"
     )
+    assert "not how much this diagnostic changes with the LR" in row.numbers
     at_best = engine._lr_confounded(data, decided(data), ["gamma1"])
     assert at_best.verdict == REPRODUCED
-    assert at_best.numbers.endswith(
-        "paired by seed): gamma1 at s1 0 (its best LR is the shared LR)"
+    assert "paired by seed): gamma1 at s1 0 (its best LR is the shared LR) (a loss" in (
+        at_best.numbers
     )
+
+
+def test_a_mechanism_row_gates_on_the_upper_bound_of_the_lr_penalty(monkeypatch):
+    """Trial 11, finding 1: the mechanism rows' LR gate compared the penalty's mean with δ, so
+    a penalty of +0.0015 whose 95% interval reaches above δ let claim 7 stand. By hand (the
+    baseline's confirm runs 0.292 + 0.004·(seed − 3)² above gamma1's shared-LR losses, which
+    carry 0.001·(seed − 2.5)) the per-seed penalties are 0.3 − 0.292 − (0.0035, 0.0005,
+    0.0055): mean below δ, upper bound above it. The row is now inconclusive; a best LR on
+    its grid's edge (gamma1's shared LR the smallest once its 1e-3 grid run is gone) counts as
+    not measured, 0 penalty or not."""
+    from megatron_gamma.study import verdicts as engine
+
+    def decided(data):
+        return Verdict("condensation", REPRODUCED, "Δdip +0.38", "rule", sizes=("s1",))
+
+    monkeypatch.setattr(engine, "claim7", decided)
+    monkeypatch.setattr(engine, "_condensation_arms", lambda d: {"gamma1": "baseline"})
+    pen = [0.3 - 0.292 - x for x in (0.0035, 0.0005, 0.0055)]
+    lo, hi = _t_interval(pen)
+    assert np.mean(pen) < 0.01 < hi  # the old gate passed it
+    data = _penalty_study(best_gap=0.292)
+    row = next(v for v in verdicts(data, {}, None) if v.claim == "condensation")
+    assert row.verdict == INCONCLUSIVE
+    assert f"baseline at s1 {np.mean(pen):+.4f} [{lo:+.4f}, {hi:+.4f}] (df 2" in row.numbers
+    assert row.reason.startswith("not decided: the shared LR may be more than δ = 0.01 nats")
+    assert engine._lr_confounded(data, decided(data), ["gamma1"]).verdict == REPRODUCED
+    data.runs = [r for r in data.runs if not (r["arm"] == "gamma1" and r.get("lr") == 1e-3)]
+    data.finished = [r for r in data.finished if r in data.runs]
+    edge = engine._lr_confounded(data, decided(data), ["gamma1"])
+    assert edge.verdict == INCONCLUSIVE
+    assert (
+        "gamma1 at s1 0 (its best LR is the shared LR; its best LR not known: gamma1 at s1: best "
+        "LR 0.002 is the smallest of [0.002, 0.004, 0.008, 0.016])" in edge.numbers
+    )
+
+
+def test_a_null_credited_to_scale_or_training_length_names_the_learning_rate(monkeypatch):
+    """Trial 11, finding 4: a mechanism null credited to the scale ("not measurable at this
+    scale, which explains the null") or to training length ("not measurable in these runs")
+    skipped the LR check, although the baseline ran at a quarter of its own best LR (penalty
+    about 0.3 nats). Such a row now lists the penalties and, with one over δ, is inconclusive,
+    the learning rate named beside the scale; with every arm at its own best LR it keeps its
+    verdict and its reason, the penalties listed."""
+    from megatron_gamma.study import verdicts as engine
+
+    scale = Verdict(
+        "saturation", NOT_MEASURABLE, f"null{engine.EXPLAINS_NULL}", "rule", sizes=("s1",),
+        reason=f"ε cannot act{engine.EXPLAINS_NULL}",
+    )  # fmt: skip
+    runs = Verdict("sink", NOT_MEASURED, "no sink formed", "rule", sizes=("s1",), reason="no sink")
+    data = _penalty_study(best_gap=0.0)
+    for row in (scale, runs):
+        out = engine._lr_confounded(data, row, ["gamma1", "baseline"])
+        assert out.verdict == INCONCLUSIVE
+        assert engine.EXPLAINS_NULL not in out.numbers and engine.EXPLAINS_NULL not in out.reason
+        assert "(its best LR 0.008, 4× the shared 0.002)" in out.numbers
+        assert "so the learning rate may explain the null as well" in out.reason
+        assert out.reason.startswith(row.reason.replace(engine.EXPLAINS_NULL, ""))
+        kept = engine._lr_confounded(data, row, ["gamma1"])
+        assert (kept.verdict, kept.reason) == (row.verdict, row.reason)
+        assert "gamma1 at s1 0 (its best LR is the shared LR)" in kept.numbers
 
 
 # --- the console line: a row the study cannot test carries its reason -------------------------

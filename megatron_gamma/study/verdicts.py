@@ -1495,6 +1495,33 @@ def _gap_noise(
     return noise, f"√2 × the sd of {arm}'s loss over {len(losses)} seeds at {best:g}"
 
 
+def _close_pick(data: StudyData, arm: str, size: str) -> str:
+    """How ``arm``'s best LR at ``size`` beat the next-best LR of its grid on the one selection
+    seed by less than δ or than twice the seed noise of such a gap (:func:`_gap_noise`),
+    whichever is larger, or "" where it won by more (or there is no grid to pick from): a gap
+    that small may reverse on another seed."""
+    grid = data.lr_grid(arm, size)
+    best = data.best_lr(arm, size)
+    others = {lr: x for lr, x in grid.items() if lr != best and np.isfinite(x)}
+    if best is None or not others or not np.isfinite(grid[best]):
+        return ""
+    runner = min(others, key=others.get)
+    gap = others[runner] - grid[best]
+    noise, how = _gap_noise(data, arm, size, best, runner)
+    limit = max(data.margin, 2 * noise)
+    if gap >= limit:
+        return ""
+    bound = (
+        f"δ = {data.margin:g}"
+        if limit == data.margin
+        else f"2 × the gap's seed noise, 2 × {noise:.4f} ({how})"
+    )
+    return (
+        f"{arm} at {size}: best LR {best:g} beat {runner:g} by {gap:.4f} nats on seed "
+        f"{data.select_seed} alone, less than {bound}"
+    )
+
+
 def _close_best(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
     """``row`` (a comparison at each arm's own best LR), its decided verdict scoped where the
     best LR of one of ``arms``, at a size the row compares, beat the next-best LR of its grid on
@@ -1502,28 +1529,12 @@ def _close_best(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Ver
     is larger: a difference that small may reverse on another seed, so which LR is the arm's
     best is not settled, and the row holds at the LRs chosen. The gap's seed noise:
     :func:`_gap_noise`."""
-    close = []
-    for arm in dict.fromkeys(a for a in arms if a):
-        for size in row.sizes:
-            grid = data.lr_grid(arm, size)
-            best = data.best_lr(arm, size)
-            others = {lr: x for lr, x in grid.items() if lr != best and np.isfinite(x)}
-            if best is None or not others or not np.isfinite(grid[best]):
-                continue
-            runner = min(others, key=others.get)
-            gap = others[runner] - grid[best]
-            noise, how = _gap_noise(data, arm, size, best, runner)
-            limit = max(data.margin, 2 * noise)
-            if gap < limit:
-                bound = (
-                    f"δ = {data.margin:g}"
-                    if limit == data.margin
-                    else f"2 × the gap's seed noise, 2 × {noise:.4f} ({how})"
-                )
-                close.append(
-                    f"{arm} at {size}: best LR {best:g} beat {runner:g} by {gap:.4f} nats on seed "
-                    f"{data.select_seed} alone, less than {bound}"
-                )
+    close = [
+        text
+        for arm in dict.fromkeys(a for a in arms if a)
+        for size in row.sizes
+        if (text := _close_pick(data, arm, size))
+    ]
     if not close:
         return row
     note = f"best LR chosen by a gap within its noise: {'; '.join(close)}"
@@ -1569,20 +1580,30 @@ def _complete(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdi
 
 
 def _lr_penalties(
-    data: StudyData, row: Verdict, arms: list[Optional[str]]
+    data: StudyData, row: Verdict, arms: list[Optional[str]], strict: bool = False
 ) -> tuple[list[str], list[str]]:
     """Each of ``arms``' LR penalty at each size ``row`` compares: its loss at its shared LR
     (:meth:`~.analysis.StudyData.shared_lr_of`: the study's, or the size's own) minus its loss at
     its own best LR, paired by seed over the seeds that ran both (the confirm seeds); 0 exactly
     where its best LR is the shared LR. Returns the texts of all, and those of the arm-sizes
     whose mean penalty exceeds δ (the shared LR is measurably off their own best) or cannot be
-    measured (no grid, no shared-LR run, or no seed that ran both), which may exceed it."""
+    measured (no grid, no shared-LR run, or no seed that ran both), which may exceed it.
+
+    ``strict`` (the mechanism rows, :func:`_lr_confounded`; trial 11, finding 1): an arm-size
+    counts among those off where the upper end of its penalty's 95% interval exceeds δ (or it
+    has no interval), not its mean, and where its best LR, the shared one included, is not
+    known: on its grid's edge (:meth:`~.analysis.StudyData.edge_lr`) or chosen by a gap within
+    its noise (:func:`_close_pick`), which may put the shared LR at 0 penalty by chance."""
     every, off = [], []
     for arm in dict.fromkeys(a for a in arms if a):
         for size in row.sizes:
             best, shared = data.best_lr(arm, size), data.shared_lr_of(arm, size)
+            unknown = [x for x in (data.edge_lr(arm, size), _close_pick(data, arm, size)) if x]
+            unknown = f"; its best LR not known: {'; '.join(unknown)}" if strict and unknown else ""
             if best is not None and shared is not None and np.isclose(best, shared):
-                every.append(f"{arm} at {size} 0 (its best LR is the shared LR)")
+                every.append(f"{arm} at {size} 0 (its best LR is the shared LR{unknown})")
+                if unknown:
+                    off.append(every[-1])
                 continue
             at_shared, at_best = data.losses(arm, size), data.confirm_losses(arm, size)
             seeds = sorted(set(at_shared) & set(at_best))
@@ -1599,36 +1620,54 @@ def _lr_penalties(
             pen = paired_difference([at_shared[k] for k in seeds], [at_best[k] for k in seeds])
             text = (
                 f"{arm} at {size} {pen.text()} (its best LR {best:g}, "
-                f"{best / shared:g}× the shared {shared:g})"
+                f"{best / shared:g}× the shared {shared:g}{unknown})"
             )
             every.append(text)
-            if pen.mean > data.margin:
+            high = pen.high if pen.has_interval else math.inf
+            if pen.mean > data.margin or (strict and (high > data.margin or unknown)):
                 off.append(text)
     return every, off
 
 
 def _with_penalties(
-    data: StudyData, row: Verdict, arms: list[Optional[str]]
+    data: StudyData, row: Verdict, arms: list[Optional[str]], mechanism: bool = False
 ) -> tuple[Verdict, list[str]]:
-    """``row`` with each compared arm's LR penalty (:func:`_lr_penalties`) added to its
-    numbers where it is decided in a study with an LR grid, and the penalties over δ or not
-    measured; ``(row, [])`` otherwise."""
-    if not data.has_lr_grid or row.verdict not in (REPRODUCED, NOT_REPRODUCED):
+    """``row`` with each compared arm's LR penalty (:func:`_lr_penalties`, strict for a
+    ``mechanism`` row) added to its numbers where it is decided in a study with an LR grid (a
+    ``mechanism`` row also where its null is credited to the scale or to training length:
+    *not measurable ...*), and the penalties over δ or not measured; ``(row, [])``
+    otherwise."""
+    judged = (REPRODUCED, NOT_REPRODUCED, *((NOT_MEASURABLE, NOT_MEASURED) if mechanism else ()))
+    if not data.has_lr_grid or row.verdict not in judged:
         return row, []
-    every, off = _lr_penalties(data, row, arms)
+    every, off = _lr_penalties(data, row, arms, strict=mechanism)
     if not every:
         return row, []
     numbers = (
         f"{row.numbers}; LR penalties (loss at the shared LR − loss at the arm's own best LR, "
         f"paired by seed): {'; '.join(every)}"
     )
+    if mechanism:
+        numbers += (
+            " (a loss penalty bounds how far in loss an arm ran from its best LR, not how much "
+            "this diagnostic changes with the LR: in a flat loss basin a small penalty can hide "
+            "a large change)"
+        )
     return replace(row, numbers=numbers), off
 
 
-def _off_best(data: StudyData, off: list[str]) -> str:
+def _off_best(data: StudyData, off: list[str], strict: bool = False) -> str:
+    """Why the arm-sizes ``off`` (:func:`_lr_penalties`, ``strict`` or not) leave a row open."""
+    many = f"{len(off)} compared arm-size{'s' if len(off) > 1 else ''}"
+    if strict:
+        return (
+            f"the shared LR may be more than δ = {data.margin:g} nats (in loss) off the own best "
+            f"LR of {many} (the upper end of its penalty's 95% interval above δ, or no "
+            "interval, or its best LR on its grid's edge or chosen within its noise)"
+        )
     return (
         f"the shared LR is more than δ = {data.margin:g} nats off (or not measured against) the "
-        f"own best LR of {len(off)} compared arm-size{'s' if len(off) > 1 else ''}"
+        f"own best LR of {many}"
     )
 
 
@@ -1655,20 +1694,37 @@ def _lr_dependent(
 
 def _lr_confounded(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
     """``row`` (a mechanism claim: 4, 5, 7 or 8, read at the shared LR only), with the compared
-    arms' LR penalties (:func:`_with_penalties`) added, made inconclusive where it is decided
-    and some compared arm ran more than δ from its own best LR (or that distance is not
-    measured): saturation, sink share, stable rank and Δsym depend on the LR, and no reading at
-    each arm's own best LR exists to separate the LR's effect from the claim's factor's (trial
-    10: a control that dipped as much as the γ = 1 arm at its own best LR, and less only at the
-    shared LR, gave claim 7 "reproduced")."""
-    row, off = _with_penalties(data, row, arms)
+    arms' LR penalties (:func:`_with_penalties`, strict: the upper 95% bound, and a best LR on
+    its grid's edge or chosen within its noise counted as not measured) added, made
+    inconclusive where it is decided, or a null credited to the scale or to training length
+    (*not measurable ...*; trial 11, finding 4), and some compared arm may have run more than
+    δ from its own best LR: saturation, sink share, stable rank and Δsym depend on the LR, and
+    no reading at each arm's own best LR exists to separate the LR's effect from the claim's
+    factor's (trial 10: a control that dipped as much as the γ = 1 arm at its own best LR, and
+    less only at the shared LR, gave claim 7 "reproduced"). The gate reads the loss penalty,
+    not the diagnostic's own change with the LR, which a flat loss basin can hide (trial 11,
+    finding 1)."""
+    row, off = _with_penalties(data, row, arms, mechanism=True)
     if not off:
         return row
-    why = (
-        f"not decided: {_off_best(data, off)}, and these diagnostics, which depend on the LR, "
-        "were read at the shared LR only, so the difference may be the learning rate's, not "
-        "the claim's factor's"
-    )
+    if row.verdict in (NOT_MEASURABLE, NOT_MEASURED):
+        row = replace(
+            row,
+            numbers=row.numbers.replace(EXPLAINS_NULL, ""),
+            reason=row.reason.replace(EXPLAINS_NULL, ""),
+        )
+        why = (
+            f"not credited to the scale or to training length alone: "
+            f"{_off_best(data, off, True)}, "
+            "and these diagnostics, which depend on the LR, were read at the shared LR only, "
+            "so the learning rate may explain the null as well"
+        )
+    else:
+        why = (
+            f"not decided: {_off_best(data, off, True)}, and these diagnostics, which depend on "
+            "the LR, were read at the shared LR only, so the difference may be the learning "
+            "rate's, not the claim's factor's"
+        )
     return _with_reason(row, INCONCLUSIVE, why)
 
 
