@@ -273,6 +273,9 @@ def test_the_multiplicity_sentence_counts_decided_rows_and_names_its_k():
     assert "is at most k · 2.5%, 30% (a bound" in _multiplicity(rows * 3)
     assert "is at most k · 2.5%, 100% (a bound" in _multiplicity(rows * 11)
     assert "decides none of them" in _multiplicity(rows[2:])
+    # trial 11, finding 6: the bound is not promised where simulations refute it
+    assert "They are not established for the condensation row (claim 7)" in text
+    assert "a second look that no file records" in text
 
 
 def test_pseudo_replicated_effect_is_inconclusive():
