@@ -20,9 +20,17 @@ Verdicts:
   claim 8 also reads the compared checkpoints' own loss; a null otherwise not measurable at
   this scale included, since training length would explain it as well), or a γ = 1 arm's
   stable rank is still falling at its last logged point, or its control's still dipping there
-  (claim 7); longer runs, not larger models, would measure it. Claim 5 also says it where no
+  (claim 7); longer runs, not larger models, would measure it. Claim 7 also says it where a
+  seed of a compared pair logged fewer than 6 stable-rank points after iteration 0 (too few
+  to read a minimum without selection bias: the same runs logged more densely would measure
+  it). Claim 5 also says it where no
   sink has formed in the runs, and of a part (γ, the gate) where neither of its own two arms
   formed one: whether larger models or longer training would form one is not separated.
+
+In a study with an LR grid a mechanism row (claims 4, 5, 7, 8, read at the shared LR only),
+decided or *not measurable ...*, is inconclusive where a compared arm may have run more than
+δ (in loss) from its own best LR (:func:`_lr_confounded`): a null is then not credited to the
+scale or training length alone.
 
 A decided verdict that covers less than the claim says so in its scope (:attr:`Verdict.scope`):
 a loss claim's shared-LR row holds "at one shared LR, not tuned per arm"; a two-part claim
@@ -1743,8 +1751,8 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
     arm's own best LR (chosen on the selection seed, compared on the other seeds; a decisive
     verdict there needs every compared arm's best LR inside its grid; without an LR grid that
     row is inconclusive, not measured); claims 4, 5, 7 and 8 at the shared LR only, undecided
-    in an LR-grid study where a compared arm ran more than δ from its own best LR
-    (:func:`_lr_confounded`).
+    (and a null not credited to the scale or training length) in an LR-grid study where a
+    compared arm may have run more than δ from its own best LR (:func:`_lr_confounded`).
 
     Args:
         data: the study.
