@@ -2964,6 +2964,14 @@ def test_a_shared_lr_gap_that_is_one_arms_distance_from_its_best_lr_is_not_credi
     assert "gamma1 at s1 0 (its best LR is the shared LR)" in shared_row.numbers
     assert "at each arm's own best LR this claim is not reproduced" in shared_row.numbers
     assert shared_row.reason.startswith("not decided: the shared LR is more than δ = 0.01 nats")
+    # trial 11, finding 5: the paired difference of the penalties, gamma1's 0 minus the
+    # baseline's, is what the LR adds to the shared-LR gap: −pen by seed
+    dlo, dhi = _t_interval([-x for x in pen])
+    assert (
+        "(the paired difference of the LR penalties, gamma1 − baseline, which is what the LR "
+        f"adds to the gap at the shared LR: at s1 {-np.mean(pen):+.4f} [{dlo:+.4f}, {dhi:+.4f}] "
+        "(df 2, 3 seeds))" in shared_row.reason
+    )
     assert shared_row.console_line().endswith(f"inconclusive: {shared_row.reason}")
     agreed = verdicts(_penalty_study(best_gap=0.15), {}, None)
     assert agreed[1].verdict == REPRODUCED

@@ -1697,7 +1697,36 @@ def _lr_dependent(
         f"{best.verdict}, so the difference at the shared LR may be the learning rate's, not "
         "the claim's factor's"
     )
-    return _with_reason(shared, INCONCLUSIVE, why)
+    return _with_reason(shared, INCONCLUSIVE, why + _penalty_difference(data, shared, arms))
+
+
+def _penalty_difference(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> str:
+    """For a row that compares two arms (``arms``: the arm, then its reference), the paired
+    difference of their LR penalties at each size the row compares, as text ("" otherwise, or
+    where a size has no seed that ran both LRs of both arms): D = penalty(arm) −
+    penalty(reference) per seed over the confirm seeds, nats, Student t, df = seeds − 1. D is
+    what the arms' distances from their own best LRs add to the gap at the shared LR (the gap
+    minus D is the gap at the best LRs, seed by seed), so equal penalties cancel (trial 11,
+    finding 5: the rule above blocks on each arm's penalty, and prints D so that a reader sees
+    where they cancel)."""
+    pair = list(dict.fromkeys(a for a in arms if a))
+    if len(pair) != 2:
+        return ""
+    texts = []
+    for size in row.sizes:
+        pens = []
+        for arm in pair:
+            at_shared, at_best = data.losses(arm, size), data.confirm_losses(arm, size)
+            pens.append({k: at_shared[k] - at_best[k] for k in set(at_shared) & set(at_best)})
+        seeds = sorted(set(pens[0]) & set(pens[1]))
+        if not seeds:
+            return ""
+        d = paired_difference([pens[0][k] for k in seeds], [pens[1][k] for k in seeds])
+        texts.append(f"at {size} {d.text()}")
+    return (
+        f" (the paired difference of the LR penalties, {pair[0]} − {pair[1]}, which is what "
+        f"the LR adds to the gap at the shared LR: {'; '.join(texts)})"
+    )
 
 
 def _lr_confounded(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
