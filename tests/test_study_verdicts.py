@@ -274,7 +274,7 @@ def test_the_multiplicity_sentence_counts_decided_rows_and_names_its_k():
     assert "is at most k · 2.5%, 100% (a bound" in _multiplicity(rows * 11)
     assert "decides none of them" in _multiplicity(rows[2:])
     # trial 11, finding 6: the bound is not promised where simulations refute it
-    assert "They are not established for the condensation row (claim 7)" in text
+    assert "They are not established for the condensation rows (claim 7)" in text
     assert "a second look that no file records" in text
 
 
@@ -2911,13 +2911,14 @@ def test_report_markdown_lists_the_gamma_grid_at_both_lrs(tmp_path):
     }
 
 
-def _penalty_study(best_gap: float, shared_lr: float | None = 2e-3):
+def _penalty_study(best_gap: float, shared_lr: float | None = 2e-3, diagnostics=None):
     """Arms baseline and gamma1 at one size, every seed (1-4) at the shared LR 2e-3 (the
     manifest's ``shared_lr``: None as in a study whose sizes have their own LR), where
     gamma1 is 0.3 nats below the baseline (0.299-0.301 by seed); gamma1's own best LR is the
     shared LR, the baseline's is 8e-3 (its grid on seed 1, the shared LR a grid point), where
     its confirm runs (seeds 2-4) lie ``best_gap`` + 0.004·(seed − 3)² above gamma1's shared-LR
-    losses."""
+    losses. ``diagnostics`` {(arm, size, seed): {iteration: {key: value}}}, the baseline's
+    confirm runs under seed 5000 + seed."""
     losses, lr = {}, {}
     for arm, offset in (("baseline", 0.0), ("gamma1", -0.3)):
         for seed in (1, 2, 3, 4):
@@ -2934,7 +2935,7 @@ def _penalty_study(best_gap: float, shared_lr: float | None = 2e-3):
         spread = 0.004 * (seed - 3) ** 2  # the gap varies between seeds
         losses[("baseline", "s1", 5000 + seed)] = losses[("gamma1", "s1", seed)] + best_gap + spread
     manifest = {"shared_lr": shared_lr, "lr_select_seed": 1}
-    data = make_study(losses, {"s1": 256}, manifest=manifest, lr=lr)
+    data = make_study(losses, {"s1": 256}, manifest=manifest, lr=lr, diagnostics=diagnostics)
     for r in data.runs:  # the confirm runs carry the seeds they confirm
         if r["seed"] > 5000:
             r["seed"], r["lr"], r["lr_phase"], r["grid"] = r["seed"] - 5000, 8e-3, "confirm", False
@@ -3016,8 +3017,9 @@ def test_mechanism_rows_read_at_a_shared_lr_far_from_an_arms_best_are_not_decide
     exceeds δ; where every compared arm ran at its own best LR it stands."""
     from megatron_gamma.study import verdicts as engine
 
-    def decided(data):
-        return Verdict("condensation", REPRODUCED, "Δdip +0.38", "rule", sizes=("s1",))
+    def decided(data, lr="shared LR"):  # no reading at the best LRs
+        verdict = REPRODUCED if lr == "shared LR" else INCONCLUSIVE
+        return Verdict("condensation", verdict, "Δdip +0.38", "rule", lr, sizes=("s1",))
 
     monkeypatch.setattr(engine, "claim7", decided)
     data = _penalty_study(best_gap=0.0)
@@ -3052,8 +3054,9 @@ def test_a_mechanism_row_gates_on_the_upper_bound_of_the_lr_penalty(monkeypatch)
     not measured, 0 penalty or not."""
     from megatron_gamma.study import verdicts as engine
 
-    def decided(data):
-        return Verdict("condensation", REPRODUCED, "Δdip +0.38", "rule", sizes=("s1",))
+    def decided(data, lr="shared LR"):  # no reading at the best LRs
+        verdict = REPRODUCED if lr == "shared LR" else INCONCLUSIVE
+        return Verdict("condensation", verdict, "Δdip +0.38", "rule", lr, sizes=("s1",))
 
     monkeypatch.setattr(engine, "claim7", decided)
     monkeypatch.setattr(engine, "_condensation_arms", lambda d: {"gamma1": "baseline"})
@@ -3074,6 +3077,52 @@ def test_a_mechanism_row_gates_on_the_upper_bound_of_the_lr_penalty(monkeypatch)
         "gamma1 at s1 0 (its best LR is the shared LR; its best LR not known: gamma1 at s1: best "
         "LR 0.002 is the smallest of [0.002, 0.004, 0.008, 0.016])" in edge.numbers
     )
+
+
+def _dips_at_best_lr(control_best_dip: float):
+    """_penalty_study's arms (gamma1 at its own best LR, the shared one; the baseline at a
+    quarter of its own, penalty about 0.3 nats) with stable ranks logged every 10 iterations,
+    10 points after iteration 0: gamma1 30 → 12 + 0.1·(seed − 3) (iterations 10-40) → 24
+    (50-100), the baseline at the shared LR 30 → 28.5 → 29, and at its own best LR 30 →
+    30·(1 − ``control_best_dip``) → back to 29; each seed's run scaled by 1 + 0.001·seed (its
+    own draw; dips are ratios). The truth: Δdip (16.5 + 0.05)/30 over seeds 1-4 at the shared
+    LR; at the best LRs (seeds 2-4) 0.6 − ``control_best_dip``."""
+    diag = {}
+
+    def series(low: float, end: float, k: int) -> dict:
+        ranks = [30.0] + [low] * 4 + [end] * 6
+        return {10 * i: {"stable_rank/q": r * (1 + 1e-3 * k)} for i, r in enumerate(ranks)}
+
+    for k in (1, 2, 3, 4):
+        diag[("gamma1", "s1", k)] = series(12.0 + 0.1 * (k - 3), 24.0, k)
+        diag[("baseline", "s1", k)] = series(28.5, 29.0, k)
+        diag[("baseline", "s1", 5000 + k)] = series(30 * (1 - control_best_dip), 29.0, k)
+    return _penalty_study(best_gap=0.0, diagnostics=diag)
+
+
+def test_claim7_at_the_shared_lr_stands_only_where_the_best_lr_reading_agrees():
+    """Trial 11, finding 1: read at the arms' own best LRs (the confirm runs log the same
+    diagnostics), claim 7 gets a best-LR row, and the shared-LR row stays decided where that
+    row agrees, whatever the LR penalties (here the baseline's, about 0.3 nats, which alone
+    would leave it inconclusive). Where the control dips as deep as γ = 1 at its own best LR
+    (0.6) and less only at the shared LR, the best-LR row is not reproduced and the
+    shared-LR row inconclusive; where it dips as little there (0.05), both are reproduced."""
+    for control_best_dip, best_verdict, shared_verdict in (
+        (0.6, NOT_REPRODUCED, INCONCLUSIVE),
+        (0.05, REPRODUCED, REPRODUCED),
+    ):
+        rows = verdicts(_dips_at_best_lr(control_best_dip), {}, None)
+        shared, best = (v for v in rows if v.claim.startswith("condensation then expansion"))
+        assert (shared.lr, best.lr) == ("shared LR", "best LR")
+        assert best.verdict == best_verdict, best.numbers
+        assert shared.verdict == shared_verdict, shared.numbers
+        assert "(its best LR 0.008, 4× the shared 0.002)" in shared.numbers
+        assert f"gamma1 vs baseline (s1): Δdip {16.55 / 30:+.3f}" in shared.numbers
+        delta = 0.6 - control_best_dip  # printed −0.000 where it is 0: rounding
+        assert best.numbers.startswith("gamma1 vs baseline (s1): Δdip ")
+        assert f"{abs(delta):.3f} [" in best.numbers.split("(df")[0]
+    assert "at each arm's own best LR this claim is reproduced too" in shared.numbers
+    assert shared.scope.startswith("at one shared LR, not tuned per arm")
 
 
 def test_a_null_credited_to_scale_or_training_length_names_the_learning_rate(monkeypatch):

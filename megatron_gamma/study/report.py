@@ -441,7 +441,7 @@ def _multiplicity(rows: list) -> str:
         "rows share runs). A row of several parts is 'not reproduced' where any part is, so a "
         "false 'not reproduced' can take up to 2.5% per part. These bounds assume unbiased "
         "per-seed statistics of a contrast nothing else moves, and one look at the data. They "
-        "are not established for the condensation row (claim 7), whose dip depths are read at "
+        "are not established for the condensation rows (claim 7), whose dip depths are read at "
         "the logged iterations only (a dip shorter than the logging step is not seen), nor for "
         "the mechanism rows (claims 4, 5, 7 and 8) read at a shared LR, whose LR check bounds "
         "the loss penalty, not how much the diagnostic changes with the LR; and seeds added "

@@ -27,10 +27,11 @@ Verdicts:
   sink has formed in the runs, and of a part (γ, the gate) where neither of its own two arms
   formed one: whether larger models or longer training would form one is not separated.
 
-In a study with an LR grid a mechanism row (claims 4, 5, 7, 8, read at the shared LR only),
-decided or *not measurable ...*, is inconclusive where a compared arm may have run more than
-δ (in loss) from its own best LR (:func:`_lr_confounded`): a null is then not credited to the
-scale or training length alone.
+In a study with an LR grid a mechanism row (claims 4, 5, 7, 8 at the shared LR), decided or
+*not measurable ...*, is inconclusive where a compared arm may have run more than δ (in loss)
+from its own best LR (:func:`_lr_confounded`): a null is then not credited to the scale or
+training length alone. Claim 7 is also read at each arm's own best LR, and its shared-LR row
+stays decided where that row agrees (:func:`_lr_agreed`).
 
 A decided verdict that covers less than the claim says so in its scope (:attr:`Verdict.scope`):
 a loss claim's shared-LR row holds "at one shared LR, not tuned per arm"; a two-part claim
@@ -121,8 +122,8 @@ class Verdict:
         numbers: the measured effects with their intervals and degrees of freedom.
         rule: the decision rule.
         lr: which runs the row reads: ``shared LR`` (every arm at the study's shared LR; the
-            mechanism claims 4, 5, 7 and the Δsym claim 8 read only these) or ``best LR``
-            (each arm at its own best LR).
+            mechanism claims 4 and 5 and the Δsym claim 8 read only these, and claim 7 without
+            an LR grid) or ``best LR`` (each arm at its own best LR).
         scope: what a decided verdict covers when that is less than the claim (e.g. one part
             of a two-part claim), printed beside the verdict; empty when it covers the claim.
         sizes: the model sizes (the study's size names) whose runs the row's numbers compare,
@@ -507,12 +508,16 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
 
 
 def _largest_with(
-    data: StudyData, arms: list[str], prefix: str, sizes: Optional[list[str]] = None
+    data: StudyData,
+    arms: list[str],
+    prefix: str,
+    sizes: Optional[list[str]] = None,
+    phase: str = "shared",
 ) -> Optional[str]:
     """The largest of ``sizes`` (default: all) where every arm logged ``prefix`` on a common
-    seed, else None."""
+    seed in its runs of ``phase`` (:meth:`~.analysis.StudyData.seed_series`), else None."""
     for s in reversed(sizes if sizes is not None else data.sizes):
-        logged = [set(data.seed_series(a, s, prefix)) for a in arms]
+        logged = [set(data.seed_series(a, s, prefix, phase)) for a in arms]
         if set.intersection(*logged):
             return s
     return None
@@ -977,11 +982,14 @@ def _condensation_arms(data: StudyData) -> dict[str, Optional[str]]:
     return {a: data.matched_control(a) for a in arms}
 
 
-def claim7(data: StudyData) -> Verdict:
+def claim7(data: StudyData, lr: str = "shared LR") -> Verdict:
     """Condensation then expansion, against each arm's matched control: each seed's dip and
     recovery by :func:`~.analysis.rank_dip` (the minimum cross-fitted, trial 10 finding 4; the
     rule the Mechanisms table reads, finding 6), and the control's fall at its end by
-    :func:`_end_fall` in every seed, judged by its upper 95% bound across seeds (finding 3)."""
+    :func:`_end_fall` in every seed, judged by its upper 95% bound across seeds (finding 3).
+    ``lr``: ``shared LR`` reads the shared-LR runs, ``best LR`` each arm's runs at its own best
+    LR (trial 11, finding 1: the confirm runs log the same diagnostics)."""
+    phase = "best" if lr == "best LR" else "shared"
     claim = (
         "condensation then expansion: the stable rank dips more at γ = 1 than at its γ = 0.5 "
         "control, then recovers (the paper: an early dip at γ = 1, none at γ = 0.5; when the "
@@ -1020,18 +1028,18 @@ def claim7(data: StudyData) -> Verdict:
     parts = [f"{a}: no matched γ = 0.5 control, not judged" for a, c in controls.items() if not c]
     if not pairs:
         why = f" ({'; '.join(parts)})" if parts else ""
-        return _untested(claim, f"no γ = 1 arm with a matched γ = 0.5 control{why}", rule)
+        return _untested(claim, f"no γ = 1 arm with a matched γ = 0.5 control{why}", rule, lr)
     verdicts, judged, windowed = [], set(), False
     untested, tested = [], False  # why a pair was not tested; whether one was
     for arm, ctrl in pairs:
-        size = _largest_with(data, [arm, ctrl], "stable_rank")
+        size = _largest_with(data, [arm, ctrl], "stable_rank", phase=phase)
         if size is None:
             untested.append(f"{arm} vs {ctrl}: no size where both logged the stable rank")
             parts.append(untested[-1])
             verdicts.append(INCONCLUSIVE)
             continue
         roles = data.common_keys([arm, ctrl], size, "stable_rank")
-        a, b = (data.seed_series(x, size, "stable_rank", keys=roles) for x in (arm, ctrl))
+        a, b = (data.seed_series(x, size, "stable_rank", phase, roles) for x in (arm, ctrl))
         at = _size_label(data, size)
         seeds = sorted(k for k in set(a) & set(b) if len(a[k]) >= 3 and len(b[k]) >= 3)
         if not seeds:
@@ -1128,7 +1136,7 @@ def claim7(data: StudyData) -> Verdict:
     if windowed and verdict in (REPRODUCED, NOT_REPRODUCED):
         scope = "Δdip over the runs' window; a control still falling slowly at its end"
     reason = "" if tested else "; ".join(untested)
-    return Verdict(claim, verdict, "; ".join(parts), rule, scope=scope, sizes=at, reason=reason)
+    return Verdict(claim, verdict, "; ".join(parts), rule, lr, scope, at, reason)
 
 
 def _profile(
@@ -1765,6 +1773,21 @@ def _lr_confounded(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> 
     return _with_reason(row, INCONCLUSIVE, why)
 
 
+def _lr_agreed(
+    data: StudyData, shared: Verdict, best: Verdict, arms: list[Optional[str]]
+) -> Verdict:
+    """``shared`` (claim 7 at the shared LR), left decided where ``best`` (claim 7 read at each
+    arm's own best LR, judged) reaches the same decided verdict, its LR penalties listed;
+    otherwise :func:`_lr_confounded`'s row: the LR is then not separated from γ by a reading
+    at the best LRs (trial 11, finding 1: a control that dips as deep as γ = 1 at its own best
+    LR, and less only at the shared LR, in a flat loss basin)."""
+    if best.verdict in (REPRODUCED, NOT_REPRODUCED) and best.verdict == shared.verdict:
+        row, _ = _with_penalties(data, shared, arms, mechanism=True)
+        why = f"at each arm's own best LR this claim is {best.verdict} too"
+        return replace(row, numbers=f"{row.numbers}; {why}")
+    return _lr_confounded(data, shared, arms)
+
+
 def _unmeasured_best_lr(row: Verdict) -> Verdict:
     """The best-LR row of a study without an LR grid: not measured, so inconclusive."""
     why = (
@@ -1779,9 +1802,11 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
     """The rows in the paper's order; claims 1–3 and 6 at the shared LR and again at each
     arm's own best LR (chosen on the selection seed, compared on the other seeds; a decisive
     verdict there needs every compared arm's best LR inside its grid; without an LR grid that
-    row is inconclusive, not measured); claims 4, 5, 7 and 8 at the shared LR only, undecided
+    row is inconclusive, not measured); claims 4, 5 and 8 at the shared LR only, undecided
     (and a null not credited to the scale or training length) in an LR-grid study where a
-    compared arm may have run more than δ from its own best LR (:func:`_lr_confounded`).
+    compared arm may have run more than δ from its own best LR (:func:`_lr_confounded`);
+    claim 7 so too without an LR grid, and with one at the shared LR and at each arm's own
+    best LR, the shared-LR row decided where the best-LR row agrees (:func:`_lr_agreed`).
 
     Args:
         data: the study.
@@ -1826,6 +1851,11 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
         shared = judged(shared, grid_arms)
         rows += [shared, _unmeasured_best_lr(shared)]
     rank_arms = [x for pair in _condensation_arms(data).items() for x in pair]
-    rows.append(mechanism(claim7(data), rank_arms))
+    if data.has_lr_grid:
+        best = _bracketed(data, claim7(data, "best LR"), rank_arms)
+        best = judged(_close_best(data, best, rank_arms), rank_arms)
+        rows += [judged(_lr_agreed(data, claim7(data), best, rank_arms), rank_arms), best]
+    else:
+        rows.append(mechanism(claim7(data), rank_arms))
     rows.append(mechanism(claim8(data, cmp), [concentration_arm(data), data.baseline]))
     return rows
