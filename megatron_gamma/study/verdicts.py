@@ -1777,11 +1777,16 @@ def _lr_agreed(
     data: StudyData, shared: Verdict, best: Verdict, arms: list[Optional[str]]
 ) -> Verdict:
     """``shared`` (claim 7 at the shared LR), left decided where ``best`` (claim 7 read at each
-    arm's own best LR, judged) reaches the same decided verdict, its LR penalties listed;
+    arm's own best LR, judged) reaches the same decided verdict and every compared arm's best
+    LR won its grid by more than its noise (:func:`_close_pick`), its LR penalties listed;
     otherwise :func:`_lr_confounded`'s row: the LR is then not separated from γ by a reading
     at the best LRs (trial 11, finding 1: a control that dips as deep as γ = 1 at its own best
-    LR, and less only at the shared LR, in a flat loss basin)."""
-    if best.verdict in (REPRODUCED, NOT_REPRODUCED) and best.verdict == shared.verdict:
+    LR, and less only at the shared LR, in a flat loss basin, where a pick one grid step short
+    of that best LR, by noise, still dips less)."""
+    picked = all(
+        not _close_pick(data, a, s) for a in dict.fromkeys(x for x in arms if x) for s in best.sizes
+    )
+    if picked and best.verdict in (REPRODUCED, NOT_REPRODUCED) and best.verdict == shared.verdict:
         row, _ = _with_penalties(data, shared, arms, mechanism=True)
         why = f"at each arm's own best LR this claim is {best.verdict} too"
         return replace(row, numbers=f"{row.numbers}; {why}")
