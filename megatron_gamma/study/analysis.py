@@ -586,9 +586,12 @@ class StudyData:
         keys: Optional[set[str]] = None,
     ) -> dict[int, dict[int, float]]:
         """{seed: {iteration: value}} of a diagnostic (:meth:`RunRecord.series`; the mean over
-        ``keys`` only when given)."""
+        ``keys`` only when given) in the runs of LR phase ``phase`` (``shared`` or ``confirm``),
+        or with ``best`` in the runs at the arm's own best LR (:meth:`confirm_losses`' runs:
+        its confirm runs, or its shared-LR runs where the shared LR won its grid)."""
         out = {}
-        for r in self._runs(arm, size, phase):
+        runs = self._confirm_runs(arm, size) if phase == "best" else self._runs(arm, size, phase)
+        for r in runs:
             series = r["record"].series(prefix, keys) if r.get("record") else {}
             if series:
                 out[r["seed"]] = series

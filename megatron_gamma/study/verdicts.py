@@ -20,9 +20,18 @@ Verdicts:
   claim 8 also reads the compared checkpoints' own loss; a null otherwise not measurable at
   this scale included, since training length would explain it as well), or a γ = 1 arm's
   stable rank is still falling at its last logged point, or its control's still dipping there
-  (claim 7); longer runs, not larger models, would measure it. Claim 5 also says it where no
+  (claim 7); longer runs, not larger models, would measure it. Claim 7 also says it where a
+  seed of a compared pair logged fewer than 6 stable-rank points after iteration 0 (too few
+  to read a minimum without selection bias: the same runs logged more densely would measure
+  it). Claim 5 also says it where no
   sink has formed in the runs, and of a part (γ, the gate) where neither of its own two arms
   formed one: whether larger models or longer training would form one is not separated.
+
+In a study with an LR grid a mechanism row (claims 4, 5, 7, 8 at the shared LR), decided or
+*not measurable ...*, is inconclusive where a compared arm may have run more than δ (in loss)
+from its own best LR (:func:`_lr_confounded`): a null is then not credited to the scale or
+training length alone. Claim 7 is also read at each arm's own best LR, and its shared-LR row
+stays decided where that row agrees (:func:`_lr_agreed`).
 
 A decided verdict that covers less than the claim says so in its scope (:attr:`Verdict.scope`):
 a loss claim's shared-LR row holds "at one shared LR, not tuned per arm"; a two-part claim
@@ -113,8 +122,8 @@ class Verdict:
         numbers: the measured effects with their intervals and degrees of freedom.
         rule: the decision rule.
         lr: which runs the row reads: ``shared LR`` (every arm at the study's shared LR; the
-            mechanism claims 4, 5, 7 and the Δsym claim 8 read only these) or ``best LR``
-            (each arm at its own best LR).
+            mechanism claims 4 and 5 and the Δsym claim 8 read only these, and claim 7 without
+            an LR grid) or ``best LR`` (each arm at its own best LR).
         scope: what a decided verdict covers when that is less than the claim (e.g. one part
             of a two-part claim), printed beside the verdict; empty when it covers the claim.
         sizes: the model sizes (the study's size names) whose runs the row's numbers compare,
@@ -499,12 +508,16 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
 
 
 def _largest_with(
-    data: StudyData, arms: list[str], prefix: str, sizes: Optional[list[str]] = None
+    data: StudyData,
+    arms: list[str],
+    prefix: str,
+    sizes: Optional[list[str]] = None,
+    phase: str = "shared",
 ) -> Optional[str]:
     """The largest of ``sizes`` (default: all) where every arm logged ``prefix`` on a common
-    seed, else None."""
+    seed in its runs of ``phase`` (:meth:`~.analysis.StudyData.seed_series`), else None."""
     for s in reversed(sizes if sizes is not None else data.sizes):
-        logged = [set(data.seed_series(a, s, prefix)) for a in arms]
+        logged = [set(data.seed_series(a, s, prefix, phase)) for a in arms]
         if set.intersection(*logged):
             return s
     return None
@@ -917,6 +930,51 @@ def _end_bound(iv: Interval) -> tuple[float, str]:
     return iv.mean, f"the value itself (no interval: {why}), {iv.mean:.4f},"
 
 
+FEW_POINTS = "fewer than"
+"""How :func:`_few_points`'s reason starts."""
+
+
+def _few_points(a: dict[int, dict], b: dict[int, dict], seeds: list[int]) -> str:
+    """Why claim 7 cannot read the pair's minima, or "": some seed of the arm (``a``) or its
+    control (``b``), {seed: {iteration: stable rank}}, logged fewer than 2 ×
+    :data:`~.analysis.RANK_WINDOW` points after iteration 0, where
+    :func:`~.analysis.rank_dip` reads the minimum as the single lowest point: the lowest of a
+    few noisy points lies 0.8-1.2 sd below their level, which makes a flat arm recover (trial 11,
+    finding 2: 5.5-13.5 % false "reproduced", more with more seeds, as the interval narrows and
+    the bias stays) and biases each dip by its own arm's noise, so Δdip too."""
+    short = sorted(
+        (len(x[k]) - 1, name, k) for name, x in (("arm", a), ("control", b)) for k in seeds
+    )
+    n, name, k = short[0]
+    if n >= 2 * RANK_WINDOW:
+        return ""
+    return (
+        f"{FEW_POINTS} {2 * RANK_WINDOW} stable-rank points logged after iteration 0 (the "
+        f"{name}'s seed {k} has {n}), where a single-point minimum reads biased low (the lowest "
+        "of a few noisy points lies below their level), which makes a flat arm recover and "
+        "biases each dip by its arm's noise: log more points (the study file's "
+        f"diagnostics_points, at least {2 * RANK_WINDOW + 1} with iteration 0, or "
+        "--log-diagnostics-interval)"
+    )
+
+
+def _logging(a: dict[int, dict], b: dict[int, dict], seeds: list[int]) -> str:
+    """At what logging claim 7 read a pair (``a`` the arm, ``b`` its control, {seed:
+    {iteration: stable rank}}): the points logged after iteration 0 and the largest step
+    between two logged iterations, K. A dip shorter than K iterations can fall between two
+    logged points, so a control's short dip is not seen (trial 11, finding 3: equal dips of
+    different length gave "reproduced" at 10-100 points and "not reproduced" at 500)."""
+    points = sorted({len(x[k]) - 1 for x in (a, b) for k in seeds})
+    step = max(int(np.max(np.diff(sorted(x[k])))) for x in (a, b) for k in seeds)
+    even = all(len(set(np.diff(sorted(x[k])))) == 1 for x in (a, b) for k in seeds)
+    count = f"{points[0]}-{points[-1]}" if len(points) > 1 else str(points[0])
+    return (
+        f"read at {count} logged points after iteration 0, {'every' if even else 'at most'} "
+        f"{step} iterations{'' if even else ' apart'}: a dip shorter than {step} iterations "
+        "is not seen"
+    )
+
+
 def _condensation_arms(data: StudyData) -> dict[str, Optional[str]]:
     """{γ = 1 arm: its matched γ = 0.5 control or None} for claim 7."""
     names = ("gamma1", "gamma1+eps", "gamma1+eps+gate")
@@ -924,11 +982,14 @@ def _condensation_arms(data: StudyData) -> dict[str, Optional[str]]:
     return {a: data.matched_control(a) for a in arms}
 
 
-def claim7(data: StudyData) -> Verdict:
+def claim7(data: StudyData, lr: str = "shared LR") -> Verdict:
     """Condensation then expansion, against each arm's matched control: each seed's dip and
     recovery by :func:`~.analysis.rank_dip` (the minimum cross-fitted, trial 10 finding 4; the
     rule the Mechanisms table reads, finding 6), and the control's fall at its end by
-    :func:`_end_fall` in every seed, judged by its upper 95% bound across seeds (finding 3)."""
+    :func:`_end_fall` in every seed, judged by its upper 95% bound across seeds (finding 3).
+    ``lr``: ``shared LR`` reads the shared-LR runs, ``best LR`` each arm's runs at its own best
+    LR (trial 11, finding 1: the confirm runs log the same diagnostics)."""
+    phase = "best" if lr == "best LR" else "shared"
     claim = (
         "condensation then expansion: the stable rank dips more at γ = 1 than at its γ = 0.5 "
         "control, then recovers (the paper: an early dip at γ = 1, none at γ = 0.5; when the "
@@ -941,13 +1002,14 @@ def claim7(data: StudyData) -> Verdict:
         "Mechanisms table's, which averages those every arm has): dip (1 − min/initial stable "
         "rank) of the arm − "
         f"control's above {DIP_MIN:g}, and the arm's recovery (end/min − 1) above {DIP_MIN:g}, "
-        f"the min and the end each read over {RANK_WINDOW} logged points after iteration 0 "
-        "where at least "
-        f"{2 * RANK_WINDOW} are logged after it, single points elsewhere: the end the mean of "
-        "the last ones, the min cross-fitted (the lowest even-indexed point located and read as "
-        "the mean of the odd-indexed points next to it, and the reverse, the two readings "
-        "averaged: the lowest of many noisy points lies below their level, so a min read on "
-        "the points it was chosen on makes a flat trajectory recover); not measurable where the "
+        f"the min and the end each read over {RANK_WINDOW} logged points after iteration 0, "
+        f"which needs at least {2 * RANK_WINDOW} logged after it in every seed of both arms "
+        "(fewer: not measurable in these runs, since a single-point minimum reads biased low): "
+        "the end the mean of the last ones, the min cross-fitted (the lowest even-indexed "
+        "point located and read as the mean of the odd-indexed points next to it, and the "
+        "reverse, the two readings averaged: the lowest of many noisy points lies below their "
+        "level, so a min read on the points it was chosen on makes a flat trajectory recover); "
+        "not measurable where the "
         "arm's min reaches its last point in a seed (still falling: no recovery measured), or "
         "where the control's fall at its end, −slope · "
         f"{END_SHARE:g}·T / initial stable rank (its fall over the last {END_SHARE:.0%} of "
@@ -957,25 +1019,27 @@ def claim7(data: StudyData) -> Verdict:
         f"seeds the unit) of at least {DIP_MIN:g} (still dipping: its dip, and so Δdip, not "
         "measured), or as large as the margin Δdip's interval has left over it; a control "
         "whose bound is below both but above 0 gives Δdip over the runs' window, and a decided "
-        "verdict says so"
+        "verdict says so; read only at the logged iterations: the row names the largest step "
+        "K between them, and a dip shorter than K iterations (a control's brief dip) is not "
+        "seen"
     )
     controls = _condensation_arms(data)
     pairs = [(a, c) for a, c in controls.items() if c]
     parts = [f"{a}: no matched γ = 0.5 control, not judged" for a, c in controls.items() if not c]
     if not pairs:
         why = f" ({'; '.join(parts)})" if parts else ""
-        return _untested(claim, f"no γ = 1 arm with a matched γ = 0.5 control{why}", rule)
+        return _untested(claim, f"no γ = 1 arm with a matched γ = 0.5 control{why}", rule, lr)
     verdicts, judged, windowed = [], set(), False
     untested, tested = [], False  # why a pair was not tested; whether one was
     for arm, ctrl in pairs:
-        size = _largest_with(data, [arm, ctrl], "stable_rank")
+        size = _largest_with(data, [arm, ctrl], "stable_rank", phase=phase)
         if size is None:
             untested.append(f"{arm} vs {ctrl}: no size where both logged the stable rank")
             parts.append(untested[-1])
             verdicts.append(INCONCLUSIVE)
             continue
         roles = data.common_keys([arm, ctrl], size, "stable_rank")
-        a, b = (data.seed_series(x, size, "stable_rank", keys=roles) for x in (arm, ctrl))
+        a, b = (data.seed_series(x, size, "stable_rank", phase, roles) for x in (arm, ctrl))
         at = _size_label(data, size)
         seeds = sorted(k for k in set(a) & set(b) if len(a[k]) >= 3 and len(b[k]) >= 3)
         if not seeds:
@@ -995,7 +1059,6 @@ def claim7(data: StudyData) -> Verdict:
         judged.add(size)
         da, db = ([_dip_rise(x[k]) for k in seeds] for x in (a, b))
         dip = paired_difference([x[0] for x in da], [x[0] for x in db])
-        windows = {rank_window(len(x[k]) - 1) for x in (a, b) for k in seeds}
         unmeasured = []
         if falling := [k for k, x in zip(seeds, da, strict=True) if x[1] is None]:
             w = rank_window(len(a[falling[0]]) - 1)
@@ -1029,6 +1092,8 @@ def claim7(data: StudyData) -> Verdict:
                 f"{DIP_MIN:g} ({left:.4f}), so one more such stretch of training could close "
                 "it: Δdip is not measured"
             )
+        if not unmeasured and (few := _few_points(a, b, seeds)):
+            unmeasured.append(few)
         window = ""
         if not dipping and not unmeasured and bound > 0:
             window = (
@@ -1037,11 +1102,19 @@ def claim7(data: StudyData) -> Verdict:
             )
         if unmeasured:
             untested.append("; ".join(unmeasured))
+            rises = [x[1] for x in da]
+            few = unmeasured[-1].startswith(FEW_POINTS)
+            rise = f"; recovery {t_interval(rises).text(3)}" if few and None not in rises else ""
             parts.append(
-                f"{arm} vs {ctrl} ({at}): Δdip to the last point {dip.text(3)}; "
+                f"{arm} vs {ctrl} ({at}): Δdip to the last point {dip.text(3)}{rise}; "
                 + "; ".join(unmeasured)
-                + " (a matter of training length, not only of scale: longer runs, with "
-                "diagnostics to their end, would measure it)"
+                + (
+                    " (a matter of logging, not of scale: the same runs logged more densely "
+                    "would measure it)"
+                    if few
+                    else " (a matter of training length, not only of scale: longer runs, with "
+                    "diagnostics to their end, would measure it)"
+                )
             )
             verdicts.append(NOT_MEASURED)
             continue
@@ -1049,17 +1122,10 @@ def claim7(data: StudyData) -> Verdict:
         rise = t_interval([x[1] for x in da])
         v1, why1 = decide(dip, DIP_MIN, +1)
         v2, why2 = decide(rise, DIP_MIN, +1)
-        means = (
-            f"; min (cross-fitted) and end each read over {RANK_WINDOW} logged points"
-            if windows == {RANK_WINDOW}
-            else f"; min (cross-fitted) and end read over {RANK_WINDOW} logged points where a "
-            f"seed logged at least {2 * RANK_WINDOW} after iteration 0, single points elsewhere"
-            if RANK_WINDOW in windows
-            else ""
-        )
         parts.append(
             f"{arm} vs {ctrl} ({at}): Δdip {dip.text(3)} ({why1}); recovery {rise.text(3)} ({why2})"
-            + means
+            f"; min (cross-fitted) and end each read over {RANK_WINDOW} logged points; "
+            + _logging(a, b, seeds)
             + (f"; {window}" if window else "")
         )
         verdicts.append(combine([v1, v2]))
@@ -1070,7 +1136,7 @@ def claim7(data: StudyData) -> Verdict:
     if windowed and verdict in (REPRODUCED, NOT_REPRODUCED):
         scope = "Δdip over the runs' window; a control still falling slowly at its end"
     reason = "" if tested else "; ".join(untested)
-    return Verdict(claim, verdict, "; ".join(parts), rule, scope=scope, sizes=at, reason=reason)
+    return Verdict(claim, verdict, "; ".join(parts), rule, lr, scope, at, reason)
 
 
 def _profile(
@@ -1445,6 +1511,33 @@ def _gap_noise(
     return noise, f"√2 × the sd of {arm}'s loss over {len(losses)} seeds at {best:g}"
 
 
+def _close_pick(data: StudyData, arm: str, size: str) -> str:
+    """How ``arm``'s best LR at ``size`` beat the next-best LR of its grid on the one selection
+    seed by less than δ or than twice the seed noise of such a gap (:func:`_gap_noise`),
+    whichever is larger, or "" where it won by more (or there is no grid to pick from): a gap
+    that small may reverse on another seed."""
+    grid = data.lr_grid(arm, size)
+    best = data.best_lr(arm, size)
+    others = {lr: x for lr, x in grid.items() if lr != best and np.isfinite(x)}
+    if best is None or not others or not np.isfinite(grid[best]):
+        return ""
+    runner = min(others, key=others.get)
+    gap = others[runner] - grid[best]
+    noise, how = _gap_noise(data, arm, size, best, runner)
+    limit = max(data.margin, 2 * noise)
+    if gap >= limit:
+        return ""
+    bound = (
+        f"δ = {data.margin:g}"
+        if limit == data.margin
+        else f"2 × the gap's seed noise, 2 × {noise:.4f} ({how})"
+    )
+    return (
+        f"{arm} at {size}: best LR {best:g} beat {runner:g} by {gap:.4f} nats on seed "
+        f"{data.select_seed} alone, less than {bound}"
+    )
+
+
 def _close_best(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
     """``row`` (a comparison at each arm's own best LR), its decided verdict scoped where the
     best LR of one of ``arms``, at a size the row compares, beat the next-best LR of its grid on
@@ -1452,28 +1545,12 @@ def _close_best(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Ver
     is larger: a difference that small may reverse on another seed, so which LR is the arm's
     best is not settled, and the row holds at the LRs chosen. The gap's seed noise:
     :func:`_gap_noise`."""
-    close = []
-    for arm in dict.fromkeys(a for a in arms if a):
-        for size in row.sizes:
-            grid = data.lr_grid(arm, size)
-            best = data.best_lr(arm, size)
-            others = {lr: x for lr, x in grid.items() if lr != best and np.isfinite(x)}
-            if best is None or not others or not np.isfinite(grid[best]):
-                continue
-            runner = min(others, key=others.get)
-            gap = others[runner] - grid[best]
-            noise, how = _gap_noise(data, arm, size, best, runner)
-            limit = max(data.margin, 2 * noise)
-            if gap < limit:
-                bound = (
-                    f"δ = {data.margin:g}"
-                    if limit == data.margin
-                    else f"2 × the gap's seed noise, 2 × {noise:.4f} ({how})"
-                )
-                close.append(
-                    f"{arm} at {size}: best LR {best:g} beat {runner:g} by {gap:.4f} nats on seed "
-                    f"{data.select_seed} alone, less than {bound}"
-                )
+    close = [
+        text
+        for arm in dict.fromkeys(a for a in arms if a)
+        for size in row.sizes
+        if (text := _close_pick(data, arm, size))
+    ]
     if not close:
         return row
     note = f"best LR chosen by a gap within its noise: {'; '.join(close)}"
@@ -1519,20 +1596,30 @@ def _complete(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdi
 
 
 def _lr_penalties(
-    data: StudyData, row: Verdict, arms: list[Optional[str]]
+    data: StudyData, row: Verdict, arms: list[Optional[str]], strict: bool = False
 ) -> tuple[list[str], list[str]]:
     """Each of ``arms``' LR penalty at each size ``row`` compares: its loss at its shared LR
     (:meth:`~.analysis.StudyData.shared_lr_of`: the study's, or the size's own) minus its loss at
     its own best LR, paired by seed over the seeds that ran both (the confirm seeds); 0 exactly
     where its best LR is the shared LR. Returns the texts of all, and those of the arm-sizes
     whose mean penalty exceeds δ (the shared LR is measurably off their own best) or cannot be
-    measured (no grid, no shared-LR run, or no seed that ran both), which may exceed it."""
+    measured (no grid, no shared-LR run, or no seed that ran both), which may exceed it.
+
+    ``strict`` (the mechanism rows, :func:`_lr_confounded`; trial 11, finding 1): an arm-size
+    counts among those off where the upper end of its penalty's 95% interval exceeds δ (or it
+    has no interval), not its mean, and where its best LR, the shared one included, is not
+    known: on its grid's edge (:meth:`~.analysis.StudyData.edge_lr`) or chosen by a gap within
+    its noise (:func:`_close_pick`), which may put the shared LR at 0 penalty by chance."""
     every, off = [], []
     for arm in dict.fromkeys(a for a in arms if a):
         for size in row.sizes:
             best, shared = data.best_lr(arm, size), data.shared_lr_of(arm, size)
+            unknown = [x for x in (data.edge_lr(arm, size), _close_pick(data, arm, size)) if x]
+            unknown = f"; its best LR not known: {'; '.join(unknown)}" if strict and unknown else ""
             if best is not None and shared is not None and np.isclose(best, shared):
-                every.append(f"{arm} at {size} 0 (its best LR is the shared LR)")
+                every.append(f"{arm} at {size} 0 (its best LR is the shared LR{unknown})")
+                if unknown:
+                    off.append(every[-1])
                 continue
             at_shared, at_best = data.losses(arm, size), data.confirm_losses(arm, size)
             seeds = sorted(set(at_shared) & set(at_best))
@@ -1549,36 +1636,54 @@ def _lr_penalties(
             pen = paired_difference([at_shared[k] for k in seeds], [at_best[k] for k in seeds])
             text = (
                 f"{arm} at {size} {pen.text()} (its best LR {best:g}, "
-                f"{best / shared:g}× the shared {shared:g})"
+                f"{best / shared:g}× the shared {shared:g}{unknown})"
             )
             every.append(text)
-            if pen.mean > data.margin:
+            high = pen.high if pen.has_interval else math.inf
+            if pen.mean > data.margin or (strict and (high > data.margin or unknown)):
                 off.append(text)
     return every, off
 
 
 def _with_penalties(
-    data: StudyData, row: Verdict, arms: list[Optional[str]]
+    data: StudyData, row: Verdict, arms: list[Optional[str]], mechanism: bool = False
 ) -> tuple[Verdict, list[str]]:
-    """``row`` with each compared arm's LR penalty (:func:`_lr_penalties`) added to its
-    numbers where it is decided in a study with an LR grid, and the penalties over δ or not
-    measured; ``(row, [])`` otherwise."""
-    if not data.has_lr_grid or row.verdict not in (REPRODUCED, NOT_REPRODUCED):
+    """``row`` with each compared arm's LR penalty (:func:`_lr_penalties`, strict for a
+    ``mechanism`` row) added to its numbers where it is decided in a study with an LR grid (a
+    ``mechanism`` row also where its null is credited to the scale or to training length:
+    *not measurable ...*), and the penalties over δ or not measured; ``(row, [])``
+    otherwise."""
+    judged = (REPRODUCED, NOT_REPRODUCED, *((NOT_MEASURABLE, NOT_MEASURED) if mechanism else ()))
+    if not data.has_lr_grid or row.verdict not in judged:
         return row, []
-    every, off = _lr_penalties(data, row, arms)
+    every, off = _lr_penalties(data, row, arms, strict=mechanism)
     if not every:
         return row, []
     numbers = (
         f"{row.numbers}; LR penalties (loss at the shared LR − loss at the arm's own best LR, "
         f"paired by seed): {'; '.join(every)}"
     )
+    if mechanism:
+        numbers += (
+            " (a loss penalty bounds how far in loss an arm ran from its best LR, not how much "
+            "this diagnostic changes with the LR: in a flat loss basin a small penalty can hide "
+            "a large change)"
+        )
     return replace(row, numbers=numbers), off
 
 
-def _off_best(data: StudyData, off: list[str]) -> str:
+def _off_best(data: StudyData, off: list[str], strict: bool = False) -> str:
+    """Why the arm-sizes ``off`` (:func:`_lr_penalties`, ``strict`` or not) leave a row open."""
+    many = f"{len(off)} compared arm-size{'s' if len(off) > 1 else ''}"
+    if strict:
+        return (
+            f"the shared LR may be more than δ = {data.margin:g} nats (in loss) off the own best "
+            f"LR of {many} (the upper end of its penalty's 95% interval above δ, or no "
+            "interval, or its best LR on its grid's edge or chosen within its noise)"
+        )
     return (
         f"the shared LR is more than δ = {data.margin:g} nats off (or not measured against) the "
-        f"own best LR of {len(off)} compared arm-size{'s' if len(off) > 1 else ''}"
+        f"own best LR of {many}"
     )
 
 
@@ -1600,26 +1705,92 @@ def _lr_dependent(
         f"{best.verdict}, so the difference at the shared LR may be the learning rate's, not "
         "the claim's factor's"
     )
-    return _with_reason(shared, INCONCLUSIVE, why)
+    return _with_reason(shared, INCONCLUSIVE, why + _penalty_difference(data, shared, arms))
+
+
+def _penalty_difference(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> str:
+    """For a row that compares two arms (``arms``: the arm, then its reference), the paired
+    difference of their LR penalties at each size the row compares, as text ("" otherwise, or
+    where a size has no seed that ran both LRs of both arms): D = penalty(arm) −
+    penalty(reference) per seed over the confirm seeds, nats, Student t, df = seeds − 1. D is
+    what the arms' distances from their own best LRs add to the gap at the shared LR (the gap
+    minus D is the gap at the best LRs, seed by seed), so equal penalties cancel (trial 11,
+    finding 5: the rule above blocks on each arm's penalty, and prints D so that a reader sees
+    where they cancel)."""
+    pair = list(dict.fromkeys(a for a in arms if a))
+    if len(pair) != 2:
+        return ""
+    texts = []
+    for size in row.sizes:
+        pens = []
+        for arm in pair:
+            at_shared, at_best = data.losses(arm, size), data.confirm_losses(arm, size)
+            pens.append({k: at_shared[k] - at_best[k] for k in set(at_shared) & set(at_best)})
+        seeds = sorted(set(pens[0]) & set(pens[1]))
+        if not seeds:
+            return ""
+        d = paired_difference([pens[0][k] for k in seeds], [pens[1][k] for k in seeds])
+        texts.append(f"at {size} {d.text()}")
+    return (
+        f" (the paired difference of the LR penalties, {pair[0]} − {pair[1]}, which is what "
+        f"the LR adds to the gap at the shared LR: {'; '.join(texts)})"
+    )
 
 
 def _lr_confounded(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
     """``row`` (a mechanism claim: 4, 5, 7 or 8, read at the shared LR only), with the compared
-    arms' LR penalties (:func:`_with_penalties`) added, made inconclusive where it is decided
-    and some compared arm ran more than δ from its own best LR (or that distance is not
-    measured): saturation, sink share, stable rank and Δsym depend on the LR, and no reading at
-    each arm's own best LR exists to separate the LR's effect from the claim's factor's (trial
-    10: a control that dipped as much as the γ = 1 arm at its own best LR, and less only at the
-    shared LR, gave claim 7 "reproduced")."""
-    row, off = _with_penalties(data, row, arms)
+    arms' LR penalties (:func:`_with_penalties`, strict: the upper 95% bound, and a best LR on
+    its grid's edge or chosen within its noise counted as not measured) added, made
+    inconclusive where it is decided, or a null credited to the scale or to training length
+    (*not measurable ...*; trial 11, finding 4), and some compared arm may have run more than
+    δ from its own best LR: saturation, sink share, stable rank and Δsym depend on the LR, and
+    no reading at each arm's own best LR exists to separate the LR's effect from the claim's
+    factor's (trial 10: a control that dipped as much as the γ = 1 arm at its own best LR, and
+    less only at the shared LR, gave claim 7 "reproduced"). The gate reads the loss penalty,
+    not the diagnostic's own change with the LR, which a flat loss basin can hide (trial 11,
+    finding 1)."""
+    row, off = _with_penalties(data, row, arms, mechanism=True)
     if not off:
         return row
-    why = (
-        f"not decided: {_off_best(data, off)}, and these diagnostics, which depend on the LR, "
-        "were read at the shared LR only, so the difference may be the learning rate's, not "
-        "the claim's factor's"
-    )
+    if row.verdict in (NOT_MEASURABLE, NOT_MEASURED):
+        row = replace(
+            row,
+            numbers=row.numbers.replace(EXPLAINS_NULL, ""),
+            reason=row.reason.replace(EXPLAINS_NULL, ""),
+        )
+        why = (
+            f"not credited to the scale or to training length alone: "
+            f"{_off_best(data, off, True)}, "
+            "and these diagnostics, which depend on the LR, were read at the shared LR only, "
+            "so the learning rate may explain the null as well"
+        )
+    else:
+        why = (
+            f"not decided: {_off_best(data, off, True)}, and these diagnostics, which depend on "
+            "the LR, were read at the shared LR only, so the difference may be the learning "
+            "rate's, not the claim's factor's"
+        )
     return _with_reason(row, INCONCLUSIVE, why)
+
+
+def _lr_agreed(
+    data: StudyData, shared: Verdict, best: Verdict, arms: list[Optional[str]]
+) -> Verdict:
+    """``shared`` (claim 7 at the shared LR), left decided where ``best`` (claim 7 read at each
+    arm's own best LR, judged) reaches the same decided verdict and every compared arm's best
+    LR won its grid by more than its noise (:func:`_close_pick`), its LR penalties listed;
+    otherwise :func:`_lr_confounded`'s row: the LR is then not separated from γ by a reading
+    at the best LRs (trial 11, finding 1: a control that dips as deep as γ = 1 at its own best
+    LR, and less only at the shared LR, in a flat loss basin, where a pick one grid step short
+    of that best LR, by noise, still dips less)."""
+    picked = all(
+        not _close_pick(data, a, s) for a in dict.fromkeys(x for x in arms if x) for s in best.sizes
+    )
+    if picked and best.verdict in (REPRODUCED, NOT_REPRODUCED) and best.verdict == shared.verdict:
+        row, _ = _with_penalties(data, shared, arms, mechanism=True)
+        why = f"at each arm's own best LR this claim is {best.verdict} too"
+        return replace(row, numbers=f"{row.numbers}; {why}")
+    return _lr_confounded(data, shared, arms)
 
 
 def _unmeasured_best_lr(row: Verdict) -> Verdict:
@@ -1636,9 +1807,11 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
     """The rows in the paper's order; claims 1–3 and 6 at the shared LR and again at each
     arm's own best LR (chosen on the selection seed, compared on the other seeds; a decisive
     verdict there needs every compared arm's best LR inside its grid; without an LR grid that
-    row is inconclusive, not measured); claims 4, 5, 7 and 8 at the shared LR only, undecided
-    in an LR-grid study where a compared arm ran more than δ from its own best LR
-    (:func:`_lr_confounded`).
+    row is inconclusive, not measured); claims 4, 5 and 8 at the shared LR only, undecided
+    (and a null not credited to the scale or training length) in an LR-grid study where a
+    compared arm may have run more than δ from its own best LR (:func:`_lr_confounded`);
+    claim 7 so too without an LR grid, and with one at the shared LR and at each arm's own
+    best LR, the shared-LR row decided where the best-LR row agrees (:func:`_lr_agreed`).
 
     Args:
         data: the study.
@@ -1683,6 +1856,11 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
         shared = judged(shared, grid_arms)
         rows += [shared, _unmeasured_best_lr(shared)]
     rank_arms = [x for pair in _condensation_arms(data).items() for x in pair]
-    rows.append(mechanism(claim7(data), rank_arms))
+    if data.has_lr_grid:
+        best = _bracketed(data, claim7(data, "best LR"), rank_arms)
+        best = judged(_close_best(data, best, rank_arms), rank_arms)
+        rows += [judged(_lr_agreed(data, claim7(data), best, rank_arms), rank_arms), best]
+    else:
+        rows.append(mechanism(claim7(data), rank_arms))
     rows.append(mechanism(claim8(data, cmp), [concentration_arm(data), data.baseline]))
     return rows
