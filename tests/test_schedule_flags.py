@@ -381,6 +381,14 @@ def test_resume_reconciliation_covers_the_new_keys():
     with pytest.raises(ConfigError) as refused:
         reconcile_schedule(changed, saved, "ck")
     assert "model settings" not in str(refused.value)
+    # Only the batch size changed: the schedule in samples differs, and the refusal says why.
+    doubled = cfg.replace(global_batch_size=16)
+    assert any("checkpoint 80, config 160" in d for d in schedule_differences(doubled, saved))
+    with pytest.raises(ConfigError) as refused:
+        reconcile_schedule(doubled, saved, "ck", (), ["global_batch_size=16 (the run had 8)"])
+    assert "global_batch_size=16 (the run had 8): the schedule counts samples, so" in str(
+        refused.value
+    )
     # A checkpoint from before the schedule counted samples counted iterations.
     legacy = {k: v for k, v in saved.items() if k not in ("steps_unit", "init_lr")}
     legacy.update(lr_warmup_steps=2, lr_decay_steps=40, wd_incr_steps=40, wsd_decay_steps=80)

@@ -328,8 +328,10 @@ class Trainer:
         resume = load and not cfg.checkpoint.finetune
         newest = latest_iteration(load) if resume else None
         common = {} if newest is None else read_common(checkpoint_dir(load, newest))
-        changes = section_changes(cfg, description(common)[0], "model")
-        cfg = reconcile_schedule(cfg, common.get("scheduler"), load, changes)
+        saved = description(common)[0]
+        changes = section_changes(cfg, saved, "model")
+        batch = [c for c in section_changes(cfg, saved, "training") if c.startswith("global_b")]
+        cfg = reconcile_schedule(cfg, common.get("scheduler"), load, changes, batch)
         self.cfg = cfg
         self.callbacks: list[Callback] = []
         self.device = torch.device("cuda") if parallel.uses_gpu() else torch.device("cpu")

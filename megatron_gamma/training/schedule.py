@@ -226,7 +226,11 @@ def _checkpoint_schedule(cfg: Config, saved: dict) -> dict:
 
 
 def reconcile_schedule(
-    cfg: Config, saved: dict | None, path: str, model_changes: Sequence[str] = ()
+    cfg: Config,
+    saved: dict | None,
+    path: str,
+    model_changes: Sequence[str] = (),
+    batch_changes: Sequence[str] = (),
 ) -> Config:
     """The config to train with when resuming from a checkpoint whose scheduler state is
     ``saved`` (None: no checkpoint, ``cfg`` unchanged).
@@ -235,6 +239,8 @@ def reconcile_schedule(
     (:func:`~megatron_gamma.rundir.layout.section_changes`): a refusal names them too, so that
     a resume with another model shape and another schedule (``--hidden-size`` and
     ``--train-iters`` both changed) is not first sent to fix the schedule alone.
+    ``batch_changes`` (``global_batch_size=16 (the run had 8)``) likewise: a schedule counted
+    in samples differs when only the batch size changed, which the refusal then says.
 
     Returns:
         ``cfg`` itself, or with ``--use-checkpoint-opt-param-scheduler`` a copy whose schedule
@@ -258,17 +264,23 @@ def reconcile_schedule(
     if not differences or o.override_opt_param_scheduler:
         return cfg
     if not o.use_checkpoint_opt_param_scheduler:
-        model = restore = ""
+        also = restore = ""
         if model_changes:
-            model = (
+            also = (
                 f" The model settings differ from the checkpoint's run as well: "
                 f"{', '.join(model_changes)}; a resume loads the run's tensors, so a setting "
                 "that changes their shapes is refused next, once the model is built."
             )
             restore = "give the run's model settings where they change shapes (its config.yaml); "
+        if batch_changes:
+            also += (
+                f" {', '.join(batch_changes)}: the schedule counts samples, so its lengths in "
+                "iterations (--train-iters, --lr-decay-iters, --lr-warmup-iters) are that many "
+                "batches of this size."
+            )
         raise ConfigError(
             f"load={path!r}: the configured learning-rate schedule differs from the "
-            f"checkpoint's: {'; '.join(differences)}.{model} Fix: {restore}restore the "
+            f"checkpoint's: {'; '.join(differences)}.{also} Fix: {restore}restore the "
             "schedule's values, or add --override-opt-param-scheduler to train on with the "
             "config's schedule, or --use-checkpoint-opt-param-scheduler to keep the "
             "checkpoint's"
