@@ -587,7 +587,7 @@ def test_a_reused_config_yaml_under_a_new_run_dir_keeps_none_of_its_runs_directo
     assert str(e.value) == (
         f"save={ckpt!r}, load={ckpt!r}, tensorboard_dir={tb!r}: from the YAML file {path!r}, "
         f"whose run_dir={str(run1)!r}, while this run's --run-dir is {new!r}: this run "
-        "would write into (and resume from) that run's directories. Fix: pass --save "
+        "would write into or resume from that run's directories. Fix: pass --save "
         f"{moved} --load {moved} --tensorboard-dir {new}/tb for a run of its own, or --save "
         f"{ckpt} --load {ckpt} --tensorboard-dir {tb} to use that run's on purpose"
     )
@@ -644,7 +644,7 @@ def test_a_recipes_checkpoints_outside_its_run_dir_are_not_shared_with_a_new_run
     assert str(e.value) == (
         f"save={base!r}, load={base!r}: from the YAML file {recipe!r}, whose "
         f"run_dir='runs/gpt-0.3b', while this run's --run-dir is {run_dir!r}: this run would "
-        f"write into (and resume from) that run's directories. Fix: pass --save {ckpt} --load "
+        f"write into or resume from that run's directories. Fix: pass --save {ckpt} --load "
         f"{ckpt} for a run of its own, or --save {base} --load {base} to use that run's on "
         "purpose"
     )
@@ -652,6 +652,10 @@ def test_a_recipes_checkpoints_outside_its_run_dir_are_not_shared_with_a_new_run
     with pytest.raises(ConfigError) as e:
         check_run_dir_outputs(load_config(files, given), files, given)
     assert e.value.keys == ("load",) and f"Fix: pass --load {ckpt} for a run" in str(e.value)
+    given = {"run_dir": run_dir, "load": ckpt}  # --load alone: --save the same directory
+    with pytest.raises(ConfigError) as e:
+        check_run_dir_outputs(load_config(files, given), files, given)
+    assert e.value.keys == ("save",) and f"Fix: pass --save {ckpt} for a run" in str(e.value)
     shipped = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "configs")
     files = [f"{shipped}/gpt-0.3b.yaml", f"{shipped}/ablations/gamma-0.5.yaml"]
     given = {"run_dir": run_dir, "save": ckpt, "load": ckpt}

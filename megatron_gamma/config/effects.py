@@ -169,11 +169,13 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
     ),
     "log_timers_to_tensorboard": (
         lambda c: False,
-        "nothing: no per-phase timers are kept; ms_per_iter and throughput are logged",
+        "nothing: no per-phase timers are kept (each log interval's ms/iter and throughput go "
+        "to the console and TensorBoard's throughput/*, unless --no-log-throughput)",
     ),
     "timing_log_level": (
         lambda c: False,
-        "nothing: no per-phase timers are kept; ms_per_iter and throughput are logged",
+        "nothing: no per-phase timers are kept (each log interval's ms/iter and throughput go "
+        "to the console and TensorBoard's throughput/*, unless --no-log-throughput)",
     ),
     "fp8_recipe": (lambda c: c.model.fp8_format is not None, "--fp8-format"),
     "weight_decay": (

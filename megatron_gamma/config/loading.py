@@ -425,7 +425,8 @@ def check_run_dir_outputs(cfg: Config, path: Optional[str | list[str]], override
     ``/checkpoints/gpt-0.3b`` layered with an ablation file under ``--run-dir
     runs/gpt-0.3b-gamma-0.5`` would write the ablation's checkpoints among the baseline's, or
     resume the baseline's), with their sibling named after the new ``run_dir``
-    (``/checkpoints/gpt-0.3b-gamma-0.5``) as the fix, or ``--save``'s value for ``load``.
+    (``/checkpoints/gpt-0.3b-gamma-0.5``) as the fix, or ``--save``'s value for ``load`` (and
+    ``--load``'s for ``save``).
     Giving such a field on the command line (even the same value: to continue that run's
     checkpoints on purpose) keeps it.
 
@@ -465,6 +466,8 @@ def check_run_dir_outputs(cfg: Config, path: Optional[str | list[str]], override
             moved[key] = os.path.join(cfg.logging.run_dir, os.path.relpath(real, old))
         elif key == "load" and "save" in overrides:
             moved[key] = ck.save
+        elif key == "save" and "load" in overrides:
+            moved[key] = ck.load
         elif key in ("save", "load"):
             moved[key] = _sibling(value, cfg.logging.run_dir)
     if not moved:
@@ -474,7 +477,7 @@ def check_run_dir_outputs(cfg: Config, path: Optional[str | list[str]], override
     keep = " ".join(f"--{key.replace('_', '-')} {values[key]}" for key in moved)
     raise ConfigError(
         f"{listed}: from the YAML file {source!r}, whose run_dir={run_dir!r}, while this run's "
-        f"--run-dir is {cfg.logging.run_dir!r}: this run would write into (and resume from) "
+        f"--run-dir is {cfg.logging.run_dir!r}: this run would write into or resume from "
         f"that run's directories. Fix: pass {fix} for a run of its own, or {keep} to use that "
         "run's on purpose",
         tuple(moved),

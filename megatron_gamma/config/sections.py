@@ -1455,7 +1455,8 @@ class LoggingConfig:
     """Write the per-iteration training scalars to TensorBoard (and W&B) every this many
     iterations; metrics.jsonl keeps every iteration."""
     log_throughput: bool = True
-    """Log tokens/s, ms/iter, TFLOP/s per device and MFU (console, TensorBoard, metrics.jsonl);
+    """Log tokens/s, ms/iter, TFLOP/s per device and MFU per log interval (console, TensorBoard
+    ``throughput/*``; metrics.jsonl holds each iteration's tokens_per_s);
     on by default here, ``--no-log-throughput`` drops them (Megatron-LM: off by default)."""
     log_memory_to_tensorboard: bool = True
     """Log memory (allocated and reserved on GPU, RSS on CPU) to TensorBoard and metrics.jsonl;
@@ -1491,7 +1492,8 @@ class LoggingConfig:
     (TensorBoard's profile plugin and Perfetto open it)."""
     log_timers_to_tensorboard: bool = False
     """Accepted for Megatron-LM launch scripts and does nothing: megatron-gamma keeps no
-    per-phase timers; every iteration's ms_per_iter and throughput are logged (a one-line
+    per-phase timers; each log interval's ms/iter and throughput go to the console and
+    TensorBoard (``throughput/*``, unless --no-log-throughput) (a one-line
     notice says so)."""
     timing_log_level: int = 0
     """Accepted for Megatron-LM launch scripts (0, 1 or 2, as there) and does nothing, as

@@ -740,7 +740,11 @@ class Trainer:
         if self.state.iteration < self.end_iteration:
             log.message(
                 f"training iterations {self.state.iteration + 1} to {self.end_iteration}: a "
-                f"line every {lg.log_interval} iterations and at the last"
+                + (
+                    "line every iteration"
+                    if lg.log_interval == 1
+                    else f"line every {lg.log_interval} iterations and at the last"
+                )
             )
         return log
 
