@@ -330,7 +330,8 @@ class Trainer:
         common = {} if newest is None else read_common(checkpoint_dir(load, newest))
         saved = description(common)[0]
         changes = section_changes(cfg, saved, "model")
-        batch = [c for c in section_changes(cfg, saved, "training") if c.startswith("global_b")]
+        training = section_changes(cfg, saved, "training")
+        batch = [c for c in training if c.startswith("global_batch_size=")]
         cfg = reconcile_schedule(cfg, common.get("scheduler"), load, changes, batch)
         self.cfg = cfg
         self.callbacks: list[Callback] = []
