@@ -374,7 +374,9 @@ def _check_evaluate_paths(args: argparse.Namespace) -> None:
             (:func:`~megatron_gamma.rundir.paths.missing_checkpoint`), a ``--config`` or
             ``--compare-config`` that is not a file, an ``--include-path`` that is not a
             directory or whose task files would run Python code without ``--trust-task-code``
-            (:func:`~megatron_gamma.evaluation.task_code.check_task_code`), a ``--data-path``
+            (:func:`~megatron_gamma.evaluation.task_code.check_task_code`) or whose task files
+            for ``--tasks`` name local data files that do not exist
+            (:func:`~megatron_gamma.evaluation.task_data.check_task_data`), a ``--data-path``
             blend that is malformed or names a prefix without its files
             (:meth:`~megatron_gamma.config.DataConfig.blend`), an ``--output-dir`` (with
             ``--tasks`` its default ``./eval`` too) that holds files evaluate does not write
@@ -385,6 +387,7 @@ def _check_evaluate_paths(args: argparse.Namespace) -> None:
     """
     from megatron_gamma.config import load_config
     from megatron_gamma.evaluation.task_code import check_task_code
+    from megatron_gamma.evaluation.task_data import check_task_data
     from megatron_gamma.rundir.paths import check_output_dir, check_replaced_dir
 
     checkpoints = {"checkpoint": args.checkpoint, "--compare": args.compare}
@@ -403,6 +406,8 @@ def _check_evaluate_paths(args: argparse.Namespace) -> None:
             "tasks come with the installed package). Fix: drop --trust-task-code"
         )
     check_task_code(args.include_path, bool(args.trust_task_code))
+    if args.tasks is not None:
+        check_task_data(args.include_path, [t for t in args.tasks.split(",") if t])
     if args.data_path:
         load_config(None, {"data_path": args.data_path}).data.blend()
     output_dir = args.output_dir if args.tasks is None else args.output_dir or "eval"

@@ -176,9 +176,11 @@ def test_a_missing_tokenizer_and_another_runs_save_are_refused_before_torch(tmp_
 
 
 def test_evaluate_and_analyze_refuse_bad_arguments_before_torch_and_megatron_core(tmp_path):
-    """A mistyped checkpoint, run directory, config, data prefix or output directory, or a bad
-    row count, was refused only after megatron-core's import (5 s and more); a bad --device needs
-    torch to read it, not megatron-core. Each refusal names the value."""
+    """A mistyped checkpoint, run directory, config, data prefix or output directory, a task's
+    data file missing from where ``datasets`` would read it (trial 11: found 24 s in, after the
+    imports), or a bad row count, was refused only after megatron-core's import (5 s and
+    more); a bad --device needs torch to read it, not megatron-core. Each refusal names the
+    value."""
     run = tmp_path / "run"
     run.mkdir()
     afile = tmp_path / "afile"
@@ -187,6 +189,13 @@ def test_evaluate_and_analyze_refuse_bad_arguments_before_torch_and_megatron_cor
     coded = tmp_path / "coded_tasks"  # a task whose docs pass through a module's function
     coded.mkdir()
     (coded / "t.yaml").write_text("task: t\nprocess_docs: !function utils.keep\n")
+    moved = tmp_path / "moved_tasks"  # relative data_files, read from the current directory
+    moved_file = os.path.join("lm_eval_tasks", "tiny_mc.jsonl")
+    moved.mkdir()
+    (moved / "m.yaml").write_text(
+        "task: m\ndataset_path: json\n"
+        "dataset_kwargs: {data_files: {test: lm_eval_tasks/tiny_mc.jsonl}}\n"
+    )
     cases = [
         (["evaluate", gone], f"checkpoint={gone!r}: does not exist. Fix: pass a checkpoint"),
         (["evaluate", str(run), "--tasks", "t", "--compare", gone], f"--compare={gone!r}: does "),
@@ -197,6 +206,10 @@ def test_evaluate_and_analyze_refuse_bad_arguments_before_torch_and_megatron_cor
          f"--include-path={str(coded)!r}: its task files would make lm-eval run Python code: "
          f"{str(coded / 't.yaml')!r} uses the '!function' tag (imports the module beside it). "
          "Fix: read that code, then pass --trust-task-code"),
+        (["evaluate", str(run), "--tasks", "m", "--include-path", str(moved)],
+         f"--include-path={str(moved)!r}: task 'm' ({moved / 'm.yaml'}) names data_files (test) "
+         f"'lm_eval_tasks/tiny_mc.jsonl': no file {os.path.join(ROOT, moved_file)!r}. "
+         f"A relative data_files path is read from the current directory ({ROOT!r})"),
         (["evaluate", str(run), "--tasks", "t", "--trust-task-code"],
          "--trust-task-code: acts only on the task files of --include-path"),
         (["evaluate", str(run), "--trust-task-code"], "--trust-task-code=True: acts only with"),

@@ -83,12 +83,19 @@ def _task_dict(tasks: list[str], task_manager) -> dict:
             cfg = (getattr(entry, "cfg", None) or {}) if entry is not None else {}
             files = (cfg.get("dataset_kwargs") or {}).get("data_files")
             dataset = cfg.get("dataset_path", task) + (f" {files}" if files else "")
+            local = (
+                f"a relative data_files path is read from the current directory "
+                f"({os.getcwd()!r}): run from the directory it is relative to or make it "
+                "absolute; for a Hub dataset, "
+                if files
+                else ""
+            )
             raise DatasetUnavailableError(
                 f"task={task!r}: its dataset {dataset!r} could not be loaded "
-                f"({type(e).__name__}: {str(e)[:300]}). Fix: run once with network access so "
-                "the Hugging Face cache holds it (HF_HOME; on a node without network, export "
-                "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 so that cache is read at once instead of "
-                "retrying the Hub for about a minute), or copy it locally and pass "
+                f"({type(e).__name__}: {str(e)[:300]}). Fix: {local}run once with network "
+                "access so the Hugging Face cache holds it (HF_HOME; on a node without network, "
+                "export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 so that cache is read at once "
+                "instead of retrying the Hub for about a minute), or copy it locally and pass "
                 "--include-path DIR with a task YAML using `dataset_path: json` and "
                 "`dataset_kwargs: {data_files: {test: /path/to/file.jsonl}}`"
             ) from e

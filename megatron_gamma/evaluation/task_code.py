@@ -38,13 +38,13 @@ SKIPPED_DIRS = ("__pycache__", ".ipynb_checkpoints")
 """Directories lm-eval's task index does not read."""
 
 
-class _AnyTagLoader(yaml.SafeLoader):
+class AnyTagLoader(yaml.SafeLoader):
     """PyYAML's safe loader reading every tag it does not know (``!function`` included) as
     null: the document's plain structure, for its ``include:`` and ``metric_list`` keys, with no
     constructor run."""
 
 
-_AnyTagLoader.add_multi_constructor("", lambda loader, suffix, node: None)
+AnyTagLoader.add_multi_constructor("", lambda loader, suffix, node: None)
 
 
 @dataclass
@@ -61,7 +61,7 @@ def _read(text: str) -> _TaskFile:
             getattr(e, "tag", None) == FUNCTION_TAG
             for e in yaml.parse(text, Loader=yaml.SafeLoader)
         )
-        docs = list(yaml.load_all(text, Loader=_AnyTagLoader))
+        docs = list(yaml.load_all(text, Loader=AnyTagLoader))
     except yaml.YAMLError:
         return _TaskFile(tagged=bool(re.search(re.escape(FUNCTION_TAG) + r"\b", text)))
     out = _TaskFile(tagged=tagged)
@@ -77,7 +77,9 @@ def _read(text: str) -> _TaskFile:
     return out
 
 
-def _yaml_files(folder: str) -> list[str]:
+def task_yaml_files(folder: str) -> list[str]:
+    """Every ``*.yaml`` under ``folder`` as lm-eval's task index walks it (:data:`SKIPPED_DIRS`
+    not entered), sorted."""
     return sorted(
         os.path.join(root, name)
         for root, dirs, names in os.walk(folder)
@@ -95,7 +97,7 @@ def task_code(include_path: str, known_metrics: frozenset[str] = frozenset()) ->
     Raises:
         ConfigError: a file that cannot be read as UTF-8 text, named.
     """
-    pending, seen, found = _yaml_files(include_path), set(), []
+    pending, seen, found = task_yaml_files(include_path), set(), []
     while pending:
         path = os.path.realpath(pending.pop())
         if path in seen or not os.path.isfile(path):
