@@ -69,6 +69,7 @@ from megatron_gamma.rundir.layout import (
     read_common,
     read_state,
 )
+from megatron_gamma.rundir.layout import description as common_description
 from megatron_gamma.rundir.loader import load_model_weights
 from megatron_gamma.rundir.paths import check_takeover
 
@@ -79,10 +80,13 @@ _SAVE_METADATA = {"distrib_optim_sharding_type": "fully_reshardable"}
 
 @dataclass
 class TrainState:
-    """Progress that a checkpoint restores besides the weights."""
+    """Progress that a checkpoint restores besides the weights: iterations, samples and tokens
+    trained on (tokens summed step by step, so a resume at another ``--seq-length`` keeps the
+    earlier steps' count)."""
 
     iteration: int = 0
     consumed_samples: int = 0
+    consumed_tokens: int = 0
 
 
 def check_load_dir(load: str | None) -> None:
@@ -423,6 +427,7 @@ def _state_dict(
     sd["scheduler"] = scheduler.state_dict()
     sd["iteration"] = state.iteration
     sd["consumed_samples"] = state.consumed_samples
+    sd["consumed_tokens"] = state.consumed_tokens
     sd["layout"] = _layout()
     sd["distributed_optimizer"] = _is_distributed(optimizer)
     if rng is not None:
@@ -629,6 +634,8 @@ def load_checkpoint(
     sd = _state_dict(
         chunks, optimizer, scheduler, TrainState(), template, loading=True, with_optim=load_optim
     )
+    if "consumed_tokens" not in common:  # a checkpoint of an older version
+        del sd["consumed_tokens"]
     not_loaded = (NOT_LOADED_OPTIMIZER,) * (not load_optim) + (NOT_LOADED_RNG,) * (not restore_rng)
     loaded = read_state(sd, path, strict, not_loaded)
     for i, chunk in enumerate(chunks):
@@ -645,4 +652,9 @@ def load_checkpoint(
     scheduler.load_state_dict(loaded["scheduler"])
     if restore_rng:
         _set_rng_state(loaded["rng_state"])
-    return TrainState(loaded["iteration"], loaded["consumed_samples"])
+    samples = loaded["consumed_samples"]
+    tokens = loaded.get("consumed_tokens")
+    if tokens is None:  # the run's one seq_length, as its checkpoint recorded it
+        seq_length = ((common_description(common)[0] or {}).get("model") or {}).get("seq_length")
+        tokens = samples * seq_length if seq_length else 0
+    return TrainState(loaded["iteration"], samples, tokens)

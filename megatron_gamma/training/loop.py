@@ -705,7 +705,9 @@ class Trainer:
                 check_finite(self.state.iteration + 1, loss, grad_norm)
             self.preemption.arm()  # from here a SIGTERM waits for a save at the iteration's end
             self.state.iteration += 1
-            self.state.consumed_samples += get_current_global_batch_size()
+            batch = get_current_global_batch_size()
+            self.state.consumed_samples += batch
+            self.state.consumed_tokens += batch * self.cfg.model.seq_length
             it = self.state.iteration
             self.result.train_losses[it] = loss
             self.fire("on_step_end", StepOutput(it, loss, grad_norm, lr, time.time() - start))

@@ -59,7 +59,7 @@ class MetricsCallback(Callback):
             "grad_norm": step.grad_norm,
             "global_batch_size": batch,
             "consumed_samples": samples,
-            "consumed_tokens": samples * self.cfg.model.seq_length,
+            "consumed_tokens": trainer.state.consumed_tokens,
         }
         if lg.log_throughput:
             values["tokens_per_s"] = tokens / step.seconds
