@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from typing import Optional
 
 import numpy as np
@@ -143,6 +144,22 @@ def test_clean_effect_is_reproduced_with_sizes_as_units():
     assert "(df 2, 3 seeds)" in v.numbers  # the per-size intervals print theirs
 
 
+def test_a_one_size_study_scopes_claims_1_and_3_to_that_size():
+    """Trial 13, finding 2: with one width claims 1 and 3 printed a bare "reproduced" (the
+    interval is that size's, over its seeds), which reads as a claim across sizes; claim 6
+    already said "at SIZE only". A decided row names its one size; the same effects at two
+    sizes keep their own scope."""
+    data, losses = _four_arms(fix_at_1=0.25, fix_at_05=0.0)
+    one = make_study({k: v for k, v in losses.items() if k[1] == "s2"}, {"s2": 512})
+    scope = "at s2 only, seeds as units; not across sizes"
+    for claim in (claim1, claim3):
+        v = claim(one, one.losses, "shared LR")
+        assert (v.verdict, v.scope) == (REPRODUCED, scope), (claim.__name__, v.numbers)
+        assert "at the one size" in v.numbers and v.routes == 1
+        two = claim(data, data.losses, "shared LR")
+        assert "only" not in two.scope and two.routes == 2  # across sizes, or at each size
+
+
 def test_an_arm_no_better_than_token_frequencies_has_not_learned():
     """Trial 4's sweep: every run ended at 7.3-8.7 nats, below ln V = 8.318 but above the
     7.23 nats of the train split's token frequencies on the held-out split, and the report
@@ -223,7 +240,10 @@ def test_an_arm_that_has_not_learned_is_not_measurable_and_one_lr_is_scoped():
     learned = {key: x - 3.0 for key, x in losses.items()}
     rows = verdicts(make_study(learned, {"s1": 256}, vocab_size=4096), {}, None)
     assert rows[0].verdict == REPRODUCED
-    assert rows[0].label() == "reproduced (at one shared LR, not tuned per arm)"
+    assert rows[0].label() == (
+        "reproduced (at one shared LR, not tuned per arm; at s1 only, seeds as units; not "
+        "across sizes)"
+    )
     assert rows[1].lr == "best LR" and rows[1].verdict == INCONCLUSIVE and rows[1].scope == ""
     unknown = verdicts(make_study(losses, {"s1": 256}), {}, None)
     assert unknown[0].verdict == REPRODUCED  # no vocabulary size, no uniform-predictor check,
@@ -269,9 +289,19 @@ def test_the_multiplicity_sentence_counts_decided_rows_and_names_its_k():
     assert text.startswith("The table has 4 rows and decides 2 of them (reproduced or not ")
     # trial 7: the bound is on false "reproduced" calls, one side of each 95% interval (2.5%),
     # not 1 − 0.95^k, which counted a correct "not reproduced" under a null as a chance error
-    assert "the chance of a false 'reproduced' is at most k · 2.5%, 10% (a bound" in text
-    assert "is at most k · 2.5%, 30% (a bound" in _multiplicity(rows * 3)
-    assert "is at most k · 2.5%, 100% (a bound" in _multiplicity(rows * 11)
+    assert (
+        "k = 4 rows (4 ways) the chance of a false 'reproduced' is at most 4 · 2.5%, 10% (a" in text
+    )
+    assert "is at most 12 · 2.5%, 30% (a bound" in _multiplicity(rows * 3)
+    assert "is at most 44 · 2.5%, 100% (a bound" in _multiplicity(rows * 11)
+    assert "called two ways" not in text
+    # trial 13, finding 3: claims 1 and 3 over two or more sizes can be called reproduced
+    # across sizes or at each measured size, 2.5% each way
+    two = [replace(rows[0], routes=2), replace(rows[1], routes=2), *rows[2:]]
+    text = _multiplicity(two)
+    assert "2.5% of the time per way; the 2 rows of claims 1 and 3 over two or more sizes" in text
+    assert "can be called two ways, across sizes or at each measured size, so at most 5%" in text
+    assert "k = 4 rows (6 ways) the chance of a false 'reproduced' is at most 6 · 2.5%, 15%" in text
     assert "decides none of them" in _multiplicity(rows[2:])
     # trial 11, finding 6: the bound is not promised where simulations refute it
     assert "They are not established for the condensation rows (claim 7)" in text
@@ -1440,7 +1470,7 @@ def test_gamma_grid_neighbours_paired_by_seed():
         {g: [1, 2, 3, 4, 5] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1) ** 2 + 5
     )
     v = claim6(clear, gamma_grid(clear), "shared LR")
-    assert (v.verdict, v.scope) == (REPRODUCED, "at s1 only, seeds as units")
+    assert (v.verdict, v.scope) == (REPRODUCED, "at s1 only, seeds as units; not across sizes")
     assert _neighbour_text(losses, 0.5) in v.numbers and _neighbour_text(losses, 1.5) in v.numbers
     elsewhere, _ = _grid_study({g: [1, 2, 3, 4] for g in (0.5, 1.0, 1.5)}, lambda g: (g - 1.5) ** 2)
     assert claim6(elsewhere, gamma_grid(elsewhere), "shared LR").verdict == NOT_REPRODUCED
@@ -1647,9 +1677,12 @@ def test_gamma_grid_sizes_that_disagree_leave_claim6_inconclusive():
     assert "+0.0150 [-0.0055, +0.0355] (df 3" in open_.numbers
     assert open_.numbers.endswith("at each size: s1 reproduced, s2 inconclusive")
     one = _two_size_grid({"s1": s1})
-    assert (one.verdict, one.scope) == (REPRODUCED, "at s1 only, seeds as units")
+    assert (one.verdict, one.scope) == (REPRODUCED, "at s1 only, seeds as units; not across sizes")
     worse = _two_size_grid({"s2": {0.5: 4.60, 1.0: 4.70, 1.5: 4.90}})
-    assert (worse.verdict, worse.scope) == (NOT_REPRODUCED, "at s2 only, seeds as units")
+    assert (worse.verdict, worse.scope) == (
+        NOT_REPRODUCED,
+        "at s2 only, seeds as units; not across sizes",
+    )
 
 
 # --- claim 7: condensation from iteration 0 against the matched control -------------------
@@ -2626,7 +2659,10 @@ def test_a_best_lr_that_won_its_grid_within_its_noise_scopes_the_best_lr_row():
     over the four seeds, 5.0 (seed 1, its grid run) and 5.02-5.04, give a gap noise of √2 ×
     their sd."""
     data = _lr_grid_study({"baseline": 4e-3, "gamma1": 4e-3})
-    assert verdicts(data, {}, None)[1].label() == REPRODUCED
+    assert (
+        verdicts(data, {}, None)[1].label()
+        == "reproduced (at s1 only, seeds as units; not across sizes)"
+    )
     noise = math.sqrt(2) * np.std([5.0, 5.02, 5.03, 5.04], ddof=1)
     assert 0.01 < 2 * noise == pytest.approx(0.0483, abs=1e-4)
     for gap, flagged in ((0.002, True), (0.03, True), (0.06, False)):
@@ -2636,9 +2672,15 @@ def test_a_best_lr_that_won_its_grid_within_its_noise_scopes_the_best_lr_row():
         row = verdicts(data, {}, None)[1]
         assert row.lr == "best LR" and row.verdict == REPRODUCED
         if not flagged:
-            assert row.scope == "" and "best LR chosen" not in row.numbers
+            assert (
+                row.scope == "at s1 only, seeds as units; not across sizes"
+                and "best LR chosen" not in row.numbers
+            )
             continue
-        assert row.scope == "at LRs chosen on one seed, some by a gap within its noise"
+        assert row.scope == (
+            "at s1 only, seeds as units; not across sizes; at LRs chosen on one seed, some by a "
+            "gap within its noise"
+        )
         assert (
             f"best LR chosen by a gap within its noise: baseline at s1: best LR 0.004 beat 0.008 "
             f"by {gap:.4f} nats on seed 1 alone, less than 2 × the gap's seed noise, 2 × "
@@ -2669,6 +2711,45 @@ def test_the_gap_noise_is_measured_where_the_runner_up_is_the_shared_lr():
     noise, how = _gap_noise(both, "baseline", "s1", 4e-3, 8e-3)  # 8e-3 ran on seed 1 alone
     assert noise == pytest.approx(math.sqrt(2) * np.std([grid[4e-3], *best.values()], ddof=1))
     assert how == "√2 × the sd of baseline's loss over 4 seeds at 0.004"
+
+
+def _with_shared_runs(data: StudyData, arm: str, losses: dict[int, float]) -> StudyData:
+    """``data`` plus ``arm``'s runs at the shared LR 2e-3 on the seeds of ``losses``."""
+    template = next(r for r in data.runs if r["arm"] == arm and r["seed"] == 2)
+    extra = [
+        {**template, "key": f"{arm}/s1/shared-{k}", "seed": k, "loss": loss, "lr": 2e-3,
+         "lr_phase": "shared", "grid": False}
+        for k, loss in losses.items()
+    ]  # fmt: skip
+    return StudyData(data.manifest, data.runs + extra)
+
+
+def test_a_best_lr_the_confirm_seeds_refute_keeps_the_best_lr_row_undecided():
+    """Trial 13, finding 1: the baseline's best LR, 4e-3, was picked on seed 1, but on seeds
+    2-4 its runs at the shared LR 2e-3 beat those at 4e-3 (the shared LR, a grid point, won
+    where the pick lost), and the best-LR row still compared the baseline at 4e-3 and called
+    gamma1's gain reproduced (32 of 40 simulated null studies with one lucky grid run). The
+    paired penalty, shared − chosen, with its 95% t interval below 0 makes the decided row
+    inconclusive and names it; a penalty above 0 (the pick confirmed) leaves the row as it
+    was."""
+    data = _lr_grid_study({"baseline": 4e-3, "gamma1": 4e-3})
+    chosen = data.confirm_losses("baseline", "s1")  # seeds 2-4 at 4e-3: 5.02, 5.03, 5.04
+    assert verdicts(data, {}, None)[1].verdict == REPRODUCED
+    refuting = {2: 4.99, 3: 5.0, 4: 5.012}
+    row = verdicts(_with_shared_runs(data, "baseline", refuting), {}, None)[1]
+    penalty = [refuting[k] - chosen[k] for k in (2, 3, 4)]
+    low, high = _t_interval(penalty)
+    assert high < 0 and row.lr == "best LR" and row.verdict == INCONCLUSIVE
+    assert (
+        f"not decided: the chosen best LR is refuted: baseline at s1: its chosen LR 0.004 lost "
+        f"to the shared LR 0.002 on the confirm seeds (loss at the shared LR − at the chosen, "
+        f"{np.mean(penalty):+.4f} [{low:+.4f}, {high:+.4f}] (df 2, 3 seeds)), so that arm's own "
+        "best LR is not known and this row does not compare it there" in row.numbers
+    )
+    confirming = {2: 5.05, 3: 5.07, 4: 5.075}
+    row = verdicts(_with_shared_runs(data, "baseline", confirming), {}, None)[1]
+    assert _t_interval([confirming[k] - chosen[k] for k in (2, 3, 4)])[0] > 0
+    assert row.verdict == REPRODUCED and "refuted" not in row.numbers
 
 
 def test_confirm_runs_that_start_from_the_same_weights_keep_the_best_lr_row_undecided():

@@ -135,6 +135,10 @@ class Verdict:
             column), built from one string; the console prints it with the verdict
             (:meth:`console_line`). Empty where the numbers decide the row, or leave it open
             by their interval alone.
+        routes: the ways the row can be called reproduced, each by an interval at the 2.5%
+            level (one side): 2 for claims 1 and 3 over two or more sizes, called across
+            sizes or at each measured size (:func:`at_each_size`), else 1; the report's
+            multiplicity bound sums them (trial 13, finding 3).
     """
 
     claim: str
@@ -145,6 +149,7 @@ class Verdict:
     scope: str = ""
     sizes: tuple[str, ...] = ()
     reason: str = ""
+    routes: int = 1
 
     def label(self) -> str:
         """The verdict with its scope: ``reproduced (the γ part only; …)``."""
@@ -269,12 +274,20 @@ def at_each_size(across: str, per_size: dict[str, str]) -> tuple[str, str, str]:
         across: the verdict of the across-sizes interval.
         per_size: {size: the verdict of that size's interval(s)}.
 
+    With one size the interval is that size's over its seeds, and a decided ``across`` is
+    scoped "at SIZE only, seeds as units; not across sizes" (trial 13, finding 2: a one-width
+    study printed a bare "reproduced", which reads as a claim about scale).
+
     Returns:
         (verdict, scope, text): ``across`` and "" where it is decided and no size opposes it,
         or where the sizes do not all agree; inconclusive where a size opposes a decided
         ``across``; text lists each size's verdict where there are two or more sizes.
     """
-    if len(per_size) < 2:
+    if len(per_size) == 1:
+        decided = across in (REPRODUCED, NOT_REPRODUCED)
+        scope = f"at {next(iter(per_size))} only, seeds as units; not across sizes"
+        return across, scope if decided else "", ""
+    if not per_size:
         return across, "", ""
     text = "at each size: " + ", ".join(f"{s} {v}" for s, v in per_size.items())
     calls = set(per_size.values())
@@ -380,7 +393,8 @@ def claim1(data: StudyData, get: Losses, lr: str) -> Verdict:
     verdict, scope, text = at_each_size(across, each)
     nums = f"Δloss {_per_size_text(per_size)}; {_scope(per_size)} {total.text()}: {why}"
     nums += f"; {text}" if text else ""
-    return Verdict(claim, verdict, nums, rule, lr, scope, tuple(per_size))
+    routes = 2 if len(per_size) > 1 else 1
+    return Verdict(claim, verdict, nums, rule, lr, scope, tuple(per_size), routes=routes)
 
 
 def claim2(data: StudyData, get: Losses, lr: str) -> Verdict:
@@ -504,7 +518,8 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
         if verdict in (REPRODUCED, NOT_REPRODUCED):
             gate = "the gate in effect: ε cannot act at initialization at these sizes"
             scope = "; ".join(x for x in (scope, gate) if x)
-    return Verdict(claim, verdict, nums, rule, lr, scope, tuple(per_size))
+    routes = 2 if len(per_size) > 1 else 1
+    return Verdict(claim, verdict, nums, rule, lr, scope, tuple(per_size), routes=routes)
 
 
 def _largest_with(
@@ -755,17 +770,15 @@ def claim5(data: StudyData) -> Verdict:
 
 def _grid_sizes_call(per_size: dict[str, str]) -> tuple[str, str, str]:
     """Claim 6's call over the sizes its grid measured, each size decided on its own seeds
-    (there is no across-sizes interval): one size decides "at SIZE only"; two or more that all
-    decide alike decide "at each measured size" (:func:`at_each_size`); sizes that decide
+    (there is no across-sizes interval): one size decides "at SIZE only", two or more that all
+    decide alike decide "at each measured size" (both :func:`at_each_size`); sizes that decide
     opposite ways, or a decided size beside an undecided one, leave the row inconclusive.
 
     Returns:
         (verdict, scope, text); text says how the sizes disagree, or lists each size's call.
     """
     if len(per_size) == 1:
-        ((size, verdict),) = per_size.items()
-        scope = f"at {size} only, seeds as units" if verdict != INCONCLUSIVE else ""
-        return verdict, scope, ""
+        return at_each_size(next(iter(per_size.values())), per_size)
     yes = [s for s, v in per_size.items() if v == REPRODUCED]
     no = [s for s, v in per_size.items() if v == NOT_REPRODUCED]
     if yes and no:
@@ -1561,6 +1574,43 @@ def _close_best(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Ver
     return replace(row, numbers=numbers, scope="; ".join(x for x in (row.scope, scope) if x))
 
 
+def _refuted_picks(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
+    """``row`` (a comparison at each arm's own best LR), made inconclusive where it is decided
+    and the confirm seeds refute the best LR of one of ``arms`` at a size the row compares: its
+    loss at the shared LR minus its loss at the chosen LR, paired by seed over the seeds that
+    ran both, has the upper end of its 95% interval below 0, so the shared LR beat the "best"
+    one and the arm's own best LR is not known; the row would credit that arm's distance from
+    its best LR to the claim's factor (trial 13, finding 1: one lucky grid run on the selection
+    seed gave 32 of 40 false "reproduced" at one size). Every refuted pick is named, with its
+    interval, in the numbers of an undecided row too."""
+    refuted = []
+    for arm in dict.fromkeys(a for a in arms if a):
+        for size in row.sizes:
+            best, shared = data.best_lr(arm, size), data.shared_lr_of(arm, size)
+            if best is None or shared is None or np.isclose(best, shared):
+                continue
+            at_shared, at_best = data.losses(arm, size), data.confirm_losses(arm, size)
+            seeds = sorted(set(at_shared) & set(at_best))
+            if not seeds:
+                continue
+            pen = paired_difference([at_shared[k] for k in seeds], [at_best[k] for k in seeds])
+            if pen.has_interval and pen.high < 0:
+                refuted.append(
+                    f"{arm} at {size}: its chosen LR {best:g} lost to the shared LR {shared:g} "
+                    f"on the confirm seeds (loss at the shared LR − at the chosen, "
+                    f"{pen.text()})"
+                )
+    if not refuted:
+        return row
+    why = (
+        f"the chosen best LR is refuted: {'; '.join(refuted)}, so that arm's own best LR is "
+        "not known and this row does not compare it there"
+    )
+    if row.verdict not in (REPRODUCED, NOT_REPRODUCED):
+        return replace(row, numbers=f"{row.numbers}; {why}")
+    return _with_reason(row, INCONCLUSIVE, f"not decided: {why}")
+
+
 def _complete(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
     """``row``, made inconclusive (whatever it would say otherwise, *not measurable*
     included) where a planned run of one of ``arms`` has not finished or has diverged (a NaN
@@ -1835,7 +1885,7 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
         shared = claim(data, data.losses, "shared LR")
         if data.has_lr_grid:
             best = _bracketed(data, claim(data, data.confirm_losses, "best LR"), arms)
-            best = judged(_close_best(data, best, arms), arms)
+            best = judged(_refuted_picks(data, _close_best(data, best, arms), arms), arms)
             rows += [judged(_lr_dependent(data, shared, best, arms), arms), best]
         else:
             shared = judged(shared, arms)
@@ -1850,7 +1900,9 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
     shared = claim6(data, grids.get("shared LR", {}), "shared LR")
     if data.has_lr_grid:
         best = claim6(data, grids.get("best LR", {}), "best LR")
-        best = judged(_close_best(data, best, grid_arms), grid_arms)
+        best = judged(
+            _refuted_picks(data, _close_best(data, best, grid_arms), grid_arms), grid_arms
+        )
         rows += [judged(_lr_dependent(data, shared, best, grid_arms), grid_arms), best]
     else:
         shared = judged(shared, grid_arms)
@@ -1858,7 +1910,9 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
     rank_arms = [x for pair in _condensation_arms(data).items() for x in pair]
     if data.has_lr_grid:
         best = _bracketed(data, claim7(data, "best LR"), rank_arms)
-        best = judged(_close_best(data, best, rank_arms), rank_arms)
+        best = judged(
+            _refuted_picks(data, _close_best(data, best, rank_arms), rank_arms), rank_arms
+        )
         rows += [judged(_lr_agreed(data, claim7(data), best, rank_arms), rank_arms), best]
     else:
         rows.append(mechanism(claim7(data), rank_arms))
