@@ -430,7 +430,8 @@ def _multiplicity(rows: list) -> str:
     reproduced" (any part on the other side) can take up to 2.5% per part of a row. The
     paragraph names what these bounds assume and the rows where they are not established
     (trial 11, finding 6: claim 7 at 5.5-90% false "reproduced" in simulations of a short
-    logging interval's, few points' and a flat loss basin's biases)."""
+    logging interval's, few points' and a flat loss basin's biases; trial 13, finding 1: the
+    best-LR rows, whose LRs one seed picked)."""
     n = len(rows)
     d = sum(v.verdict in (REPRODUCED, NOT_REPRODUCED) for v in rows)
     ways = sum(v.routes for v in rows)
@@ -455,8 +456,11 @@ def _multiplicity(rows: list) -> str:
         "are not established for the condensation rows (claim 7), whose dip depths are read at "
         "the logged iterations only (a dip shorter than the logging step is not seen), nor for "
         "the mechanism rows (claims 4, 5, 7 and 8) read at a shared LR, whose LR check bounds "
-        "the loss penalty, not how much the diagnostic changes with the LR; and seeds added "
-        "after a report, then judged again, are a second look that no file records. Read a "
+        "the loss penalty, not how much the diagnostic changes with the LR, nor fully for the "
+        "best-LR rows, whose LRs were picked on one seed (a pick the other seeds refute leaves "
+        "the row undecided, but a pick's error within its noise is not in the interval); and "
+        "seeds added after a report, then judged again, are a second look that no file "
+        "records. Read a "
         "decided row as one result at that level, not the table as a whole."
     )
 
