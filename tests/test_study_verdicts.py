@@ -160,6 +160,25 @@ def test_a_one_size_study_scopes_claims_1_and_3_to_that_size():
         assert "only" not in two.scope and two.routes == 2  # across sizes, or at each size
 
 
+def test_seeds_one_arm_lacks_are_named_where_the_pairing_leaves_them_out():
+    """Trial 13, finding 4: a run missing from study.json is no unfinished run, and the rows
+    paired on the seeds both arms had, judging a size on 2 seeds of 4 without a word. The
+    numbers name the seeds each arm lacks at each size; a study with every seed says none."""
+    data, losses = _four_arms(fix_at_1=0.25, fix_at_05=0.0)
+    assert "left out" not in claim1(data, data.losses, "shared LR").numbers
+    gone = {("gamma1", "s2", 3), ("gamma1", "s2", 4), ("gamma0.5+eps+gate", "s1", 2)}
+    fewer = make_study({k: v for k, v in losses.items() if k not in gone}, {"s1": 256, "s2": 512})
+    note = "paired only on the seeds every compared arm has, so some are left out ("
+    v = claim1(fewer, fewer.losses, "shared LR")
+    assert "(df 1, 2 seeds)" in v.numbers.split("s2: ")[1]  # s2 judged on seeds 1 and 2
+    assert f"{note}s2: gamma1 lacks seeds 3, 4): check that no run is missing" in v.numbers
+    v = claim3(fewer, fewer.losses, "shared LR")
+    assert (
+        f"{note}s1: gamma0.5+eps+gate lacks seed 2; s2: gamma1 lacks seeds 3, 4): check"
+        in v.numbers
+    )
+
+
 def test_an_arm_no_better_than_token_frequencies_has_not_learned():
     """Trial 4's sweep: every run ended at 7.3-8.7 nats, below ln V = 8.318 but above the
     7.23 nats of the train split's token frequencies on the held-out split, and the report

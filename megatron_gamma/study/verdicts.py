@@ -321,6 +321,33 @@ def _paired(get: Losses, data: StudyData, arm: str, ref: str) -> dict[str, Inter
     return out
 
 
+def _unpaired(get: Losses, data: StudyData, arms: list[Optional[str]]) -> str:
+    """The seeds that some of ``arms`` have at a size and others lack, which the pairing
+    leaves out, as text ("" where every arm has the same seeds at every size where two or more
+    have any): a run missing from ``study.json`` is not among the unfinished runs
+    (:meth:`~.analysis.StudyData.incomplete` reads the manifest), so the row would otherwise
+    be judged on fewer seeds without a word (trial 13, finding 4)."""
+    parts = []
+    for s in data.sizes:
+        seeds = {a: set(get(a, s)) for a in dict.fromkeys(x for x in arms if x)}
+        present = {a: k for a, k in seeds.items() if k}
+        union = set().union(*present.values()) if len(present) > 1 else set()
+        lacking = [
+            f"{a} lacks seed{'s' if len(union - k) > 1 else ''} "
+            f"{', '.join(map(str, sorted(union - k)))}"
+            for a, k in present.items()
+            if union - k
+        ]
+        if lacking:
+            parts.append(f"{s}: {', '.join(lacking)}")
+    if not parts:
+        return ""
+    return (
+        f"paired only on the seeds every compared arm has, so some are left out ({'; '.join(parts)}"
+        "): check that no run is missing from study.json"
+    )
+
+
 def _per_size_text(per_size: dict[str, Interval]) -> str:
     return "; ".join(f"{s}: {d.text()}" for s, d in per_size.items())
 
@@ -392,7 +419,7 @@ def claim1(data: StudyData, get: Losses, lr: str) -> Verdict:
     each = {s: decide(d, data.margin, -1)[0] for s, d in per_size.items()}
     verdict, scope, text = at_each_size(across, each)
     nums = f"Δloss {_per_size_text(per_size)}; {_scope(per_size)} {total.text()}: {why}"
-    nums += f"; {text}" if text else ""
+    nums += "".join(f"; {x}" for x in (text, _unpaired(get, data, [g1, data.baseline])) if x)
     routes = 2 if len(per_size) > 1 else 1
     return Verdict(claim, verdict, nums, rule, lr, scope, tuple(per_size), routes=routes)
 
@@ -511,7 +538,7 @@ def claim3(data: StudyData, get: Losses, lr: str) -> Verdict:
         for s in per_size
     }
     verdict, scope, text = at_each_size(combine([v1, v2]), each)
-    nums += f"; {text}" if text else ""
+    nums += "".join(f"; {x}" for x in (text, _unpaired(get, data, [g3, g1, c, data.baseline])) if x)
     ratios, rtext = _ratio_text(data, g1)
     if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
         nums += f"; {rtext}; ε cannot act at any size here, so the fixes act through the gate"
