@@ -254,7 +254,7 @@ def test_report_on_smoke_study(smoke_dir):
     assert md.count("| **") == 12 and "megatron-gamma sweep" in md
     assert "The table has 12 rows and decides none of them" in md
     assert (
-        "a false 'reproduced' is at most k · 2.5%, 30%" in md
+        "k = 12 rows (12 ways) the chance of a false 'reproduced' is at most 12 · 2.5%, 30%" in md
         and "adjustment for multiplicity" in md
     )
     assert 0 < summary["unigram_loss"] < math.log(summary["vocab_size"])
