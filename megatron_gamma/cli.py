@@ -29,6 +29,7 @@ import difflib
 import os
 import shlex
 import sys
+import time
 
 from megatron_gamma.config import ConfigError
 from megatron_gamma.config.megatron_lm import PREPROCESS_REFUSED, REFUSED, refused_flags
@@ -1032,13 +1033,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PEER_GRACE_S = 5.0
+"""How long a process other than its node's first waits, on a configuration error, for the
+first to print it and exit (the launcher then stops the rest) before it prints its own."""
+
+
+def _config_error(command: str, error: ConfigError) -> None:
+    """Print a configuration error once per node: the node's first process (local rank 0) at
+    once; any other only after :data:`PEER_GRACE_S`, prefixed with its local rank, if it is
+    still running. Its exit must not come first: torchrun (and ``srun --kill-on-bad-exit``)
+    stops the other processes at the first exit, and half the time it stopped the first one
+    before it printed (trial 13: 4 of 8 launches showed no message)."""
+    local_rank = read_dist_env().local_rank
+    if local_rank == 0:
+        print(f"megatron-gamma {command}: error: {error}", file=sys.stderr)
+        return
+    time.sleep(PEER_GRACE_S)
+    print(f"megatron-gamma {command}: error on local rank {local_rank}: {error}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit code: 2 for configuration errors, 1 for a dead worker
     process, a training loss that is not finite (``--check-for-nan-in-loss-and-grad``) or a
     standard output closed early (``| head``), 130 for Ctrl-C (each with its
     message, or none for the closed output, and no traceback). A configuration error
     (:class:`~megatron_gamma.config.ConfigError`), the same in every process of a launched job,
-    is printed by the first process of each node (local rank 0), not once per process."""
+    is printed by the first process of each node (local rank 0), not once per process
+    (:func:`_config_error`)."""
     args = parse_args(argv)
     summarize_accelerator_warnings()
     silence_library_noise()
@@ -1049,9 +1070,11 @@ def main(argv: list[str] | None = None) -> int:
         # Python's documented recipe: the rest of the output goes nowhere, exit status 1
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
-    except (ConfigError, FileNotFoundError, ValueError) as e:
-        if not isinstance(e, ConfigError) or read_dist_env().local_rank == 0:
-            print(f"megatron-gamma {args.command}: error: {e}", file=sys.stderr)
+    except ConfigError as e:
+        _config_error(args.command, e)
+        return 2
+    except (FileNotFoundError, ValueError) as e:
+        print(f"megatron-gamma {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
         note = e.args[0] if e.args else INTERRUPTED.get(args.command, "")

@@ -6,10 +6,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import run_cli
 
 from megatron_gamma.data import demo_dir
 
@@ -385,17 +387,38 @@ def test_a_layout_the_world_cannot_hold_is_refused_before_torch_once_per_node(tm
     """Under torchrun, ``--num-layers 3 --pipeline-model-parallel-size 2`` was refused 21 s
     after launch, after torch and megatron-core had been imported, and every process printed
     the error. The layout is now checked against the launcher's world size before torch, and a
-    configuration error is printed by each node's first process only."""
+    configuration error is printed by each node's first process at once; another process
+    prints it, naming its local rank, only if it is still running after ``PEER_GRACE_S``
+    (under a launcher the first process's exit has stopped it by then)."""
+    from megatron_gamma.cli import PEER_GRACE_S
+
     args = ["pretrain", "--config", DEMO_CONFIG, "--num-layers", "3",
             "--pipeline-model-parallel-size", "2", "--run-dir", str(tmp_path / "run")]  # fmt: skip
-    error = (
-        "megatron-gamma pretrain: error: pipeline_model_parallel_size=2: does not divide "
-        "num_layers=3. Fix: choose a divisor of num_layers\n"
-    )
-    for rank, local_rank, printed in ((0, 0, error), (1, 1, ""), (2, 0, error)):
+    why = "pipeline_model_parallel_size=2: does not divide num_layers=3. Fix: choose a divisor"
+    first = f"megatron-gamma pretrain: error: {why} of num_layers\n"
+    other = f"megatron-gamma pretrain: error on local rank 1: {why} of num_layers\n"
+    for rank, local_rank, printed in ((0, 0, first), (1, 1, other), (2, 0, first)):
         launched = {"RANK": str(rank), "WORLD_SIZE": "4", "LOCAL_RANK": str(local_rank)}
+        start = time.monotonic()
         doc, _, stderr = _probe(args, launched)
         assert (doc, stderr) == ({"rc": 2, "imported": []}, printed), rank
+        assert (time.monotonic() - start >= PEER_GRACE_S) == (local_rank > 0), rank
+    assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_configuration_error_under_torchrun_is_printed_whichever_process_exits_first(tmp_path):
+    """Trial 13: under ``torchrun --nproc-per-node 2`` a bad value was printed in 4 of 8
+    launches: only local rank 0 printed, every process exited at once, and where local rank 1
+    exited first torchrun stopped rank 0 before it printed. Now the other process waits, so
+    the message is printed in every launch (real torchrun, five launches)."""
+    args = ["pretrain", "--config", DEMO_CONFIG, "--init-gamma", "-1",
+            "--run-dir", str(tmp_path / "run")]  # fmt: skip
+    for launch in range(5):
+        proc = run_cli(args, nproc=2, timeout=240)
+        assert proc.returncode != 0, launch
+        assert "error: init_gamma=-1.0: gamma must be > 0" in proc.stderr, (launch, proc.stderr)
     assert not os.path.exists(tmp_path / "run")
 
 
