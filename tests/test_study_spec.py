@@ -741,8 +741,40 @@ def test_data_without_fingerprint_is_refused(tmp_path):
     out = tmp_path / "o"
     (out / "data").mkdir(parents=True)
     (out / "data" / "train.jsonl").write_text("{}\n", encoding="utf-8")
+    study = load_study(_study(tmp_path))
+    assert check_data_unchanged(study, str(out)) is None  # no dataset: nothing trained on it
+    (out / "data" / "train_text_document.idx").write_bytes(b"")
     with pytest.raises(StudyChangedError, match="prepared without a fingerprint"):
-        check_data_unchanged(load_study(_study(tmp_path)), str(out))
+        check_data_unchanged(study, str(out))
+
+
+def test_a_sweep_stopped_before_its_data_were_prepared_takes_the_fixed_corpus(tmp_path):
+    """Trial 13: a sweep stopped at a malformed line of its corpus had written the data
+    fingerprint, and the sweep with the corpus fixed was refused because "its runs trained on
+    the old data", though no dataset had been prepared and no run had started. Until a
+    dataset exists, the fingerprint is written anew and the split made from the new data."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "one"}\n{"text": "two\n', encoding="utf-8")
+    good = tmp_path / "good.jsonl"
+    with open(os.path.join(DEMO, "en.jsonl"), encoding="utf-8") as f:
+        good.write_text("".join(f.readlines()[:40]), encoding="utf-8")
+    out = str(tmp_path / "o")
+    with pytest.raises(StudyError, match="line 2 is not JSON"):
+        prepare_data(
+            load_study(_study(tmp_path, lambda r: r["data"].update(inputs=[str(bad)]))),
+            out,
+            sys.stderr,
+        )
+    fixed = load_study(_study(tmp_path, lambda r: r["data"].update(inputs=[str(good)]), "f.yaml"))
+    assert check_data_unchanged(fixed, out) is None
+    prefixes = prepare_data(fixed, out, sys.stderr)
+    with open(os.path.join(out, "data", "train.jsonl"), encoding="utf-8") as f:
+        train = [json.loads(line)["text"] for line in f]
+    with open(good, encoding="utf-8") as f:
+        texts = [json.loads(line)["text"] for line in f]
+    assert train == [t for i, t in enumerate(texts) if i % 10]  # every 10th held out
+    assert os.path.isfile(prefixes["train"] + ".idx")
+    assert check_data_unchanged(fixed, out)["inputs"][0]["path"] == str(good)
 
 
 # ---- sweep --slurm ----------------------------------------------------------------------------

@@ -345,19 +345,24 @@ def check_data_unchanged(study: Study, output_dir: str) -> Optional[dict]:
     """Compare the fingerprint of ``DIR/data`` (when prepared) with the study's data.
 
     Returns:
-        The study's data fingerprint, or None when ``DIR/data`` does not exist yet.
+        The study's data fingerprint, or None when ``DIR/data`` holds no prepared dataset yet
+        (no ``.idx``, so no run can have trained on it): it does not exist, or an earlier sweep
+        stopped before preprocessing finished (trial 13: a corpus with a malformed line pinned
+        the directory to that corpus, which no run had used), whatever its fingerprint says.
 
     Raises:
-        StudyChangedError: the split was made from other inputs, another ``heldout_every`` or
-            another tokenizer, or without a fingerprint (names what changed).
+        StudyChangedError: the prepared data were made from other inputs, another
+            ``heldout_every`` or another tokenizer, or without a fingerprint (names what
+            changed).
     """
-    data_dir = os.path.dirname(data_prefixes(output_dir)["train"])
-    if not os.path.isdir(data_dir):
+    prefixes = data_prefixes(output_dir)
+    data_dir = os.path.dirname(prefixes["train"])
+    if not any(os.path.isfile(p + ".idx") for p in prefixes.values()):
         return None
     path = os.path.join(data_dir, DATA_FINGERPRINT)
     fix = (
-        "Fix: sweep into a new --output-dir (its runs trained on the old data), or restore the "
-        "study's data"
+        "Fix: sweep into a new --output-dir (the data there, and any run that trained on them, "
+        "are the old data's), or restore the study's data"
     )
     if not os.path.isfile(path):
         raise StudyChangedError(
@@ -408,7 +413,8 @@ def prepare_data(study: Study, output_dir: str, out: TextIO) -> dict[str, str]:
 
     ``DIR/data/fingerprint.json`` (:func:`data_fingerprint`) is written before the split, so
     that every later sweep into ``DIR`` checks the data against it
-    (:func:`check_data_unchanged`).
+    (:func:`check_data_unchanged`); where no dataset was prepared yet, it is written anew and a
+    split an earlier sweep left is made again.
 
     Raises:
         StudyError: missing or unreadable input, a failed ``preprocess``.
@@ -417,11 +423,20 @@ def prepare_data(study: Study, output_dir: str, out: TextIO) -> dict[str, str]:
     new = check_data_unchanged(study, output_dir)
     prefixes = data_prefixes(output_dir)
     data_dir = os.path.dirname(prefixes["train"])
-    if new is None:
-        new = data_fingerprint(study)
-        os.makedirs(data_dir, exist_ok=True)
-        _write_json(os.path.join(data_dir, DATA_FINGERPRINT), new)
     split_json = {k: os.path.join(data_dir, f"{k}.jsonl") for k in prefixes}
+    if new is None:
+        fp_path = os.path.join(data_dir, DATA_FINGERPRINT)
+        stored = None
+        if os.path.isfile(fp_path):
+            with open(fp_path, encoding="utf-8") as f:
+                stored = json.load(f)
+        new = data_fingerprint(study, stored)
+        if stored is None or _data_changes(stored, new):
+            for stale in split_json.values():  # a split of other data, or of unknown data
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(stale)
+        os.makedirs(data_dir, exist_ok=True)
+        _write_json(fp_path, new)
     if not all(os.path.isfile(p) for p in split_json.values()):
         with contextlib.ExitStack() as stack:
             files = {
