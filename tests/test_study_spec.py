@@ -777,6 +777,40 @@ def test_a_sweep_stopped_before_its_data_were_prepared_takes_the_fixed_corpus(tm
     assert check_data_unchanged(fixed, out)["inputs"][0]["path"] == str(good)
 
 
+def test_a_study_can_skip_and_count_bad_lines_and_records(tmp_path, capsys):
+    """Trial 13: the study file had no --on-error skip, and its error no Fix. A line that is
+    not JSON stops the sweep naming the file, the line and both fixes (parsed without its
+    newline, as preprocess parses it); with data.on_error: skip it is left out and counted,
+    and a record preprocess refuses (no text) is skipped by preprocess --on-error skip."""
+    corpus = tmp_path / "c.jsonl"
+    with open(os.path.join(DEMO, "en.jsonl"), encoding="utf-8") as f:
+        lines = f.readlines()[:40]
+    corpus.write_text("".join([*lines[:5], '{"text": "cut\n', '{"id": 7}\n', *lines[5:]]))
+    stop = load_study(_study(tmp_path, lambda r: r["data"].update(inputs=[str(corpus)])))
+    with pytest.raises(StudyError) as e:
+        prepare_data(stop, str(tmp_path / "stop"), sys.stderr)
+    assert str(e.value).startswith(
+        f"data.inputs={str(corpus)!r}: line 6 is not JSON (Unterminated string starting at: "
+        "line 1 column 10 (char 9)). Fix: one JSON object per line (repair or remove that "
+        "line), or data.on_error: skip"
+    )
+
+    def skip(raw):
+        raw["data"].update(inputs=[str(corpus)], on_error="skip")
+
+    study = load_study(_study(tmp_path, skip, "skip.yaml"))
+    out = str(tmp_path / "skip")
+    prefixes = prepare_data(study, out, sys.stdout)
+    assert f"(1 lines not JSON skipped: {corpus}:6)" in capsys.readouterr().out
+    with open(os.path.join(out, "data", "train.stats.json"), encoding="utf-8") as f:
+        stats = json.load(f)
+    errors = {k: n for k, n in stats["errors"].items() if n}
+    assert errors == {"missing_key": 1}  # the record without text, in train
+    assert check_data_unchanged(study, out)["on_error"] == "skip"
+    with pytest.raises(StudyChangedError, match=r"data\.on_error: skip -> stop"):
+        check_data_unchanged(stop, out)
+
+
 # ---- sweep --slurm ----------------------------------------------------------------------------
 
 

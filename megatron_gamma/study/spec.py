@@ -9,6 +9,7 @@ A study is a YAML mapping (paths relative to the study file)::
       inputs: [corpus/en.jsonl.gz, corpus/zh.jsonl.gz]
       tokenizer_model: tokenizer.json
       heldout_every: 20                   # every 20th document is held out
+      on_error: stop                      # or skip: bad lines and records, counted
     baseline: baseline                    # the arm every other arm is compared with
     arms:                                 # name -> γ, ε, gate only (+ sizes/seeds, lr_grid)
       baseline: {init_gamma: 0.5, norm_epsilon: 1.0e-5, gated_attention: none}
@@ -92,7 +93,7 @@ SIZE_KEYS = (
     "lr_warmup_fraction",
     "lr_grid",
 )
-DATA_KEYS = ("inputs", "tokenizer_model", "heldout_every")
+DATA_KEYS = ("inputs", "tokenizer_model", "heldout_every", "on_error")
 RESTRICT_KEYS = ("sizes", "seeds")
 ARM_FACTORS = ("init_gamma", "norm_epsilon", "gated_attention")
 """The config fields an arm may set: the settings the report's roles and verdicts compare
@@ -164,11 +165,14 @@ class DataSpec:
     """The study's corpus: ``inputs`` (jsonl / jsonl.gz with a ``text`` key) split by document
     index into train and held-out (every ``heldout_every``-th document), tokenized with
     ``tokenizer_model``. Existence is checked when the data are prepared (a dry run of a cluster
-    study works without the cluster's files)."""
+    study works without the cluster's files). ``on_error``: ``stop`` at a line that is not
+    JSON or a record ``preprocess`` refuses, or ``skip`` and count them (``preprocess
+    --on-error``)."""
 
     inputs: list[str]
     tokenizer_model: str
     heldout_every: int
+    on_error: str = "stop"
 
 
 @dataclass
@@ -393,7 +397,10 @@ def _parse_data(raw: Any, base: str) -> DataSpec:
     every = raw.get("heldout_every", 20)
     if not isinstance(every, int) or every < 2:
         _fail("data.heldout_every", every, "must be an integer >= 2", "use e.g. 20")
-    return DataSpec(inputs, _resolve(base, tok), every)
+    on_error = raw.get("on_error", "stop")
+    if on_error not in ("stop", "skip"):
+        _fail("data.on_error", on_error, "unknown", "use stop (the default) or skip")
+    return DataSpec(inputs, _resolve(base, tok), every, on_error)
 
 
 def _config_list(key: str, value: Any, base: str) -> list[str]:

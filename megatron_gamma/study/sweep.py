@@ -311,6 +311,7 @@ def data_fingerprint(study: Study, stored: Optional[dict] = None) -> dict:
     return {
         "inputs": [_input_identity(p, old.get(p)) for p in study.data.inputs],
         "heldout_every": study.data.heldout_every,
+        "on_error": study.data.on_error,
         "tokenizer": fingerprint(BilingualTokenizer(study.data.tokenizer_model))["sha256"],
     }
 
@@ -333,6 +334,8 @@ def _data_changes(stored: dict, new: dict) -> list[str]:
         changes.append(
             f"data.heldout_every: {stored.get('heldout_every')} -> {new['heldout_every']}"
         )
+    if stored.get("on_error", "stop") != new["on_error"]:  # not recorded before: stop
+        changes.append(f"data.on_error: {stored.get('on_error', 'stop')} -> {new['on_error']}")
     if stored.get("tokenizer") != new["tokenizer"]:
         changes.append(
             f"data.tokenizer_model: sha256 {str(stored.get('tokenizer'))[:12]} -> "
@@ -394,15 +397,28 @@ def write_run_files(run: Run) -> str:
     return cfg_path
 
 
-def _read_texts(path: str):
+def _read_texts(path: str, on_error: str, skipped: list[str]):
+    """The JSON value of each non-blank line of ``path``; a line that is not JSON raises, or
+    with ``on_error`` 'skip' is noted in ``skipped`` as ``PATH:LINE``.
+
+    Raises:
+        StudyError: a line that is not JSON, with ``on_error`` 'stop'.
+    """
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    yield json.loads(line)
+                    yield json.loads(line.rstrip("\r\n"))
                 except json.JSONDecodeError as e:
-                    raise StudyError(f"data.inputs={path!r}: line {n} is not JSON ({e})") from e
+                    if on_error == "skip":
+                        skipped.append(f"{path}:{n}")
+                        continue
+                    raise StudyError(
+                        f"data.inputs={path!r}: line {n} is not JSON ({e}). Fix: one JSON "
+                        "object per line (repair or remove that line), or data.on_error: skip "
+                        "in the study file to skip and count such lines"
+                    ) from e
 
 
 def prepare_data(study: Study, output_dir: str, out: TextIO) -> dict[str, str]:
@@ -444,14 +460,21 @@ def prepare_data(study: Study, output_dir: str, out: TextIO) -> dict[str, str]:
                 for k, p in split_json.items()
             }
             counts = {k: 0 for k in files}
-            index = 0
+            index, skipped = 0, []
             for path in study.data.inputs:
-                for doc in _read_texts(path):
+                for doc in _read_texts(path, study.data.on_error, skipped):
                     split = "heldout" if index % study.data.heldout_every == 0 else "train"
                     files[split].write(json.dumps(doc, ensure_ascii=False) + "\n")
                     counts[split] += 1
                     index += 1
-        print(f"data: {counts['train']} train, {counts['heldout']} held-out documents", file=out)
+        bad = f" ({len(skipped)} lines not JSON skipped: {', '.join(skipped[:3])}" + (
+            ", ...)" if len(skipped) > 3 else ")"
+        )
+        print(
+            f"data: {counts['train']} train, {counts['heldout']} held-out documents"
+            + (bad if skipped else ""),
+            file=out,
+        )
     for k, prefix in prefixes.items():
         if os.path.isfile(prefix + ".idx"):
             continue
@@ -460,7 +483,7 @@ def prepare_data(study: Study, output_dir: str, out: TextIO) -> dict[str, str]:
             "--input", split_json[k],
             "--tokenizer-model", study.data.tokenizer_model,
             "--output-prefix", os.path.join(data_dir, k),
-            "--workers", "1",
+            "--workers", "1", "--on-error", study.data.on_error,
         ]  # fmt: skip
         print(f"data: preprocessing {k}: {' '.join(cmd[1:])}", file=out, flush=True)
         proc = subprocess.run(cmd, capture_output=True, text=True)
