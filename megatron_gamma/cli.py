@@ -789,8 +789,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_flags(p)
     p.set_defaults(func=_pretrain)
 
-    p = sub.add_parser("estimate", help="parameters, FLOPs and per-GPU memory of a config")
-    p.add_argument("--config", action="append", required=True, help="YAML config file(s)")
+    p = sub.add_parser(
+        "estimate", help="parameters, FLOPs and per-GPU memory of a config or of flags alone"
+    )
+    p.add_argument(
+        "--config",
+        action="append",
+        help="YAML config file(s); optional, as for pretrain: flags alone size a model too",
+    )
     p.add_argument(
         "--world-size", type=int, help="GPUs in the job (default: the config's SLURM shape)"
     )

@@ -11,7 +11,7 @@ from helpers import DEMO_TOKENIZER
 from tokenizers import Tokenizer
 
 from megatron_gamma.cli import main
-from megatron_gamma.config import load_config
+from megatron_gamma.config import load_config, save_config
 from megatron_gamma.estimate import count_parameters
 
 DEMO = os.path.join(os.path.dirname(__file__), "..", "examples", "configs", "demo.yaml")
@@ -238,6 +238,22 @@ def test_estimate_world_size_errors_name_estimates_own_flags(capsys):
     assert f"Fix: launch a multiple of TP x PP processes ({flags}) or lower" in err
     assert main([*odd, "--world-size", "2"]) == 0
     assert main([*odd, "--slurm-nodes", "1", "--slurm-gpus-per-node", "2"]) == 0
+
+
+def test_flags_alone_size_a_model_as_a_config_does(capsys, tmp_path):
+    """Trial 13: ``estimate`` required --config, so a Megatron-LM launch of flags alone could
+    not be sized, though pretrain runs from flags alone. The same model given by flags and by
+    a config file (written by ``save_config`` from those values) prints the same table."""
+    model = {"num_layers": 4, "hidden_size": 256, "num_attention_heads": 8, "seq_length": 512,
+             "micro_batch_size": 2, "global_batch_size": 16}  # fmt: skip
+    flags = [x for k, v in model.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+    assert main(["estimate", *flags, "--world-size", "2"]) == 0
+    from_flags = capsys.readouterr().out
+    path = str(tmp_path / "model.yaml")
+    save_config(load_config(None, model), path)
+    assert main(["estimate", "--config", path, "--world-size", "2"]) == 0
+    assert capsys.readouterr().out == from_flags
+    assert "layout                               TP 1 x PP 1 x EP 1 on 2 GPUs" in from_flags
 
 
 def test_a_reader_that_leaves_early_gets_no_traceback():
