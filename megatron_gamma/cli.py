@@ -119,11 +119,14 @@ def pretrain_interrupted(save: str | None, stop: str) -> str:
 
 def done_line(result, saved: bool = True) -> str:
     """The run's last line: ``done: iteration N``, the last validation loss where there was
-    one, what the run trained (none: it resumed at or past its end), and, where ``saved`` is
-    False (no ``--save``), that it wrote no checkpoint."""
+    one (with its iteration where that is not N: a run stopped between validations, trial 13),
+    what the run trained (none: it resumed at or past its end), and, where ``saved`` is False
+    (no ``--save``), that it wrote no checkpoint."""
     line = f"done: iteration {result.iteration}"
     if result.valid_losses:
-        line += f", validation loss {result.valid_losses[max(result.valid_losses)]:.4f}"
+        last = max(result.valid_losses)
+        line += f", validation loss {result.valid_losses[last]:.4f}"
+        line += f" at iteration {last}" if last != result.iteration else ""
     steps = len(result.train_losses)
     line += (
         f" ({steps} iteration{'s' if steps > 1 else ''} trained)"

@@ -98,6 +98,10 @@ def test_the_done_line_says_what_the_run_trained():
     trained = TrainResult({3: 8.1, 4: 8.0}, {2: 8.31, 4: 8.2049}, 4)
     assert done_line(trained) == "done: iteration 4, validation loss 8.2049 (2 iterations trained)"
     assert done_line(TrainResult({1: 9.0}, {}, 1)) == "done: iteration 1 (1 iteration trained)"
+    stopped = TrainResult({3: 8.1, 4: 8.0, 5: 7.9}, {2: 8.31, 4: 8.2049}, 5)  # by a SIGTERM
+    assert done_line(stopped) == (
+        "done: iteration 5, validation loss 8.2049 at iteration 4 (3 iterations trained)"
+    )
     assert done_line(TrainResult({}, {}, 6)) == (
         "done: iteration 6 (nothing trained: the run was already at --train-iters or "
         "--exit-interval)"
