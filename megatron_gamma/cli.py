@@ -749,11 +749,13 @@ def _did_you_mean(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse the command line; an unknown flag exits 2 naming the closest known flag, and a
-    Megatron-LM flag megatron-gamma refuses (:data:`~megatron_gamma.config.megatron_lm.REFUSED`,
-    for ``preprocess`` and ``submit-preprocess`` ``PREPROCESS_REFUSED``) exits 2 with one line per
-    such flag: why, and the fix."""
+    """Parse the command line; an unknown command (:func:`_check_command`) or flag exits 2
+    naming the closest known one, and a Megatron-LM flag megatron-gamma refuses
+    (:data:`~megatron_gamma.config.megatron_lm.REFUSED`, for ``preprocess`` and
+    ``submit-preprocess`` ``PREPROCESS_REFUSED``) exits 2 with one line per such flag: why,
+    and the fix."""
     parser = build_parser()
+    _check_command(parser, sys.argv[1:] if argv is None else argv)
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         command = parser._subparsers._group_actions[0].choices[args.command]
@@ -767,6 +769,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             command.error("Megatron-LM flags megatron-gamma refuses:\n  " + "\n  ".join(refused))
         command.error(_did_you_mean(command, unknown))
     return args
+
+
+COMMAND_HINTS = {
+    "study": "sweep (it runs a study; report then judges it)",
+    "train": "pretrain",
+    "eval": "evaluate",
+}
+"""Commands a user may try for one of ours, by the field's or another tool's name."""
+
+
+def _check_command(parser: argparse.ArgumentParser, argv: list[str]) -> None:
+    """Exit 2 where the first argument is no command, naming the nearest (``COMMAND_HINTS``,
+    else the closest by spelling): argparse lists all of them and suggests none (trial 13:
+    ``megatron-gamma study`` for ``sweep``)."""
+    if not argv or argv[0].startswith("-"):
+        return
+    commands = parser._subparsers._group_actions[0].choices
+    if argv[0] in commands:
+        return
+    close = difflib.get_close_matches(argv[0], list(commands), n=1, cutoff=0.6)
+    hint = COMMAND_HINTS.get(argv[0]) or (close[0] if close else None)
+    parser.error(
+        f"argument command: invalid choice: {argv[0]!r}"
+        + (f" (did you mean {hint}?)" if hint else f" (choose from {', '.join(commands)})")
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -507,6 +507,32 @@ def test_abbreviations_and_unknown_flags_are_errors_with_a_suggestion(argv, hint
     assert f"unrecognized arguments: {argv[-2]}" in err and hint in err, err
 
 
+@pytest.mark.parametrize(
+    "command, hint",
+    [
+        ("study", "(did you mean sweep (it runs a study; report then judges it)?)"),
+        ("preprocss", "(did you mean preprocess?)"),
+        ("xyz", "(choose from train-tokenizer, train-punkt, preprocess, merge, pretrain,"),
+    ],
+)
+def test_an_unknown_command_names_the_nearest(command, hint, capsys):
+    """Trial 13: ``megatron-gamma study`` listed every command and suggested none (the study
+    runs with ``sweep``); flags already had a suggestion. The closest command by spelling
+    (difflib) or the one a user means by another name is named; with neither, the choices
+    are listed."""
+    import difflib
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([command, "--help"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"megatron-gamma: error: argument command: invalid choice: {command!r} ")
+    assert hint in err, err
+    commands = cli.build_parser()._subparsers._group_actions[0].choices
+    close = difflib.get_close_matches(command, list(commands), n=1, cutoff=0.6)
+    assert bool(close) == (command == "preprocss")
+
+
 def test_yaml_type_error_names_key_and_expected_type(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text('model:\n  hidden_size: "abc"\noptimizer:\n  lr: 3e-4\n')
