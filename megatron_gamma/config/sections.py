@@ -1472,7 +1472,8 @@ class LoggingConfig:
     metrics.jsonl always have it); on by default here."""
     wandb_project: Optional[str] = None
     """Weights & Biases project: log the TensorBoard scalars to W&B too (``pip install
-    megatron-gamma[wandb]``; ``WANDB_MODE=offline`` writes the run locally); None: no W&B."""
+    --no-build-isolation -e ".[wandb]"``; ``WANDB_MODE=offline`` writes the run locally); None:
+    no W&B."""
     wandb_exp_name: Optional[str] = None
     """W&B run name (default: the run_dir's last component)."""
     wandb_save_dir: Optional[str] = None

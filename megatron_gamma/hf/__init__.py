@@ -27,7 +27,8 @@ def bars_only_on_a_terminal() -> Iterator[None]:
     ``huggingface_hub``'s bars too), and both put back as they were after the block.
 
     Raises:
-        ImportError: ``transformers`` is not installed (``pip install megatron-gamma[eval]``).
+        ImportError: ``transformers`` is not installed (``pip install --no-build-isolation -e
+            ".[eval]"``).
     """
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
     from transformers.utils import logging as hf_logging
@@ -53,7 +54,8 @@ def register_auto_classes() -> None:
     """Register the ``gamma_gpt`` classes with ``transformers``' Auto classes (idempotent).
 
     Raises:
-        ImportError: ``transformers`` is not installed (``pip install megatron-gamma[eval]``).
+        ImportError: ``transformers`` is not installed (``pip install --no-build-isolation -e
+            ".[eval]"``).
     """
     from transformers import AutoConfig, AutoModelForCausalLM
 

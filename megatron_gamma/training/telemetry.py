@@ -39,7 +39,8 @@ def check_telemetry(cfg: Config) -> None:
     if lg.wandb_project is not None and importlib.util.find_spec("wandb") is None:
         raise ConfigError(
             f"wandb_project={lg.wandb_project!r}: Weights & Biases is not installed. Fix: pip "
-            "install megatron-gamma[wandb], or drop --wandb-project"
+            'install --no-build-isolation -e ".[wandb]" in the megatron-gamma checkout, or drop '
+            "--wandb-project"
         )
     if lg.profile and not lg.use_pytorch_profiler and not torch.cuda.is_available():
         raise ConfigError(
