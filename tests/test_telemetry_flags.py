@@ -74,7 +74,10 @@ def test_machine_checks_name_the_fix(monkeypatch):
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name: None if name == "wandb" else real(name)
     )
-    with pytest.raises(ConfigError, match=r"wandb_project='p': .*megatron-gamma\[wandb\]"):
+    with pytest.raises(
+        ConfigError,
+        match=r"wandb_project='p': .*pip install --no-build-isolation -e \"\.\[wandb\]\"",
+    ):
         check_telemetry(load_config(None, {"wandb_project": "p"}))
     with pytest.raises(ConfigError, match="profile_step_end=3: the window"):
         load_config(None, {"profile_step_start": 3, "profile_step_end": 3})
