@@ -346,6 +346,26 @@ def test_missing_dataset_names_it(runs, tmp_path):
     assert not os.path.exists(tmp_path / "out")
 
 
+@pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
+def test_lm_evals_git_probe_prints_nothing_outside_a_repository(tmp_path, monkeypatch, capfd):
+    """Trial 13: ``evaluate --tasks`` outside a git repository printed "fatal: not a git
+    repository" once per model (lm-eval's ``git describe``). Unwrapped, lm-eval's probe prints
+    it (the reference); wrapped, it prints nothing and returns the same value."""
+    import lm_eval.evaluator
+
+    from megatron_gamma.evaluation.benchmarks import quiet_git_probe
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    bare = lm_eval.evaluator.get_git_commit_hash()
+    assert "fatal: not a git repository" in capfd.readouterr().err
+    with quiet_git_probe():
+        assert lm_eval.evaluator.get_git_commit_hash() == bare
+    assert capfd.readouterr().err == ""
+    assert lm_eval.evaluator.get_git_commit_hash() == bare  # unwrapped again after the block
+    assert "fatal: not a git repository" in capfd.readouterr().err
+
+
 def test_paired_bootstrap_against_hand_computation():
     # d = a - b = (0, 0, 0, 1): a resampled mean is K/4 with K ~ Binomial(4, 1/4), so
     # P(K <= 0) = 0.316 > 0.025 and P(K <= 2) = 0.949 < 0.975 < P(K <= 3) = 0.996.

@@ -15,10 +15,12 @@ files named in a task YAML (``dataset_path: json`` with ``dataset_kwargs.data_fi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 from typing import Optional
 
@@ -204,6 +206,36 @@ def _task_result(task: str, metric: dict, result: dict, samples: list[dict]) -> 
     return out
 
 
+@contextlib.contextmanager
+def quiet_git_probe():
+    """For the block, lm-eval's probe of the current directory's git commit (``git describe``,
+    recorded in its results) runs with the process's standard error at /dev/null: outside a
+    repository git printed "fatal: not a git repository" once per evaluated model, which read
+    as a failure (trial 13). Wraps ``lm_eval.evaluator.get_git_commit_hash``; its result is
+    unchanged."""
+    import lm_eval.evaluator as evaluator
+
+    probe = evaluator.get_git_commit_hash
+
+    def quiet():
+        sys.stderr.flush()
+        saved = os.dup(2)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, 2)
+            return probe()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(devnull)
+
+    evaluator.get_git_commit_hash = quiet
+    try:
+        yield
+    finally:
+        evaluator.get_git_commit_hash = probe
+
+
 def run_lm_eval(
     model_dir: str,
     tasks: list[str],
@@ -231,7 +263,7 @@ def run_lm_eval(
     from lm_eval.tasks import TaskManager
 
     manager = TaskManager(include_path=include_path)
-    with bars_only_on_a_terminal():  # transformers' Loading weights; lm-eval's own bars stay
+    with bars_only_on_a_terminal(), quiet_git_probe():  # transformers' Loading weights
         out = lm_eval.simple_evaluate(
             model="hf",
             model_args={
