@@ -78,6 +78,24 @@ def test_a_split_megatron_core_would_misread_is_an_error_naming_it(split):
     assert "Fix: use e.g." in str(e.value)
 
 
+def test_the_split_fix_says_what_corpus_megatron_lms_default_needs():
+    """Trial 13: the format error suggested '949,50,1', which a 300-document corpus cannot
+    fill. It now names the size below which its test split is empty, as megatron-core's own
+    split bounds (``round(bound x documents)``) give it."""
+    from megatron.core.datasets.blended_megatron_dataset_config import (
+        convert_split_vector_to_split_matrix,
+        parse_and_normalize_split,
+    )
+
+    test = convert_split_vector_to_split_matrix(parse_and_normalize_split("949,50,1"))[2]
+    empty = [n for n in range(400, 600) if round(test[0] * n) == round(test[1] * n)]
+    assert empty[-1] == 500
+    with pytest.raises(ConfigError) as e:
+        load_config(None, {"split": "98,2,0,1"})
+    assert "Fix: use e.g. '98,2,0' (train, valid, no test) or '949,50,1'" in str(e.value)
+    assert f"whose 0.1% test split is empty below {empty[-1] + 1} documents" in str(e.value)
+
+
 def test_sgd_momentum_reaches_megatron_cores_optimizer_config():
     from types import SimpleNamespace
 

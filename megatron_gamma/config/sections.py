@@ -800,7 +800,8 @@ def split_shares(split: str) -> list[float]:
             split,
             "needs one to three non-negative numbers (train,valid,test; missing ones are 0), "
             "not all 0",
-            "use e.g. '949,50,1' or '90,10'",
+            "use e.g. '98,2,0' (train, valid, no test) or '949,50,1' (Megatron-LM's default, "
+            "whose 0.1% test split is empty below 501 documents)",
         )
     return values + [0.0] * (3 - len(values))
 
