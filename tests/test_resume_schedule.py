@@ -51,7 +51,8 @@ def test_changed_schedule_on_resume_errors_overrides_or_keeps(tmp_path, demo_pre
         "lr: checkpoint 0.003, config 0.01",
         "min_lr: checkpoint 0.0003, config 0.001",
         "decay samples (lr_decay_iters or train_iters, x global_batch_size; or "
-        "lr_decay_samples or train_samples): checkpoint 64, config 96",
+        "lr_decay_samples or train_samples; at least warmup samples + 1, which megatron-core "
+        "requires): checkpoint 64, config 96",
         "--override-opt-param-scheduler",
         "--use-checkpoint-opt-param-scheduler",
     ):

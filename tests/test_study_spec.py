@@ -800,8 +800,8 @@ def test_a_study_can_skip_and_count_bad_lines_and_records(tmp_path, capsys):
 
     study = load_study(_study(tmp_path, skip, "skip.yaml"))
     out = str(tmp_path / "skip")
-    prefixes = prepare_data(study, out, sys.stdout)
-    assert f"(1 lines not JSON skipped: {corpus}:6)" in capsys.readouterr().out
+    prepare_data(study, out, sys.stdout)
+    assert f"(1 line not JSON skipped: {corpus}:6)" in capsys.readouterr().out
     with open(os.path.join(out, "data", "train.stats.json"), encoding="utf-8") as f:
         stats = json.load(f)
     errors = {k: n for k, n in stats["errors"].items() if n}

@@ -467,8 +467,9 @@ def prepare_data(study: Study, output_dir: str, out: TextIO) -> dict[str, str]:
                     files[split].write(json.dumps(doc, ensure_ascii=False) + "\n")
                     counts[split] += 1
                     index += 1
-        bad = f" ({len(skipped)} lines not JSON skipped: {', '.join(skipped[:3])}" + (
-            ", ...)" if len(skipped) > 3 else ")"
+        n = len(skipped)
+        bad = f" ({n} line{'s' if n > 1 else ''} not JSON skipped: {', '.join(skipped[:3])}" + (
+            ", ...)" if n > 3 else ")"
         )
         print(
             f"data: {counts['train']} train, {counts['heldout']} held-out documents"

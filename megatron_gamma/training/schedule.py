@@ -28,7 +28,8 @@ _CONFIG_KEY = {
     "lr_warmup_steps": "warmup samples (lr_warmup_iters x global_batch_size, lr_warmup_samples "
     "or lr_warmup_fraction x decay samples)",
     "lr_decay_steps": "decay samples (lr_decay_iters or train_iters, x global_batch_size; or "
-    "lr_decay_samples or train_samples)",
+    "lr_decay_samples or train_samples; at least warmup samples + 1, which megatron-core "
+    "requires)",
     "lr_decay_style": "lr_decay_style",
     "wsd_decay_steps": "WSD annealing samples (lr_wsd_decay_iters x global_batch_size or "
     "lr_wsd_decay_samples)",
