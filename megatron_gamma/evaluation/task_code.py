@@ -77,6 +77,12 @@ def _read(text: str) -> _TaskFile:
     return out
 
 
+def listed(found: list[str], most: int = 5) -> str:
+    """The first ``most`` of ``found`` joined by "; ", and how many more there are."""
+    more = f"; and {len(found) - most} more" if len(found) > most else ""
+    return "; ".join(found[:most]) + more
+
+
 def task_yaml_files(folder: str) -> list[str]:
     """Every ``*.yaml`` under ``folder`` as lm-eval's task index walks it (:data:`SKIPPED_DIRS`
     not entered), sorted."""
@@ -145,11 +151,10 @@ def check_task_code(include_path: str | None, trust_task_code: bool) -> None:
         return
     found = task_code(include_path, _known_metrics())
     if found:
-        listed = "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
         raise ConfigError(
             f"--include-path={include_path!r}: its task files would make lm-eval run Python "
-            f"code: {listed}. Fix: read that code, then pass --trust-task-code to let lm-eval "
-            "run it, or remove it"
+            f"code: {listed(found)}. Fix: read that code, then pass --trust-task-code to let "
+            "lm-eval run it, or remove it"
         )
 
 

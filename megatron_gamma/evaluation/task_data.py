@@ -21,7 +21,7 @@ import os
 import yaml
 
 from megatron_gamma.config import ConfigError
-from megatron_gamma.evaluation.task_code import AnyTagLoader, task_yaml_files
+from megatron_gamma.evaluation.task_code import AnyTagLoader, listed, task_yaml_files
 
 GLOB_CHARS = "*?["
 
@@ -113,9 +113,8 @@ def check_task_data(include_path: str | None, tasks: list[str]) -> None:
         return
     found = missing_task_data(include_path, tasks)
     if found:
-        listed = "; ".join(found[:5]) + (f"; and {len(found) - 5} more" if len(found) > 5 else "")
         raise ConfigError(
-            f"--include-path={include_path!r}: {listed}. A relative data_files path is read from "
-            f"the current directory ({os.getcwd()!r}), not from the task file's. Fix: run from the "
-            "directory those paths are relative to, or write them as absolute paths"
+            f"--include-path={include_path!r}: {listed(found)}. A relative data_files path is "
+            f"read from the current directory ({os.getcwd()!r}), not from the task file's. Fix: "
+            "run from the directory those paths are relative to, or write them as absolute paths"
         )
