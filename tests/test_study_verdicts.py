@@ -44,6 +44,7 @@ from megatron_gamma.study.verdicts import (
     _dip_rise,
     _end_fall,
     _gap_noise,
+    _lr_agreed,
     claim1,
     claim2,
     claim3,
@@ -2660,6 +2661,41 @@ def _lr_grid_study(best: dict[str, float], grid=(1e-3, 2e-3, 4e-3, 8e-3), shared
     return make_study(losses, {"s1": 256}, manifest=manifest, lr=lr)
 
 
+def test_a_best_lr_row_of_other_sizes_does_not_vouch_for_a_shared_lr_row():
+    """Trial 14, finding 1: an LR grid at s1 only (a study may tune the LR at its small size)
+    gave a best-LR row of s1 alone, whose agreement let the shared-LR row through its LR check
+    at s2 too, where both arms' penalties were not measured and the baseline's 0.6-nat gap
+    there could be all its LR's (40 of 40 simulated studies "reproduced at each measured
+    size"). A best-LR row vouches only for the sizes it read."""
+    losses, lr = {}, {}
+    for arm, offset in (("baseline", 0.0), ("gamma1", -0.05)):
+        for x in (1e-3, 2e-3, 4e-3):  # s1's grid on seed 1; the shared LR 2e-3 wins it
+            seed = 1 if x == 2e-3 else 100 + round(x * 1e5)
+            losses[(arm, "s1", seed)] = 5.0 + offset + abs(math.log(x / 2e-3))
+            lr[(arm, "s1", seed)] = (x, "shared" if x == 2e-3 else "grid", True)
+        for seed in (2, 3, 4):
+            e = 0.002 * (seed - 3) * (arm == "gamma1")
+            losses[(arm, "s1", seed)] = 5.0 + offset + 0.01 * seed + e
+            lr[(arm, "s1", seed)] = (2e-3, "shared", False)
+        for seed in (1, 2, 3, 4):  # s2 at the shared LR only: the baseline 0.6 nats worse
+            e = 0.003 * (seed - 2.5) * (arm == "gamma1")
+            losses[(arm, "s2", seed)] = 4.5 + (0.6 if arm == "baseline" else 0.0) + e
+            lr[(arm, "s2", seed)] = (2e-3, "shared", False)
+    manifest = {"shared_lr": 2e-3, "lr_select_seed": 1}
+    data = make_study(losses, {"s1": 256, "s2": 512}, manifest=manifest, lr=lr)
+    shared_row, best_row = verdicts(data, {}, None)[:2]
+    assert best_row.sizes == ("s1",) and best_row.verdict == REPRODUCED
+    assert shared_row.sizes == ("s1", "s2") and shared_row.verdict == INCONCLUSIVE
+    assert "baseline at s2 not measured (no LR grid run)" in shared_row.numbers
+    assert (
+        "at each arm's own best LR it was read at s1 only, not at every size this row reads "
+        "(s1, s2), so the difference at the shared LR may be the learning rate's"
+        in shared_row.numbers
+    )
+    s1_only = StudyData(data.manifest, [r for r in data.runs if r["size"] == "s1"])
+    assert verdicts(s1_only, {}, None)[0].verdict == REPRODUCED  # the same check at s1 passes
+
+
 def test_an_arm_whose_shared_lr_wins_its_grid_is_compared_on_its_shared_runs():
     data = _lr_grid_study({"baseline": 2e-3, "gamma1": 2e-3})
     assert data.best_lr("baseline", "s1") == 2e-3
@@ -3221,8 +3257,15 @@ def test_claim7_at_the_shared_lr_stands_only_where_the_best_lr_reading_agrees():
         delta = 0.6 - control_best_dip  # printed −0.000 where it is 0: rounding
         assert best.numbers.startswith("gamma1 vs baseline (s1): Δdip ")
         assert f"{abs(delta):.3f} [" in best.numbers.split("(df")[0]
-    assert "at each arm's own best LR this claim is reproduced too" in shared.numbers
+    assert "at each arm's own best LR (s1) this claim is reproduced too" in shared.numbers
     assert shared.scope.startswith("at one shared LR, not tuned per arm")
+    # trial 14, finding 1: a best-LR row that did not read the shared row's size vouches for
+    # nothing there (an LR grid at other sizes only): the LR check applies, and the baseline's
+    # penalty of about 0.3 nats leaves the row undecided
+    data, arms = _dips_at_best_lr(0.05), ["gamma1", "baseline"]
+    elsewhere = replace(best, sizes=())
+    assert _lr_agreed(data, claim7(data), best, arms).verdict == REPRODUCED
+    assert _lr_agreed(data, claim7(data), elsewhere, arms).verdict == INCONCLUSIVE
     # the baseline's best LR 0.008 winning its grid over 0.004 by 0.005 nats, less than δ: the
     # best-LR row may read a pick short of its best, so its agreement does not count
     data = _dips_at_best_lr(0.05)

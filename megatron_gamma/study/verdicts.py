@@ -1773,16 +1773,34 @@ def _lr_dependent(
     not measured), and ``best`` (the same claim at each arm's own best LR, judged) does not
     reach the same verdict: the difference at the shared LR may then be the arms' distances
     from their own best LRs, an effect of the learning rate, credited to the claim's factor
-    (docs/reproduction.md: at d64 γ = 0.5's penalty was 96 % of claim 1's shared-LR gap)."""
+    (docs/reproduction.md: at d64 γ = 0.5's penalty was 96 % of claim 1's shared-LR gap).
+    ``best`` vouches only where it read every size ``shared`` did (:func:`_covers`)."""
     shared, off = _with_penalties(data, shared, arms)
-    if not off or best.verdict == shared.verdict:
+    if not off or (best.verdict == shared.verdict and _covers(best, shared)):
         return shared
+    at_best = (
+        f"at each arm's own best LR this claim is {best.verdict}"
+        if _covers(best, shared)
+        else f"at each arm's own best LR it was read at {_sizes_text(best)} only, not at every "
+        f"size this row reads ({', '.join(shared.sizes)})"
+    )
     why = (
-        f"not decided: {_off_best(data, off)}, and at each arm's own best LR this claim is "
-        f"{best.verdict}, so the difference at the shared LR may be the learning rate's, not "
-        "the claim's factor's"
+        f"not decided: {_off_best(data, off)}, and {at_best}, so the difference at the shared "
+        "LR may be the learning rate's, not the claim's factor's"
     )
     return _with_reason(shared, INCONCLUSIVE, why + _penalty_difference(data, shared, arms))
+
+
+def _covers(best: Verdict, shared: Verdict) -> bool:
+    """Whether the best-LR row ``best`` read every size the shared-LR row ``shared`` reads: an
+    LR grid run at some sizes only (a study may tune the LR at its small sizes) checks nothing
+    at the others (trial 14, finding 1: 38 and 40 of 40 false "reproduced" where the largest
+    size's gap was all the learning rate's)."""
+    return set(shared.sizes) <= set(best.sizes)
+
+
+def _sizes_text(row: Verdict) -> str:
+    return ", ".join(row.sizes) if row.sizes else "no size"
 
 
 def _penalty_difference(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> str:
@@ -1859,13 +1877,15 @@ def _lr_agreed(
     otherwise :func:`_lr_confounded`'s row: the LR is then not separated from γ by a reading
     at the best LRs (trial 11, finding 1: a control that dips as deep as γ = 1 at its own best
     LR, and less only at the shared LR, in a flat loss basin, where a pick one grid step short
-    of that best LR, by noise, still dips less)."""
+    of that best LR, by noise, still dips less), nor where ``best`` read other sizes than
+    ``shared`` (:func:`_covers`)."""
     picked = all(
         not _close_pick(data, a, s) for a in dict.fromkeys(x for x in arms if x) for s in best.sizes
     )
-    if picked and best.verdict in (REPRODUCED, NOT_REPRODUCED) and best.verdict == shared.verdict:
+    agreed = best.verdict in (REPRODUCED, NOT_REPRODUCED) and best.verdict == shared.verdict
+    if picked and agreed and _covers(best, shared):
         row, _ = _with_penalties(data, shared, arms, mechanism=True)
-        why = f"at each arm's own best LR this claim is {best.verdict} too"
+        why = f"at each arm's own best LR ({_sizes_text(best)}) this claim is {best.verdict} too"
         return replace(row, numbers=f"{row.numbers}; {why}")
     return _lr_confounded(data, shared, arms)
 
