@@ -560,9 +560,10 @@ def test_a_diverged_run_keeps_the_mechanism_rows_undecided():
     rows = verdicts(data, {}, None)
     sink = next(r for r in rows if r.claim.startswith("small initialization"))
     assert sink.verdict == INCONCLUSIVE
-    assert f"(gamma1 − baseline) {np.mean(d):+.4f} [{lo:+.4f}, {hi:+.4f}] (df 1, 2 seeds)" in (
-        sink.numbers
-    )
+    assert sink.numbers.startswith(
+        "s1: the sink share is NaN or inf in gamma1 seed 3 at iterations 0, 100: missing data"
+    )  # trial 14: named, not read around (the two survivors' interval is not printed)
+    assert f"[{lo:+.4f}, {hi:+.4f}]" not in sink.numbers
     diverged = "1 diverged (a NaN or inf loss: gamma1/s1/seed-3)"
     assert diverged in sink.numbers and diverged in rows[0].numbers
     assert rows[0].verdict == INCONCLUSIVE and "1 not finite" in rows[0].numbers
@@ -886,7 +887,7 @@ def test_an_unfinished_largest_size_keeps_the_sink_row_inconclusive_and_says_whi
     assert sink.verdict == INCONCLUSIVE
     assert sink.numbers.startswith(
         "s1 (the largest size where every compared arm logged it on a common seed; not s2): "
-        "sink share baseline"
+        "sink share at iterations 0 → 100: baseline"
     )
     assert "2 unfinished (failed, running or not started: " in sink.numbers
 
@@ -903,9 +904,9 @@ def test_a_share_a_hair_above_uniform_or_there_at_initialization_is_no_sink():
     final = {a: np.mean([_sink(shares, a, k) for k in SINK_NOISE]) for a in shares}
     assert final["baseline"] > u  # the old rule's "a sink has formed"
     assert (
-        f"s1: sink share baseline {u + 0.0016:.4f} (iteration 0) → {final['baseline']:.4f}, "
-        f"gamma1 {u:.4f} (iteration 0) → {final['gamma1']:.4f} (uniform attention {u:.4f}); "
-        "no sink has formed"
+        f"s1: sink share at iterations 0 → 100: baseline {u + 0.0016:.4f} → "
+        f"{final['baseline']:.4f}, gamma1 {u:.4f} → {final['gamma1']:.4f} (uniform attention "
+        f"{u:.4f}); no sink has formed"
     ) in v.numbers
     at_init = {"baseline": u + 0.05, "gamma1": u + 0.02}
     assert claim5(_sink_study(at_init, initial=at_init)).verdict == NOT_MEASURED
@@ -975,6 +976,71 @@ def _saturation_study(shares, loss=5.0, size="s1", **kw):
             diag[(arm, size, k)] = {it: {"norm_saturated/layer_00": value * it / 100}
                                     for it in (0, 100)}  # fmt: skip
     return make_study(losses, {size: 64}, diagnostics=diag, **kw)
+
+
+def test_a_diagnostic_nan_or_logged_over_another_span_is_not_read_around():
+    """Trial 14, finding 2: with finite losses, a NaN diagnostic was left out of each
+    iteration's mean and a run's last finite point read as its "final" one, so whatever the
+    arms logged differently was credited to the factor (claim 5: 42 of 50 null studies
+    "reproduced" with the baseline's shares NaN, or not logged, after 60% of training; claim
+    4: 50 of 50 with γ = 1+ε's saturation NaN at its peak; claim 7: 37 of 50). Now a NaN or inf
+    diagnostic leaves the row undecided, naming the runs and iterations, and claim 5 reads every
+    compared run at the same iterations; a first share logged after initialization cannot
+    show that no sink formed."""
+    u = UNIFORM_128
+    shares = {"baseline": 0.10, "gamma1": 0.16}
+    data = _sink_study(shares)
+    assert claim5(data).verdict == REPRODUCED
+    for r in data.runs:
+        if r["arm"] == "baseline" and r["seed"] == 2:
+            r["record"].diagnostics[100]["sink_share/layer_01"] = math.nan
+    v = claim5(data)
+    assert v.verdict == INCONCLUSIVE
+    assert v.numbers.startswith(
+        "s1: the sink share is NaN or inf in baseline seed 2 at iteration 100"
+    )
+    # the baseline logged to iteration 100 only, gamma1 on to 200, where its share is larger
+    data = _sink_study(shares)
+    for r in data.runs:
+        if r["arm"] == "gamma1":
+            r["record"].diagnostics[200] = {
+                k: x + 0.3 for k, x in r["record"].diagnostics[100].items()
+            }
+    v = claim5(data)
+    assert (
+        "sink share at iterations 0 → 100, the last every compared run logged (some logged "
+        "up to 200" in v.numbers
+    )
+    assert _sink_effect(shares, "gamma1", "baseline") in v.numbers  # read at 100, not at 200
+    # a first share logged after initialization: no sink seen to form is not "no sink formed"
+    late = _sink_study(
+        {"baseline": u + 0.3, "gamma1": u + 0.3}, initial={"baseline": u + 0.3, "gamma1": u + 0.3}
+    )
+    for r in late.runs:
+        r["record"].diagnostics = {it + 200: x for it, x in r["record"].diagnostics.items()}
+    v = claim5(late)
+    assert v.verdict == INCONCLUSIVE and "is at iteration 200, after initialization" in v.numbers
+    # claim 4 reads no maximum around a NaN or inf (here γ = 1's own share bounding it)
+    sat = _saturation_study([0.0, 0.0, 0.0])
+    assert claim4(sat).verdict == NOT_MEASURABLE
+    for r in sat.runs:
+        if r["arm"] == "gamma1" and r["seed"] == 1:
+            r["record"].diagnostics[50] = {"norm_saturated/layer_00": math.inf}
+    v = claim4(sat)
+    assert (
+        v.verdict == INCONCLUSIVE
+        and "saturated share is NaN or inf in gamma1 seed 1 at iteration 50" in v.numbers
+    )
+    # claim 7 does not average the other matrices around a NaN one
+    rank = _rank_study(first_iteration=0, arm_dip=0.8)
+    assert claim7(rank).verdict == REPRODUCED
+    for r in rank.runs:  # a second matrix, 1.0 everywhere but NaN once
+        for it, values in r["record"].diagnostics.items():
+            bad = r["arm"] == "gamma1" and r["seed"] == 3 and it == 40
+            values["stable_rank/qkv.k/layer_00"] = math.nan if bad else 1.0
+    v = claim7(rank)
+    assert v.verdict == INCONCLUSIVE
+    assert "the stable rank is NaN or inf in gamma1 seed 3 at iteration 40" in v.numbers
 
 
 def test_a_saturation_bound_needs_an_interval_within_the_margin():

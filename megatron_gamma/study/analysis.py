@@ -597,6 +597,31 @@ class StudyData:
                 out[r["seed"]] = series
         return out
 
+    def non_finite(
+        self,
+        arms: list[str],
+        size: str,
+        prefix: str,
+        phase: str = "shared",
+        keys: Optional[set[str]] = None,
+    ) -> list[str]:
+        """``ARM seed S at iteration(s) ...`` for each run of ``arms`` at ``size`` (as
+        :meth:`seed_series` selects them) whose diagnostic ``prefix`` (over ``keys`` when
+        given) is NaN or inf at some logged iteration (:meth:`RunRecord.non_finite`)."""
+        out = []
+        for arm in arms:
+            runs = (
+                self._confirm_runs(arm, size) if phase == "best" else self._runs(arm, size, phase)
+            )
+            for r in runs:
+                its = r["record"].non_finite(prefix, keys) if r.get("record") else []
+                if its:
+                    listed = ", ".join(map(str, its[:5])) + (" ..." if len(its) > 5 else "")
+                    out.append(
+                        f"{arm} seed {r['seed']} at iteration{'s' * (len(its) > 1)} {listed}"
+                    )
+        return out
+
     def series(
         self, arm: str, size: str, prefix: str, keys: Optional[set[str]] = None
     ) -> dict[int, float]:

@@ -66,6 +66,22 @@ class RunRecord:
             if k.startswith(prefix + "/") and _is_aggregate(prefix, k)
         }
 
+    def non_finite(self, prefix: str, keys: Optional[set[str]] = None) -> list[int]:
+        """The diagnostics iterations, sorted, where a key :meth:`series` would average (``keys``
+        only, when given) is NaN or inf: a value :meth:`series` leaves out, so the mean there
+        is over other matrices or layers than elsewhere."""
+        return sorted(
+            it
+            for it, values in self.diagnostics.items()
+            if any(
+                not np.isfinite(v)
+                for k, v in values.items()
+                if k.startswith(prefix + "/")
+                and _is_aggregate(prefix, k)
+                and (keys is None or k in keys)
+            )
+        )
+
     def series(self, prefix: str, keys: Optional[set[str]] = None) -> dict[int, float]:
         """Per diagnostics iteration, the mean over every key ``prefix/...`` whose value is finite
         (e.g. ``stable_rank`` averages all matrices; ``sink_share`` all layers' means), only

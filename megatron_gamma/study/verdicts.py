@@ -565,6 +565,17 @@ def _largest_with(
     return None
 
 
+def _non_finite_why(what: str, bad: list[str]) -> str:
+    """Why a row that would read a diagnostic NaN or inf somewhere (``bad``:
+    :meth:`~.analysis.StudyData.non_finite`) is not decided (trial 14, finding 2: read around
+    the gap, a null became 37-50 of 50 false "reproduced")."""
+    return (
+        f"the {what} is NaN or inf in {'; '.join(bad)}: missing data, and a mean, maximum or "
+        "last value read around it would compare other iterations or matrices than the other "
+        "arm's"
+    )
+
+
 def _size_label(data: StudyData, size: str) -> str:
     """``size``, or where larger sizes of the study were not read (an arm has no diagnostics
     there on a common seed, e.g. its run has not finished) ``SIZE (... not LARGER)``, so a
@@ -601,19 +612,30 @@ def claim4(data: StudyData) -> Verdict:
 
     def measured(sizes: Optional[list[str]]) -> tuple[str, Optional[Interval], tuple[str, ...]]:
         """(text, Δ max saturated share, (its size,)) at the largest of ``sizes`` with both
-        arms' saturation on a common seed; ("", None, ()) where there is none."""
+        arms' saturation on a common seed, each seed's maxima over the iterations both arms
+        logged; ("", None, ()) where there is none, and (why, None, (size,)) where a compared
+        run's saturation is not finite."""
         size = _largest_with(data, [g1, g2], "norm_saturated", sizes) if g2 else None
         if size is None:
             return "", None, ()
+        bad = data.non_finite([g1, g2], size, "norm_saturated")
+        if bad:
+            return _non_finite_why("saturated share", bad), None, (size,)
         a, b = (data.seed_series(x, size, "norm_saturated") for x in (g1, g2))
-        seeds = sorted(set(a) & set(b))
+        both = {k: sorted(set(a[k]) & set(b[k])) for k in set(a) & set(b)}
+        seeds = sorted(k for k, its in both.items() if its)
         d = paired_difference(
-            [max(a[k].values()) for k in seeds], [max(b[k].values()) for k in seeds]
+            [max(a[k][i] for i in both[k]) for k in seeds],
+            [max(b[k][i] for i in both[k]) for k in seeds],
         )
         return f"{size}: Δ max saturated share {d.text()}", d, (size,)
 
     if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
         text, d, at = measured(None)
+        if d is None and at:
+            return Verdict(
+                claim, INCONCLUSIVE, f"{at[0]}: {text}; {rtext}", rule, sizes=at, reason=text
+            )
         if d is None:
             return _saturation_bound(data, g1, claim, rule, rtext)
         verdict, why = decide(d, SATURATION_MIN, +1)
@@ -632,6 +654,10 @@ def claim4(data: StudyData) -> Verdict:
         return Verdict(claim, INCONCLUSIVE, f"{why}; {rtext}", rule, reason=why)
     acting = [s for s in data.sizes if ratios.get(s, 0.0) <= EPS_ACTS_MAX]
     text, d, at = measured(acting)
+    if d is None and at:
+        return Verdict(
+            claim, INCONCLUSIVE, f"{at[0]}: {text}; {rtext}", rule, sizes=at, reason=text
+        )
     if d is None:
         why = (
             "no saturation diagnostics on a common seed at a size where ε can act "
@@ -657,6 +683,12 @@ def _saturation_bound(data: StudyData, g1: str, claim: str, rule: str, rtext: st
             claim, INCONCLUSIVE, f"{why}; {rtext}: ε cannot act at initialization, but the "
             "hidden states may shrink in training", rule, reason=why,
         )  # fmt: skip
+    bad = data.non_finite([g1], size, "norm_saturated")
+    if bad:
+        why = _non_finite_why("saturated share", bad)
+        return Verdict(
+            claim, INCONCLUSIVE, f"{size}: {why}; {rtext}", rule, sizes=(size,), reason=why
+        )
     shares = {k: max(v.values()) for k, v in data.seed_series(g1, size, "norm_saturated").items()}
     each = ", ".join(f"seed {k} {v:.4f}" for k, v in shares.items())
     head = f"{size}: {g1}'s own max saturated share {each}, a bound on the difference ε makes"
@@ -723,20 +755,42 @@ def claim5(data: StudyData) -> Verdict:
     size = _largest_with(data, arms, "sink_share")
     if size is None:
         return _untested(claim, "no sink diagnostics at a size with all arms", rule)
-    final, first, first_it = {}, {}, {}
-    for a in arms:
-        series = data.seed_series(a, size, "sink_share")
-        final[a] = {k: v[max(v)] for k, v in series.items()}
-        first[a] = {k: v[min(v)] for k, v in series.items()}
-        first_it[a] = max(min(v) for v in series.values())
+    bad = data.non_finite(arms, size, "sink_share")
+    if bad:
+        why = _non_finite_why("sink share", bad)
+        return Verdict(claim, INCONCLUSIVE, f"{size}: {why}", rule, sizes=(size,), reason=why)
+    series = {a: data.seed_series(a, size, "sink_share") for a in arms}
+    logged = [set(v) for a in arms for v in series[a].values()]
+    common = set.intersection(*logged)
+    if not common:
+        why = f"no iteration at {size} at which every compared run logged the sink share"
+        return Verdict(claim, INCONCLUSIVE, why, rule, sizes=(size,), reason=why)
+    first_it, final_it = min(common), max(common)  # every compared seed read at the same two
+    final = {a: {k: v[final_it] for k, v in series[a].items()} for a in arms}
+    first = {a: {k: v[first_it] for k, v in series[a].items()} for a in arms}
     uni = uniform_sink_share(data.seq_length())
     mean_final = {a: float(np.mean(list(final[a].values()))) for a in arms}
     mean_first = {a: float(np.mean(list(first[a].values()))) for a in arms}
-    means = ", ".join(
-        f"{a} {mean_first[a]:.4f} (iteration {first_it[a]}) → {mean_final[a]:.4f}" for a in arms
+    means = ", ".join(f"{a} {mean_first[a]:.4f} → {mean_final[a]:.4f}" for a in arms)
+    later = max(max(it) for it in logged)
+    end = (
+        f", the last every compared run logged (some logged up to {later}: trial 14, the arms "
+        "are read at one iteration)"
+        if later > final_it
+        else ""
     )
-    nums = f"{_size_label(data, size)}: sink share {means} (uniform attention {uni:.4f})"
+    nums = (
+        f"{_size_label(data, size)}: sink share at iterations {first_it} → {final_it}{end}: "
+        f"{means} (uniform attention {uni:.4f})"
+    )
     formed = [a for a in arms if mean_final[a] - max(uni, mean_first[a]) > SINK_MIN]
+    if not formed and first_it != 0:
+        why = (
+            f"the first sink share every compared run logged is at iteration {first_it}, after "
+            "initialization: a sink that formed before it is not seen, so whether one formed "
+            "is unobserved"
+        )
+        return Verdict(claim, INCONCLUSIVE, f"{nums}; {why}", rule, sizes=(size,), reason=why)
     if not formed:
         why = (
             "no sink has formed: no arm's final share exceeds both uniform attention's and its "
@@ -1079,8 +1133,14 @@ def claim7(data: StudyData, lr: str = "shared LR") -> Verdict:
             verdicts.append(INCONCLUSIVE)
             continue
         roles = data.common_keys([arm, ctrl], size, "stable_rank")
-        a, b = (data.seed_series(x, size, "stable_rank", phase, roles) for x in (arm, ctrl))
         at = _size_label(data, size)
+        bad = data.non_finite([arm, ctrl], size, "stable_rank", phase, roles)
+        if bad:
+            untested.append(f"{arm} vs {ctrl} ({at}): {_non_finite_why('stable rank', bad)}")
+            parts.append(untested[-1])
+            verdicts.append(INCONCLUSIVE)
+            continue
+        a, b = (data.seed_series(x, size, "stable_rank", phase, roles) for x in (arm, ctrl))
         seeds = sorted(k for k in set(a) & set(b) if len(a[k]) >= 3 and len(b[k]) >= 3)
         if not seeds:
             untested.append(f"{arm} vs {ctrl} ({at}): no common seed with >= 3 stable-rank points")
