@@ -56,6 +56,7 @@ from megatron_gamma.study.verdicts import (
     concentration_arm,
     decide,
     delta_sym_concentration,
+    log_odds_excess,
     verdicts,
 )
 
@@ -2270,7 +2271,9 @@ def _pairs(rng, extras: dict[int, float], n=2000, easy_loss=None) -> dict[int, d
     """Seeds scoring the same n held-out tokens of true difficulty D ~ U(0, 10) nats: B's loss
     is D plus seed noise; A gains 0.1 nats plus ``extras[seed]`` on tokens with D > 3 (or, with
     ``easy_loss``, loses that much on tokens with D <= 3 and gains nothing elsewhere), plus
-    seed noise. Each seed's difficulty is its own pair's mean loss, as ``compare`` writes it."""
+    seed noise. Each seed's difficulty is its own pair's mean loss, as ``compare`` writes it,
+    and each model's loss is kept (``loss_a``, ``loss_b``; as synthetic numbers, a few
+    slightly below 0)."""
     true = rng.uniform(0, 10, n)
     out = {}
     for seed, extra in extras.items():
@@ -2284,6 +2287,8 @@ def _pairs(rng, extras: dict[int, float], n=2000, easy_loss=None) -> dict[int, d
             "delta": np.tanh(dlogp / 2),
             "difficulty": -(2 * logp_b + dlogp) / 2,
             "dlogp": dlogp,
+            "loss_a": -(logp_b + dlogp),
+            "loss_b": -logp_b,
         }
     return out
 
@@ -2430,9 +2435,12 @@ def test_claim8_is_inconclusive_where_the_model_defining_difficulty_decides_it()
     assert "hard − easy Δsym seed 1 -0.0059, seed 2 -0.0262, seed 3 -0.0404, seed 4 +0.0044" in (
         v.numbers
     )
+    # trial 14, finding 3: each reading is also taken beyond a gain uniform in log-odds (here
+    # it lowers every hard − easy), and the three readings still disagree
     assert v.numbers.endswith(
         "the call depends on which model defines difficulty (both models' mean loss: "
-        "inconclusive, the baseline's loss alone: reproduced, the arm's alone: not reproduced)"
+        "not reproduced, the baseline's loss alone: inconclusive, the arm's alone: not "
+        "reproduced)"
     )
     v = claim8(data, {**cmp, "documents": docs})
     assert v.verdict == INCONCLUSIVE and "over seeds and documents" in v.numbers
@@ -2440,12 +2448,50 @@ def test_claim8_is_inconclusive_where_the_model_defining_difficulty_decides_it()
     assert "hard − easy -0.1103 [-0.2020, -0.0187] (df 3, 4 seeds × 7 documents)" in v.numbers
     assert v.numbers.endswith(
         "the call depends on which model defines difficulty (both models' mean loss: "
-        "inconclusive, the baseline's loss alone: inconclusive, the arm's alone: not reproduced)"
+        "not reproduced, the baseline's loss alone: inconclusive, the arm's alone: not "
+        "reproduced)"
     )
     without = {k: {"delta": t["delta"], "difficulty": t["difficulty"]} for k, t in seeds.items()}
     v = claim8(data, {**cmp, "seeds": without})
     assert "over seeds (documents not known)" in v.numbers
-    assert v.numbers.endswith("difficulty from each model alone not checked (no per-model losses)")
+    assert v.numbers.endswith(
+        "difficulty from each model alone and the log-odds null not checked (no per-model losses)"
+    )
+
+
+def test_a_gain_uniform_in_log_odds_is_no_concentration_on_hard_tokens():
+    """Trial 14, finding 3: near p = 1 no model gains uniformly in log p (log p_A <= 0 caps an
+    easy token's gain), so any better model has a larger Δsym on hard tokens: a gain of c in
+    log-odds on every token, with no difficulty mechanism, was "reproduced" in 40 of 40
+    studies. Each token's Δsym under the log-odds gain that matches the observed mean is now
+    subtracted first. Reference: Δsym under a shift c computed directly from p_B
+    (σ(logit p_B + c)); a gain that does favour hard tokens beyond it is still reproduced."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    true = rng.uniform(0.01, 8, n)  # the baseline's loss per token, nats
+    seeds = {}
+    for k in (1, 2, 3, 4):
+        lpb = -np.clip(true + rng.normal(0, 0.2, n), 1e-3, None)
+        logit = lpb - np.log(-np.expm1(lpb))
+        lpa = -np.log1p(np.exp(-(logit + 0.3 + rng.normal(0, 0.1, n))))  # log σ(logit + 0.3)
+        seeds[k] = {"delta": np.tanh((lpa - lpb) / 2), "difficulty": -(lpa + lpb) / 2,
+                    "loss_a": -lpa, "loss_b": -lpb}  # fmt: skip
+    excess, c = log_odds_excess(seeds[1]["delta"], seeds[1]["loss_b"])
+    p_b = np.exp(-seeds[1]["loss_b"])
+    p = 1 / (1 + np.exp(-(np.log(p_b / (1 - p_b)) + c)))
+    assert np.allclose(excess, seeds[1]["delta"] - (p - p_b) / (p + p_b))
+    assert abs(excess.mean()) < 1e-9 and c == pytest.approx(0.3, abs=0.02)
+    data = make_study({("baseline", "s1", 1): 5.0}, {"s1": 256})
+    r = delta_sym_concentration(seeds)
+    assert r["interval"].low > 0.01  # the old rule's "reproduced": hard − easy beyond the margin
+    v = claim8(data, {"arm": "gamma1", "size": "s1", "seeds": seeds})
+    assert v.verdict == NOT_REPRODUCED and "hard − easy beyond it " in v.numbers
+    hard = {
+        k: {**t, "delta": np.where(true > 4, np.tanh(0.3), t["delta"])} for k, t in seeds.items()
+    }
+    for t in hard.values():
+        t["loss_a"] = t["loss_b"] - 2 * np.arctanh(t["delta"])
+    assert claim8(data, {"arm": "gamma1", "size": "s1", "seeds": hard}).verdict != NOT_REPRODUCED
 
 
 def test_claim8_reads_the_learned_bar_off_the_compared_checkpoints_too():
