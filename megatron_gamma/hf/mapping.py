@@ -35,6 +35,7 @@ from __future__ import annotations
 import torch
 
 from megatron_gamma.config import Config, ConfigError, ModelConfig
+from megatron_gamma.config.megatron_lm import moe_layer_pattern
 from megatron_gamma.model.roles import glu_parts, qkv_parts
 
 
@@ -64,6 +65,22 @@ def unsupported_features(cfg: Config) -> list[str]:
         out.append("apply_layernorm_1p=True (norm weights store the gain itself)")
     if m.transformer_impl != "local":
         out.append(f"transformer_impl={m.transformer_impl!r} (local parameter names only)")
+    if m.num_experts is not None:  # GammaMoE: every layer MoE, top-k then softmax, dropless
+        if 0 in moe_layer_pattern(m.moe_layer_freq, m.num_layers):
+            out.append(f"moe_layer_freq={m.moe_layer_freq!r} (only every layer MoE)")
+        if m.moe_shared_expert_intermediate_size is not None:
+            size = m.moe_shared_expert_intermediate_size
+            out.append(f"moe_shared_expert_intermediate_size={size} (no shared experts)")
+        if m.moe_router_score_function != "softmax":
+            out.append(
+                f"moe_router_score_function={m.moe_router_score_function!r} (only softmax over "
+                "the top-k)"
+            )
+        if m.moe_expert_capacity_factor is not None:
+            out.append(
+                f"moe_expert_capacity_factor={m.moe_expert_capacity_factor} (dropless only: "
+                "megatron-core drops tokens past capacity at evaluation too)"
+            )
     return out
 
 
@@ -98,7 +115,8 @@ def check_mappable(cfg: Config, hf_format: str) -> str:
         raise UnmappableArchitectureError(
             f"model={'; '.join(bad)}: no Hugging Face mapping for this architecture. Fix: export "
             "a run trained with megatron-gamma's defaults for these (full RoPE, SwiGLU, no "
-            "linear biases, no q/k norms, plain norm weights, --transformer-impl local)"
+            "linear biases, no q/k norms, plain norm weights, --transformer-impl local; for MoE "
+            "every layer MoE, softmax routing, no shared experts, no capacity factor)"
         )
     blockers = stock_blockers(cfg)
     if hf_format == "llama" and blockers:
