@@ -286,6 +286,37 @@ def test_checkpoint_resharding_tp2pp2_to_tp1_and_dp2(tmp_path, demo_prefix, refe
             2,
             "expert copies drift apart",
         ),
+        # trial 14: PP alone breaks the world size, so PP is the key named
+        (
+            {"num_layers": 4, "pipeline_model_parallel_size": 4},
+            2,
+            "^pipeline_model_parallel_size=4: TP x PP = 1 x 4 does not divide the world size 2",
+        ),
+        # trial 14: megatron-core's interleaved schedule refused 1 micro-batch at PP 2 only at
+        # the first step; 3 micro-batches leave a last group below PP, refused there too
+        (
+            {
+                "num_layers": 4,
+                "pipeline_model_parallel_size": 2,
+                "num_layers_per_virtual_pipeline_stage": 1,
+                "micro_batch_size": 4,
+                "global_batch_size": 4,
+            },
+            2,
+            r"^global_batch_size=4: gives 1 micro-batches a step .* needs a multiple of "
+            r"pipeline_model_parallel_size=2\. Fix: use a multiple of 8",
+        ),
+        (
+            {
+                "num_layers": 4,
+                "pipeline_model_parallel_size": 2,
+                "virtual_pipeline_model_parallel_size": 2,
+                "micro_batch_size": 2,
+                "global_batch_size": 6,
+            },
+            2,
+            "^global_batch_size=6: gives 3 micro-batches a step",
+        ),
     ],
 )
 def test_invalid_layouts_fail_with_named_errors(overrides, world, message):

@@ -72,9 +72,14 @@ def validate_layout(cfg: Config, world_size: int, world_flags: str = LAUNCHED_WO
         par.expert_model_parallel_size,
     )
     if world_size % (tp * pp):
+        key, value = (
+            ("pipeline_model_parallel_size", pp)
+            if world_size % tp == 0
+            else ("tensor_model_parallel_size", tp)
+        )  # the one the world size cannot hold beside the other
         fail(
-            "tensor_model_parallel_size",
-            tp,
+            key,
+            value,
             f"TP x PP = {tp} x {pp} does not divide the world size {world_size}",
             f"launch a multiple of TP x PP processes ({world_flags}) or lower "
             "--tensor-model-parallel-size / --pipeline-model-parallel-size",
@@ -170,4 +175,41 @@ def validate_layout(cfg: Config, world_size: int, world_flags: str = LAUNCHED_WO
             f"{mbs} x {dp} (megatron-core's ramp-up consistency check)",
             f"use multiples of {mbs * dp}",
         )
+    if pp > 1 and virtual_stages(cfg) is not None:
+        _check_interleaved_microbatches(gbs, rampup, mbs * dp, pp)
     return dp
+
+
+def _check_interleaved_microbatches(
+    gbs: int, rampup: Optional[list[int]], per_microbatch: int, pp: int
+) -> None:
+    """megatron-core's interleaved pipeline schedule takes the micro-batches of a step in
+    groups of PP (its default ``microbatch_group_size_per_vp_stage``) and refuses at the first
+    step a count below PP or one that leaves a smaller last group: the count, global batch /
+    (micro batch x data-parallel size), must be a multiple of PP, at every batch size a ramp-up
+    reaches (trial 14: refused with megatron-core's raw message at the first step, after the
+    model and the run directory were built).
+
+    Raises:
+        ConfigError: naming the global batch size (or the ramp-up), the count and the fix.
+    """
+    step = per_microbatch * pp
+    if gbs % step:
+        fail(
+            "global_batch_size",
+            gbs,
+            f"gives {gbs // per_microbatch} micro-batches a step (global batch / (micro batch "
+            f"x data-parallel size) = {gbs} / {per_microbatch}), and megatron-core's "
+            f"interleaved pipeline schedule (virtual pipeline stages) needs a multiple of "
+            f"pipeline_model_parallel_size={pp}",
+            f"use a multiple of {step}, or drop the virtual pipeline stages",
+        )
+    if rampup is not None and (rampup[0] % step or rampup[1] % step):
+        fail(
+            "rampup_batch_size",
+            rampup,
+            f"START and INCR give batch sizes whose micro-batch counts are not all multiples of "
+            f"pipeline_model_parallel_size={pp}, which megatron-core's interleaved pipeline "
+            "schedule (virtual pipeline stages) needs",
+            f"use multiples of {step}",
+        )
