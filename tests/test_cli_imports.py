@@ -120,6 +120,16 @@ def test_a_reused_config_yaml_with_another_runs_load_is_refused_before_torch(tmp
         f"{ckpt} on the command line to start from those checkpoints, or remove `load` from "
         "the file (or from a copy of it)\n"
     )
+    # trial 14: starting from other weights (an import-hf run's), --load of those is refused
+    # later (weights only); the fix is the run's own --load
+    pretrained = ["--pretrained-checkpoint", ckpt]
+    doc, _, err = _probe(["pretrain", "--config", config, *new, *pretrained, "--train-iters", "2"])
+    assert doc == {"rc": 2, "imported": []}
+    assert err.endswith(
+        f"Fix: pass --load {new[3]}: with --pretrained-checkpoint the run starts from "
+        f"{ckpt!r}'s weights while its own save directory holds no checkpoint, and resumes "
+        "from that directory after\n"
+    )
     missing = str(tmp_path / "none")
     doc, _, err = _probe(
         ["pretrain", "--config", config, *new, "--load", ckpt, "--data-path", missing]

@@ -399,13 +399,22 @@ def check_load_origin(cfg: Config, path: Optional[str | list[str]], overrides: d
     source = f"the YAML file {named[-1]!r}" if named else "a YAML file"
     save = f"this run's save={ck.save!r}" if ck.save else "this run's save (none)"
     own = f"--load {ck.save}" if ck.save else "--save DIR --load DIR"
+    if ck.pretrained_checkpoint:  # trial 14: the weights come from there, not from `load`
+        fix = (
+            f"pass {own}: with --pretrained-checkpoint the run starts from "
+            f"{ck.pretrained_checkpoint!r}'s weights while its own save directory holds no "
+            "checkpoint, and resumes from that directory after"
+        )
+    else:
+        fix = (
+            f"pass {own} for a run of its own (it resumes from its save directory, and starts "
+            f"fresh while that holds no checkpoint), --load {ck.load} on the command line to "
+            "start from those checkpoints, or remove `load` from the file (or from a copy of it)"
+        )
     raise ConfigError(
         f"load={ck.load!r}: comes from {source} (checkpoint.load), not from --load, and is not "
         f"{save}: this run would resume another run's checkpoints (a run's config.yaml records "
-        f"the load it ran with). Fix: pass {own} for a run of its own (it resumes from its "
-        f"save directory, and starts fresh while that holds no checkpoint), --load {ck.load} "
-        "on the command line to start from those checkpoints, or remove `load` from the file "
-        "(or from a copy of it)",
+        f"the load it ran with). Fix: {fix}",
         ("load",),
     )
 
