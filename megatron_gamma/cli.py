@@ -720,8 +720,10 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         """Exit 2 with ``PROG: error: MESSAGE`` and a pointer to ``--help`` (the full usage of
-        ``pretrain`` is a hundred lines that would bury the message)."""
-        self.exit(2, f"{self.prog}: error: {message}\n({self.prog} --help lists every flag)\n")
+        ``pretrain`` is a hundred lines that would bury the message): a command's lists its
+        flags, the top level's the commands."""
+        what = "every command" if self.prog == "megatron-gamma" else "every flag"
+        self.exit(2, f"{self.prog}: error: {message}\n({self.prog} --help lists {what})\n")
 
 
 def _stem(flag: str) -> str:
@@ -1035,8 +1037,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_export_hf)
 
-    p = sub.add_parser("import-hf", help="Hugging Face model directory -> run directory")
-    p.add_argument("hf_dir", metavar="HF_DIR")
+    p = sub.add_parser(
+        "import-hf",
+        help="Hugging Face model directory -> run directory (model_type 'llama', or "
+        "'gamma_gpt' as export-hf writes it)",
+    )
+    p.add_argument(
+        "hf_dir",
+        metavar="HF_DIR",
+        help="a Llama (LlamaForCausalLM: RoPE, SwiGLU, RMSNorm, no linear biases) or an "
+        "export-hf directory; other model types (Qwen, Mistral, ...) are refused by name",
+    )
     p.add_argument("run_dir", metavar="RUN_DIR", help="new or empty run directory")
     p.set_defaults(func=_import_hf)
     p = sub.add_parser("sweep", help="run a study: every (arm, size, seed) as a pretrain run")

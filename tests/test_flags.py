@@ -528,6 +528,7 @@ def test_an_unknown_command_names_the_nearest(command, hint, capsys):
     err = capsys.readouterr().err
     assert err.startswith(f"megatron-gamma: error: argument command: invalid choice: {command!r} ")
     assert hint in err, err
+    assert err.endswith("(megatron-gamma --help lists every command)\n")  # not "every flag"
     commands = cli.build_parser()._subparsers._group_actions[0].choices
     close = difflib.get_close_matches(command, list(commands), n=1, cutoff=0.6)
     assert bool(close) == (command == "preprocss")
