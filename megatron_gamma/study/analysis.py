@@ -577,6 +577,11 @@ class StudyData:
                 logged.append(keys)
         return set.intersection(*logged) if logged else set()
 
+    def _phase_runs(self, arm: str, size: str, phase: str) -> list[dict]:
+        """``arm``'s runs at ``size`` of LR phase ``phase`` (``shared``, ``confirm``, or
+        ``best``: :meth:`confirm_losses`' runs)."""
+        return self._confirm_runs(arm, size) if phase == "best" else self._runs(arm, size, phase)
+
     def seed_series(
         self,
         arm: str,
@@ -590,8 +595,7 @@ class StudyData:
         or with ``best`` in the runs at the arm's own best LR (:meth:`confirm_losses`' runs:
         its confirm runs, or its shared-LR runs where the shared LR won its grid)."""
         out = {}
-        runs = self._confirm_runs(arm, size) if phase == "best" else self._runs(arm, size, phase)
-        for r in runs:
+        for r in self._phase_runs(arm, size, phase):
             series = r["record"].series(prefix, keys) if r.get("record") else {}
             if series:
                 out[r["seed"]] = series
@@ -610,10 +614,7 @@ class StudyData:
         given) is NaN or inf at some logged iteration (:meth:`RunRecord.non_finite`)."""
         out = []
         for arm in arms:
-            runs = (
-                self._confirm_runs(arm, size) if phase == "best" else self._runs(arm, size, phase)
-            )
-            for r in runs:
+            for r in self._phase_runs(arm, size, phase):
                 its = r["record"].non_finite(prefix, keys) if r.get("record") else []
                 if its:
                     listed = ", ".join(map(str, its[:5])) + (" ..." if len(its) > 5 else "")

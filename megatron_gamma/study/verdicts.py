@@ -1717,6 +1717,13 @@ def _close_best(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Ver
     return replace(row, numbers=numbers, scope="; ".join(x for x in (row.scope, scope) if x))
 
 
+def _seed_penalties(data: StudyData, arm: str, size: str) -> dict[int, float]:
+    """{seed: ``arm``'s loss at its shared LR − its loss at its own best LR} over the seeds that
+    ran both (the confirm seeds), seeds sorted: its LR penalty per seed, nats."""
+    at_shared, at_best = data.losses(arm, size), data.confirm_losses(arm, size)
+    return {k: at_shared[k] - at_best[k] for k in sorted(set(at_shared) & set(at_best))}
+
+
 def _refuted_picks(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
     """``row`` (a comparison at each arm's own best LR), made inconclusive where it is decided
     and the confirm seeds refute the best LR of one of ``arms`` at a size the row compares: its
@@ -1732,11 +1739,10 @@ def _refuted_picks(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> 
             best, shared = data.best_lr(arm, size), data.shared_lr_of(arm, size)
             if best is None or shared is None or np.isclose(best, shared):
                 continue
-            at_shared, at_best = data.losses(arm, size), data.confirm_losses(arm, size)
-            seeds = sorted(set(at_shared) & set(at_best))
-            if not seeds:
+            per_seed = _seed_penalties(data, arm, size)
+            if not per_seed:
                 continue
-            pen = paired_difference([at_shared[k] for k in seeds], [at_best[k] for k in seeds])
+            pen = t_interval(list(per_seed.values()), "seeds")
             if pen.has_interval and pen.high < 0:
                 refuted.append(
                     f"{arm} at {size}: its chosen LR {best:g} lost to the shared LR {shared:g} "
@@ -1814,9 +1820,8 @@ def _lr_penalties(
                 if unknown:
                     off.append(every[-1])
                 continue
-            at_shared, at_best = data.losses(arm, size), data.confirm_losses(arm, size)
-            seeds = sorted(set(at_shared) & set(at_best))
-            if best is None or shared is None or not seeds:
+            per_seed = _seed_penalties(data, arm, size)
+            if best is None or shared is None or not per_seed:
                 missing = (
                     "no LR grid run" if best is None
                     else "no shared-LR run" if shared is None
@@ -1826,7 +1831,7 @@ def _lr_penalties(
                 every.append(text)
                 off.append(text)
                 continue
-            pen = paired_difference([at_shared[k] for k in seeds], [at_best[k] for k in seeds])
+            pen = t_interval(list(per_seed.values()), "seeds")
             text = (
                 f"{arm} at {size} {pen.text()} (its best LR {best:g}, "
                 f"{best / shared:g}× the shared {shared:g}{unknown})"
@@ -1933,10 +1938,7 @@ def _penalty_difference(data: StudyData, row: Verdict, arms: list[Optional[str]]
         return ""
     texts = []
     for size in row.sizes:
-        pens = []
-        for arm in pair:
-            at_shared, at_best = data.losses(arm, size), data.confirm_losses(arm, size)
-            pens.append({k: at_shared[k] - at_best[k] for k in set(at_shared) & set(at_best)})
+        pens = [_seed_penalties(data, arm, size) for arm in pair]
         seeds = sorted(set(pens[0]) & set(pens[1]))
         if not seeds:
             return ""
