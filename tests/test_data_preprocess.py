@@ -652,14 +652,50 @@ def test_a_shard_of_another_tokenizer_than_its_finished_siblings_is_refused_at_s
     assert merged["outputs"]["text_document"]["documents"] == whole.documents
 
 
-def test_merge_names_a_prefix_without_shards_and_several_shard_counts(tmp_path, parts):
+def test_merge_names_a_prefix_without_shards_and_several_shard_counts(tmp_path, parts, capsys):
     out = str(tmp_path / "s")
     with pytest.raises(ConfigError, match=r"no shard done-marker .*Fix: give the --output-prefix"):
         merge_shards(out)
+    with pytest.raises(ConfigError, match=r"no shard of a 3-shard run .*nor of any other sharded"):
+        merge_shards(out, 3)
+    with pytest.raises(ConfigError, match=r"num_shards=0: must be >= 1\. Fix: "):
+        merge_shards(out, 0)
     for n in (2, 3):
         preprocess(parts, TOKENIZER, out, shard_index=0, num_shards=n, progress=False)
-    with pytest.raises(ConfigError, match=r"shard counts 2, 3\. Fix: pass --num-shards N"):
+    with pytest.raises(ConfigError) as e:
         merge_shards(out)
+    assert str(e.value).endswith(
+        ": a 2-shard run (1 of 2 shards finished), a 3-shard run (1 of 3 shards finished). "
+        "Fix: pass --num-shards N to choose one"
+    )
+    with pytest.raises(ConfigError, match=r"shard 1 of 3 .* --shard-index 1 --num-shards 3"):
+        merge_shards(out, 3)  # a 3-shard run is there: its missing shard is named
+    with pytest.raises(ConfigError) as e:
+        merge_shards(out, 4)
+    assert str(e.value) == (
+        f"output_prefix={out!r}: no shard of a 4-shard run has finished there "
+        f"(s-shardIIIII-of-00004.done.json) in {str(tmp_path)!r}; what is there: a 2-shard run "
+        "(1 of 2 shards finished), a 3-shard run (1 of 3 shards finished). Fix: pass "
+        "--num-shards 2 or --num-shards 3 to merge that run, or run preprocess --num-shards 4 "
+        "--shard-index I for I = 0..3 first"
+    )
+
+
+def test_merge_with_a_shard_count_no_run_has_names_the_run_that_is_there(tmp_path, parts, capsys):
+    """Trial 14: with only a 2-shard run at the prefix, ``merge --num-shards 3`` said shard 0 of
+    3 was not complete and told to rerun preprocess for it. It now says that no 3-shard run is
+    there and that a 2-shard one is; its fix, --num-shards 2, merges the run."""
+    out = str(tmp_path / "c")
+    for i in range(2):
+        preprocess(parts, TOKENIZER, out, shard_index=i, num_shards=2, progress=False)
+    assert main(["merge", "--no-progress", "--output-prefix", out, "--num-shards", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "no shard of a 3-shard run has finished there" in err
+    assert "what is there: a 2-shard run (2 of 2 shards finished). Fix: pass --num-shards 2" in err
+    assert "shard 0 of 3" not in err and not os.path.exists(f"{out}.done.json")
+    assert main(["merge", "--no-progress", "--output-prefix", out, "--num-shards", "2"]) == 0
+    whole = preprocess(parts, TOKENIZER, str(tmp_path / "whole"), progress=False)
+    assert read_dataset(f"{out}_text_document") == read_dataset(whole.prefix)
 
 
 def test_rerun_skips_completed_redoes_damaged_and_refuses_other_settings(

@@ -198,11 +198,13 @@ def merge_shards(output_prefix: str, num_shards: int | None = None, progress: bo
         The merged statistics (the ``{output_prefix}.stats.json`` document).
 
     Raises:
-        ConfigError: a shard is not complete (named, with the command that finishes it), or
+        ConfigError: no shard of a ``num_shards``-shard run has finished there (the shard
+            counts that are there named; :func:`~megatron_gamma.data.sharding.find_num_shards`),
+            a shard is not complete (named, with the command that finishes it), or
             ``output_prefix`` names a directory or cannot be written (:func:`check_output_prefix`).
     """
     check_output_prefix(output_prefix)
-    n = num_shards if num_shards is not None else find_num_shards(output_prefix)
+    n = find_num_shards(output_prefix, num_shards)
     bases = [shard_prefix(output_prefix, i, n) for i in range(n)]
     markers = []
     for i, base in enumerate(bases):
