@@ -579,14 +579,123 @@ def test_a_failed_shard_keeps_the_finished_ones_and_their_directory(tmp_path):
     assert "x-shard00000-of-00002_text_document.bin" in listing(out)
 
 
-def test_merge_names_a_prefix_without_shards_and_several_shard_counts(tmp_path, parts):
+def _other_tokenizer(folder) -> str:
+    """The demo tokenizer with the ids of two ordinary tokens swapped: another tokenizer."""
+    with open(TOKENIZER, encoding="utf-8") as f:
+        doc = json.load(f)
+    vocab = doc["model"]["vocab"]
+    a, b = (t for t, i in vocab.items() if i in (300, 301))
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "tokenizer.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, ensure_ascii=False)
+    return path
+
+
+def test_a_shard_of_another_tokenizer_than_its_finished_siblings_is_refused_at_start(
+    tmp_path, parts, monkeypatch
+):
+    """Trial 14: a shard preprocessed with another tokenizer into a sharded run's prefix was
+    refused only by merge, after every task had run. It is refused before it tokenizes
+    anything, naming the sibling shard and both tokenizers (files, sha256 of the file's
+    bytes); merge's refusal of the same two datasets is the reference, and both fixes work."""
+    other = _other_tokenizer(str(tmp_path / "tok2"))
+    out = str(tmp_path / "c")
+    preprocess(parts, TOKENIZER, out, shard_index=0, num_shards=3, progress=False)
+    shard = [f"{out}-shard{i:05d}-of-00003" for i in range(3)]
+
+    def sha(path):
+        return hashlib.sha256(open(path, "rb").read()).hexdigest()[:12]
+
+    def no_tokenizing(*args):
+        raise AssertionError("tokenization started")
+
+    with monkeypatch.context() as m:
+        m.setattr("megatron_gamma.data.preprocess._choose_backend", no_tokenizing)
+        with pytest.raises(ConfigError) as e:
+            preprocess(parts, other, out, shard_index=1, num_shards=3, progress=False)
+    assert str(e.value) == (
+        f"output_prefix={out!r}: this shard would be tokenized with HuggingFaceTokenizer "
+        f"{other} (sha256 {sha(other)}), but 1 finished shard(s) of the same 3-shard run (0) "
+        f"were tokenized with another tokenizer: shard 0 ({shard[0]}_text_document) with "
+        f"HuggingFaceTokenizer {TOKENIZER} (sha256 {sha(TOKENIZER)}). merge refuses shards of two "
+        f"tokenizers. Fix: give this shard the finished shards' tokenizer (--tokenizer-type "
+        f"HuggingFaceTokenizer --tokenizer-model {TOKENIZER}); or, if this run's is the right "
+        f"one, delete {shard[0]}.done.json and rerun preprocess with it for shard(s) 0 "
+        "(--shard-index I --num-shards 3), then merge"
+    )
+    assert not any(name.startswith("c-shard00001") for name in listing(tmp_path))
+    # the reference: merge refuses that shard's dataset beside one made with the other tokenizer
+    made = preprocess(parts[2:4], other, str(tmp_path / "o"), progress=False).prefix
+    with pytest.raises(ConfigError, match=r"cannot merge .*Fix: preprocess them with the same"):
+        merge_datasets([f"{shard[0]}_text_document", made], str(tmp_path / "m"), progress=False)
+
+    # the first fix: the siblings' tokenizer; then shard 2 of the other names shards 0 and 1,
+    # and so does the whole run in one call (every shard in turn), before any tokenization
+    preprocess(parts, TOKENIZER, out, shard_index=1, num_shards=3, progress=False)
+    with monkeypatch.context() as m:
+        m.setattr("megatron_gamma.data.preprocess._choose_backend", no_tokenizing)
+        for index, this in ((2, "this shard"), (None, "this run")):
+            with pytest.raises(ConfigError) as e:
+                preprocess(parts, other, out, shard_index=index, num_shards=3, progress=False)
+            assert f": {this} would be tokenized with " in str(e.value)
+            assert "but 2 finished shard(s) of the same 3-shard run (0, 1)" in str(e.value)
+    # the second fix: the finished shards redone with the other tokenizer, then merged
+    for i in (0, 1):
+        os.remove(f"{shard[i]}.done.json")
+    for i in range(3):
+        preprocess(parts, other, out, shard_index=i, num_shards=3, progress=False)
+    merged = merge_shards(out, progress=False)
+    whole = preprocess(parts, other, str(tmp_path / "whole"), progress=False)
+    assert read_dataset(f"{out}_text_document") == read_dataset(whole.prefix)
+    assert merged["outputs"]["text_document"]["documents"] == whole.documents
+
+
+def test_merge_names_a_prefix_without_shards_and_several_shard_counts(tmp_path, parts, capsys):
     out = str(tmp_path / "s")
     with pytest.raises(ConfigError, match=r"no shard done-marker .*Fix: give the --output-prefix"):
         merge_shards(out)
+    with pytest.raises(ConfigError, match=r"no shard of a 3-shard run .*nor of any other sharded"):
+        merge_shards(out, 3)
+    with pytest.raises(ConfigError, match=r"num_shards=0: must be >= 1\. Fix: "):
+        merge_shards(out, 0)
     for n in (2, 3):
         preprocess(parts, TOKENIZER, out, shard_index=0, num_shards=n, progress=False)
-    with pytest.raises(ConfigError, match=r"shard counts 2, 3\. Fix: pass --num-shards N"):
+    with pytest.raises(ConfigError) as e:
         merge_shards(out)
+    assert str(e.value).endswith(
+        ": a 2-shard run (1 of 2 shards finished), a 3-shard run (1 of 3 shards finished). "
+        "Fix: pass --num-shards N to choose one"
+    )
+    with pytest.raises(ConfigError, match=r"shard 1 of 3 .* --shard-index 1 --num-shards 3"):
+        merge_shards(out, 3)  # a 3-shard run is there: its missing shard is named
+    with pytest.raises(ConfigError) as e:
+        merge_shards(out, 4)
+    assert str(e.value) == (
+        f"output_prefix={out!r}: no shard of a 4-shard run has finished there "
+        f"(s-shardIIIII-of-00004.done.json) in {str(tmp_path)!r}; what is there: a 2-shard run "
+        "(1 of 2 shards finished), a 3-shard run (1 of 3 shards finished). Fix: pass "
+        "--num-shards 2 or --num-shards 3 to merge that run, or run preprocess --num-shards 4 "
+        "--shard-index I for I = 0..3 first"
+    )
+
+
+def test_merge_with_a_shard_count_no_run_has_names_the_run_that_is_there(tmp_path, parts, capsys):
+    """Trial 14: with only a 2-shard run at the prefix, ``merge --num-shards 3`` said shard 0 of
+    3 was not complete and told to rerun preprocess for it. It now says that no 3-shard run is
+    there and that a 2-shard one is; its fix, --num-shards 2, merges the run."""
+    out = str(tmp_path / "c")
+    for i in range(2):
+        preprocess(parts, TOKENIZER, out, shard_index=i, num_shards=2, progress=False)
+    assert main(["merge", "--no-progress", "--output-prefix", out, "--num-shards", "3"]) == 2
+    err = capsys.readouterr().err
+    assert "no shard of a 3-shard run has finished there" in err
+    assert "what is there: a 2-shard run (2 of 2 shards finished). Fix: pass --num-shards 2" in err
+    assert "shard 0 of 3" not in err and not os.path.exists(f"{out}.done.json")
+    assert main(["merge", "--no-progress", "--output-prefix", out, "--num-shards", "2"]) == 0
+    whole = preprocess(parts, TOKENIZER, str(tmp_path / "whole"), progress=False)
+    assert read_dataset(f"{out}_text_document") == read_dataset(whole.prefix)
 
 
 def test_rerun_skips_completed_redoes_damaged_and_refuses_other_settings(

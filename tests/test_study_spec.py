@@ -811,6 +811,88 @@ def test_a_study_can_skip_and_count_bad_lines_and_records(tmp_path, capsys):
         check_data_unchanged(stop, out)
 
 
+def _tree(path) -> list[str]:
+    return sorted(
+        os.path.relpath(os.path.join(d, f), path) for d, _, fs in os.walk(path) for f in fs
+    )
+
+
+@pytest.mark.parametrize(
+    "lines, heldout_every, match",
+    [
+        (['{"text": "one"}', '{"text": "two'], 10, r"line 2 is not JSON"),
+        (['{"text": "one"}', '{"id": 7}'], 10, r":2: no key 'text' \(keys: id\)\. Fix: "),
+        (['{"text": "one"}', '["two"]'], 10, r":2: a JSON list, not an object\. Fix: "),
+        (['{"text": "one"}', '{"text": 12345}'], 10, r":2: 'text' is an int, not a string"),
+        (['{"text": "only one"}'], 10, r"1 document\(s\) with text, none of them in the train"),
+        (  # the held-out documents (0, 2, 4) are empty once control characters are removed
+            ['{"text": " \\u0000"}', '{"text": "a"}', '{"text": ""}', '{"text": "b"}',
+             '{"text": "\\u200b"}', '{"text": "c"}'],
+            2,
+            r"3 document\(s\) with text, none of them in the held-out split \(documents 0, 2, 4, "
+            r".*3 record\(s\) in that split.* Fix: give data\.inputs more documents with text, "
+            r"or a smaller data\.heldout_every$",
+        ),
+    ],
+)  # fmt: skip
+def test_dry_run_refuses_the_corpus_the_sweep_refuses_and_writes_nothing(
+    tmp_path, lines, heldout_every, match
+):
+    """Trial 13: ``sweep --dry-run`` printed a plan for a corpus the sweep refused 4 s later.
+    The dry run now reads the corpus as the sweep splits it: each bad corpus is refused by
+    ``dry_run``, ``sweep --slurm --dry-run`` and the CLI with the message the sweep itself
+    stops with (the reference), and the output directory is never created."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def edit(raw):
+        raw["data"].update(inputs=[str(corpus)], heldout_every=heldout_every)
+
+    study_path = _study(tmp_path, edit)
+    out = tmp_path / "o"
+    with pytest.raises(StudyError, match=match) as planned:
+        dry_run(study_path, str(out))
+    assert not out.exists()
+    with pytest.raises(StudyError, match=match) as slurm:
+        submit_study(study_path, str(out), ClusterOptions(), dry_run=True, out=sys.stderr)
+    assert not out.exists()
+    with pytest.raises(StudyError) as swept:
+        sweep_mod.sweep(study_path, str(tmp_path / "real"))
+    assert str(planned.value) == str(slurm.value) == str(swept.value)
+    assert _tree(tmp_path / "real" / "data") == ["fingerprint.json"]  # no split, no dataset
+    if heldout_every == 10 and "not JSON" in match:
+        proc = subprocess.run(
+            [sys.executable, "-m", "megatron_gamma.cli", "sweep", study_path, "--output-dir",
+             str(out), "--dry-run"],
+            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ROOT}, timeout=300,
+        )  # fmt: skip
+        assert proc.returncode == 2 and str(swept.value) in proc.stderr, proc.stderr
+        assert not out.exists()
+
+
+def test_dry_run_counts_the_documents_of_each_split_and_writes_nothing(tmp_path):
+    """The plan ends with the documents each split will get: document i is held out when
+    i % heldout_every == 0 (counted here from the corpus's lines); a record without text
+    under data.on_error: skip is counted in its split (preprocess then skips it)."""
+    corpus = tmp_path / "c.jsonl"
+    with open(os.path.join(DEMO, "en.jsonl"), encoding="utf-8") as f:
+        docs = f.readlines()[:23]
+    corpus.write_text("".join([*docs[:5], '{"text": "cut\n', '{"id": 7}\n', *docs[5:]]))
+
+    def edit(raw):
+        raw["data"].update(inputs=[str(corpus)], on_error="skip")
+
+    out = tmp_path / "o"
+    text = dry_run(_study(tmp_path, edit), str(out))
+    values = len(docs) + 1  # the line that is not JSON is skipped, the record without text not
+    heldout = len(range(0, values, 10))
+    assert text.splitlines()[-1] == (
+        f"data: {values - heldout} train, {heldout} held-out documents (1 line not JSON "
+        f"skipped: {corpus}:6) (read from data.inputs, to be prepared by the sweep)"
+    )
+    assert not out.exists()
+
+
 # ---- sweep --slurm ----------------------------------------------------------------------------
 
 

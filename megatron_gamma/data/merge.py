@@ -46,7 +46,13 @@ from megatron_gamma.data.stats import (
     write_json,
 )
 from megatron_gamma.data.tokenizer_fingerprint import SUFFIX as FINGERPRINT
-from megatron_gamma.data.tokenizer_fingerprint import merged_fingerprint
+from megatron_gamma.data.tokenizer_fingerprint import (
+    describe,
+    merged_fingerprint,
+    other_tokenizers,
+    read_fingerprint,
+    tokenizer_flags,
+)
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +131,61 @@ def _merged_again(why: str, name: Callable[[str], str]) -> Reconcile:
     return reconcile
 
 
+def _shard_datasets(base: str) -> list[tuple[str, dict]]:
+    """(dataset prefix, tokenizer fingerprint) of every output that finished shard ``base``
+    lists in its done-marker: the datasets :func:`merge_shards` would merge. The marker and
+    its files are read as they are, not verified (hashing every sibling's ``.bin`` would cost
+    each shard as much as reading them); [] for a shard without a marker, or with an unreadable
+    one (``merge`` names it)."""
+    try:
+        marker = read_marker_file(f"{base}.done.json")
+        files = marker.get("files", {})
+        names = [base + f[: -len(FINGERPRINT)] for f in files if f.endswith(FINGERPRINT)]
+        docs = [(prefix, read_fingerprint(prefix)) for prefix in names]
+    except (FileNotFoundError, ConfigError):
+        return []
+    return [(prefix, doc) for prefix, doc in docs if doc is not None]
+
+
+def check_sibling_shards(
+    output_prefix: str, num_shards: int, shard_index: int | None, tokenizer: dict
+) -> None:
+    """Refuse, before a sharded ``preprocess`` tokenizes anything, a run whose tokenizer
+    (fingerprint ``tokenizer``) is not the one the finished shards of the same run
+    (``output_prefix`` and ``num_shards``; every shard but ``shard_index``) were made with: the
+    comparison :func:`merge_shards` makes of their datasets
+    (:func:`~megatron_gamma.data.tokenizer_fingerprint.other_tokenizers`), which would
+    otherwise refuse them only once every shard had run. Shards without a done-marker, or
+    without tokenizer fingerprints (written before they existed), are not compared.
+
+    Raises:
+        ConfigError: naming the shard(s) made with the other tokenizer, both tokenizers (files
+            and sha256) and the fix: this run with their tokenizer, or those shards redone.
+    """
+    other = []
+    for j in range(num_shards):
+        base = shard_prefix(output_prefix, j, num_shards)
+        if j != shard_index and (found := other_tokenizers(_shard_datasets(base), tokenizer)):
+            other.append((j, base, *found[0]))
+    if not other:
+        return
+    j, base, prefix, doc = other[0]
+    shards = ", ".join(str(o[0]) for o in other[:3]) + (", ..." if len(other) > 3 else "")
+    markers = ", ".join(f"{o[1]}.done.json" for o in other[:3]) + (
+        ", ..." if len(other) > 3 else ""
+    )
+    this = "this shard" if shard_index is not None else "this run"
+    raise ConfigError(
+        f"output_prefix={output_prefix!r}: {this} would be tokenized with {describe(tokenizer)}, "
+        f"but {len(other)} finished shard(s) of the same {num_shards}-shard run ({shards}) "
+        f"were tokenized with another tokenizer: shard {j} ({prefix}) with {describe(doc)}. "
+        "merge refuses shards of two tokenizers. Fix: give "
+        f"{this} the finished shards' tokenizer ({tokenizer_flags(doc)}); or, if this run's "
+        f"is the right one, delete {markers} and rerun preprocess with it for shard(s) "
+        f"{shards} (--shard-index I --num-shards {num_shards}), then merge"
+    )
+
+
 def merge_shards(output_prefix: str, num_shards: int | None = None, progress: bool = True) -> dict:
     """Merge the shard outputs of a sharded preprocessing run into ``output_prefix``.
 
@@ -137,11 +198,13 @@ def merge_shards(output_prefix: str, num_shards: int | None = None, progress: bo
         The merged statistics (the ``{output_prefix}.stats.json`` document).
 
     Raises:
-        ConfigError: a shard is not complete (named, with the command that finishes it), or
+        ConfigError: no shard of a ``num_shards``-shard run has finished there (the shard
+            counts that are there named; :func:`~megatron_gamma.data.sharding.find_num_shards`),
+            a shard is not complete (named, with the command that finishes it), or
             ``output_prefix`` names a directory or cannot be written (:func:`check_output_prefix`).
     """
     check_output_prefix(output_prefix)
-    n = num_shards if num_shards is not None else find_num_shards(output_prefix)
+    n = find_num_shards(output_prefix, num_shards)
     bases = [shard_prefix(output_prefix, i, n) for i in range(n)]
     markers = []
     for i, base in enumerate(bases):

@@ -43,7 +43,7 @@ from megatron_gamma.atomic import output_dirs
 from megatron_gamma.config import ConfigError, DataConfig
 from megatron_gamma.data.encode import ChunkEncoder, EncodeOptions, filtered_texts
 from megatron_gamma.data.indexed import ChunkWriter, token_dtype
-from megatron_gamma.data.merge import merge_shards
+from megatron_gamma.data.merge import check_sibling_shards, merge_shards
 from megatron_gamma.data.readers import (
     MAX_MESSAGES,
     Chunk,
@@ -486,7 +486,9 @@ def preprocess(
             file, named by file and line (a ``ValueError``).
         ConfigError: bad shard flags, an output prefix that names a directory or cannot be
             written (:func:`~megatron_gamma.data.resume.check_output_prefix`) or holds a run
-            with other settings, an unknown ``tokenizer_backend``, 'gigatoken' when it cannot
+            with other settings, finished shards of the same sharded run made with another
+            tokenizer (:func:`~megatron_gamma.data.merge.check_sibling_shards`, before any
+            tokenization), an unknown ``tokenizer_backend``, 'gigatoken' when it cannot
             give HF's ids, a missing tokenizer file, or tokenizer flags that do not fit the
             tokenizer type.
         ValueError: no document to write, ``workers < 1``, ``chunk_size < 1`` or
@@ -517,6 +519,8 @@ def preprocess(
     )
     with output_dirs(out_dir):
         tok = load_tokenizer(tokenizer, out_dir)
+        if num_shards > 1:
+            check_sibling_shards(output_prefix, num_shards, shard_index, fingerprint(tok))
         backend = _Backend(files, tok, options, tokenizer_backend)
         seen: dict = {}
         run = {"tok": tok, "options": options, "workers": workers, "chunk_size": chunk_size}

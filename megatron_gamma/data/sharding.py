@@ -57,30 +57,74 @@ def shard_prefix(output_prefix: str, shard_index: int, num_shards: int) -> str:
     return f"{output_prefix}-shard{shard_index:05d}-of-{num_shards:05d}"
 
 
-def find_num_shards(output_prefix: str) -> int:
-    """The shard count of a sharded run's done-markers next to ``output_prefix``.
-
-    Raises:
-        ConfigError: no shard done-marker found, or markers of different shard counts.
-    """
+def finished_shards(output_prefix: str) -> dict[int, int]:
+    """``{shard count: shards finished}`` of the sharded runs beside ``output_prefix``, from the
+    names of their done-markers (``{output_prefix}-shardIIIII-of-NNNNN.done.json``)."""
     folder = os.path.dirname(output_prefix) or "."
     pattern = re.compile(re.escape(os.path.basename(output_prefix)) + _SHARD_RE + r"\.done\.json$")
-    counts = set()
+    counts: dict[int, int] = {}
     if os.path.isdir(folder):
         for name in os.listdir(folder):
             if m := pattern.match(name):
-                counts.add(int(m.group(2)))
-    expected = f"{os.path.basename(output_prefix)}-shardIIIII-of-NNNNN.done.json"
+                counts[int(m.group(2))] = counts.get(int(m.group(2)), 0) + 1
+    return counts
+
+
+def _runs_there(counts: dict[int, int]) -> str:
+    """The sharded runs of :func:`finished_shards` for messages: 'a 2-shard run (2 of 2 shards
+    finished)'."""
+    return ", ".join(
+        f"a {n}-shard run ({k} of {n} shards finished)" for n, k in sorted(counts.items())
+    )
+
+
+def find_num_shards(output_prefix: str, num_shards: int | None = None) -> int:
+    """The shard count of the sharded run beside ``output_prefix`` that ``merge`` merges:
+    ``num_shards`` when given and at least one shard of a run of that many has finished
+    there (its done-marker exists), else the one count whose done-markers are there.
+
+    Raises:
+        ConfigError: ``num_shards`` < 1; no shard of a ``num_shards``-shard run finished there
+            (naming the shard counts whose runs are there, and how many of their shards
+            finished); without ``num_shards``, no shard done-marker found, or markers of
+            different shard counts.
+    """
+    folder = os.path.dirname(output_prefix) or "."
+    counts = finished_shards(output_prefix)
+    name = os.path.basename(output_prefix)
+    expected = f"{name}-shardIIIII-of-NNNNN.done.json"
+    where = f"in {os.path.abspath(folder)!r}"
+    if num_shards is not None and num_shards < 1:
+        raise ConfigError(
+            f"num_shards={num_shards}: must be >= 1. Fix: the --num-shards the sharded "
+            "preprocess was given, or leave it out to find it from the done-markers"
+        )
+    if num_shards is not None and num_shards not in counts:
+        run = f"output_prefix={output_prefix!r}: no shard of a {num_shards}-shard run has "
+        markers = f"({name}-shardIIIII-of-{num_shards:05d}.done.json) {where}"
+        if not counts:
+            raise ConfigError(
+                f"{run}finished there {markers}, nor of any other sharded run. Fix: give the "
+                "--output-prefix that the sharded preprocess was given, or run preprocess "
+                f"--num-shards {num_shards} --shard-index I for I = 0..{num_shards - 1} first"
+            )
+        fix = " or ".join(f"--num-shards {n}" for n in sorted(counts))
+        raise ConfigError(
+            f"{run}finished there {markers}; what is there: {_runs_there(counts)}. Fix: pass "
+            f"{fix} to merge that run, or run preprocess --num-shards {num_shards} "
+            f"--shard-index I for I = 0..{num_shards - 1} first"
+        )
+    if num_shards is not None:
+        return num_shards
     if not counts:
         raise ConfigError(
-            f"output_prefix={output_prefix!r}: no shard done-marker ({expected}) in "
-            f"{os.path.abspath(folder)!r}. Fix: give the --output-prefix that the sharded "
-            "preprocess (--num-shards N) was given, or --input PREFIX... to merge datasets"
+            f"output_prefix={output_prefix!r}: no shard done-marker ({expected}) {where}. Fix: "
+            "give the --output-prefix that the sharded preprocess (--num-shards N) was given, or "
+            "--input PREFIX... to merge datasets"
         )
     if len(counts) > 1:
-        found = ", ".join(str(c) for c in sorted(counts))
         raise ConfigError(
-            f"output_prefix={output_prefix!r}: done-markers ({expected}) of several sharded runs, "
-            f"with shard counts {found}. Fix: pass --num-shards N to choose one"
+            f"output_prefix={output_prefix!r}: done-markers ({expected}) of several sharded runs: "
+            f"{_runs_there(counts)}. Fix: pass --num-shards N to choose one"
         )
-    return counts.pop()
+    return next(iter(counts))

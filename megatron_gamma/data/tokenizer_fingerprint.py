@@ -84,6 +84,14 @@ def changed_files(then: dict, now: dict) -> tuple[str, str]:
     return ", ".join(files), "file" if len(files) == 1 else "files"
 
 
+def other_tokenizers(docs: list[tuple[str, dict]], want: dict) -> list[tuple[str, dict]]:
+    """The (dataset, fingerprint) pairs of ``docs`` made with another tokenizer than fingerprint
+    ``want`` (another ``sha256``): the datasets :func:`merged_fingerprint` refuses to merge
+    with one made by ``want``, and a shard of a sharded ``preprocess`` refuses beside its
+    siblings (:func:`~megatron_gamma.data.merge.check_sibling_shards`)."""
+    return [(prefix, doc) for prefix, doc in docs if doc["sha256"] != want["sha256"]]
+
+
 def merged_fingerprint(prefixes: list[str]) -> dict | None:
     """The common fingerprint of datasets to concatenate, or None if any has none.
 
@@ -94,13 +102,14 @@ def merged_fingerprint(prefixes: list[str]) -> dict | None:
     if any(doc is None for _, doc in docs):
         return None
     first_prefix, first = docs[0]
-    for prefix, doc in docs[1:]:
-        if doc["sha256"] != first["sha256"]:
-            raise ConfigError(
-                f"cannot merge {prefix} (tokenized with {describe(doc)}) into datasets tokenized "
-                f"with {describe(first)} ({first_prefix}). Fix: preprocess them with the same "
-                "tokenizer"
-            )
+    other = other_tokenizers(docs[1:], first)
+    if other:
+        prefix, doc = other[0]
+        raise ConfigError(
+            f"cannot merge {prefix} (tokenized with {describe(doc)}) into datasets tokenized "
+            f"with {describe(first)} ({first_prefix}). Fix: preprocess them with the same "
+            "tokenizer"
+        )
     return first
 
 

@@ -29,6 +29,7 @@ from megatron_gamma.parallel import _PEAK_BF16_TFLOPS
 from megatron_gamma.study import rundir
 from megatron_gamma.study.spec import Run, Study, StudyError, load_study, plan
 from megatron_gamma.study.sweep import (
+    check_data,
     check_data_unchanged,
     check_runs_unchanged,
     check_study_dir,
@@ -98,7 +99,8 @@ def submit_study(
         options: partition, time limit, container.
         gpus_per_node: GPUs (= training processes, torchrun) per run.
         warning_seconds: SIGUSR1 this long before the time limit (checkpoint, requeue).
-        dry_run: print-only: writes nothing, prepares no data.
+        dry_run: print-only: writes nothing, prepares no data, but checks them
+            (:func:`~megatron_gamma.study.sweep.check_data`).
         out: progress messages.
 
     Returns:
@@ -107,7 +109,7 @@ def submit_study(
     Raises:
         StudyError: an ``output_dir`` a sweep cannot run in
             (:func:`~megatron_gamma.study.sweep.check_study_dir`), an invalid study, no run left
-            to do, or bad job settings.
+            to do, bad job settings, or (``dry_run``) data the sweep would refuse.
         SubmitError: ``output_dir`` holds ``%``, which SLURM would read as a pattern in the
             array's log path (:func:`~megatron_gamma.launch.slurm.check_log_dir`).
         StudyChangedError: an existing run directory with other settings, or changed data.
@@ -122,7 +124,10 @@ def submit_study(
     study = load_study(study_path)
     runs = plan(study, output_dir)
     note = check_runs_unchanged(runs)
-    check_data_unchanged(study, output_dir)
+    if dry_run:  # the sweep's data checks, writing nothing; else prepare_data runs them
+        check_data(study, output_dir)
+    else:
+        check_data_unchanged(study, output_dir)
     if note:
         print(note, file=out, flush=True)
     todo = [r for r in runs if not rundir.is_finished(r.config.logging.run_dir, r.train_iters)]

@@ -27,7 +27,10 @@ Steps:
    run, one GPU each) from ``launch/templates/study_array.sbatch.j2``; ``--dry-run`` prints it.
 
 ``--dry-run`` (without ``--slurm``) prints the plan: runs with their LR and phase, parameters,
-tokens, an estimated time on this machine, the confirm runs still pending, and writes nothing.
+tokens, an estimated time on this machine, the confirm runs still pending, and the documents of
+each split. It writes nothing, but runs the sweep's checks of its data (:func:`check_data`:
+the corpus is read as the split reads it, where no data are prepared yet), so a corpus the
+sweep would refuse is refused with the sweep's message.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ from typing import Optional, TextIO
 
 from megatron_gamma.atomic import LinkedFileError, atomic_open, open_in_place, refuse_link
 from megatron_gamma.config import changed_fields, redacted_dict, save_config
+from megatron_gamma.data.filters import Filters
+from megatron_gamma.data.normalize import remove_control_characters
+from megatron_gamma.data.readers import InputError, Record, record_text
 from megatron_gamma.rundir.paths import CONFIG, METRICS
 from megatron_gamma.study import rundir
 from megatron_gamma.study.spec import (
@@ -398,8 +404,8 @@ def write_run_files(run: Run) -> str:
 
 
 def _read_texts(path: str, on_error: str, skipped: list[str]):
-    """The JSON value of each non-blank line of ``path``; a line that is not JSON raises, or
-    with ``on_error`` 'skip' is noted in ``skipped`` as ``PATH:LINE``.
+    """(line number, JSON value) of each non-blank line of ``path``; a line that is not JSON
+    raises, or with ``on_error`` 'skip' is noted in ``skipped`` as ``PATH:LINE``.
 
     Raises:
         StudyError: a line that is not JSON, with ``on_error`` 'stop'.
@@ -409,7 +415,7 @@ def _read_texts(path: str, on_error: str, skipped: list[str]):
         for n, line in enumerate(f, 1):
             if line.strip():
                 try:
-                    yield json.loads(line.rstrip("\r\n"))
+                    yield n, json.loads(line.rstrip("\r\n"))
                 except json.JSONDecodeError as e:
                     if on_error == "skip":
                         skipped.append(f"{path}:{n}")
@@ -419,6 +425,96 @@ def _read_texts(path: str, on_error: str, skipped: list[str]):
                         "object per line (repair or remove that line), or data.on_error: skip "
                         "in the study file to skip and count such lines"
                     ) from e
+
+
+def _has_no_text(path: str, line: int, doc: object) -> Optional[str]:
+    """Why ``preprocess`` (``--json-keys text``, its default filters) writes no document for
+    ``doc``, line ``line`` of ``path``: a problem it refuses (its message, up to its Fix), or
+    'empty' for a text it drops (the only reason of
+    :meth:`~megatron_gamma.data.filters.Filters.text_reason` at the defaults, after
+    :func:`~megatron_gamma.data.normalize.remove_control_characters`); None when it keeps the
+    document."""
+    if not isinstance(doc, dict):
+        return f"{path}:{line}: a JSON {type(doc).__name__}, not an object"
+    try:
+        text = record_text(path, Record(line, doc), "text")
+    except InputError as e:
+        return str(e).split(". Fix: ")[0]
+    return Filters().text_reason(remove_control_characters(text)[0])
+
+
+def split_corpus(study: Study, files: Optional[dict[str, TextIO]] = None) -> str:
+    """Read the study's corpus as the sweep splits it, and check it; with ``files``
+    ({"train": f, "heldout": f}) write each JSON value to its split's file, one a line.
+
+    Document ``i`` (every JSON line of ``data.inputs``, in order, counts) is held out when ``i
+    % heldout_every == 0``, else trained on. Without ``files`` nothing is written: ``sweep
+    --dry-run`` runs the same checks, so it refuses what the sweep would, with its message.
+
+    Returns:
+        The line "data: N train, M held-out documents" (with the lines skipped as not JSON).
+
+    Raises:
+        StudyError: a line that is not JSON (:func:`_read_texts`), or, with ``data.on_error``
+            'stop', a record ``preprocess`` would refuse (not an object, or no string
+            ``text``); a split left with no document ``preprocess`` keeps (every record of it
+            empty or refused), which ``preprocess`` would refuse to write.
+    """
+    counts = {"train": 0, "heldout": 0}
+    kept = dict(counts)
+    index, skipped = 0, []
+    for path in study.data.inputs:
+        for line, doc in _read_texts(path, study.data.on_error, skipped):
+            split = "heldout" if index % study.data.heldout_every == 0 else "train"
+            problem = _has_no_text(path, line, doc)
+            if problem not in (None, "empty") and study.data.on_error == "stop":
+                raise StudyError(
+                    f"data.inputs={path!r}: {problem}. Fix: give every record its text as a "
+                    "JSON string under 'text' (repair or remove that line), or data.on_error: "
+                    "skip in the study file to skip and count such records"
+                )
+            if files is not None:
+                files[split].write(json.dumps(doc, ensure_ascii=False) + "\n")
+            counts[split] += 1
+            kept[split] += problem is None
+            index += 1
+    for split, name in (("train", "train"), ("heldout", "held-out")):
+        if not kept[split]:
+            every = study.data.heldout_every
+            raise StudyError(
+                f"data.inputs={study.data.inputs}: {kept['train'] + kept['heldout']} document(s) "
+                f"with text, none of them in the {name} split (documents 0, {every}, "
+                f"{2 * every}, ... are held out, the others train: heldout_every={every}; "
+                f"{counts[split]} record(s) in that split, each empty or without a text), so "
+                "preprocess would have nothing to write. Fix: give data.inputs more documents "
+                "with text" + (", or a smaller data.heldout_every" if split == "heldout" else "")
+            )
+    n = len(skipped)
+    bad = f" ({n} line{'s' if n > 1 else ''} not JSON skipped: {', '.join(skipped[:3])}" + (
+        ", ...)" if n > 3 else ")"
+    )
+    return f"data: {counts['train']} train, {counts['heldout']} held-out documents" + (
+        bad if skipped else ""
+    )
+
+
+def check_data(study: Study, output_dir: str) -> str:
+    """The sweep's checks of its data before it prepares them, writing nothing (``sweep
+    --dry-run``, ``sweep --slurm --dry-run``): prepared data must be unchanged
+    (:func:`check_data_unchanged`); where none are prepared yet, the inputs and the tokenizer
+    must exist (:func:`data_fingerprint`) and the corpus pass :func:`split_corpus`'s checks.
+
+    Returns:
+        The plan's data line.
+
+    Raises:
+        StudyChangedError: changed prepared data. StudyError: what :func:`data_fingerprint`
+            or :func:`split_corpus` refuses.
+    """
+    if check_data_unchanged(study, output_dir) is not None:
+        return f"data: prepared in {os.path.dirname(data_prefixes(output_dir)['train'])}"
+    data_fingerprint(study)
+    return split_corpus(study) + " (read from data.inputs, to be prepared by the sweep)"
 
 
 def prepare_data(study: Study, output_dir: str, out: TextIO) -> dict[str, str]:
@@ -459,23 +555,7 @@ def prepare_data(study: Study, output_dir: str, out: TextIO) -> dict[str, str]:
                 k: stack.enter_context(atomic_open(p, "w", encoding="utf-8"))
                 for k, p in split_json.items()
             }
-            counts = {k: 0 for k in files}
-            index, skipped = 0, []
-            for path in study.data.inputs:
-                for doc in _read_texts(path, study.data.on_error, skipped):
-                    split = "heldout" if index % study.data.heldout_every == 0 else "train"
-                    files[split].write(json.dumps(doc, ensure_ascii=False) + "\n")
-                    counts[split] += 1
-                    index += 1
-        n = len(skipped)
-        bad = f" ({n} line{'s' if n > 1 else ''} not JSON skipped: {', '.join(skipped[:3])}" + (
-            ", ...)" if n > 3 else ")"
-        )
-        print(
-            f"data: {counts['train']} train, {counts['heldout']} held-out documents"
-            + (bad if skipped else ""),
-            file=out,
-        )
+            print(split_corpus(study, files), file=out)
     for k, prefix in prefixes.items():
         if os.path.isfile(prefix + ".idx"):
             continue
@@ -612,19 +692,21 @@ def check_study_dir(output_dir: str, jobs: int = 1) -> None:
 
 
 def dry_run(study_path: str, output_dir: str, jobs: int = 1) -> str:
-    """The plan of ``sweep --dry-run`` (:func:`describe_plan`); writes nothing.
+    """The plan of ``sweep --dry-run`` (:func:`describe_plan`, then the data line of
+    :func:`check_data`); reads the corpus where no data are prepared yet, writes nothing.
 
     Raises:
         StudyError: ``output_dir`` or ``jobs`` that the sweep itself would refuse
-            (:func:`check_study_dir`), or an invalid study. StudyChangedError: a changed run or
-            changed data.
+            (:func:`check_study_dir`), an invalid study, or data the sweep would refuse
+            (:func:`check_data`: a missing input or tokenizer, a bad line or record, an empty
+            split). StudyChangedError: a changed run or changed data.
     """
     check_study_dir(output_dir, jobs)
     study = load_study(study_path)
     runs = plan(study, output_dir)
     note = check_runs_unchanged(runs)
-    check_data_unchanged(study, output_dir)
-    return describe_plan(study, runs) + (f"\n{note}" if note else "")
+    data = check_data(study, output_dir)
+    return describe_plan(study, runs) + f"\n{data}" + (f"\n{note}" if note else "")
 
 
 @dataclass
