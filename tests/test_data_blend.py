@@ -3,6 +3,7 @@
 over per-language outputs of ``preprocess``."""
 
 import os
+import shlex
 
 import numpy as np
 import pytest
@@ -101,6 +102,31 @@ def test_a_preprocess_output_prefix_as_data_path_suggests_its_datasets(tmp_path,
         f"preprocess --output-prefix {base}` wrote; or their blend, the data_path in "
         f"{base}.stats.json"
     )
+
+
+def test_a_missing_prefix_names_the_datasets_of_its_folder_quoted(tmp_path):
+    """Trial 15: preprocess with --json-keys content writes PREFIX_content_document, and a
+    --data-path of PREFIX_text_document (the README's name) said only that its .bin does not
+    exist. The fix now names the folder's datasets, each as a shell word (a path with a space
+    quoted, so the fix can be pasted), and how preprocess names them."""
+    folder = tmp_path / "my data"
+    folder.mkdir()
+    made = preprocess(DEMO_INPUTS[1:], DEMO_TOKENIZER, str(folder / "mixed"), progress=False).prefix
+    content = str(folder / "mixed_content_document")
+    for ext in (".bin", ".idx"):
+        os.rename(made + ext, content + ext)
+    wrong = str(folder / "mixed_text_document")
+    with pytest.raises(ConfigError) as e:
+        DataConfig(data_path=[wrong]).blend()
+    assert str(e.value) == (
+        f"data_path={wrong!r}: {wrong}.bin does not exist. Fix: --data-path one of the datasets "
+        f"in {folder}: {shlex.quote(content)} (preprocess names them PREFIX_KEY_document after "
+        "its --json-keys, e.g. _text_document or _content_document)"
+    )
+    assert shlex.split(shlex.quote(content)) == [content]
+    with pytest.raises(ConfigError) as e:
+        DataConfig(data_path=[content + ".bin"]).blend()
+    assert str(e.value).endswith(f"Fix: drop the extension: --data-path {shlex.quote(content)}")
 
 
 # documents short then long: the split with the fewest tokens is not the one with the fewest

@@ -8,6 +8,7 @@ import glob
 import importlib.util
 import os
 import re
+import shlex
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -575,6 +576,9 @@ class ParallelConfig:
 
 _SPLIT_KEYS = ("train_data_path", "valid_data_path", "test_data_path")
 
+DATASETS_LISTED = 5
+"""How many of a folder's datasets a missing --data-path prefix's fix names."""
+
 
 @dataclass(frozen=True)
 class DataConfig:
@@ -879,19 +883,32 @@ def _dataset_fix(key: str, prefix: str) -> str:
     flag = f"--{key.replace('_', '-')}"
     stem, ext = os.path.splitext(prefix)
     if ext in (".bin", ".idx") and is_dataset(stem):
-        return f"drop the extension: {flag} {stem}"
+        return f"drop the extension: {flag} {shlex.quote(stem)}"
     found = sorted(
         p[: -len(".idx")]
         for p in glob.glob(glob.escape(prefix) + "_*.idx")
         if is_dataset(p[: -len(".idx")])
     )
-    made = f"what `megatron-gamma preprocess --output-prefix {prefix}` wrote"
+    made = f"what `megatron-gamma preprocess --output-prefix {shlex.quote(prefix)}` wrote"
     if len(found) == 1:
-        return f"{flag} {found[0]}, {made}"
+        return f"{flag} {shlex.quote(found[0])}, {made}"
     if found:
         stats = f"{prefix}.stats.json"
         blend = f"; or their blend, the data_path in {stats}" if os.path.isfile(stats) else ""
-        return f"one of {', '.join(found)}, {made}{blend}"
+        return f"one of {', '.join(map(shlex.quote, found))}, {made}{blend}"
+    folder = os.path.dirname(prefix) or "."
+    near = sorted(
+        p[: -len(".idx")]
+        for p in glob.glob(os.path.join(glob.escape(folder), "*.idx"))
+        if is_dataset(p[: -len(".idx")])
+    )
+    if near:
+        listed = ", ".join(shlex.quote(p) for p in near[:DATASETS_LISTED])
+        more = f" and {len(near) - DATASETS_LISTED} more" if len(near) > DATASETS_LISTED else ""
+        return (
+            f"{flag} one of the datasets in {folder}: {listed}{more} (preprocess names them "
+            "PREFIX_KEY_document after its --json-keys, e.g. _text_document or _content_document)"
+        )
     return "give the prefix written by `megatron-gamma preprocess` (no extension)"
 
 
