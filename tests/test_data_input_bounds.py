@@ -16,7 +16,7 @@ from helpers import DEMO_TOKENIZER, megatron_core_dataset, read_dataset
 from megatron_gamma.data.encode import EncodeOptions
 from megatron_gamma.data.filters import Filters
 from megatron_gamma.data.preprocess import preprocess
-from megatron_gamma.data.readers import InputError
+from megatron_gamma.data.readers import InputError, expand_inputs
 
 GOOD = [f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(5)]
 
@@ -128,3 +128,26 @@ def test_documents_with_nothing_visible_are_counted_as_empty(tmp_path):
     assert read_dataset(r.prefix) == read_dataset(
         megatron_core_dataset(GOOD[:2], str(tmp_path / "ref"))
     )
+
+
+def test_plain_text_is_refused_with_a_command_that_converts_it(tmp_path):
+    """Trial 15: a .txt corpus, the commonest first corpus, got "unsupported file type" alone.
+    The fix now carries a shell command converting one document per line to JSONL; run as
+    printed (paths with a space quoted), it writes records whose texts are the lines."""
+    lines = ["第一行：中文，带“引号”", 'English with "quotes", a \\ backslash and a tab\t.', ""]
+    folder = tmp_path / "my data"
+    folder.mkdir()
+    text = folder / "corpus.txt"
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(InputError) as e:
+        expand_inputs([str(text)])
+    message = str(e.value)
+    assert message.startswith(f"input {str(text)!r}: unsupported file type. Fix: use one of ")
+    command = message.split("for plain text with one document per line: ", 1)[1]
+    env = {**os.environ, "PATH": f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}"}
+    subprocess.run(command, shell=True, check=True, cwd=tmp_path, env=env)
+    out = folder / "corpus.jsonl"
+    assert [json.loads(x)["text"] for x in out.read_text(encoding="utf-8").splitlines()] == lines
+    assert expand_inputs([str(out)]) == [str(out)]
+    with pytest.raises(InputError, match=r"\.parquet$"):  # another ending: the endings alone
+        expand_inputs([str(text.rename(folder / "corpus.csv"))])

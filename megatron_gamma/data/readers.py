@@ -144,6 +144,29 @@ def input_format(path: str) -> str | None:
     return None
 
 
+TEXT_EXTENSIONS = (".txt", ".text")
+"""Plain-text endings, refused with a command that converts one document per line to JSONL."""
+
+TEXT_TO_JSONL = (
+    'python -c \'import json, sys; [print(json.dumps({"text": line.rstrip("\\n")}, '
+    "ensure_ascii=False)) for line in sys.stdin]'"
+)
+"""A shell command reading plain text on stdin, writing one ``{"text": LINE}`` record a line."""
+
+
+def _unsupported(path: str) -> str:
+    """Why ``path`` is not read, with the fix: the supported endings, and for plain text a
+    command that converts it, one document per line."""
+    why = f"input {path!r}: unsupported file type. Fix: use one of {', '.join(EXTENSIONS)}"
+    stem, ext = os.path.splitext(path)
+    if ext.lower() not in TEXT_EXTENSIONS:
+        return why
+    return (
+        f"{why}; for plain text with one document per line: {TEXT_TO_JSONL} < "
+        f"{shlex.quote(path)} > {shlex.quote(stem + '.jsonl')}"
+    )
+
+
 def _no_data_files(folder: str, bare_json: list[str]) -> str:
     """Why the directory ``folder`` gave no input, with the fix; ``bare_json``: its ``.json``
     files, which a directory's expansion skips on purpose."""
@@ -228,11 +251,7 @@ def expand_inputs(specs: list[str]) -> list[str]:
                 )
         for path in found:
             if input_format(path) is None:
-                raise InputError(
-                    "unsupported",
-                    f"input {path!r}: unsupported file type. Fix: use one of "
-                    f"{', '.join(EXTENSIONS)}",
-                )
+                raise InputError("unsupported", _unsupported(path))
         files.extend(found)
     seen: set[str] = set()
     for path in files:
