@@ -228,7 +228,7 @@ def claim_save_dir(save: str | None, delete_existing: bool) -> IO | None:
 RUN_LOCK = ".run.lock"
 
 
-def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
+def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> tuple[IO | None, str | None]:
     """Make this run the only one writing ``run_dir``: rank 0 (the process that writes the run
     directory) takes an exclusive ``fcntl.flock`` of ``RUN/.run.lock`` (held until the returned
     file is passed to :func:`release_lock`, or the process ends), then, without ``overwrite``,
@@ -247,8 +247,10 @@ def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
         overwrite: ``--overwrite``: start afresh in a directory another run wrote.
 
     Returns:
-        The open lock file on rank 0 (None on the other ranks, and where the file system
-        cannot lock: a warning is printed).
+        (the open lock file on rank 0, None on the other ranks and where the file system
+        cannot lock: a warning is printed; on rank 0, where this run takes over the directory
+        of a run that never finished an iteration, the line saying so (the caller prints it
+        and moves that run's records aside, even on a resume), else None).
 
     Raises:
         ConfigError: on every rank, when another live process holds the lock (naming the
@@ -256,7 +258,7 @@ def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
             directory, when its lock file or ``metrics.jsonl`` is a symbolic link, or when
             ``run_dir`` is not a directory and cannot be made one (:func:`_exclusive`).
     """
-    handle, outcome = None, [None]
+    handle, outcome, takeover = None, [None], None
     if dist.get_rank() == 0:
         handle, outcome[0] = _exclusive(
             "run_dir", run_dir, RUN_LOCK, "another run is writing into it",
@@ -266,7 +268,7 @@ def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
             try:
                 refuse_link(os.path.join(run_dir, METRICS))  # appended to in place
                 if not overwrite:
-                    check_takeover(run_dir, load)
+                    takeover = check_takeover(run_dir, load)
             except LinkedFileError as e:
                 release_lock(handle)
                 handle, outcome[0] = None, f"run_dir={run_dir!r}: {e}"
@@ -276,7 +278,7 @@ def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
     dist.broadcast_object_list(outcome, src=0)
     if outcome[0] is not None:
         raise ConfigError(outcome[0])
-    return handle
+    return handle, takeover
 
 
 def _lock(path: str) -> IO:
