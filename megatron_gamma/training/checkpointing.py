@@ -66,6 +66,7 @@ from megatron_gamma.rundir.layout import (
     TRACKER,
     checkpoint_dir,
     latest_iteration,
+    optimizer_layout_fix,
     read_common,
     read_state,
 )
@@ -614,6 +615,12 @@ def load_checkpoint(
 
     Returns:
         The restored progress, or None when ``root`` holds no complete checkpoint.
+
+    Raises:
+        ConfigError: an optimizer load from a checkpoint saved with the other
+            ``use_distributed_optimizer`` (megatron-core converts no optimizer state between
+            the two), naming both settings and the fixes (:func:`~megatron_gamma.rundir.
+            layout.optimizer_layout_fix`: the flag as it was saved, or ``--no-load-optim``).
     """
     iteration = latest_iteration(root)
     if iteration is None:
@@ -622,10 +629,11 @@ def load_checkpoint(
     common = read_common(path)
     saved_distributed = common.get("distributed_optimizer", False)
     if load_optim and saved_distributed != _is_distributed(optimizer):
+        same = "--" + "no-" * (not saved_distributed) + "use-distributed-optimizer"
         raise ConfigError(
             f"use_distributed_optimizer={not saved_distributed}: {path} was saved with "
             f"use_distributed_optimizer={saved_distributed}, and megatron-core cannot convert "
-            "optimizer state between the two. Fix: resume with the same setting"
+            "optimizer state between the two. " + optimizer_layout_fix(f"{same}, as it was saved")
         )
     restore_rng = load_rng and common.get("layout") == _layout()
     template = _rng_state() if restore_rng else None
