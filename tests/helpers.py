@@ -42,6 +42,11 @@ TINY_MODEL = [
 ]  # fmt: skip
 """The same-sized model for CLI runs on the demo corpus (flags)."""
 
+OVERFLOW = ["--init-method", "normal", "--init-method-std", "1e20"]
+"""Flags whose first training loss is NaN whatever the data: N(0, (1e20)^2) weights overflow fp32
+in the first matmuls (1e20 x 1e20 > 3.4e38), so a run stops at its first step
+(``--check-for-nan-in-loss-and-grad``, on by default)."""
+
 HAVE_WANDB = importlib.util.find_spec("wandb") is not None
 """Whether W&B is installed (the ``[test]`` extra pins it), for the tests of ``--wandb-project``."""
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 import yaml
-from helpers import HAVE_WANDB, TINY_MODEL, run_cli
+from helpers import HAVE_WANDB, OVERFLOW, TINY_MODEL, read_metrics, run_cli
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from megatron_gamma.checkpoint_trust import CheckpointError
@@ -139,14 +139,72 @@ def test_the_run_dir_lock_still_refuses_a_takeover_the_command_line_did_not_see(
             checkpointing.claim_run_dir(str(run), None, overwrite=False)
         assert not os.path.exists(run / checkpointing.RUN_LOCK)  # released on the refusal
         for load, overwrite in ((str(save), False), (None, True)):
-            handle = checkpointing.claim_run_dir(str(run), load, overwrite=overwrite)
+            handle, takeover = checkpointing.claim_run_dir(str(run), load, overwrite=overwrite)
             assert handle is not None and os.path.isfile(run / checkpointing.RUN_LOCK)
+            assert takeover is None
             checkpointing.release_lock(handle)
     assert str(e.value).startswith(
         f"run_dir={str(run)!r}: holds another run (config.yaml, metrics.jsonl) and this run "
         "does not resume from its checkpoints (no --load);"
     )
     assert sorted(os.listdir(run)) == [layout.CONFIG, layout.METRICS]
+
+
+DIAGNOSTICS_0 = '{"iteration": 0, "split": "diagnostics", "stable_rank/embedding": 3.5}\n'
+"""The record a fresh run writes before its first step: the initialized model's diagnostics."""
+
+
+@pytest.mark.parametrize(
+    "metrics, checkpoints, records",
+    [
+        ("", {}, None),
+        (DIAGNOSTICS_0 * 2, {}, None),
+        (DIAGNOSTICS_0 + '{"iteration": 1, "split": "train", "loss": 9.0}\n', {}, "metrics.jsonl"),
+        (DIAGNOSTICS_0 + '{"iteration": 1, "split": "tr', {}, "metrics.jsonl"),  # torn
+        ('{"split": "train", "loss": 9.0}\n', {}, "metrics.jsonl"),  # no iteration
+        (DIAGNOSTICS_0, {"save": 1}, "{save}/iter_0000001"),
+        ("", {"own": 0}, "checkpoints/iter_0000000"),  # import-hf's weights
+    ],
+)
+def test_a_run_directory_counts_as_another_run_only_with_a_checkpoint_or_an_iteration(
+    tmp_path, metrics, checkpoints, records
+):
+    """A run that stopped at its first step (trial 14 #4) left config.yaml and a metrics.jsonl
+    of iteration-0 records (the live diagnostics of its initialization), and its directory was
+    refused to the rerun with "add --load SAVE to resume that run" although SAVE was empty. It
+    is taken over, saying so; a checkpoint (in the ``save`` config.yaml records, or in
+    ``RUN/checkpoints``) or an iteration in metrics.jsonl (or a line that cannot be read as one)
+    still makes it another run's."""
+    from megatron_gamma.config import ConfigError
+    from megatron_gamma.rundir.paths import check_takeover
+
+    run, save = tmp_path / "run", tmp_path / "ckpt"
+    run.mkdir()
+    save.mkdir()
+    (run / "config.yaml").write_text(f"checkpoint:\n  save: {save}\n")
+    (run / "metrics.jsonl").write_text(metrics)
+    for where, iteration in checkpoints.items():
+        root = save if where == "save" else run / "checkpoints"
+        os.makedirs(layout.checkpoint_dir(str(root), iteration))
+    before = sorted(os.listdir(run))
+    if records is None:
+        assert check_takeover(str(run), None) == (
+            f"run_dir={str(run)!r}: held a run that never finished an iteration (config.yaml; "
+            "no checkpoint, no iteration in metrics.jsonl); this run takes the directory over: "
+            "it rewrites config.yaml and moves the earlier run's records aside to *.superseded-N"
+        )
+    else:
+        with pytest.raises(ConfigError) as e:
+            check_takeover(str(run), None)
+        records = records.format(save=save)
+        assert str(e.value).startswith(
+            f"run_dir={str(run)!r}: holds another run (config.yaml, {records}) and this run "
+            f"does not resume from its checkpoints (no --load); starting here would replace its "
+            f"config.yaml. Fix: give this run its own --run-dir NEW_DIR, add --load {save} to "
+            "resume that run, or add --overwrite"
+        ), str(e.value)
+    assert check_takeover(str(run), str(save)) is None  # the run's own save: it continues
+    assert sorted(os.listdir(run)) == before and (run / "metrics.jsonl").read_text() == metrics
 
 
 @pytest.mark.parametrize("content", ["", "\n", "12\x00\x00", "iter_0000002"])
@@ -369,8 +427,9 @@ def test_a_fresh_run_does_not_take_over_another_runs_directory(tmp_path, demo_pr
     for flags in ([], ["--load", str(tmp_path / "other")]):  # a fresh start; another run's load
         refused = _pretrain(tmp_path, demo_prefix, tmp_path / "ckpt2", "--seed", "7", *flags)
         assert refused.returncode == 2, refused.stderr[-3000:]
-        assert f"run_dir={str(run)!r}: holds another run (config.yaml, metrics.jsonl)" in (
-            refused.stderr
+        assert (
+            f"run_dir={str(run)!r}: holds another run (config.yaml, metrics.jsonl and "
+            "ckpt/iter_0000003)" in refused.stderr
         )
         assert f"Fix: give this run its own --run-dir NEW_DIR, add --load {save} to" in (
             refused.stderr
@@ -398,3 +457,60 @@ def test_a_fresh_run_does_not_take_over_another_runs_directory(tmp_path, demo_pr
     assert _train_losses(run / "tensorboard") == [1, 2]
     assert _train_losses(run / "tensorboard.superseded-1") == [1, 2, 3, 4]
     assert layout.resolve_checkpoint(str(run)) == layout.checkpoint_dir(str(tmp_path / "ckpt2"), 2)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_run_that_never_finished_an_iteration_leaves_its_directory_to_the_rerun(
+    tmp_path, demo_prefix
+):
+    """Trial 14 #4: a run stopped at its first step (here a NaN loss) left config.yaml, the
+    iteration-0 diagnostics in metrics.jsonl and an empty --save, and the rerun was refused as
+    "another run" whose resume (--load of that empty --save) could not work: --overwrite was
+    the only way on. The rerun now takes the directory over, saying so, and moves the failed
+    run's records aside (nothing deleted); so does a resume of another run's checkpoint there,
+    which keeps none of them (they are not its run's)."""
+    run, save = tmp_path / "run", tmp_path / "run" / "ckpt"
+    notice = f"run_dir={str(run)!r}: held a run that never finished an iteration (config.yaml; "
+    for base in (tmp_path, tmp_path / "b"):
+        crashed = _pretrain(base, demo_prefix, base / "run" / "ckpt", *OVERFLOW)
+        assert crashed.returncode == 1, crashed.stderr[-3000:]
+        assert "iteration 1: training loss nan" in crashed.stderr
+        assert os.listdir(base / "run" / "ckpt") == []
+        assert {r["iteration"] for r in layout.read_metrics(str(base / "run"))} == {0}
+    left = {n: (run / n).read_bytes() for n in ("config.yaml", "metrics.jsonl", "init_audit.json")}
+
+    rerun = _pretrain(tmp_path, demo_prefix, save, "--seed", "7", "--train-iters", "3",
+                      "--exit-interval", "2")  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert rerun.stdout.count(notice) == 1, rerun.stdout[-3000:]
+    assert yaml.safe_load((run / "config.yaml").read_text())["training"]["seed"] == 7
+    assert (run / "metrics.superseded-1.jsonl").read_bytes() == left["metrics.jsonl"]
+    assert (run / "init_audit.superseded-1.json").read_bytes() == left["init_audit.json"]
+    assert (run / "init_audit.json").read_bytes() != left["init_audit.json"]  # seed 7's own
+    assert sorted(read_metrics(run)["train"]) == [1, 2]
+    assert _train_losses(run / "tensorboard") == [1, 2]
+    assert os.listdir(run / "tensorboard.superseded-1")  # the failed run's iteration-0 events
+    assert layout.latest_iteration(str(save)) == 2
+
+    other = tmp_path / "b" / "run"
+    left = {n: (other / n).read_bytes() for n in ("metrics.jsonl", "init_audit.json")}
+    resumed = _pretrain(tmp_path / "b", demo_prefix, other / "ckpt", "--seed", "7",
+                        "--train-iters", "3", "--load", str(save))  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resumed at iteration 2" in resumed.stdout
+    assert resumed.stdout.count(notice.replace(str(run), str(other))) == 1
+    assert "the audit of the run's start is not in this run directory" in resumed.stdout
+    assert {r["iteration"] for r in layout.read_metrics(str(other))} == {3}
+    assert (other / "metrics.superseded-1.jsonl").read_bytes() == left["metrics.jsonl"]
+    assert (other / "init_audit.superseded-1.json").read_bytes() == left["init_audit.json"]
+    assert not (other / "init_audit.json").exists()
+    assert _train_losses(other / "tensorboard") == [3]
+    assert os.listdir(other / "tensorboard.superseded-1")
+
+    # one finished iteration makes it another run's again
+    again = _pretrain(tmp_path, demo_prefix, tmp_path / "ckpt3")
+    assert again.returncode == 2, again.stderr[-3000:]
+    assert f"run_dir={str(run)!r}: holds another run (config.yaml, metrics.jsonl and " in (
+        again.stderr
+    )

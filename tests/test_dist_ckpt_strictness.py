@@ -10,7 +10,7 @@ megatron-core's own ``StrictHandling`` members, less the two that return keys to
 
 import pytest
 from distributed import run_distributed
-from helpers import TINY_MODEL, pretrain, run_cli
+from helpers import TINY_MODEL, pretrain, read_metrics, run_cli
 from megatron.core.dist_checkpointing.validation import StrictHandling
 
 from megatron_gamma import cli
@@ -206,6 +206,42 @@ def test_an_ep2_checkpoint_resumed_at_ep1_names_the_expert_parallel_layout(tmp_p
     ) in error, error
     fresh = _start(tmp_path / "fresh", demo_prefix, *resume, "--no-load-optim")
     assert fresh.returncode == 0, fresh.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("saved", [False, True], ids=["saved-plain", "saved-distributed"])
+def test_a_resume_across_the_distributed_optimizer_offers_the_weights_alone(
+    tmp_path, demo_prefix, saved
+):
+    """Trial 14 #8: megatron-core converts no optimizer state between its DistributedOptimizer
+    and the plain one, and the refusal said only "resume with the same setting"; it now names
+    the flag and offers --no-load-optim, in the EP-layout error's words (one fix,
+    ``layout.optimizer_layout_fix``). That resume runs, from the checkpoint's weights: its first
+    loss is the uninterrupted run's at that iteration (a forward pass before any step)."""
+    flag = "--use-distributed-optimizer"
+    save = tmp_path / "a" / "checkpoints"
+    full = _start(tmp_path / "a", demo_prefix, *[flag] * saved, "--train-iters", "3",
+                  "--save-interval", "2", "--save", str(save))  # fmt: skip
+    assert full.returncode == 0, full.stderr[-3000:]
+    (save / layout.TRACKER).write_text("2\n")  # resume from iteration 2 (the rollback fix)
+    resume = [*[flag] * (not saved), "--train-iters", "3", "--load", str(save)]
+    refused = _start(tmp_path / "b", demo_prefix, *resume)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    same = "--" + "no-" * (not saved) + "use-distributed-optimizer"
+    assert (
+        f"megatron-gamma pretrain: error: use_distributed_optimizer={not saved}: "
+        f"{checkpoint_dir(str(save), 2)} was saved with use_distributed_optimizer={saved}, and "
+        "megatron-core cannot convert optimizer state between the two. Fix: resume with "
+        f"{same}, as it was saved, or add --no-load-optim to start the optimizer afresh (the "
+        "model weights load into any layout), or another checkpoint\n"
+    ) in refused.stderr, refused.stderr[-3000:]
+    fresh = _start(tmp_path / "c", demo_prefix, *resume, "--no-load-optim")
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert "resumed at iteration 2" in fresh.stdout
+    losses = {run: read_metrics(tmp_path / run)["train"] for run in ("a", "c")}
+    assert sorted(losses["c"]) == [3]
+    assert losses["c"][3] == pytest.approx(losses["a"][3], rel=1e-6, abs=0)
 
 
 def test_the_expert_layout_message_names_either_direction(monkeypatch):

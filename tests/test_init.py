@@ -430,6 +430,7 @@ def test_a_resume_names_the_runs_init_audit_only_where_it_exists(tmp_path, capsy
         rank=0,
         weights_from="/ckpt",
         _resumes=lambda: True,
+        takeover=None,
     )
     head = (
         "init audit: not measured on a resume (the weights of /ckpt replace the initialization); "
@@ -444,6 +445,9 @@ def test_a_resume_names_the_runs_init_audit_only_where_it_exists(tmp_path, capsy
     assert capsys.readouterr().out == (
         f"{head}the run's own audit, from its start, stays in {run / 'init_audit.json'}\n"
     )
+    trainer.takeover = "run_dir=...: held a run that never finished an iteration"  # moved aside
+    assert Trainer._audit_init(trainer, str(run)) == []
+    assert "the audit of the run's start is not in this run directory" in capsys.readouterr().out
 
 
 @pytest.mark.slow

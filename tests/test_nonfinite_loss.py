@@ -12,12 +12,10 @@ import math
 import os
 
 import pytest
-from helpers import TINY_MODEL, read_metrics, run_cli
+from helpers import OVERFLOW, TINY_MODEL, read_metrics, run_cli
 
 from megatron_gamma.training.errors import NonFiniteLossError
 from megatron_gamma.training.loop import check_finite
-
-OVERFLOW = ["--init-method", "normal", "--init-method-std", "1e20"]
 
 
 def _run(tmp_path, demo_prefix, *flags):

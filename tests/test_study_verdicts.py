@@ -942,6 +942,28 @@ def test_saturation_is_measured_where_the_diagnostic_can_see_it():
     )
 
 
+@pytest.mark.parametrize("width", [256, 64], ids=["eps-acts", "eps-cannot-act"])
+def test_a_non_finite_saturation_of_either_compared_arm_leaves_claim_4_undecided(width):
+    """γ = 1+ε's saturated share is inf at one seed and iteration: whether ε can act at
+    initialization (width 256, σ²_emb/ε 1.53) or not (width 64, 24.4), the row reads no maximum
+    around it and is inconclusive at that size, naming the run and the iteration (one path in
+    ``claim4`` for both)."""
+    losses, diag = {}, {}
+    for arm, sat in (("baseline", 0.0), ("gamma1", 0.6), ("gamma1+eps", 0.0)):
+        for k in (1, 2, 3):
+            losses[(arm, "s1", k)] = 5.0
+            diag[(arm, "s1", k)] = {it: {"norm_saturated/layer_00": sat} for it in (0, 100)}
+    diag[("gamma1+eps", "s1", 2)][100]["norm_saturated/layer_00"] = math.inf
+    v = claim4(make_study(losses, {"s1": width}, diagnostics=diag))
+    why = (
+        "the saturated share is NaN or inf in gamma1+eps seed 2 at iteration 100: missing data, "
+        "and a mean, maximum or last value read around it would compare other iterations or "
+        "matrices than the other arm's"
+    )
+    assert (v.verdict, v.sizes, v.reason) == (INCONCLUSIVE, ("s1",), why)
+    assert v.numbers.startswith(f"s1: {why}; σ²_emb/ε at init (")
+
+
 @pytest.mark.parametrize(
     ("shares", "verdict", "why"),
     [

@@ -1412,8 +1412,10 @@ class CheckpointConfig:
     (of another run): they are deleted when the run starts. Without it such a run is refused,
     as its saves would mix with those checkpoints and its retention delete them. Also lets a
     run that does not resume from ``run_dir``'s checkpoints start afresh in a ``run_dir`` that
-    holds another run's config.yaml and records (refused without it): its metrics.jsonl,
-    TensorBoard directory, init_audit.json and analysis/ are moved aside to ``*.superseded-N``."""
+    holds another run's config.yaml and records, a checkpoint or an iteration in metrics.jsonl
+    (refused without it; a run that never finished an iteration needs no ``overwrite``): its
+    metrics.jsonl, TensorBoard directory, init_audit.json and analysis/ are moved aside to
+    ``*.superseded-N``."""
 
     def __post_init__(self) -> None:
         check_choices(self)

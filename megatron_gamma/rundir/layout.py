@@ -246,10 +246,28 @@ def expert_layout_change(absent: list[str], held, path: str) -> Optional[str]:
         same = f"--expert-model-parallel-size {ep or 1}, as it was saved"
     return (
         "Its optimizer state was saved under another expert-parallel layout: the checkpoint "
-        f"holds {how}; no --dist-ckpt-strictness converts one into "
-        f"the other. Fix: resume with {same}, or "
-        "add --no-load-optim to start the optimizer afresh (the model weights load into any "
-        "layout), or another checkpoint"
+        f"holds {how}; no --dist-ckpt-strictness converts one into the other. "
+        + optimizer_layout_fix(same)
+    )
+
+
+def optimizer_layout_fix(same: str) -> str:
+    """The fix of a resume whose optimizer state was saved under another layout than this run
+    asks for, one megatron-core cannot convert (the expert-parallel layout:
+    :func:`expert_layout_change`; the distributed optimizer's:
+    :func:`megatron_gamma.training.checkpointing.load_checkpoint`): resume with the flag
+    ``same`` as it was saved, or load the weights alone with ``--no-load-optim``.
+
+    Args:
+        same: the setting the checkpoint was saved with, as the flag that gives it
+            (``--expert-model-parallel-size 2, as it was saved``).
+
+    Returns:
+        ``Fix: resume with SAME, or add --no-load-optim ...``, one sentence.
+    """
+    return (
+        f"Fix: resume with {same}, or add --no-load-optim to start the optimizer afresh (the "
+        "model weights load into any layout), or another checkpoint"
     )
 
 

@@ -436,17 +436,52 @@ def run_save_dir(run_dir: str) -> Optional[str]:
     return recorded_save(run_dir)[1]
 
 
-def check_takeover(run_dir: str, load: Optional[str]) -> None:
+def _logs_an_iteration(path: str) -> bool:
+    """Whether the ``metrics.jsonl`` at ``path`` records a finished iteration: a record whose
+    ``iteration`` is not 0. A run writes only iteration-0 records before its first iteration
+    ends (the live diagnostics of the initialized model); a line that is not a JSON object with
+    an integer ``iteration`` (a torn or hand-edited line) counts as one, so that a file this
+    cannot read is never taken for a run that trained nothing."""
+    if not os.path.isfile(path):
+        return False
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                return True
+            iteration = record.get("iteration") if isinstance(record, dict) else None
+            if type(iteration) is not int or iteration != 0:
+                return True
+    return False
+
+
+def check_takeover(run_dir: str, load: Optional[str]) -> Optional[str]:
     """Refuse a run that would take over ``run_dir`` from another run: the directory already
-    holds a run's ``config.yaml`` and records (a non-empty ``metrics.jsonl``, or checkpoints in
-    ``RUN/checkpoints``), and this run does not continue it, i.e. ``load`` is neither the
-    ``save`` that ``config.yaml`` records (:func:`run_save_dir`) nor ``RUN/checkpoints``. Its
-    config.yaml would no longer describe that run's checkpoints, and its curves would end.
-    ``--overwrite`` skips this check (the caller's choice).
+    holds a run's ``config.yaml`` and records of what it trained (an iteration in
+    ``metrics.jsonl``, or checkpoints in ``RUN/checkpoints`` or in the ``save`` that
+    ``config.yaml`` records: :func:`run_save_dir`), and this run does not continue it, i.e.
+    ``load`` is neither that ``save`` nor ``RUN/checkpoints``. Its config.yaml would no longer
+    describe that run's checkpoints, and its curves would end. ``--overwrite`` skips this check
+    (the caller's choice).
+
+    A run directory whose run never finished an iteration (it stopped at its first step: no
+    checkpoint, nothing in ``metrics.jsonl`` past iteration 0) holds nothing that was trained:
+    this run may take it over, and the line returned says so. The new run rewrites
+    ``config.yaml`` (atomically) and moves the earlier run's records aside to
+    ``*.superseded-N`` as any fresh start does (``metrics.jsonl``, ``tensorboard/``,
+    ``init_audit.json``); nothing is deleted.
 
     Args:
         run_dir: the run directory this run writes.
         load: this run's ``--load`` (None: a fresh start).
+
+    Returns:
+        None where ``run_dir`` holds no ``config.yaml``, or where this run continues the run
+        there; else the line saying that this run takes over the directory of a run that never
+        finished an iteration.
 
     Raises:
         ConfigError: naming the directory, the earlier run's records and the fixes
@@ -455,20 +490,24 @@ def check_takeover(run_dir: str, load: Optional[str]) -> None:
     """
     config = os.path.join(run_dir, CONFIG)
     if not os.path.isfile(config):
-        return
-    metrics = os.path.join(run_dir, METRICS)
-    records = []
-    if os.path.isfile(metrics) and os.path.getsize(metrics):
-        records.append(METRICS)
-    own = os.path.join(run_dir, CHECKPOINTS)
-    if saved_iterations(own):
-        records.append(f"{CHECKPOINTS}/iter_{saved_iterations(own)[-1]:07d}")
-    if not records:
-        return
+        return None
+    records = [METRICS] if _logs_an_iteration(os.path.join(run_dir, METRICS)) else []
     save = run_save_dir(run_dir)
-    continued = [os.path.realpath(p) for p in (save, own) if p is not None]
-    if load is not None and os.path.realpath(load) in continued:
-        return
+    own = os.path.join(run_dir, CHECKPOINTS)
+    roots = {os.path.realpath(p): p for p in (own, save) if p is not None}
+    for root in roots.values():
+        if saved_iterations(root):
+            shown = os.path.relpath(root, run_dir)
+            shown = root if shown.startswith(os.pardir) else shown
+            records.append(os.path.join(shown, f"iter_{saved_iterations(root)[-1]:07d}"))
+    if load is not None and os.path.realpath(load) in roots:
+        return None
+    if not records:
+        return (
+            f"run_dir={run_dir!r}: held a run that never finished an iteration ({CONFIG}; no "
+            f"checkpoint, no iteration in {METRICS}); this run takes the directory over: it "
+            f"rewrites {CONFIG} and moves the earlier run's records aside to *.superseded-N"
+        )
     resume = f"add --load {save} to resume that run, " if save is not None else ""
     raise ConfigError(
         f"run_dir={run_dir!r}: holds another run ({CONFIG}, {' and '.join(records)}) and this "

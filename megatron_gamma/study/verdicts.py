@@ -640,12 +640,17 @@ def _claim4_at(data: StudyData, phase: str) -> Verdict:
         )
         return f"{size}: Δ max saturated share {d.text()}", d, (size,)
 
-    if ratios and all(r > EPS_ACTS_MAX for r in ratios.values()):
-        text, d, at = measured(None)
-        if d is None and at:
-            return Verdict(
-                claim, INCONCLUSIVE, f"{at[0]}: {text}; {rtext}", rule, sizes=at, reason=text
-            )
+    cannot_act = bool(ratios) and all(r > EPS_ACTS_MAX for r in ratios.values())
+    if not cannot_act and not g2:
+        why = "needs the γ = 1+ε arm"
+        return Verdict(claim, INCONCLUSIVE, f"{why}; {rtext}", rule, reason=why)
+    acting = [s for s in data.sizes if ratios.get(s, 0.0) <= EPS_ACTS_MAX]
+    text, d, at = measured(None if cannot_act else acting)
+    if d is None and at:  # a compared run's saturation is not finite
+        return Verdict(
+            claim, INCONCLUSIVE, f"{at[0]}: {text}; {rtext}", rule, sizes=at, reason=text
+        )
+    if cannot_act:
         if d is None:
             return _saturation_bound(data, g1, claim, rule, rtext, phase)
         verdict, why = decide(d, SATURATION_MIN, +1)
@@ -659,15 +664,6 @@ def _claim4_at(data: StudyData, phase: str) -> Verdict:
             verdict, reason = NOT_MEASURABLE, f"ε cannot act at these sizes{EXPLAINS_NULL}"
             why += f": {reason}"
         return Verdict(claim, verdict, f"{text}: {why}; {rtext}", rule, sizes=at, reason=reason)
-    if not g2:
-        why = "needs the γ = 1+ε arm"
-        return Verdict(claim, INCONCLUSIVE, f"{why}; {rtext}", rule, reason=why)
-    acting = [s for s in data.sizes if ratios.get(s, 0.0) <= EPS_ACTS_MAX]
-    text, d, at = measured(acting)
-    if d is None and at:
-        return Verdict(
-            claim, INCONCLUSIVE, f"{at[0]}: {text}; {rtext}", rule, sizes=at, reason=text
-        )
     if d is None:
         why = (
             "no saturation diagnostics on a common seed at a size where ε can act "

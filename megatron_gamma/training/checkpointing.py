@@ -66,6 +66,7 @@ from megatron_gamma.rundir.layout import (
     TRACKER,
     checkpoint_dir,
     latest_iteration,
+    optimizer_layout_fix,
     read_common,
     read_state,
 )
@@ -228,7 +229,7 @@ def claim_save_dir(save: str | None, delete_existing: bool) -> IO | None:
 RUN_LOCK = ".run.lock"
 
 
-def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
+def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> tuple[IO | None, str | None]:
     """Make this run the only one writing ``run_dir``: rank 0 (the process that writes the run
     directory) takes an exclusive ``fcntl.flock`` of ``RUN/.run.lock`` (held until the returned
     file is passed to :func:`release_lock`, or the process ends), then, without ``overwrite``,
@@ -247,8 +248,10 @@ def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
         overwrite: ``--overwrite``: start afresh in a directory another run wrote.
 
     Returns:
-        The open lock file on rank 0 (None on the other ranks, and where the file system
-        cannot lock: a warning is printed).
+        (the open lock file on rank 0, None on the other ranks and where the file system
+        cannot lock: a warning is printed; on rank 0, where this run takes over the directory
+        of a run that never finished an iteration, the line saying so (the caller prints it
+        and moves that run's records aside, even on a resume), else None).
 
     Raises:
         ConfigError: on every rank, when another live process holds the lock (naming the
@@ -256,7 +259,7 @@ def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
             directory, when its lock file or ``metrics.jsonl`` is a symbolic link, or when
             ``run_dir`` is not a directory and cannot be made one (:func:`_exclusive`).
     """
-    handle, outcome = None, [None]
+    handle, outcome, takeover = None, [None], None
     if dist.get_rank() == 0:
         handle, outcome[0] = _exclusive(
             "run_dir", run_dir, RUN_LOCK, "another run is writing into it",
@@ -266,7 +269,7 @@ def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
             try:
                 refuse_link(os.path.join(run_dir, METRICS))  # appended to in place
                 if not overwrite:
-                    check_takeover(run_dir, load)
+                    takeover = check_takeover(run_dir, load)
             except LinkedFileError as e:
                 release_lock(handle)
                 handle, outcome[0] = None, f"run_dir={run_dir!r}: {e}"
@@ -276,7 +279,7 @@ def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> IO | None:
     dist.broadcast_object_list(outcome, src=0)
     if outcome[0] is not None:
         raise ConfigError(outcome[0])
-    return handle
+    return handle, takeover
 
 
 def _lock(path: str) -> IO:
@@ -612,6 +615,12 @@ def load_checkpoint(
 
     Returns:
         The restored progress, or None when ``root`` holds no complete checkpoint.
+
+    Raises:
+        ConfigError: an optimizer load from a checkpoint saved with the other
+            ``use_distributed_optimizer`` (megatron-core converts no optimizer state between
+            the two), naming both settings and the fixes (:func:`~megatron_gamma.rundir.
+            layout.optimizer_layout_fix`: the flag as it was saved, or ``--no-load-optim``).
     """
     iteration = latest_iteration(root)
     if iteration is None:
@@ -620,10 +629,11 @@ def load_checkpoint(
     common = read_common(path)
     saved_distributed = common.get("distributed_optimizer", False)
     if load_optim and saved_distributed != _is_distributed(optimizer):
+        same = "--" + "no-" * (not saved_distributed) + "use-distributed-optimizer"
         raise ConfigError(
             f"use_distributed_optimizer={not saved_distributed}: {path} was saved with "
             f"use_distributed_optimizer={saved_distributed}, and megatron-core cannot convert "
-            "optimizer state between the two. Fix: resume with the same setting"
+            "optimizer state between the two. " + optimizer_layout_fix(f"{same}, as it was saved")
         )
     restore_rng = load_rng and common.get("layout") == _layout()
     template = _rng_state() if restore_rng else None

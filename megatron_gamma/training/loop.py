@@ -61,6 +61,8 @@ from megatron_gamma.rundir.layout import (
     METRICS,
     check_resume_init,
     checkpoint_dir,
+    continue_metrics,
+    continue_tensorboard,
     describe,
     description,
     read_common,
@@ -322,7 +324,7 @@ class Trainer:
         self._parallel = True
         self.dp_size = parallel.initialize(cfg)
         ck = cfg.checkpoint
-        self.run_lock = claim_run_dir(cfg.logging.run_dir, ck.load, ck.overwrite)
+        self.run_lock, self.takeover = claim_run_dir(cfg.logging.run_dir, ck.load, ck.overwrite)
         self.save_lock = claim_save_dir(ck.save, ck.overwrite and not ck.load)
         load = cfg.checkpoint.load
         resume = load and not cfg.checkpoint.finetune
@@ -371,14 +373,25 @@ class Trainer:
         and the checkpoint load have passed, so that a refused run (a resume with another model
         shape, say) changes nothing in a run directory it shares with the run it would continue:
         a fresh start first moves an earlier run's ``init_audit.json`` and ``analysis/`` aside
-        (:func:`~megatron_gamma.rundir.layout.set_aside_earlier_run`), then each start writes
-        ``config.yaml`` (the resolved config), ``launch.json`` (the directory its relative paths
-        were opened from: :func:`~megatron_gamma.rundir.paths.write_launch_dir`) and, a fresh
-        start, the init audit's ``init_audit.json`` (measured by :meth:`_audit_init`). All are
-        written before the first iteration, so a run that stops later leaves them."""
+        (:func:`~megatron_gamma.rundir.layout.set_aside_earlier_run`), and so does a resume that
+        takes over the directory of a run that never finished an iteration (``self.takeover``,
+        the line saying so, printed first: :func:`~.checkpointing.claim_run_dir`), with that
+        run's ``metrics.jsonl`` and ``tensorboard/`` (none of their records are the resumed
+        run's), then each start writes ``config.yaml`` (the resolved config), ``launch.json``
+        (the directory its relative paths were opened from: :func:`~megatron_gamma.rundir.
+        paths.write_launch_dir`) and, a fresh start, the init audit's ``init_audit.json``
+        (measured by :meth:`_audit_init`). All are written before the first iteration, so a run
+        that stops later leaves them."""
         os.makedirs(run_dir, exist_ok=True)
-        if not self._resumes():
-            for line in set_aside_earlier_run(run_dir):
+        resumes = self._resumes()
+        if self.takeover is not None:
+            print(self.takeover, flush=True)
+        if not resumes or self.takeover is not None:
+            moved = set_aside_earlier_run(run_dir)
+            if resumes:  # a fresh start's logger moves these (MetricsLogger)
+                moved.append(continue_metrics(run_dir, 0))
+                moved.append(continue_tensorboard(os.path.join(run_dir, "tensorboard"), 0)[0])
+            for line in filter(None, moved):
                 print(line, flush=True)
         save_config(self.cfg, os.path.join(run_dir, CONFIG))
         write_launch_dir(run_dir)
@@ -467,7 +480,7 @@ class Trainer:
                 path = os.path.join(run_dir, INIT_AUDIT)
                 where = (
                     f"the run's own audit, from its start, stays in {path}"
-                    if os.path.isfile(path)
+                    if os.path.isfile(path) and self.takeover is None
                     else f"the audit of the run's start is not in this run directory ({run_dir}): "
                     "it was written, if at all, in the run directory that started the run"
                 )
