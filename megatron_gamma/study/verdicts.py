@@ -1,7 +1,6 @@
 """The verdict table of ``megatron-gamma report``: one row per claim of the paper (two for the
 loss claims 1-3 and 6: at the shared LR and at each arm's own best LR, the latter inconclusive
-when the study has no LR grid; two for the diagnostic claims 4, 5 and 7 in a study with an LR
-grid), each with its rule, the measured numbers and intervals it read,
+when the study has no LR grid), each with its rule, the measured numbers and intervals it read,
 and a verdict. Never a verdict without its numbers.
 
 Verdicts:
@@ -31,10 +30,8 @@ Verdicts:
 In a study with an LR grid a mechanism row (claims 4, 5, 7, 8 at the shared LR), decided or
 *not measurable ...*, is inconclusive where a compared arm may have run more than δ (in loss)
 from its own best LR (:func:`_lr_confounded`): a null is then not credited to the scale or
-training length alone. Claims 4, 5 and 7 are also read at each arm's own best LR (the confirm
-runs log the same diagnostics), and their shared-LR rows stay decided where that row agrees
-(:func:`_lr_agreed`); claim 8 is read at the shared LR only (its Δsym scores the compared
-arms' checkpoints, which ``analyze`` compares at the shared LR).
+training length alone. Claim 7 is also read at each arm's own best LR, and its shared-LR row
+stays decided where that row agrees (:func:`_lr_agreed`).
 
 A decided verdict that covers less than the claim says so in its scope (:attr:`Verdict.scope`):
 a loss claim's shared-LR row holds "at one shared LR, not tuned per arm"; a two-part claim
@@ -125,8 +122,8 @@ class Verdict:
         numbers: the measured effects with their intervals and degrees of freedom.
         rule: the decision rule.
         lr: which runs the row reads: ``shared LR`` (every arm at the study's shared LR; the
-            Δsym claim 8 reads only these, and the diagnostic claims 4, 5 and 7 without an LR
-            grid) or ``best LR`` (each arm at its own best LR).
+            mechanism claims 4 and 5 and the Δsym claim 8 read only these, and claim 7 without
+            an LR grid) or ``best LR`` (each arm at its own best LR).
         scope: what a decided verdict covers when that is less than the claim (e.g. one part
             of a two-part claim), printed beside the verdict; empty when it covers the claim.
         sizes: the model sizes (the study's size names) whose runs the row's numbers compare,
@@ -592,15 +589,8 @@ def _size_label(data: StudyData, size: str) -> str:
     )
 
 
-def claim4(data: StudyData, lr: str = "shared LR") -> Verdict:
-    """ε = 1e-5 saturates RMSNorm under small initialization. ``lr``: ``shared LR`` reads the
-    shared-LR runs, ``best LR`` each arm's runs at its own best LR (the confirm runs log the
-    same diagnostics)."""
-    return replace(_claim4_at(data, "best" if lr == "best LR" else "shared"), lr=lr)
-
-
-def _claim4_at(data: StudyData, phase: str) -> Verdict:
-    """:func:`claim4` on the runs of LR phase ``phase`` (``shared`` or ``best``)."""
+def claim4(data: StudyData) -> Verdict:
+    """ε = 1e-5 saturates RMSNorm under small initialization."""
     claim = "ε = 1e-5 saturates RMSNorm under small initialization"
     rule = (
         "max saturated-token share, γ=1 (the baseline's ε) − γ=1+ε (smaller ε; only ε differs), "
@@ -625,13 +615,13 @@ def _claim4_at(data: StudyData, phase: str) -> Verdict:
         arms' saturation on a common seed, each seed's maxima over the iterations both arms
         logged; ("", None, ()) where there is none, and (why, None, (size,)) where a compared
         run's saturation is not finite."""
-        size = _largest_with(data, [g1, g2], "norm_saturated", sizes, phase) if g2 else None
+        size = _largest_with(data, [g1, g2], "norm_saturated", sizes) if g2 else None
         if size is None:
             return "", None, ()
-        bad = data.non_finite([g1, g2], size, "norm_saturated", phase)
+        bad = data.non_finite([g1, g2], size, "norm_saturated")
         if bad:
             return _non_finite_why("saturated share", bad), None, (size,)
-        a, b = (data.seed_series(x, size, "norm_saturated", phase) for x in (g1, g2))
+        a, b = (data.seed_series(x, size, "norm_saturated") for x in (g1, g2))
         both = {k: sorted(set(a[k]) & set(b[k])) for k in set(a) & set(b)}
         seeds = sorted(k for k, its in both.items() if its)
         d = paired_difference(
@@ -652,7 +642,7 @@ def _claim4_at(data: StudyData, phase: str) -> Verdict:
         )
     if cannot_act:
         if d is None:
-            return _saturation_bound(data, g1, claim, rule, rtext, phase)
+            return _saturation_bound(data, g1, claim, rule, rtext)
         verdict, why = decide(d, SATURATION_MIN, +1)
         if verdict == REPRODUCED:
             why += (
@@ -674,9 +664,7 @@ def _claim4_at(data: StudyData, phase: str) -> Verdict:
     return Verdict(claim, verdict, f"{text}: {why}; {rtext}", rule, sizes=at)
 
 
-def _saturation_bound(
-    data: StudyData, g1: str, claim: str, rule: str, rtext: str, phase: str
-) -> Verdict:
+def _saturation_bound(data: StudyData, g1: str, claim: str, rule: str, rtext: str) -> Verdict:
     """Claim 4 where ε cannot act at initialization at any size and no γ = 1+ε difference was
     measured: γ = 1's own max saturated share bounds the difference (shares are >= 0), so
     where the upper end of its t-interval over >= 2 seeds lies at or below the margin (or every
@@ -684,21 +672,20 @@ def _saturation_bound(
     explained by the scale (not measurable at this scale). One seed (no interval), an interval
     that reaches past the margin, or no saturation logged leaves the row inconclusive: only
     more seeds, or the γ = 1+ε arm, could tell."""
-    size = _largest_with(data, [g1], "norm_saturated", phase=phase)
+    size = _largest_with(data, [g1], "norm_saturated")
     if size is None:
         why = f"no saturation measured (no γ = 1+ε difference, no saturation diagnostics of {g1})"
         return Verdict(
             claim, INCONCLUSIVE, f"{why}; {rtext}: ε cannot act at initialization, but the "
             "hidden states may shrink in training", rule, reason=why,
         )  # fmt: skip
-    bad = data.non_finite([g1], size, "norm_saturated", phase)
+    bad = data.non_finite([g1], size, "norm_saturated")
     if bad:
         why = _non_finite_why("saturated share", bad)
         return Verdict(
             claim, INCONCLUSIVE, f"{size}: {why}; {rtext}", rule, sizes=(size,), reason=why
         )
-    series = data.seed_series(g1, size, "norm_saturated", phase)
-    shares = {k: max(v.values()) for k, v in series.items()}
+    shares = {k: max(v.values()) for k, v in data.seed_series(g1, size, "norm_saturated").items()}
     each = ", ".join(f"seed {k} {v:.4f}" for k, v in shares.items())
     head = f"{size}: {g1}'s own max saturated share {each}, a bound on the difference ε makes"
     scale = f"ε cannot act at these sizes{EXPLAINS_NULL}"
@@ -744,15 +731,8 @@ def _part(label: str) -> str:
     return f"the {label.removeprefix('the ')} part"
 
 
-def claim5(data: StudyData, lr: str = "shared LR") -> Verdict:
-    """Small initialization strengthens the attention sink; gating reduces it. ``lr``:
-    ``shared LR`` reads the shared-LR runs, ``best LR`` each arm's runs at its own best LR (the
-    confirm runs log the same diagnostics)."""
-    return replace(_claim5_at(data, "best" if lr == "best LR" else "shared"), lr=lr)
-
-
-def _claim5_at(data: StudyData, phase: str) -> Verdict:
-    """:func:`claim5` on the runs of LR phase ``phase`` (``shared`` or ``best``)."""
+def claim5(data: StudyData) -> Verdict:
+    """Small initialization strengthens the attention sink; gating reduces it."""
     claim = "small initialization strengthens the attention sink; gating reduces it"
     rule = (
         "final sink share paired by seed at the largest size: γ=1 − baseline (only γ differs) "
@@ -768,14 +748,14 @@ def _claim5_at(data: StudyData, phase: str) -> Verdict:
     arms = [a for a in dict.fromkeys((data.baseline, g1, ungated, g3)) if a]
     if len(arms) < 2:
         return _untested(claim, "needs the γ = 1 or the γ = 1+ε+gate arm", rule)
-    size = _largest_with(data, arms, "sink_share", phase=phase)
+    size = _largest_with(data, arms, "sink_share")
     if size is None:
         return _untested(claim, "no sink diagnostics at a size with all arms", rule)
-    bad = data.non_finite(arms, size, "sink_share", phase)
+    bad = data.non_finite(arms, size, "sink_share")
     if bad:
         why = _non_finite_why("sink share", bad)
         return Verdict(claim, INCONCLUSIVE, f"{size}: {why}", rule, sizes=(size,), reason=why)
-    series = {a: data.seed_series(a, size, "sink_share", phase) for a in arms}
+    series = {a: data.seed_series(a, size, "sink_share") for a in arms}
     logged = [set(v) for a in arms for v in series[a].values()]
     common = set.intersection(*logged)
     if not common:
@@ -1967,9 +1947,7 @@ def _penalty_difference(data: StudyData, row: Verdict, arms: list[Optional[str]]
 
 
 def _lr_confounded(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> Verdict:
-    """``row`` (a mechanism claim read at the shared LR only: 8, and 4, 5 and 7 in a study
-    without an LR grid, or with one where their best-LR rows do not agree:
-    :func:`_lr_agreed`), with the compared
+    """``row`` (a mechanism claim: 4, 5, 7 or 8, read at the shared LR only), with the compared
     arms' LR penalties (:func:`_with_penalties`, strict: the upper 95% bound, and a best LR on
     its grid's edge or chosen within its noise counted as not measured) added, made
     inconclusive where it is decided, or a null credited to the scale or to training length
@@ -2007,10 +1985,9 @@ def _lr_confounded(data: StudyData, row: Verdict, arms: list[Optional[str]]) -> 
 def _lr_agreed(
     data: StudyData, shared: Verdict, best: Verdict, arms: list[Optional[str]]
 ) -> Verdict:
-    """``shared`` (a diagnostic claim, 4, 5 or 7, at the shared LR), left decided where
-    ``best`` (the same claim read at each arm's own best LR, judged) reaches the same decided
-    verdict and every compared arm's best LR won its grid by more than its noise
-    (:func:`_close_pick`), its LR penalties listed;
+    """``shared`` (claim 7 at the shared LR), left decided where ``best`` (claim 7 read at each
+    arm's own best LR, judged) reaches the same decided verdict and every compared arm's best
+    LR won its grid by more than its noise (:func:`_close_pick`), its LR penalties listed;
     otherwise :func:`_lr_confounded`'s row: the LR is then not separated from γ by a reading
     at the best LRs (trial 11, finding 1: a control that dips as deep as γ = 1 at its own best
     LR, and less only at the shared LR, in a flat loss basin, where a pick one grid step short
@@ -2041,12 +2018,11 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
     """The rows in the paper's order; claims 1–3 and 6 at the shared LR and again at each
     arm's own best LR (chosen on the selection seed, compared on the other seeds; a decisive
     verdict there needs every compared arm's best LR inside its grid; without an LR grid that
-    row is inconclusive, not measured); claim 8 at the shared LR only, undecided (and a null
-    not credited to the scale or training length) in an LR-grid study where a compared arm may
-    have run more than δ from its own best LR (:func:`_lr_confounded`); claims 4, 5 and 7 so
-    too without an LR grid, and with one at the shared LR and at each arm's own best LR (the
-    best-LR row checked as claims 1-3's are), the shared-LR row decided where the best-LR row
-    agrees (:func:`_lr_agreed`).
+    row is inconclusive, not measured); claims 4, 5 and 8 at the shared LR only, undecided
+    (and a null not credited to the scale or training length) in an LR-grid study where a
+    compared arm may have run more than δ from its own best LR (:func:`_lr_confounded`);
+    claim 7 so too without an LR grid, and with one at the shared LR and at each arm's own
+    best LR, the shared-LR row decided where the best-LR row agrees (:func:`_lr_agreed`).
 
     Args:
         data: the study.
@@ -2076,18 +2052,11 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
             shared = judged(shared, arms)
             rows += [shared, _unmeasured_best_lr(shared)]
 
-    def mechanism(claim: Callable[..., Verdict], arms: list[Optional[str]]) -> list[Verdict]:
-        """A diagnostic claim's rows: at the shared LR and, with an LR grid, at each arm's own
-        best LR, the shared-LR row decided only where the best-LR row agrees
-        (:func:`_lr_agreed`); without a grid the shared-LR row alone (:func:`_lr_confounded`)."""
-        if not data.has_lr_grid:
-            return [judged(_lr_confounded(data, claim(data), arms), arms)]
-        best = _bracketed(data, claim(data, "best LR"), arms)
-        best = judged(_refuted_picks(data, _close_best(data, best, arms), arms), arms)
-        return [judged(_lr_agreed(data, claim(data), best, arms), arms), best]
+    def mechanism(row: Verdict, arms: list[Optional[str]]) -> Verdict:
+        return judged(_lr_confounded(data, row, arms), arms)
 
-    rows += mechanism(claim4, [data.role("gamma1"), data.role("gamma1+eps")])
-    rows += mechanism(claim5, [data.baseline, *_sink_arms(data)])
+    rows.append(mechanism(claim4(data), [data.role("gamma1"), data.role("gamma1+eps")]))
+    rows.append(mechanism(claim5(data), [data.baseline, *_sink_arms(data)]))
     grid_arms = _neighbour_arms(data)
     shared = claim6(data, grids.get("shared LR", {}), "shared LR")
     if data.has_lr_grid:
@@ -2099,7 +2068,14 @@ def verdicts(data: StudyData, grids: dict[str, dict], cmp: Optional[dict]) -> li
     else:
         shared = judged(shared, grid_arms)
         rows += [shared, _unmeasured_best_lr(shared)]
-    rows += mechanism(claim7, [x for pair in _condensation_arms(data).items() for x in pair])
-    dsym_arms = [concentration_arm(data), data.baseline]
-    rows.append(judged(_lr_confounded(data, claim8(data, cmp), dsym_arms), dsym_arms))
+    rank_arms = [x for pair in _condensation_arms(data).items() for x in pair]
+    if data.has_lr_grid:
+        best = _bracketed(data, claim7(data, "best LR"), rank_arms)
+        best = judged(
+            _refuted_picks(data, _close_best(data, best, rank_arms), rank_arms), rank_arms
+        )
+        rows += [judged(_lr_agreed(data, claim7(data), best, rank_arms), rank_arms), best]
+    else:
+        rows.append(mechanism(claim7(data), rank_arms))
+    rows.append(mechanism(claim8(data, cmp), [concentration_arm(data), data.baseline]))
     return rows
