@@ -377,9 +377,10 @@ def test_second_run_in_a_live_run_dir_is_refused(tmp_path, demo_prefix):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_refused_resume_leaves_the_run_directory_as_it_was(tmp_path, demo_prefix, monkeypatch):
-    """A resume refused at the checkpoint load (another --num-layers: tensors of other shapes)
-    changes no file of the run directory, config.yaml least of all: its refusal sends the user to
-    that file; nor does it open a W&B run (its files would go to RUN/wandb). The resume that
+    """A resume refused at the checkpoint load (another --gated-attention: tensors of other
+    shapes) changes no file of the run directory, config.yaml least of all; its refusal names the
+    setting this run changed, with both values (trial 15: it named only the tensors, the flag
+    left to guess); nor does it open a W&B run (its files would go to RUN/wandb). The resume that
     loads records its config there."""
     run, save = tmp_path / "run", tmp_path / "run" / "ckpt"
     first = _pretrain(tmp_path, demo_prefix, save, "--train-iters", "4", "--exit-interval", "2",
@@ -393,11 +394,15 @@ def test_a_refused_resume_leaves_the_run_directory_as_it_was(tmp_path, demo_pref
     assert {"config.yaml", "metrics.jsonl", "init_audit.json"} <= set(before)
     wandb = ["--wandb-project", "p"] if HAVE_WANDB else []
     monkeypatch.setenv("WANDB_MODE", "offline")
-    refused = _pretrain(tmp_path, demo_prefix, save, "--train-iters", "4", "--num-layers", "3",
-                        "--load", str(save), *wandb)  # fmt: skip
+    refused = _pretrain(tmp_path, demo_prefix, save, "--train-iters", "4", "--gated-attention",
+                        "headwise", "--load", str(save), *wandb)  # fmt: skip
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert "cannot be loaded into this run: it holds tensors of other shapes" in refused.stderr
-    assert "Fix: build the model as the checkpoint was (its run's config.yaml" in refused.stderr
+    assert "linear_gate.weight: checkpoint 2x64x64, this run 2x4x64" in refused.stderr
+    assert (
+        "Fix: build the model as the checkpoint was: this run changed "
+        "gated_attention='headwise' (the run had 'elementwise'); drop those flags"
+    ) in refused.stderr
     assert files() == before  # config.yaml byte for byte, metrics.jsonl, init_audit.json
     assert sorted(os.listdir(run)) == names
 

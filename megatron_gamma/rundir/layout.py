@@ -120,7 +120,7 @@ def _shape(tensor) -> str:
     return "x".join(map(str, tensor.global_shape))
 
 
-def check_loadable(sharded: dict, path: str) -> None:
+def check_loadable(sharded: dict, path: str, changed: tuple[str, ...] = ()) -> None:
     """Stop, before any tensor is read, a load of checkpoint ``path`` into the sharded state dict
     ``sharded`` that no ``--dist-ckpt-strictness`` could complete: keys ``sharded`` asks for and
     the checkpoint lacks (megatron-core's "unexpected" keys, found as its ``load`` finds them:
@@ -128,7 +128,9 @@ def check_loadable(sharded: dict, path: str) -> None:
     shape differs from the checkpoint's (the check of megatron-core's torch_dist load planner,
     less the tensors it lets differ, ``allow_shape_mismatch``). Both come from the checkpoint's
     metadata alone; ``sharded`` is not changed. Collective when torch.distributed is
-    initialized: every rank raises the same error, naming what any rank found.
+    initialized: every rank raises the same error, naming what any rank found. ``changed``:
+    the model settings this run changed from the checkpoint's run (:func:`section_changes`),
+    named in the fix of a refusal over tensors of other shapes.
 
     Raises:
         ConfigError: such keys or shapes, named (at most :data:`_SHOWN_KEYS` of each), with the
@@ -187,6 +189,12 @@ def check_loadable(sharded: dict, path: str) -> None:
         raise ConfigError(f"{path} cannot be loaded into this run: {found[0]}. {layout_change}")
     if not shapes and optimizer_only:
         what, fix = "optimizer", "--no-load-optim to start the optimizer afresh"
+    elif changed:
+        what = "model"
+        fix = (
+            f"build the model as the checkpoint was: this run changed {', '.join(changed)}; drop "
+            "those flags to resume the run as it was built"
+        )
     else:
         what = "model"
         fix = (
@@ -277,6 +285,7 @@ def read_state(
     strict: str,
     not_loaded: tuple[str, ...] = (),
     fix: Optional[str] = None,
+    changed: tuple[str, ...] = (),
 ) -> dict:
     """Load checkpoint ``path`` into the sharded state dict ``sharded`` (megatron-core
     ``dist_checkpointing.load``: resharded to this process's layout); returns the loaded dict
@@ -301,7 +310,7 @@ def read_state(
             named with the fix.
         CheckpointError: the checkpoint's files are refused (:mod:`checkpoint_trust`).
     """
-    check_loadable(sharded, path)
+    check_loadable(sharded, path, changed)
     if strict not in ("log_all", "raise_all"):
         return checkpoint_trust.load(sharded, path, strict)
     state, extra, _ = checkpoint_trust.load(sharded, path, "return_all")

@@ -601,6 +601,7 @@ def load_checkpoint(
     load_optim: bool,
     load_rng: bool,
     strict: str,
+    changed: tuple[str, ...] = (),
 ) -> TrainState | None:
     """Resume from the newest complete checkpoint under ``root``.
 
@@ -612,6 +613,9 @@ def load_checkpoint(
             optimizer and refreshes its main parameters from the loaded weights.
         load_rng: restore the RNG states (``--no-load-rng``: False).
         strict: key-mismatch handling of the read (``--dist-ckpt-strictness``).
+        changed: the model settings this run changed from the checkpoint's run
+            (:func:`~megatron_gamma.rundir.layout.section_changes`), named where the model's
+            tensors have other shapes than the checkpoint's.
 
     Returns:
         The restored progress, or None when ``root`` holds no complete checkpoint.
@@ -647,7 +651,7 @@ def load_checkpoint(
     if "consumed_tokens" not in common:  # a checkpoint of an older version
         del sd["consumed_tokens"]
     not_loaded = (NOT_LOADED_OPTIMIZER,) * (not load_optim) + (NOT_LOADED_RNG,) * (not restore_rng)
-    loaded = read_state(sd, path, strict, not_loaded)
+    loaded = read_state(sd, path, strict, not_loaded, changed=changed)
     for i, chunk in enumerate(chunks):
         chunk.module.load_state_dict(loaded["model" if len(chunks) == 1 else f"model{i}"])
     if load_optim:

@@ -335,7 +335,7 @@ class Trainer:
         training = section_changes(cfg, saved, "training")
         batch = [c for c in training if c.startswith("global_batch_size=")]
         cfg = reconcile_schedule(cfg, common.get("scheduler"), load, changes, batch)
-        self.cfg = cfg
+        self.cfg, self.model_changes = cfg, tuple(changes)
         self.callbacks: list[Callback] = []
         self.device = torch.device("cuda") if parallel.uses_gpu() else torch.device("cpu")
         self.rank = dist.get_rank()
@@ -435,6 +435,7 @@ class Trainer:
                 ck.load_optim,
                 ck.load_rng,
                 ck.dist_ckpt_strictness,
+                self.model_changes,
             )
             return restored or TrainState()
         iteration = load_weights(weights_from, self.chunks, self.optimizer, ck.dist_ckpt_strictness)
