@@ -1039,14 +1039,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "import-hf",
-        help="Hugging Face model directory -> run directory (model_type 'llama', or "
-        "'gamma_gpt' as export-hf writes it)",
+        help="Hugging Face model directory -> run directory (model_type 'llama', 'qwen2', "
+        "'qwen3', or 'gamma_gpt' as export-hf writes it)",
     )
     p.add_argument(
         "hf_dir",
         metavar="HF_DIR",
-        help="a Llama (LlamaForCausalLM: RoPE, SwiGLU, RMSNorm, no linear biases) or an "
-        "export-hf directory; other model types (Qwen, Mistral, ...) are refused by name",
+        help="a Llama (LlamaForCausalLM: RoPE, SwiGLU, RMSNorm, no linear biases), a Qwen2 "
+        "(Qwen2ForCausalLM: Llama plus q/k/v biases, imported as --add-qkv-bias), a Qwen3 "
+        "(Qwen3ForCausalLM: Llama plus per-head q/k RMSNorm, imported as --qk-layernorm), or an "
+        "export-hf directory; other model types (Mistral, qwen2_moe, qwen3_moe, ...) and "
+        "sliding-window attention are refused by name",
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="new or empty run directory")
     p.set_defaults(func=_import_hf)

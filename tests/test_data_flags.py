@@ -24,6 +24,7 @@ from megatron_gamma.data.preprocess import preprocess
 from megatron_gamma.data.tokenizer import EOD, BilingualTokenizer, write_metadata
 from megatron_gamma.data.tokenizer_fingerprint import SUFFIX, check_datasets, fingerprint
 from megatron_gamma.data.tokenizer_types import gpt2_bpe_tokenizer
+from megatron_gamma.rundir import loader
 from megatron_gamma.training.loop import preflight
 
 TEXTS = [
@@ -305,7 +306,7 @@ def test_fingerprint_error_tells_a_replaced_tokenizer_from_another_one(tmp_path)
     shutil.copyfile(DEMO_TOKENIZER, path)
     tok = BilingualTokenizer(str(path))
     prefix = str(tmp_path / "data_text_document")
-    made = dict(fingerprint(tok), sha256="0123456789ab" + "0" * 52)
+    made = dict(fingerprint(tok), sha256="0123456789ab" + "0" * 52, canonical_sha256="f" * 64)
     with open(prefix + SUFFIX, "w") as f:
         json.dump(made, f)
     with pytest.raises(ConfigError) as e:
@@ -324,6 +325,153 @@ def test_fingerprint_error_tells_a_replaced_tokenizer_from_another_one(tmp_path)
     assert "changed since" not in msg
     assert "Fix: pass the tokenizer the data was made with (--tokenizer-type Hugging" in msg
     assert f"--tokenizer-model {old})" in msg
+
+
+def _demo_texts() -> list[str]:
+    texts = []
+    for path in DEMO_INPUTS:
+        with open(path, encoding="utf-8") as f:
+            texts += [json.loads(line)["text"] for line in f if line.strip()]
+    return texts
+
+
+def _demo_variant(folder, edit) -> str:
+    """The demo tokenizer.json with ``edit`` applied to its parsed JSON, written to
+    ``folder/tokenizer.json`` (another layout: indent 1); its path."""
+    with open(DEMO_TOKENIZER, encoding="utf-8") as f:
+        doc = json.load(f)
+    edit(doc)
+    os.makedirs(folder)
+    path = os.path.join(folder, "tokenizer.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1)
+    return path
+
+
+def _encodings(path: str, texts: list[str]) -> list[tuple]:
+    """(ids, type ids) of each text alone and of each pair of neighbours, with the special
+    tokens the tokenizer's post-processor adds (``add_special_tokens=True``), and the ids
+    without them, as HF tokenizers gives them."""
+    tok = Tokenizer.from_file(path)
+    out = [(e.ids, e.type_ids) for e in tok.encode_batch(texts)]
+    out += [
+        (e.ids, e.type_ids) for e in tok.encode_batch(list(zip(texts[:-1], texts[1:], strict=True)))
+    ]
+    return out + [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+
+
+def test_a_tokenizer_saved_again_by_transformers_reads_the_data_of_the_original(
+    tmp_path, demo_prefix
+):
+    """trial 14: the demo tokenizer saved again by transformers (``PreTrainedTokenizerFast(
+    tokenizer_file=...).save_pretrained``) gains a post-processor that adds no token; its
+    SHA-256 changed and the data made with the original was refused. Its canonical fingerprint
+    is the original's, the ids (and type ids) on the demo corpus are identical, with and without
+    special tokens; pretrain accepts the data, and compare a run of each. A fingerprint written
+    before the canonical one existed is compared by its SHA-256 alone, as before: accepted for
+    the original, refused for the copy, naming both."""
+    from transformers import PreTrainedTokenizerFast
+
+    PreTrainedTokenizerFast(tokenizer_file=DEMO_TOKENIZER).save_pretrained(tmp_path / "resaved")
+    resaved = str(tmp_path / "resaved" / "tokenizer.json")
+    with open(DEMO_TOKENIZER, encoding="utf-8") as f:
+        original = json.load(f)
+    with open(resaved, encoding="utf-8") as f:
+        again = json.load(f)
+    assert original["post_processor"] is None
+    assert again.pop("post_processor") == {
+        "type": "TemplateProcessing",
+        "single": [{"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {},
+    }
+    assert again == {k: v for k, v in original.items() if k != "post_processor"}  # all it did
+    ours, theirs = BilingualTokenizer(DEMO_TOKENIZER), BilingualTokenizer(resaved)
+    assert ours.sha256 != theirs.sha256 and ours.canonical_sha256 == theirs.canonical_sha256
+    texts = _demo_texts()
+    assert _encodings(resaved, texts) == _encodings(DEMO_TOKENIZER, texts)
+    assert theirs.tokenize_batch(texts) == ours.tokenize_batch(texts)
+    relaid = _demo_variant(tmp_path / "relaid", lambda doc: None)  # only the layout differs
+    assert BilingualTokenizer(relaid).canonical_sha256 == ours.canonical_sha256
+    assert preflight(_cfg(tmp_path, demo_prefix, tokenizer_model=resaved)).sha256 == theirs.sha256
+    assert check_datasets([demo_prefix], theirs) == []
+    digest = loader.tokenizer_digest  # compare's test that two runs share a tokenizer
+    assert digest(_cfg(tmp_path, demo_prefix, tokenizer_model=resaved)) == digest(
+        _cfg(tmp_path, demo_prefix)
+    )
+    old = str(tmp_path / "old_text_document")  # fingerprinted before canonical_sha256 existed
+    with open(old + SUFFIX, "w") as f:
+        json.dump({k: v for k, v in fingerprint(ours).items() if k != "canonical_sha256"}, f)
+    assert check_datasets([old], ours) == []
+    with pytest.raises(ConfigError) as e:
+        check_datasets([old], theirs)
+    assert str(e.value).startswith(
+        f"data_path={old!r}: tokenized with HuggingFaceTokenizer {DEMO_TOKENIZER} (sha256 "
+        f"{ours.sha256[:12]}), but this run's tokenizer is HuggingFaceTokenizer {resaved} "
+        f"(sha256 {theirs.sha256[:12]}). Fix: pass the tokenizer the data was made with"
+    )
+
+
+def _bos_post_processor(doc: dict) -> None:
+    doc["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<|bos|>", "type_id": 0}},
+                   {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": "<|bos|>", "type_id": 0}},
+                 {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<|bos|>": {"id": "<|bos|>", "ids": [2], "tokens": ["<|bos|>"]}},
+    }  # fmt: skip
+
+
+def _first_merge_dropped(doc: dict) -> None:
+    del doc["model"]["merges"][0]
+
+
+@pytest.mark.parametrize("edit", [_bos_post_processor, _first_merge_dropped])
+def test_a_tokenizer_with_other_ids_does_not_read_the_data(tmp_path, demo_prefix, edit):
+    """A post-processor that adds a BOS, or one merge fewer: other ids on the demo corpus (as HF
+    tokenizers encodes it), another canonical fingerprint, and the data made with the demo
+    tokenizer is refused, naming both tokenizers."""
+    path = _demo_variant(tmp_path / "tok", edit)
+    ours, theirs = BilingualTokenizer(DEMO_TOKENIZER), BilingualTokenizer(path)
+    texts = _demo_texts()
+    assert _encodings(path, texts) != _encodings(DEMO_TOKENIZER, texts)
+    assert theirs.canonical_sha256 != ours.canonical_sha256
+    digest = loader.tokenizer_digest
+    assert digest(_cfg(tmp_path, demo_prefix, tokenizer_model=path)) != digest(
+        _cfg(tmp_path, demo_prefix)
+    )
+    with pytest.raises(ConfigError) as e:
+        check_datasets([demo_prefix], theirs)
+    assert str(e.value).startswith(
+        f"data_path={demo_prefix!r}: tokenized with HuggingFaceTokenizer {DEMO_TOKENIZER} (sha256 "
+        f"{ours.sha256[:12]}), but this run's tokenizer is HuggingFaceTokenizer {path} (sha256 "
+        f"{theirs.sha256[:12]}). Fix: pass the tokenizer the data was made with"
+    )
+    other = str(tmp_path / "other")  # the same tokens, fingerprinted with the other tokenizer
+    for ext in (".bin", ".idx"):
+        shutil.copyfile(demo_prefix + ext, other + ext)
+    with open(other + SUFFIX, "w") as f:
+        json.dump(fingerprint(theirs), f)
+    with pytest.raises(ConfigError, match="cannot merge .* Fix: preprocess them with the same"):
+        merge_datasets([demo_prefix, other], str(tmp_path / "both"), progress=False)
+
+
+def test_the_canonical_digest_is_of_the_bytes_the_tokenizer_read(tmp_path):
+    """The canonical digest is read on first use: a tokenizer.json replaced since the tokenizer
+    read it (its sha256) is an error naming both digests, not a fingerprint of two files."""
+    path = _demo_variant(tmp_path / "tok", lambda doc: None)
+    tok = BilingualTokenizer(path)
+    replaced = _demo_variant(tmp_path / "other", _first_merge_dropped)
+    shutil.copyfile(replaced, path)
+    now = BilingualTokenizer(path).sha256
+    with pytest.raises(ConfigError) as e:
+        fingerprint(tok)
+    assert str(e.value) == (
+        f"tokenizer_model={path!r}: changed while in use (sha256 {tok.sha256[:12]} when read, "
+        f"{now[:12]} now). Fix: leave the tokenizer files unchanged while a command runs, and run "
+        "it again"
+    )
 
 
 def test_old_dataset_warning_is_printed(tmp_path, demo_prefix, capsys):

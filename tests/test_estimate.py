@@ -124,6 +124,7 @@ REGISTRY_VARIANTS = {
     "moe_bias": {"num_experts": 4, "moe_ffn_hidden_size": 32, "add_bias_linear": True},
     "gated_elementwise": {"gated_attention": "elementwise", "gate_bias": True},
     "gated_headwise": {"gated_attention": "headwise", "swiglu": False},
+    "qkv_bias_gqa": {"add_qkv_bias": True, "num_query_groups": 2, "gated_attention": "none"},
     "qk_layernorm": {
         "qk_layernorm": True,
         "position_embedding_type": "learned_absolute",

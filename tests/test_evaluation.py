@@ -594,8 +594,9 @@ def test_import_refuses_rope_other_than_plain_in_any_key(tmp_path, capsys, key, 
     assert rope["rope_type"] != "default" or rope["partial_rotary_factor"] == 0.5
     assert main(["import-hf", hf_dir, str(tmp_path / "run")]) == 2
     assert (
-        f"{key}={value!r}: megatron-gamma builds bias-free SiLU-gated models with default RoPE. "
-        "Fix: import a model without these options"
+        f"{key}={value!r}: megatron-gamma builds SiLU-gated models with full causal attention, "
+        "default RoPE and no linear biases (q/k/v biases as Qwen2 has them). Fix: import a model "
+        "without these options"
     ) in capsys.readouterr().err
     assert not os.path.exists(tmp_path / "run")
 
@@ -622,6 +623,122 @@ def test_import_of_plain_rope_in_any_key(tmp_path, edits):
     model = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["model"]
     assert model["rotary_base"] == 500000 and model["position_embedding_type"] == "rope"
     assert model.get("rotary_percent", 1.0) == 1.0
+
+
+QWEN = {
+    "qwen2": {"tie_word_embeddings": True},  # as Qwen2.5-0.5B
+    "qwen3": {"tie_word_embeddings": False, "head_dim": 32},  # heads x head_dim != hidden_size
+}
+
+
+def _qwen(folder, kind: str):
+    """A tiny random ``Qwen2ForCausalLM`` or ``Qwen3ForCausalLM`` (:data:`QWEN`; GQA, 4 heads
+    over 2 key-value heads; RoPE base 1e6) saved to ``folder`` with the demo tokenizer, and the
+    model in eval mode. Its q/k/v biases and norm weights are drawn at random: transformers
+    starts them at 0 and 1, where a mapping that dropped them would go unseen."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    from megatron_gamma.data import demo_dir
+
+    config, model = {"qwen2": (Qwen2Config, Qwen2ForCausalLM),
+                     "qwen3": (Qwen3Config, Qwen3ForCausalLM)}[kind]  # fmt: skip
+    torch.manual_seed(0)
+    hf = model(
+        config(
+            vocab_size=4096, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+            rms_norm_eps=1e-6, rope_parameters={"rope_type": "default", "rope_theta": 1e6},
+            **QWEN[kind],
+        )
+    ).eval()  # fmt: skip
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith(".bias"):
+                p.normal_(0.0, 0.5)
+            elif "norm" in name:
+                p.copy_(1 + 0.3 * torch.randn_like(p))
+    hf.save_pretrained(folder)
+    shutil.copyfile(os.path.join(demo_dir(), "tokenizer.json"), folder / "tokenizer.json")
+    return hf
+
+
+@pytest.mark.parametrize("kind", list(QWEN))
+def test_import_of_qwen_gives_the_hf_models_logits(tmp_path, kind):
+    """Qwen2 (q/k/v biases: --add-qkv-bias) and Qwen3 (per-head q/k RMSNorm: --qk-layernorm)
+    import with their tied or untied output and RoPE base; megatron-core's logits on the
+    imported checkpoint equal transformers' on the same tokens in fp32, and so does greedy
+    decoding. The biases and q/k norms matter: without them the HF logits move by far more."""
+    hf = _qwen(tmp_path / "hf", kind)
+    out = import_hf(str(tmp_path / "hf"), str(tmp_path / "run"))
+    model = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["model"]
+    assert (model["add_qkv_bias"], model["qk_layernorm"]) == (kind == "qwen2", kind == "qwen3")
+    assert model["rotary_base"] == 1_000_000 and model["norm_epsilon"] == 1e-6
+    assert model["num_query_groups"] == 2 and model["kv_channels"] == (
+        16 if kind == "qwen2" else 32
+    )
+    assert model["untie_embeddings_and_output_weights"] == (kind == "qwen3")
+    tokens = torch.randint(0, 4096, (3, 40), generator=torch.Generator().manual_seed(1))
+    logits, greedy = _megatron_reference(out["run_dir"], tokens, 12)
+    with torch.no_grad():
+        ref = hf(tokens).logits
+        ref_greedy = hf.generate(tokens[:1], max_new_tokens=12, do_sample=False)[0, 40:]
+    assert logits.dtype == ref.dtype == torch.float32
+    torch.testing.assert_close(logits, ref, rtol=0, atol=1e-5)
+    assert greedy.tolist() == ref_greedy.tolist()
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            if name.endswith(("_proj.bias", "q_norm.weight", "k_norm.weight")):
+                p.copy_(torch.zeros_like(p) if name.endswith("bias") else torch.ones_like(p))
+        assert (hf(tokens).logits - ref).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize(
+    "kind, edits, named",
+    [
+        ("qwen2", {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 1},
+         "use_sliding_window=True (sliding_window=16 from layer max_window_layers=1)"),
+        ("qwen3", {"layer_types": ["full_attention", "sliding_attention"]},
+         "layer_types=['full_attention', 'sliding_attention'] (only 'full_attention')"),
+        ("qwen3", {"attention_bias": True}, "attention_bias=True"),
+        ("qwen2", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
+         "rope_scaling={'rope_type': 'yarn', 'factor': 4.0}"),
+        ("qwen2", {"model_type": "qwen2_moe"},
+         "model_type='qwen2_moe' (Qwen2-MoE, a mixture of experts with a gated shared expert: no "
+         "weight mapping here): import-hf reads 'llama', 'qwen2', 'qwen3' and 'gamma_gpt' models"),
+        ("qwen3", {"model_type": "qwen3_moe"},
+         "model_type='qwen3_moe' (Qwen3-MoE, a mixture of experts: no weight mapping here)"),
+    ],
+)  # fmt: skip
+def test_import_refuses_what_qwen_mapping_cannot_carry(tmp_path, capsys, kind, edits, named):
+    """Sliding-window attention, Qwen3's o_proj/q/k/v biases, RoPE scaling and the MoE Qwens
+    are refused by name before anything is written."""
+    from megatron_gamma.cli import main
+
+    _qwen(tmp_path / "hf", kind)
+    path = tmp_path / "hf" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **edits}))
+    assert main(["import-hf", str(tmp_path / "hf"), str(tmp_path / "run")]) == 2
+    assert named in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_import_refuses_weights_that_are_not_the_configs_model(tmp_path):
+    """A Qwen2 directory whose config.json says qwen3: its q/k norms are missing and its q/k/v
+    biases have no place; both are named (the mapping used to take the tensors it asked for
+    and ignore the rest)."""
+    _qwen(tmp_path / "hf", "qwen2")
+    path = tmp_path / "hf" / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "model_type": "qwen3"}))
+    with pytest.raises(CheckpointError) as e:
+        import_hf(str(tmp_path / "hf"), str(tmp_path / "run"))
+    biases = [f"model.layers.{i}.self_attn.{x}_proj.bias" for i in (0, 1) for x in "kqv"]
+    norms = [f"model.layers.{i}.self_attn.{x}_norm.weight" for i in (0, 1) for x in "kq"]
+    assert str(e.value) == (
+        f"hf_dir={str(tmp_path / 'hf')!r}: its safetensors weights are not those of the "
+        f"model_type='qwen3' model its config.json describes (missing: {', '.join(norms)}; not "
+        f"in it: {', '.join(biases)}). Fix: pass the config.json that came with these weights"
+    )
+    assert not os.path.exists(tmp_path / "run")
 
 
 @pytest.mark.parametrize(

@@ -169,6 +169,11 @@ CASES = {
         {"rotary_percent": 0.5},
     ),
     "disable_bias_linear": ({"disable_bias_linear": True}, "--add-bias-linear", None),
+    "add_qkv_bias": (
+        {"add_qkv_bias": True, "add_bias_linear": True},
+        "--no-add-bias-linear",
+        {"add_qkv_bias": True},
+    ),
     "attention_backend": (
         {"attention_backend": "unfused"},
         "--transformer-impl transformer_engine",

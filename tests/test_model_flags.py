@@ -221,6 +221,7 @@ MOE = {"num_experts": 4, "num_layers": 4}
     "flags, named",
     [
         ({"qk_layernorm": True}, "qk_layernorm=True"),
+        ({"add_qkv_bias": True}, "add_qkv_bias=True"),
         ({"apply_layernorm_1p": True}, "apply_layernorm_1p=True"),
         ({"rotary_percent": 0.5}, "rotary_percent=0.5"),
         ({"transformer_impl": "transformer_engine"}, "transformer_impl='transformer_engine'"),

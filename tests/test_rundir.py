@@ -572,7 +572,8 @@ def test_a_checkpoint_loads_only_with_its_tokenizer(bare, demo_prefix, tmp_path,
     """``pretrain --load``, evaluate/export (``checkpoint.resolve``), analyze and compare check
     the checkpoint's tokenizer fingerprint against the tokenizer they would use: another one is
     a named error before any model is built, a checkpoint without a fingerprint loads with a
-    warning."""
+    warning. The same tokenizer.json saved again in another layout (same canonical form) loads;
+    a fingerprint written before canonical ones existed is compared by its SHA-256 alone."""
     from megatron_gamma.data.tokenizer import BilingualTokenizer
     from megatron_gamma.data.tokenizer_fingerprint import fingerprint
     from megatron_gamma.diagnostics.analyze import analyze
@@ -581,13 +582,20 @@ def test_a_checkpoint_loads_only_with_its_tokenizer(bare, demo_prefix, tmp_path,
     from megatron_gamma.training.loop import preflight
 
     run, save = bare
-    other = tmp_path / "other" / "tokenizer.json"  # same vocabulary, other bytes: other sha256
-    other.parent.mkdir()
     with open(DEMO_TOKENIZER, encoding="utf-8") as f:
-        other.write_text(json.dumps(json.load(f), indent=1), encoding="utf-8")
+        doc = json.load(f)
+    relaid = tmp_path / "relaid" / "tokenizer.json"  # the same JSON, other bytes
+    relaid.parent.mkdir()
+    relaid.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    other = tmp_path / "other" / "tokenizer.json"  # one merge fewer: another tokenizer
+    other.parent.mkdir()
+    del doc["model"]["merges"][0]
+    other.write_text(json.dumps(doc, indent=1), encoding="utf-8")
     theirs = fingerprint(BilingualTokenizer(str(other)))
     ours = fingerprint(BilingualTokenizer(DEMO_TOKENIZER))
-    assert theirs["sha256"] != ours["sha256"]
+    same = fingerprint(BilingualTokenizer(str(relaid)))
+    assert len({theirs["sha256"], ours["sha256"], same["sha256"]}) == 3
+    assert same["canonical_sha256"] == ours["canonical_sha256"] != theirs["canonical_sha256"]
 
     def train_config(load: str):
         overrides = {"load": load, "save": str(tmp_path / "new"), "run_dir": str(tmp_path / "r")}
@@ -619,8 +627,21 @@ def test_a_checkpoint_loads_only_with_its_tokenizer(bare, demo_prefix, tmp_path,
         compare(save, foreign, demo_prefix, str(out), progress=False)
     assert not out.exists() or os.listdir(out) == []
 
+    # trained with the same tokenizer in another layout: loads, silently
+    capsys.readouterr()
+    relaid_ckpt = _with_tokenizer_fingerprint(save, tmp_path / "relaid_ckpt", same)
+    assert checkpoint.resolve(relaid_ckpt).path == layout.checkpoint_dir(relaid_ckpt, 2)
+    assert preflight(train_config(relaid_ckpt)).sha256 == ours["sha256"]
+    assert "tokenizer" not in capsys.readouterr().err
+    # ... but its fingerprint as written before canonical ones existed is another tokenizer's
+    older = {k: v for k, v in same.items() if k != "canonical_sha256"}
+    older_ckpt = _with_tokenizer_fingerprint(save, tmp_path / "older_ckpt", older)
+    with pytest.raises(ConfigError, match=rf"trained with tokenizer .*{relaid}.*Fix: pass --con"):
+        checkpoint.resolve(older_ckpt)
+
     # trained with the tokenizer file at the same path before it changed: no "pass that path"
-    changed = _with_tokenizer_fingerprint(save, tmp_path / "changed", {**ours, "sha256": "0" * 64})
+    before = {"sha256": "0" * 64, "canonical_sha256": "1" * 64}
+    changed = _with_tokenizer_fingerprint(save, tmp_path / "changed", {**ours, **before})
     then_now = rf"\(sha256 000000000000 then, {ours['sha256'][:12]} now\)\. Fix: restore"
     with pytest.raises(ConfigError, match=rf"changed since the checkpoint was trained {then_now}"):
         checkpoint.resolve(changed)

@@ -312,11 +312,16 @@ def test_a_tokenizer_made_by_train_tokenizer_keeps_its_identity(tmp_path):
     tokenizer), and the config is no source file."""
     tok = BilingualTokenizer(DEMO_TOKENIZER)
     sha = "ad657c11563eda213a708e4ecdbad4b11cc64949acb77eaa78be3e8dd91b7fdb"
+    with open(DEMO_TOKENIZER, encoding="utf-8") as f:  # no post-processor: only the layout
+        canonical = json.dumps(
+            json.load(f), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
     assert fingerprint(tok) == {
         "format": "megatron-gamma-tokenizer-fingerprint/1",
         "tokenizer_type": "HuggingFaceTokenizer",
         "source": [DEMO_TOKENIZER],
         "sha256": sha,
+        "canonical_sha256": hashlib.sha256(canonical.encode()).hexdigest(),
         "vocab_size": 4096,
         "eod": 0,
     }

@@ -147,6 +147,11 @@ RULES: dict[str, tuple[Callable[[Config], bool], str]] = {
         lambda c: c.model.position_embedding_type == "rope",
         "--position-embedding-type rope",
     ),
+    "add_qkv_bias": (
+        lambda c: not c.model.add_bias_linear,
+        "--no-add-bias-linear (--add-bias-linear already gives linear_qkv, like every linear "
+        "layer, a bias)",
+    ),
     "disable_bias_linear": (
         lambda c: False,
         "nothing: megatron-gamma's linear layers have no bias unless --add-bias-linear",

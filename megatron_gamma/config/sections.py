@@ -86,6 +86,10 @@ class ModelConfig:
     'local')."""
     add_bias_linear: bool = False
     """Biases in linear layers."""
+    add_qkv_bias: bool = False
+    """A bias on the QKV projection only (megatron-core ``add_qkv_bias``; Qwen2's q/k/v biases):
+    ``linear_qkv.bias``, rows grouped as its weight's, role 'bias'. No effect with
+    add_bias_linear, which gives every linear layer a bias."""
     position_embedding_type: PositionEmbedding = PositionEmbedding.ROPE
     """Position encoding."""
     rotary_base: int = 10000

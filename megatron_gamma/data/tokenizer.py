@@ -26,6 +26,7 @@ EOD as its ``eod``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -164,6 +165,46 @@ def files_sha256(paths: list[str], extra: bytes = b"") -> str:
     return digest.hexdigest()
 
 
+NO_OP_POST_PROCESSOR = {
+    "type": "TemplateProcessing",
+    "single": [{"Sequence": {"id": "A", "type_id": 0}}],
+    "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+    "special_tokens": {},
+}
+"""The ``post_processor`` that ``transformers`` (5.x) writes into a tokenizer.json it saves
+(``PreTrainedTokenizerFast(tokenizer_file=...).save_pretrained``) when the tokenizer had none:
+the sequence alone, the second of a pair with type id 1, no special token. It changes no id and
+no type id of any encoding, with or without ``add_special_tokens``: a tokenizer without a
+post-processor gives the first sequence type id 0 and the second 1 (``tokenizers``' default
+processing) and adds nothing."""
+
+
+def canonical_tokenizer_json(data: bytes) -> bytes:
+    """The canonical form of a tokenizer.json's bytes ``data``, whose SHA-256 is a tokenizer's
+    :attr:`~BilingualTokenizer.canonical_sha256`: equal forms give equal ids on every text.
+
+    The JSON is parsed (``tokenizers`` reads it as parsed values: the order of an object's keys,
+    whitespace and string escapes mean nothing to it) and written again with sorted keys, no
+    whitespace and UTF-8 text; a ``post_processor`` equal to :data:`NO_OP_POST_PROCESSOR` (and
+    nothing else) becomes null. Every other value, the order of every list (merges, added
+    tokens, normalizer and pre-tokenizer sequences) and every number keep their meaning, so two
+    tokenizers with another merge, vocabulary entry, normalizer, pre-tokenizer, truncation or a
+    post-processor that adds a token (a BOS) have other forms.
+
+    Returns:
+        The UTF-8 bytes of the canonical JSON.
+
+    Raises:
+        ValueError: ``data`` is not UTF-8 JSON.
+    """
+    doc = json.loads(data.decode("utf-8"))
+    post = doc.get("post_processor") if isinstance(doc, dict) else None
+    no_op = json.dumps(NO_OP_POST_PROCESSOR, sort_keys=True)
+    if post is not None and json.dumps(post, sort_keys=True) == no_op:  # strict: 0 is not 0.0
+        doc["post_processor"] = None
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def _config_token(doc: dict, key: str, config: str) -> str | None:
     """The token ``doc[key]`` names: a string, or an ``AddedToken`` dict's ``content``; None when
     the key is absent or null."""
@@ -295,6 +336,12 @@ class BilingualTokenizer:
         sha256: hex SHA-256 of the bytes of the ``source`` files, in order (for the default
             source: of the tokenizer.json); with a loader file among them, of the tokenizer.json
             and the sorted JSON of the EOD, PAD and BOS tokens instead of the config's bytes.
+        canonical_sha256: the same digest with the tokenizer.json's bytes replaced by its
+            :func:`canonical_tokenizer_json` (for ``HuggingFaceTokenizer``; for the other types,
+            whose source files are not a tokenizer.json, ``sha256`` itself): equal for a
+            tokenizer.json that ``transformers`` saved again, which may add a no-op
+            post-processor and write its keys in another layout. Read on first use (from the
+            bytes ``sha256`` describes: a file changed since is an error).
         unique_identifiers: what megatron-core hashes into its dataset cache keys.
 
     Raises:
@@ -330,14 +377,39 @@ class BilingualTokenizer:
         self.special_texts = tuple(
             t for t in (self.eos_token, self.pad_token, self.bos_token) if t is not None
         )
-        specials = b""
+        specials = b""  # the EOD, PAD and BOS a loader file names, where they join the identity
         if "eod" in self.named_in and self.eos_token != EOD:
             self.source.append(self.named_in["eod"])
             names = {"eos_token": self.eos_token, "pad_token": self.pad_token}
             specials = json.dumps({**names, "bos_token": self.bos_token}, sort_keys=True).encode()
         self.vocab_size = self._tok.get_vocab_size()
+        self._specials = specials
         self.sha256 = files_sha256(self.source[: len(self.source) - bool(specials)], specials)
         self.unique_identifiers = {"class": type(self).__name__, "sha256": self.sha256[:16]}
+
+    @functools.cached_property
+    def canonical_sha256(self) -> str:
+        """Hex SHA-256 of :func:`canonical_tokenizer_json` and the EOD, PAD and BOS that join
+        the identity (class docstring); ``sha256`` for a type other than
+        ``HuggingFaceTokenizer``. Read on first use, from bytes that must still have ``sha256``,
+        so that the two digests always describe the same file.
+
+        Raises:
+            ConfigError: the tokenizer.json changed since this tokenizer read it (both digests
+                named).
+        """
+        if self.tokenizer_type != "HuggingFaceTokenizer":
+            return self.sha256
+        with open(self.path, "rb") as f:
+            data = f.read()
+        now = hashlib.sha256(data + self._specials).hexdigest()
+        if now != self.sha256:
+            raise ConfigError(
+                f"tokenizer_model={self.path!r}: changed while in use (sha256 {self.sha256[:12]} "
+                f"when read, {now[:12]} now). Fix: leave the tokenizer files unchanged while a "
+                "command runs, and run it again"
+            )
+        return hashlib.sha256(canonical_tokenizer_json(data) + self._specials).hexdigest()
 
     def _missing(self, key: str, token: str) -> str:
         """The error for special token ``token`` (``key``: eod, pad or bos) not in the

@@ -4,15 +4,30 @@
 ``{dataset prefix}.tokenizer_fingerprint.json`` beside each ``.bin/.idx``::
 
     {"format": "megatron-gamma-tokenizer-fingerprint/1", "tokenizer_type": "HuggingFaceTokenizer",
-     "source": ["/abs/tok/tokenizer.json"], "sha256": "<hex>", "vocab_size": 4096, "eod": 0}
+     "source": ["/abs/tok/tokenizer.json"], "sha256": "<hex>", "canonical_sha256": "<hex>",
+     "vocab_size": 4096, "eod": 0}
 
 ``sha256`` is :attr:`~megatron_gamma.data.tokenizer.BilingualTokenizer.sha256` (of the
-tokenizer.json, and of the EOD, PAD and BOS the tokenizer_config.json beside it names when its
-``eos_token`` makes the EOD another token than ``<|endoftext|>``; or of GPT-2's vocab.json +
-merges.txt), the identity
-compared; the rest names the tokenizer in messages. ``pretrain`` checks every dataset of the
-blend against its tokenizer in preflight (:func:`check_datasets`): token ids of another tokenizer
-would train silently on garbage. Datasets written before fingerprints existed get a warning.
+tokenizer.json's bytes, and of the EOD, PAD and BOS the tokenizer_config.json beside it names
+when its ``eos_token`` makes the EOD another token than ``<|endoftext|>``; or of GPT-2's
+vocab.json + merges.txt); ``canonical_sha256`` is
+:attr:`~megatron_gamma.data.tokenizer.BilingualTokenizer.canonical_sha256`, the same with the
+tokenizer.json's canonical form (its parsed JSON with sorted keys, a no-op post-processor as
+null: :func:`~megatron_gamma.data.tokenizer.canonical_tokenizer_json`) in place of its bytes.
+These are the identity compared (:func:`same_tokenizer`); the rest names the tokenizer in
+messages. ``pretrain`` checks every dataset of the blend against its tokenizer in preflight
+(:func:`check_datasets`), and every load of a checkpoint checks the fingerprint it carries
+(:func:`megatron_gamma.rundir.loader.check_tokenizer`): token ids of another tokenizer would
+train silently on garbage. Datasets written before fingerprints existed get a warning.
+
+Two fingerprints name the same tokenizer when their ``sha256`` are equal (the same bytes), or
+when both record a ``canonical_sha256`` and those are equal: the same tokenizer saved again by
+``transformers``, which adds a post-processor that adds no token and may lay its keys out
+otherwise, still reads data and checkpoints made with the original. A fingerprint written
+before ``canonical_sha256`` existed (the format is the same; the key is new) is compared by its
+``sha256`` alone, as then: data and checkpoints made before are accepted exactly where they
+were. A version of megatron-gamma that predates the key compares ``sha256`` alone too, and so
+refuses a tokenizer saved again, as it did before.
 """
 
 from __future__ import annotations
@@ -34,9 +49,20 @@ def fingerprint(tok: BilingualTokenizer) -> dict:
         "tokenizer_type": tok.tokenizer_type,
         "source": tok.source,
         "sha256": tok.sha256,
+        "canonical_sha256": tok.canonical_sha256,
         "vocab_size": tok.vocab_size,
         "eod": tok.eod,
     }
+
+
+def same_tokenizer(then: dict, now: dict) -> bool:
+    """Whether fingerprint ``then`` (recorded with data or a checkpoint) and ``now`` name the
+    same tokenizer: equal ``sha256``, or equal ``canonical_sha256`` where both record one (a
+    fingerprint written before that key existed has only its ``sha256``; module docstring)."""
+    if then["sha256"] == now["sha256"]:
+        return True
+    canonical = then.get("canonical_sha256")
+    return canonical is not None and canonical == now.get("canonical_sha256")
 
 
 def read_fingerprint(prefix: str) -> dict | None:
@@ -86,10 +112,10 @@ def changed_files(then: dict, now: dict) -> tuple[str, str]:
 
 def other_tokenizers(docs: list[tuple[str, dict]], want: dict) -> list[tuple[str, dict]]:
     """The (dataset, fingerprint) pairs of ``docs`` made with another tokenizer than fingerprint
-    ``want`` (another ``sha256``): the datasets :func:`merged_fingerprint` refuses to merge
+    ``want`` (not :func:`same_tokenizer`): the datasets :func:`merged_fingerprint` refuses to merge
     with one made by ``want``, and a shard of a sharded ``preprocess`` refuses beside its
     siblings (:func:`~megatron_gamma.data.merge.check_sibling_shards`)."""
-    return [(prefix, doc) for prefix, doc in docs if doc["sha256"] != want["sha256"]]
+    return [(prefix, doc) for prefix, doc in docs if not same_tokenizer(want, doc)]
 
 
 def merged_fingerprint(prefixes: list[str]) -> dict | None:
@@ -114,7 +140,8 @@ def merged_fingerprint(prefixes: list[str]) -> dict | None:
 
 
 def check_datasets(prefixes: list[str], tok: BilingualTokenizer) -> list[str]:
-    """Check that every dataset ``prefixes`` was tokenized with ``tok``.
+    """Check that every dataset ``prefixes`` was tokenized with ``tok`` (:func:`same_tokenizer`:
+    also with the same tokenizer saved again by transformers, elsewhere or at the same path).
 
     Returns:
         One warning line per dataset without a fingerprint (made before fingerprints existed).
@@ -135,7 +162,7 @@ def check_datasets(prefixes: list[str], tok: BilingualTokenizer) -> list[str]:
                 f"`megatron-gamma preprocess` since fingerprints exist); cannot check that it was "
                 f"tokenized with {describe(mine)}"
             )
-        elif doc["sha256"] != mine["sha256"] and same_files(doc, mine):
+        elif not same_tokenizer(doc, mine) and same_files(doc, mine):
             files, noun = changed_files(doc, mine)
             raise ConfigError(
                 f"data_path={prefix!r}: the tokenizer at {files} changed "
@@ -143,7 +170,7 @@ def check_datasets(prefixes: list[str], tok: BilingualTokenizer) -> list[str]:
                 f"{mine['sha256'][:12]} now). Fix: restore the original tokenizer {noun} there, "
                 "or preprocess the data again with the current one"
             )
-        elif doc["sha256"] != mine["sha256"]:
+        elif not same_tokenizer(doc, mine):
             raise ConfigError(
                 f"data_path={prefix!r}: tokenized with {describe(doc)}, but this run's tokenizer "
                 f"is {describe(mine)}. Fix: pass the tokenizer the data was made with "

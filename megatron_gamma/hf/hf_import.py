@@ -1,9 +1,11 @@
 """``megatron-gamma import-hf HF_DIR RUN_DIR``: a Hugging Face model back into a megatron-gamma run.
 
 Reads ``config.json`` and the safetensors weights (one file or a sharded index) of a
-``LlamaForCausalLM`` or :class:`~megatron_gamma.hf.hf_model.GammaGPTForCausalLM`, maps
-them onto megatron-core's GPTModel (:func:`megatron_gamma.hf.mapping.from_hf`) and writes
-a run directory::
+``LlamaForCausalLM``, ``Qwen2ForCausalLM`` (q/k/v biases: ``add_qkv_bias``),
+``Qwen3ForCausalLM`` (q/k norms: ``qk_layernorm``) or
+:class:`~megatron_gamma.hf.hf_model.GammaGPTForCausalLM` (``model_type`` in
+:data:`~megatron_gamma.hf.mapping.IMPORT_TYPES`), maps them onto megatron-core's GPTModel
+(:func:`megatron_gamma.hf.mapping.from_hf`) and writes a run directory::
 
     RUN_DIR/config.yaml                       the run config (tokenizer_model -> RUN_DIR)
     RUN_DIR/tokenizer.json                    copied from HF_DIR
@@ -278,10 +280,12 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
 
     Raises:
         CheckpointError: ``hf_dir`` does not exist or is not a directory, missing config.json
-            or unreadable weights, a ``megatron_gamma.json`` that names a path
-            (:func:`_check_portable`), or a file outside ``hf_dir``: a shard the index names
-            by an absolute path or with ``..``, or any file read through a link leading out
-            (:func:`model_file`; checked before the file, or any weight, is read).
+            or unreadable weights, weights that are not those config.json describes (a tensor
+            missing, or one the mapping has no place for: :func:`~.mapping.from_hf`), a
+            ``megatron_gamma.json`` that names a path (:func:`_check_portable`), or a file
+            outside ``hf_dir``: a shard the index names by an absolute path or with ``..``, or
+            any file read through a link leading out (:func:`model_file`; checked before the
+            file, or any weight, is read).
         TokenizerNotFoundError: no tokenizer.json in ``hf_dir``.
         UnmappableArchitectureError: a model type or option megatron-gamma does not build.
         ConfigError: ``run_dir`` exists and is not an empty directory, or cannot be made
@@ -329,7 +333,14 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
     hf_sd = read_safetensors(hf_dir)
     if not cfg.model.untie_embeddings_and_output_weights:
         hf_sd.pop("lm_head.weight", None)
-    mc_sd = mapping.from_hf(hf_sd, cfg)
+    try:
+        mc_sd = mapping.from_hf(hf_sd, cfg)
+    except mapping.WeightsMismatchError as e:
+        raise CheckpointError(
+            f"hf_dir={hf_dir!r}: its safetensors weights are not those of the "
+            f"model_type={hf.get('model_type')!r} model its config.json describes ({e}). Fix: "
+            "pass the config.json that came with these weights"
+        ) from None
     vocab = int(mc_sd["embedding.word_embeddings.weight"].shape[0])
     with atomic_dir(run_dir) as tmp:
         shutil.copyfile(tokenizer, os.path.join(tmp, "tokenizer.json"))

@@ -1,8 +1,9 @@
 """Weight and config mapping between megatron-core GPTModel and Hugging Face causal LMs.
 
 megatron-core names (single-rank ``GPTModel.state_dict()``, the global tensors of a torch_dist
-checkpoint) against Hugging Face names (``LlamaForCausalLM`` and
-:class:`megatron_gamma.hf.hf_model.GammaGPTForCausalLM`, which share them):
+checkpoint) against Hugging Face names (``LlamaForCausalLM``, ``Qwen2ForCausalLM``,
+``Qwen3ForCausalLM`` and :class:`megatron_gamma.hf.hf_model.GammaGPTForCausalLM`, which share
+them):
 
 =================================================  ===============================================
 megatron-core                                      Hugging Face
@@ -10,6 +11,9 @@ megatron-core                                      Hugging Face
 embedding.word_embeddings.weight (V, H)            model.embed_tokens.weight
 decoder.layers.i.input_layernorm.weight            model.layers.i.input_layernorm.weight
 decoder.layers.i.self_attention.linear_qkv.weight  q_proj / k_proj / v_proj (split per group, below)
+decoder.layers.i.self_attention.linear_qkv.bias    q/k/v_proj.bias (Qwen2; grouped as the weight)
+decoder.layers.i.self_attention.q_layernorm.weight model.layers.i.self_attn.q_norm.weight (Qwen3)
+decoder.layers.i.self_attention.k_layernorm.weight model.layers.i.self_attn.k_norm.weight (Qwen3)
 decoder.layers.i.self_attention.linear_gate.*      model.layers.i.self_attn.gate_proj.*
 decoder.layers.i.self_attention.linear_proj.weight model.layers.i.self_attn.o_proj.weight
 decoder.layers.i.pre_mlp_layernorm.weight          model.layers.i.post_attention_layernorm.weight
@@ -28,6 +32,14 @@ holds [gate; up] (megatron-core applies silu to the first half). Both directions
 reshapes: a round trip returns bit-identical tensors. The splits are the weight-role registry's
 (:func:`~megatron_gamma.model.roles.qkv_parts`, :func:`~megatron_gamma.model.roles.glu_parts`),
 the same the diagnostics report as ``qkv.q/k/v`` and ``fc1.gate/up``.
+
+Import (:func:`from_hf`) also reads Qwen2 and Qwen3, whose layouts are Llama's plus, for Qwen2,
+biases on q/k/v only (megatron-core ``add_qkv_bias``) and, for Qwen3, an RMSNorm over each head's
+query and key before RoPE, eps ``rms_norm_eps``, one weight of ``head_dim`` shared by the heads
+(megatron-core ``qk_layernorm``: ``q_layernorm`` / ``k_layernorm`` on the ``(s, b, heads,
+head_dim)`` query and key, before RoPE, eps ``layernorm_epsilon``; here our RMSNorm, the same
+x / sqrt(mean(x^2) + eps) * w in fp32 as transformers' ``Qwen3RMSNorm``). Export
+(:func:`to_hf`) writes neither: :func:`unsupported_features` refuses those runs.
 """
 
 from __future__ import annotations
@@ -57,6 +69,8 @@ def unsupported_features(cfg: Config) -> list[str]:
         out.append("swiglu=False (only SwiGLU MLPs)")
     if m.add_bias_linear:
         out.append("add_bias_linear=True (no linear biases)")
+    if m.add_qkv_bias:
+        out.append("add_qkv_bias=True (no q/k/v biases)")
     if m.rotary_percent != 1.0:
         out.append(f"rotary_percent={m.rotary_percent} (only full RoPE)")
     if m.qk_layernorm:
@@ -115,8 +129,8 @@ def check_mappable(cfg: Config, hf_format: str) -> str:
         raise UnmappableArchitectureError(
             f"model={'; '.join(bad)}: no Hugging Face mapping for this architecture. Fix: export "
             "a run trained with megatron-gamma's defaults for these (full RoPE, SwiGLU, no "
-            "linear biases, no q/k norms, plain norm weights, --transformer-impl local; for MoE "
-            "every layer MoE, softmax routing, no shared experts, no capacity factor)"
+            "linear or q/k/v biases, no q/k norms, plain norm weights, --transformer-impl local; "
+            "for MoE every layer MoE, softmax routing, no shared experts, no capacity factor)"
         )
     blockers = stock_blockers(cfg)
     if hf_format == "llama" and blockers:
@@ -193,19 +207,56 @@ def _rope_theta(hf: dict) -> float:
     return 10000.0
 
 
+IMPORT_TYPES = ("llama", "qwen2", "qwen3", "gamma_gpt")
+"""The ``model_type`` values of ``config.json`` that import-hf reads."""
+
+_REFUSED_TYPES = {
+    "qwen2_moe": "Qwen2-MoE, a mixture of experts with a gated shared expert",
+    "qwen3_moe": "Qwen3-MoE, a mixture of experts",
+}
+"""Why import-hf refuses model types near the ones it reads."""
+
+
+def _full_attention(hf: dict) -> list[str]:
+    """The settings of a Qwen ``config.json`` ``hf`` that give some layer sliding-window
+    attention (megatron-gamma builds full causal attention in every layer): ``use_sliding_window``
+    (transformers then slides the window on the layers from ``max_window_layers`` on) and a
+    ``layer_types`` entry other than 'full_attention'."""
+    bad = []
+    if hf.get("use_sliding_window"):
+        bad.append(
+            f"use_sliding_window={hf['use_sliding_window']!r} (sliding_window="
+            f"{hf.get('sliding_window')!r} from layer max_window_layers="
+            f"{hf.get('max_window_layers')!r})"
+        )
+    types = hf.get("layer_types") or []
+    if any(t != "full_attention" for t in types):
+        bad.append(f"layer_types={types!r} (only 'full_attention')")
+    return bad
+
+
 def model_section_from_hf(hf: dict) -> dict:
     """The ``model`` section of a megatron-gamma config from a Hugging Face ``config.json``.
 
+    'llama' and 'gamma_gpt' map onto the Llama layout; 'qwen2' adds ``add_qkv_bias`` (its q/k/v
+    projections always have biases) and 'qwen3' ``qk_layernorm`` (its ``q_norm`` / ``k_norm``;
+    ``head_dim`` defaults to 128 as ``Qwen3Config``'s does). Tied embeddings
+    (``tie_word_embeddings``) and the RoPE base (:func:`_rope_theta`) are read alike for all.
+
     Raises:
-        UnmappableArchitectureError: a model type other than 'llama' / 'gamma_gpt', or Llama
-            options megatron-gamma does not build (biases, non-default RoPE given as
-            ``rope_parameters`` or ``rope_scaling``, partial rotary, non-silu MLP).
+        UnmappableArchitectureError: a model type outside :data:`IMPORT_TYPES` (the MoE Qwen
+            types with their reason), or options megatron-gamma does not build: linear biases
+            (``attention_bias``, ``mlp_bias``), non-default RoPE given as ``rope_parameters`` or
+            ``rope_scaling``, partial rotary, a non-silu MLP, sliding-window attention
+            (``use_sliding_window``, ``layer_types``); each named with its value.
     """
     kind = hf.get("model_type")
-    if kind not in ("llama", "gamma_gpt"):
+    if kind not in IMPORT_TYPES:
+        why = f" ({_REFUSED_TYPES[kind]}: no weight mapping here)" if kind in _REFUSED_TYPES else ""
         raise UnmappableArchitectureError(
-            f"model_type={kind!r}: import-hf reads 'llama' and 'gamma_gpt' models. Fix: convert "
-            "a model exported by `megatron-gamma export-hf` or a Llama checkpoint"
+            f"model_type={kind!r}{why}: import-hf reads 'llama', 'qwen2', 'qwen3' and "
+            "'gamma_gpt' models. Fix: convert a model exported by `megatron-gamma export-hf`, a "
+            "Llama, or a dense Qwen2/Qwen3 checkpoint"
         )
     bad = [
         f"{k}={hf.get(k)!r}"
@@ -219,19 +270,23 @@ def model_section_from_hf(hf: dict) -> dict:
         )
         if not ok
     ]
+    if kind in ("qwen2", "qwen3"):
+        bad += _full_attention(hf)
     if bad:
         raise UnmappableArchitectureError(
-            f"{', '.join(bad)}: megatron-gamma builds bias-free SiLU-gated models with default "
-            "RoPE. Fix: import a model without these options"
+            f"{', '.join(bad)}: megatron-gamma builds SiLU-gated models with full causal "
+            "attention, default RoPE and no linear biases (q/k/v biases as Qwen2 has them). Fix: "
+            "import a model without these options"
         )
     heads = hf["num_attention_heads"]
+    head_dim = 128 if kind == "qwen3" else hf["hidden_size"] // heads
     section = dict(
         num_layers=hf["num_hidden_layers"],
         hidden_size=hf["hidden_size"],
         ffn_hidden_size=hf["intermediate_size"],
         num_attention_heads=heads,
         num_query_groups=hf.get("num_key_value_heads") or heads,
-        kv_channels=hf.get("head_dim") or hf["hidden_size"] // heads,
+        kv_channels=hf.get("head_dim") or head_dim,
         seq_length=hf["max_position_embeddings"],
         max_position_embeddings=hf["max_position_embeddings"],
         norm_epsilon=hf["rms_norm_eps"],
@@ -243,6 +298,10 @@ def model_section_from_hf(hf: dict) -> dict:
         add_bias_linear=False,
         position_embedding_type="rope",
     )
+    if kind == "qwen2":
+        section.update(add_qkv_bias=True)
+    if kind == "qwen3":
+        section.update(qk_layernorm=True)
     if hf.get("num_experts"):
         section.update(
             num_experts=hf["num_experts"],
@@ -253,14 +312,17 @@ def model_section_from_hf(hf: dict) -> dict:
 
 
 def _qkv_join(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cfg: Config) -> torch.Tensor:
+    """megatron-core's fused QKV rows from HF's q, k and v projections: weights (rows, H) or
+    biases (rows,), grouped per key-value group as :func:`~megatron_gamma.model.roles.qkv_parts`
+    splits them."""
     m = cfg.model
     g, d = m.num_query_groups, m.kv_channels
     per = m.num_attention_heads // g
-    h = q.size(-1)
+    rest = q.shape[1:]
     grouped = torch.cat(
-        [q.view(g, per, d, h), k.view(g, 1, d, h), v.view(g, 1, d, h)], dim=1
-    )  # (g, n/g + 2, d, H)
-    return grouped.reshape(-1, h)
+        [q.view(g, per * d, *rest), k.view(g, d, *rest), v.view(g, d, *rest)], dim=1
+    )  # (g, (n/g + 2) d, ...)
+    return grouped.reshape(-1, *rest)
 
 
 def _mlp_to_hf(sd: dict, src: str, dst: str, out: dict, m: ModelConfig) -> None:
@@ -268,13 +330,6 @@ def _mlp_to_hf(sd: dict, src: str, dst: str, out: dict, m: ModelConfig) -> None:
     out[f"{dst}.gate_proj.weight"] = halves["gate"].contiguous()
     out[f"{dst}.up_proj.weight"] = halves["up"].contiguous()
     out[f"{dst}.down_proj.weight"] = sd[f"{src}.linear_fc2.weight"]
-
-
-def _mlp_from_hf(sd: dict, src: str, dst: str, out: dict) -> None:
-    out[f"{dst}.linear_fc1.weight"] = torch.cat(
-        [sd[f"{src}.gate_proj.weight"], sd[f"{src}.up_proj.weight"]], dim=0
-    )
-    out[f"{dst}.linear_fc2.weight"] = sd[f"{src}.down_proj.weight"]
 
 
 def to_hf(sd: dict[str, torch.Tensor], cfg: Config) -> dict[str, torch.Tensor]:
@@ -310,31 +365,96 @@ def to_hf(sd: dict[str, torch.Tensor], cfg: Config) -> dict[str, torch.Tensor]:
     return out
 
 
-def from_hf(sd: dict[str, torch.Tensor], cfg: Config) -> dict[str, torch.Tensor]:
-    """The inverse of :func:`to_hf`: megatron-core tensor names (no ``_extra_state``)."""
+def _import_plan(cfg: Config) -> list[tuple[str, list[str]]]:
+    """(megatron-core name, the Hugging Face names it is made of) for every tensor of ``cfg``'s
+    model, in :func:`from_hf`'s order: one name is the tensor itself; three (q, k, v) are joined
+    by :func:`_qkv_join`; two (gate, up) are stacked into a SwiGLU fc1."""
     m = cfg.model
-    out = {"embedding.word_embeddings.weight": sd["model.embed_tokens.weight"]}
-    for i in range(m.num_layers):
-        a, mlp, hf = _ATTN.format(i=i), _MLP.format(i=i), f"model.layers.{i}"
-        out[f"decoder.layers.{i}.input_layernorm.weight"] = sd[f"{hf}.input_layernorm.weight"]
-        out[f"{a}.linear_qkv.weight"] = _qkv_join(
-            *(sd[f"{hf}.self_attn.{p}_proj.weight"] for p in "qkv"), cfg
+    plan = [("embedding.word_embeddings.weight", ["model.embed_tokens.weight"])]
+
+    def mlp(src: str, dst: str) -> None:
+        plan.append(
+            (f"{dst}.linear_fc1.weight", [f"{src}.gate_proj.weight", f"{src}.up_proj.weight"])
         )
-        out[f"{a}.linear_proj.weight"] = sd[f"{hf}.self_attn.o_proj.weight"]
+        plan.append((f"{dst}.linear_fc2.weight", [f"{src}.down_proj.weight"]))
+
+    for i in range(m.num_layers):
+        a, dst, hf = _ATTN.format(i=i), _MLP.format(i=i), f"model.layers.{i}"
+        attn = f"{hf}.self_attn"
+        plan.append(
+            (f"decoder.layers.{i}.input_layernorm.weight", [f"{hf}.input_layernorm.weight"])
+        )
+        plan.append((f"{a}.linear_qkv.weight", [f"{attn}.{p}_proj.weight" for p in "qkv"]))
+        if m.add_qkv_bias:
+            plan.append((f"{a}.linear_qkv.bias", [f"{attn}.{p}_proj.bias" for p in "qkv"]))
+        if m.qk_layernorm:
+            plan.append((f"{a}.q_layernorm.weight", [f"{attn}.q_norm.weight"]))
+            plan.append((f"{a}.k_layernorm.weight", [f"{attn}.k_norm.weight"]))
+        plan.append((f"{a}.linear_proj.weight", [f"{attn}.o_proj.weight"]))
         if m.gated_attention != "none":
-            out[f"{a}.linear_gate.weight"] = sd[f"{hf}.self_attn.gate_proj.weight"]
+            plan.append((f"{a}.linear_gate.weight", [f"{attn}.gate_proj.weight"]))
             if m.gate_bias:
-                out[f"{a}.linear_gate.bias"] = sd[f"{hf}.self_attn.gate_proj.bias"]
-        out[f"decoder.layers.{i}.pre_mlp_layernorm.weight"] = sd[
-            f"{hf}.post_attention_layernorm.weight"
-        ]
+                plan.append((f"{a}.linear_gate.bias", [f"{attn}.gate_proj.bias"]))
+        plan.append(
+            (
+                f"decoder.layers.{i}.pre_mlp_layernorm.weight",
+                [f"{hf}.post_attention_layernorm.weight"],
+            )
+        )
         if m.num_experts is None:
-            _mlp_from_hf(sd, f"{hf}.mlp", mlp, out)
+            mlp(f"{hf}.mlp", dst)
         else:
-            out[f"{mlp}.router.weight"] = sd[f"{hf}.mlp.router.weight"]
+            plan.append((f"{dst}.router.weight", [f"{hf}.mlp.router.weight"]))
             for e in range(m.num_experts):
-                _mlp_from_hf(sd, f"{hf}.mlp.experts.{e}", f"{mlp}.experts.local_experts.{e}", out)
-    out["decoder.final_layernorm.weight"] = sd["model.norm.weight"]
+                mlp(f"{hf}.mlp.experts.{e}", f"{dst}.experts.local_experts.{e}")
+    plan.append(("decoder.final_layernorm.weight", ["model.norm.weight"]))
     if m.untie_embeddings_and_output_weights:
-        out["output_layer.weight"] = sd["lm_head.weight"]
+        plan.append(("output_layer.weight", ["lm_head.weight"]))
+    return plan
+
+
+def _listed(names: list[str]) -> str:
+    """The first 8 of ``names`` and their count, for a message; 'none' for none."""
+    more = f", ... ({len(names)} in all)" if len(names) > 8 else ""
+    return ", ".join(names[:8]) + more if names else "none"
+
+
+class WeightsMismatchError(ValueError):
+    """Hugging Face tensors that are not the ones ``config.json`` describes."""
+
+
+IGNORED_HF_TENSORS = (".rotary_emb.inv_freq",)
+"""Name endings of tensors some Hugging Face checkpoints hold that are not weights: RoPE's
+inverse frequencies, a buffer that older transformers saved and that the model recomputes."""
+
+
+def from_hf(sd: dict[str, torch.Tensor], cfg: Config) -> dict[str, torch.Tensor]:
+    """The inverse of :func:`to_hf`, and the import of Qwen2's q/k/v biases and Qwen3's q/k
+    norms (module docstring): megatron-core tensor names (no ``_extra_state``).
+
+    Args:
+        sd: every tensor of the Hugging Face model (a tied model's ``lm_head.weight`` removed).
+        cfg: the config :func:`model_section_from_hf` gave.
+
+    Raises:
+        WeightsMismatchError: tensors ``cfg`` asks for are missing from ``sd``, or ``sd`` holds
+            tensors the mapping places nowhere (but :data:`IGNORED_HF_TENSORS`), e.g. biases of
+            a model whose config.json says it has none: ``missing: NAMES; not in it: NAMES``
+            (8 names each, and the count). Checked before any tensor is copied.
+    """
+    plan = _import_plan(cfg)
+    needed = {name for _, names in plan for name in names}
+    missing = sorted(needed - set(sd))
+    unused = sorted(k for k in set(sd) - needed if not k.endswith(IGNORED_HF_TENSORS))
+    if missing or unused:
+        raise WeightsMismatchError(f"missing: {_listed(missing)}; not in it: {_listed(unused)}")
+    out = {}
+    for mc, names in plan:
+        parts = [sd[name] for name in names]
+        if len(parts) == 3:
+            out[mc] = _qkv_join(*parts, cfg)
+        elif len(parts) == 2:
+            out[mc] = torch.cat(parts, dim=0)
+        else:
+            out[mc] = parts[0]
     return out

@@ -105,6 +105,7 @@ def transformer_config(cfg: Config, on_gpu: bool) -> TransformerConfig:
         gated_linear_unit=m.swiglu,
         activation_func=F.silu if m.swiglu else F.gelu,
         add_bias_linear=m.add_bias_linear,
+        add_qkv_bias=m.add_qkv_bias,
         hidden_dropout=m.hidden_dropout,
         attention_dropout=m.attention_dropout,
         rotary_interleaved=False,

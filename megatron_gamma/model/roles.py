@@ -417,7 +417,7 @@ def layer_parameters(m: Any, moe: bool) -> list[tuple[str, tuple[int, ...]]]:
             out.append((f"{prefix}.bias", (rows,)))
 
     linear(f"{attn}.linear_proj", h, n * d)
-    linear(f"{attn}.linear_qkv", n * d + 2 * g * d, h)
+    linear(f"{attn}.linear_qkv", n * d + 2 * g * d, h, bias or m.add_qkv_bias)
     if m.qk_layernorm:
         out += [(f"{attn}.q_layernorm.weight", (d,)), (f"{attn}.k_layernorm.weight", (d,))]
     if m.gated_attention != "none":

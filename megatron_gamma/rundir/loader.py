@@ -257,9 +257,11 @@ def check_tokenizer(
     ckpt: str, cfg: Config, fix: str, common: Optional[dict] = None
 ) -> Optional[str]:
     """Check that checkpoint ``ckpt`` was trained with ``cfg``'s tokenizer: the fingerprint in
-    its common state (:func:`layout.describe`) must have the SHA-256 of the tokenizer ``cfg``
-    selects (:func:`megatron_gamma.data.tokenizer_types.load_tokenizer`, as training builds it;
-    a GPT-2 BPE's tokenizer.json in :func:`scratch_dir`).
+    its common state (:func:`layout.describe`) must name the tokenizer ``cfg`` selects
+    (:func:`megatron_gamma.data.tokenizer_types.load_tokenizer`, as training builds it; a GPT-2
+    BPE's tokenizer.json in :func:`scratch_dir`): the same SHA-256, or the same canonical one
+    where the checkpoint records it (a tokenizer.json saved again by ``transformers``:
+    :func:`megatron_gamma.data.tokenizer_fingerprint.same_tokenizer`).
     Token ids of another tokenizer would silently mean other text.
 
     Args:
@@ -287,6 +289,7 @@ def check_tokenizer(
         describe,
         fingerprint,
         same_files,
+        same_tokenizer,
         tokenizer_flags,
     )
 
@@ -298,7 +301,7 @@ def check_tokenizer(
             "cannot check that it was trained with this run's tokenizer"
         )
     mine = fingerprint(run_tokenizer(cfg))
-    if saved["sha256"] != mine["sha256"] and same_files(saved, mine):
+    if not same_tokenizer(saved, mine) and same_files(saved, mine):
         files, noun = changed_files(saved, mine)
         raise ConfigError(
             f"checkpoint={ckpt!r}: the tokenizer at {files} changed since the "
@@ -306,7 +309,7 @@ def check_tokenizer(
             f"now). Fix: restore the original tokenizer {noun} there (passing the same path again "
             "cannot help)"
         )
-    if saved["sha256"] != mine["sha256"]:
+    if not same_tokenizer(saved, mine):
         raise ConfigError(
             f"checkpoint={ckpt!r}: trained with tokenizer {describe(saved)}, but the config's "
             f"tokenizer is {describe(mine)}. Fix: {fix.replace('{flags}', tokenizer_flags(saved))}"
@@ -315,10 +318,10 @@ def check_tokenizer(
 
 
 def tokenizer_digest(cfg: Config) -> str:
-    """SHA-256 of the run's tokenizer files (its
-    :attr:`~megatron_gamma.data.tokenizer.BilingualTokenizer.sha256`; equal digests: same token
-    ids and EOD)."""
-    return run_tokenizer(cfg).sha256
+    """The canonical SHA-256 of the run's tokenizer (its
+    :attr:`~megatron_gamma.data.tokenizer.BilingualTokenizer.canonical_sha256`; equal digests:
+    same token ids and EOD, also for a tokenizer.json that transformers saved again)."""
+    return run_tokenizer(cfg).canonical_sha256
 
 
 def checkpoint_vocab_size(ckpt: str) -> Optional[int]:
