@@ -44,7 +44,6 @@ from megatron_gamma.study.verdicts import (
     _dip_rise,
     _end_fall,
     _gap_noise,
-    _lr_agreed,
     claim1,
     claim2,
     claim3,
@@ -3370,50 +3369,29 @@ def _dips_at_best_lr(control_best_dip: float):
     return _penalty_study(best_gap=0.0, diagnostics=diag)
 
 
-def test_claim7_at_the_shared_lr_stands_only_where_the_best_lr_reading_agrees():
-    """Trial 11, finding 1: read at the arms' own best LRs (the confirm runs log the same
-    diagnostics), claim 7 gets a best-LR row, and the shared-LR row stays decided where that
-    row agrees, whatever the LR penalties (here the baseline's, about 0.3 nats, which alone
-    would leave it inconclusive). Where the control dips as deep as γ = 1 at its own best LR
-    (0.6) and less only at the shared LR, the best-LR row is not reproduced and the
-    shared-LR row inconclusive; where it dips as little there (0.05), both are reproduced."""
-    for control_best_dip, best_verdict, shared_verdict in (
-        (0.6, NOT_REPRODUCED, INCONCLUSIVE),
-        (0.05, REPRODUCED, REPRODUCED),
-    ):
+def test_claim7_at_the_best_lr_gives_its_numbers_and_decides_nothing():
+    """Trial 11, finding 1 gave claim 7 a best-LR row (the confirm runs log the same
+    diagnostics) that let the shared-LR row through its LR check where the two agreed. Trial 15
+    showed that agreement proves nothing: the grid picks a best LR to within half a step, which
+    bounds the loss a pick gives up, not how far the stable rank moves within that half step,
+    and a pick on the shared LR's side of the true best biases both rows alike (6-25 of 40
+    false "reproduced" in simulated null studies). So the best-LR row prints Δdip at the picks
+    and decides nothing, and the shared-LR row is held by its LR check (here the baseline's
+    penalty, about 0.3 nats): inconclusive whether the control, at its own best LR, dips as deep
+    as γ = 1 (0.6) or as little as at the shared LR (0.05)."""
+    for control_best_dip, read in ((0.6, NOT_REPRODUCED), (0.05, REPRODUCED)):
         rows = verdicts(_dips_at_best_lr(control_best_dip), {}, None)
         shared, best = (v for v in rows if v.claim.startswith("condensation then expansion"))
         assert (shared.lr, best.lr) == ("shared LR", "best LR")
-        assert best.verdict == best_verdict, best.numbers
-        assert shared.verdict == shared_verdict, shared.numbers
+        assert (best.verdict, best.scope) == (INCONCLUSIVE, ""), best.numbers
+        assert best.reason.startswith(f"not decided (it read {read}): each arm is read at the LR")
+        assert shared.verdict == INCONCLUSIVE, shared.numbers
         assert "(its best LR 0.008, 4× the shared 0.002)" in shared.numbers
         assert f"gamma1 vs baseline (s1): Δdip {16.55 / 30:+.3f}" in shared.numbers
         delta = 0.6 - control_best_dip  # printed −0.000 where it is 0: rounding
         assert best.numbers.startswith("gamma1 vs baseline (s1): Δdip ")
         assert f"{abs(delta):.3f} [" in best.numbers.split("(df")[0]
-    assert "at each arm's own best LR (s1) this claim is reproduced too" in shared.numbers
-    assert shared.scope.startswith("at one shared LR, not tuned per arm")
-    # trial 14, finding 1: a best-LR row that did not read the shared row's size vouches for
-    # nothing there (an LR grid at other sizes only): the LR check applies, and the baseline's
-    # penalty of about 0.3 nats leaves the row undecided
-    data, arms = _dips_at_best_lr(0.05), ["gamma1", "baseline"]
-    elsewhere = replace(best, sizes=())
-    assert _lr_agreed(data, claim7(data), best, arms).verdict == REPRODUCED
-    assert _lr_agreed(data, claim7(data), elsewhere, arms).verdict == INCONCLUSIVE
-    # the baseline's best LR 0.008 winning its grid over 0.004 by 0.005 nats, less than δ: the
-    # best-LR row may read a pick short of its best, so its agreement does not count
-    data = _dips_at_best_lr(0.05)
-    grid = data.lr_grid("baseline", "s1")
-    for r in data.runs:
-        if r["arm"] == "baseline" and r["lr_phase"] == "grid" and r["lr"] == 4e-3:
-            r["loss"] = grid[8e-3] + 0.005
-    rows = verdicts(data, {}, None)
-    shared, best = (v for v in rows if v.claim.startswith("condensation then expansion"))
-    assert best.label() == (
-        "reproduced (at LRs chosen on one seed, some by a gap within its noise)"
-    )
-    assert shared.verdict == INCONCLUSIVE
-    assert "baseline at s1: best LR 0.008 beat 0.004 by 0.0050 nats on seed 1" in shared.numbers
+        assert "this claim is reproduced too" not in shared.numbers
 
 
 def test_a_null_credited_to_scale_or_training_length_names_the_learning_rate(monkeypatch):
