@@ -81,6 +81,21 @@ def test_norm_lines_of_several_runs_are_the_layer_means_and_medians(figures):
         assert y.max() == pytest.approx(_stack(values, "norm_log10_ms_p95").max())
 
 
+def test_norm_figure_of_several_runs_leaves_out_a_run_without_an_activation_batch(figures):
+    """A run analysed without validation data has no norm statistics: analyze of it beside a run
+    that has them stopped with an IndexError in norm_saturation.png. That run is now left out
+    of the figure, the other drawn as alone."""
+    (run, values), (bare, _) = _run("a", 6), _run("b", 7)
+    bare.metrics = {k: v for k, v in bare.metrics.items() if not k.startswith("norm_")}
+    bare.norm_histograms = {}
+    plots.plot_norms([run, bare], "unused.png", HIST_EDGES)
+    (fig,) = figures
+    ax_a = fig.axes[0]
+    (line,) = ax_a.lines
+    np.testing.assert_allclose(line.get_ydata(), 100 * _stack(values, "norm_saturated").mean(0))
+    assert line.get_color() == plots.run_color(0)
+
+
 def test_sink_panel_of_several_runs_has_one_point_per_layer_and_whole_layer_ticks(figures):
     """Each run's per-layer line is its last sink share per layer; the layer axis is ticked at
     whole layers only (it showed 0.2, 0.4, ... between layers 0 and 2)."""

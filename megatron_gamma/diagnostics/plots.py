@@ -388,6 +388,8 @@ def plot_norms(runs, path: str, hist_edges: Sequence[float]) -> Optional[str]:
     centers = 0.5 * (np.asarray(hist_edges[:-1]) + np.asarray(hist_edges[1:]))
     for i, run in enumerate(runs):
         sat = _keys(run, "norm_saturated")
+        if not sat:  # a run analysed without an activation batch: nothing of it to draw here
+            continue
         if single:
             for p in sat:
                 x, y = _series(run, p["key"])
