@@ -137,13 +137,15 @@ def done_line(result, saved: bool = True) -> str:
 
 
 def _analyze(args: argparse.Namespace) -> None:
+    import json
+
     from megatron_gamma.rundir.paths import analysis_dir, check_output_dir
 
     # the checks that read no checkpoint, before torch and megatron-core are imported
     analysis_dir(args.run_dirs, args.output_dir, args.heatmap_rows, args.condensation_rows)
     if args.data_cache_path is not None:
         check_output_dir(args.data_cache_path, "--data-cache-path")
-    from megatron_gamma.diagnostics.analyze import analyze
+    from megatron_gamma.diagnostics.analyze import analyze, headline_lines
 
     written = analyze(
         args.run_dirs,
@@ -159,6 +161,9 @@ def _analyze(args: argparse.Namespace) -> None:
     )
     for name, path in written.items():
         print(f"wrote {name}: {path}")
+    with open(written["json"], encoding="utf-8") as f:
+        runs = json.load(f)["runs"]
+    print("\n".join(headline_lines(runs)))
 
 
 def _check_checkpoints(checkpoints: dict, configs: dict) -> None:

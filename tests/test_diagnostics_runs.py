@@ -18,7 +18,7 @@ import sys
 import pytest
 from helpers import REPO, check_nproc, cli_command, cli_env, close, read_diagnostics, run_cli
 from scipy import stats as scipy_stats
-from test_diagnostics import cr2_by_matrix
+from test_diagnostics import check_headline, cr2_by_matrix
 
 from megatron_gamma.rundir.paths import ANALYSIS_FILES
 
@@ -138,6 +138,8 @@ def test_analyze_writes_plots_and_numbers_matching_references(demo):
     doc = json.load(open(os.path.join(adir, "analysis.json")))
     (res,) = doc["runs"]
     assert res["iterations"] == [0, 2, 4, 6]
+    # the printed table and the summary's headline equal the numbers of analysis.csv
+    check_headline(out, os.path.join(adir, "analysis.json"), os.path.join(adir, "analysis.csv"))
     metrics = res["metrics"]
     with open(os.path.join(adir, "analysis.csv")) as f:
         rows = list(csv.DictReader(f))

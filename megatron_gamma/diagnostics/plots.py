@@ -22,6 +22,7 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from megatron_gamma.atomic import atomic_path
+from megatron_gamma.diagnostics.attention import uniform_sink_share
 from megatron_gamma.diagnostics.condensation import gaussian_cosine_baseline
 from megatron_gamma.diagnostics.norm import SATURATION_FACTOR
 from megatron_gamma.diagnostics.probes import parse_metric_key
@@ -254,11 +255,6 @@ def plot_heatmaps(run, path: str) -> Optional[str]:
     return _save(fig, path)
 
 
-def _uniform_sink(seq_length: int) -> float:
-    """Sink share of uniform causal attention: mean over i = 1..s-1 of 1 / (i + 1)."""
-    return float(np.mean(1.0 / (np.arange(1, seq_length) + 1.0))) if seq_length > 1 else 1.0
-
-
 def plot_sink(runs, path: str) -> Optional[str]:
     """Attention-sink share over training (left) and per layer and head at the end (right)."""
     if not any(_keys(r, "sink_share") for r in runs):
@@ -288,7 +284,7 @@ def plot_sink(runs, path: str) -> Optional[str]:
             )
     seq = max(r.seq_length for r in runs)
     ax.axhline(
-        _uniform_sink(seq),
+        uniform_sink_share(seq),
         color="grey",
         ls="--",
         lw=1,
