@@ -120,7 +120,7 @@ def score_tokens(model: torch.nn.Module, windows: torch.Tensor, batch_size: int)
 
 
 def _label(ckpt: str, cfg) -> str:
-    """``RUN iter N (γ=…, ε=…, gated|no gate)``: the checkpoint's run and iteration with the
+    """``RUN iter N (γ=…, ε=…, gated-MODE|no gate)``: the checkpoint's run and iteration with the
     settings ``analyze``'s legends name (:func:`~megatron_gamma.diagnostics.plots.run_label`),
     the gate included, so a gap is not read as γ's and ε's alone."""
     from megatron_gamma.diagnostics.analyze import run_summary
