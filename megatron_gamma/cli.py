@@ -203,7 +203,7 @@ def _compare(args: argparse.Namespace) -> None:
     load_config(None, {"data_path": [args.data_path]}).data.blend()
     check_output_dir(args.output_dir, "--output-dir")
     check_replaced_dir(args.output_dir, "compare")
-    from megatron_gamma.diagnostics.compare import compare
+    from megatron_gamma.diagnostics.compare import compare, summary_lines
 
     out = compare(
         args.ckpt_a,
@@ -218,14 +218,7 @@ def _compare(args: argparse.Namespace) -> None:
         num_bins=args.num_bins,
         progress=not args.no_progress,
     )
-    iv = out["mean_delta_sym_interval"]
-    interval = f" [{iv[0]:+.4f}, {iv[1]:+.4f}] (df {out['mean_delta_sym_df']:.1f})" if iv else ""
-    print(
-        f"{out['tokens']} tokens of {out['documents']} documents: loss A "
-        f"{out['a']['mean_loss']:.4f}, loss B {out['b']['mean_loss']:.4f}, mean delta_sym "
-        f"{out['mean_delta_sym']:+.4f}{interval}"
-    )
-    print(f"note: {out['caveats']}")
+    print("\n".join(summary_lines(out)))
     for name, path in out["files"].items():
         print(f"wrote {name}: {path}")
 

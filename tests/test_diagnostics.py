@@ -912,3 +912,41 @@ def test_analyze_prints_and_records_the_headline_numbers_of_its_csv(tmp_path, mo
     assert "(uniform " not in stdout.split("b (")[1].splitlines()[2]
     assert "gate = sigmoid(z)" in stdout and "(uniform) = the same under uniform" in stdout
     assert stdout.index("wrote gates: ") < stdout.index("a (γ=1, ε=1e-12, ")
+
+
+def test_compare_line_says_which_sign_favours_which_model():
+    """Trial 15 #8: compare's console line, the one people paste, gave "mean delta_sym -0.1425
+    [...]" without saying which model a negative value favours. It now names A and B and says
+    the sign's meaning; here B gives every target more probability than A, so the mean is
+    negative (fp64 by hand) and the line says negative means B better."""
+    from megatron_gamma.diagnostics.compare import CAVEATS, summary_lines
+
+    rng = np.random.default_rng(3)
+    p_a = rng.uniform(0.05, 0.5, (4, 8))
+    p_b = np.minimum(1.0, p_a * rng.uniform(1.2, 2.0, p_a.shape))
+    documents = np.repeat(np.arange(8), 4).reshape(4, 8)
+    logp_a, logp_b = torch.from_numpy(np.log(p_a)).float(), torch.from_numpy(np.log(p_b)).float()
+    delta = symmetric_gap(logp_a, logp_b)
+    mean, _, low, high, count, df = document_interval(delta.numpy(), documents)
+    summary = {
+        "a": {"checkpoint": "/r/a/checkpoints/iter_0000025", "label": "a iter 25 (γ=1)",
+              "mean_loss": float(-logp_a.double().mean())},
+        "b": {"checkpoint": "/r/b/checkpoints/iter_0000050", "label": "b iter 50 (γ=1)",
+              "mean_loss": float(-logp_b.double().mean())},
+        "tokens": delta.numel(), "documents": count, "mean_delta_sym": mean,
+        "mean_delta_sym_interval": [low, high], "mean_delta_sym_df": df, "caveats": CAVEATS,
+    }  # fmt: skip
+    by_hand = float(np.mean((p_a - p_b) / (p_a + p_b)))
+    assert by_hand < 0 and mean == pytest.approx(by_hand, abs=1e-6)
+    lines = summary_lines(summary)
+    assert lines[:2] == [
+        "A = a iter 25 (γ=1): /r/a/checkpoints/iter_0000025",
+        "B = b iter 50 (γ=1): /r/b/checkpoints/iter_0000050",
+    ]
+    loss_a, loss_b = -np.log(p_a).mean(), -np.log(p_b).mean()
+    assert lines[2] == (
+        f"32 tokens of 8 documents: loss A {loss_a:.4f}, loss B {loss_b:.4f} nats/token, mean "
+        f"delta_sym {by_hand:+.4f} [{low:+.4f}, {high:+.4f}] (95%, df {df:.1f}); "
+        "delta_sym = (p_A - p_B)/(p_A + p_B) per token: negative = B better, positive = A better"
+    )
+    assert lines[3] == f"note: {CAVEATS}"
