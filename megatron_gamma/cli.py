@@ -137,13 +137,15 @@ def done_line(result, saved: bool = True) -> str:
 
 
 def _analyze(args: argparse.Namespace) -> None:
+    import json
+
     from megatron_gamma.rundir.paths import analysis_dir, check_output_dir
 
     # the checks that read no checkpoint, before torch and megatron-core are imported
     analysis_dir(args.run_dirs, args.output_dir, args.heatmap_rows, args.condensation_rows)
     if args.data_cache_path is not None:
         check_output_dir(args.data_cache_path, "--data-cache-path")
-    from megatron_gamma.diagnostics.analyze import analyze
+    from megatron_gamma.diagnostics.analyze import analyze, headline_lines
 
     written = analyze(
         args.run_dirs,
@@ -159,6 +161,9 @@ def _analyze(args: argparse.Namespace) -> None:
     )
     for name, path in written.items():
         print(f"wrote {name}: {path}")
+    with open(written["json"], encoding="utf-8") as f:
+        runs = json.load(f)["runs"]
+    print("\n".join(headline_lines(runs)))
 
 
 def _check_checkpoints(checkpoints: dict, configs: dict) -> None:
@@ -198,7 +203,7 @@ def _compare(args: argparse.Namespace) -> None:
     load_config(None, {"data_path": [args.data_path]}).data.blend()
     check_output_dir(args.output_dir, "--output-dir")
     check_replaced_dir(args.output_dir, "compare")
-    from megatron_gamma.diagnostics.compare import compare
+    from megatron_gamma.diagnostics.compare import compare, summary_lines
 
     out = compare(
         args.ckpt_a,
@@ -213,14 +218,7 @@ def _compare(args: argparse.Namespace) -> None:
         num_bins=args.num_bins,
         progress=not args.no_progress,
     )
-    iv = out["mean_delta_sym_interval"]
-    interval = f" [{iv[0]:+.4f}, {iv[1]:+.4f}] (df {out['mean_delta_sym_df']:.1f})" if iv else ""
-    print(
-        f"{out['tokens']} tokens of {out['documents']} documents: loss A "
-        f"{out['a']['mean_loss']:.4f}, loss B {out['b']['mean_loss']:.4f}, mean delta_sym "
-        f"{out['mean_delta_sym']:+.4f}{interval}"
-    )
-    print(f"note: {out['caveats']}")
+    print("\n".join(summary_lines(out)))
     for name, path in out["files"].items():
         print(f"wrote {name}: {path}")
 

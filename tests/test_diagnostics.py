@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import threading
 
 import numpy as np
@@ -734,3 +735,218 @@ def test_an_analysis_that_fails_to_write_leaves_the_earlier_one_as_it_was(
         analyze()
     assert {p.name: p.read_bytes() for p in adir.iterdir()} == earlier
     assert sorted(p.name for p in run.iterdir()) == ["analysis"]  # no temporary left
+
+
+def headline_from_csv(path) -> dict[str, dict[int, dict]]:
+    """{run: {iteration: headline fields}} computed here from ``analysis.csv``, the per-key values
+    analyze writes (rows without a head or expert: a layer's mean over heads and experts), the
+    means by ``math.fsum``."""
+    from collections import defaultdict
+
+    values: dict = defaultdict(lambda: defaultdict(lambda: defaultdict(dict)))
+    with open(path, encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            if r["head"] or r["expert"]:
+                continue
+            layer = f"layer_{int(r['layer']):02d}" if r["layer"] else ""
+            matrix = "/".join(part for part in (r["role"], layer) if part)
+            values[r["run"]][int(r["iteration"])][r["metric"]][matrix] = float(r["value"])
+
+    def mean(metric: dict) -> float | None:
+        return math.fsum(metric.values()) / len(metric) if metric else None
+
+    out: dict = {}
+    for run, iterations in values.items():
+        out[run] = {}
+        for it, at in iterations.items():
+            ranks, cond = at["stable_rank"], at["condensation"]
+            low, high = min(ranks, key=ranks.get), max(cond, key=cond.get)
+            out[run][it] = {
+                "stable_rank_mean": mean(ranks),
+                "stable_rank_min": ranks[low],
+                "stable_rank_min_matrix": low,
+                "condensation_max": cond[high],
+                "condensation_max_matrix": high,
+                "sink_share": mean(at["sink_share"]),
+                "saturated_share": mean(at["norm_saturated"]),
+                "gate_mean": mean(at["gate_mean"]),
+                "gate_closed": mean(at["gate_closed"]),
+            }
+    return out
+
+
+def uniform_sink_reference(seq_length: int) -> float:
+    """Uniform causal attention's sink share in exact fractions: (1/(s-1)) sum_{k=2..s} 1/k."""
+    from fractions import Fraction
+
+    total = sum(Fraction(1, k) for k in range(2, seq_length + 1))
+    return float(total / (seq_length - 1))
+
+
+def check_headline(stdout: str, json_path, csv_path) -> None:
+    """The headline numbers in analysis.json's summaries and in ``stdout`` (at their printed
+    precision) equal those computed from analysis.csv; the uniform sink share its closed form."""
+    with open(json_path, encoding="utf-8") as f:
+        runs = json.load(f)["runs"]
+    reference = headline_from_csv(csv_path)
+    lines = stdout.splitlines()
+    for run in runs:
+        rows = run["summary"]["headline"]
+        ref = reference[run["name"]]
+        assert [r["iteration"] for r in rows] == run["iterations"]
+        assert sorted(ref) == run["iterations"]
+        (title,) = [i for i, ln in enumerate(lines) if ln.startswith(run["name"] + " (")]
+        assert lines[title].endswith("headline diagnostics per analysed iteration")
+        uniform = uniform_sink_reference(run["seq_length"]) if run["seq_length"] else None
+        if uniform is not None:
+            assert f"(uniform {uniform:.4f})" in lines[title + 2]
+        for row, line in zip(rows, lines[title + 3 : title + 3 + len(rows)], strict=True):
+            want = ref[row["iteration"]]
+            for field, value in want.items():
+                if isinstance(value, float):
+                    assert row[field] == pytest.approx(value, rel=1e-12, abs=0), field
+                else:
+                    assert row[field] == value, field
+            if want["sink_share"] is None:
+                assert row["sink_share_uniform"] is None
+            else:
+                assert row["sink_share_uniform"] == pytest.approx(uniform, rel=1e-12)
+            cells = line.split()
+            assert int(cells[0]) == row["iteration"]
+            assert cells[3] == want["stable_rank_min_matrix"]
+            assert cells[5] == want["condensation_max_matrix"]
+            printed = {
+                "stable_rank_mean": (cells[1], 1, 2),
+                "stable_rank_min": (cells[2], 1, 2),
+                "condensation_max": (cells[4], 1, 3),
+                "sink_share": (cells[6], 1, 4),
+                "saturated_share": (cells[7], 100, 2),
+            }
+            gated = want["gate_mean"] is not None
+            assert len(cells) == (10 if gated else 8)
+            if gated:
+                printed.update(gate_mean=(cells[8], 1, 3), gate_closed=(cells[9], 100, 2))
+            for field, (cell, scale, decimals) in printed.items():
+                if want[field] is None:
+                    assert cell == "-", field
+                else:
+                    tolerance = 0.5 * 10**-decimals + 1e-9
+                    assert float(cell) == pytest.approx(scale * want[field], abs=tolerance), field
+
+
+def test_analyze_prints_and_records_the_headline_numbers_of_its_csv(tmp_path, monkeypatch, capsys):
+    """Trial 15 #6: ``analyze`` printed only the files it wrote, and analysis.json's summary held
+    only the config. Per run and analysed iteration it now prints, and records in the summary,
+    the mean and lowest stable rank, the highest condensation score, the sink share beside
+    uniform attention's, the saturated share and, for a gated run, the gate statistics: here
+    against the same numbers computed from analysis.csv (hand-made runs: two layers, per-head
+    and per-expert keys, which are left out, and an ungated run without an activation batch)."""
+    import contextlib
+
+    from megatron_gamma.cli import main
+    from megatron_gamma.diagnostics import analyze as analyze_module
+
+    rng = np.random.default_rng(7)
+    iterations = [0, 10, 20]
+
+    def series(low: float, high: float) -> list[float]:
+        return rng.uniform(low, high, len(iterations)).tolist()
+
+    def metrics(gated: bool, batch: bool) -> dict[str, list]:
+        out = {}
+        for layer in ("layer_00", "layer_01"):
+            for role in ("qkv.q", "fc2", *(("gate",) if gated else ())):
+                out[f"stable_rank/{role}/{layer}"] = series(1, 30)
+                out[f"condensation/{role}/{layer}"] = series(0, 1)
+            experts = [series(1, 30) for _ in range(2)]
+            for e, values in enumerate(experts):
+                out[f"stable_rank/expert_fc2/{layer}/expert_{e:02d}"] = values
+            out[f"stable_rank/expert_fc2/{layer}"] = np.mean(experts, 0).tolist()
+            if batch:
+                heads = [series(0, 1) for _ in range(4)]
+                for h, values in enumerate(heads):
+                    out[f"sink_share/{layer}/head_{h:02d}"] = values
+                out[f"sink_share/{layer}"] = np.mean(heads, 0).tolist()
+                for norm in ("input_layernorm", "pre_mlp_layernorm"):
+                    out[f"norm_saturated/{norm}/{layer}"] = series(0, 1)
+                    for q in ("p05", "p50", "p95"):
+                        out[f"norm_log10_ms_{q}/{norm}/{layer}"] = series(-14, 0)
+            if gated and batch:
+                out[f"gate_mean/{layer}"] = series(0, 1)
+                out[f"gate_closed/{layer}"] = series(0, 1)
+        for role in ("embedding", "output"):
+            out[f"stable_rank/{role}"] = series(1, 30)
+            out[f"condensation/{role}"] = series(0, 1)
+        if batch:
+            out["norm_saturated/final_layernorm"] = series(0, 1)
+            for q in ("p05", "p50", "p95"):
+                out[f"norm_log10_ms_{q}/final_layernorm"] = series(-14, 0)
+        return out
+
+    made = {"a": (True, True), "b": (False, False)}
+
+    def analyze_run(run_dir, **_):
+        gated, batch = made[os.path.basename(run_dir)]
+        summary = {
+            "gamma": 1.0,
+            "norm_epsilon": 1e-12,
+            "gated_attention": "headwise" if gated else "none",
+        }
+        return analyze_module.RunAnalysis(
+            "x", str(run_dir), summary, list(iterations), metrics(gated, batch),
+            seq_length=48 if batch else 0,
+        )  # fmt: skip
+
+    monkeypatch.setattr(analyze_module.loader, "run_config", lambda d, **_: None)
+    monkeypatch.setattr(analyze_module.loader, "single_process", lambda _: contextlib.nullcontext())
+    monkeypatch.setattr(analyze_module, "analyze_run", analyze_run)
+    for name in made:
+        (tmp_path / name).mkdir()
+    out = tmp_path / "out"
+    args = ["analyze", str(tmp_path / "a"), str(tmp_path / "b"), "--output-dir", str(out)]
+    assert main([*args, "--no-progress"]) == 0
+    stdout = capsys.readouterr().out
+    check_headline(stdout, out / "analysis.json", out / "analysis.csv")
+    doc = json.loads((out / "analysis.json").read_text())
+    assert set(doc["headline_fields"]) == set(doc["runs"][0]["summary"]["headline"][0])
+    assert "(uniform " not in stdout.split("b (")[1].splitlines()[2]
+    assert "gate = sigmoid(z)" in stdout and "(uniform) = the same under uniform" in stdout
+    assert stdout.index("wrote gates: ") < stdout.index("a (γ=1, ε=1e-12, ")
+
+
+def test_compare_line_says_which_sign_favours_which_model():
+    """Trial 15 #8: compare's console line, the one people paste, gave "mean delta_sym -0.1425
+    [...]" without saying which model a negative value favours. It now names A and B and says
+    the sign's meaning; here B gives every target more probability than A, so the mean is
+    negative (fp64 by hand) and the line says negative means B better."""
+    from megatron_gamma.diagnostics.compare import CAVEATS, summary_lines
+
+    rng = np.random.default_rng(3)
+    p_a = rng.uniform(0.05, 0.5, (4, 8))
+    p_b = np.minimum(1.0, p_a * rng.uniform(1.2, 2.0, p_a.shape))
+    documents = np.repeat(np.arange(8), 4).reshape(4, 8)
+    logp_a, logp_b = torch.from_numpy(np.log(p_a)).float(), torch.from_numpy(np.log(p_b)).float()
+    delta = symmetric_gap(logp_a, logp_b)
+    mean, _, low, high, count, df = document_interval(delta.numpy(), documents)
+    summary = {
+        "a": {"checkpoint": "/r/a/checkpoints/iter_0000025", "label": "a iter 25 (γ=1)",
+              "mean_loss": float(-logp_a.double().mean())},
+        "b": {"checkpoint": "/r/b/checkpoints/iter_0000050", "label": "b iter 50 (γ=1)",
+              "mean_loss": float(-logp_b.double().mean())},
+        "tokens": delta.numel(), "documents": count, "mean_delta_sym": mean,
+        "mean_delta_sym_interval": [low, high], "mean_delta_sym_df": df, "caveats": CAVEATS,
+    }  # fmt: skip
+    by_hand = float(np.mean((p_a - p_b) / (p_a + p_b)))
+    assert by_hand < 0 and mean == pytest.approx(by_hand, abs=1e-6)
+    lines = summary_lines(summary)
+    assert lines[:2] == [
+        "A = a iter 25 (γ=1): /r/a/checkpoints/iter_0000025",
+        "B = b iter 50 (γ=1): /r/b/checkpoints/iter_0000050",
+    ]
+    loss_a, loss_b = -np.log(p_a).mean(), -np.log(p_b).mean()
+    assert lines[2] == (
+        f"32 tokens of 8 documents: loss A {loss_a:.4f}, loss B {loss_b:.4f} nats/token, mean "
+        f"delta_sym {by_hand:+.4f} [{low:+.4f}, {high:+.4f}] (95%, df {df:.1f}); "
+        "delta_sym = (p_A - p_B)/(p_A + p_B) per token: negative = B better, positive = A better"
+    )
+    assert lines[3] == f"note: {CAVEATS}"

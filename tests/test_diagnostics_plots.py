@@ -28,7 +28,9 @@ def _run(name: str, seed: int) -> tuple[RunAnalysis, dict]:
             for q in ("p05", "p50", "p95"):
                 values[f"norm_log10_ms_{q}/{base}"] = rng.uniform(-14, 0, 3)
     hist = {it: rng.integers(0, 50, len(HIST_EDGES) - 1).tolist() for it in ITERATIONS}
-    summary = {"gamma": 1.0, "norm_epsilon": 1e-12, "gated_attention": "elementwise"}
+    summary = {
+        "gamma": 1.0, "norm_epsilon": 1e-12, "gated_attention": "elementwise", "num_layers": 3
+    }  # fmt: skip
     run = RunAnalysis(
         name=name, run_dir="/nonexistent", summary=summary, iterations=list(ITERATIONS),
         metrics={k: v.tolist() for k, v in values.items()},
@@ -81,6 +83,21 @@ def test_norm_lines_of_several_runs_are_the_layer_means_and_medians(figures):
         assert y.max() == pytest.approx(_stack(values, "norm_log10_ms_p95").max())
 
 
+def test_norm_figure_of_several_runs_leaves_out_a_run_without_an_activation_batch(figures):
+    """A run analysed without validation data has no norm statistics: analyze of it beside a run
+    that has them stopped with an IndexError in norm_saturation.png. That run is now left out
+    of the figure, the other drawn as alone."""
+    (run, values), (bare, _) = _run("a", 6), _run("b", 7)
+    bare.metrics = {k: v for k, v in bare.metrics.items() if not k.startswith("norm_")}
+    bare.norm_histograms = {}
+    plots.plot_norms([run, bare], "unused.png", HIST_EDGES)
+    (fig,) = figures
+    ax_a = fig.axes[0]
+    (line,) = ax_a.lines
+    np.testing.assert_allclose(line.get_ydata(), 100 * _stack(values, "norm_saturated").mean(0))
+    assert line.get_color() == plots.run_color(0)
+
+
 def test_sink_panel_of_several_runs_has_one_point_per_layer_and_whole_layer_ticks(figures):
     """Each run's per-layer line is its last sink share per layer; the layer axis is ticked at
     whole layers only (it showed 0.2, 0.4, ... between layers 0 and 2)."""
@@ -109,8 +126,10 @@ def test_compare_labels_name_the_gate_as_analyze_does():
     gated = Config().replace(gated_attention="elementwise", norm_epsilon=1e-12, init_gamma=1.0)
     base = Config().replace(gated_attention="none", norm_epsilon=1e-5, init_gamma=0.5)
     ckpt = "/study/arm/d64/seed-1/checkpoints/iter_0000016"
-    assert _label(ckpt, gated) == "seed-1 iter 16 (γ=1, ε=1e-12, gated)"
+    assert _label(ckpt, gated) == "seed-1 iter 16 (γ=1, ε=1e-12, gated-elementwise)"
     assert _label(ckpt, base) == "seed-1 iter 16 (γ=0.5, ε=1e-05, no gate)"
+    headwise = gated.replace(gated_attention="headwise")
+    assert _label(ckpt, headwise) == "seed-1 iter 16 (γ=1, ε=1e-12, gated-headwise)"
 
 
 def test_the_delta_sym_plot_names_its_even_line(figures):
@@ -122,5 +141,60 @@ def test_the_delta_sym_plot_names_its_even_line(figures):
                           mean_difficulty=0.5)]  # fmt: skip
     plots.plot_compare(bins, ("A", "B"), "unused.png")
     (fig,) = figures
-    labels = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
-    assert "50% (right axis): A and B even" in labels
+    (legend,) = fig.legends  # below the panels: inside the lower one it covered points (trial 15)
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert "50% (right axis): A and B even" in labels and "mean loss of A" in labels
+    assert fig.axes[1].get_legend() is None and fig.axes[2].get_legend() is None
+
+
+def _legend_texts(legend) -> list[str]:
+    return [t.get_text() for t in legend.get_texts()]
+
+
+def test_figures_of_several_runs_say_what_their_bands_show(figures):
+    """Trial 15 #7: the min-max band over layers around each run's mean was in no legend or
+    title. Every figure of several runs that draws it now names it in its legend."""
+    runs = [_run("a", 8)[0], _run("b", 9)[0]]
+    for run in runs:
+        for layer in (0, 1, 2):
+            run.metrics[f"stable_rank/fc2/layer_{layer:02d}"] = [2.0 + layer, 3.0, 4.0]
+            run.metrics[f"sink_share/layer_{layer:02d}"] = [0.1 * layer, 0.2, 0.05 * layer]
+    plots.plot_role_grid(runs, "stable_rank", "unused.png", "title", "stable rank")
+    plots.plot_sink(runs, "unused.png")
+    plots.plot_norms(runs, "unused.png", HIST_EDGES)
+    plots.plot_gates(runs, "unused.png")
+    grid, sink, norms, gates = figures
+    (legend,) = grid.legends
+    assert plots.BAND_LABEL in _legend_texts(legend)
+    assert plots.BAND_LABEL in _legend_texts(sink.axes[0].get_legend())
+    assert plots.BAND_LABEL in _legend_texts(norms.axes[0].get_legend())
+    assert "line: median of the layers' medians; band: lowest p05 to highest p95" in (
+        _legend_texts(norms.axes[1].get_legend())
+    )
+    for ax in gates.axes:
+        assert plots.BAND_LABEL in _legend_texts(ax.get_legend())
+    for fig in figures:
+        assert fig.axes[0].collections, "no band drawn"
+
+
+def test_gates_figure_names_its_run_and_keeps_its_axes_in_range(figures):
+    """Trial 15 #7: gates.png had no run subtitle, unlike the other figures of one run, and its
+    "gates below 0.1 (%)" axis ran from -0.04 to 0.04 when no gate was closed. The labels said
+    "gated" for both granularities."""
+    run, values = _run("seed-1", 10)
+    for layer in (0, 1, 2):
+        run.metrics[f"gate_closed/layer_{layer:02d}"] = [0.0, 0.0, 0.0]
+    run.summary["gated_attention"] = "headwise"
+    plots.plot_gates([run], "unused.png")
+    plots.plot_norms([run], "unused.png", HIST_EDGES)
+    gates, norms = figures
+    label = "seed-1 (γ=1, ε=1e-12, gated-headwise)"
+    assert plots.run_label(run) == label
+    assert gates.get_suptitle().endswith("\n" + label)
+    mean_ax, closed_ax = gates.axes
+    assert closed_ax.get_ylim() == (0.0, 100.0)
+    top = max(max(v) for k, v in values.items() if k.startswith("gate_mean/"))
+    assert mean_ax.get_ylim() == pytest.approx((0.0, min(1.0, 1.12 * top)))
+    # the norm figure of one run colours its lines by layer: a legend says which colour is which
+    (legend,) = norms.legends
+    assert _legend_texts(legend) == ["layer 0", "layer 1", "layer 2"]

@@ -18,7 +18,7 @@ import sys
 import pytest
 from helpers import REPO, check_nproc, cli_command, cli_env, close, read_diagnostics, run_cli
 from scipy import stats as scipy_stats
-from test_diagnostics import cr2_by_matrix
+from test_diagnostics import check_headline, cr2_by_matrix
 
 from megatron_gamma.rundir.paths import ANALYSIS_FILES
 
@@ -138,6 +138,8 @@ def test_analyze_writes_plots_and_numbers_matching_references(demo):
     doc = json.load(open(os.path.join(adir, "analysis.json")))
     (res,) = doc["runs"]
     assert res["iterations"] == [0, 2, 4, 6]
+    # the printed table and the summary's headline equal the numbers of analysis.csv
+    check_headline(out, os.path.join(adir, "analysis.json"), os.path.join(adir, "analysis.csv"))
     metrics = res["metrics"]
     with open(os.path.join(adir, "analysis.csv")) as f:
         rows = list(csv.DictReader(f))
@@ -174,7 +176,7 @@ def test_compare_checkpoints(demo):
     a, b = os.path.join(ckpts, "iter_0000006"), os.path.join(ckpts, "iter_0000002")
     out_dir = str(demo["root"] / "compare")
     args = ["--data-path", demo["data"], "--num-sequences", "16", "--no-progress"]
-    _cli("compare", a, b, *args, "--output-dir", out_dir, "--num-bins", "5", timeout=240)
+    out = _cli("compare", a, b, *args, "--output-dir", out_dir, "--num-bins", "5", timeout=240)
     summary = json.load(open(os.path.join(out_dir, "compare.json")))
     assert summary["tokens"] == 16 * 64 and summary["seq_length"] == 64
     assert sum(b["count"] for b in summary["bins"]) == summary["tokens"]
@@ -203,6 +205,16 @@ def test_compare_checkpoints(demo):
     assert summary["mean_delta_sym_df"] == pytest.approx(df, rel=1e-9)
     assert summary["mean_delta_sym_interval"] == pytest.approx([x.mean() - half, x.mean() + half])
     assert "regression to the mean" in summary["caveats"]
+    # the console line names A and B and says what the sign of delta_sym means (trial 15 #8)
+    lines = out.splitlines()
+    assert (
+        f"A = {summary['a']['label']}: {a}" in lines
+        and f"B = {summary['b']['label']}: {b}" in lines
+    )
+    assert summary["a"]["label"].startswith("run iter 6 (")
+    (line,) = [ln for ln in lines if ln.startswith(f"{16 * 64} tokens of ")]
+    assert f"mean delta_sym {x.mean():+.4f} [{x.mean() - half:+.4f}, " in line
+    assert line.endswith("per token: negative = B better, positive = A better")
     # megatron-core's own loss on the same windows, from the same checkpoint
     ref = json.loads(_run([sys.executable, CHECK, "reference", a, demo["data"], "64", "16"]))
     assert summary["a"]["mean_loss"] == pytest.approx(ref["mean_loss"], rel=1e-6)

@@ -17,9 +17,11 @@ aside to ``DIR.superseded-N``, nothing deleted; a directory holding anything els
 before any run is analysed. The files:
 
 - ``analysis.json``: every number (metrics per run and iteration, norm histograms, cosine
-  matrices of the heatmaps), ``analysis.csv``: the metrics in long form
-  (run, iteration, metric, role, layer, head, value, expert; role as in the weight-role
-  registry :mod:`megatron_gamma.model.roles`, experts per expert and as the layer's mean);
+  matrices of the heatmaps; in each run's ``summary``, ``headline``: the numbers ``analyze``
+  prints, :func:`headline`, their meaning under ``headline_fields``), ``analysis.csv``: the
+  metrics in long form (run, iteration, metric, role, layer, head, value, expert; role as in
+  the weight-role registry :mod:`megatron_gamma.model.roles`, experts per expert and as the
+  layer's mean);
 - ``loss.png``: training and validation loss from each run's ``metrics.jsonl`` (drawn for a
   run without checkpoints too, whose diagnostics have only iteration 0 and are then not
   plotted: a note says so);
@@ -65,6 +67,27 @@ from megatron_gamma.rundir import layout, loader, paths
 DEFAULT_HEATMAPS = ("qkv.q/layer_00", "fc1.gate/layer_00")
 """Matrices shown as cosine heatmaps when none are chosen (plus the last layer's)."""
 
+HEADLINE_FIELDS = {
+    "iteration": "the analysed iteration (0 = initialization)",
+    "stable_rank_mean": "stable rank ||W||_F^2 / ||W||_2^2 (dimensionless; 1 = a single "
+    "direction), mean over the weight matrices (an MoE layer's experts as their mean)",
+    "stable_rank_min": "the lowest stable rank of a weight matrix",
+    "stable_rank_min_matrix": "that matrix, ROLE[/layer_LL]",
+    "condensation_max": "the highest condensation score of a weight matrix: mean |cos| between "
+    "its rows (0..1; 1 = all rows on one line)",
+    "condensation_max_matrix": "that matrix, ROLE[/layer_LL]",
+    "sink_share": "attention probability on token 0 (queries i >= 1; 0..1), mean over layers "
+    "and heads, on the activation batch",
+    "sink_share_uniform": "the sink share of uniform causal attention over the batch's "
+    "seq_length tokens, the reference for sink_share",
+    "saturated_share": "share of tokens whose sigma^2(h) <= 10 eps (0..1), mean over the "
+    "RMSNorm layers",
+    "gate_mean": "mean gate value sigmoid(z) (0..1), mean over layers (gated runs)",
+    "gate_closed": "share of gate values below 0.1 (0..1), mean over layers (gated runs)",
+}
+"""The fields of a run's ``summary["headline"]`` rows in analysis.json, with their meaning:
+summaries of the per-key metrics, never new measurements; None where the run has no value."""
+
 
 @dataclass
 class RunAnalysis:
@@ -75,7 +98,8 @@ class RunAnalysis:
             tell it from the other runs analysed with it
             (:func:`~megatron_gamma.rundir.paths.run_labels`).
         run_dir: the run directory.
-        summary: gamma, eps, gated attention, sizes (for legends).
+        summary: gamma, eps, gated attention, sizes (for legends); after :func:`analyze`
+            also ``headline``: :func:`headline` of the run.
         iterations: analysed iterations, ascending (0 = initialization).
         metrics: {metric key: [value per iteration, None where absent]}.
         shapes: {role: [rows, cols]} of the weight matrices.
@@ -112,6 +136,149 @@ def run_summary(cfg: Config) -> dict:
         "num_layers": m.num_layers,
         "hidden_size": m.hidden_size,
     }
+
+
+def headline(run: RunAnalysis) -> list[dict]:
+    """The numbers ``analyze`` prints, per analysed iteration: means, minimum and maximum of the
+    values in ``run.metrics`` (keys without a head or expert index: a layer's mean over heads
+    and over experts), fields as :data:`HEADLINE_FIELDS` says.
+
+    Returns:
+        One dict per iteration of ``run.iterations`` with every key of
+        :data:`HEADLINE_FIELDS`: floats (shares as fractions in [0, 1]), matrix names as
+        ``ROLE[/layer_LL]``, None where the run has no value there (no activation batch, an
+        ungated model).
+    """
+    from megatron_gamma.diagnostics.attention import uniform_sink_share
+
+    metrics = ("stable_rank", "condensation", "sink_share", "norm_saturated", "gate_mean")
+    keys: dict[str, list[str]] = {m: [] for m in (*metrics, "gate_closed")}
+    for key in run.metrics:
+        p = parse_metric_key(key)
+        if p["metric"] in keys and p["head"] is None and p["expert"] is None:
+            keys[p["metric"]].append(key)
+
+    def mean(values: dict[str, float]) -> Optional[float]:
+        return float(np.mean(list(values.values()))) if values else None
+
+    def extreme(values: dict[str, float], pick) -> tuple[Optional[float], Optional[str]]:
+        if not values:
+            return None, None
+        key = pick(values, key=values.get)
+        return values[key], key.split("/", 1)[1]
+
+    rows = []
+    for i, iteration in enumerate(run.iterations):
+        at = {
+            metric: {k: run.metrics[k][i] for k in ks if run.metrics[k][i] is not None}
+            for metric, ks in keys.items()
+        }
+        low, low_matrix = extreme(at["stable_rank"], min)
+        high, high_matrix = extreme(at["condensation"], max)
+        sink = mean(at["sink_share"])
+        rows.append(
+            {
+                "iteration": iteration,
+                "stable_rank_mean": mean(at["stable_rank"]),
+                "stable_rank_min": low,
+                "stable_rank_min_matrix": low_matrix,
+                "condensation_max": high,
+                "condensation_max_matrix": high_matrix,
+                "sink_share": sink,
+                "sink_share_uniform": None if sink is None else uniform_sink_share(run.seq_length),
+                "saturated_share": mean(at["norm_saturated"]),
+                "gate_mean": mean(at["gate_mean"]),
+                "gate_closed": mean(at["gate_closed"]),
+            }
+        )
+    return rows
+
+
+def headline_lines(runs: Sequence[dict]) -> list[str]:
+    """The console table of :func:`headline` per run and a key to its columns.
+
+    Args:
+        runs: the ``runs`` of analysis.json (each with ``name`` and ``summary``, which holds
+            ``headline``).
+
+    Returns:
+        Lines without newlines: per run a title (its legend label), two header lines and a row
+        per analysed iteration (shares in %; ``-`` where there is no value; the gate columns
+        only for a run with gates), then the key.
+    """
+    from types import SimpleNamespace
+
+    from megatron_gamma.diagnostics.plots import run_label
+
+    def num(value: Optional[float], spec: str, scale: float = 1.0) -> str:
+        return "-" if value is None else format(scale * value, spec)
+
+    def named(value: Optional[float], matrix: Optional[str], spec: str) -> str:
+        return "-" if value is None else f"{value:{spec}} {matrix}"
+
+    lines = []
+    for run in runs:
+        rows = run["summary"]["headline"]
+        gated = any(r["gate_mean"] is not None for r in rows)
+        uniform = next((r["sink_share_uniform"] for r in rows if r["sink_share"] is not None), None)
+        header = [
+            ("iteration", ""),
+            ("stable rank", "mean"),
+            ("lowest stable rank", "(matrix)"),
+            ("highest condensation", "(matrix)"),
+            ("sink share", "" if uniform is None else f"(uniform {uniform:.4f})"),
+            ("saturated", "tokens %"),
+        ]
+        if gated:
+            header += [("gate", "mean"), ("closed", "gates %")]
+        table = [
+            [
+                str(r["iteration"]),
+                num(r["stable_rank_mean"], ".2f"),
+                named(r["stable_rank_min"], r["stable_rank_min_matrix"], ".2f"),
+                named(r["condensation_max"], r["condensation_max_matrix"], ".3f"),
+                num(r["sink_share"], ".4f"),
+                num(r["saturated_share"], ".2f", 100.0),
+                *(
+                    (num(r["gate_mean"], ".3f"), num(r["gate_closed"], ".2f", 100.0))
+                    if gated
+                    else ()
+                ),
+            ]
+            for r in rows
+        ]
+        label = run_label(SimpleNamespace(name=run["name"], summary=run["summary"]))
+        lines += [f"{label}: headline diagnostics per analysed iteration"]
+        lines += _columns([[h[0] for h in header], [h[1] for h in header], *table], left={2, 3})
+    gated = any(r["gate_mean"] is not None for run in runs for r in run["summary"]["headline"])
+    lines += [
+        "  stable rank = ‖W‖_F²/‖W‖₂² (1: a single direction), mean and lowest over the weight "
+        "matrices",
+        "  condensation = mean |cos| between a matrix's rows (1: all rows on one line), the "
+        "highest",
+        "  sink share = attention probability on token 0 (queries i ≥ 1), mean over layers and "
+        "heads",
+        "    (uniform) = the same under uniform causal attention, for reference",
+        "  saturated = tokens whose σ²(h) ≤ 10ε, mean over the RMSNorm layers",
+    ]
+    if gated:
+        lines += ["  gate = sigmoid(z): its mean, and the % of gates below 0.1; means over layers"]
+    lines += ["  the same numbers, unrounded: analysis.json, runs[].summary.headline"]
+    return lines
+
+
+def _columns(rows: Sequence[Sequence[str]], left: set[int]) -> list[str]:
+    """``rows`` of cells as indented lines of aligned columns: the columns in ``left``
+    left-aligned, the others right-aligned."""
+    widths = [max(len(row[c]) for row in rows) for c in range(len(rows[0]))]
+    return [
+        "  "
+        + "  ".join(
+            cell.ljust(w) if c in left else cell.rjust(w)
+            for c, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
 
 
 def _validation_batch(
@@ -330,7 +497,8 @@ def analyze_run(
 
 
 def write_numbers(runs: Sequence[RunAnalysis], out_dir: str) -> dict[str, str]:
-    """Write ``analysis.json``, ``analysis.csv`` and ``heatmaps.npz`` (temp file, then rename).
+    """Write ``analysis.json`` (with :data:`HEADLINE_FIELDS` as ``headline_fields``),
+    ``analysis.csv`` and ``heatmaps.npz`` (temp file, then rename).
 
     ``heatmaps.npz`` holds one float32 (k, k) ordered cosine matrix per
     ``RUN/ROLE/layer_LL/iter_N`` (slashes replaced by ``__``).
@@ -347,7 +515,11 @@ def write_numbers(runs: Sequence[RunAnalysis], out_dir: str) -> dict[str, str]:
         d = asdict(r)
         d.pop("heatmap_cosines")
         runs_doc.append(d)
-    doc = {"hist_edges_log10_ms": list(HIST_EDGES), "runs": runs_doc}
+    doc = {
+        "hist_edges_log10_ms": list(HIST_EDGES),
+        "headline_fields": HEADLINE_FIELDS,
+        "runs": runs_doc,
+    }
     with atomic_open(json_path, "w", encoding="utf-8") as f:
         json.dump(doc, f)
     with atomic_open(csv_path, "w", encoding="utf-8", newline="") as f:
@@ -427,6 +599,7 @@ def analyze(
         runs = [analyze_run(d, **kwargs) for d in run_dirs]
     for run, label in zip(runs, labels, strict=True):
         run.name = label
+        run.summary["headline"] = headline(run)
     with paths.replaced_dir(output_dir, "analyze") as tmp:
         written = write_numbers(runs, tmp)
         written.update(plots.plot_analysis(runs, tmp))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+import numpy as np
 import torch
 
 _MAX_SCORES = 1 << 24
@@ -93,3 +94,10 @@ def attention_sink_share(
         p0 = torch.nan_to_num(log_p0.double().exp(), nan=0.0)  # fully masked rows give 0
         total += p0.sum(dim=(0, 2))
     return total / (b * (sq - first))
+
+
+def uniform_sink_share(seq_length: int) -> float:
+    """Sink share of uniform causal attention over ``seq_length`` tokens (the reference a
+    measured share is read against): the mean over query positions i = 1..s-1 of 1 / (i + 1);
+    1.0 for s <= 1."""
+    return float(np.mean(1.0 / (np.arange(1, seq_length) + 1.0))) if seq_length > 1 else 1.0

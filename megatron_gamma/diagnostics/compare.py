@@ -6,7 +6,8 @@ windows of an indexed dataset; per token we get
 ``log p_A``, ``log p_B``, Delta_sym and difficulty (definitions in
 :mod:`megatron_gamma.diagnostics.tokens`), aggregated into equal-count difficulty bins.
 
-Writes into ``--output-dir``:
+Prints which checkpoint is A and which B, both losses and the mean Delta_sym with its interval
+and what its sign means (:func:`summary_lines`), and writes into ``--output-dir``:
 
 - ``delta_sym_by_difficulty.png``: mean Delta_sym per bin with its 95% interval clustered by
   document, coloured for A or B only where the interval excludes 0, and the share of tokens
@@ -120,7 +121,7 @@ def score_tokens(model: torch.nn.Module, windows: torch.Tensor, batch_size: int)
 
 
 def _label(ckpt: str, cfg) -> str:
-    """``RUN iter N (γ=…, ε=…, gated|no gate)``: the checkpoint's run and iteration with the
+    """``RUN iter N (γ=…, ε=…, gated-MODE|no gate)``: the checkpoint's run and iteration with the
     settings ``analyze``'s legends name (:func:`~megatron_gamma.diagnostics.plots.run_label`),
     the gate included, so a gap is not read as γ's and ε's alone."""
     from megatron_gamma.diagnostics.analyze import run_summary
@@ -129,6 +130,33 @@ def _label(ckpt: str, cfg) -> str:
     run = os.path.basename(os.path.dirname(os.path.dirname(os.path.abspath(ckpt))))
     it = layout.checkpoint_iteration(ckpt)
     return run_label(SimpleNamespace(name=f"{run} iter {it}", summary=run_summary(cfg)))
+
+
+SIGN = "delta_sym = (p_A - p_B)/(p_A + p_B) per token: negative = B better, positive = A better"
+"""What the sign of Delta_sym means, on compare's console line."""
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """The lines ``compare`` prints: which checkpoint is A and which B (label and path), then the
+    token count, both losses (nats/token) and the mean Delta_sym with its 95% interval
+    clustered by document and what its sign means (:data:`SIGN`), then the caveats.
+
+    Args:
+        summary: :func:`compare`'s result (or ``compare.json``).
+    """
+    iv = summary["mean_delta_sym_interval"]
+    interval = (
+        f" [{iv[0]:+.4f}, {iv[1]:+.4f}] (95%, df {summary['mean_delta_sym_df']:.1f})" if iv else ""
+    )
+    a, b = summary["a"], summary["b"]
+    return [
+        f"A = {a['label']}: {a['checkpoint']}",
+        f"B = {b['label']}: {b['checkpoint']}",
+        f"{summary['tokens']} tokens of {summary['documents']} documents: loss A "
+        f"{a['mean_loss']:.4f}, loss B {b['mean_loss']:.4f} nats/token, mean delta_sym "
+        f"{summary['mean_delta_sym']:+.4f}{interval}; {SIGN}",
+        f"note: {summary['caveats']}",
+    ]
 
 
 def compare(

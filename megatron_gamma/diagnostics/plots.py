@@ -1,9 +1,11 @@
 """PNG figures of the diagnostics (matplotlib, Agg backend: no display needed).
 
 Conventions for every figure: x axes in optimizer iterations; each run keeps one colour in all
-figures (``RUN_COLORS[i]`` for the i-th run, label with gamma and eps); with a single run, lines
-are per layer, coloured by depth (viridis, shallow = dark) and norm roles told apart by line
-style. Files are written to a temp name, then renamed.
+figures (``RUN_COLORS[i]`` for the i-th run, label with gamma, eps and the gate's granularity);
+with a single run, lines are per layer, coloured by depth (viridis, shallow = dark) and norm
+roles told apart by line style, and the run's label is the figure's subtitle; with several, each
+run's line is the mean over its layers and a shaded band their range, which the legend says
+(:data:`BAND_LABEL`). Files are written to a temp name, then renamed.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from megatron_gamma.atomic import atomic_path
+from megatron_gamma.diagnostics.attention import uniform_sink_share
 from megatron_gamma.diagnostics.condensation import gaussian_cosine_baseline
 from megatron_gamma.diagnostics.norm import SATURATION_FACTOR
 from megatron_gamma.diagnostics.probes import parse_metric_key
@@ -46,6 +50,9 @@ NORM_STYLES = {
     "final_layernorm": ":",
 }
 X_LABEL = "iteration (optimizer steps)"
+BAND_LABEL = "line: mean over layers; band: min–max over layers"
+"""The legend entry of the shaded band that figures of several runs draw around each run's line
+(:func:`_band`)."""
 
 
 def run_color(index: int) -> str:
@@ -54,9 +61,11 @@ def run_color(index: int) -> str:
 
 
 def run_label(run) -> str:
-    """Legend label: name, gamma, eps and gating of a run."""
+    """Legend label: name, gamma, eps and gating of a run (``gated-headwise``,
+    ``gated-elementwise`` or ``no gate``)."""
     s = run.summary
-    gate = "gated" if s.get("gated_attention", "none") != "none" else "no gate"
+    mode = s.get("gated_attention", "none")
+    gate = f"gated-{mode}" if mode != "none" else "no gate"
     return f"{run.name} (γ={s['gamma']:g}, ε={s['norm_epsilon']:.0e}, {gate})"
 
 
@@ -119,11 +128,24 @@ def _layer_legend(fig, num_layers: int, axes) -> None:
         fig.colorbar(sm, ax=axes, label="layer index (0 = first)")
 
 
+def _band_handle(label: str = BAND_LABEL) -> Patch:
+    """A legend entry for the shaded bands of :func:`_band`."""
+    return Patch(facecolor="grey", alpha=0.3, lw=0, label=label)
+
+
+def _legend(ax, extra: Sequence = (), **kwargs) -> None:
+    """``ax``'s legend of its labelled artists, followed by the handles in ``extra``."""
+    handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=[*handles, *extra], **kwargs)
+
+
 def _run_legend(fig, runs) -> None:
+    """The figure's legend of several runs: one colour per run, and what the band shows."""
     handles = [
         plt.Line2D([], [], color=run_color(i), label=run_label(r)) for i, r in enumerate(runs)
     ]
-    fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(runs)))
+    handles.append(_band_handle())
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(handles)))
 
 
 def _band(ax, runs, keys_of_run, color_index=None, label=None, scale: float = 1.0) -> None:
@@ -254,11 +276,6 @@ def plot_heatmaps(run, path: str) -> Optional[str]:
     return _save(fig, path)
 
 
-def _uniform_sink(seq_length: int) -> float:
-    """Sink share of uniform causal attention: mean over i = 1..s-1 of 1 / (i + 1)."""
-    return float(np.mean(1.0 / (np.arange(1, seq_length) + 1.0))) if seq_length > 1 else 1.0
-
-
 def plot_sink(runs, path: str) -> Optional[str]:
     """Attention-sink share over training (left) and per layer and head at the end (right)."""
     if not any(_keys(r, "sink_share") for r in runs):
@@ -288,7 +305,7 @@ def plot_sink(runs, path: str) -> Optional[str]:
             )
     seq = max(r.seq_length for r in runs)
     ax.axhline(
-        _uniform_sink(seq),
+        uniform_sink_share(seq),
         color="grey",
         ls="--",
         lw=1,
@@ -297,14 +314,19 @@ def plot_sink(runs, path: str) -> Optional[str]:
     ax.set_xlabel(X_LABEL)
     ax.set_ylabel("attention probability on token 0")
     ax.set_title(
-        "Attention-sink share (mean over heads, band: layers)"
+        "Attention-sink share (mean over heads)"
         if not single
         else "Attention-sink share per layer (mean over heads)"
     )
     top = max(float(np.max(line.get_ydata())) for line in ax.get_lines())
     ax.set_ylim(0, 1.15 * top)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncols=2 if single and _num_layers(runs) > 6 else 1)
+    _legend(
+        ax,
+        () if single else [_band_handle()],
+        fontsize=8,
+        ncols=2 if single and _num_layers(runs) > 6 else 1,
+    )
     if single:
         run = runs[0]
         last = len(run.iterations) - 1
@@ -388,6 +410,8 @@ def plot_norms(runs, path: str, hist_edges: Sequence[float]) -> Optional[str]:
     centers = 0.5 * (np.asarray(hist_edges[:-1]) + np.asarray(hist_edges[1:]))
     for i, run in enumerate(runs):
         sat = _keys(run, "norm_saturated")
+        if not sat:  # a run analysed without an activation batch: nothing of it to draw here
+            continue
         if single:
             for p in sat:
                 x, y = _series(run, p["key"])
@@ -473,13 +497,15 @@ def plot_norms(runs, path: str, hist_edges: Sequence[float]) -> Optional[str]:
         ax.grid(alpha=0.3)
     ax_a.set_ylim(-3, 103)
     ax_c.grid(alpha=0.3)
-    ax_b.legend(fontsize=7, loc="best")
+    spread = _band_handle("line: median of the layers' medians; band: lowest p05 to highest p95")
+    _legend(ax_b, () if single else [spread], fontsize=7, loc="best")
     ax_c.legend(fontsize=7, loc="best")
     if single:
         styles = [plt.Line2D([], [], color="black", ls=s, label=r) for r, s in NORM_STYLES.items()]
         ax_a.legend(handles=styles, fontsize=7, title="norm (colour = layer)", title_fontsize=7)
+        _layer_legend(fig, _num_layers(runs), axes)
     else:
-        ax_a.legend(fontsize=7)
+        _legend(ax_a, [_band_handle()], fontsize=7)
     fig.suptitle(
         "RMSNorm saturation: y = h / sqrt(σ²(h) + ε), σ²(h) = mean_k h_k²"
         + (f"\n{run_label(runs[0])}" if single else "")
@@ -488,11 +514,13 @@ def plot_norms(runs, path: str, hist_edges: Sequence[float]) -> Optional[str]:
 
 
 def plot_gates(runs, path: str) -> Optional[str]:
-    """Mean gate value and share of closed gates (g < 0.1) per layer over training."""
+    """Mean gate value and share of closed gates (g < 0.1) per layer over training; each y axis
+    from 0 to 12% above its highest value, at most its full range (1; 100%)."""
     if not any(_keys(r, "gate_mean") for r in runs):
         return None
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
     colors = _layer_colors(_num_layers(runs))
+    single = len(runs) == 1
     for (metric, ylabel, scale), ax in zip(
         [
             ("gate_mean", "mean gate value sigmoid(z)", 1.0),
@@ -501,7 +529,7 @@ def plot_gates(runs, path: str) -> Optional[str]:
         axes,
         strict=True,
     ):
-        if len(runs) == 1:
+        if single:
             for p in sorted(_keys(runs[0], metric), key=lambda p: p["layer"]):
                 x, y = _series(runs[0], p["key"])
                 ax.plot(
@@ -518,9 +546,13 @@ def plot_gates(runs, path: str) -> Optional[str]:
                 _band(ax, [run], lambda r, keys=keys: keys, i, run_label(run), scale)
         ax.set_xlabel(X_LABEL)
         ax.set_ylabel(ylabel)
+        top = ax.dataLim.y1
+        ax.set_ylim(0, min(scale, 1.12 * top) if top > 0 else scale)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle("Gated attention: output gates per layer")
+        _legend(ax, () if single else [_band_handle()], fontsize=7)
+    fig.suptitle(
+        "Gated attention: output gates per layer" + (f"\n{run_label(runs[0])}" if single else "")
+    )
     return _save(fig, path)
 
 
@@ -689,5 +721,7 @@ def plot_compare(bins, labels: tuple[str, str], path: str, title_note: str = "")
     ax3.set_ylim(0, 100)
     lines = ax2.get_legend_handles_labels()
     lines3 = ax3.get_legend_handles_labels()
-    ax2.legend(lines[0] + lines3[0], lines[1] + lines3[1], fontsize=8, loc="lower right")
+    fig.legend(  # below the panel: inside it, it covered points
+        lines[0] + lines3[0], lines[1] + lines3[1], fontsize=8, loc="outside lower center", ncols=2
+    )
     return _save(fig, path)
