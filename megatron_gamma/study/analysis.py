@@ -107,12 +107,6 @@ def unigram_loss(train_prefix: str, heldout_prefix: str, vocab_size: int) -> Opt
     return float(-(held @ log_p) / held.sum())
 
 
-def uniform_sink_share(seq_length: int) -> float:
-    """Sink share of uniform causal attention: mean over query positions i = 1..s-1 of
-    1 / (i + 1) (the reference the measured share is read against)."""
-    return float(np.mean(1.0 / (np.arange(1, seq_length) + 1.0))) if seq_length > 1 else 1.0
-
-
 def fmt(x: Optional[float], digits: int = 4) -> str:
     """``x`` with ``digits`` decimals; ``n/a`` for None, NaN and inf."""
     if x is None or not np.isfinite(x):

@@ -29,6 +29,7 @@ import numpy as np
 
 from megatron_gamma.atomic import atomic_open, atomic_write_text
 from megatron_gamma.config import ConfigError
+from megatron_gamma.diagnostics.attention import uniform_sink_share
 from megatron_gamma.host import cpu_model
 from megatron_gamma.study import plots, rundir
 from megatron_gamma.study.analysis import (
@@ -39,7 +40,6 @@ from megatron_gamma.study.analysis import (
     mechanisms,
     multiplier_text,
     scaling_fits,
-    uniform_sink_share,
 )
 from megatron_gamma.study.fits import PowerLawFit, mean_std
 from megatron_gamma.study.spec import LOSSES_CSV, RUNS_CSV

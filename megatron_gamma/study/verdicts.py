@@ -57,6 +57,7 @@ from typing import Optional
 
 import numpy as np
 
+from megatron_gamma.diagnostics.attention import uniform_sink_share
 from megatron_gamma.diagnostics.norm import SATURATION_FACTOR
 from megatron_gamma.study.analysis import (
     RANK_WINDOW,
@@ -64,7 +65,6 @@ from megatron_gamma.study.analysis import (
     gamma_grid_arms,
     rank_dip,
     rank_window,
-    uniform_sink_share,
 )
 from megatron_gamma.study.fits import (
     Interval,
