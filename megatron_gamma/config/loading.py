@@ -470,15 +470,14 @@ def check_run_dir_outputs(cfg: Config, path: Optional[str | list[str]], override
     for key, value in values.items():
         if key in overrides or not isinstance(value, str):
             continue
-        real = os.path.realpath(value)
-        if os.path.commonpath([old, real]) == old:
-            moved[key] = os.path.join(cfg.logging.run_dir, os.path.relpath(real, old))
+        if os.path.commonpath([old, os.path.realpath(value)]) == old:
+            moved[key] = own_output_path(value, run_dir, cfg.logging.run_dir)
         elif key == "load" and "save" in overrides:
             moved[key] = ck.save
         elif key == "save" and "load" in overrides:
             moved[key] = ck.load
         elif key in ("save", "load"):
-            moved[key] = _sibling(value, cfg.logging.run_dir)
+            moved[key] = own_output_path(value, run_dir, cfg.logging.run_dir)
     if not moved:
         return
     listed = ", ".join(f"{key}={values[key]!r}" for key in moved)
@@ -493,14 +492,29 @@ def check_run_dir_outputs(cfg: Config, path: Optional[str | list[str]], override
     )
 
 
-def _sibling(path: str, run_dir: str) -> str:
-    """``path``'s sibling named after ``run_dir``'s last component (``/checkpoints/gpt-0.3b`` for
-    ``runs/gpt-0.3b-gamma-0.5`` -> ``/checkpoints/gpt-0.3b-gamma-0.5``), or ``run_dir``'s
-    ``checkpoints`` where that name is ``path``'s own."""
-    name = os.path.basename(os.path.normpath(run_dir))
+def own_output_path(path: str, run_dir: str, new_run_dir: str) -> str:
+    """Where a run under ``new_run_dir`` keeps what ``path`` holds for the run under
+    ``run_dir``: the same place inside ``new_run_dir`` for a path inside ``run_dir``
+    (``runs/a/checkpoints`` -> ``runs/b/checkpoints``), else ``path``'s sibling named after
+    ``new_run_dir``'s last component (``/checkpoints/gpt-0.3b`` for
+    ``runs/gpt-0.3b-gamma-0.5`` -> ``/checkpoints/gpt-0.3b-gamma-0.5``), or ``new_run_dir``'s
+    ``checkpoints`` where that name is ``path``'s own.
+
+    Args:
+        path: a directory of the run under ``run_dir`` (``save``, ``load``, ...).
+        run_dir: that run's directory.
+        new_run_dir: the other run's directory.
+
+    Returns:
+        The path for the run under ``new_run_dir``, relative where ``new_run_dir`` is.
+    """
+    old, real = os.path.realpath(run_dir), os.path.realpath(path)
+    if os.path.commonpath([old, real]) == old:
+        return os.path.join(new_run_dir, os.path.relpath(real, old))
+    name = os.path.basename(os.path.normpath(new_run_dir))
     sibling = os.path.join(os.path.dirname(os.path.normpath(path)), name)
-    if os.path.realpath(sibling) == os.path.realpath(path):
-        return os.path.join(run_dir, "checkpoints")
+    if os.path.realpath(sibling) == real:
+        return os.path.join(new_run_dir, "checkpoints")
     return sibling
 
 

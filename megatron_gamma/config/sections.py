@@ -1396,7 +1396,9 @@ class CheckpointConfig:
     as its saves would mix with those checkpoints and its retention delete them. Also lets a
     run that does not resume from ``run_dir``'s checkpoints start afresh in a ``run_dir`` that
     holds another run's config.yaml and records (refused without it): its metrics.jsonl,
-    TensorBoard directory, init_audit.json and analysis/ are moved aside to ``*.superseded-N``."""
+    TensorBoard directory, init_audit.json and analysis/ are moved aside to ``*.superseded-N``.
+    ``submit``: also lets it replace an earlier submission's frozen ``RUN/slurm/config.yaml``
+    that holds other settings (refused without it)."""
 
     def __post_init__(self) -> None:
         check_choices(self)
