@@ -201,6 +201,25 @@ def _pretrain(tmp_path, demo_prefix, save, *flags):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_a_run_without_save_says_so_beside_its_run_directory(tmp_path, demo_prefix):
+    """Trial 15: a run without --save learned that it writes no checkpoint only from its last
+    line (the start-up warning had scrolled away); it is said again beside the run directory,
+    before the first iteration, so the run can be stopped at once."""
+    run = tmp_path / "run"
+    args = ["pretrain", "--data-path", demo_prefix, "--run-dir", str(run), *TINY_MODEL]
+    proc = run_cli([*args, "--train-iters", "1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (
+        f"run directory {run}: config.yaml, metrics.jsonl; TensorBoard events in "
+        f"{run / 'tensorboard'}\nno checkpoint will be written (no --save): to keep this run's "
+        "weights, stop it now and start it again with --save DIR\ntraining iterations 1 to 1"
+    ) in proc.stdout, proc.stdout[-3000:]
+    assert proc.stdout.rstrip().endswith("no checkpoint written (no --save)")
+    assert not os.path.exists(run / "checkpoints")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_save_dir_of_another_run_needs_load_or_overwrite(tmp_path, demo_prefix):
     save = tmp_path / "ckpt"
     os.makedirs(save / "iter_0000007")
