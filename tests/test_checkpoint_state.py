@@ -143,8 +143,8 @@ def test_the_run_dir_lock_still_refuses_a_takeover_the_command_line_did_not_see(
             assert handle is not None and os.path.isfile(run / checkpointing.RUN_LOCK)
             checkpointing.release_lock(handle)
     assert str(e.value).startswith(
-        f"run_dir={str(run)!r}: holds another run (config.yaml, metrics.jsonl) and this run "
-        "does not resume from its checkpoints (no --load);"
+        f"run_dir={str(run)!r}: holds the records of a run (config.yaml, metrics.jsonl) whose "
+        "checkpoints this run does not resume from (no --load);"
     )
     assert sorted(os.listdir(run)) == [layout.CONFIG, layout.METRICS]
 
@@ -226,9 +226,10 @@ def test_save_dir_of_another_run_needs_load_or_overwrite(tmp_path, demo_prefix):
     (save / TRACKER).write_text("7")
     refused = _pretrain(tmp_path, demo_prefix, save)
     assert refused.returncode == 2, refused.stderr[-3000:]
-    assert f"save={str(save)!r}: holds checkpoints of another run (newest iter_0000007)" in (
-        refused.stderr
-    )
+    assert (  # trial 15: it may be this run's own, started again without --load
+        f"save={str(save)!r}: holds checkpoints (newest iter_0000007) that this run does not "
+        "load (no --load)"
+    ) in refused.stderr
     assert sorted(os.listdir(save)) == ["iter_0000007", TRACKER]
     assert not os.path.exists(tmp_path / "run" / "config.yaml")  # refused before anything
     replaced = _pretrain(tmp_path, demo_prefix, save, "--overwrite")
@@ -388,14 +389,16 @@ def test_a_fresh_run_does_not_take_over_another_runs_directory(tmp_path, demo_pr
     for flags in ([], ["--load", str(tmp_path / "other")]):  # a fresh start; another run's load
         refused = _pretrain(tmp_path, demo_prefix, tmp_path / "ckpt2", "--seed", "7", *flags)
         assert refused.returncode == 2, refused.stderr[-3000:]
-        assert f"run_dir={str(run)!r}: holds another run (config.yaml, metrics.jsonl)" in (
+        assert f"run_dir={str(run)!r}: holds the records of a run (config.yaml, metrics.jsonl)" in (
             refused.stderr
         )
         assert f"Fix: give this run its own --run-dir NEW_DIR, add --load {save} to" in (
             refused.stderr
         )
         why = f"load={str(tmp_path / 'other')!r} is elsewhere" if flags else "no --load"
-        assert f"does not resume from its checkpoints ({why}); starting here" in refused.stderr
+        assert f"whose checkpoints this run does not resume from ({why}); starting here" in (
+            refused.stderr
+        )
         assert (run / "config.yaml").read_bytes() == config
         assert (run / "metrics.jsonl").read_bytes() == metrics
     assert not os.path.exists(run / "tensorboard.superseded-1")

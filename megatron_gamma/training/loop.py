@@ -202,7 +202,7 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             check_telemetry`); a ``--data-cache-path`` or ``--tensorboard-dir`` that cannot be
             made or written into (:func:`~megatron_gamma.rundir.paths.check_output_dir`); a
             ``--save`` directory
-            holding another run's checkpoints without ``--load`` or ``--overwrite``
+            holding checkpoints this run does not load, without ``--load`` or ``--overwrite``
             (:func:`~megatron_gamma.rundir.paths.check_save_dir`); a
             resume with other initialization settings than the checkpoint's run
             (:func:`~megatron_gamma.rundir.layout.check_resume_init`).
