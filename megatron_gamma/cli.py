@@ -32,7 +32,12 @@ import sys
 import time
 
 from megatron_gamma.config import ConfigError
-from megatron_gamma.config.megatron_lm import PREPROCESS_REFUSED, REFUSED, refused_flags
+from megatron_gamma.config.megatron_lm import (
+    PREPROCESS_REFUSED,
+    REFUSED,
+    no_effect_flags,
+    refused_flags,
+)
 from megatron_gamma.dist_env import read_dist_env
 from megatron_gamma.warnings_summary import silence_library_noise, summarize_accelerator_warnings
 
@@ -753,13 +758,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     naming the closest known one, and a Megatron-LM flag megatron-gamma refuses
     (:data:`~megatron_gamma.config.megatron_lm.REFUSED`, for ``preprocess`` and
     ``submit-preprocess`` ``PREPROCESS_REFUSED``) exits 2 with one line per such flag: why,
-    and the fix."""
+    and the fix. ``preprocess`` and ``submit-preprocess`` take a flag of
+    ``PREPROCESS_NO_EFFECT`` at its no-effect value (``--partitions 1``) with a warning."""
     parser = build_parser()
     _check_command(parser, sys.argv[1:] if argv is None else argv)
     args, unknown = parser.parse_known_args(argv)
+    preprocess = args.command in ("preprocess", "submit-preprocess")
+    if unknown and preprocess:
+        unknown, notes = no_effect_flags(unknown)
+        for note in notes:
+            print(f"megatron-gamma {args.command}: warning: {note}", file=sys.stderr, flush=True)
     if unknown:
         command = parser._subparsers._group_actions[0].choices[args.command]
-        preprocess = args.command in ("preprocess", "submit-preprocess")
         table = PREPROCESS_REFUSED if preprocess else REFUSED
         refused = refused_flags(unknown, table)
         if refused:

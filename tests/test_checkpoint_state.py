@@ -144,8 +144,8 @@ def test_the_run_dir_lock_still_refuses_a_takeover_the_command_line_did_not_see(
             assert takeover is None
             checkpointing.release_lock(handle)
     assert str(e.value).startswith(
-        f"run_dir={str(run)!r}: holds another run (config.yaml, metrics.jsonl) and this run "
-        "does not resume from its checkpoints (no --load);"
+        f"run_dir={str(run)!r}: holds the records of a run (config.yaml, metrics.jsonl) whose "
+        "checkpoints this run does not resume from (no --load);"
     )
     assert sorted(os.listdir(run)) == [layout.CONFIG, layout.METRICS]
 
@@ -198,10 +198,10 @@ def test_a_run_directory_counts_as_another_run_only_with_a_checkpoint_or_an_iter
             check_takeover(str(run), None)
         records = records.format(save=save)
         assert str(e.value).startswith(
-            f"run_dir={str(run)!r}: holds another run (config.yaml, {records}) and this run "
-            f"does not resume from its checkpoints (no --load); starting here would replace its "
-            f"config.yaml. Fix: give this run its own --run-dir NEW_DIR, add --load {save} to "
-            "resume that run, or add --overwrite"
+            f"run_dir={str(run)!r}: holds the records of a run (config.yaml, {records}) whose "
+            f"checkpoints this run does not resume from (no --load); starting here would replace "
+            f"its config.yaml. Fix: give this run its own --run-dir NEW_DIR, add --load {save} to "
+            "resume it, or add --overwrite"
         ), str(e.value)
     assert check_takeover(str(run), str(save)) is None  # the run's own save: it continues
     assert sorted(os.listdir(run)) == before and (run / "metrics.jsonl").read_text() == metrics
@@ -259,15 +259,35 @@ def _pretrain(tmp_path, demo_prefix, save, *flags):
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_a_run_without_save_says_so_beside_its_run_directory(tmp_path, demo_prefix):
+    """Trial 15: a run without --save learned that it writes no checkpoint only from its last
+    line (the start-up warning had scrolled away); it is said again beside the run directory,
+    before the first iteration, so the run can be stopped at once."""
+    run = tmp_path / "run"
+    args = ["pretrain", "--data-path", demo_prefix, "--run-dir", str(run), *TINY_MODEL]
+    proc = run_cli([*args, "--train-iters", "1"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (
+        f"run directory {run}: config.yaml, metrics.jsonl; TensorBoard events in "
+        f"{run / 'tensorboard'}\nno checkpoint will be written (no --save): to keep this run's "
+        "weights, stop it now and start it again with --save DIR\ntraining iterations 1 to 1"
+    ) in proc.stdout, proc.stdout[-3000:]
+    assert proc.stdout.rstrip().endswith("no checkpoint written (no --save)")
+    assert not os.path.exists(run / "checkpoints")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_save_dir_of_another_run_needs_load_or_overwrite(tmp_path, demo_prefix):
     save = tmp_path / "ckpt"
     os.makedirs(save / "iter_0000007")
     (save / TRACKER).write_text("7")
     refused = _pretrain(tmp_path, demo_prefix, save)
     assert refused.returncode == 2, refused.stderr[-3000:]
-    assert f"save={str(save)!r}: holds checkpoints of another run (newest iter_0000007)" in (
-        refused.stderr
-    )
+    assert (  # trial 15: it may be this run's own, started again without --load
+        f"save={str(save)!r}: holds checkpoints (newest iter_0000007) that this run does not "
+        "load (no --load)"
+    ) in refused.stderr
     assert sorted(os.listdir(save)) == ["iter_0000007", TRACKER]
     assert not os.path.exists(tmp_path / "run" / "config.yaml")  # refused before anything
     replaced = _pretrain(tmp_path, demo_prefix, save, "--overwrite")
@@ -433,14 +453,16 @@ def test_a_fresh_run_does_not_take_over_another_runs_directory(tmp_path, demo_pr
         refused = _pretrain(tmp_path, demo_prefix, tmp_path / "ckpt2", "--seed", "7", *flags)
         assert refused.returncode == 2, refused.stderr[-3000:]
         assert (
-            f"run_dir={str(run)!r}: holds another run (config.yaml, metrics.jsonl and "
+            f"run_dir={str(run)!r}: holds the records of a run (config.yaml, metrics.jsonl and "
             "ckpt/iter_0000003)" in refused.stderr
         )
         assert f"Fix: give this run its own --run-dir NEW_DIR, add --load {save} to" in (
             refused.stderr
         )
         why = f"load={str(tmp_path / 'other')!r} is elsewhere" if flags else "no --load"
-        assert f"does not resume from its checkpoints ({why}); starting here" in refused.stderr
+        assert f"whose checkpoints this run does not resume from ({why}); starting here" in (
+            refused.stderr
+        )
         assert (run / "config.yaml").read_bytes() == config
         assert (run / "metrics.jsonl").read_bytes() == metrics
     assert not os.path.exists(run / "tensorboard.superseded-1")
@@ -516,6 +538,6 @@ def test_a_run_that_never_finished_an_iteration_leaves_its_directory_to_the_reru
     # one finished iteration makes it another run's again
     again = _pretrain(tmp_path, demo_prefix, tmp_path / "ckpt3")
     assert again.returncode == 2, again.stderr[-3000:]
-    assert f"run_dir={str(run)!r}: holds another run (config.yaml, metrics.jsonl and " in (
+    assert f"run_dir={str(run)!r}: holds the records of a run (config.yaml, metrics.jsonl and " in (
         again.stderr
     )

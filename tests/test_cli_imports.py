@@ -179,10 +179,9 @@ def test_a_missing_tokenizer_and_another_runs_save_are_refused_before_torch(tmp_
     doc, _, err = _probe([*base, "--save", str(save)])
     assert doc == {"rc": 2, "imported": []}
     assert err == (
-        f"megatron-gamma pretrain: error: save={str(save)!r}: holds checkpoints of another run "
-        f"(newest iter_0000005) and this run does not load them (no --load). Fix: add --load "
-        f"{save} to resume from them, --overwrite to delete them and start afresh, or give "
-        "another --save\n"
+        f"megatron-gamma pretrain: error: save={str(save)!r}: holds checkpoints (newest "
+        f"iter_0000005) that this run does not load (no --load). Fix: add --load {save} to "
+        "resume from them, --overwrite to delete them and start afresh, or give another --save\n"
     )
     assert not os.path.exists(tmp_path / "r")
 
@@ -465,10 +464,10 @@ def test_pretrain_refuses_another_runs_directory_before_torch_and_megatron_core(
         doc, _, err = _probe([*args, *flags])
         assert doc == {"rc": 2, "imported": []}, err[-2000:]
         assert (
-            f"megatron-gamma pretrain: error: run_dir={str(run)!r}: holds another run "
-            f"(config.yaml, metrics.jsonl) and this run does not resume from its checkpoints "
+            f"megatron-gamma pretrain: error: run_dir={str(run)!r}: holds the records of a run "
+            f"(config.yaml, metrics.jsonl) whose checkpoints this run does not resume from "
             f"({why}); starting here would replace its config.yaml. Fix: give this run its own "
-            f"--run-dir NEW_DIR, add --load {save} to resume that run, or add --overwrite"
+            f"--run-dir NEW_DIR, add --load {save} to resume it, or add --overwrite"
         ) in err, err[-2000:]
     assert sorted(os.listdir(run)) == ["config.yaml", "metrics.jsonl"]
     assert (run / "config.yaml").read_text() == f"checkpoint:\n  save: {save}\n"

@@ -14,7 +14,13 @@ import textwrap
 
 import pytest
 
-from megatron_gamma.config import ConfigError, GatedAttention, OptimizerConfig, load_config
+from megatron_gamma.config import (
+    ConfigError,
+    GatedAttention,
+    OptimizerConfig,
+    TrainingConfig,
+    load_config,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(REPO, "megatron_gamma")
@@ -688,6 +694,37 @@ def test_an_unknown_key_names_its_file_and_a_directory_names_its_config_yaml(tmp
     assert str(e.value) == (
         f"config={str(run)!r}: is a directory. Fix: pass {run / 'config.yaml'}, the run's "
         "resolved config"
+    )
+
+
+def test_a_key_in_another_section_names_the_section_it_belongs_in(tmp_path):
+    """Trial 15: save_interval under training: got "did you mean 'exit_interval'?", another key
+    of training, while save_interval is a setting of the checkpoint section (a typo of it
+    likewise); a flag of the same name (which sets checkpoint.save_interval) was named as the
+    key's origin."""
+    from megatron_gamma.config.loading import field_index
+
+    assert field_index()["save_interval"][0] == "checkpoint"
+    assert "save_interval" not in [f.name for f in dataclasses.fields(TrainingConfig)]
+    base = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "configs")
+    bad = str(_write(tmp_path / "tiny.yaml", "training:\n  save_interval: 25\n"))
+    want = (
+        "training.save_interval: not a setting of the training section; save_interval belongs "
+        "in the checkpoint: section. Fix: move 'save_interval: 25' under 'checkpoint:' "
+        f"(checkpoint.save_interval) (training.save_interval from the YAML file {bad!r})"
+    )
+    for overrides in ({}, {"save_interval": 3}):
+        with pytest.raises(ConfigError) as e:
+            load_config([os.path.join(base, "demo.yaml"), bad], overrides)
+        assert str(e.value) == want
+    moved = str(_write(tmp_path / "moved.yaml", "checkpoint:\n  save_interval: 25\n"))
+    assert load_config(moved).checkpoint.save_interval == 25
+    typo = str(_write(tmp_path / "typo.yaml", "training:\n  save_intervall: 2\n"))
+    with pytest.raises(ConfigError) as e:  # a typo of it: the closest key, with its section
+        load_config(typo)
+    assert str(e.value).startswith(
+        "training.save_intervall: unknown key. Fix: remove it or correct it; did you mean "
+        "'save_interval', a setting of the checkpoint: section (checkpoint.save_interval)?"
     )
 
 

@@ -167,6 +167,59 @@ def test_dry_run_prints_the_script_and_writes_only_its_config(
     assert frozen["checkpoint"]["save"] == str(tmp_path / "run" / "checkpoints")
 
 
+def test_an_ablation_does_not_replace_an_earlier_submissions_frozen_config(
+    config, sbatch_calls, tmp_path, capsys
+):
+    """Trial 15: a recipe layered with an ablation and no --run-dir of its own froze the
+    ablation into the baseline's slurm/config.yaml, which the baseline's pending or requeued
+    job reads when it starts: it would have trained gamma = 0.5 as the baseline. Refused,
+    dry run included, before anything is written; the same config again, or other job
+    settings, pass; --overwrite replaces it with a warning."""
+    raw = yaml.safe_load(open(config, encoding="utf-8"))
+    raw["logging"]["run_dir"] = str(tmp_path / "runs" / "gpt")
+    raw["checkpoint"] = {"save": str(tmp_path / "ckpt" / "gpt")}
+    recipe, ablation = tmp_path / "gpt.yaml", tmp_path / "gamma-0.5.yaml"
+    recipe.write_text(yaml.safe_dump(raw))
+    ablation.write_text(yaml.safe_dump({"init": {"init_gamma": 0.5}}))
+    shape = ["--nodes", "1", "--gpus-per-node", "2"]
+    base = ["submit", "--config", str(recipe), *shape]
+    assert main(base) == 0
+    slurm_dir = tmp_path / "runs" / "gpt" / "slurm"
+    frozen, script = slurm_dir / "config.yaml", slurm_dir / "pretrain.sbatch"
+    first = frozen.read_bytes(), script.read_bytes()
+    assert main([*base, "--time", "2:00:00"]) == 0  # the same run again, with a longer limit
+    assert frozen.read_bytes() == first[0] and "#SBATCH --time=2:00:00" in script.read_text()
+    assert len(sbatch_calls.read_text().splitlines()) == 2
+    capsys.readouterr()
+    script_before = script.read_bytes()
+    layered = [*base, "--config", str(ablation)]
+    for dry_run in ([], ["--dry-run"]):
+        assert main([*layered, *dry_run]) == 2
+        err = capsys.readouterr().err
+        run_dir, sibling = tmp_path / "runs" / "gpt-gamma-0.5", tmp_path / "ckpt" / "gpt-gamma-0.5"
+        assert (
+            f"error: run_dir={str(tmp_path / 'runs' / 'gpt')!r}: {frozen} holds the config of an "
+            "earlier submission, which this one would replace with other settings: "
+            "init_gamma=0.5 (it holds 1.0). A pending or requeued job of that submission reads "
+            f"it when it starts, so it would train these settings under its name, run directory "
+            f"and checkpoints. Fix: pass --run-dir {run_dir} --save {sibling} to submit a run of "
+            "its own, or add --overwrite"
+        ) in err, err
+        assert frozen.read_bytes() == first[0] and script.read_bytes() == script_before
+        assert sorted(os.listdir(slurm_dir)) == ["config.yaml", "pretrain.sbatch"]
+    assert len(sbatch_calls.read_text().splitlines()) == 2
+    assert main([*layered, "--run-dir", str(run_dir), "--save", str(sibling)]) == 0  # the fix
+    own = yaml.safe_load((run_dir / "slurm" / "config.yaml").read_text())
+    assert own["init"]["init_gamma"] == 0.5 and own["checkpoint"]["load"] == str(sibling)
+    assert yaml.safe_load(frozen.read_text())["init"]["init_gamma"] == 1.0
+    capsys.readouterr()
+    assert main([*layered, "--overwrite"]) == 0
+    assert f"warning: --overwrite: {frozen}, the config of an earlier submission, is replaced" in (
+        capsys.readouterr().err
+    )
+    assert yaml.safe_load(frozen.read_text())["init"]["init_gamma"] == 0.5
+
+
 def test_finetune_from_another_directory_is_submitted_as_a_pretrained_checkpoint(
     config, sbatch_calls, tmp_path, capsys
 ):
@@ -281,7 +334,8 @@ def test_account_qos_dependency_and_environment(config, sbatch_calls, tmp_path, 
         "export NCCL_IB_TIMEOUT=22",  # --env overrides the config's value
         "export NCCL_SOCKET_IFNAME=ib0,ib1",
     ]
-    assert main([*args, "--tensor-model-parallel-size", "1", "--dry-run"]) == 0
+    tp1 = ["--tensor-model-parallel-size", "1", "--run-dir", str(tmp_path / "tp1")]
+    assert main([*args, *tp1, "--dry-run"]) == 0  # another run: "run" holds TP 2's config
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in capsys.readouterr().out
     for bad, message in (
         (["--dependency", "after"], "dependency='after': not a SLURM dependency"),

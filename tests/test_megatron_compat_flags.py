@@ -160,6 +160,47 @@ def test_megatron_lm_preprocess_flags_we_do_not_honour_are_refused_by_name(
     assert "unrecognized arguments" not in err
 
 
+@pytest.mark.parametrize("command", ["preprocess", "submit-preprocess"])
+@pytest.mark.parametrize("given", [["--partitions", "1"], ["--partitions=1"]])
+def test_megatron_lms_default_partitions_1_is_accepted_with_a_warning(command, given, capsys):
+    """Trial 15: `--partitions 1`, Megatron-LM's own default, was refused with the message meant
+    for a split into several partition files; only another count is refused."""
+    from megatron_gamma.config.megatron_lm import PREPROCESS_NO_EFFECT
+
+    args = [command, "--input", "x.jsonl", "--output-prefix", "o", "--num-shards", "3", *given]
+    parsed = cli.parse_args(args)
+    assert (parsed.input, parsed.output_prefix, parsed.num_shards) == (["x.jsonl"], "o", 3)
+    assert capsys.readouterr().err == (
+        f"megatron-gamma {command}: warning: --partitions 1: no effect: "
+        f"{PREPROCESS_NO_EFFECT['--partitions'][1]}\n"
+    )
+    for other in (["--partitions", "2"], ["--partitions=0"]):
+        with pytest.raises(SystemExit):
+            cli.parse_args([*args[: -len(given)], *other])
+        err = capsys.readouterr().err
+        assert "--partitions: refused: input files are not split into partition files (only " in err
+        assert "Fix: drop it and use --workers N, or --num-shards N --shard-index I" in err
+        assert "no effect" not in err
+    with pytest.raises(SystemExit):  # one flag of pretrain's takes no such value
+        cli.parse_args(["pretrain", "--partitions", "1"])
+    assert "no effect" not in capsys.readouterr().err
+
+
+def test_partitions_1_changes_no_byte(tmp_path, capsys):
+    """``--partitions 1`` writes what the same command without it writes."""
+    from pathlib import Path
+
+    corpus = Path(cli.__file__).parent / "data" / "demo" / "en.jsonl"
+    tok = Path(cli.__file__).parent / "data" / "demo"
+    base = ["preprocess", "--input", str(corpus), "--tokenizer-model", str(tok), "--no-progress"]
+    written = []
+    for name, extra in (("plain", []), ("one", ["--partitions", "1"])):
+        assert cli.main([*base, "--output-prefix", str(tmp_path / name / "d"), *extra]) == 0
+        written.append({p.name: p.read_bytes() for p in (tmp_path / name).glob("d_*.*")})
+    assert written[0] == written[1] and "d_text_document.bin" in written[0]
+    assert "--partitions 1: no effect" in capsys.readouterr().err
+
+
 def test_keep_newlines_and_sequential_samples_change_no_byte(tmp_path):
     """--split-sentences keeps the newlines between sentences already (what --keep-newlines asks
     of Megatron-LM), and the output keeps the input order (--keep-sequential-samples)."""

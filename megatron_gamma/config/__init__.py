@@ -70,6 +70,7 @@ from megatron_gamma.config.loading import (
     config_from_dict,
     load_config,
     merge,
+    own_output_path,
     redacted_dict,
     save_config,
 )
@@ -141,6 +142,7 @@ __all__ = [
     "merge",
     "moe_layer_pattern",
     "overrides_from_args",
+    "own_output_path",
     "parse_env",
     "rampup_train_iters",
     "redacted_dict",

@@ -128,9 +128,24 @@ def field_index() -> dict[str, tuple[str, dataclasses.Field, Any]]:
     return index
 
 
-def _unknown(key: str, known: list[str], where: str, keys: tuple[str, ...] = ()) -> None:
-    close = difflib.get_close_matches(key, known, n=1)
-    hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(known))}"
+def _unknown(
+    key: str,
+    known: list[str],
+    where: str,
+    keys: tuple[str, ...] = (),
+    elsewhere: Optional[dict[str, str]] = None,
+) -> None:
+    """Raise the unknown-key error of ``key`` (at ``where``), suggesting the closest of ``known``
+    or of ``elsewhere`` (other sections' keys: ``{key: section}``), the latter with its
+    section."""
+    close = difflib.get_close_matches(key, [*known, *(elsewhere or {})], n=1)
+    if close and close[0] not in known:
+        other = elsewhere[close[0]]
+        hint = f"did you mean '{close[0]}', a setting of the {other}: section ({other}.{close[0]})?"
+    elif close:
+        hint = f"did you mean '{close[0]}'?"
+    else:
+        hint = f"known keys: {', '.join(sorted(known))}"
     raise ConfigError(f"{where}{key}: unknown key. Fix: remove it or correct it; {hint}", keys)
 
 
@@ -180,7 +195,7 @@ def config_from_dict(raw: dict) -> Config:
     raw = raw or {}
     if not isinstance(raw, dict):
         raise ConfigError(f"config: expected a mapping of sections, got {type(raw).__name__}")
-    types_ = section_types()
+    types_, index = section_types(), field_index()
     kwargs = {}
     for section, values in raw.items():
         if section not in types_:
@@ -188,8 +203,17 @@ def config_from_dict(raw: dict) -> Config:
         cls = types_[section]
         names = [f.name for f in dataclasses.fields(cls)]
         for key in values or {}:
-            if key not in names:
-                _unknown(key, names, f"{section}.", (key,))  # load_config names its file
+            if key in index and key not in names:  # a key of another section (trial 15)
+                other = index[key][0]
+                raise ConfigError(
+                    f"{section}.{key}: not a setting of the {section} section; {key} belongs in "
+                    f"the {other}: section. Fix: move '{key}: {values[key]}' under '{other}:' "
+                    f"({other}.{key})",
+                    (f"{section}.{key}",),  # load_config names its file
+                )
+            if key not in names:  # load_config names its file
+                elsewhere = {k: v[0] for k, v in index.items() if v[0] != section}
+                _unknown(key, names, f"{section}.", (key,), elsewhere)
         hints = typing.get_type_hints(cls)
         values = {k: typed_value(f"{section}.", k, v, hints[k]) for k, v in (values or {}).items()}
         try:
@@ -354,7 +378,9 @@ def load_config(path: Optional[str | list[str]], overrides: Optional[dict] = Non
     for one in [path] if isinstance(path, str) else path or []:
         layers.append(read_yaml(one))
         for section, values in layers[-1].items():
-            origin.update({k: f"{section}.{k} of the YAML file {one!r}" for k in values or {}})
+            for k in values or {}:
+                origin[k] = f"{section}.{k} of the YAML file {one!r}"
+                origin[f"{section}.{k}"] = f"the YAML file {one!r}"
     flags = sectioned(overrides or {})
     origin.update({key: f"the flag --{key.replace('_', '-')}" for key in overrides or {}})
     try:
@@ -470,15 +496,14 @@ def check_run_dir_outputs(cfg: Config, path: Optional[str | list[str]], override
     for key, value in values.items():
         if key in overrides or not isinstance(value, str):
             continue
-        real = os.path.realpath(value)
-        if os.path.commonpath([old, real]) == old:
-            moved[key] = os.path.join(cfg.logging.run_dir, os.path.relpath(real, old))
+        if os.path.commonpath([old, os.path.realpath(value)]) == old:
+            moved[key] = own_output_path(value, run_dir, cfg.logging.run_dir)
         elif key == "load" and "save" in overrides:
             moved[key] = ck.save
         elif key == "save" and "load" in overrides:
             moved[key] = ck.load
         elif key in ("save", "load"):
-            moved[key] = _sibling(value, cfg.logging.run_dir)
+            moved[key] = own_output_path(value, run_dir, cfg.logging.run_dir)
     if not moved:
         return
     listed = ", ".join(f"{key}={values[key]!r}" for key in moved)
@@ -493,14 +518,29 @@ def check_run_dir_outputs(cfg: Config, path: Optional[str | list[str]], override
     )
 
 
-def _sibling(path: str, run_dir: str) -> str:
-    """``path``'s sibling named after ``run_dir``'s last component (``/checkpoints/gpt-0.3b`` for
-    ``runs/gpt-0.3b-gamma-0.5`` -> ``/checkpoints/gpt-0.3b-gamma-0.5``), or ``run_dir``'s
-    ``checkpoints`` where that name is ``path``'s own."""
-    name = os.path.basename(os.path.normpath(run_dir))
+def own_output_path(path: str, run_dir: str, new_run_dir: str) -> str:
+    """Where a run under ``new_run_dir`` keeps what ``path`` holds for the run under
+    ``run_dir``: the same place inside ``new_run_dir`` for a path inside ``run_dir``
+    (``runs/a/checkpoints`` -> ``runs/b/checkpoints``), else ``path``'s sibling named after
+    ``new_run_dir``'s last component (``/checkpoints/gpt-0.3b`` for
+    ``runs/gpt-0.3b-gamma-0.5`` -> ``/checkpoints/gpt-0.3b-gamma-0.5``), or ``new_run_dir``'s
+    ``checkpoints`` where that name is ``path``'s own.
+
+    Args:
+        path: a directory of the run under ``run_dir`` (``save``, ``load``, ...).
+        run_dir: that run's directory.
+        new_run_dir: the other run's directory.
+
+    Returns:
+        The path for the run under ``new_run_dir``, relative where ``new_run_dir`` is.
+    """
+    old, real = os.path.realpath(run_dir), os.path.realpath(path)
+    if os.path.commonpath([old, real]) == old:
+        return os.path.join(new_run_dir, os.path.relpath(real, old))
+    name = os.path.basename(os.path.normpath(new_run_dir))
     sibling = os.path.join(os.path.dirname(os.path.normpath(path)), name)
-    if os.path.realpath(sibling) == os.path.realpath(path):
-        return os.path.join(run_dir, "checkpoints")
+    if os.path.realpath(sibling) == real:
+        return os.path.join(new_run_dir, "checkpoints")
     return sibling
 
 

@@ -392,11 +392,22 @@ REFUSED: dict[str, tuple[str, str]] = {
 }
 
 
-# Flags of Megatron-LM's tools/preprocess_data.py that ``preprocess`` refuses -> (why, fix).
+# Flags of Megatron-LM's tools/preprocess_data.py that ``preprocess`` accepts at one value, at
+# which they change nothing -> (the value, why), e.g. Megatron-LM's own default.
+PREPROCESS_NO_EFFECT: dict[str, tuple[str, str]] = {
+    "--partitions": (
+        "1",
+        "Megatron-LM's default, one partition: preprocess never splits its input into "
+        "partition files (it parallelizes with --workers N and --num-shards N)",
+    ),
+}
+
+# Flags of Megatron-LM's tools/preprocess_data.py that ``preprocess`` refuses -> (why, fix);
+# one of PREPROCESS_NO_EFFECT at another value than its own.
 PREPROCESS_REFUSED: dict[str, tuple[str, str]] = {
     "--partitions": (
-        "input files are not split into partition files; preprocess parallelizes with worker "
-        "processes and shards",
+        "input files are not split into partition files (only --partitions 1, Megatron-LM's "
+        "default, is accepted); preprocess parallelizes with worker processes and shards",
         "drop it and use --workers N, or --num-shards N --shard-index I per task and "
         "`megatron-gamma merge` (README, Preprocessing at scale)",
     ),
@@ -419,3 +430,28 @@ def refused_flags(unknown: list[str], table: dict[str, tuple[str, str]] = REFUSE
             why, fix = table[flag]
             lines.append(f"{flag}: refused: {why}. Fix: {fix}")
     return list(dict.fromkeys(lines))
+
+
+def no_effect_flags(
+    unknown: list[str], table: dict[str, tuple[str, str]] = PREPROCESS_NO_EFFECT
+) -> tuple[list[str], list[str]]:
+    """Take the flags of ``table`` given at their no-effect value (``--flag VALUE`` or
+    ``--flag=VALUE``) out of ``unknown`` (arguments argparse did not recognize).
+
+    Returns:
+        (the other arguments, in order; one ``--flag VALUE: no effect: why`` line per flag
+        taken out).
+    """
+    rest, notes, i = [], [], 0
+    while i < len(unknown):
+        flag, eq, value = unknown[i].partition("=")
+        step = 1
+        if not eq and i + 1 < len(unknown):
+            value, step = unknown[i + 1], 2
+        if flag in table and value == table[flag][0]:
+            notes.append(f"{flag} {value}: no effect: {table[flag][1]}")
+            i += step
+        else:
+            rest.append(unknown[i])
+            i += 1
+    return rest, list(dict.fromkeys(notes))

@@ -1413,13 +1413,14 @@ class CheckpointConfig:
     return_unexpected and return_all are refused."""
     overwrite: bool = False
     """Let a run without ``load`` start in a ``save`` directory that already holds checkpoints
-    (of another run): they are deleted when the run starts. Without it such a run is refused,
+    (an earlier run's): they are deleted when the run starts. Without it such a run is refused,
     as its saves would mix with those checkpoints and its retention delete them. Also lets a
     run that does not resume from ``run_dir``'s checkpoints start afresh in a ``run_dir`` that
-    holds another run's config.yaml and records, a checkpoint or an iteration in metrics.jsonl
+    holds an earlier run's config.yaml and records, a checkpoint or an iteration in metrics.jsonl
     (refused without it; a run that never finished an iteration needs no ``overwrite``): its
     metrics.jsonl, TensorBoard directory, init_audit.json and analysis/ are moved aside to
-    ``*.superseded-N``."""
+    ``*.superseded-N``. ``submit``: also lets it replace an earlier submission's frozen
+    ``RUN/slurm/config.yaml`` that holds other settings (refused without it)."""
 
     def __post_init__(self) -> None:
         check_choices(self)

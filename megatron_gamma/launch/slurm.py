@@ -1,7 +1,8 @@
 """Render and submit SLURM jobs: multi-node pretraining and array-parallel preprocessing.
 
-``megatron-gamma submit`` freezes the resolved config into ``<run_dir>/slurm/config.yaml``,
-renders ``templates/pretrain.sbatch.j2`` into ``<run_dir>/slurm/pretrain.sbatch`` and calls
+``megatron-gamma submit`` freezes the resolved config into ``<run_dir>/slurm/config.yaml`` (not
+over an earlier submission's with other settings: :func:`check_frozen_config`), renders
+``templates/pretrain.sbatch.j2`` into ``<run_dir>/slurm/pretrain.sbatch`` and calls
 ``sbatch --parsable``. ``megatron-gamma submit-preprocess`` renders
 ``templates/preprocess_array.sbatch.j2`` next to the output prefix and submits it twice: as a job
 array (one task per shard) and as the merge job that depends on it (``afterok``). Every check runs
@@ -33,15 +34,19 @@ from importlib import resources
 from typing import Optional
 
 import jinja2
+import yaml
 
 from megatron_gamma.atomic import atomic_path
 from megatron_gamma.config import (
     REDACTED,
     Config,
     ConfigError,
+    changed_fields,
     check_run_dir_outputs,
     load_config,
+    own_output_path,
     parse_env,
+    redacted_dict,
     save_config,
     validate_layout,
 )
@@ -64,6 +69,9 @@ _SBATCH_ESCAPED = re.compile(r"""([#"'\\])""")
 # sbatch starts a heterogeneous-job component at every directive line holding one of these words
 # (case-insensitive, anywhere in the line, quoted or not).
 _HETJOB_WORDS = re.compile("hetjob|packjob", re.IGNORECASE)
+# Settings of a frozen config that do not change the run its jobs train: the job's shape and
+# environment (the cluster section, which pretrain does not read) and --overwrite.
+_JOB_ONLY = ("cluster", "checkpoint.overwrite")
 # Exported in every job before the user's env block (which may override them).
 BASE_ENV = {"PYTHONFAULTHANDLER": "1"}
 # Exported in pretraining jobs: NCCL warnings in the log, no info flood.
@@ -688,6 +696,76 @@ def _redaction_note(names, command: str, path: str) -> tuple[str, ...]:
     )
 
 
+def _own_directories(cfg: Config, config_path: Optional[str | list[str]]) -> str:
+    """The flags that give a submission its own run directory beside ``cfg``'s: ``--run-dir``
+    named after the last ``--config`` file where several are layered (an ablation:
+    ``runs/gpt-0.3b-gamma-0.5``), else ``RUN_DIR-2``, with ``--save`` and ``--load`` moved
+    as ``pretrain`` moves them (:func:`~megatron_gamma.config.own_output_path`), shell-quoted."""
+    files = [config_path] if isinstance(config_path, str) else config_path or []
+    run_dir = os.path.normpath(cfg.logging.run_dir)
+    layer = os.path.splitext(os.path.basename(files[-1]))[0] if len(files) > 1 else "2"
+    new = f"{run_dir}-{layer}"
+    flags = ["--run-dir", new]
+    for key in ("save", "load"):
+        if value := getattr(cfg.checkpoint, key):
+            flags += [f"--{key}", own_output_path(value, run_dir, new)]
+    return shlex.join(flags)
+
+
+def check_frozen_config(frozen: str, cfg: Config, own_directories: str) -> None:
+    """Refuse to replace an earlier submission's frozen config with one that trains other
+    settings. A pending job of that submission, or one SLURM requeues, reads ``frozen`` when
+    it starts (the script names it; sbatch keeps its own copy of the script, not of the
+    config), so it would train this submission's settings under its own name, run directory
+    and checkpoints. The same config again (a resubmission), or one that differs only in the
+    job's shape and environment (the ``cluster`` section) or in ``overwrite``, passes; with
+    ``cfg.checkpoint.overwrite`` (``--overwrite``) a differing one passes with a warning.
+
+    Args:
+        frozen: ``<run_dir>/slurm/config.yaml``; absent, nothing is checked.
+        cfg: the config this submission freezes there.
+        own_directories: the flags that give this submission a run directory of its own
+            (:func:`_own_directories`), for the fix.
+
+    Raises:
+        SubmitError: ``frozen`` holds other settings (each named with both values; the first
+            eight), and no ``--overwrite``.
+    """
+    if not os.path.isfile(frozen):
+        return
+    with open(frozen, encoding="utf-8") as f:
+        try:
+            then = yaml.safe_load(f)
+        except yaml.YAMLError:
+            then = None  # unreadable: every setting counts as changed
+    now = yaml.safe_load(yaml.safe_dump(redacted_dict(cfg)))
+    changes = [
+        f"{name.split('.', 1)[-1]}={new!r} (it holds {old!r})"
+        for name, old, new in changed_fields(then if isinstance(then, dict) else {}, now)
+        if not any(name == key or name.startswith(f"{key}.") for key in _JOB_ONLY)
+    ]
+    if not changes:
+        return
+    listed = ", ".join(changes[:8]) + (f" and {len(changes) - 8} more" if len(changes) > 8 else "")
+    if cfg.checkpoint.overwrite:
+        warn(
+            f"--overwrite: {frozen}, the config of an earlier submission, is replaced with "
+            f"other settings: {listed}; a pending or requeued job of it trains these now"
+        )
+        return
+    _fail(
+        "run_dir",
+        os.path.dirname(os.path.dirname(frozen)),
+        f"{frozen} holds the config of an earlier submission, which this one would replace "
+        f"with other settings: {listed}. A pending or requeued job of that submission reads it "
+        "when it starts, so it would train these settings under its name, run directory and "
+        "checkpoints",
+        f"pass {own_directories} to submit a run of its own, or add --overwrite to replace "
+        "that submission's config (its jobs then train this one, resuming from the "
+        f"checkpoints in {cfg.checkpoint.save})",
+    )
+
+
 def submit_pretrain(
     config_path: Optional[str | list[str]],
     overrides: dict,
@@ -706,9 +784,11 @@ def submit_pretrain(
         overrides: ``{field: value}`` Megatron-named overrides (as for ``pretrain``).
         job: nodes, GPUs, launcher and cluster options.
         dry_run: render the script (the values of ``cluster.env`` and ``job.env`` redacted)
-            and write the resolved config it references (``<run_dir>/slurm/config.yaml``);
-            submit nothing. Dataset and tokenizer paths that
-            do not exist on this host (they may live on the cluster's file system) are warnings.
+            and write the resolved config it references (``<run_dir>/slurm/config.yaml``,
+            refused as a submission's is where it would replace an earlier submission's other
+            settings: :func:`check_frozen_config`); submit nothing. Dataset and tokenizer paths
+            that do not exist on this host (they may live on the cluster's file system) are
+            warnings.
 
     Returns:
         The script, its path, and (unless ``dry_run``) the job id and log path.
@@ -717,7 +797,9 @@ def submit_pretrain(
         ConfigError: a missing or invalid config, a reused run config's output paths under a
             new ``--run-dir`` (:func:`~megatron_gamma.config.check_run_dir_outputs`), or (unless
             ``dry_run`` or with a container image) dataset files that do not exist on this host.
-        SubmitError: no node count, the job does not fit the config's layout, ``checkpoint.load``
+        SubmitError: no node count, the job does not fit the config's layout, a frozen config
+            of an earlier submission in ``<run_dir>/slurm/`` with other settings, unless
+            ``--overwrite`` (:func:`check_frozen_config`; nothing is written), ``checkpoint.load``
             differs from ``checkpoint.save`` (except with ``--finetune``: see
             :func:`_finetune_as_pretrained_checkpoint`), (unless ``dry_run`` or with a container
             image) a pretrained checkpoint that does not exist on this host, ``sbatch`` is
@@ -757,6 +839,7 @@ def submit_pretrain(
             "--save the same path as load (to continue that run); a --load given only to start "
             "from other weights is --pretrained-checkpoint",
         )
+    own_directories = _own_directories(cfg, config_path)
     cfg = cfg.replace(
         run_dir=run_dir,
         save=checkpoints,
@@ -766,6 +849,7 @@ def submit_pretrain(
     )
     slurm_dir = os.path.join(run_dir, SLURM_SUBDIR)
     frozen = os.path.join(slurm_dir, "config.yaml")
+    check_frozen_config(frozen, cfg, own_directories)
     log = os.path.join(slurm_dir, "%x-%j.out")
     job_name = f"mg-{os.path.basename(run_dir)}"
     env = pretrain_env(job, cfg)

@@ -81,8 +81,9 @@ def saved_iterations(root: str) -> list[int]:
 
 
 def check_save_dir(save: str | None, load: str | None, overwrite: bool) -> None:
-    """Refuse a run without ``load`` whose ``save`` directory already holds checkpoints: its
-    saves would mix with that other run's and its retention would delete them. ``pretrain``
+    """Refuse a run without ``load`` whose ``save`` directory already holds checkpoints (an
+    earlier run's, or this run's own when it is started again without ``load``): its saves
+    would mix with them and its retention would delete them. ``pretrain``
     checks it before torch is imported, and again before anything is built.
 
     Raises:
@@ -93,9 +94,9 @@ def check_save_dir(save: str | None, load: str | None, overwrite: bool) -> None:
     found = saved_iterations(save)
     if found:
         raise ConfigError(
-            f"save={save!r}: holds checkpoints of another run (newest iter_{found[-1]:07d}) and "
-            f"this run does not load them (no --load). Fix: add --load {save} to resume from "
-            "them, --overwrite to delete them and start afresh, or give another --save"
+            f"save={save!r}: holds checkpoints (newest iter_{found[-1]:07d}) that this run "
+            f"does not load (no --load). Fix: add --load {save} to resume from them, "
+            "--overwrite to delete them and start afresh, or give another --save"
         )
 
 
@@ -459,7 +460,8 @@ def _logs_an_iteration(path: str) -> bool:
 
 
 def check_takeover(run_dir: str, load: Optional[str]) -> Optional[str]:
-    """Refuse a run that would take over ``run_dir`` from another run: the directory already
+    """Refuse a run that would take over ``run_dir`` from an earlier run (another one, or this
+    one started again without ``load``): the directory already
     holds a run's ``config.yaml`` and records of what it trained (an iteration in
     ``metrics.jsonl``, or checkpoints in ``RUN/checkpoints`` or in the ``save`` that
     ``config.yaml`` records: :func:`run_save_dir`), and this run does not continue it, i.e.
@@ -508,10 +510,10 @@ def check_takeover(run_dir: str, load: Optional[str]) -> Optional[str]:
             f"checkpoint, no iteration in {METRICS}); this run takes the directory over: it "
             f"rewrites {CONFIG} and moves the earlier run's records aside to *.superseded-N"
         )
-    resume = f"add --load {save} to resume that run, " if save is not None else ""
+    resume = f"add --load {save} to resume it, " if save is not None else ""
     raise ConfigError(
-        f"run_dir={run_dir!r}: holds another run ({CONFIG}, {' and '.join(records)}) and this "
-        f"run does not resume from its checkpoints ("
+        f"run_dir={run_dir!r}: holds the records of a run ({CONFIG}, {' and '.join(records)}) "
+        f"whose checkpoints this run does not resume from ("
         + (f"load={load!r} is elsewhere" if load is not None else "no --load")
         + f"); starting here would replace "
         f"its {CONFIG}. Fix: give this run its own --run-dir NEW_DIR, {resume}or add "

@@ -233,7 +233,7 @@ def claim_run_dir(run_dir: str, load: str | None, overwrite: bool) -> tuple[IO |
     """Make this run the only one writing ``run_dir``: rank 0 (the process that writes the run
     directory) takes an exclusive ``fcntl.flock`` of ``RUN/.run.lock`` (held until the returned
     file is passed to :func:`release_lock`, or the process ends), then, without ``overwrite``,
-    refuses to take over a directory that holds another run's records
+    refuses to take over a directory that holds an earlier run's records
     (:func:`~megatron_gamma.rundir.paths.check_takeover`: the command line ran it before torch
     was imported, without the lock; here it runs under the lock, for what was written into
     ``run_dir`` since, and for a run started without the command line), and refuses a

@@ -204,7 +204,7 @@ def preflight(cfg: Config) -> BilingualTokenizer:
             check_telemetry`); a ``--data-cache-path`` or ``--tensorboard-dir`` that cannot be
             made or written into (:func:`~megatron_gamma.rundir.paths.check_output_dir`); a
             ``--save`` directory
-            holding another run's checkpoints without ``--load`` or ``--overwrite``
+            holding checkpoints this run does not load, without ``--load`` or ``--overwrite``
             (:func:`~megatron_gamma.rundir.paths.check_save_dir`); a
             resume with other initialization settings than the checkpoint's run
             (:func:`~megatron_gamma.rundir.layout.check_resume_init`).
@@ -734,7 +734,8 @@ class Trainer:
     def _open_log(self) -> MetricsLogger:
         """The run's logger (rank 0 writes ``metrics.jsonl``, TensorBoard and, with
         ``--wandb-project``, W&B through the run :func:`~.telemetry.start_wandb` started);
-        notes a resume, and the iterations to train and how often a line comes (a log without a
+        names the run directory, says that a run without ``--save`` writes no checkpoint, notes a
+        resume, and the iterations to train and how often a line comes (a log without a
         terminal has no progress bar, and is silent until the first ``--log-interval``)."""
         lg = self.cfg.logging
         log = MetricsLogger(
@@ -752,6 +753,11 @@ class Trainer:
             f"run directory {lg.run_dir}: {CONFIG}, {METRICS}; TensorBoard events in "
             f"{lg.tensorboard_path()}"
         )
+        if self.cfg.checkpoint.save is None:  # said here too: start-up warnings scroll away
+            log.message(
+                "no checkpoint will be written (no --save): to keep this run's weights, stop "
+                "it now and start it again with --save DIR"
+            )
         if self.state.iteration:
             log.message(f"resumed at iteration {self.state.iteration}")
         if self.state.iteration < self.end_iteration:
