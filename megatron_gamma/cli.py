@@ -118,7 +118,7 @@ def pretrain_interrupted(save: str | None, stop: str) -> str:
     return (
         f"{said}; the newest complete checkpoint is {checkpoint_dir(save, int(text))} (iteration "
         f"{int(text)}: what was trained after it is lost). Fix: to go on from it, rerun with "
-        f"--load {save}"
+        f"--load {shlex.quote(save)}"
     )
 
 
@@ -265,12 +265,15 @@ def _vocabulary_line(cfg, tokenizer_vocab: int, padded: int) -> str:
     d = cfg.data
     note = ""
     if d.tokenizer_type == "GPT2BPETokenizer":
-        source = f"the GPT-2 BPE of --vocab-file {d.vocab_file} and --merge-file {d.merge_file}"
+        source = (
+            f"the GPT-2 BPE of --vocab-file {shlex.quote(d.vocab_file)} and --merge-file "
+            f"{shlex.quote(d.merge_file)}"
+        )
     elif d.tokenizer_model is None:
         source = "the packaged demo tokenizer"
         note = "; no --tokenizer-model given: pass yours for its vocabulary"
     else:
-        source = f"--tokenizer-model {d.tokenizer_model}"
+        source = f"--tokenizer-model {shlex.quote(d.tokenizer_model)}"
     flag = cfg.model.vocab_size or 0
     if not tokenizer_vocab:
         used = f"--vocab-size {flag:,} (the tokenizer cannot be read here)"

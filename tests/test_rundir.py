@@ -16,6 +16,7 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -693,3 +694,24 @@ def test_missing_checkpoint_names_the_accepted_forms_and_the_saved_iterations(tm
     typo = str(tmp_path / "dmeo")
     assert main(["evaluate", typo, "--data-path", str(tmp_path / "data")]) == 2
     assert f"checkpoint={typo!r}: does not exist. Fix: pass {forms}\n" in capsys.readouterr().err
+
+
+def test_a_fix_that_names_a_path_with_a_space_quotes_it(tmp_path):
+    """Trial 15: "Fix: add --load runs/my run/ckpt to resume from them" broke when pasted. Each
+    path a fix names is a shell word: split as a shell splits it, the flag's value is the
+    path."""
+    from megatron_gamma.rundir.paths import check_save_dir, check_takeover
+
+    save = tmp_path / "my run" / "ckpt"
+    os.makedirs(save / "iter_0000002")
+    (save / layout.TRACKER).write_text("2")
+    with pytest.raises(ConfigError) as e:
+        check_save_dir(str(save), None, False)
+    words = shlex.split(str(e.value).split("Fix: add ", 1)[1].split(" to resume")[0])
+    assert words == ["--load", str(save)]
+    run = tmp_path / "my run"
+    (run / "config.yaml").write_text(yaml.safe_dump({"checkpoint": {"save": str(save)}}))
+    with pytest.raises(ConfigError) as e:
+        check_takeover(str(run), None)
+    words = shlex.split(str(e.value).split(", add ", 1)[1].split(" to resume it")[0])
+    assert words == ["--load", str(save)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
+import shlex
 import types
 import typing
 from dataclasses import dataclass, field
@@ -424,7 +425,7 @@ def check_load_origin(cfg: Config, path: Optional[str | list[str]], overrides: d
     named = [f for f in files if "load" in (read_yaml(f).get("checkpoint") or {})]
     source = f"the YAML file {named[-1]!r}" if named else "a YAML file"
     save = f"this run's save={ck.save!r}" if ck.save else "this run's save (none)"
-    own = f"--load {ck.save}" if ck.save else "--save DIR --load DIR"
+    own = f"--load {shlex.quote(ck.save)}" if ck.save else "--save DIR --load DIR"
     if ck.pretrained_checkpoint:  # trial 14: the weights come from there, not from `load`
         fix = (
             f"pass {own}: with --pretrained-checkpoint the run starts from "
@@ -434,8 +435,9 @@ def check_load_origin(cfg: Config, path: Optional[str | list[str]], overrides: d
     else:
         fix = (
             f"pass {own} for a run of its own (it resumes from its save directory, and starts "
-            f"fresh while that holds no checkpoint), --load {ck.load} on the command line to "
-            "start from those checkpoints, or remove `load` from the file (or from a copy of it)"
+            f"fresh while that holds no checkpoint), --load {shlex.quote(ck.load)} on the command "
+            "line to start from those checkpoints, or remove `load` from the file (or from a copy "
+            "of it)"
         )
     raise ConfigError(
         f"load={ck.load!r}: comes from {source} (checkpoint.load), not from --load, and is not "
@@ -507,8 +509,8 @@ def check_run_dir_outputs(cfg: Config, path: Optional[str | list[str]], override
     if not moved:
         return
     listed = ", ".join(f"{key}={values[key]!r}" for key in moved)
-    fix = " ".join(f"--{key.replace('_', '-')} {v}" for key, v in moved.items())
-    keep = " ".join(f"--{key.replace('_', '-')} {values[key]}" for key in moved)
+    fix = " ".join(f"--{key.replace('_', '-')} {shlex.quote(v)}" for key, v in moved.items())
+    keep = " ".join(f"--{key.replace('_', '-')} {shlex.quote(values[key])}" for key in moved)
     raise ConfigError(
         f"{listed}: from the YAML file {source!r}, whose run_dir={run_dir!r}, while this run's "
         f"--run-dir is {cfg.logging.run_dir!r}: this run would write into or resume from "

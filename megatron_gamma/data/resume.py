@@ -29,6 +29,7 @@ import fcntl
 import json
 import logging
 import os
+import shlex
 import shutil
 from collections.abc import Callable, Iterator
 
@@ -65,7 +66,7 @@ def check_output_prefix(prefix: str) -> None:
         raise ConfigError(
             f"--output-prefix {prefix!r} names a directory, but a prefix names files "
             "(PREFIX_text_document.bin/.idx, PREFIX.stats.json). Fix: a name inside it, e.g. "
-            f"--output-prefix {os.path.join(prefix, 'corpus')}"
+            f"--output-prefix {shlex.quote(os.path.join(prefix, 'corpus'))}"
         )
     check_output_dir("--output-prefix", prefix)
 

@@ -30,6 +30,7 @@ import functools
 import hashlib
 import json
 import os
+import shlex
 import shutil
 from collections.abc import Iterable
 
@@ -144,7 +145,7 @@ def read_tokenizer_json(path: str) -> Tokenizer:
     except Exception as e:  # noqa: BLE001  (tokenizers raises a bare Exception)
         beside = os.path.join(os.path.dirname(path), "tokenizer.json")
         fix = (
-            f"--tokenizer-model {beside}, the tokenizer.json beside it"
+            f"--tokenizer-model {shlex.quote(beside)}, the tokenizer.json beside it"
             if os.path.isfile(beside) and not os.path.samefile(beside, path)
             else "pass a tokenizer.json (`megatron-gamma train-tokenizer` makes one)"
         )

@@ -33,6 +33,7 @@ refuses a tokenizer saved again, as it did before.
 from __future__ import annotations
 
 import os
+import shlex
 
 from megatron_gamma.config import ConfigError
 from megatron_gamma.data.stats import read_json
@@ -89,8 +90,11 @@ def tokenizer_flags(doc: dict) -> str:
     for the fix in an error message."""
     files = doc["source"]
     if doc["tokenizer_type"] == "GPT2BPETokenizer":
-        return f"--tokenizer-type GPT2BPETokenizer --vocab-file {files[0]} --merge-file {files[-1]}"
-    return f"--tokenizer-type {doc['tokenizer_type']} --tokenizer-model {files[0]}"
+        return (
+            f"--tokenizer-type GPT2BPETokenizer --vocab-file {shlex.quote(files[0])} "
+            f"--merge-file {shlex.quote(files[-1])}"
+        )
+    return f"--tokenizer-type {doc['tokenizer_type']} --tokenizer-model {shlex.quote(files[0])}"
 
 
 def same_files(then: dict, now: dict) -> bool:

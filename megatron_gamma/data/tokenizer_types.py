@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
@@ -43,7 +44,7 @@ def _gpt2_fix(vocab_file: str) -> str:
     if isinstance(doc, dict) and isinstance(doc.get("model"), dict):
         return (
             f"{vocab_file} is a tokenizer.json: pass --tokenizer-type HuggingFaceTokenizer "
-            f"--tokenizer-model {vocab_file} instead of --vocab-file/--merge-file"
+            f"--tokenizer-model {shlex.quote(vocab_file)} instead of --vocab-file/--merge-file"
         )
     return (
         "--vocab-file a JSON object {token: id} holding every symbol of --merge-file's merges "

@@ -835,9 +835,9 @@ def submit_pretrain(
             "load",
             cfg.checkpoint.load,
             f"differs from the save directory {checkpoints}; a requeued job resumes from --load",
-            f"pass --load {checkpoints} (the job resumes from its own save directory), or "
-            "--save the same path as load (to continue that run); a --load given only to start "
-            "from other weights is --pretrained-checkpoint",
+            f"pass --load {shlex.quote(checkpoints)} (the job resumes from its own save "
+            "directory), or --save the same path as load (to continue that run); a --load given "
+            "only to start from other weights is --pretrained-checkpoint",
         )
     own_directories = _own_directories(cfg, config_path)
     cfg = cfg.replace(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Optional
@@ -95,7 +96,7 @@ def check_save_dir(save: str | None, load: str | None, overwrite: bool) -> None:
     if found:
         raise ConfigError(
             f"save={save!r}: holds checkpoints (newest iter_{found[-1]:07d}) that this run "
-            f"does not load (no --load). Fix: add --load {save} to resume from them, "
+            f"does not load (no --load). Fix: add --load {shlex.quote(save)} to resume from them, "
             "--overwrite to delete them and start afresh, or give another --save"
         )
 
@@ -510,7 +511,7 @@ def check_takeover(run_dir: str, load: Optional[str]) -> Optional[str]:
             f"checkpoint, no iteration in {METRICS}); this run takes the directory over: it "
             f"rewrites {CONFIG} and moves the earlier run's records aside to *.superseded-N"
         )
-    resume = f"add --load {save} to resume it, " if save is not None else ""
+    resume = f"add --load {shlex.quote(save)} to resume it, " if save is not None else ""
     raise ConfigError(
         f"run_dir={run_dir!r}: holds the records of a run ({CONFIG}, {' and '.join(records)}) "
         f"whose checkpoints this run does not resume from ("

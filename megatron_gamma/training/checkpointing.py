@@ -38,6 +38,7 @@ import fcntl
 import os
 import random
 import re
+import shlex
 import shutil
 import socket
 from dataclasses import dataclass
@@ -128,7 +129,7 @@ def missing_load_warning(load: str | None, save: str | None, pretrained: str | N
     if save and os.path.realpath(save) == os.path.realpath(load):
         return None
     start = (
-        f"from the weights of --pretrained-checkpoint {pretrained} at iteration 0"
+        f"from the weights of --pretrained-checkpoint {shlex.quote(pretrained)} at iteration 0"
         if pretrained
         else "from scratch"
     )
