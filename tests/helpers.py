@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -51,6 +52,15 @@ HAVE_WANDB = importlib.util.find_spec("wandb") is not None
 """Whether W&B is installed (the ``[test]`` extra pins it), for the tests of ``--wandb-project``."""
 
 _in_slow_test = True
+
+
+def demo_texts() -> list[str]:
+    """The texts of the demo corpus (:data:`DEMO_INPUTS`), zh then en, in file order."""
+    texts = []
+    for path in DEMO_INPUTS:
+        with open(path, encoding="utf-8") as f:
+            texts += [json.loads(line)["text"] for line in f if line.strip()]
+    return texts
 
 
 def load_tool(name: str):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 from distributed import run_distributed
-from helpers import DEMO_INPUTS, DEMO_TOKENIZER, TINY_MODEL, read_metrics, run_cli
+from helpers import DEMO_INPUTS, DEMO_TOKENIZER, TINY_MODEL, demo_texts, read_metrics, run_cli
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from workers.common import build, make_config
@@ -327,14 +327,6 @@ def test_fingerprint_error_tells_a_replaced_tokenizer_from_another_one(tmp_path)
     assert f"--tokenizer-model {old})" in msg
 
 
-def _demo_texts() -> list[str]:
-    texts = []
-    for path in DEMO_INPUTS:
-        with open(path, encoding="utf-8") as f:
-            texts += [json.loads(line)["text"] for line in f if line.strip()]
-    return texts
-
-
 def _demo_variant(folder, edit) -> str:
     """The demo tokenizer.json with ``edit`` applied to its parsed JSON, written to
     ``folder/tokenizer.json`` (another layout: indent 1); its path."""
@@ -388,7 +380,7 @@ def test_a_tokenizer_saved_again_by_transformers_reads_the_data_of_the_original(
     assert again == {k: v for k, v in original.items() if k != "post_processor"}  # all it did
     ours, theirs = BilingualTokenizer(DEMO_TOKENIZER), BilingualTokenizer(resaved)
     assert ours.sha256 != theirs.sha256 and ours.canonical_sha256 == theirs.canonical_sha256
-    texts = _demo_texts()
+    texts = demo_texts()
     assert _encodings(resaved, texts) == _encodings(DEMO_TOKENIZER, texts)
     assert theirs.tokenize_batch(texts) == ours.tokenize_batch(texts)
     relaid = _demo_variant(tmp_path / "relaid", lambda doc: None)  # only the layout differs
@@ -434,7 +426,7 @@ def test_a_tokenizer_with_other_ids_does_not_read_the_data(tmp_path, demo_prefix
     tokenizer is refused, naming both tokenizers."""
     path = _demo_variant(tmp_path / "tok", edit)
     ours, theirs = BilingualTokenizer(DEMO_TOKENIZER), BilingualTokenizer(path)
-    texts = _demo_texts()
+    texts = demo_texts()
     assert _encodings(path, texts) != _encodings(DEMO_TOKENIZER, texts)
     assert theirs.canonical_sha256 != ours.canonical_sha256
     digest = loader.tokenizer_digest

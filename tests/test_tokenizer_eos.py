@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from helpers import DEMO_INPUTS, DEMO_TOKENIZER, pretrain
+from helpers import DEMO_INPUTS, DEMO_TOKENIZER, demo_texts, pretrain
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -48,14 +48,6 @@ DOCS = [
 ]
 
 
-def _demo_texts() -> list[str]:
-    texts = []
-    for path in DEMO_INPUTS:
-        with open(path, encoding="utf-8") as f:
-            texts += [json.loads(line)["text"] for line in f if line.strip()]
-    return texts
-
-
 def _save_eos_tokenizer(folder) -> str:
     """A byte-level BPE with specials <s>, </s>, saved by transformers into ``folder``."""
     from transformers import PreTrainedTokenizerFast
@@ -69,7 +61,7 @@ def _save_eos_tokenizer(folder) -> str:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_demo_texts()[::3] + DOCS * 5, trainer)
+    tok.train_from_iterator(demo_texts()[::3] + DOCS * 5, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
     fast.save_pretrained(str(folder))
     return str(folder)
@@ -331,7 +323,7 @@ def test_a_tokenizer_made_by_train_tokenizer_keeps_its_identity(tmp_path):
     assert tok.tokenize("Hello, 世界! <|endoftext|> x") == ids
     # a freshly trained one: identity of the tokenizer.json alone
     path = str(tmp_path / "tok" / "tokenizer.json")
-    train_bpe(_demo_texts()[::8], vocab_size=512, output=path)
+    train_bpe(demo_texts()[::8], vocab_size=512, output=path)
     write_metadata(path)
     fresh = BilingualTokenizer(path)
     assert fresh.source == [path] and fresh.sha256 == files_sha256([path])
@@ -351,7 +343,7 @@ def test_preprocess_ends_documents_with_the_config_eos(eos_dir, tmp_path, backen
     text (AutoTokenizer with split_special_tokens), with either backend."""
     pytest.importorskip(backend if backend == "gigatoken" else "tokenizers")
     ref = _auto(eos_dir)
-    texts = _demo_texts()[:40] + DOCS
+    texts = demo_texts()[:40] + DOCS
     src = _write_docs(tmp_path / "in.jsonl", texts)
     stats = preprocess(
         [src], eos_dir, str(tmp_path / "out"), progress=False, tokenizer_backend=backend
