@@ -174,7 +174,8 @@ def test_an_ablation_does_not_replace_an_earlier_submissions_frozen_config(
     ablation into the baseline's slurm/config.yaml, which the baseline's pending or requeued
     job reads when it starts: it would have trained gamma = 0.5 as the baseline. Refused,
     dry run included, before anything is written; the same config again, or other job
-    settings, pass; --overwrite replaces it with a warning."""
+    settings, pass, and so does any config after a dry run (no job reads its config);
+    --overwrite replaces it with a warning."""
     raw = yaml.safe_load(open(config, encoding="utf-8"))
     raw["logging"]["run_dir"] = str(tmp_path / "runs" / "gpt")
     raw["checkpoint"] = {"save": str(tmp_path / "ckpt" / "gpt")}
@@ -183,6 +184,8 @@ def test_an_ablation_does_not_replace_an_earlier_submissions_frozen_config(
     ablation.write_text(yaml.safe_dump({"init": {"init_gamma": 0.5}}))
     shape = ["--nodes", "1", "--gpus-per-node", "2"]
     base = ["submit", "--config", str(recipe), *shape]
+    # trial 16: a dry run submits no job (it writes the config, no script): it blocks nothing
+    assert main([*base, "--config", str(ablation), "--dry-run"]) == 0
     assert main(base) == 0
     slurm_dir = tmp_path / "runs" / "gpt" / "slurm"
     frozen, script = slurm_dir / "config.yaml", slurm_dir / "pretrain.sbatch"

@@ -712,7 +712,7 @@ def _own_directories(cfg: Config, config_path: Optional[str | list[str]]) -> str
     return shlex.join(flags)
 
 
-def check_frozen_config(frozen: str, cfg: Config, own_directories: str) -> None:
+def check_frozen_config(frozen: str, script: str, cfg: Config, own_directories: str) -> None:
     """Refuse to replace an earlier submission's frozen config with one that trains other
     settings. A pending job of that submission, or one SLURM requeues, reads ``frozen`` when
     it starts (the script names it; sbatch keeps its own copy of the script, not of the
@@ -723,6 +723,9 @@ def check_frozen_config(frozen: str, cfg: Config, own_directories: str) -> None:
 
     Args:
         frozen: ``<run_dir>/slurm/config.yaml``; absent, nothing is checked.
+        script: ``<run_dir>/slurm/pretrain.sbatch``, which a submission writes and a dry run
+            does not; absent, ``frozen`` is a dry run's, which no job reads, and nothing is
+            checked (trial 16: a dry run then blocked the real submission).
         cfg: the config this submission freezes there.
         own_directories: the flags that give this submission a run directory of its own
             (:func:`_own_directories`), for the fix.
@@ -731,7 +734,7 @@ def check_frozen_config(frozen: str, cfg: Config, own_directories: str) -> None:
         SubmitError: ``frozen`` holds other settings (each named with both values; the first
             eight), and no ``--overwrite``.
     """
-    if not os.path.isfile(frozen):
+    if not (os.path.isfile(frozen) and os.path.isfile(script)):
         return
     with open(frozen, encoding="utf-8") as f:
         try:
@@ -849,11 +852,11 @@ def submit_pretrain(
     )
     slurm_dir = os.path.join(run_dir, SLURM_SUBDIR)
     frozen = os.path.join(slurm_dir, "config.yaml")
-    check_frozen_config(frozen, cfg, own_directories)
+    path = os.path.join(slurm_dir, "pretrain.sbatch")
+    check_frozen_config(frozen, path, cfg, own_directories)
     log = os.path.join(slurm_dir, "%x-%j.out")
     job_name = f"mg-{os.path.basename(run_dir)}"
     env = pretrain_env(job, cfg)
-    path = os.path.join(slurm_dir, "pretrain.sbatch")
     header = (
         "Written by `megatron-gamma submit`; the config is frozen in CONFIG. Resubmit with",
         "`sbatch THIS_FILE`: the job resumes from the newest checkpoint in CHECKPOINTS.",
