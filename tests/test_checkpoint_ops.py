@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import shlex
 import shutil
 
 import pytest
@@ -261,3 +262,21 @@ def test_retention_keeps_exactly_the_promised_set_after_a_crash(source, demo_pre
     assert sorted(resumed["train"]) == [8, 9]
     assert _listing(root) == _iters(4, 8, 9)
     assert (root / "latest_checkpointed_iteration.txt").read_text() == "9"
+
+
+def test_a_resume_from_import_hf_weights_names_the_directory_in_its_fix(tmp_path):
+    """A full resume (--load) of an import-hf checkpoint, which holds model weights only, is
+    refused with the two ways to start from it; trial 16: the fix said --pretrained-checkpoint
+    DIR, a placeholder, for a directory the message knows. Now the directory, as a shell word
+    (a path with a space quoted)."""
+    from megatron_gamma.training.checkpointing import check_loadable
+
+    root = tmp_path / "my imports" / "checkpoints"
+    os.makedirs(checkpoint_dir(str(root), 0))
+    with pytest.raises(ConfigError) as e:
+        check_loadable(str(root), weights_only=False, load_optim=True, common={})
+    fix = str(e.value).split("Fix: start from it with ", 1)[1]
+    first, second = fix.split(", or ")
+    assert shlex.split(first) == ["--pretrained-checkpoint", str(root)]
+    assert shlex.split(second) == ["--finetune", "--load", str(root)]
+    check_loadable(str(root), weights_only=True, load_optim=False, common={})  # the fix's load

@@ -133,12 +133,14 @@ def test_documents_with_nothing_visible_are_counted_as_empty(tmp_path):
 def test_plain_text_is_refused_with_a_command_that_converts_it(tmp_path):
     """Trial 15: a .txt corpus, the commonest first corpus, got "unsupported file type" alone.
     The fix now carries a shell command converting one document per line to JSONL; run as
-    printed (paths with a space quoted), it writes records whose texts are the lines."""
-    lines = ["第一行：中文，带“引号”", 'English with "quotes", a \\ backslash and a tab\t.', ""]
+    printed (paths with a space quoted), it writes records whose texts are the lines that are
+    not blank, without their line ends (CRLF included)."""
+    lines = ["第一行：中文，带“引号”", 'English with "quotes", a \\ backslash and a tab\t.', "end"]
     folder = tmp_path / "my data"
     folder.mkdir()
-    text = folder / "corpus.txt"
-    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    text = folder / "corpus.txt"  # a CRLF line and blank lines (trial 16): no \r, no empty text
+    raw = f"{lines[0]}\r\n\n{lines[1]}\n   \n{lines[2]}\n"
+    text.write_bytes(raw.encode("utf-8"))
     with pytest.raises(InputError) as e:
         expand_inputs([str(text)])
     message = str(e.value)

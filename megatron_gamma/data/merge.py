@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 from collections.abc import Callable
 
 from tqdm import tqdm
@@ -171,8 +172,8 @@ def check_sibling_shards(
         return
     j, base, prefix, doc = other[0]
     shards = ", ".join(str(o[0]) for o in other[:3]) + (", ..." if len(other) > 3 else "")
-    markers = ", ".join(f"{o[1]}.done.json" for o in other[:3]) + (
-        ", ..." if len(other) > 3 else ""
+    markers = " ".join(shlex.quote(f"{o[1]}.done.json") for o in other[:3]) + (
+        " ..." if len(other) > 3 else ""
     )
     this = "this shard" if shard_index is not None else "this run"
     raise ConfigError(

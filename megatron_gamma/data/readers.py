@@ -148,10 +148,11 @@ TEXT_EXTENSIONS = (".txt", ".text")
 """Plain-text endings, refused with a command that converts one document per line to JSONL."""
 
 TEXT_TO_JSONL = (
-    'python -c \'import json, sys; [print(json.dumps({"text": line.rstrip("\\n")}, '
-    "ensure_ascii=False)) for line in sys.stdin]'"
+    'python -c \'import json, sys; [print(json.dumps({"text": line.rstrip("\\r\\n")}, '
+    "ensure_ascii=False)) for line in sys.stdin if line.strip()]'"
 )
-"""A shell command reading plain text on stdin, writing one ``{"text": LINE}`` record a line."""
+"""A shell command reading plain text on stdin, writing one ``{"text": LINE}`` record for each
+line that is not blank (a CRLF line's ``\\r`` dropped with its newline)."""
 
 
 def _unsupported(path: str) -> str:

@@ -137,7 +137,8 @@ def read_marker_file(path: str) -> dict:
         what = "empty" if os.path.getsize(path) == 0 else f"torn or not JSON ({marker})"
         raise ConfigError(
             f"{path}: done-marker is {what}, e.g. written by a process killed mid-write. Fix: "
-            f"delete {path} and rerun to redo that output (its files are written again)"
+            f"delete {shlex.quote(path)} and rerun to redo that output (its files are written "
+            "again)"
         )
     return marker
 
@@ -242,8 +243,8 @@ class UnitOutput:
             raise ConfigError(
                 f"{self.marker}: {self.base!r} holds a completed run with different inputs or "
                 f"settings (differs in: {_differences(recorded, want)}). Fix: use another "
-                f"--output-prefix, or delete {self.marker} to redo it with these (its outputs are "
-                "then replaced)"
+                f"--output-prefix, or delete {shlex.quote(self.marker)} to redo it with these (its "
+                "outputs are then replaced)"
             )
         if redo is not None:
             log.warning("%s: %s; redoing it", self.base, redo)

@@ -568,8 +568,8 @@ def check_loadable(
     if "scheduler" not in common:
         raise ConfigError(
             f"{flag}={root!r}: iteration {iteration} holds model weights only (written by "
-            "import-hf), nothing to resume a run from. Fix: start from it with "
-            "--pretrained-checkpoint DIR, or --finetune --load DIR"
+            f"import-hf), nothing to resume a run from. Fix: start from it with "
+            f"--pretrained-checkpoint {shlex.quote(root)}, or --finetune --load {shlex.quote(root)}"
         )
     if load_optim and not common.get("has_optimizer", True):
         raise ConfigError(
