@@ -144,8 +144,8 @@ def test_the_run_dir_lock_still_refuses_a_takeover_the_command_line_did_not_see(
             assert takeover is None
             checkpointing.release_lock(handle)
     assert str(e.value).startswith(
-        f"run_dir={str(run)!r}: holds the records of a run (config.yaml, metrics.jsonl) whose "
-        "checkpoints this run does not resume from (no --load);"
+        f"run_dir={str(run)!r}: holds the records of a run (config.yaml, metrics.jsonl) that "
+        "this run does not continue (no --load);"
     )
     assert sorted(os.listdir(run)) == [layout.CONFIG, layout.METRICS]
 
@@ -198,8 +198,8 @@ def test_a_run_directory_counts_as_another_run_only_with_a_checkpoint_or_an_iter
             check_takeover(str(run), None)
         records = records.format(save=save)
         assert str(e.value).startswith(
-            f"run_dir={str(run)!r}: holds the records of a run (config.yaml, {records}) whose "
-            f"checkpoints this run does not resume from (no --load); starting here would replace "
+            f"run_dir={str(run)!r}: holds the records of a run (config.yaml, {records}) that this "
+            f"run does not continue (no --load); starting here would replace "
             f"its config.yaml. Fix: give this run its own --run-dir NEW_DIR, add --load {save} to "
             "resume it, or add --overwrite"
         ), str(e.value)
@@ -460,9 +460,7 @@ def test_a_fresh_run_does_not_take_over_another_runs_directory(tmp_path, demo_pr
             refused.stderr
         )
         why = f"load={str(tmp_path / 'other')!r} is elsewhere" if flags else "no --load"
-        assert f"whose checkpoints this run does not resume from ({why}); starting here" in (
-            refused.stderr
-        )
+        assert f"that this run does not continue ({why}); starting here" in (refused.stderr)
         assert (run / "config.yaml").read_bytes() == config
         assert (run / "metrics.jsonl").read_bytes() == metrics
     assert not os.path.exists(run / "tensorboard.superseded-1")

@@ -465,7 +465,7 @@ def test_pretrain_refuses_another_runs_directory_before_torch_and_megatron_core(
         assert doc == {"rc": 2, "imported": []}, err[-2000:]
         assert (
             f"megatron-gamma pretrain: error: run_dir={str(run)!r}: holds the records of a run "
-            f"(config.yaml, metrics.jsonl) whose checkpoints this run does not resume from "
+            f"(config.yaml, metrics.jsonl) that this run does not continue "
             f"({why}); starting here would replace its config.yaml. Fix: give this run its own "
             f"--run-dir NEW_DIR, add --load {save} to resume it, or add --overwrite"
         ) in err, err[-2000:]

@@ -514,7 +514,7 @@ def check_takeover(run_dir: str, load: Optional[str]) -> Optional[str]:
     resume = f"add --load {shlex.quote(save)} to resume it, " if save is not None else ""
     raise ConfigError(
         f"run_dir={run_dir!r}: holds the records of a run ({CONFIG}, {' and '.join(records)}) "
-        f"whose checkpoints this run does not resume from ("
+        f"that this run does not continue ("
         + (f"load={load!r} is elsewhere" if load is not None else "no --load")
         + f"); starting here would replace "
         f"its {CONFIG}. Fix: give this run its own --run-dir NEW_DIR, {resume}or add "
