@@ -253,7 +253,9 @@ def headline_lines(runs: Sequence[dict]) -> list[str]:
     gated = any(r["gate_mean"] is not None for run in runs for r in run["summary"]["headline"])
     lines += [
         "  stable rank = ‖W‖_F²/‖W‖₂² (1: a single direction), mean and lowest over the weight "
-        "matrices",
+        "matrices;",
+        "    at most a matrix's smaller dimension (a headwise gate's: the head count), so the "
+        "lowest can be a narrow matrix, not a collapse",
         "  condensation = mean |cos| between a matrix's rows (1: all rows on one line), the "
         "highest",
         "  sink share = attention probability on token 0 (queries i ≥ 1), mean over layers and "
