@@ -60,3 +60,20 @@ def test_check_finite_stops_on_a_nan_or_inf_loss_or_grad_norm(loss, grad_norm, s
         return
     with pytest.raises(NonFiniteLossError, match=rf"^iteration 7: training loss {loss}, grad "):
         check_finite(7, loss, grad_norm)
+
+
+def test_a_non_finite_first_loss_points_at_the_starting_weights_not_the_lr():
+    """Trial 16: a NaN loss at iteration 1 (weights drawn with σ = 1e20) was told to lower the
+    LR, which cannot have acted: iteration 1's loss precedes any update. Its fix names the
+    starting weights; a later NaN, or a first step whose loss is finite but whose gradient
+    norm is not, keeps the LR fixes."""
+    with pytest.raises(NonFiniteLossError) as e:
+        check_finite(1, math.nan, math.nan)
+    assert "Fix: the loss of iteration 1 is computed before any update, so not the learning " in (
+        str(e.value)
+    )
+    assert "--lr" not in str(e.value).split("Fix: ")[1].split(";")[0]
+    for iteration, loss, grad_norm in ((2, math.nan, 0.3), (1, 2.5, math.inf)):
+        with pytest.raises(NonFiniteLossError) as e:
+            check_finite(iteration, loss, grad_norm)
+        assert "Fix: a lower --lr or a longer --lr-warmup-iters" in str(e.value)

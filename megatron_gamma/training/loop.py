@@ -128,11 +128,20 @@ def check_finite(iteration: int, loss: float, grad_norm: float) -> None:
     """
     if math.isfinite(loss) and math.isfinite(grad_norm):
         return
+    fix = (
+        "a lower --lr or a longer --lr-warmup-iters, --clip-grad, or resume from an earlier "
+        "checkpoint"
+    )
+    if iteration == 1 and not math.isfinite(loss):  # trial 16: the first loss precedes any step
+        fix = (
+            "the loss of iteration 1 is computed before any update, so not the learning rate: "
+            "check the starting weights (the init audit above: --init-method-std, --init-gamma; "
+            "or those of --pretrained-checkpoint), the precision and the data"
+        )
     raise NonFiniteLossError(
         f"iteration {iteration}: training loss {loss}, grad norm {grad_norm}: not finite, so the "
         "run stops here (--check-for-nan-in-loss-and-grad, on by default as in Megatron-LM); "
-        "this iteration is neither logged nor saved. Fix: a lower --lr or a longer "
-        "--lr-warmup-iters, --clip-grad, or resume from an earlier checkpoint; "
+        f"this iteration is neither logged nor saved. Fix: {fix}; "
         "--no-check-for-nan-in-loss-and-grad trains on regardless"
     )
 
