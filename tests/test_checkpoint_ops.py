@@ -114,16 +114,16 @@ def test_weights_only_and_partial_loads_start_where_promised(source, tmp_path):
     root = os.path.join(source, "checkpoints")
     config = os.path.join(source, "config.yaml")
     no_optim = str(tmp_path / "no_optim")
-    common = {"run_dir": str(tmp_path / "r"), "save": None}
-    starts = {
-        "fresh": {**common, "load": None},
-        "resume": {**common, "load": root},
-        "no_save_optim": {**common, "load": root, "save": no_optim, "save_optim": False},
-        "finetune": {**common, "load": root, "finetune": True},
-        "pretrained": {**common, "load": str(tmp_path / "empty"), "pretrained_checkpoint": root},
-        "no_load_optim": {**common, "load": no_optim, "load_optim": False},
-        "no_load_rng": {**common, "load": root, "load_rng": False},
+    starts = {  # each in a run directory of its own: one that saved holds that run's records
+        "fresh": {"load": None},
+        "resume": {"load": root},
+        "no_save_optim": {"load": root, "save": no_optim, "save_optim": False},
+        "finetune": {"load": root, "finetune": True},
+        "pretrained": {"load": str(tmp_path / "empty"), "pretrained_checkpoint": root},
+        "no_load_optim": {"load": no_optim, "load_optim": False},
+        "no_load_rng": {"load": root, "load_rng": False},
     }
+    starts = {k: {"run_dir": str(tmp_path / k), "save": None, **v} for k, v in starts.items()}
     (got,) = run_distributed(_start_states, 1, config, starts)
     want = _reference_weights(checkpoint_dir(root, SOURCE_ITERS))
     samples = SOURCE_ITERS * 8  # global batch size 8
