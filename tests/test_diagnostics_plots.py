@@ -100,17 +100,28 @@ def test_norm_figure_of_several_runs_leaves_out_a_run_without_an_activation_batc
 
 def test_sink_panel_of_several_runs_has_one_point_per_layer_and_whole_layer_ticks(figures):
     """Each run's per-layer line is its last sink share per layer; the layer axis is ticked at
-    whole layers only (it showed 0.2, 0.4, ... between layers 0 and 2)."""
+    whole layers only (it showed 0.2, 0.4, ... between layers 0 and 2). Both panels draw the
+    uniform causal share (closed form: mean of 1/(i+1), i = 1..s-1) and start their y axis at 0:
+    the per-layer panel had neither, so its own spread filled it (trial 16)."""
     runs = [_run("a", 4), _run("b", 5)]
     for run, _ in runs:
         for layer in (0, 1, 2):
             run.metrics[f"sink_share/layer_{layer:02d}"] = [0.1 * layer, 0.2, 0.05 * layer]
+        run.seq_length = 16
     plots.plot_sink([r for r, _ in runs], "unused.png")
     (fig,) = figures
     panel = fig.axes[1]
-    for line in panel.lines:
+    lines = {line.get_label(): line for line in panel.lines}
+    for run, _ in runs:
+        line = lines[plots.run_label(run)]
         np.testing.assert_array_equal(line.get_xdata(), [0, 1, 2])
         np.testing.assert_allclose(line.get_ydata(), [0.0, 0.05, 0.1])
+    uniform = sum(1 / (i + 1) for i in range(1, 16)) / 15
+    for ax in fig.axes[:2]:
+        (reference,) = [ln for ln in ax.lines if ln.get_label().startswith("uniform causal")]
+        np.testing.assert_allclose(reference.get_ydata(), [uniform, uniform], rtol=1e-12)
+        bottom, top = ax.get_ylim()
+        assert bottom == 0 and top > max(float(np.max(ln.get_ydata())) for ln in ax.lines)
     fig.canvas.draw()
     ticks = [t for t in panel.get_xticks() if panel.get_xlim()[0] <= t <= panel.get_xlim()[1]]
     assert ticks and all(float(t).is_integer() for t in ticks), ticks

@@ -276,6 +276,17 @@ def plot_heatmaps(run, path: str) -> Optional[str]:
     return _save(fig, path)
 
 
+def _uniform_sink_line(ax, seq: int) -> None:
+    """The share a uniform causal attention over ``seq`` tokens puts on token 0, dashed, with the
+    y axis from 0 to above every line drawn so far, so that the runs are read against it rather
+    than zoomed in on their own spread."""
+    ax.axhline(
+        uniform_sink_share(seq), color="grey", ls="--", lw=1, label=f"uniform causal (s={seq})"
+    )
+    top = max(float(np.max(line.get_ydata())) for line in ax.get_lines())
+    ax.set_ylim(0, 1.15 * top)
+
+
 def plot_sink(runs, path: str) -> Optional[str]:
     """Attention-sink share over training (left) and per layer and head at the end (right)."""
     if not any(_keys(r, "sink_share") for r in runs):
@@ -304,13 +315,7 @@ def plot_sink(runs, path: str) -> Optional[str]:
                 run_label(run),
             )
     seq = max(r.seq_length for r in runs)
-    ax.axhline(
-        uniform_sink_share(seq),
-        color="grey",
-        ls="--",
-        lw=1,
-        label=f"uniform causal (s={seq})",
-    )
+    _uniform_sink_line(ax, seq)
     ax.set_xlabel(X_LABEL)
     ax.set_ylabel("attention probability on token 0")
     ax.set_title(
@@ -318,8 +323,6 @@ def plot_sink(runs, path: str) -> Optional[str]:
         if not single
         else "Attention-sink share per layer (mean over heads)"
     )
-    top = max(float(np.max(line.get_ydata())) for line in ax.get_lines())
-    ax.set_ylim(0, 1.15 * top)
     ax.grid(alpha=0.3)
     _legend(
         ax,
@@ -375,6 +378,7 @@ def plot_sink(runs, path: str) -> Optional[str]:
                 marker="o",
                 label=run_label(run),
             )
+        _uniform_sink_line(ax2, seq)
         ax2.set_xlabel("layer")
         ax2.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers, not fractions of one
         ax2.set_ylabel("attention probability on token 0")
