@@ -509,6 +509,7 @@ def test_a_run_that_never_finished_an_iteration_leaves_its_directory_to_the_reru
                       "--exit-interval", "2")  # fmt: skip
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert rerun.stdout.count(notice) == 1, rerun.stdout[-3000:]
+    assert rerun.stdout.count(f"{run} holds records of earlier runs set aside by 1 start (") == 1
     assert yaml.safe_load((run / "config.yaml").read_text())["training"]["seed"] == 7
     assert (run / "metrics.superseded-1.jsonl").read_bytes() == left["metrics.jsonl"]
     assert (run / "init_audit.superseded-1.json").read_bytes() == left["init_audit.json"]
@@ -525,6 +526,7 @@ def test_a_run_that_never_finished_an_iteration_leaves_its_directory_to_the_reru
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed at iteration 2" in resumed.stdout
     assert resumed.stdout.count(notice.replace(str(run), str(other))) == 1
+    assert resumed.stdout.count(f"{other} holds records of earlier runs set aside by 1 start") == 1
     assert "the audit of the run's start is not in this run directory" in resumed.stdout
     assert {r["iteration"] for r in layout.read_metrics(str(other))} == {3}
     assert (other / "metrics.superseded-1.jsonl").read_bytes() == left["metrics.jsonl"]

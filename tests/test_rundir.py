@@ -210,6 +210,35 @@ def test_a_fresh_start_moves_the_earlier_tensorboard_events_aside(tmp_path, caps
     assert "moved to " + str(tmp_path / "tensorboard.superseded-1") in capsys.readouterr().out
 
 
+def test_a_fresh_start_says_what_earlier_starts_left_set_aside_and_how_to_delete_it(
+    tmp_path, capsys
+):
+    """Trial 16: rerunning a run directory piled up ``*.superseded-N`` entries without a word.
+    A start that moves records aside now also says how many starts set records aside (the
+    highest N), their size (the bytes written here) and a command that deletes them, which
+    works on a path with a space and deletes nothing else; nothing runs it."""
+    run = tmp_path / "my run"
+    os.makedirs(run / "analysis.superseded-1")
+    (run / "analysis.superseded-1" / "loss.png").write_bytes(b"x" * 300_000)
+    (run / "metrics.superseded-1.jsonl").write_bytes(b'{"iteration": 1}\n' * 1000)
+    (run / "metrics.jsonl").write_bytes(b'{"iteration": 1}\n' * 500)
+    (run / "config.yaml").write_bytes(b"model: {}\n")
+    from megatron_gamma.training.metrics import MetricsLogger
+
+    MetricsLogger(str(run), str(run / "tensorboard"), True, 2, 0, progress_bar=False).close()
+    size = (300_000 + 2 * 17_000 + 500 * 17) / 2**20
+    note = capsys.readouterr().out.splitlines()[-1]
+    assert note == (
+        f"{run} holds records of earlier runs set aside by 2 starts (*.superseded-N, "
+        f"{size:.1f} MiB in all), which nothing deletes. To delete them: rm -r "
+        f"'{run}'/*.superseded-*"
+    )
+    assert os.path.exists(run / "metrics.superseded-2.jsonl")
+    subprocess.run(note.split("To delete them: ")[1], shell=True, check=True)
+    assert sorted(os.listdir(run)) == ["config.yaml", "metrics.jsonl", "tensorboard"]
+    assert layout.superseded_note(str(run)) is None
+
+
 def test_a_fresh_start_sets_the_earlier_runs_init_audit_and_analysis_aside(tmp_path):
     audit = b'[{"name": "embedding.word_embeddings.weight", "measured_sigma": 0.0156}]\n'
     (tmp_path / "init_audit.json").write_bytes(audit)

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import shlex
 from typing import Optional
 
 import torch.distributed as dist
@@ -529,6 +530,36 @@ def superseded_path(path: str) -> str:
     while os.path.lexists(aside := f"{stem}.superseded-{n}{ext}"):
         n += 1
     return aside
+
+
+SUPERSEDED = re.compile(r"\.superseded-(\d+)(\.[^.]+)?$")
+"""A name :func:`superseded_path` gave; group 1 is N."""
+
+
+def superseded_note(run_dir: str) -> str | None:
+    """A line saying that ``run_dir`` holds records of earlier runs set aside
+    (``*.superseded-N*``), by how many starts at least (the highest N), their size in all, and
+    the command that deletes them, which nothing here runs; None when it holds none.
+
+    Raises:
+        OSError: ``run_dir`` cannot be listed.
+    """
+    starts, size = 0, 0
+    for name in os.listdir(run_dir):
+        found = SUPERSEDED.search(name)
+        if not found:
+            continue
+        starts = max(starts, int(found.group(1)))
+        path = os.path.join(run_dir, name)
+        walk = os.walk(path) if os.path.isdir(path) else [("", [], [path])]
+        size += sum(os.lstat(os.path.join(top, f)).st_size for top, _, files in walk for f in files)
+    if not starts:
+        return None
+    return (
+        f"{run_dir} holds records of earlier runs set aside by {starts} start"
+        f"{'s' if starts > 1 else ''} (*.superseded-N, {size / 2**20:.1f} MiB in all), which "
+        f"nothing deletes. To delete them: rm -r {shlex.quote(run_dir)}/*.superseded-*"
+    )
 
 
 def set_aside_earlier_run(run_dir: str) -> list[str]:

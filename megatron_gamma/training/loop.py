@@ -69,6 +69,7 @@ from megatron_gamma.rundir.layout import (
     section_changes,
     seq_length_warning,
     set_aside_earlier_run,
+    superseded_note,
 )
 from megatron_gamma.rundir.loader import check_tokenizer
 from megatron_gamma.rundir.paths import check_output_dir, check_save_dir, write_launch_dir
@@ -402,6 +403,8 @@ class Trainer:
                 moved.append(continue_tensorboard(os.path.join(run_dir, "tensorboard"), 0)[0])
             for line in filter(None, moved):
                 print(line, flush=True)
+            if resumes and any(moved):  # a fresh start's logger says it after its own moves
+                print(superseded_note(run_dir), flush=True)
         save_config(self.cfg, os.path.join(run_dir, CONFIG))
         write_launch_dir(run_dir)
         if self.init_audit:

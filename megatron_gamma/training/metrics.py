@@ -13,7 +13,12 @@ import time
 from tqdm import tqdm
 
 from megatron_gamma.atomic import open_in_place
-from megatron_gamma.rundir.layout import METRICS, continue_metrics, continue_tensorboard
+from megatron_gamma.rundir.layout import (
+    METRICS,
+    continue_metrics,
+    continue_tensorboard,
+    superseded_note,
+)
 
 
 class MetricsLogger:
@@ -79,6 +84,8 @@ class MetricsLogger:
         )
         for line in filter(None, moved):
             self.message(line)
+        if any(moved):
+            self.message(superseded_note(run_dir))
 
     def _scalar(self, tag: str, value: float, step: int) -> None:
         self._tb.add_scalar(tag, value, step)
