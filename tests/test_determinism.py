@@ -102,18 +102,32 @@ def test_pretrain_refuses_a_nondeterministic_environment_before_training(
 
 
 @pytest.mark.slow
-def test_a_deterministic_cpu_run_matches_the_same_run_without_the_mode(demo_prefix, tmp_path):
-    """On CPU the run was already bit-exact; the mode must not change a single loss, and the
-    run states the settings it ran under."""
+def test_a_deterministic_cpu_run_repeats_bit_exactly_and_matches_the_run_without_the_mode(
+    demo_prefix, tmp_path
+):
+    """Two runs with the mode give the same bits, every loss and gradient norm, and the run
+    states the settings it ran under. Against a run without the mode they agree to float32
+    rounding, not bit for bit: megatron-core's ``deterministic_mode`` looks the embedding up by
+    indexing (``weight[ids]``) rather than ``F.embedding``, and the backward of indexing sums a
+    repeated token's gradients in another order (on a sixth 2-core host the training loss of
+    iteration 6 differed in its last float32 bit, with megatron-core's setting alone as with the
+    whole mode, and not with torch's deterministic algorithms alone)."""
     flags = ["--train-iters", "6", "--eval-interval", "3"]
     plain = pretrain(tmp_path / "plain", demo_prefix, *flags)
-    run_dir = tmp_path / "deterministic"
-    args = ["pretrain", "--data-path", demo_prefix, "--run-dir", str(run_dir), *TINY_MODEL]
-    proc = run_cli([*args, *flags, "--deterministic-mode"])
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (
-        "deterministic mode: torch.use_deterministic_algorithms(True), NCCL_ALGO=Ring, "
-        "CUBLAS_WORKSPACE_CONFIG=:4096:8, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0\n" in proc.stdout
-    )
-    assert len(plain["train"]) == 6 and read_metrics(run_dir) == plain
-    assert "deterministic_mode: true" in (run_dir / "config.yaml").read_text()
+    runs = []
+    for name in ("deterministic", "again"):
+        run_dir = tmp_path / name
+        args = ["pretrain", "--data-path", demo_prefix, "--run-dir", str(run_dir), *TINY_MODEL]
+        proc = run_cli([*args, *flags, "--deterministic-mode"])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert (
+            "deterministic mode: torch.use_deterministic_algorithms(True), NCCL_ALGO=Ring, "
+            "CUBLAS_WORKSPACE_CONFIG=:4096:8, NVTE_ALLOW_NONDETERMINISTIC_ALGO=0\n" in proc.stdout
+        )
+        assert "deterministic_mode: true" in (run_dir / "config.yaml").read_text()
+        runs.append(read_metrics(run_dir))
+    assert len(plain["train"]) == 6 and runs[0] == runs[1]
+    for split, values in plain.items():
+        assert runs[0][split].keys() == values.keys()
+        for it, value in values.items():
+            assert runs[0][split][it] == pytest.approx(value, rel=1e-6, abs=0), (split, it)
