@@ -127,6 +127,21 @@ def test_sink_panel_of_several_runs_has_one_point_per_layer_and_whole_layer_tick
     assert ticks and all(float(t).is_integer() for t in ticks), ticks
 
 
+def test_sink_figure_of_several_runs_leaves_out_a_run_without_an_activation_batch(figures):
+    """A run analysed without validation data has no sink shares: beside one that has them,
+    its empty per-layer line stopped analyze ("zero-size array to reduction operation maximum")
+    once that panel set its y axis from the lines drawn. It is left out of the panel."""
+    (run, _), (bare, _) = _run("a", 10), _run("b", 11)
+    for layer in (0, 1, 2):
+        run.metrics[f"sink_share/layer_{layer:02d}"] = [0.1, 0.2, 0.05 * layer]
+    run.seq_length = 16
+    plots.plot_sink([run, bare], "unused.png")
+    (fig,) = figures
+    lines = [ln for ln in fig.axes[1].lines if not ln.get_label().startswith("uniform causal")]
+    assert [ln.get_label() for ln in lines] == [plots.run_label(run)]
+    np.testing.assert_allclose(lines[0].get_ydata(), [0.0, 0.05, 0.1])
+
+
 def test_compare_labels_name_the_gate_as_analyze_does():
     """The trial's `compare` of γ = 1 + ε + gate against the ungated baseline: its legend read
     "seed-1 iter 16 (γ=1, ε=1e-12)" vs "(γ=0.5, ε=1e-05)", crediting the gate's share of the

@@ -371,6 +371,8 @@ def plot_sink(runs, path: str) -> Optional[str]:
     else:
         for i, run in enumerate(runs):
             ps = sorted((p for p in _keys(run, "sink_share")), key=lambda p: p["layer"])
+            if not ps:  # a run analysed without an activation batch: nothing of it to draw
+                continue
             ax2.plot(
                 [p["layer"] for p in ps],
                 [run.metrics[p["key"]][-1] for p in ps],
