@@ -26,6 +26,7 @@ from megatron_gamma.data.readers import (
     Chunk,
     InputError,
     iter_records,
+    plain_records,
     record_language,
     record_text,
 )
@@ -188,7 +189,9 @@ def decoded_texts(
 ) -> list[tuple[str, str, int, bool, str | None]]:
     """(key, text, control characters removed, truncated, language label or None) of each
     ``--json-keys`` text of ``chunk``'s good records, in order: checked, cleaned of control
-    characters, capped and normalized; neither tagged nor filtered.
+    characters, capped and normalized; neither tagged nor filtered. Without ``opt.lang_key``, a
+    chunk whose records need no check (:func:`~megatron_gamma.data.readers.plain_records`) is
+    parsed in one pass; any other goes record by record (``iter_records``), same texts.
 
     Args:
         chunk: raw records.
@@ -204,6 +207,14 @@ def decoded_texts(
         InputError: a bad record, with ``opt.on_error`` 'stop'.
     """
     errors = counts.setdefault("errors", {})
+    if opt.lang_key is None:
+        plain = plain_records(chunk, opt.json_keys, escapes)
+        if plain is not None:
+            return [
+                _finished(key, fields[key], 0, None, opt)
+                for fields in plain
+                for key in opt.json_keys
+            ]
     records = iter_records(chunk, opt.on_error, errors, messages, escapes)
     kept = []  # (key, normalized text, control characters, truncated, label), in order
     for rec in records:
@@ -229,8 +240,7 @@ def decoded_texts(
                             "--on-error skip",
                         ) from None
                     text, controls = remove_control_characters(text)
-                text, cut = opt.filters.cap(text)
-                texts.append((key, text, controls, cut))
+                texts.append(_finished(key, text, controls, label, opt))
         except InputError as e:
             if opt.on_error != "skip":
                 raise
@@ -238,9 +248,16 @@ def decoded_texts(
             if len(messages) < MAX_MESSAGES:
                 messages.append(str(e))
             continue
-        for key, text, controls, cut in texts:
-            kept.append((key, normalize(text, opt.nfkc, opt.punct_width), controls, cut, label))
+        kept += texts
     return kept
+
+
+def _finished(
+    key: str, text: str, controls: int, label: str | None, opt: EncodeOptions
+) -> tuple[str, str, int, bool, str | None]:
+    """One entry of :func:`decoded_texts`: ``text`` capped and normalized."""
+    text, cut = opt.filters.cap(text)
+    return key, normalize(text, opt.nfkc, opt.punct_width), controls, cut, label
 
 
 def filtered_texts(chunk: Chunk, opt: EncodeOptions, counts: dict, messages: list[str]):

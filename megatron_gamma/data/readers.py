@@ -44,7 +44,7 @@ import os
 import re
 import shlex
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -565,6 +565,39 @@ def iter_records(
             continue
         if fields is not None:
             yield Record(line, fields, plain)
+
+
+def plain_records(chunk: Chunk, keys: Sequence[str], escapes: bool = True) -> list[dict] | None:
+    """The fields of every line of ``chunk`` in one pass, when each line is a record that
+    :func:`iter_records` would yield ``plain`` with nothing to check: a JSON object that orjson
+    parses, with no array or object among its values and a string at every one of ``keys``,
+    and, with ``escapes``, no escape of a control character in the chunk. Otherwise None, and
+    the caller takes the chunk record by record through :func:`iter_records`, which finds the
+    line that is not such a record and names or counts it; the fields it yields for the other
+    lines are these.
+
+    Args:
+        chunk: jsonl lines (a parquet chunk, or one holding a :class:`LongLine`, gives None).
+        keys: the fields that must hold strings (``--json-keys``).
+        escapes: as :func:`iter_records` takes it.
+
+    Returns:
+        ``{key: value}`` per line, in order, or None.
+    """
+    try:
+        records = list(map(orjson.loads, chunk.items))  # TypeError: a dict or LongLine item
+    except (orjson.JSONDecodeError, TypeError):
+        return None
+    for fields in records:
+        if type(fields) is not dict or not _CONTAINERS.isdisjoint(map(type, fields.values())):
+            return None
+        for key in keys:
+            if type(fields.get(key)) is not str:
+                return None
+    # A line's escapes end with it: only the file's last line lacks its newline.
+    if escapes and _CONTROL_ESCAPE.search(b"".join(chunk.items)) is not None:
+        return None
+    return records
 
 
 _CONTROL_ESCAPE = re.compile(rb"\\(?:u00|b|f)")
