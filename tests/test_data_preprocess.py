@@ -1056,30 +1056,3 @@ def test_merge_refuses_inputs_holding_shards_and_their_merge_and_prints_counts(
     ):
         assert main([*merge, str(tmp_path / "m2" / "x"), "--input", *inputs]) == 2
         assert f"both hold the documents of '{shared}'" in capsys.readouterr().err
-
-
-def test_chunks_end_at_the_record_or_byte_bound_and_the_flag_defaults_to_it(tmp_path):
-    """A chunk holds at most CHUNK_RECORDS records and ends with the line that takes it to
-    CHUNK_BYTES uncompressed bytes; ``--chunk-size`` and ``preprocess`` default to the records."""
-    import argparse
-    import inspect
-
-    from megatron_gamma.data.commands import add_preprocess_flags
-    from megatron_gamma.data.readers import CHUNK_BYTES, CHUNK_RECORDS, iter_chunks
-
-    parser = argparse.ArgumentParser()
-    add_preprocess_flags(parser)
-    assert parser.get_default("chunk_size") == CHUNK_RECORDS
-    assert inspect.signature(preprocess).parameters["chunk_size"].default == CHUNK_RECORDS
-    big = (json.dumps({"text": "a" * 300_000}) + "\n").encode()
-    small = (json.dumps({"text": "b"}) + "\n").encode()
-    path = tmp_path / "sizes.jsonl"
-    path.write_bytes(big * 20 + small * (2 * CHUNK_RECORDS + 5))
-    sizes = [len(c.items) for c in iter_chunks(str(path))]
-    per_big = -(-CHUNK_BYTES // len(big))  # the line that reaches the bound ends the chunk
-    bigs = [per_big] * (20 // per_big)
-    rest = 20 % per_big  # the last big lines' chunk fills up with small ones
-    assert sizes[: len(bigs)] == bigs
-    assert sum(sizes) == 20 + 2 * CHUNK_RECORDS + 5
-    assert sizes[len(bigs)] == CHUNK_RECORDS and max(sizes) == CHUNK_RECORDS
-    assert sizes[len(bigs) + 1 :] == [CHUNK_RECORDS, 5 + rest]

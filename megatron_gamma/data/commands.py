@@ -336,10 +336,7 @@ def add_preprocess_flags(p: argparse.ArgumentParser) -> list[argparse.Action]:
         "says how many), else hf (says why); gigatoken: required (error if it differs); hf: HF "
         "tokenizers",
     )  # fmt: skip
-    flag(
-        "--chunk-size", type=int, default=512,
-        help="records per work item, at most 2 MiB of them (default: 512)",
-    )  # fmt: skip
+    flag("--chunk-size", type=int, default=256, help="records per work item (default: 256)")
     flag("--per-language", action="store_true", help="one output per language tag (zh, en, mixed)")
     flag(
         "--split-sentences", action="store_true",

@@ -45,7 +45,6 @@ from megatron_gamma.data.encode import ChunkEncoder, EncodeOptions, filtered_tex
 from megatron_gamma.data.indexed import ChunkWriter, token_dtype
 from megatron_gamma.data.merge import check_sibling_shards, merge_shards
 from megatron_gamma.data.readers import (
-    CHUNK_RECORDS,
     MAX_MESSAGES,
     Chunk,
     InputError,
@@ -420,7 +419,7 @@ def check_run_settings(
     if workers < 1:
         raise ValueError(f"workers={workers}: must be >= 1. Fix: --workers 1")
     if chunk_size < 1:
-        raise ValueError(f"chunk_size={chunk_size}: must be >= 1. Fix: e.g. {CHUNK_RECORDS}")
+        raise ValueError(f"chunk_size={chunk_size}: must be >= 1. Fix: e.g. 256")
     if log_interval < 1:
         raise ValueError(
             f"log_interval={log_interval}: must be >= 1 (documents between progress lines). "
@@ -438,7 +437,7 @@ def preprocess(
     output_prefix: str,
     workers: int = 1,
     json_key: str = "text",
-    chunk_size: int = CHUNK_RECORDS,
+    chunk_size: int = 256,
     progress: bool = True,
     options: EncodeOptions | None = None,
     shard_index: int | None = None,

@@ -377,18 +377,10 @@ def _zstd_errors() -> tuple:
     return (zstandard.ZstdError,)
 
 
-CHUNK_RECORDS = 512
-CHUNK_BYTES = 2 << 20
-"""A chunk's size at most, in records (``--chunk-size``'s default) and uncompressed bytes
-(:func:`iter_chunks`). Each chunk costs a tokenizer call, its result's arrays and a write:
-chunks of 2 MiB instead of 1 MiB took about 5 % less CPU on the Debian corpus, for about 8 MiB
-more peak memory (docs/preprocess-benchmark.md, "Runs 94-97")."""
-
-
 def iter_chunks(
     path: str,
-    chunk_docs: int = CHUNK_RECORDS,
-    chunk_bytes: int = CHUNK_BYTES,
+    chunk_docs: int = 256,
+    chunk_bytes: int = 1 << 20,
     columns: list[str] | None = None,
     max_line_bytes: int = DEFAULT_LINE_CAP,
 ) -> Iterator[Chunk]:
