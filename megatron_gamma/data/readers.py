@@ -589,7 +589,7 @@ def plain_records(chunk: Chunk, keys: Sequence[str], escapes: bool = True) -> li
     except (orjson.JSONDecodeError, TypeError):
         return None
     for fields in records:
-        if type(fields) is not dict or not _CONTAINERS.isdisjoint(map(type, fields.values())):
+        if type(fields) is not dict or _holds_containers(fields):
             return None
         for key in keys:
             if type(fields.get(key)) is not str:
