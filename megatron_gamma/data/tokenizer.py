@@ -26,6 +26,7 @@ EOD as its ``eod``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -35,6 +36,7 @@ import shutil
 from collections.abc import Iterable
 
 import numpy as np
+import orjson
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from megatron_gamma.atomic import atomic_open, atomic_path
@@ -192,17 +194,33 @@ def canonical_tokenizer_json(data: bytes) -> bytes:
     tokenizers with another merge, vocabulary entry, normalizer, pre-tokenizer, truncation or a
     post-processor that adds a token (a BOS) have other forms.
 
+    The bytes are those of ``json.dumps(doc, sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False)``; ``orjson`` writes them (about 6x faster) when the document holds no
+    number that ``json`` reads as a float or constant (whose text the two write differently:
+    ``1e-05`` against ``0.00001``), and ``json`` where it holds one or where ``orjson`` refuses a
+    value (an integer beyond 64 bits, a lone surrogate). ``tests/test_tokenizer_canonical.py``
+    checks the two agree on every code point and on such documents.
+
     Returns:
         The UTF-8 bytes of the canonical JSON.
 
     Raises:
         ValueError: ``data`` is not UTF-8 JSON.
     """
-    doc = json.loads(data.decode("utf-8"))
+    floats: list[str] = []
+
+    def noting(text: str) -> float:
+        floats.append(text)
+        return float(text)
+
+    doc = json.loads(data.decode("utf-8"), parse_float=noting, parse_constant=noting)
     post = doc.get("post_processor") if isinstance(doc, dict) else None
     no_op = json.dumps(NO_OP_POST_PROCESSOR, sort_keys=True)
     if post is not None and json.dumps(post, sort_keys=True) == no_op:  # strict: 0 is not 0.0
         doc["post_processor"] = None
+    if not floats:
+        with contextlib.suppress(TypeError):  # orjson.JSONEncodeError is a TypeError
+            return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
