@@ -59,7 +59,7 @@ def _extension_built() -> bool:
     ids=["numpy", "compiled"],
 )
 def stats(backend, request):
-    tables = TokenTextStats.for_backend(backend, TOKENIZER)
+    tables = TokenTextStats.for_backend(backend)
     assert tables is not None  # the demo tokenizer is a byte-level BPE without normalizer
     return TokenTextStats(backend.tok.vocab, compiled=request.param)
 
@@ -123,13 +123,14 @@ def test_ids_that_are_not_utf8_are_refused(stats, backend):
 
 
 def test_tables_only_for_gigatoken_on_a_byte_level_bpe(tmp_path, backend):
-    assert TokenTextStats.for_backend(HFBackend(TOKENIZER), TOKENIZER) is None
+    assert TokenTextStats.for_backend(HFBackend(TOKENIZER)) is None
     with open(TOKENIZER, encoding="utf-8") as f:
         doc = json.load(f)
-    doc["normalizer"] = {"type": "NFKC"}
-    path = tmp_path / "nfkc.json"
+    doc["normalizer"] = {"type": "NFC"}  # one that gigatoken loads
+    path = tmp_path / "nfc.json"
     path.write_text(json.dumps(doc), encoding="utf-8")
-    assert TokenTextStats.for_backend(backend, str(path)) is None
+    assert backend.byte_level_bpe and not GigatokenBackend(str(path)).byte_level_bpe
+    assert TokenTextStats.for_backend(GigatokenBackend(str(path))) is None
 
 
 def _line(record: dict) -> bytes:

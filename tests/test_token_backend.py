@@ -26,8 +26,10 @@ from megatron_gamma.data.token_backend import (
     HFBackend,
     resolve_backend,
 )
+from megatron_gamma.data.tokenizer import BilingualTokenizer
 
 TOKENIZER = os.path.join(demo_dir(), "tokenizer.json")
+token_backend_doc = token_backend._tokenizer_doc  # the parse, before a test counts its calls
 # The Debian documentation subset committed for the CPU study (examples/studies/data/NOTICE).
 DEBIAN = os.path.join(os.path.dirname(__file__), "..", "examples", "studies", "data", "debian-docs")
 
@@ -173,6 +175,48 @@ def test_the_check_hands_over_the_backends_it_loaded():
         assert split(*backend.encode_batch(texts)) == hf_ids(texts)
 
 
+def test_the_check_parses_the_tokenizer_json_once_and_leaves_it_as_parsed(monkeypatch):
+    """Both backends of the check are built from one parse of the tokenizer.json (0.16 CPU-s
+    each for a 100k vocabulary), which neither changes: gigatoken drops the special added
+    tokens from its own copy, so HF still has them."""
+    parses = []
+
+    def parse(path, plain=()):
+        parses.append(token_backend_doc(path, plain))
+        return parses[-1]
+
+    monkeypatch.setattr(token_backend, "_tokenizer_doc", parse)
+    loaded: dict = {}
+    texts = ["a <|endoftext|> b", *adversarial(5, seed=4)]
+    plain = ("<|endoftext|>",)
+    assert resolve_backend("auto", TOKENIZER, texts, loaded, plain=plain)[0] == "gigatoken"
+    assert len(parses) == 1
+    assert parses[0] == token_backend_doc(TOKENIZER, plain)
+    assert any(t["special"] for t in parses[0][0]["added_tokens"])
+    for backend in loaded.values():
+        assert split(*backend.encode_batch(texts)) == hf_ids(texts)
+
+
+def test_the_check_encodes_with_the_runs_tokenizer_and_leaves_it_as_it_was():
+    """HF's side of the check is the run's own ``tokenizers.Tokenizer`` (no second read: 0.4
+    CPU-s for a 100k vocabulary), with special-token strings encoded as text for the check's
+    calls only: afterwards the run's ``tokenize`` still reads them as the special token. Where a
+    text of ``plain`` must be marked special, the backend reads its own."""
+    tok = BilingualTokenizer(TOKENIZER)
+    text = "a <|endoftext|> b"
+    assert tok.eod in tok.tokenize(text)
+    loaded: dict = {}
+    texts = [text, *adversarial(5, seed=5)]
+    assert resolve_backend("auto", TOKENIZER, texts, loaded, hf_tokenizer=tok.hf_tokenizer)
+    assert loaded["hf"].tok is tok.hf_tokenizer
+    assert split(*loaded["hf"].encode_batch(texts)) == hf_ids(texts)
+    assert tok.eod in tok.tokenize(text) and not tok.hf_tokenizer.encode_special_tokens
+    doc = token_backend_doc(TOKENIZER)[0]
+    own = HFBackend(TOKENIZER, ("x",), (doc, True), loaded=tok.hf_tokenizer)
+    assert own.tok is not tok.hf_tokenizer
+    assert split(*own.encode_batch(texts)) == hf_ids(texts)
+
+
 def test_the_check_samples_every_file_up_to_the_size_cap(tmp_path, monkeypatch):
     """Short records: each of 3 files gives texts until its share of MAX_SAMPLE_CHARS (not a
     fixed record count), interleaved file by file."""
@@ -183,9 +227,9 @@ def test_the_check_samples_every_file_up_to_the_size_cap(tmp_path, monkeypatch):
             f.writelines(json.dumps({"text": f"file{i} record{j} " * 8}) + "\n" for j in range(900))
     seen = {}
 
-    def capture(requested, path, sample, loaded=None, plain=()):
+    def capture(requested, path, sample, loaded=None, plain=(), hf_tokenizer=None):
         seen["sample"] = list(sample)
-        return resolve_backend(requested, path, sample, loaded, plain)
+        return resolve_backend(requested, path, sample, loaded, plain, hf_tokenizer)
 
     monkeypatch.setattr(prep, "resolve_backend", capture)
     preprocess([str(tmp_path)], TOKENIZER, str(tmp_path / "out" / "x"), progress=False)

@@ -226,11 +226,12 @@ def _choose_backend(
     sample = [t for group in zip_longest(*per_file) for t in group if t is not None]
     loaded: dict = {}
     plain = tok.special_texts
-    backend, reason = resolve_backend(requested, tok.path, sample, loaded, plain=plain)
+    hf = tok.hf_tokenizer
+    backend, reason = resolve_backend(requested, tok.path, sample, loaded, plain, hf)
     (log.info if backend == "gigatoken" or requested == "hf" else log.warning)(
         "tokenizer backend %s", reason
     )
-    return loaded.get(backend) or make_backend(backend, tok.path, plain), reason
+    return loaded.get(backend) or make_backend(backend, tok.path, plain, hf), reason
 
 
 def _result(
@@ -340,7 +341,7 @@ def _run_unit(
         gc.freeze()
         try:
             chunks = _read_chunks(files, options, chunk_size, counts, messages)
-            stats = TokenTextStats.for_backend(chosen, tok.path)
+            stats = TokenTextStats.for_backend(chosen)
             encoder = ChunkEncoder(chosen, options, dtype, tok.eod, stats)
             start, raw, docs, tokens, logged = time.time(), 0, 0, 0, 0
             with SharedMap(workers, encoder) as pool:

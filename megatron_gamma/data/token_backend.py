@@ -55,7 +55,9 @@ CACHE_MIB = 128
 
 def _tokenizer_doc(path: str, plain: Sequence[str] = ()) -> tuple[dict, bool]:
     """The ``tokenizer.json`` document with the added tokens whose text is in ``plain`` marked
-    special, and whether any was not already."""
+    special, and whether any was not already (what ``parsed`` of :class:`HFBackend` and
+    :class:`GigatokenBackend` takes: the check parses the file once for both, 0.16 CPU-s for a
+    100k vocabulary's 8.6 MB)."""
     with open(path, "rb") as f:
         doc = orjson.loads(f.read())
     marked = False
@@ -65,13 +67,16 @@ def _tokenizer_doc(path: str, plain: Sequence[str] = ()) -> tuple[dict, bool]:
     return doc, marked
 
 
-def _hf_tokenizer(path: str, plain: Sequence[str] = ()):
-    from tokenizers import Tokenizer
-
-    doc, marked = _tokenizer_doc(path, plain) if plain else (None, False)
-    tok = Tokenizer.from_str(orjson.dumps(doc).decode()) if marked else Tokenizer.from_file(path)
-    tok.encode_special_tokens = True
-    return tok
+def is_byte_level_bpe(tokenizer_json: dict) -> bool:
+    """True when a ``tokenizer.json`` (parsed) is a BPE with a ByteLevel pre-tokenizer and no
+    normalizer: its tokens' bytes, concatenated, are the text's UTF-8 bytes."""
+    pre = tokenizer_json.get("pre_tokenizer") or {}
+    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
+    return (
+        tokenizer_json.get("normalizer") is None
+        and (tokenizer_json.get("model") or {}).get("type") == "BPE"
+        and any(p.get("type") == "ByteLevel" for p in parts)
+    )
 
 
 class HFBackend:
@@ -81,12 +86,34 @@ class HFBackend:
         tokenizer_path: a ``tokenizer.json``.
         plain: token texts to encode as text even where the tokenizer.json does not mark them
             special (the run's EOD, PAD and BOS; module docstring).
+        parsed: ``_tokenizer_doc(tokenizer_path, plain)``, where the caller has it (read from
+            the file otherwise); not changed.
+        loaded: a ``tokenizers.Tokenizer`` already read from ``tokenizer_path`` (the run's
+            :attr:`~megatron_gamma.data.tokenizer.BilingualTokenizer.hf_tokenizer`), used
+            instead of reading it again (0.4 CPU-s for a 100k vocabulary) unless a text of
+            ``plain`` must be marked special. Each :meth:`encode_batch` sets its
+            ``encode_special_tokens`` for the call and restores it, so its other users (none
+            encode during preprocessing) see it unchanged.
     """
 
     name = "hf"
 
-    def __init__(self, tokenizer_path: str, plain: Sequence[str] = ()):
-        self.tok = _hf_tokenizer(tokenizer_path, plain)
+    def __init__(
+        self,
+        tokenizer_path: str,
+        plain: Sequence[str] = (),
+        parsed: tuple[dict, bool] | None = None,
+        loaded=None,
+    ):
+        from tokenizers import Tokenizer
+
+        if parsed is None:
+            parsed = _tokenizer_doc(tokenizer_path, plain) if plain else (None, False)
+        doc, marked = parsed
+        if marked:
+            self.tok = Tokenizer.from_str(orjson.dumps(doc).decode())
+        else:
+            self.tok = loaded or Tokenizer.from_file(tokenizer_path)
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of ``texts`` (no special tokens added).
@@ -95,7 +122,12 @@ class HFBackend:
             (ids, offsets): ids (T,) uint32, all texts' ids in order; offsets (len(texts) + 1,)
             int64, text i's ids are ``ids[offsets[i]:offsets[i + 1]]``.
         """
-        seqs = [e.ids for e in self.tok.encode_batch_fast(list(texts), add_special_tokens=False)]
+        before, self.tok.encode_special_tokens = self.tok.encode_special_tokens, True
+        try:
+            encodings = self.tok.encode_batch_fast(list(texts), add_special_tokens=False)
+        finally:
+            self.tok.encode_special_tokens = before
+        seqs = [e.ids for e in encodings]
         offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
         np.cumsum(np.fromiter(map(len, seqs), np.int64, len(seqs)), out=offsets[1:])
         ids = np.fromiter(chain.from_iterable(seqs), np.uint32, int(offsets[-1]))
@@ -119,10 +151,13 @@ class GigatokenBackend:
         cache_mib: growth of resident memory (MiB) after which the tokenizer is rebuilt
             (default :data:`CACHE_MIB`; 0 rebuilds after every batch).
         plain: token texts removed with the special added tokens (:class:`HFBackend`).
+        parsed: as for :class:`HFBackend`; not changed.
 
     Attributes:
         rebuilds: how many times this process rebuilt the tokenizer.
         grown: bytes of resident memory gained during encode calls since the last build.
+        byte_level_bpe: the tokenizer.json is a byte-level BPE without normalizer
+            (:func:`is_byte_level_bpe`).
 
     Raises:
         ImportError: gigatoken is not installed.
@@ -133,7 +168,11 @@ class GigatokenBackend:
     name = "gigatoken"
 
     def __init__(
-        self, tokenizer_path: str, cache_mib: float | None = None, plain: Sequence[str] = ()
+        self,
+        tokenizer_path: str,
+        cache_mib: float | None = None,
+        plain: Sequence[str] = (),
+        parsed: tuple[dict, bool] | None = None,
     ):
         import gigatoken
         import psutil
@@ -141,8 +180,10 @@ class GigatokenBackend:
         cache_mib = CACHE_MIB if cache_mib is None else cache_mib
         if cache_mib < 0:
             raise ValueError(f"cache_mib={cache_mib}: must be >= 0. Fix: e.g. {CACHE_MIB}")
-        doc = _tokenizer_doc(tokenizer_path, plain)[0]
-        doc["added_tokens"] = [t for t in doc.get("added_tokens") or [] if not t.get("special")]
+        doc = (parsed or _tokenizer_doc(tokenizer_path, plain))[0]
+        added = [t for t in doc.get("added_tokens") or [] if not t.get("special")]
+        doc = dict(doc, added_tokens=added)
+        self.byte_level_bpe = is_byte_level_bpe(doc)
         self._psutil, self._process = psutil, None
         self._from_json, self._json = gigatoken.Tokenizer.from_json, orjson.dumps(doc)
         self.cache_bytes, self.rebuilds = cache_mib * 2**20, 0
@@ -175,11 +216,12 @@ class GigatokenBackend:
 
 
 def make_backend(
-    name: str, tokenizer_path: str, plain: Sequence[str] = ()
+    name: str, tokenizer_path: str, plain: Sequence[str] = (), hf_tokenizer=None
 ) -> HFBackend | GigatokenBackend:
-    """The backend called ``name`` ('gigatoken' or 'hf'), as :func:`resolve_backend` chose it."""
+    """The backend called ``name`` ('gigatoken' or 'hf'), as :func:`resolve_backend` chose it
+    (``hf_tokenizer``: ``loaded`` of :class:`HFBackend`)."""
     if name == "hf":
-        return HFBackend(tokenizer_path, plain)
+        return HFBackend(tokenizer_path, plain, loaded=hf_tokenizer)
     if name == "gigatoken":
         return GigatokenBackend(tokenizer_path, plain=plain)
     raise ConfigError(f"tokenizer_backend={name!r}: not a resolved backend. Fix: 'gigatoken'/'hf'")
@@ -234,6 +276,7 @@ def resolve_backend(
     sample: Sequence[str],
     loaded: dict[str, HFBackend | GigatokenBackend] | None = None,
     plain: Sequence[str] = (),
+    hf_tokenizer=None,
 ) -> tuple[str, str]:
     """Choose the backend for a run (module docstring).
 
@@ -246,6 +289,8 @@ def resolve_backend(
             encodes with them instead of loading the tokenizer again.
         plain: the run's special token texts (:class:`HFBackend`); one more probe text holds
             them.
+        hf_tokenizer: ``loaded`` of :class:`HFBackend`: the run's ``tokenizers.Tokenizer`` of
+            ``tokenizer_path``, where it has one.
 
     Returns:
         (backend, reason): 'gigatoken' or 'hf', and one line saying why.
@@ -284,8 +329,9 @@ def resolve_backend(
     loaded = {} if loaded is None else loaded
     with _noting_interrupts() as interrupts:
         try:
-            loaded["hf"] = HFBackend(tokenizer_path, plain)
-            loaded["gigatoken"] = GigatokenBackend(tokenizer_path, plain=plain)
+            parsed = _tokenizer_doc(tokenizer_path, plain)
+            loaded["hf"] = HFBackend(tokenizer_path, plain, parsed, hf_tokenizer)
+            loaded["gigatoken"] = GigatokenBackend(tokenizer_path, plain=plain, parsed=parsed)
             diff = first_difference(texts, loaded["hf"], loaded["gigatoken"])
         except ImportError as e:
             why = f"gigatoken is not importable ({e}); install it: pip install gigatoken==0.10.0"

@@ -23,7 +23,6 @@ with the same results (the tests compare both).
 from __future__ import annotations
 
 import numpy as np
-import orjson
 
 from megatron_gamma.data.filters import INVISIBLE
 from megatron_gamma.data.langid import han_mask, latin_mask
@@ -70,18 +69,6 @@ def _char_classes(cp: np.ndarray) -> np.ndarray:
 def _visible(cp: np.ndarray) -> np.ndarray:
     """Characters outside :data:`~megatron_gamma.data.filters.INVISIBLE`."""
     return ~np.isin(cp, np.array([ord(c) for c in INVISIBLE], dtype=np.int64))
-
-
-def is_byte_level_bpe(tokenizer_json: dict) -> bool:
-    """True when a ``tokenizer.json`` (parsed) is a BPE with a ByteLevel pre-tokenizer and no
-    normalizer: its tokens' bytes, concatenated, are the text's UTF-8 bytes."""
-    pre = tokenizer_json.get("pre_tokenizer") or {}
-    parts = pre.get("pretokenizers", [pre]) if pre.get("type") == "Sequence" else [pre]
-    return (
-        tokenizer_json.get("normalizer") is None
-        and (tokenizer_json.get("model") or {}).get("type") == "BPE"
-        and any(p.get("type") == "ByteLevel" for p in parts)
-    )
 
 
 class TokenTextStats:
@@ -191,26 +178,23 @@ class TokenTextStats:
             self.classes = _char_classes(np.arange(_LOW_CODE_POINTS)).astype(np.uint8)
 
     @classmethod
-    def for_backend(cls, backend, tokenizer_path: str) -> TokenTextStats | None:
+    def for_backend(cls, backend) -> TokenTextStats | None:
         """The tables of ``backend``'s vocabulary when its tokens' bytes are the text's: the
-        ``gigatoken`` backend on a byte-level BPE without normalizer (:func:`is_byte_level_bpe`)
-        whose ids give back the bytes of every probe text of
-        :data:`~megatron_gamma.data.token_backend.PROBE_TEXTS`; else None (work by text).
+        ``gigatoken`` backend on a byte-level BPE without normalizer
+        (:func:`~megatron_gamma.data.token_backend.is_byte_level_bpe`) whose ids give back the
+        bytes of every probe text of :data:`~megatron_gamma.data.token_backend.PROBE_TEXTS`;
+        else None (work by text).
 
         Args:
             backend: a :class:`~megatron_gamma.data.token_backend.GigatokenBackend` or
                 :class:`~megatron_gamma.data.token_backend.HFBackend`.
-            tokenizer_path: its ``tokenizer.json``.
         """
-        if getattr(backend, "name", None) != "gigatoken":
+        if getattr(backend, "name", None) != "gigatoken" or not backend.byte_level_bpe:
             return None
-        with open(tokenizer_path, "rb") as f:
-            if not is_byte_level_bpe(orjson.loads(f.read())):
-                return None
         vocab = backend.tok.vocab
         ids, offsets = backend.encode_batch(PROBE_TEXTS)
         for i, text in enumerate(PROBE_TEXTS):
-            if b"".join(vocab[t] for t in ids[offsets[i] : offsets[i + 1]].tolist()) != (
+            if b"".join(map(vocab.__getitem__, ids[offsets[i] : offsets[i + 1]].tolist())) != (
                 text.encode("utf-8")
             ):
                 return None

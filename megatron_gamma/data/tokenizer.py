@@ -346,6 +346,8 @@ class BilingualTokenizer:
     identity is the tokenizer.json's alone, as before configs were read.
 
     Attributes:
+        hf_tokenizer: the ``tokenizers.Tokenizer`` read from ``path`` (preprocessing's HF
+            backend encodes with it: :class:`~megatron_gamma.data.token_backend.HFBackend`).
         vocab_size: number of token ids (unpadded).
         eod, pad, bos: special token ids (pad and bos may be None, see above).
         eos_token, pad_token, bos_token: their text (None where the id is None).
@@ -381,11 +383,12 @@ class BilingualTokenizer:
         self.path = os.path.abspath(path)
         self.tokenizer_type = tokenizer_type
         self.source = [os.path.abspath(p) for p in source or [path]]
-        self._tok = read_tokenizer_json(path)
+        self.hf_tokenizer = read_tokenizer_json(path)
         names, self.named_in = {"eod": EOD, "pad": PAD, "bos": BOS}, {}
         if tokenizer_type == "HuggingFaceTokenizer":
             names, self.named_in = special_tokens(self.path)
-        ids = {key: None if t is None else self._tok.token_to_id(t) for key, t in names.items()}
+        lookup = self.hf_tokenizer.token_to_id
+        ids = {key: None if t is None else lookup(t) for key, t in names.items()}
         for key, token in names.items():
             if ids[key] is None and token is not None and (key in self.named_in or key == "eod"):
                 raise ValueError(self._missing(key, token))
@@ -401,7 +404,7 @@ class BilingualTokenizer:
             self.source.append(self.named_in["eod"])
             names = {"eos_token": self.eos_token, "pad_token": self.pad_token}
             specials = json.dumps({**names, "bos_token": self.bos_token}, sort_keys=True).encode()
-        self.vocab_size = self._tok.get_vocab_size()
+        self.vocab_size = self.hf_tokenizer.get_vocab_size()
         self._specials = specials
         self.sha256 = files_sha256(self.source[: len(self.source) - bool(specials)], specials)
         self.unique_identifiers = {"class": type(self).__name__, "sha256": self.sha256[:16]}
@@ -433,7 +436,8 @@ class BilingualTokenizer:
     def _missing(self, key: str, token: str) -> str:
         """The error for special token ``token`` (``key``: eod, pad or bos) not in the
         vocabulary."""
-        added = [t.content for t in self._tok.get_added_tokens_decoder().values() if t.special]
+        decoder = self.hf_tokenizer.get_added_tokens_decoder()
+        added = [t.content for t in decoder.values() if t.special]
         have = f" (its special tokens: {', '.join(added[:12])})" if added else ""
         folder = os.path.dirname(self.path)
         beside = [
@@ -466,12 +470,12 @@ class BilingualTokenizer:
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids of one text (no EOD)."""
-        return self._tok.encode(text, add_special_tokens=False).ids
+        return self.hf_tokenizer.encode(text, add_special_tokens=False).ids
 
     def tokenize_batch(self, texts: list[str]) -> list[list[int]]:
         """Token ids of many texts at once (parallel on the Rust side)."""
-        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+        return [e.ids for e in self.hf_tokenizer.encode_batch(texts, add_special_tokens=False)]
 
     def detokenize(self, ids: Iterable[int] | np.ndarray) -> str:
         """Text of token ids (special tokens kept)."""
-        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+        return self.hf_tokenizer.decode([int(i) for i in ids], skip_special_tokens=False)
