@@ -212,7 +212,7 @@ def test_the_check_encodes_with_the_runs_tokenizer_and_leaves_it_as_it_was():
     assert split(*loaded["hf"].encode_batch(texts)) == hf_ids(texts)
     assert tok.eod in tok.tokenize(text) and not tok.hf_tokenizer.encode_special_tokens
     doc = token_backend_doc(TOKENIZER)[0]
-    own = HFBackend(TOKENIZER, ("x",), (doc, True), loaded=tok.hf_tokenizer)
+    own = HFBackend(TOKENIZER, ("x",), (doc, True), hf_tokenizer=tok.hf_tokenizer)
     assert own.tok is not tok.hf_tokenizer
     assert split(*own.encode_batch(texts)) == hf_ids(texts)
 

@@ -88,7 +88,7 @@ class HFBackend:
             special (the run's EOD, PAD and BOS; module docstring).
         parsed: ``_tokenizer_doc(tokenizer_path, plain)``, where the caller has it (read from
             the file otherwise); not changed.
-        loaded: a ``tokenizers.Tokenizer`` already read from ``tokenizer_path`` (the run's
+        hf_tokenizer: a ``tokenizers.Tokenizer`` already read from ``tokenizer_path`` (the run's
             :attr:`~megatron_gamma.data.tokenizer.BilingualTokenizer.hf_tokenizer`), used
             instead of reading it again (0.4 CPU-s for a 100k vocabulary) unless a text of
             ``plain`` must be marked special. Each :meth:`encode_batch` sets its
@@ -103,7 +103,7 @@ class HFBackend:
         tokenizer_path: str,
         plain: Sequence[str] = (),
         parsed: tuple[dict, bool] | None = None,
-        loaded=None,
+        hf_tokenizer=None,
     ):
         from tokenizers import Tokenizer
 
@@ -113,7 +113,7 @@ class HFBackend:
         if marked:
             self.tok = Tokenizer.from_str(orjson.dumps(doc).decode())
         else:
-            self.tok = loaded or Tokenizer.from_file(tokenizer_path)
+            self.tok = hf_tokenizer or Tokenizer.from_file(tokenizer_path)
 
     def encode_batch(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of ``texts`` (no special tokens added).
@@ -219,9 +219,9 @@ def make_backend(
     name: str, tokenizer_path: str, plain: Sequence[str] = (), hf_tokenizer=None
 ) -> HFBackend | GigatokenBackend:
     """The backend called ``name`` ('gigatoken' or 'hf'), as :func:`resolve_backend` chose it
-    (``hf_tokenizer``: ``loaded`` of :class:`HFBackend`)."""
+    (``hf_tokenizer``: as for :class:`HFBackend`)."""
     if name == "hf":
-        return HFBackend(tokenizer_path, plain, loaded=hf_tokenizer)
+        return HFBackend(tokenizer_path, plain, hf_tokenizer=hf_tokenizer)
     if name == "gigatoken":
         return GigatokenBackend(tokenizer_path, plain=plain)
     raise ConfigError(f"tokenizer_backend={name!r}: not a resolved backend. Fix: 'gigatoken'/'hf'")
@@ -289,7 +289,7 @@ def resolve_backend(
             encodes with them instead of loading the tokenizer again.
         plain: the run's special token texts (:class:`HFBackend`); one more probe text holds
             them.
-        hf_tokenizer: ``loaded`` of :class:`HFBackend`: the run's ``tokenizers.Tokenizer`` of
+        hf_tokenizer: as for :class:`HFBackend`: the run's ``tokenizers.Tokenizer`` of
             ``tokenizer_path``, where it has one.
 
     Returns:
