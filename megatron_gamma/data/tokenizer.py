@@ -198,8 +198,9 @@ def canonical_tokenizer_json(data: bytes) -> bytes:
     ensure_ascii=False)``; ``orjson`` writes them (about 6x faster) when the document holds no
     number that ``json`` reads as a float or constant (whose text the two write differently:
     ``1e-05`` against ``0.00001``), and ``json`` where it holds one or where ``orjson`` refuses a
-    value (an integer beyond 64 bits, a lone surrogate). ``tests/test_tokenizer_canonical.py``
-    checks the two agree on every code point and on such documents.
+    value (an integer beyond 64 bits, nesting deeper than 255, a lone surrogate, which ``json``
+    cannot write as UTF-8 either). ``tests/test_tokenizer_canonical.py`` checks the two agree
+    on every code point and on such documents.
 
     Returns:
         The UTF-8 bytes of the canonical JSON.
