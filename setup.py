@@ -203,7 +203,7 @@ setup(
     install_requires=[
         "torch>=2.6",
         "megatron-core>=0.16,<0.20",  # 0.16: the attention output-gate hook
-        "numpy",
+        "numpy>=1.24",  # np.stack(..., dtype=) in the token statistics tables
         "tokenizers>=0.19",
         "gigatoken==0.10.0",
         "awkward>=2",

@@ -13,7 +13,7 @@ import pytest
 from megatron_gamma.data import demo_dir
 from megatron_gamma.data.encode import ChunkEncoder, EncodeOptions
 from megatron_gamma.data.filters import INVISIBLE, Filters
-from megatron_gamma.data.langid import script_units_batch
+from megatron_gamma.data.langid import han_mask, latin_mask, script_units_batch
 from megatron_gamma.data.normalize import CONTROL_CHARACTERS
 from megatron_gamma.data.readers import Chunk
 from megatron_gamma.data.token_backend import GigatokenBackend, HFBackend
@@ -120,6 +120,63 @@ def test_ids_that_are_not_utf8_are_refused(stats, backend):
     outside = np.array([ascii_a, len(stats.code)], np.uint32)
     with pytest.raises(IndexError if stats.kernel is None else ValueError):
         stats.documents(outside, offsets)
+
+
+def _token_reference(piece: bytes) -> tuple[int, ...]:
+    """One token's row of :class:`TokenTextStats`' table, byte by byte in Python: each byte
+    that is not a continuation byte starts a character of 1-4 bytes (by its high bits), which
+    is complete when the token holds all of them."""
+    heads = next((i for i, x in enumerate(piece) if x & 0xC0 != 0x80), len(piece))
+    head_value = 0
+    for x in piece[:heads]:
+        head_value = (head_value << 6) | (x & 0x3F)
+    chars = []  # (is complete, code point or the bits so far, bytes still needed)
+    for i, x in enumerate(piece):
+        if x & 0xC0 == 0x80:
+            continue
+        width = 1 if x < 0x80 else 2 if x < 0xE0 else 3 if x < 0xF0 else 4
+        tail = piece[i : i + width]
+        value = x & (0x7F >> width) if width > 1 else x
+        for y in tail[1:]:
+            value = (value << 6) | (y & 0x3F)
+        chars.append((len(tail) == width, value, width - len(tail)))
+    complete = [cp for done, cp, _ in chars if done]
+
+    def is_latin(cp: int) -> bool:
+        return bool(latin_mask(np.array([cp]))[0])
+
+    latin = [done and is_latin(cp) for done, cp, _ in chars]
+    han = sum(bool(han_mask(np.array([cp]))[0]) for cp in complete)
+    visible = sum(cp > 0x10FFFF or chr(cp) not in INVISIBLE for cp in complete)
+    words = sum(now and not before for before, now in zip([False] + latin, latin, strict=False))
+    cut = bool(chars) and not chars[-1][0]
+    flags = (bool(chars) and latin[0]) * 1 | (bool(complete) and is_latin(complete[-1])) * 2
+    flags |= cut * 4 | any(x in CONTROL_CHARACTERS for x in piece) * 8
+    code = visible | han << 21 | words << 42
+    partial, need = (chars[-1][1], chars[-1][2]) if cut else (0, 0)
+    only_partial = bool(chars) and not complete
+    return code, flags, len(chars), partial, need, only_partial, heads, head_value
+
+
+@pytest.mark.parametrize("vocab", ["demo", "random"])
+def test_tables_equal_a_per_token_reference(backend, vocab):
+    """Every token's table row equals :func:`_token_reference`: the demo vocabulary, and random
+    tokens of whole, cut and stray UTF-8 pieces (empty tokens, bare continuation bytes,
+    controls, 2-4-byte characters cut anywhere, a lead byte followed by ASCII)."""
+    if vocab == "demo":
+        pieces = backend.tok.vocab
+    else:
+        rng = random.Random(7)
+        parts = [bytes([x]) for x in range(256)] + [c.encode() for c in EDGES]
+        parts += [b"\x80\x80", b"\xe4\xb8", b"\xf0\x9f\x98", b"\xc3A"]
+        pieces = {}
+        for i in range(3000):
+            piece = b"".join(rng.choice(parts) for _ in range(rng.randint(1, 6)))
+            pieces[i] = piece[: rng.randint(0, 9)]
+    stats = TokenTextStats(pieces, compiled=False)
+    expected = np.array([_token_reference(pieces[i]) for i in range(len(pieces))]).T
+    assert np.array_equal(stats.table, expected)
+    assert (stats.flags & 4).any() and stats.head_count.any()  # cut characters and heads occur
 
 
 def test_tables_only_for_gigatoken_on_a_byte_level_bpe(tmp_path, backend):

@@ -71,6 +71,105 @@ def _visible(cp: np.ndarray) -> np.ndarray:
     return ~np.isin(cp, np.array([ord(c) for c in INVISIBLE], dtype=np.int64))
 
 
+_UTF8_LENGTH = np.ones(256, np.int64)
+_UTF8_LENGTH[0xC0:], _UTF8_LENGTH[0xE0:], _UTF8_LENGTH[0xF0:] = 2, 3, 4
+"""The bytes of the UTF-8 character a byte starts (1 for ASCII and continuation bytes)."""
+_CONTROL_BYTE = np.zeros(256, bool)
+_CONTROL_BYTE[list(CONTROL_CHARACTERS)] = True
+
+
+def _vocabulary_tables(data: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, ...]:
+    """:class:`TokenTextStats`' per-token tables of a vocabulary.
+
+    Args:
+        data: (N + 3,) uint8, the tokens' bytes one after another, then three zero bytes.
+        lengths: (V,) int64, each token's bytes.
+
+    Returns:
+        ``code``, ``flags``, ``leads``, ``partial``, ``need``, ``only_partial``, ``head_count``
+        and ``head_value``: (V,) arrays (``flags`` uint8, ``only_partial`` bool, the rest
+        int64), as :class:`TokenTextStats` names them. Per-token sums are ``np.bincount`` over
+        the characters' token ids (int32), and the arrays of every byte are freed by return, so
+        a 100k vocabulary's build stays within a few tens of MiB. ``head_value`` keeps the low
+        64 bits of a token that starts with over ten continuation bytes (no UTF-8 text holds
+        one; only its first three can finish a cut character).
+    """
+    v = len(lengths)
+    first = np.cumsum(lengths) - lengths
+    end = first + lengths
+    head = data[: len(data) - 3]
+    token = np.repeat(np.arange(v, dtype=np.int32), lengths)  # (N,) each byte's token
+    lead_pos = np.flatnonzero((head & 0xC0) != 0x80)  # the first byte of each character
+    tok_lead = token[lead_pos]
+    complete = lead_pos + _UTF8_LENGTH[head[lead_pos]] <= end[tok_lead]
+    at = lead_pos[complete]
+    cp = _code_points(data, at)
+    tok_c = tok_lead[complete]
+    latin_c = latin_mask(cp)
+    latin = np.zeros(len(lead_pos), bool)
+    latin[complete] = latin_c
+    # The Latin-ness of the complete character before each one in its token (False first).
+    prev_latin = np.zeros(len(lead_pos), bool)
+    prev_latin[1:] = (tok_lead[1:] == tok_lead[:-1]) & latin[:-1]
+    leads = np.bincount(tok_lead, minlength=v)
+    han = np.bincount(tok_c[han_mask(cp)], minlength=v)
+    words = np.bincount(tok_lead[latin & ~prev_latin], minlength=v)  # Latin runs starting here
+    visible = np.bincount(tok_c[_visible(cp)], minlength=v)
+    code = visible | (han << _FIELD) | (words << (2 * _FIELD))
+    # Each token's first character (when complete its Latin-ness), last one, last complete one.
+    new = np.ones(len(lead_pos), bool)
+    new[1:] = tok_lead[1:] != tok_lead[:-1]
+    last = np.roll(new, -1)
+    last_c = np.ones(len(tok_c), bool)
+    last_c[:-1] = tok_c[1:] != tok_c[:-1]
+    first_lead, last_lead, last_complete = (np.full(v, -1, np.int64) for _ in range(3))
+    first_lead[tok_lead[new]] = lead_pos[new]
+    last_lead[tok_lead[last]] = lead_pos[last]
+    last_complete[tok_c[last_c]] = at[last_c]
+    first_latin, last_latin, cut, control = (np.zeros(v, bool) for _ in range(4))
+    first_latin[tok_lead[new]] = latin[new]
+    last_latin[tok_c[last_c]] = latin_c[last_c]
+    cut[tok_lead[last]] = ~complete[last]
+    control[token[_CONTROL_BYTE[head]]] = True
+    only_partial = (first_lead >= 0) & (last_complete < first_lead)
+    flags = first_latin * _FIRST_LATIN | last_latin * _LAST_LATIN | cut * _CUT
+    flags = (flags | control * _CONTROL).astype(np.uint8)
+    # A character cut at the token's end: its bits so far and the bytes it still needs.
+    partial, need = np.zeros(v, np.int64), np.zeros(v, np.int64)
+    cuts = np.flatnonzero(cut)
+    start = last_lead[cuts]
+    tail = end[cuts] - start  # 1-3 bytes
+    width = _UTF8_LENGTH[data[start]]
+    value = data[start] & (0x7F >> width)
+    for k in (1, 2):
+        more = tail > k
+        value[more] = (value[more] << 6) | (data[start[more] + k] & 0x3F)
+    partial[cuts], need[cuts] = value, width - tail
+    # Continuation bytes a token starts with (they finish a character cut before it).
+    head_count = np.where(first_lead >= 0, first_lead - first, lengths)
+    head_value = np.zeros(v, np.int64)
+    heads = np.flatnonzero(head_count)
+    count = head_count[heads]
+    value = np.zeros(len(heads), np.int64)
+    for k in range(int(count.max(initial=0))):
+        more = count > k
+        value[more] = (value[more] << 6) | (data[first[heads[more]] + k] & 0x3F)
+    head_value[heads] = value
+    return code, flags, leads, partial, need, only_partial, head_count, head_value
+
+
+def _code_points(data: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """(C,) int32 code points of the complete UTF-8 characters starting at byte offsets ``at``
+    of ``data`` (uint8, at least 3 bytes after each character)."""
+    lead = data[at].astype(np.int32)
+    c1, c2, c3 = ((data[at + k] & 0x3F).astype(np.int32) for k in (1, 2, 3))
+    return np.select(
+        [lead < 0x80, lead < 0xE0, lead < 0xF0],
+        [lead, ((lead & 0x1F) << 6) | c1, ((lead & 0x0F) << 12) | (c1 << 6) | c2],
+        ((lead & 0x07) << 18) | (c1 << 12) | (c2 << 6) | c3,
+    )
+
+
 class TokenTextStats:
     """Per-token tables of a vocabulary and the per-document counts they give.
 
@@ -93,87 +192,17 @@ class TokenTextStats:
                 "compiled=True but megatron_gamma._C is not built. Fix: pip install "
                 "--no-build-isolation -e . (or compiled=None for numpy)"
             )
-        pieces = [vocab[i] for i in range(len(vocab))]
-        lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
-        b = np.frombuffer(b"".join(pieces) + b"\0\0\0", np.uint8).astype(np.int64)
-        n = int(lengths.sum())
-        first = np.cumsum(lengths) - lengths
-        token = np.repeat(np.arange(len(pieces)), lengths)
-        end = (first + lengths)[token]  # (n,) end of each byte's token
-        pos = np.arange(n)
-        head = b[:n]
-        lead = (head & 0xC0) != 0x80
-        size = np.select([head < 0x80, head >= 0xF0, head >= 0xE0, head >= 0xC0], [1, 4, 3, 2], 1)
-        complete = lead & (pos + size <= end)
-        cp = np.select(
-            [size == 1, size == 2, size == 3],
-            [
-                head,
-                ((head & 0x1F) << 6) | (b[1 : n + 1] & 0x3F),
-                ((head & 0x0F) << 12) | ((b[1 : n + 1] & 0x3F) << 6) | (b[2 : n + 2] & 0x3F),
-            ],
-            ((head & 0x07) << 18)
-            | ((b[1 : n + 1] & 0x3F) << 12)
-            | ((b[2 : n + 2] & 0x3F) << 6)
-            | (b[3 : n + 3] & 0x3F),
-        )
-        cp = np.where(complete, cp, 0)
-        latin = complete & latin_mask(cp)
-        # The Latin-ness of the complete character before each one in its token (False first).
-        lead_pos = np.flatnonzero(lead)
-        prev_latin = np.zeros(n, bool)
-        same = token[lead_pos[1:]] == token[lead_pos[:-1]]
-        prev_latin[lead_pos[1:]] = same & latin[lead_pos[:-1]]
-
-        def per_token(values: np.ndarray) -> np.ndarray:
-            out = np.zeros(len(pieces), np.int64)
-            np.add.at(out, token, values.astype(np.int64))
-            return out
-
-        self.leads = per_token(lead)  # characters whose first byte is in the token
-        han = per_token(complete & han_mask(cp))
-        words = per_token(latin & ~prev_latin)  # Latin runs starting in the token
-        visible = per_token(complete & _visible(cp))
-        self.code = visible | (han << _FIELD) | (words << (2 * _FIELD))
-        # The first character's Latin-ness (when complete), the last complete one's.
-        first_lead = np.full(len(pieces), -1)
-        last_complete = np.full(len(pieces), -1)
-        first_lead[token[lead_pos[::-1]]] = lead_pos[::-1]
-        done = np.flatnonzero(complete)
-        last_complete[token[done]] = done
-        first_latin = (first_lead >= 0) & latin[np.maximum(first_lead, 0)]
-        last_latin = (last_complete >= 0) & latin[np.maximum(last_complete, 0)]
-        self.only_partial = (first_lead >= 0) & (last_complete < first_lead)
-        # A character cut at the token's end: its bits so far and the bytes it still needs.
-        last_lead = np.full(len(pieces), -1)
-        last_lead[token[lead_pos]] = lead_pos
-        cut = (last_lead >= 0) & ~complete[np.maximum(last_lead, 0)]
-        control = per_token(np.isin(head, list(CONTROL_CHARACTERS))) > 0
-        self.flags = (
-            first_latin * _FIRST_LATIN | last_latin * _LAST_LATIN | cut * _CUT | control * _CONTROL
-        ).astype(np.uint8)
-        self.partial = np.zeros(len(pieces), np.int64)
-        self.need = np.zeros(len(pieces), np.int64)
-        for t in np.flatnonzero(cut):
-            tail = pieces[t][last_lead[t] - first[t] :]
-            width = int(size[last_lead[t]])
-            value = tail[0] & (0x7F >> width)
-            for byte in tail[1:]:
-                value = (value << 6) | (byte & 0x3F)
-            self.partial[t], self.need[t] = value, width - len(tail)
-        # Continuation bytes a token starts with (they finish a character cut before it).
-        self.head_count = np.where(first_lead >= 0, first_lead - first, lengths)
-        self.head_value = np.zeros(len(pieces), np.int64)
-        for t in np.flatnonzero(self.head_count):
-            value = 0
-            for byte in pieces[t][: self.head_count[t]]:
-                value = (value << 6) | (byte & 0x3F)
-            self.head_value[t] = value
+        lengths = np.fromiter((len(vocab[i]) for i in range(len(vocab))), np.int64, len(vocab))
+        data = np.frombuffer(b"".join(vocab[i] for i in range(len(vocab))) + b"\0\0\0", np.uint8)
+        (
+            self.code, self.flags, self.leads, self.partial, self.need, self.only_partial,
+            self.head_count, self.head_value,
+        ) = _vocabulary_tables(data, lengths)  # fmt: skip
         # The compiled kernel's (8, V) table, rows as csrc/token_stats_cpu.cpp names them, and
         # its classes of the low code points.
         rows = (self.code, self.flags, self.leads, self.partial, self.need)
         rows += (self.only_partial, self.head_count, self.head_value)
-        self.table = np.stack(rows).astype(np.int64)
+        self.table = np.stack(rows, dtype=np.int64)
         if self.kernel is not None:
             self.classes = _char_classes(np.arange(_LOW_CODE_POINTS)).astype(np.uint8)
 
