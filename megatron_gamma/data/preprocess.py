@@ -307,13 +307,15 @@ def _run_unit(
     log_interval: int,
     backend: _Backend,
     seen: dict,
+    tok_fingerprint: dict,
 ) -> tuple[dict, bool]:
     """Preprocess ``files`` into the outputs under ``base``; return (stats doc, was skipped).
 
     Progress is the bar on a terminal; without it (``progress`` False, or stderr not a terminal:
     a SLURM log, nohup, CI) a line is logged each time the documents written pass a multiple of
     ``log_interval``, after the chunk that passes it (:func:`_progress_line`). ``seen`` counts,
-    over the units this call writes, ``units`` and ``lang_key_records``."""
+    over the units this call writes, ``units`` and ``lang_key_records``. ``tok_fingerprint``
+    (``fingerprint(tok)``) is written beside each output."""
     unit = UnitOutput(base, _fingerprint(files, options, tok, shard), _reconcile)
     with unit.locked():
         if unit.completed() is not None:
@@ -375,7 +377,7 @@ def _run_unit(
             doc = stats_document(base, counts)
             write_json(unit.temp(".stats.json"), doc)
             for name in writers:
-                write_json(unit.temp(f"_{name}{FINGERPRINT}"), fingerprint(tok))
+                write_json(unit.temp(f"_{name}{FINGERPRINT}"), tok_fingerprint)
             suffixes = [
                 f"_{n}{ext}" for n in sorted(writers) for ext in (".bin", ".idx", FINGERPRINT)
             ]
@@ -520,13 +522,17 @@ def preprocess(
     )
     with output_dirs(out_dir):
         tok = load_tokenizer(tokenizer, out_dir)
+        # Before any unit: its canonical digest parses the whole tokenizer.json (+70 MiB for a
+        # moment with a 100k vocabulary), best done while little else is resident.
+        tok_fingerprint = fingerprint(tok)
         if num_shards > 1:
-            check_sibling_shards(output_prefix, num_shards, shard_index, fingerprint(tok))
+            check_sibling_shards(output_prefix, num_shards, shard_index, tok_fingerprint)
         backend = _Backend(files, tok, options, tokenizer_backend)
         seen: dict = {}
         run = {"tok": tok, "options": options, "workers": workers, "chunk_size": chunk_size}
         run["log_interval"] = log_interval
         run |= {"backend": backend, "seen": seen, "progress": progress}
+        run["tok_fingerprint"] = tok_fingerprint
         if num_shards == 1 or shard_index is not None:
             i = shard_index or 0
             base = shard_prefix(output_prefix, i, num_shards)
