@@ -192,8 +192,9 @@ class TokenTextStats:
                 "compiled=True but megatron_gamma._C is not built. Fix: pip install "
                 "--no-build-isolation -e . (or compiled=None for numpy)"
             )
-        lengths = np.fromiter((len(vocab[i]) for i in range(len(vocab))), np.int64, len(vocab))
-        data = np.frombuffer(b"".join(vocab[i] for i in range(len(vocab))) + b"\0\0\0", np.uint8)
+        pieces = [vocab[i] for i in range(len(vocab))]
+        lengths = np.fromiter(map(len, pieces), np.int64, len(pieces))
+        data = np.frombuffer(b"".join(pieces) + b"\0\0\0", np.uint8)
         (
             self.code, self.flags, self.leads, self.partial, self.need, self.only_partial,
             self.head_count, self.head_value,
