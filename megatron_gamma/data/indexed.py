@@ -21,91 +21,31 @@ and 146 MiB without wandb installed (this project's CI machine, 2 runs each).
 from __future__ import annotations
 
 import hashlib
-import importlib.abc
-import importlib.machinery
 import os
-import sys
 from array import array
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from megatron_gamma.mcore_import import import_megatron_core
 from megatron_gamma.warnings_summary import accelerator_warnings_ignored
 
 if TYPE_CHECKING:
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
 
-class _EagerJitFuser(importlib.abc.MetaPathFinder):
-    """Finds ``megatron.core.jit`` and calls its ``disable_jit_fuser()`` as soon as it has run,
-    so that the ``@jit_fuser`` decorators megatron-core's package import meets (``fusions``,
-    ``transformer.utils``, the MoE router and dispatcher) leave their functions eager instead of
-    calling ``torch.compile``, which imports TorchDynamo and Inductor. Removes itself on use."""
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != "megatron.core.jit":
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is not None and spec.loader is not None:
-            run = spec.loader.exec_module
-
-            def exec_module(module: ModuleType) -> None:
-                run(module)
-                getattr(module, "disable_jit_fuser", lambda: None)()
-
-            spec.loader.exec_module = exec_module
-        return spec
-
-
 def indexed_dataset() -> ModuleType:
     """megatron-core's ``megatron.core.datasets.indexed_dataset`` module, imported without
-    ``wandb`` and without ``torch.compile`` when this process has not imported megatron-core yet.
-
-    Importing any part of megatron-core runs its package ``__init__``:
-
-    - Its inference context and timers try ``import wandb`` (logging that index writing never
-      calls). With wandb installed that costs about 1.7 s and 42 MiB (measured on this project's
-      CI machine). Here ``sys.modules["wandb"]`` is None during megatron-core's first import, so
-      its ``try: import wandb`` takes the ``except ImportError`` branch. The entry is removed
-      afterwards, so a later ``import wandb`` (this project's ``--wandb-project`` telemetry)
-      works. What stays: in this process megatron-core's ``Timers.write`` cannot write to wandb
-      and its dynamic inference context does not log to it; megatron-gamma uses neither.
-    - Its ``@jit_fuser`` decorators call ``torch.compile``, which imports TorchDynamo and Inductor:
-      about 2 s of the import's 3-3.5 s (``python -X importtime``), for functions index writing
-      never calls. Here megatron-core's own ``megatron.core.jit.disable_jit_fuser()`` runs as
-      soon as that module exists (:class:`_EagerJitFuser`), and its ``enable_jit_fuser()`` after
-      the import, so modules imported later compile as usual. What stays: the functions decorated
-      during this import (the bias-GeLU/GeGLU/SwiGLU fusions, the MoE router's expert bias and
-      routing-map padding, the flex dispatcher's preprocessing) run eagerly in this process, with
-      the same math. megatron-gamma's models turn these fusions off.
-
-    Its warnings that Transformer Engine and Apex are missing are not shown
+    ``wandb`` and without ``torch.compile`` when this process has not imported megatron-core yet
+    (:func:`~megatron_gamma.mcore_import.import_megatron_core`: logging and fusions that writing
+    an index never uses), and without its warnings that Transformer Engine and Apex are missing
     (:func:`~megatron_gamma.warnings_summary.accelerator_warnings_ignored`): the fallbacks they
-    announce are for models and optimizers. Where megatron-core is already imported (training, a
-    notebook), nothing changes; where only wandb is, wandb is left to megatron-core.
-    """
-    if "megatron.core" in sys.modules:
-        from megatron.core.datasets import indexed_dataset as module
-
-        return module
-    hide_wandb = "wandb" not in sys.modules
-    if hide_wandb:
-        sys.modules["wandb"] = None
-    finder = _EagerJitFuser()
-    sys.meta_path.insert(0, finder)
-    try:
-        with accelerator_warnings_ignored():
-            from megatron.core.datasets import indexed_dataset as module
-    finally:
-        if finder in sys.meta_path:
-            sys.meta_path.remove(finder)
-        if hide_wandb and sys.modules.get("wandb") is None:
-            sys.modules.pop("wandb", None)
-    jit = sys.modules.get("megatron.core.jit")
-    getattr(jit, "enable_jit_fuser", lambda: None)()
-    return module
+    announce are for models and optimizers."""
+    with accelerator_warnings_ignored():
+        return import_megatron_core(
+            "megatron.core.datasets.indexed_dataset", wandb=False, jit_fuser=False
+        )
 
 
 def token_dtype(vocab_size: int) -> type:
