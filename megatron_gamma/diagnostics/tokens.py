@@ -32,7 +32,6 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
-from scipy import stats
 
 from megatron_gamma.clustered import document_df
 
@@ -134,6 +133,8 @@ def document_interval(
     sums = np.bincount(inverse, weights=x - mean, minlength=count)
     se = math.sqrt(float(np.sum(sums**2 / (1 - counts / x.size)))) / x.size
     df = document_df(counts)
+    from scipy import stats  # here: 1 CPU-s of import that a training rank does not need
+
     half = float(stats.t.ppf((1 + level) / 2, df)) * se
     return DocumentInterval(mean, se, mean - half, mean + half, count, df)
 
