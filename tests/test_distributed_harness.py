@@ -5,12 +5,11 @@ the sending process serves until it exits; a rank that had already exited when p
 result failed the whole test with ``FileNotFoundError`` (CI, ``test_checkpoint_ops``).
 """
 
-import multiprocessing as mp
 import pickle
 
 import pytest
 import torch
-from distributed import _child
+from distributed import _child, context
 
 
 def _state():
@@ -19,7 +18,7 @@ def _state():
 
 @pytest.mark.slow
 def test_a_rank_result_is_read_after_the_rank_has_exited():
-    ctx = mp.get_context("spawn")
+    ctx = context()  # run_distributed's
     queue = ctx.Queue()
     proc = ctx.Process(target=_child, args=(_state, 0, 1, 0, (), queue))
     proc.start()
