@@ -118,6 +118,23 @@ def cli_env() -> dict[str, str]:
     return env
 
 
+def run_with_stand_in_wandb(tmp_path, code: str, env: dict[str, str] | None = None) -> dict:
+    """Run ``code`` in a fresh interpreter (``env``, default this one's) that finds an empty
+    stand-in ``wandb`` module first on its path, this checkout next; returns the JSON object its
+    last line prints, with ``fake``: the stand-in's path (what a later ``import wandb`` should
+    load)."""
+    fake = tmp_path / "site"
+    fake.mkdir(exist_ok=True)
+    (fake / "wandb.py").write_text("")
+    env = dict(os.environ if env is None else env)
+    env["PYTHONPATH"] = os.pathsep.join([str(fake), REPO, env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr
+    return dict(json.loads(proc.stdout.rstrip("\n").split("\n")[-1]), fake=str(fake / "wandb.py"))
+
+
 def cli_command(args: list[str], nproc: int = 1) -> list[str]:
     """``megatron-gamma ARGS`` as a command line (torchrun ``--standalone`` when nproc > 1:
     a free port; torch 2.13 hangs with ``--master-port=0``)."""

@@ -2,13 +2,11 @@
 own per-document ``IndexedDatasetBuilder.add_document``: same ``.bin`` and ``.idx`` bytes."""
 
 import importlib.util
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
+from helpers import run_with_stand_in_wandb
 from megatron.core.datasets.indexed_dataset import DType, IndexedDataset, IndexedDatasetBuilder
 
 from megatron_gamma.data.indexed import ChunkWriter, index_token_count, token_dtype
@@ -115,25 +113,15 @@ print(json.dumps(seen))
 
 
 def _import_probe(tmp_path, before: str = "") -> dict:
-    """Run :func:`indexed_dataset` in a fresh interpreter that finds a stand-in ``wandb`` module
-    first on its path; report whether megatron-core's timers got it, whether it is in
-    ``sys.modules`` after the call, whether megatron-core's GeGLU fusion went through
-    ``torch.compile`` and TorchDynamo was imported, whether megatron-core's ``jit_fuser`` is
-    ``torch.compile`` afterwards, how many warnings about missing accelerators were raised, and
-    which file a later ``import wandb`` loads. Without ``TORCHDYNAMO_DISABLE``, under which
-    ``torch.compile`` returns the function as it is."""
-    fake = tmp_path / "site"
-    fake.mkdir(exist_ok=True)
-    (fake / "wandb.py").write_text("")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.pathsep.join([str(fake), root, os.environ.get("PYTHONPATH", "")])
+    """Run :func:`indexed_dataset` with a stand-in ``wandb`` first on the path
+    (:func:`helpers.run_with_stand_in_wandb`); report whether megatron-core's timers got it,
+    whether it is in ``sys.modules`` after the call, whether megatron-core's GeGLU fusion went
+    through ``torch.compile`` and TorchDynamo was imported, whether megatron-core's
+    ``jit_fuser`` is ``torch.compile`` afterwards, how many warnings about missing accelerators
+    were raised, and which file a later ``import wandb`` loads. Without ``TORCHDYNAMO_DISABLE``,
+    under which ``torch.compile`` returns the function as it is."""
     env = {k: v for k, v in os.environ.items() if k != "TORCHDYNAMO_DISABLE"}  # CI sets it
-    proc = subprocess.run(
-        [sys.executable, "-c", IMPORT_PROBE.format(before=before)],
-        env=dict(env, PYTHONPATH=path), capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    return dict(json.loads(proc.stdout.rstrip("\n").split("\n")[-1]), fake=str(fake / "wandb.py"))
+    return run_with_stand_in_wandb(tmp_path, IMPORT_PROBE.format(before=before), env)
 
 
 def test_megatron_core_is_imported_without_wandb_and_wandb_stays_importable(tmp_path):

@@ -9,10 +9,7 @@ the block, whether the block's finder is left on ``sys.meta_path`` and which fil
 ``import wandb`` loads.
 """
 
-import json
-import os
-import subprocess
-import sys
+from helpers import run_with_stand_in_wandb
 
 PROBE = """
 import json, sys
@@ -22,7 +19,7 @@ with megatron_core_without_wandb():
     import megatron.core.timers as timers
 finders = [type(f).__name__ for f in sys.meta_path]
 seen = {{"during": timers.wandb is not None, "after": "wandb" in sys.modules}}
-seen["finder_left"] = "_WandbHiddenFinder" in finders
+seen["finder_left"] = "_OnImport" in finders
 import wandb
 seen["later"] = wandb.__file__
 print(json.dumps(seen))
@@ -30,17 +27,7 @@ print(json.dumps(seen))
 
 
 def _probe(tmp_path, before: str = "") -> dict:
-    fake = tmp_path / "site"
-    fake.mkdir(exist_ok=True)
-    (fake / "wandb.py").write_text("")
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = os.pathsep.join([str(fake), root, os.environ.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", PROBE.format(before=before)],
-        env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    return dict(json.loads(proc.stdout.rstrip("\n").split("\n")[-1]), fake=str(fake / "wandb.py"))
+    return run_with_stand_in_wandb(tmp_path, PROBE.format(before=before))
 
 
 def test_megatron_core_imported_in_the_block_has_no_wandb_and_wandb_stays_importable(tmp_path):
@@ -53,11 +40,11 @@ def test_megatron_core_imported_in_the_block_has_no_wandb_and_wandb_stays_import
 def test_a_wandb_imported_first_is_megatron_cores(tmp_path):
     """The control (what ``pretrain --wandb-project`` does): the stand-in is on the path the
     probe's megatron-core sees, so ``during`` can be True."""
-    seen = _probe(tmp_path, before="import wandb")
+    seen = _probe(tmp_path, "import wandb")
     assert seen["during"] is True and seen["later"] == seen["fake"]
 
 
 def test_outside_the_block_megatron_core_takes_wandb(tmp_path):
     """The control for the block itself: megatron-core imported before it gets wandb."""
-    seen = _probe(tmp_path, before="import megatron.core")
+    seen = _probe(tmp_path, "import megatron.core")
     assert seen["during"] is True and seen["after"] is True and seen["finder_left"] is False

@@ -43,9 +43,7 @@ def indexed_dataset() -> ModuleType:
     (:func:`~megatron_gamma.warnings_summary.accelerator_warnings_ignored`): the fallbacks they
     announce are for models and optimizers."""
     with accelerator_warnings_ignored():
-        return import_megatron_core(
-            "megatron.core.datasets.indexed_dataset", wandb=False, jit_fuser=False
-        )
+        return import_megatron_core("megatron.core.datasets.indexed_dataset")
 
 
 def token_dtype(vocab_size: int) -> type:
