@@ -44,8 +44,8 @@ def _cli(*args: str, **kw) -> subprocess.CompletedProcess:
     )
 
 
-def _final_losses(study_dir: str) -> dict[str, float]:
-    runs = plan(load_study(SMOKE), study_dir)
+def _final_losses(study_dir: str, study: str = SMOKE) -> dict[str, float]:
+    runs = plan(load_study(study), study_dir)
     return {r.key: rundir.read_run(os.path.join(study_dir, r.key)).final_valid_loss() for r in runs}
 
 
@@ -137,11 +137,19 @@ def test_smoke_sweep_run_directories_complete(smoke_dir):
 
 @pytest.mark.slow
 def test_killed_sweep_resumes_without_redoing_finished_runs(smoke_dir, tmp_path):
+    """The smoke study's two d32 runs (half its cost): the second killed after its first
+    checkpoint, then the sweep rerun; the final losses are the uninterrupted sweep's."""
+
+    def d32_only(raw):
+        del raw["sizes"]["d64"]
+
+    study = _changed_study(tmp_path, d32_only)
     out = str(tmp_path / "study")
-    runs = plan(load_study(SMOKE), out)
+    runs = plan(load_study(study), out)
+    assert len(runs) == 2
     second = os.path.join(out, runs[1].key, rundir.CHECKPOINTS)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "megatron_gamma.cli", "sweep", SMOKE, "--output-dir", out],
+        [sys.executable, "-m", "megatron_gamma.cli", "sweep", study, "--output-dir", out],
         env=ENV,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -159,13 +167,14 @@ def test_killed_sweep_resumes_without_redoing_finished_runs(smoke_dir, tmp_path)
     assert killed_at is not None and killed_at < runs[1].train_iters, killed_at
     first = os.path.join(out, runs[0].key, rundir.METRICS)
     before = (os.stat(first).st_mtime_ns, open(first, encoding="utf-8").read())
-    done = _cli("sweep", SMOKE, "--output-dir", out, timeout=900)
+    done = _cli("sweep", study, "--output-dir", out, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"{runs[0].key}: finished, skipped" in done.stdout
     assert (os.stat(first).st_mtime_ns, open(first, encoding="utf-8").read()) == before
     with open(os.path.join(out, runs[1].key, "pretrain.log"), encoding="utf-8") as f:
         assert f.read().count("$ ") == 2  # started, killed, resumed
-    assert _final_losses(out) == _final_losses(smoke_dir)
+    uninterrupted = _final_losses(smoke_dir)
+    assert _final_losses(out, study) == {r.key: uninterrupted[r.key] for r in runs}
 
 
 @pytest.mark.slow
