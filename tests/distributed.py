@@ -42,12 +42,9 @@ def context() -> mp.context.ForkServerContext:
     return ctx
 
 
-def _child(
-    fn: Callable, rank: int, world: int, port: int, args: tuple, queue, env: dict | None = None
-) -> None:
-    if env is not None:  # the test's environment, not the fork server's
-        os.environ.clear()
-        os.environ.update(env)
+def _child(fn: Callable, rank: int, world: int, port: int, args: tuple, queue, env: dict) -> None:
+    os.environ.clear()  # the test's environment (``env``), not the fork server's
+    os.environ.update(env)
     os.environ.update(
         RANK=str(rank),
         WORLD_SIZE=str(world),

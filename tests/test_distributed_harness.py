@@ -5,6 +5,7 @@ the sending process serves until it exits; a rank that had already exited when p
 result failed the whole test with ``FileNotFoundError`` (CI, ``test_checkpoint_ops``).
 """
 
+import os
 import pickle
 
 import pytest
@@ -20,7 +21,7 @@ def _state():
 def test_a_rank_result_is_read_after_the_rank_has_exited():
     ctx = context()  # run_distributed's
     queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(_state, 0, 1, 0, (), queue))
+    proc = ctx.Process(target=_child, args=(_state, 0, 1, 0, (), queue, dict(os.environ)))
     proc.start()
     proc.join(timeout=120)
     assert proc.exitcode == 0
