@@ -1,7 +1,8 @@
-"""tools/gpu_acceptance.sh on CPU: the dry run runs every step's code path (alone, and in the
-offline rehearsal venv from tools/gpu_wheelhouse.sh's wheelhouse); a bad flag or a bad ops
-backend fails it; the training command works end to end (shrunk to a tiny model) and its log is
-parsed into tokens/s and TFLOP/s; budgets, the TE skip and the gate-fusion decision."""
+"""tools/gpu_acceptance.sh on CPU: the dry run runs every step's code path in the offline
+rehearsal venv from tools/gpu_wheelhouse.sh's wheelhouse (without one only the install step's
+check differs, tested alone); a bad flag or a bad ops backend fails it; the training command
+works end to end (shrunk to a tiny model) and its log is parsed into tokens/s and TFLOP/s;
+budgets, the TE skip and the gate-fusion decision."""
 
 import glob
 import json
@@ -30,19 +31,21 @@ STEPS = ["install-wheels", "build-extension", "kernel-tests", "bench-rmsnorm", "
 
 
 @pytest.mark.slow
-def test_dry_run_checks_every_step_and_writes_the_report(tmp_path):
-    r = subprocess.run(
-        ["bash", "tools/gpu_acceptance.sh", str(tmp_path), "--dry-run"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stdout + r.stderr
-    doc = json.loads((tmp_path / "gpu_acceptance.json").read_text())
-    names = [s["name"] for s in doc["steps"]]
-    assert names == STEPS
-    assert all(s["status"] == "dry-run ok" for s in doc["steps"]), doc["steps"]
-    kernel = doc["steps"][2]["detail"]
-    assert int(kernel.split()[0]) > 0 and "CUDA test cases collected" in kernel
-    assert "| train-ops-reference | dry-run ok |" in (tmp_path / "gpu_acceptance.md").read_text()
+def test_install_step_without_a_wheelhouse_checks_that_the_wheels_modules_import(tmp_path):
+    """The one step whose dry run differs without --wheelhouse (the full dry run is the
+    rehearsal's, below): it imports every module the wheels bring, and a missing one is refused
+    with the fix."""
+    step = gpu_acceptance.plan(str(tmp_path))[0]
+    assert step.name == "install-wheels" and step.dry is None
+    assert gpu_acceptance.check_command(step) == (
+        f"no --wheelhouse: {', '.join(gpu_acceptance.WHEEL_MODULES)} import already"
+    )
+    shadow = tmp_path / "shadow"
+    (shadow / "nltk").mkdir(parents=True)
+    (shadow / "nltk" / "__init__.py").write_text("raise ImportError('shadowed')\n")
+    step.env["PYTHONPATH"] = f"{shadow}{os.pathsep}{step.env['PYTHONPATH']}"
+    with pytest.raises(RuntimeError, match=r"\['nltk'\] not importable and no --wheelhouse\. Fix"):
+        gpu_acceptance.check_command(step)
 
 
 @pytest.mark.slow
@@ -110,6 +113,9 @@ def test_rehearsal_installs_from_the_wheelhouse_in_an_offline_venv(tmp_path):
     assert [s["name"] for s in doc["steps"]] == STEPS
     assert all(s["status"] == "dry-run ok" for s in doc["steps"]), doc["steps"]
     assert "--no-index --no-deps" in doc["steps"][0]["detail"]
+    kernel = doc["steps"][2]["detail"]
+    assert int(kernel.split()[0]) > 0 and "CUDA test cases collected" in kernel
+    assert "| train-ops-reference | dry-run ok |" in (out / "gpu_acceptance.md").read_text()
     assert glob.glob(f"{out}/site/megatron_core-0.16.1.dist-info")
     venv_site = glob.glob(f"{out}/rehearsal-venv/lib/python3.*/site-packages")[0]
     assert os.path.islink(f"{venv_site}/torch") and not os.path.exists(f"{venv_site}/megatron")
