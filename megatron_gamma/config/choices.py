@@ -5,6 +5,7 @@ section's choice fields."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from enum import Enum
@@ -344,7 +345,7 @@ def check_choices(section: Any) -> None:
         ConfigError: a value that is no member, naming the members and what each does (and,
             for a value of :data:`REFUSED_CHOICES`, why it is refused and the fix).
     """
-    hints = typing.get_type_hints(type(section))
+    hints = type_hints(type(section))
     for f in dataclasses.fields(section):
         kind = base_type(hints[f.name])
         value = getattr(section, f.name)
@@ -358,6 +359,14 @@ def check_choices(section: Any) -> None:
                 fail(f.name, value, "unknown", f"use one of {kind.help()}", (f.name,))
             why, fix = refused
             fail(f.name, value, why, f"{fix} (built: {', '.join(m.value for m in kind)})")
+
+
+@functools.cache
+def type_hints(cls: type) -> types.MappingProxyType:
+    """``typing.get_type_hints(cls)``, read-only, computed once per class: the config classes do
+    not change, and resolving their string annotations costs ~0.4 ms a class (a pretrain
+    process asked ~2,600 times, 1.3 CPU-s, before this cache)."""
+    return types.MappingProxyType(typing.get_type_hints(cls))
 
 
 def base_type(tp: Any) -> Any:

@@ -108,4 +108,5 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
     """The config fields given on the command line."""
-    return {k: v for k, v in vars(args).items() if k in field_index() and v is not None}
+    index = field_index()
+    return {k: v for k, v in vars(args).items() if k in index and v is not None}

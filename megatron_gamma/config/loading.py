@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 import shlex
 import types
@@ -16,7 +17,7 @@ from typing import Any, Optional
 import yaml
 
 from megatron_gamma.atomic import atomic_open
-from megatron_gamma.config.choices import Choice, base_type
+from megatron_gamma.config.choices import Choice, base_type, type_hints
 from megatron_gamma.config.errors import ConfigError, fail
 from megatron_gamma.config.file_kinds import keys_of_the_other_kind
 from megatron_gamma.config.schedule import check_schedule_units, drop_alternatives
@@ -114,19 +115,22 @@ CONFIG = "config.yaml"
 """The resolved config a run writes into its run directory (:func:`save_config`)."""
 
 
-def section_types() -> dict[str, type]:
-    hints = typing.get_type_hints(Config)
-    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
+@functools.cache
+def section_types() -> types.MappingProxyType:
+    """Map section name -> its dataclass (read-only, computed once)."""
+    hints = type_hints(Config)
+    return types.MappingProxyType({f.name: hints[f.name] for f in dataclasses.fields(Config)})
 
 
-def field_index() -> dict[str, tuple[str, dataclasses.Field, Any]]:
-    """Map field name -> (section, Field, resolved type)."""
+@functools.cache
+def field_index() -> types.MappingProxyType:
+    """Map field name -> (section, Field, resolved type) (read-only, computed once)."""
     index = {}
     for section, cls in section_types().items():
-        hints = typing.get_type_hints(cls)
+        hints = type_hints(cls)
         for f in dataclasses.fields(cls):
             index[f.name] = (section, f, hints[f.name])
-    return index
+    return types.MappingProxyType(index)
 
 
 def _unknown(
@@ -215,7 +219,7 @@ def config_from_dict(raw: dict) -> Config:
             if key not in names:  # load_config names its file
                 elsewhere = {k: v[0] for k, v in index.items() if v[0] != section}
                 _unknown(key, names, f"{section}.", (key,), elsewhere)
-        hints = typing.get_type_hints(cls)
+        hints = type_hints(cls)
         values = {k: typed_value(f"{section}.", k, v, hints[k]) for k, v in (values or {}).items()}
         try:
             kwargs[section] = cls(**values)
