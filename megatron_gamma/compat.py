@@ -1,6 +1,7 @@
 """Every process-wide patch of megatron-core, in one place: the CPU compatibility layer for its
-hard-coded CUDA calls, one load fix for its distributed optimizer, the dataset index-cache load
-and the checkpoint reader that run no code from a file.
+hard-coded CUDA calls, one load fix for its distributed optimizer, the checkpoint writer's
+results queue kept in the saving process, the dataset index-cache load and the checkpoint reader
+that run no code from a file.
 
 megatron-core 0.16 assumes a GPU on its training path (about 229 lines touch ``torch.cuda``), so
 on a CPU-only machine :func:`apply_cpu_compat` installs six process-wide shims, once, before any
@@ -63,6 +64,22 @@ npycache   megatron-core's GPTDataset and BlendedDataset     they load their ``.
                                                              run directory ran code on read
 =========  ================================================  ===================================
 
+And one before every checkpoint save, installed by
+:func:`~megatron_gamma.training.checkpointing.save_checkpoint` and ``import-hf``
+(:func:`patch_save_results_queue`):
+
+=========  ================================================  ===================================
+patch      what                                              why
+=========  ================================================  ===================================
+savequeue  megatron-core 0.16's torch_dist writer passes     its queue is a ``multiprocessing``
+           each save's write results back through a          Manager queue of the ``spawn``
+           ``queue.Queue`` of this process instead of the    context: a server process that
+           Manager queue it makes on first use (saves here   imports torch and torch DCP to
+           are synchronous, ``--async-save`` is refused, so  unpickle the results, ~3-4 CPU-s
+           megatron-core puts and takes them in the saving   and ~3 s of waiting in every
+           process); left alone on other versions            process that saves (2 CPU cores)
+=========  ================================================  ===================================
+
 And one before every checkpoint read, installed by :mod:`megatron_gamma.checkpoint_trust`'s read
 functions (:func:`patch_checkpoint_reader`):
 
@@ -103,6 +120,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import types
 import warnings
 
@@ -301,6 +319,30 @@ def patch_distributed_optimizer_load() -> None:
 
     _set_main_param_and_optimizer_states._megatron_gamma_fix = True
     cls._set_main_param_and_optimizer_states = _set_main_param_and_optimizer_states
+
+
+SAVE_QUEUE_VERSIONS = ("0.16.",)
+"""megatron-core versions whose synchronous save puts and takes its write results in the saving
+process (read in their ``dist_checkpointing/strategies``): where :func:`patch_save_results_queue`
+applies."""
+
+
+def patch_save_results_queue() -> None:
+    """The ``savequeue`` patch (idempotent; CPU and GPU alike): megatron-core's
+    ``FileSystemWriterAsync`` takes its results queue from ``filesystem_async._results_queue``,
+    made on first use as ``multiprocessing.get_context("spawn").Manager().Queue()``; set it to a
+    ``queue.Queue`` before that. A synchronous save (``execute_sync``, the only kind here)
+    writes through forked workers that report on their own queue, then puts the collected
+    results on this one and reads them back in the same process, so no other process needs it.
+    Nothing changes where megatron-core's version is not one of :data:`SAVE_QUEUE_VERSIONS`, or
+    where its queue exists already."""
+    from megatron.core import package_info
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    if not package_info.__version__.startswith(SAVE_QUEUE_VERSIONS):
+        return
+    if getattr(filesystem_async, "_results_queue", False) is None:
+        filesystem_async._results_queue = queue.Queue()
 
 
 class _LoadGuard(types.ModuleType):

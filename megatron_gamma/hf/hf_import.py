@@ -40,6 +40,7 @@ from megatron.core import dist_checkpointing
 
 from megatron_gamma.atomic import atomic_dir
 from megatron_gamma.checkpoint_trust import CheckpointError
+from megatron_gamma.compat import patch_save_results_queue
 from megatron_gamma.config import Config, config_from_dict, save_config
 from megatron_gamma.data.tokenizer import (
     SPECIAL_TOKENS_MAP,
@@ -365,6 +366,7 @@ def import_hf(hf_dir: str, run_dir: str) -> dict:
             os.makedirs(final)
             state = {"model": model.sharded_state_dict(), "iteration": iteration}
             state.update(layout.describe(cfg, _tokenizer_fingerprint(tok, tmp, run_dir)))
+            patch_save_results_queue()
             dist_checkpointing.save(state, final)
         with open(os.path.join(root, TRACKER), "w") as f:
             f.write(str(iteration))

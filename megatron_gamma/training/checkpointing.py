@@ -58,7 +58,7 @@ from megatron_gamma.atomic import (
     open_in_place,
     refuse_link,
 )
-from megatron_gamma.compat import patch_distributed_optimizer_load
+from megatron_gamma.compat import patch_distributed_optimizer_load, patch_save_results_queue
 from megatron_gamma.config import ConfigError
 from megatron_gamma.rundir.layout import (
     METRICS,
@@ -520,6 +520,7 @@ def save_checkpoint(
         chunks, optimizer, scheduler, state, _rng_state(), loading=False, with_optim=save_optim
     )
     sd.update(description or {})
+    patch_save_results_queue()
     dist_checkpointing.save(sd, partial, content_metadata=_SAVE_METADATA)
     dist.barrier()
     if dist.get_rank() == 0:
