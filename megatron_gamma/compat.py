@@ -75,9 +75,9 @@ savequeue  megatron-core 0.16's torch_dist writer passes     its queue is a ``mu
            each save's write results back through a          Manager queue of the ``spawn``
            ``queue.Queue`` of this process instead of the    context: a server process that
            Manager queue it makes on first use (saves here   imports torch and torch DCP to
-           are synchronous, ``--async-save`` is refused, so  unpickle the results, ~3-4 CPU-s
-           megatron-core puts and takes them in the saving   and ~3 s of waiting in every
-           process); left alone on other versions            process that saves (2 CPU cores)
+           are synchronous, ``--async-save`` is refused, so  unpickle the results, ~5-6 CPU-s
+           megatron-core puts and takes them in the saving   and as many seconds of waiting in
+           process); left alone on other versions            every process that saves (2 cores)
 =========  ================================================  ===================================
 
 And one before every checkpoint read, installed by :mod:`megatron_gamma.checkpoint_trust`'s read

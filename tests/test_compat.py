@@ -87,7 +87,7 @@ def _save_and_load(path: str, patched: bool) -> dict:
 @pytest.mark.parametrize("patched", [False, True])
 def test_the_savequeue_patch_saves_without_a_manager_process(tmp_path, patched):
     """megatron-core's synchronous torch_dist save hands its write results back through a spawned
-    Manager process's queue (a server that imports torch to unpickle them: ~5 CPU-s of every
+    Manager process's queue (a server that imports torch to unpickle them: ~5-6 CPU-s of every
     saving process); with the patch it is a ``queue.Queue`` of the saving process, no Manager
     starts, and the checkpoint reads back the same."""
     (got,) = run_distributed(_save_and_load, 1, str(tmp_path), patched)
