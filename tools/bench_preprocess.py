@@ -39,6 +39,14 @@ so that neither a drift in load within a round nor a path's place in it favours 
   what this machine gives N processes that share no work, so the 1 -> N worker scaling can be
   read against the machine's own ceiling (shared caches, memory bandwidth, hypervisor).
 
+Steady state (``--head-records N``, default 64): the real script, the re-creation and ours also
+run, right after each run on the corpus, on a file of its first N records (same compression), and
+per round the corpus's run less the head's run gives tokens per CPU-second beyond start-up
+(:func:`beyond_head`): each path's fixed cost (building its tokenizer; ours' start-up check
+against HF ``tokenizers`` and its statistics tables) falls in both and cancels, which is what a
+trillion-token corpus pays per token. It is reported, logged and pooled beside the whole-file
+figure, never in place of it.
+
 "Per core" is tokens per CPU-second (user + system time of the process, its threads and its
 workers), which depends little on how busy the machine is; wall tokens/s and the 1 -> 2 worker
 scaling need an idle machine. Each path's figure is its median over rounds. Each ratio is the
@@ -96,6 +104,18 @@ REFERENCES = ("mlm-fast", "mlm-real")
 REFERENCE = {"dir": None, "pythonpath": [], "commit": None}
 """The Megatron-LM checkout of ``--megatron-lm`` (set by :func:`main`)."""
 PATHS = ("mlm-fast", "gigatoken-raw", "per-doc-hf", "ours-gigatoken", "ours-hf", SIDE_BY_SIDE)
+HEAD_PATHS = ("mlm-fast", "mlm-real", "ours-gigatoken", "ours-hf")
+"""The paths also run on the head file of ``--head-records``, for the steady state."""
+IMPORTS_EXCLUDED = "tokens per CPU-second, imports excluded: path / against"
+"""The ``measure`` of a runs-log record of the whole file's runs (also of records without one)."""
+
+
+def steady_measure(head_records: int) -> str:
+    """The ``measure`` of a runs-log record of the steady state (:func:`beyond_head`)."""
+    return (
+        f"tokens per CPU-second beyond start-up (the whole file's run less its first "
+        f"{head_records} records' run), imports excluded: path / against"
+    )
 
 
 def rounds_ratio(ratios: Sequence[float], unit: str = "rounds"):
@@ -161,6 +181,28 @@ def _per_round(runs: list[dict], refs: list[dict], clock: str) -> list[float]:
     return [
         (x["tokens"] / x[clock]) / (m["tokens"] / m[clock]) for x, m in zip(runs, refs, strict=True)
     ]
+
+
+def beyond_head(full: list[dict], head: list[dict]) -> list[dict] | None:
+    """Per round, what the whole file's run did beyond its head file's run (the same path, the
+    same round): tokens and each CPU clock of ``full`` less those of ``head``. A path's fixed
+    start-up (its tokenizer and checks; ours' start-up check against HF ``tokenizers``) falls in
+    both and cancels, so tokens over the CPU left is the steady state of a long run, what a
+    trillion-token corpus pays per token; the head's own share of the cold pretoken cache
+    cancels with it, the rest of the file's stays in.
+
+    Returns:
+        one dict per round (``tokens``, ``cpu``, ``user``, ``system``), or None where a round's
+        head run took as much CPU as its whole-file run (a head too large, or a file too small,
+        to tell start-up from steady state).
+    """
+    rounds = []
+    for f, h in zip(full, head, strict=True):
+        left = {k: f[k] - h[k] for k in ("tokens", *CPU_CLOCKS)}
+        if left["tokens"] <= 0 or left["cpu"] <= 0:
+            return None
+        rounds.append(left)
+    return rounds
 
 
 def cpu_split(runs: list[dict]) -> str:
@@ -405,8 +447,9 @@ def _pooled(record: dict, recreation: bool) -> float:
 
 
 def summarize_runs(records: Sequence[dict]) -> list[str]:
-    """Each run's ratio as one observation, per corpus, path, worker count and reference (the
-    Megatron-LM commit), per host (Student-t over runs, df = runs - 1; where the host's runs fall
+    """Each run's ratio as one observation, per corpus, path, worker count, reference (the
+    Megatron-LM commit) and measure (the whole file's run, or the steady state beyond start-up:
+    :func:`beyond_head`), per host (Student-t over runs, df = runs - 1; where the host's runs fall
     in several :func:`windows`, also over windows, each window's geometric mean one observation,
     df = windows - 1), then across hosts (each host's geometric mean, over its windows where it
     has several, one observation, df = hosts - 1): the lines to print.
@@ -434,12 +477,16 @@ def summarize_runs(records: Sequence[dict]) -> list[str]:
 
     groups: dict = {}
     for r in records:
+        measured = r.get("measure") or IMPORTS_EXCLUDED
         key = (r["corpus"], r["tokens"], r["path"], r["workers"], r["against"], r.get("reference"))
-        groups.setdefault(key, {}).setdefault(r["host"], []).append(r)
+        groups.setdefault((*key, measured), {}).setdefault(r["host"], []).append(r)
     lines = []
-    for (corpus, tokens, path, workers, against_, commit), hosts in groups.items():
+    for (corpus, tokens, path, workers, against_, commit, measured), hosts in groups.items():
         recreation = path == "mlm-fast"
         measure = "CPU per token" if recreation else "tokens per CPU-second"
+        if measured != IMPORTS_EXCLUDED:
+            head = next(iter(hosts.values()))[0].get("head_records")
+            measure += f" beyond start-up (less the run on the first {head} records)"
         reference = f"{against_} (Megatron-LM {str(commit)[:10]})" if commit else against_
         lines.append(f"{corpus} ({tokens:,} tokens), {path}, workers={workers}, x {reference}, "
                      f"{measure} (imports excluded):")  # fmt: skip
@@ -862,6 +909,29 @@ def _one_file(files: list[str], folder: str) -> list[str]:
     return [out]
 
 
+def head_file(path: str, folder: str, records: int) -> str | None:
+    """The first ``records`` non-blank lines of the JSON-lines file ``path`` (gzip or plain),
+    written as ``folder/head-{records}.jsonl`` (``.jsonl.gz``, gzip level 6, for a ``.gz``):
+    the start-up run of :func:`beyond_head`. None where ``path`` holds no more than ``records``
+    such lines, or is neither (``.zst``, parquet: no head is cut from those)."""
+    import gzip
+    import itertools
+
+    if not path.endswith((".jsonl", ".json", ".jsonl.gz", ".json.gz")):
+        return None
+    packed = path.endswith(".gz")
+    out = os.path.join(folder, f"head-{records}.jsonl" + ".gz" * packed)
+    with gzip.open(path, "rb") if packed else open(path, "rb") as src:
+        lines = (line for line in src if line.strip())
+        head = list(itertools.islice(lines, records + 1))
+    if len(head) <= records:
+        return None
+    os.makedirs(folder, exist_ok=True)
+    with gzip.open(out, "wb", compresslevel=6) if packed else open(out, "wb") as dst:
+        dst.writelines(head[:records])
+    return out
+
+
 def _same_bytes(a: str, b: str) -> bool:
     return all(filecmp.cmp(a + ext, b + ext, shallow=False) for ext in (".bin", ".idx"))
 
@@ -875,11 +945,15 @@ def bench_corpus(
     tmp: str,
     paths: tuple[str, ...] = PATHS,
     log: list | None = None,
+    head: tuple[str, int] | None = None,
 ) -> dict:
     """Run ``paths`` (and ``mlm-fast``, and ``mlm-real`` with a checkout) ``rounds`` times, in
-    reverse order every other round; print medians and ratios. With ``log``, append to it one
-    record per path compared with the reference (``ours`` paths and the re-creation): this run's
-    geometric-mean ratio of tokens per CPU-second and what :func:`summarize_runs` needs."""
+    reverse order every other round; print medians and ratios. With ``head`` (a file of the
+    corpus's first records, :func:`head_file`, and how many), each of :data:`HEAD_PATHS` also
+    runs on it right after its run on the corpus, and the steady state (:func:`beyond_head`) is
+    reported beside. With ``log``, append to it one record per path compared with the reference
+    (``ours`` paths and the re-creation) and measure: this run's geometric-mean ratio of tokens
+    per CPU-second and what :func:`summarize_runs` needs."""
     started, load = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), os.getloadavg()[0]
     size = sum(map(os.path.getsize, files))
     print(f"\n== {name}: {len(files)} files, {size / 1e6:.1f} MB on disk, {rounds} rounds")
@@ -889,6 +963,7 @@ def bench_corpus(
     runs += [(m, w) for w in workers for m in ("ours-gigatoken", "ours-hf") if m in paths]
     runs += [(SIDE_BY_SIDE, w) for w in workers[1:] if SIDE_BY_SIDE in paths]
     results: dict = {run: [] for run in runs}
+    heads: dict = {run: [] for run in runs if head and run[0] in HEAD_PATHS}
     for r in range(rounds):
         for mode, w in runs if r % 2 == 0 else runs[::-1]:
             prefix = os.path.join(tmp, f"{name}-{mode}-w{w}-r{r}")
@@ -896,6 +971,8 @@ def bench_corpus(
                 results[(mode, w)].append(_run_side_by_side(files, tokenizer, prefix, w))
             else:
                 results[(mode, w)].append(_run_child(mode, files, tokenizer, prefix, w))
+            if (mode, w) in heads:
+                heads[(mode, w)].append(_run_child(mode, [head[0]], tokenizer, prefix + "-head", w))
         print(f"  round {r + 1}/{rounds} done (load {os.getloadavg()[0]:.1f})")
     base = "mlm-real" if REFERENCE["dir"] else "mlm-fast"
     ref = results[(base, 1)]
@@ -979,33 +1056,45 @@ def bench_corpus(
                       + f"; whole process: "
                       f"{ratio_text(whole)}; user time alone (no target): "
                       f"{ratio_text(user)}")  # fmt: skip
+    steady = _report_steady(heads, results, base, head, withheld)
     reference = results[("mlm-fast", 1)][-1]["prefix"]
     same = {
         (mode, w): _same_bytes(results[(mode, w)][-1]["prefix"], reference)
         for mode, w in runs[1:]
         if mode in WRITERS
     }
+    if heads:
+        head_reference = heads[("mlm-fast", 1)][-1]["prefix"]
+        for mode, w in heads:
+            if (mode, w) in same and mode != "mlm-fast":
+                same[(mode, w)] &= _same_bytes(heads[(mode, w)][-1]["prefix"], head_reference)
     for (mode, w), identical in same.items():
-        print(f"  {mode} workers={w}: bytes identical to mlm-fast: {'yes' if identical else 'NO'}")
+        print(f"  {mode} workers={w}: bytes identical to mlm-fast: {'yes' if identical else 'NO'}"
+              + " (the corpus and its head)" * bool(heads))  # fmt: skip
     if log is not None:
         (commit, code), versions, host = _code_version(), _versions(), host_key()
         for mode, w in runs:
             if mode not in ("ours-gigatoken", "ours-hf", "mlm-fast") or mode == base:
                 continue
-            iv = rounds_ratio(_per_round(results[(mode, w)], ref, "cpu"))
-            user = rounds_ratio(_per_round(results[(mode, w)], ref, "user")).mean
-            log.append({
-                "time": started, "source": "tools/bench_preprocess.py", "host": host,
-                "commit": commit, "code": code, "reference": REFERENCE["commit"],
-                "corpus": name, "tokens": tokens, "path": mode, "workers": w, "against": base,
-                "rounds": rounds, "ratio": iv.mean,
-                "low": iv.low if iv.has_interval else None,
-                "high": iv.high if iv.has_interval else None,
-                "measure": "tokens per CPU-second, imports excluded: path / against",
-                "user_ratio": user, "identical": same.get((mode, w), same.get((base, 1), True)),
-                "withheld": withheld if tokens >= SMALL_CORPUS_TOKENS else None,
-                "versions": versions, "load": [load, os.getloadavg()[0]],
-            })  # fmt: skip
+            measured = [(results, ref, IMPORTS_EXCLUDED, {})]
+            if steady:
+                extra = {"head_records": head[1], "head_tokens": heads[(base, 1)][-1]["tokens"]}
+                measured.append((steady, steady[(base, 1)], steady_measure(head[1]), extra))
+            for runs_of, ref_of, measure, extra in measured:
+                iv = rounds_ratio(_per_round(runs_of[(mode, w)], ref_of, "cpu"))
+                user = rounds_ratio(_per_round(runs_of[(mode, w)], ref_of, "user")).mean
+                log.append({
+                    "time": started, "source": "tools/bench_preprocess.py", "host": host,
+                    "commit": commit, "code": code, "reference": REFERENCE["commit"],
+                    "corpus": name, "tokens": tokens, "path": mode, "workers": w,
+                    "against": base, "rounds": rounds, "ratio": iv.mean,
+                    "low": iv.low if iv.has_interval else None,
+                    "high": iv.high if iv.has_interval else None,
+                    "measure": measure, "user_ratio": user,
+                    "identical": same.get((mode, w), same.get((base, 1), True)),
+                    "withheld": withheld if tokens >= SMALL_CORPUS_TOKENS else None,
+                    "versions": versions, "load": [load, os.getloadavg()[0]], **extra,
+                })  # fmt: skip
     speedups: dict = {}
     for mode in ("ours-gigatoken", "ours-hf", SIDE_BY_SIDE):
         base = ("ours-gigatoken" if mode == SIDE_BY_SIDE else mode, workers[0])
@@ -1039,6 +1128,47 @@ def bench_corpus(
         best = max(s["per_cpu"] for (m, _), s in summary.items() if m == mode)
         print(f"  {mode}: 1e12 tokens = {TRILLION / best / 3600:,.0f} core-hours")
     return summary
+
+
+def _report_steady(
+    heads: dict, results: dict, base: str, head: tuple[str, int] | None, withheld: str | None
+) -> dict:
+    """Print each path's start-up CPU (its head run) and the steady state against ``base``
+    (:func:`beyond_head`; targets called against the real script only, and not while
+    ``withheld``); return the per-round steady state by run, empty when not measured."""
+    if not heads:
+        return {}
+    head_cpu = ", ".join(
+        f"{mode} {statistics.median(x['cpu'] for x in rs):.3f}" for (mode, _), rs in heads.items()
+    )
+    print(f"  start-up: each path's run on the corpus's first {head[1]} records "
+          f"({heads[(base, 1)][-1]['tokens']:,} tokens), CPU-s (medians): {head_cpu}")  # fmt: skip
+    steady = {run: beyond_head(results[run], rs) for run, rs in heads.items()}
+    if any(rs is None for rs in steady.values()):
+        print(f"  steady state not measured: a run on the first {head[1]} records took as much "
+              "CPU as the run on the whole corpus. Fix: a larger corpus, or a smaller "
+              "--head-records")  # fmt: skip
+        return {}
+    print("  steady state: tokens per CPU-second beyond start-up, per round the whole corpus's "
+          "run less its head's (each path's fixed start-up cancels)")  # fmt: skip
+    ref = steady[(base, 1)]
+    for (mode, w), rs in steady.items():
+        if mode == base:
+            continue
+        iv = rounds_ratio(_per_round(rs, ref, "cpu"))
+        if mode == "mlm-fast":
+            inverse = rounds_ratio([1 / r for r in _per_round(rs, ref, "cpu")])
+            print(f"  mlm-fast re-creation vs {base}, steady state: CPU per token "
+                  f"{ratio_text(inverse)}")  # fmt: skip
+            continue
+        calls = ""
+        if base == "mlm-real":
+            calls = "; " + ", ".join(
+                f">= {t:.1f}x: {'not called' if withheld else against(iv, t)}" for t in TARGETS
+            )
+        print(f"  {mode} workers={w} vs {base}, steady state, tokens per CPU-second: "
+              f"{ratio_text(iv)}{calls}")  # fmt: skip
+    return steady
 
 
 def bench_memory(name: str, files: list[str], tokenizer: str, tmp: str, copies: int) -> None:
@@ -1134,6 +1264,14 @@ def main(argv: list[str] | None = None) -> None:
         default=20000,
         help="documents of random words for the fresh-text memory run, then twice as many "
         "(default: 20000; 0: no such run)",
+    )
+    p.add_argument(
+        "--head-records",
+        type=int,
+        default=64,
+        metavar="N",
+        help="also run the compared paths on the corpus's first N records in every round and "
+        "report the steady state: tokens per CPU-second beyond start-up (default: 64; 0: not)",
     )
     p.add_argument(
         "--megatron-lm",
@@ -1238,10 +1376,11 @@ def main(argv: list[str] | None = None) -> None:
             except OSError as e:
                 p.error(f"--runs-log {args.runs_log}: cannot be read ({e}). Fix: a runs log "
                         "file, or a new path in a writable folder")  # fmt: skip
-    if args.rounds < 1 or args.memory_copies < 0 or args.fresh_documents < 0:
+    if args.rounds < 1 or min(args.memory_copies, args.fresh_documents, args.head_records) < 0:
         p.error(
             f"--rounds {args.rounds} --memory-copies {args.memory_copies} --fresh-documents "
-            f"{args.fresh_documents}: need >= 1, >= 0, >= 0"
+            f"{args.fresh_documents} --head-records {args.head_records}: need >= 1, >= 0, >= 0, "
+            ">= 0"
         )
     if min(args.workers) < 1:
         p.error(f"--workers {' '.join(map(str, args.workers))}: each must be >= 1. Fix: e.g. 1 2")
@@ -1292,7 +1431,16 @@ def main(argv: list[str] | None = None) -> None:
             files = _one_file(expand_inputs([corpus]), os.path.join(tmp, name))
             paths = tuple(args.paths)
             log: list | None = [] if args.runs_log else None
-            bench_corpus(name, files, args.tokenizer, args.workers, args.rounds, tmp, paths, log)
+            head = None
+            if args.head_records:
+                cut = head_file(files[0], os.path.join(tmp, f"{name}-head"), args.head_records)
+                if cut is None:
+                    print(f"  {name}: no steady state: {files[0]} is not a JSON-lines file "
+                          f"(gzip or plain) of more than {args.head_records} records")  # fmt: skip
+                head = (cut, args.head_records) if cut else None
+            bench_corpus(
+                name, files, args.tokenizer, args.workers, args.rounds, tmp, paths, log, head
+            )
             if log:
                 append_runs(args.runs_log, log)
                 print(f"  {len(log)} records appended to {args.runs_log}")
