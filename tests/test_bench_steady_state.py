@@ -64,10 +64,12 @@ REAL = [(1.08, 0.80, 0.05), (1.06, 0.79, 0.06), (1.12, 0.84, 0.05), (1.04, 0.78,
 TOKENS, HEAD_TOKENS = 11_770_299, 52_000
 
 
-def logged_run(bench, tmp_path, monkeypatch, same=lambda a, b: True) -> list[dict]:
+def logged_run(
+    bench, tmp_path, monkeypatch, same=lambda a, b: True, tokens=TOKENS, head_tokens=HEAD_TOKENS
+) -> list[dict]:
     """``bench_corpus``'s log of a 4-round run with a head, whose children report the CPU times
-    above (the re-creation's those of the real script); ``same`` stands in for the byte
-    comparison of two outputs (prefixes)."""
+    above (the re-creation's those of the real script) and ``tokens`` (``head_tokens`` for the
+    head); ``same`` stands in for the byte comparison of two outputs (prefixes)."""
     calls: dict = {}
 
     def fake_child(mode, files, tokenizer, prefix, workers):
@@ -79,7 +81,7 @@ def logged_run(bench, tmp_path, monkeypatch, same=lambda a, b: True) -> list[dic
         if is_head:
             cpu, user = head_cpu, head_cpu * 0.8
         return {
-            "tokens": HEAD_TOKENS if is_head else TOKENS, "cpu": cpu, "user": user,
+            "tokens": head_tokens if is_head else tokens, "cpu": cpu, "user": user,
             "system": cpu - user, "process_cpu": cpu + 5, "wall": cpu, "rss_main_mib": 400.0,
             "rss_worker_mib": None, "prefix": prefix,
         }  # fmt: skip
@@ -153,6 +155,19 @@ def test_outputs_that_differ_on_the_head_alone_are_logged_as_differing(
 ):
     log = logged_run(bench, tmp_path, monkeypatch, same=lambda a, b: not a.endswith("-head"))
     assert [r["identical"] for r in log if r["path"] == "ours-gigatoken"] == [False, False]
+
+
+def test_too_few_tokens_beyond_the_head_withhold_the_steady_states_calls_alone(
+    bench, tmp_path, monkeypatch, capsys
+):
+    log = logged_run(bench, tmp_path, monkeypatch, tokens=1_200_000, head_tokens=400_000)
+    held = "800,000 tokens beyond the head are too few (start-up dominates)"
+    assert [r["withheld"] for r in log] == [None, held, None, held]
+    out = capsys.readouterr().out
+    assert f"steady-state targets not called: {held}" in out
+    assert ">= 1.0x: not called, >= 1.3x: not called" in out.split("steady state, tokens")[1]
+    lines = bench.summarize_runs(log)
+    assert sum("1 of 1 runs left out: targets withheld" in line for line in lines) == 2
 
 
 def test_a_negative_head_is_refused(bench, capsys, tmp_path):

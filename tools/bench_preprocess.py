@@ -1056,7 +1056,7 @@ def bench_corpus(
                       + f"; whole process: "
                       f"{ratio_text(whole)}; user time alone (no target): "
                       f"{ratio_text(user)}")  # fmt: skip
-    steady = _report_steady(heads, results, base, head, withheld)
+    steady, steady_withheld = _report_steady(heads, results, base, head, withheld)
     reference = results[("mlm-fast", 1)][-1]["prefix"]
     same = {
         (mode, w): _same_bytes(results[(mode, w)][-1]["prefix"], reference)
@@ -1076,11 +1076,14 @@ def bench_corpus(
         for mode, w in runs:
             if mode not in ("ours-gigatoken", "ours-hf", "mlm-fast") or mode == base:
                 continue
-            measured = [(results, ref, IMPORTS_EXCLUDED, {})]
+            kept = withheld if tokens >= SMALL_CORPUS_TOKENS else None
+            measured = [(results, ref, IMPORTS_EXCLUDED, {}, kept)]
             if steady:
                 extra = {"head_records": head[1], "head_tokens": heads[(base, 1)][-1]["tokens"]}
-                measured.append((steady, steady[(base, 1)], steady_measure(head[1]), extra))
-            for runs_of, ref_of, measure, extra in measured:
+                measured.append(
+                    (steady, steady[(base, 1)], steady_measure(head[1]), extra, steady_withheld)
+                )
+            for runs_of, ref_of, measure, extra, held in measured:
                 iv = rounds_ratio(_per_round(runs_of[(mode, w)], ref_of, "cpu"))
                 user = rounds_ratio(_per_round(runs_of[(mode, w)], ref_of, "user")).mean
                 log.append({
@@ -1092,8 +1095,8 @@ def bench_corpus(
                     "high": iv.high if iv.has_interval else None,
                     "measure": measure, "user_ratio": user,
                     "identical": same.get((mode, w), same.get((base, 1), True)),
-                    "withheld": withheld if tokens >= SMALL_CORPUS_TOKENS else None,
-                    "versions": versions, "load": [load, os.getloadavg()[0]], **extra,
+                    "withheld": held, "versions": versions,
+                    "load": [load, os.getloadavg()[0]], **extra,
                 })  # fmt: skip
     speedups: dict = {}
     for mode in ("ours-gigatoken", "ours-hf", SIDE_BY_SIDE):
@@ -1132,12 +1135,16 @@ def bench_corpus(
 
 def _report_steady(
     heads: dict, results: dict, base: str, head: tuple[str, int] | None, withheld: str | None
-) -> dict:
+) -> tuple[dict, str | None]:
     """Print each path's start-up CPU (its head run) and the steady state against ``base``
     (:func:`beyond_head`; targets called against the real script only, and not while
-    ``withheld``); return the per-round steady state by run, empty when not measured."""
+    ``withheld`` or on fewer than :data:`SMALL_CORPUS_TOKENS` tokens beyond the head).
+
+    Returns:
+        (the per-round steady state by run, empty when not measured; why its targets are
+        withheld, for the runs log, or None)."""
     if not heads:
-        return {}
+        return {}, None
     head_cpu = ", ".join(
         f"{mode} {statistics.median(x['cpu'] for x in rs):.3f}" for (mode, _), rs in heads.items()
     )
@@ -1148,10 +1155,15 @@ def _report_steady(
         print(f"  steady state not measured: a run on the first {head[1]} records took as much "
               "CPU as the run on the whole corpus. Fix: a larger corpus, or a smaller "
               "--head-records")  # fmt: skip
-        return {}
+        return {}, None
+    ref = steady[(base, 1)]
+    beyond, whole = ref[-1]["tokens"], results[(base, 1)][-1]["tokens"]
+    logged = withheld if whole >= SMALL_CORPUS_TOKENS else None  # as the whole file's record
+    if withheld is None and whole >= SMALL_CORPUS_TOKENS > beyond:
+        withheld = logged = f"{beyond:,} tokens beyond the head are too few (start-up dominates)"
+        print(f"  steady-state targets not called: {withheld}")
     print("  steady state: tokens per CPU-second beyond start-up, per round the whole corpus's "
           "run less its head's (each path's fixed start-up cancels)")  # fmt: skip
-    ref = steady[(base, 1)]
     for (mode, w), rs in steady.items():
         if mode == base:
             continue
@@ -1168,7 +1180,7 @@ def _report_steady(
             )
         print(f"  {mode} workers={w} vs {base}, steady state, tokens per CPU-second: "
               f"{ratio_text(iv)}{calls}")  # fmt: skip
-    return steady
+    return steady, logged
 
 
 def bench_memory(name: str, files: list[str], tokenizer: str, tmp: str, copies: int) -> None:
