@@ -40,12 +40,12 @@ so that neither a drift in load within a round nor a path's place in it favours 
   read against the machine's own ceiling (shared caches, memory bandwidth, hypervisor).
 
 Steady state (``--head-records N``, default 64): the real script, the re-creation and ours also
-run, right after each run on the corpus, on a file of its first N records (same compression), and
-per round the corpus's run less the head's run gives tokens per CPU-second beyond start-up
-(:func:`beyond_head`): each path's fixed cost (building its tokenizer; ours' start-up check
-against HF ``tokenizers`` and its statistics tables) falls in both and cancels, which is what a
-trillion-token corpus pays per token. It is reported, logged and pooled beside the whole-file
-figure, never in place of it.
+run, right after each run on the corpus, on a file of its first N records (gzip level 6 for a
+``.gz`` corpus, else plain), and per round the corpus's run less the head's run gives tokens per
+CPU-second beyond start-up (:func:`beyond_head`): each path's fixed cost (building its
+tokenizer; ours' start-up check against HF ``tokenizers`` and its statistics tables) falls in
+both and cancels; what remains is what a trillion-token corpus pays per token. It is reported,
+logged and pooled beside the whole-file figure, never in place of it.
 
 "Per core" is tokens per CPU-second (user + system time of the process, its threads and its
 workers), which depends little on how busy the machine is; wall tokens/s and the 1 -> 2 worker
@@ -193,8 +193,8 @@ def beyond_head(full: list[dict], head: list[dict]) -> list[dict] | None:
 
     Returns:
         one dict per round (``tokens``, ``cpu``, ``user``, ``system``), or None where a round's
-        head run took as much CPU as its whole-file run (a head too large, or a file too small,
-        to tell start-up from steady state).
+        head run wrote as many tokens or took as much CPU as its whole-file run (a head too
+        large, or a file too small, to tell start-up from steady state).
     """
     rounds = []
     for f, h in zip(full, head, strict=True):
@@ -485,8 +485,10 @@ def summarize_runs(records: Sequence[dict]) -> list[str]:
         recreation = path == "mlm-fast"
         measure = "CPU per token" if recreation else "tokens per CPU-second"
         if measured != IMPORTS_EXCLUDED:
-            head = next(iter(hosts.values()))[0].get("head_records")
-            measure += f" beyond start-up (less the run on the first {head} records)"
+            first = next(iter(hosts.values()))[0]
+            head, head_tokens = first.get("head_records"), first.get("head_tokens")
+            of = f", {head_tokens:,} tokens" if isinstance(head_tokens, int) else ""
+            measure += f" beyond start-up (less the run on the first {head} records{of})"
         reference = f"{against_} (Megatron-LM {str(commit)[:10]})" if commit else against_
         lines.append(f"{corpus} ({tokens:,} tokens), {path}, workers={workers}, x {reference}, "
                      f"{measure} (imports excluded):")  # fmt: skip
@@ -1282,8 +1284,10 @@ def main(argv: list[str] | None = None) -> None:
         type=int,
         default=64,
         metavar="N",
-        help="also run the compared paths on the corpus's first N records in every round and "
-        "report the steady state: tokens per CPU-second beyond start-up (default: 64; 0: not)",
+        help="steady state: in every round also run mlm-fast, mlm-real and ours-* on the "
+        "corpus's first N records (one more run per path; the corpus must be a .jsonl/.json, "
+        "plain or .gz, of more than N records) and report tokens per CPU-second of the whole "
+        "run less that run, i.e. beyond start-up (default: 64; 0: off)",
     )
     p.add_argument(
         "--megatron-lm",
