@@ -1154,9 +1154,9 @@ def _report_steady(
           f"({heads[(base, 1)][-1]['tokens']:,} tokens), CPU-s (medians): {head_cpu}")  # fmt: skip
     steady = {run: beyond_head(results[run], rs) for run, rs in heads.items()}
     if any(rs is None for rs in steady.values()):
-        print(f"  steady state not measured: a run on the first {head[1]} records took as much "
-              "CPU as the run on the whole corpus. Fix: a larger corpus, or a smaller "
-              "--head-records")  # fmt: skip
+        print(f"  steady state not measured: a run on the first {head[1]} records wrote as many "
+              "tokens or took as much CPU as the run on the whole corpus. Fix: a larger corpus, "
+              "or a smaller --head-records")  # fmt: skip
         return {}, None
     ref = steady[(base, 1)]
     beyond, whole = ref[-1]["tokens"], results[(base, 1)][-1]["tokens"]
@@ -1169,13 +1169,13 @@ def _report_steady(
     for (mode, w), rs in steady.items():
         if mode == base:
             continue
-        iv = rounds_ratio(_per_round(rs, ref, "cpu"))
+        per_round = _per_round(rs, ref, "cpu")
         if mode == "mlm-fast":
-            inverse = rounds_ratio([1 / r for r in _per_round(rs, ref, "cpu")])
+            inverse = rounds_ratio([1 / r for r in per_round])
             print(f"  mlm-fast re-creation vs {base}, steady state: CPU per token "
                   f"{ratio_text(inverse)}")  # fmt: skip
             continue
-        calls = ""
+        iv, calls = rounds_ratio(per_round), ""
         if base == "mlm-real":
             calls = "; " + ", ".join(
                 f">= {t:.1f}x: {'not called' if withheld else against(iv, t)}" for t in TARGETS
