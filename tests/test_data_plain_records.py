@@ -13,6 +13,7 @@ import pytest
 import megatron_gamma.data.encode as encode
 from megatron_gamma.data.encode import EncodeOptions, decoded_texts
 from megatron_gamma.data.filters import Filters
+from megatron_gamma.data.langid import LANGUAGES
 from megatron_gamma.data.readers import Chunk, InputError, LongLine, plain_records
 
 DEBIAN = os.path.join(os.path.dirname(__file__), "..", "examples", "studies", "data", "debian-docs")
@@ -81,10 +82,22 @@ def _decoded(chunk, opt, escapes):
     counts: dict = {}
     messages: list[str] = []
     try:
-        kept = decoded_texts(chunk, opt, counts, messages, escapes)
+        kept = _rows(decoded_texts(chunk, opt, counts, messages, escapes), opt)
     except InputError as e:
         return "raised", e.kind, str(e)
     return kept, counts, messages
+
+
+def _rows(decoded, opt):
+    """(key, text, control characters removed, truncated, language label or None) of each text
+    of ``decoded``, whose character counts are checked against its texts."""
+    assert decoded.chars.tolist() == [len(text) for text in decoded.texts]
+    columns = (decoded.keys.tolist(), decoded.texts, decoded.controls.tolist())
+    columns += (decoded.truncated.tolist(), decoded.labels.tolist())
+    return [
+        (opt.json_keys[k], text, controls, cut, LANGUAGES[label] if label >= 0 else None)
+        for k, text, controls, cut, label in zip(*columns, strict=True)
+    ]
 
 
 @pytest.mark.parametrize("escapes", [True, False])

@@ -258,3 +258,26 @@ def test_encoder_by_tokens_scans_escapes_once_a_chunk_holds_control_characters(s
         assert_same(encoder(chunk), ChunkEncoder(backend, options, np.uint16, 0)(chunk))
         scanned.append(encoder.scan_escapes)
     assert scanned == [False, True, True]
+
+
+@pytest.mark.parametrize("first", ["zh", "en"])
+def test_outputs_and_languages_come_in_order_of_first_use(stats, backend, first):
+    """Both ways number a chunk's outputs and languages by the first kept document that uses
+    them (the order the stats file and the writers follow): here, the order of the input."""
+    second = {"zh": "en", "en": "zh"}[first]
+    text = {"zh": "\u4e2d\u6587\u6587\u6863", "en": "an English document"}
+    order = [second, first, second, first]  # the first document is dropped (empty)
+    items = [_line({"text": " ", "lang": second})]
+    items += [_line({"text": text[lang], "lang": lang}) for lang in order[1:]]
+    chunk = Chunk("order.jsonl", 1, items, sum(map(len, items)), 0)
+    options = EncodeOptions(per_language=True, lang_key="lang")
+    for encoder in (
+        ChunkEncoder(backend, options, np.uint16, 0),
+        ChunkEncoder(backend, options, np.uint16, 0, stats),
+    ):
+        result = encoder(chunk)
+        assert list(result.outputs) == [f"{first}_text_document", f"{second}_text_document"]
+        assert list(result.counts["outputs"]) == list(result.outputs)
+        assert list(result.counts["languages"]) == [second, first]  # the dropped one counts
+        assert result.counts["languages"][second]["dropped"] == {"empty": 1}
+        assert result.counts["languages"][first]["documents"] == 2

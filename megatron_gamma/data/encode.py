@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from megatron_gamma.data.filters import DROP_REASONS, Filters
-from megatron_gamma.data.langid import tag_languages, tags_from_units
+from megatron_gamma.data.langid import LANGUAGES, tag_indices, tag_languages
 from megatron_gamma.data.normalize import check_punct_width, normalize, remove_control_characters
 from megatron_gamma.data.readers import (
     MAX_MESSAGES,
@@ -140,11 +140,11 @@ def _bump(d: dict, *keys: str, by: int = 1) -> None:
     d[keys[-1]] = d.get(keys[-1], 0) + by
 
 
-def _count_dropped(counts: dict, langs: list[str], reasons: np.ndarray) -> None:
+def _count_dropped(counts: dict, langs: np.ndarray, reasons: np.ndarray) -> None:
     """Count each document whose ``reasons`` entry (an index in DROP_REASONS, -1 kept) drops
-    it, under its language."""
+    it, under its language (``langs``: indices in LANGUAGES)."""
     for d in np.flatnonzero(reasons >= 0).tolist():
-        _bump(counts, "languages", langs[d], "dropped", DROP_REASONS[reasons[d]])
+        _bump(counts, "languages", LANGUAGES[langs[d]], "dropped", DROP_REASONS[reasons[d]])
 
 
 def _pack(
@@ -184,14 +184,54 @@ def _pack(
     return tokens, out_lengths.astype(np.int32)
 
 
+@dataclass
+class DecodedTexts:
+    """The ``--json-keys`` texts of a chunk's good records, in order (:func:`decoded_texts`):
+    checked, cleaned of control characters, capped and normalized; neither tagged nor filtered.
+
+    Attributes:
+        keys: (N,) int64, each text's key, an index in ``EncodeOptions.json_keys``.
+        texts: the N texts.
+        chars: (N,) int64, characters of each text.
+        controls: (N,) int64, control characters removed from each text.
+        truncated: (N,) bool, the text was cut to ``max_document_chars`` characters.
+        labels: (N,) int64, the language of the text's record from its ``lang_key`` field, an
+            index in :data:`~megatron_gamma.data.langid.LANGUAGES`, or -1 (none: the script rule
+            tags it).
+    """
+
+    keys: np.ndarray
+    texts: list[str]
+    chars: np.ndarray
+    controls: np.ndarray
+    truncated: np.ndarray
+    labels: np.ndarray
+
+
+def _decoded(
+    texts: list[str], keys: np.ndarray, controls: np.ndarray, labels: np.ndarray, opt
+) -> DecodedTexts:
+    """``texts`` capped to ``opt.filters.max_document_chars`` characters, then normalized."""
+    chars = np.fromiter(map(len, texts), np.int64, len(texts))
+    cap = opt.filters.max_document_chars
+    truncated = chars > cap
+    for i in np.flatnonzero(truncated).tolist():
+        texts[i] = texts[i][:cap]
+    if opt.nfkc or opt.punct_width != "keep":
+        texts = [normalize(text, opt.nfkc, opt.punct_width) for text in texts]
+        chars = np.fromiter(map(len, texts), np.int64, len(texts))
+    else:
+        chars = np.minimum(chars, cap)
+    return DecodedTexts(keys, texts, chars, controls, truncated, labels)
+
+
 def decoded_texts(
     chunk: Chunk, opt: EncodeOptions, counts: dict, messages: list[str], escapes: bool = True
-) -> list[tuple[str, str, int, bool, str | None]]:
-    """(key, text, control characters removed, truncated, language label or None) of each
-    ``--json-keys`` text of ``chunk``'s good records, in order: checked, cleaned of control
-    characters, capped and normalized; neither tagged nor filtered. Without ``opt.lang_key``, a
-    chunk whose records need no check (:func:`~megatron_gamma.data.readers.plain_records`) is
-    parsed in one pass; any other goes record by record (``iter_records``), same texts.
+) -> DecodedTexts:
+    """The ``--json-keys`` texts of ``chunk``'s good records (:class:`DecodedTexts`). Without
+    ``opt.lang_key``, a chunk whose records need no check
+    (:func:`~megatron_gamma.data.readers.plain_records`) is parsed in one pass; any other goes
+    record by record (``iter_records``), same texts.
 
     Args:
         chunk: raw records.
@@ -210,22 +250,21 @@ def decoded_texts(
     if opt.lang_key is None:
         plain = plain_records(chunk, opt.json_keys, escapes)
         if plain is not None:
-            return [
-                _finished(key, fields[key], 0, None, opt)
-                for fields in plain
-                for key in opt.json_keys
-            ]
+            texts = [fields[key] for fields in plain for key in opt.json_keys]
+            keys = np.tile(np.arange(len(opt.json_keys)), len(plain))
+            none = np.zeros(len(texts), np.int64)
+            return _decoded(texts, keys, none, none - 1, opt)
     records = iter_records(chunk, opt.on_error, errors, messages, escapes)
-    kept = []  # (key, normalized text, control characters, truncated, label), in order
+    texts, keys, controls, labels = [], [], [], []
     for rec in records:
         try:
             label = record_language(chunk.path, rec, opt.lang_key)
             if label is not None:
                 _bump(counts, "lang_key_records")
-            texts = []
-            for key in opt.json_keys:
+            mine = []  # (key, text, control characters) of this record
+            for k, key in enumerate(opt.json_keys):
                 text = record_text(chunk.path, rec, key)
-                controls = 0
+                removed = 0
                 if not rec.plain:
                     try:
                         text.encode("utf-8")
@@ -239,8 +278,8 @@ def decoded_texts(
                             "(\\ud800-\\udbff must be followed by \\udc00-\\udfff), or "
                             "--on-error skip",
                         ) from None
-                    text, controls = remove_control_characters(text)
-                texts.append(_finished(key, text, controls, label, opt))
+                    text, removed = remove_control_characters(text)
+                mine.append((k, text, removed))
         except InputError as e:
             if opt.on_error != "skip":
                 raise
@@ -248,16 +287,18 @@ def decoded_texts(
             if len(messages) < MAX_MESSAGES:
                 messages.append(str(e))
             continue
-        kept += texts
-    return kept
-
-
-def _finished(
-    key: str, text: str, controls: int, label: str | None, opt: EncodeOptions
-) -> tuple[str, str, int, bool, str | None]:
-    """One entry of :func:`decoded_texts`: ``text`` capped and normalized."""
-    text, cut = opt.filters.cap(text)
-    return key, normalize(text, opt.nfkc, opt.punct_width), controls, cut, label
+        for k, text, removed in mine:
+            keys.append(k)
+            texts.append(text)
+            controls.append(removed)
+            labels.append(-1 if label is None else LANGUAGES.index(label))
+    return _decoded(
+        texts,
+        np.array(keys, np.int64),
+        np.array(controls, np.int64),
+        np.array(labels, np.int64),
+        opt,
+    )
 
 
 def filtered_texts(chunk: Chunk, opt: EncodeOptions, counts: dict, messages: list[str]):
@@ -268,17 +309,29 @@ def filtered_texts(chunk: Chunk, opt: EncodeOptions, counts: dict, messages: lis
     Raises:
         InputError: a bad record, with ``opt.on_error`` 'stop'.
     """
-    kept = decoded_texts(chunk, opt, counts, messages)
-    tags = iter(tag_languages([text for _, text, _, _, label in kept if not label]))
-    for key, text, controls, cut, label in kept:
-        lang = label or next(tags)
+    d = decoded_texts(chunk, opt, counts, messages)
+    untagged = np.flatnonzero(d.labels < 0).tolist()
+    tags = iter(tag_languages([d.texts[i] for i in untagged]))
+    columns = (d.keys.tolist(), d.texts, d.controls.tolist(), d.truncated.tolist())
+    for k, text, controls, cut, label in zip(*columns, d.labels.tolist(), strict=True):
+        lang = LANGUAGES[label] if label >= 0 else next(tags)
         _bump(counts, "languages", lang, "control_characters", by=controls)
         _bump(counts, "languages", lang, "truncated", by=int(cut))
         reason = opt.filters.text_reason(text)
         if reason is not None:
             _bump(counts, "languages", lang, "dropped", reason)
             continue
-        yield key, lang, text
+        yield opt.json_keys[k], lang, text
+
+
+def _first_use(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct ``values`` in order of first occurrence, each value's index in that
+    order): (U,) and (N,) int64 for (N,) int64 ``values``."""
+    distinct, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return distinct[order], rank[inverse.reshape(-1)]
 
 
 class ChunkEncoder:
@@ -328,53 +381,56 @@ class ChunkEncoder:
         pieces = [split_sentences(t) if opt.split_sentences else [t] for _, _, t in docs]
         ids, offsets = self.backend.encode_batch([p for ps in pieces for p in ps])
         doc_pieces = np.fromiter(map(len, pieces), np.int64, len(pieces))
-        return docs, ids, offsets[:-1], np.diff(offsets), doc_pieces
+        key_of = {key: k for k, key in enumerate(opt.json_keys)}
+        keys = np.fromiter((key_of[key] for key, _, _ in docs), np.int64, len(docs))
+        langs = np.fromiter((LANGUAGES.index(lang) for _, lang, _ in docs), np.int64, len(docs))
+        chars = np.fromiter((len(text) for _, _, text in docs), np.int64, len(docs))
+        return keys, langs, chars, ids, offsets[:-1], np.diff(offsets), doc_pieces
 
     def _tokenized(self, chunk: Chunk, counts: dict, messages: list[str], escapes: bool):
-        kept = decoded_texts(chunk, self.options, counts, messages, escapes)
-        ids, offsets = self.backend.encode_batch([text for _, text, _, _, _ in kept])
-        return kept, ids, offsets, self.token_stats.documents(ids, offsets)
+        decoded = decoded_texts(chunk, self.options, counts, messages, escapes)
+        ids, offsets = self.backend.encode_batch(decoded.texts)
+        return decoded, ids, offsets, self.token_stats.documents(ids, offsets)
 
     def _by_tokens(self, chunk: Chunk, counts: dict, messages: list[str]):
         opt = self.options
         if not self.scan_escapes:
             first_counts: dict = {}
             first_messages: list[str] = []
-            kept, ids, offsets, units = self._tokenized(chunk, first_counts, first_messages, False)
+            d, ids, offsets, units = self._tokenized(chunk, first_counts, first_messages, False)
             if units["controls"].any():
                 self.scan_escapes = True
             else:
                 add_counts(counts, first_counts)
                 messages += first_messages
         if self.scan_escapes:
-            kept, ids, offsets, units = self._tokenized(chunk, counts, messages, True)
-        tags = tags_from_units(units["han"], units["words"])
-        langs = [label or tag for (_, _, _, _, label), tag in zip(kept, tags, strict=True)]
-        hygiene: dict[str, list[int]] = {}  # language -> [control characters, truncated]
-        for (_, _, controls, cut, _), lang in zip(kept, langs, strict=True):
-            tally = hygiene.get(lang) or hygiene.setdefault(lang, [0, 0])
-            tally[0] += controls
-            tally[1] += cut
-        for lang, (controls, cut) in hygiene.items():
-            _bump(counts, "languages", lang, "control_characters", by=controls)
-            _bump(counts, "languages", lang, "truncated", by=cut)
-        chars = np.fromiter((len(text) for _, text, _, _, _ in kept), np.int64, len(kept))
-        reasons = opt.filters.reasons_from_counts(units["visible"], chars)
+            d, ids, offsets, units = self._tokenized(chunk, counts, messages, True)
+        langs = np.where(d.labels >= 0, d.labels, tag_indices(units["han"], units["words"]))
+        seen, lang_of = _first_use(langs)
+        n = len(seen)
+        controls = np.bincount(lang_of, d.controls, minlength=n)
+        cut = np.bincount(lang_of, d.truncated, minlength=n)
+        for m, lang in enumerate(seen.tolist()):
+            _bump(counts, "languages", LANGUAGES[lang], "control_characters", by=int(controls[m]))
+            _bump(counts, "languages", LANGUAGES[lang], "truncated", by=int(cut[m]))
+        reasons = opt.filters.reasons_from_counts(units["visible"], d.chars)
         _count_dropped(counts, langs, reasons)
         keep = np.flatnonzero(reasons < 0)
-        docs = [(kept[d][0], langs[d], kept[d][1]) for d in keep.tolist()]
         lengths = np.diff(offsets)[keep]
-        return docs, ids, offsets[:-1][keep], lengths, np.ones(len(docs), np.int64)
+        starts = offsets[:-1][keep]
+        return d.keys[keep], langs[keep], d.chars[keep], ids, starts, lengths, np.ones_like(keep)
 
     def __call__(self, chunk: Chunk) -> EncodedChunk:
         opt = self.options
         counts: dict = {"byte_order_marks": chunk.byte_order_marks}
         messages: list[str] = []
         by = self._by_text if self.token_stats is None else self._by_tokens
-        # Per piece (sentence or whole document): where its ids start, its length; per
-        # document: its pieces.
-        docs, ids, piece_starts, piece_lengths, doc_pieces = by(chunk, counts, messages)
-        doc_of_piece = np.repeat(np.arange(len(docs)), doc_pieces)
+        # Per document: its key (index in json_keys), language (index in LANGUAGES) and
+        # characters; per piece (sentence or whole document): where its ids start, its length;
+        # per document: its pieces.
+        by_doc = by(chunk, counts, messages)
+        doc_key, doc_lang, doc_chars, ids, piece_starts, piece_lengths, doc_pieces = by_doc
+        doc_of_piece = np.repeat(np.arange(len(doc_key)), doc_pieces)
         bounds = np.concatenate([[0], np.cumsum(doc_pieces)])
         nonempty = piece_lengths > 0
         total = np.concatenate([[0], np.cumsum(piece_lengths)])
@@ -382,28 +438,27 @@ class ChunkEncoder:
         doc_tokens = total[bounds[1:]] - total[bounds[:-1]]
         doc_seqs = kept[bounds[1:]] - kept[bounds[:-1]]
         reasons = np.where(doc_seqs > 0, opt.filters.token_reasons(doc_tokens), _EMPTY)
-        _count_dropped(counts, [lang for _, lang, _ in docs], reasons)
-        # Each kept document's output (in order of first use) and language.
-        keep = np.flatnonzero(reasons < 0).tolist()
+        _count_dropped(counts, doc_lang, reasons)
+        # Each kept document's output and language, numbered in order of first use.
+        keep = np.flatnonzero(reasons < 0)
+        kept_lang = doc_lang[keep]
+        langs_used, lang_member = _first_use(kept_lang)
+        langs = {LANGUAGES[lang]: m for m, lang in enumerate(langs_used.tolist())}
+        width = len(LANGUAGES) if opt.per_language else 1
+        lang_part = kept_lang if opt.per_language else 0
+        groups_used, output_member = _first_use(doc_key[keep] * width + lang_part)
         names: dict[str, int] = {}
-        langs: dict[str, int] = {}
-        name_of: dict[tuple[str, str], int] = {}
-        doc_output = np.full(len(docs), -1, dtype=np.int64)
-        doc_lang = np.zeros(len(keep), dtype=np.int64)
-        chars = np.zeros(len(keep), dtype=np.int64)
-        for i, d in enumerate(keep):
-            key, lang, text = docs[d]
-            o = name_of.get((key, lang))
-            if o is None:
-                o = name_of[(key, lang)] = names.setdefault(opt.output_name(key, lang), len(names))
-            doc_output[d] = o
-            doc_lang[i] = langs.setdefault(lang, len(langs))
-            chars[i] = len(text)
+        for used in groups_used.tolist():
+            key, lang = divmod(used, width)
+            names[opt.output_name(opt.json_keys[key], LANGUAGES[lang])] = len(names)
+        doc_output = np.full(len(doc_key), -1, dtype=np.int64)
+        doc_output[keep] = output_member
+        chars = doc_chars[keep]
         extra = int(opt.append_eod)
         seqs, tokens = doc_seqs[keep], doc_tokens[keep] + extra
         for group, members, member in (
-            ("outputs", names, doc_output[keep]),
-            ("languages", langs, doc_lang),
+            ("outputs", names, output_member),
+            ("languages", langs, lang_member),
         ):
             n = len(members)
             sums = {

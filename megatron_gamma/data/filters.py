@@ -88,12 +88,6 @@ class Filters:
                 f"max_document_chars={self.max_document_chars}: must be >= 1. Fix: e.g. 1000000"
             )
 
-    def cap(self, text: str) -> tuple[str, bool]:
-        """(``text`` cut to ``max_document_chars`` characters, whether it was cut)."""
-        if len(text) <= self.max_document_chars:
-            return text, False
-        return text[: self.max_document_chars], True
-
     def text_reason(self, text: str) -> str | None:
         """The first text filter that drops ``text`` ('empty', 'min_chars',
         'max_symbol_ratio'), or None to keep it."""

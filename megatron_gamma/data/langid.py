@@ -86,10 +86,15 @@ def tag_languages(texts: Sequence[str]) -> list[str]:
 def tags_from_units(han: np.ndarray, words: np.ndarray) -> list[str]:
     """'zh', 'en' or 'mixed' per text from its Han characters and Latin words ((N,) int64
     each), by the script-unit rule of the module docstring."""
+    return [LANGUAGES[i] for i in tag_indices(han, words).tolist()]
+
+
+def tag_indices(han: np.ndarray, words: np.ndarray) -> np.ndarray:
+    """:func:`tags_from_units` as (N,) int64 indices in :data:`LANGUAGES`."""
     units = han + words
     share = np.divide(han, units, out=np.zeros(len(han)), where=units > 0)
-    tags = np.where(share >= ZH_MIN_SHARE, "zh", np.where(share < EN_MAX_SHARE, "en", "mixed"))
-    return tags.tolist()
+    zh, en, mixed = (LANGUAGES.index(tag) for tag in ("zh", "en", "mixed"))
+    return np.where(share >= ZH_MIN_SHARE, zh, np.where(share < EN_MAX_SHARE, en, mixed))
 
 
 def tag_language(text: str) -> str:
