@@ -20,6 +20,7 @@ import shlex
 import sys
 
 from megatron_gamma.config import TokenizerType
+from megatron_gamma.data import CHUNK_BYTES, CHUNK_DOCS
 
 
 def _log_to_stderr() -> None:
@@ -336,7 +337,13 @@ def add_preprocess_flags(p: argparse.ArgumentParser) -> list[argparse.Action]:
         "says how many), else hf (says why); gigatoken: required (error if it differs); hf: HF "
         "tokenizers",
     )  # fmt: skip
-    flag("--chunk-size", type=int, default=256, help="records per work item (default: 256)")
+    flag(
+        "--chunk-size",
+        type=int,
+        default=CHUNK_DOCS,
+        help=f"records per work item at most; a work item also stops at about "
+        f"{CHUNK_BYTES >> 20} MiB of text (default: {CHUNK_DOCS})",
+    )
     flag("--per-language", action="store_true", help="one output per language tag (zh, en, mixed)")
     flag(
         "--split-sentences", action="store_true",

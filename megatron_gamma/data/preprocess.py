@@ -41,6 +41,7 @@ from tqdm import tqdm
 
 from megatron_gamma.atomic import output_dirs
 from megatron_gamma.config import ConfigError, DataConfig
+from megatron_gamma.data import CHUNK_DOCS
 from megatron_gamma.data.encode import ChunkEncoder, EncodeOptions, filtered_texts
 from megatron_gamma.data.indexed import ChunkWriter, token_dtype
 from megatron_gamma.data.merge import check_sibling_shards, merge_shards
@@ -422,7 +423,7 @@ def check_run_settings(
     if workers < 1:
         raise ValueError(f"workers={workers}: must be >= 1. Fix: --workers 1")
     if chunk_size < 1:
-        raise ValueError(f"chunk_size={chunk_size}: must be >= 1. Fix: e.g. 256")
+        raise ValueError(f"chunk_size={chunk_size}: must be >= 1. Fix: e.g. {CHUNK_DOCS}")
     if log_interval < 1:
         raise ValueError(
             f"log_interval={log_interval}: must be >= 1 (documents between progress lines). "
@@ -440,7 +441,7 @@ def preprocess(
     output_prefix: str,
     workers: int = 1,
     json_key: str = "text",
-    chunk_size: int = 256,
+    chunk_size: int = CHUNK_DOCS,
     progress: bool = True,
     options: EncodeOptions | None = None,
     shard_index: int | None = None,

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
+from megatron_gamma.data import CHUNK_BYTES, CHUNK_DOCS
 from megatron_gamma.data.langid import language_label
 
 log = logging.getLogger(__name__)
@@ -379,8 +380,8 @@ def _zstd_errors() -> tuple:
 
 def iter_chunks(
     path: str,
-    chunk_docs: int = 256,
-    chunk_bytes: int = 1 << 20,
+    chunk_docs: int = CHUNK_DOCS,
+    chunk_bytes: int = CHUNK_BYTES,
     columns: list[str] | None = None,
     max_line_bytes: int = DEFAULT_LINE_CAP,
 ) -> Iterator[Chunk]:
