@@ -3,13 +3,24 @@ own per-document ``IndexedDatasetBuilder.add_document``: same ``.bin`` and ``.id
 
 import importlib.util
 import os
+from array import array
 
 import numpy as np
 import pytest
 from helpers import run_with_stand_in_wandb
-from megatron.core.datasets.indexed_dataset import DType, IndexedDataset, IndexedDatasetBuilder
+from megatron.core.datasets.indexed_dataset import (
+    DType,
+    IndexedDataset,
+    IndexedDatasetBuilder,
+    _IndexWriter,
+)
 
-from megatron_gamma.data.indexed import ChunkWriter, index_token_count, token_dtype
+from megatron_gamma.data.indexed import (
+    ChunkWriter,
+    _index_writer,
+    index_token_count,
+    token_dtype,
+)
 
 
 def _documents(seed: int, vocab_size: int) -> list[list[np.ndarray]]:
@@ -47,6 +58,20 @@ def test_chunks_write_the_bytes_of_add_document(tmp_path, vocab_size):
     assert (writer.documents, writer.sequences) == (40, sum(map(len, docs)))
     assert writer.tokens == sum(len(s) for doc in docs for s in doc)
     assert IndexedDataset(ours).index.dtype is DType.optimal_dtype(vocab_size)
+
+
+@pytest.mark.parametrize("vocab_size", [1000, 70000])
+def test_the_sequence_offsets_in_numpy_are_megatron_cores(tmp_path, vocab_size):
+    """The index writer of ``finalize_index`` gives each sequence the byte offset that
+    megatron-core's own loop gives, for both token dtypes, and none for no sequence."""
+    lengths = array("i", np.random.default_rng(vocab_size).integers(0, 70000, 3000).tolist())
+    dtype = DType.optimal_dtype(vocab_size)
+    with (
+        _IndexWriter(str(tmp_path / "a.idx"), dtype) as theirs,
+        _index_writer()(str(tmp_path / "b.idx"), dtype) as ours,
+    ):
+        assert ours._sequence_pointers(lengths).tolist() == theirs._sequence_pointers(lengths)
+        assert ours._sequence_pointers(array("i")).tolist() == []
 
 
 @pytest.mark.parametrize("vocab_size", [1000, 70000])

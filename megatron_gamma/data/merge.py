@@ -30,7 +30,7 @@ from collections.abc import Callable
 from tqdm import tqdm
 
 from megatron_gamma.config import ConfigError
-from megatron_gamma.data.indexed import compact_builder, indexed_dataset
+from megatron_gamma.data.indexed import compact_builder, finalize_index, indexed_dataset
 from megatron_gamma.data.resume import (
     Reconcile,
     UnitOutput,
@@ -75,7 +75,7 @@ def _concat(prefixes: list[str], out_prefix: str, progress: bool, desc: str) -> 
     bar = tqdm(prefixes, desc=desc, unit="dataset", disable=None if progress else True)
     for prefix in bar:
         builder.add_index(prefix)
-    builder.finalize(out_prefix + ".idx")
+    finalize_index(builder, out_prefix + ".idx")
 
 
 def _merge_fingerprint(prefixes: list[str], out_prefix: str, suffix: str) -> list[str]:
