@@ -13,10 +13,11 @@ import zlib
 import pytest
 from helpers import DEMO_TOKENIZER, megatron_core_dataset, read_dataset
 
+from megatron_gamma.data import CHUNK_BYTES
 from megatron_gamma.data.encode import EncodeOptions
 from megatron_gamma.data.filters import Filters
 from megatron_gamma.data.preprocess import preprocess
-from megatron_gamma.data.readers import InputError, expand_inputs
+from megatron_gamma.data.readers import InputError, expand_inputs, iter_chunks
 
 GOOD = [f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(5)]
 
@@ -153,3 +154,29 @@ def test_plain_text_is_refused_with_a_command_that_converts_it(tmp_path):
     assert expand_inputs([str(out)]) == [str(out)]
     with pytest.raises(InputError, match=r"\.parquet$"):  # another ending: the endings alone
         expand_inputs([str(text.rename(folder / "corpus.csv"))])
+
+
+@pytest.mark.parametrize(
+    ("rows", "chars", "sizes"),
+    [
+        # 100,000 characters a row: the 11th row takes a chunk past 1 MiB (10 rows do not).
+        (40, 100_000, [11, 11, 11, 7]),
+        # 10 characters a row: the row cap, 4096, ends the chunks.
+        (10_000, 10, [4096, 4096, 1808]),
+    ],
+)
+def test_parquet_chunks_stop_at_the_row_cap_or_about_a_mebibyte(tmp_path, rows, chars, sizes):
+    """A parquet file is chunked as a jsonl file is: at most CHUNK_DOCS rows, and a chunk ends
+    with the row that takes its text to CHUNK_BYTES characters, whatever the file's batches."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = str(tmp_path / "long.parquet")
+    texts = [f"{i:09d}".ljust(chars, "x")[:chars] for i in range(rows)]
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=rows)
+    chunks = list(iter_chunks(path, columns=["text"]))
+    assert [len(c.items) for c in chunks] == sizes
+    assert [item["text"] for c in chunks for item in c.items] == texts
+    assert [c.first_line for c in chunks] == [1 + sum(sizes[:i]) for i in range(len(sizes))]
+    assert all(c.raw_bytes < CHUNK_BYTES + chars for c in chunks)
+    assert chunks[-1].disk_pos == os.path.getsize(path)

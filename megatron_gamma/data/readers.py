@@ -404,7 +404,7 @@ def iter_chunks(
     """
     fmt = input_format(path)
     if fmt == "parquet":
-        yield from _iter_parquet(path, chunk_docs, columns)
+        yield from _iter_parquet(path, chunk_docs, chunk_bytes, columns)
         return
     errors = _STREAM_ERRORS + _zstd_errors()
     lineno = offset = 0
@@ -447,7 +447,15 @@ def iter_chunks(
         raise broken
 
 
-def _iter_parquet(path: str, chunk_docs: int, columns: list[str] | None) -> Iterator[Chunk]:
+PARQUET_BATCH_ROWS = 64
+"""Rows read from a parquet file at a time. A chunk takes rows until it holds ``chunk_docs`` rows
+or ``chunk_bytes`` characters of text, so it passes the cap by less than one row, and no more than
+one batch is held beside it however long its rows."""
+
+
+def _iter_parquet(
+    path: str, chunk_docs: int, chunk_bytes: int, columns: list[str] | None
+) -> Iterator[Chunk]:
     import pyarrow
     import pyarrow.parquet as pq
 
@@ -463,27 +471,40 @@ def _iter_parquet(path: str, chunk_docs: int, columns: list[str] | None) -> Iter
     wanted = [c for c in (columns or []) if c in present]
     row = 1
     total_rows, size = max(pf.metadata.num_rows, 1), os.path.getsize(path)
+    chunk = Chunk(path, 1)
+    batch_rows = min(chunk_docs, PARQUET_BATCH_ROWS)
+    broken = None
     try:
         # One row group at a time: a corrupt group loses only itself, never rows of the groups
         # before it that a batch spanning the boundary would take down with it.
         batches = (
             batch
             for group in range(pf.num_row_groups)
-            for batch in pf.iter_batches(batch_size=chunk_docs, row_groups=[group], columns=wanted)
+            for batch in pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=wanted)
         )
         for batch in batches:
             cols = {name: batch.column(name).to_pylist() for name in wanted}
-            items = [{k: v[i] for k, v in cols.items()} for i in range(batch.num_rows)]
-            nbytes = sum(len(s) for col in cols.values() for s in col if isinstance(s, str))
-            row += batch.num_rows
-            yield Chunk(path, row - batch.num_rows, items, nbytes, size * (row - 1) // total_rows)
+            for i in range(batch.num_rows):
+                item = {k: v[i] for k, v in cols.items()}
+                chunk.items.append(item)
+                chunk.raw_bytes += sum(len(s) for s in item.values() if isinstance(s, str))
+                row += 1
+                if len(chunk.items) >= chunk_docs or chunk.raw_bytes >= chunk_bytes:
+                    chunk.disk_pos = size * (row - 1) // total_rows
+                    yield chunk
+                    chunk = Chunk(path, row)
+        chunk.disk_pos = size
     except (OSError, pyarrow.ArrowException) as e:
-        raise InputError(
+        broken = InputError(
             "unreadable_file",
             f"{path}: unreadable after row {row - 1} ({e}). Fix: re-fetch it, or --on-error "
             f"skip to keep its {row - 1} rows before the break",
             {"records": row - 1, "byte": 0},
-        ) from e
+        )
+    if chunk.items:  # the rows read before a break are kept
+        yield chunk
+    if broken is not None:
+        raise broken
 
 
 def file_size(path: str) -> int:
