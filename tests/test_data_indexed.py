@@ -64,7 +64,8 @@ def test_chunks_write_the_bytes_of_add_document(tmp_path, vocab_size):
 def test_the_sequence_offsets_in_numpy_are_megatron_cores(tmp_path, vocab_size):
     """The index writer of ``finalize_index`` gives each sequence the byte offset that
     megatron-core's own loop gives, for both token dtypes, and none for no sequence."""
-    lengths = array("i", np.random.default_rng(vocab_size).integers(0, 70000, 3000).tolist())
+    rng = np.random.default_rng(vocab_size)
+    lengths = array("i", rng.integers(0, 70000, 3000).tolist() + [2**30, 2**30 - 1, 5, 2**30])
     dtype = DType.optimal_dtype(vocab_size)
     with (
         _IndexWriter(str(tmp_path / "a.idx"), dtype) as theirs,
@@ -72,6 +73,25 @@ def test_the_sequence_offsets_in_numpy_are_megatron_cores(tmp_path, vocab_size):
     ):
         assert ours._sequence_pointers(lengths).tolist() == theirs._sequence_pointers(lengths)
         assert ours._sequence_pointers(array("i")).tolist() == []
+
+
+def test_finalize_writes_the_index_with_the_numpy_offsets(tmp_path, monkeypatch):
+    """megatron-core's writer still asks for the offsets through ``_sequence_pointers``, so the
+    numpy override is what a finalize uses: one call, with the chunks' sequence lengths."""
+    writer_type = _index_writer()
+    calls = []
+    numpy_offsets = writer_type._sequence_pointers
+
+    def spy(self, sequence_lengths):
+        calls.append(list(sequence_lengths))
+        return numpy_offsets(self, sequence_lengths)
+
+    monkeypatch.setattr(writer_type, "_sequence_pointers", spy)
+    writer = ChunkWriter(str(tmp_path / "out"), 1000)
+    writer.add(np.arange(6), np.array([2, 4], np.int32), np.array([1, 1], np.int64))
+    writer.finalize()
+    assert calls == [[2, 4]]
+    assert IndexedDataset(str(tmp_path / "out")).index.sequence_pointers.tolist() == [0, 4]
 
 
 @pytest.mark.parametrize("vocab_size", [1000, 70000])

@@ -281,3 +281,29 @@ def test_outputs_and_languages_come_in_order_of_first_use(stats, backend, first)
         assert list(result.counts["languages"]) == [second, first]  # the dropped one counts
         assert result.counts["languages"][second]["dropped"] == {"empty": 1}
         assert result.counts["languages"][first]["documents"] == 2
+
+
+@pytest.mark.parametrize("per_language", [True, False])
+def test_two_keys_get_their_outputs_in_order_of_first_use(stats, backend, per_language):
+    """With two --json-keys, each (key, language) pair, or each key, is one output, numbered as
+    the record order, then the key order, first uses it."""
+    items = [
+        _line({"title": "an English title", "text": "an English text", "lang": "en"}),
+        _line({"title": "\u4e2d\u6587\u6807\u9898", "text": "\u4e2d\u6587", "lang": "zh"}),
+        _line({"title": "another title", "text": "another text", "lang": "en"}),
+    ]
+    chunk = Chunk("keys.jsonl", 1, items, sum(map(len, items)), 0)
+    options = EncodeOptions(json_keys=("title", "text"), per_language=per_language, lang_key="lang")
+    want = (
+        ["en_title_document", "en_text_document", "zh_title_document", "zh_text_document"]
+        if per_language
+        else ["title_document", "text_document"]
+    )
+    for encoder in (
+        ChunkEncoder(backend, options, np.uint16, 0),
+        ChunkEncoder(backend, options, np.uint16, 0, stats),
+    ):
+        result = encoder(chunk)
+        assert list(result.outputs) == want
+        documents = [len(result.outputs[name].document_sequences) for name in want]
+        assert documents == ([2, 2, 1, 1] if per_language else [3, 3])

@@ -209,7 +209,11 @@ class DecodedTexts:
 
 
 def _decoded(
-    texts: list[str], keys: np.ndarray, controls: np.ndarray, labels: np.ndarray, opt
+    texts: list[str],
+    keys: np.ndarray,
+    controls: np.ndarray,
+    labels: np.ndarray,
+    opt: EncodeOptions,
 ) -> DecodedTexts:
     """``texts`` capped to ``opt.filters.max_document_chars`` characters, then normalized."""
     chars = np.fromiter(map(len, texts), np.int64, len(texts))
@@ -251,7 +255,7 @@ def decoded_texts(
         plain = plain_records(chunk, opt.json_keys, escapes)
         if plain is not None:
             texts = [fields[key] for fields in plain for key in opt.json_keys]
-            keys = np.tile(np.arange(len(opt.json_keys)), len(plain))
+            keys = np.tile(np.arange(len(opt.json_keys), dtype=np.int64), len(plain))
             none = np.zeros(len(texts), np.int64)
             return _decoded(texts, keys, none, none - 1, opt)
     records = iter_records(chunk, opt.on_error, errors, messages, escapes)
